@@ -1,0 +1,15 @@
+"""Audit trail settings (section `[audit]`, environment `KGOV_AUDIT__*`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class AuditConfig(BaseModel):
+    # None: `<data_dir>/audit`. Holds events.jsonl (CloudEvents) and kafka-authorizer.log (Kafka's lines).
+    dir: Path | None = None
+    max_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    backups: int = Field(default=10, ge=0)
+    source: str = "kgov"

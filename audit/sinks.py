@@ -1,0 +1,138 @@
+"""Where audit records go. A sink never drops silently: a failed write raises `AuditWriteError`."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from audit.model import AuditEvent
+
+
+class AuditWriteError(RuntimeError):
+    """An audit record could not be written. Callers decide whether to fail the request (fail closed)."""
+
+
+class AuditSink(Protocol):
+    def write(self, event: AuditEvent) -> None: ...
+
+
+class LineSink(Protocol):
+    def write_line(self, line: str) -> None: ...
+
+
+class _RotatingFile:
+    """Append-only text file rotated by size: `path`, `path.1` (newest) ... `path.<backups>`."""
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int, backups: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        if backups < 0:
+            raise ValueError("backups must not be negative")
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._lock = threading.Lock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the sink's life
+        self._size = self._fh.tell()
+
+    def _rotate(self) -> None:
+        self._fh.close()
+        if self.backups == 0:
+            self.path.unlink(missing_ok=True)
+        else:
+            for i in range(self.backups - 1, 0, -1):
+                src = self.path.with_name(f"{self.path.name}.{i}")
+                if src.exists():
+                    os.replace(src, self.path.with_name(f"{self.path.name}.{i + 1}"))
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._size = 0
+
+    def append(self, line: str) -> None:
+        data = line + "\n"
+        size = len(data.encode("utf-8"))
+        try:
+            with self._lock:
+                if self._size and self._size + size > self.max_bytes:
+                    self._rotate()
+                self._fh.write(data)
+                self._fh.flush()
+                self._size += size
+        except OSError as exc:
+            raise AuditWriteError(f"cannot write audit record to {self.path}: {exc.strerror}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+class JsonLinesSink:
+    """One CloudEvents JSON object per line, rotated by size."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int = 100 * 1024 * 1024, backups: int = 10
+    ) -> None:
+        self._file = _RotatingFile(path, max_bytes, backups)
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def write(self, event: AuditEvent) -> None:
+        self._file.append(event.to_json())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TextLineSink:
+    """Plain text lines (Kafka's log4j layout), rotated by size: what Kafka's log tooling reads."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int = 100 * 1024 * 1024, backups: int = 10
+    ) -> None:
+        self._file = _RotatingFile(path, max_bytes, backups)
+
+    def write_line(self, line: str) -> None:
+        self._file.append(line)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class MemorySink:
+    """Keeps events and lines in memory (tests, and the control plane's recent-events view)."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def write(self, event: AuditEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def write_line(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+
+
+class MultiSink:
+    """Fans one event out to several sinks; every sink is tried, then the first failure is raised."""
+
+    def __init__(self, sinks: Iterable[AuditSink]) -> None:
+        self.sinks = list(sinks)
+
+    def write(self, event: AuditEvent) -> None:
+        failure: AuditWriteError | None = None
+        for sink in self.sinks:
+            try:
+                sink.write(event)
+            except AuditWriteError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure

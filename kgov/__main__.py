@@ -1,0 +1,3 @@
+from kgov.cli import main
+
+raise SystemExit(main())

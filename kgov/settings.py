@@ -1,0 +1,96 @@
+"""The one settings object: `kgov.toml` (or `--config FILE`), overridden by `KGOV_*` variables.
+
+Nested sections use `__` in the environment: `KGOV_AUTHZ__SUPER_USERS="User:alice;User:bob"`.
+Validated at start-up; insecure combinations are refused with the fix in the message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from audit.config import AuditConfig
+from authz.config import AuthzConfig
+from gateway.config import GatewayConfig
+from registry.config import RegistryConfig
+from sasl.config import AdminConfig, OAuthConfig, SaslConfig
+
+DEFAULT_CONFIG_FILE = Path("kgov.toml")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="KGOV_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    cluster_id: str = Field(default="kgov-cluster", min_length=1)
+    data_dir: Path = Path(".kgov")
+    db: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite under data_dir")
+    dev_mode: bool = False
+
+    authz: AuthzConfig = AuthzConfig()
+    audit: AuditConfig = AuditConfig()
+    admin: AdminConfig = AdminConfig()
+    sasl: SaslConfig = SaslConfig()
+    oauth: OAuthConfig = OAuthConfig()
+    registry: RegistryConfig = RegistryConfig()
+    gateway: GatewayConfig = GatewayConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if settings_cls.model_config.get("toml_file"):
+            sources.append(TomlConfigSettingsSource(settings_cls))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _refuse_insecure(self) -> Settings:
+        password = self.admin.password.get_secret_value() if self.admin.password else None
+        if password is not None and not self.dev_mode:
+            if len(password) < 12 or password.lower() in {"admin", "password", "changeme", "admin-secret"}:
+                raise ValueError(
+                    "admin.password is too weak for a non-dev deployment: set KGOV_ADMIN__PASSWORD to at "
+                    "least 12 characters (or run `kgov up`, whose dev mode generates one)"
+                )
+        return self
+
+    @property
+    def database_url(self) -> str:
+        if self.db:
+            return self.db
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.data_dir / 'kgov.db').resolve()}"
+
+    @property
+    def audit_dir(self) -> Path:
+        return self.audit.dir if self.audit.dir is not None else self.data_dir / "audit"
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from `config_file` (or ./kgov.toml when present), environment, then `overrides`."""
+    if config_file is not None and not config_file.exists():
+        raise FileNotFoundError(f"configuration file {config_file} does not exist")
+    path = config_file or (DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.exists() else None)
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if path is None:
+        return Settings(**values)
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(**{**Settings.model_config, "toml_file": path})
+
+    return FileSettings(**values)
