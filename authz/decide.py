@@ -1,0 +1,557 @@
+"""Kafka-exact authorization decisions over an immutable snapshot (Kafka's StandardAuthorizerData).
+
+Semantics (shared/reference/authz-sasl.md section 1.3): only LITERAL actions; super users first;
+the matching principals are the caller and `User:*` (plus, in kgov, the caller's groups and the
+roles bound to any of them); host is `*` or the exact client IP; an ALLOW of READ/WRITE/DELETE/ALTER
+implies DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS, a DENY implies nothing; a matching DENY
+wins; `allow.everyone.if.no.acl.found` applies only when no ACL of any principal matches the resource.
+
+Index: per resource type, one dict of LITERAL patterns and one of PREFIXED patterns keyed by name,
+plus the sorted set of distinct PREFIXED name lengths. A lookup probes the exact name, `*`, and
+`name[:n]` for each prefix length n, so its cost depends on how many distinct prefix lengths exist,
+never on how many ACLs there are. Inside a pattern, grants are keyed principal -> host -> operation.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from authz.model import (
+    CLUSTER_RESOURCE_NAME,
+    DEFAULT_ALLOW_RULE,
+    DEFAULT_DENY_RULE,
+    SUPER_USER_RULE,
+    WILDCARD_HOST,
+    WILDCARD_PRINCIPAL,
+    WILDCARD_RESOURCE,
+    Acl,
+    AclFilter,
+    Action,
+    AuthorizationResult,
+    Decision,
+    InvalidAclError,
+    MatchingAcl,
+    Operation,
+    PatternType,
+    Permission,
+    Principal,
+    RequestContext,
+    ResourceType,
+    Rule,
+)
+from authz.roles import RoleBinding, role_grants
+
+ALLOWED: Final = AuthorizationResult.ALLOWED
+DENIED: Final = AuthorizationResult.DENIED
+
+# Requested operation -> the ALLOW ACL operations that grant it (besides itself and ALL).
+_IMPLIED_BY: Final[dict[Operation, tuple[Operation, ...]]] = {
+    Operation.DESCRIBE: (Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER),
+    Operation.DESCRIBE_CONFIGS: (Operation.ALTER_CONFIGS,),
+}
+# ALLOW ACL operation -> the requested operations it grants.
+_GRANTS: Final[dict[Operation, tuple[Operation, ...]]] = {
+    op: (op, *(req for req, by in _IMPLIED_BY.items() if op in by)) for op in Operation
+}
+
+_CONCRETE_TYPES: Final = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
+
+
+def validate_new_acl(acl: Acl) -> None:
+    """Kafka's creation validation (AclControlManager.validateNewAcl + AclApis), with its messages."""
+    if acl.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        raise InvalidAclError("Invalid resourceType " + acl.resource_type.name)
+    if acl.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        raise InvalidAclError("Invalid patternType " + acl.pattern_type.name)
+    if acl.operation in (Operation.UNKNOWN, Operation.ANY):
+        raise InvalidAclError("Invalid operation " + acl.operation.name)
+    if acl.permission not in (Permission.ALLOW, Permission.DENY):
+        raise InvalidAclError("Invalid permissionType " + acl.permission.name)
+    if not acl.resource_name:
+        raise InvalidAclError("Resource name should not be empty")
+    if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
+        raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
+    kind, sep, _ = acl.principal.partition(":")
+    if not sep or not kind:
+        raise InvalidAclError(
+            f"expected a string in format principalType:principalName but got {acl.principal}"
+        )
+    if not acl.host:
+        raise InvalidAclError("Invalid empty host")
+
+
+def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, str, str, int]:
+    """StandardAcl.compareTo: type, REVERSE name, pattern type, operation, principal, host, permission."""
+    return (
+        acl.resource_type,
+        _Reverse(acl.resource_name),
+        acl.pattern_type,
+        acl.operation,
+        acl.principal,
+        acl.host,
+        acl.permission,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Reverse:
+    value: str
+
+    def __lt__(self, other: _Reverse) -> bool:
+        return self.value > other.value
+
+
+@dataclass(slots=True)
+class _Grants:
+    """What one (pattern, principal, host) says: requested op -> the rule that allows/denies it."""
+
+    allow: dict[Operation, Rule] = field(default_factory=dict)
+    deny: dict[Operation, Rule] = field(default_factory=dict)
+
+
+# principal -> host -> grants
+_PatternIndex = dict[str, dict[str, _Grants]]
+
+
+@dataclass(slots=True)
+class _Pattern:
+    """Everything attached to one resource pattern.
+
+    `governed` is what `allow.everyone.if.no.acl.found` looks at: true when the pattern has an ACL
+    or a role binding scoped to it. Cluster-wide role bindings (which kgov stores on `*`) do not
+    govern, so binding SystemAdmin to an operator does not change the default for everyone else.
+    """
+
+    grants: _PatternIndex
+    acls: frozenset[Acl]
+    governed: bool
+
+
+# (principal, operation, rule, scoped-to-this-pattern)
+_RoleRule = tuple[str, Operation, Rule, bool]
+
+
+def _build_pattern(acls: Iterable[Acl], role_rules: Iterable[_RoleRule]) -> _Pattern:
+    acl_set = frozenset(acls)
+    role_rules = tuple(role_rules)
+    grants: _PatternIndex = {}
+    # Kafka order inside a pattern, so that the first rule recorded is the one Kafka reports.
+    for acl in sorted(acl_set, key=_kafka_order):
+        g = grants.setdefault(acl.principal, {}).setdefault(acl.host, _Grants())
+        rule: Rule = MatchingAcl(acl)
+        if acl.permission is Permission.DENY:
+            g.deny.setdefault(acl.operation, rule)
+        elif acl.operation is Operation.ALL:
+            g.allow.setdefault(Operation.ALL, rule)
+        else:
+            for op in _GRANTS[acl.operation]:
+                g.allow.setdefault(op, rule)
+    for principal, op, rule, _scoped in role_rules:
+        g = grants.setdefault(principal, {}).setdefault(WILDCARD_HOST, _Grants())
+        if op is Operation.ALL:
+            g.allow.setdefault(Operation.ALL, rule)
+        else:
+            for granted in _GRANTS[op]:
+                g.allow.setdefault(granted, rule)
+    return _Pattern(grants, acl_set, bool(acl_set) or any(scoped for *_, scoped in role_rules))
+
+
+@dataclass(slots=True)
+class _TypeNames:
+    """authorizeByResourceType material for one (principal, host, operation-or-ALL)."""
+
+    allow_literal: set[str] = field(default_factory=set)
+    allow_prefixed: set[str] = field(default_factory=set)
+    deny_literal: set[str] = field(default_factory=set)
+    deny_prefixed: set[str] = field(default_factory=set)
+
+
+_PatternKey = tuple[ResourceType, PatternType, str]
+
+
+class AuthorizerData:
+    """An immutable snapshot of ACLs, memberships and role bindings, with the decision functions.
+
+    Derived caches (effective principals, decisions, by-type indexes) are filled lazily and belong
+    to the snapshot, so a swap to a new snapshot invalidates all of them at once.
+    """
+
+    __slots__ = (
+        "_by_type",
+        "_decisions",
+        "_effective",
+        "_literal",
+        "_prefix_lengths",
+        "_prefixed",
+        "allow_everyone_if_no_acl_found",
+        "cache_size",
+        "groups",
+        "role_bindings",
+        "super_users",
+    )
+
+    def __init__(
+        self,
+        literal: dict[ResourceType, dict[str, _Pattern]],
+        prefixed: dict[ResourceType, dict[str, _Pattern]],
+        *,
+        super_users: frozenset[Principal],
+        allow_everyone_if_no_acl_found: bool,
+        groups: Mapping[Principal, frozenset[Principal]],
+        role_bindings: tuple[RoleBinding, ...],
+        cache_size: int,
+    ) -> None:
+        self._literal = literal
+        self._prefixed = prefixed
+        self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {
+            rt: tuple(sorted({len(name) for name in names}, reverse=True)) for rt, names in prefixed.items()
+        }
+        self.super_users = super_users
+        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self.groups = groups
+        self.role_bindings = role_bindings
+        self.cache_size = cache_size
+        self._effective: dict[Principal, tuple[str, ...]] = {}
+        self._decisions: dict[tuple[Principal, str, ResourceType, str, Operation], Decision] = {}
+        self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = {}
+
+    # ------------------------------------------------------------------ construction
+
+    @staticmethod
+    def build(
+        acls: Iterable[Acl] = (),
+        *,
+        super_users: Iterable[Principal] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+        groups: Mapping[Principal, frozenset[Principal]] | None = None,
+        role_bindings: Iterable[RoleBinding] = (),
+        cache_size: int = 200_000,
+    ) -> AuthorizerData:
+        bindings = tuple(role_bindings)
+        by_pattern: dict[_PatternKey, list[Acl]] = {}
+        for acl in acls:
+            by_pattern.setdefault((acl.resource_type, acl.pattern_type, acl.resource_name), []).append(acl)
+        role_rules = _role_rules(bindings)
+        literal: dict[ResourceType, dict[str, _Pattern]] = {}
+        prefixed: dict[ResourceType, dict[str, _Pattern]] = {}
+        for key in by_pattern.keys() | role_rules.keys():
+            rt, pt, name = key
+            target = literal if pt is PatternType.LITERAL else prefixed
+            target.setdefault(rt, {})[name] = _build_pattern(by_pattern.get(key, ()), role_rules.get(key, ()))
+        return AuthorizerData(
+            literal,
+            prefixed,
+            super_users=frozenset(super_users),
+            allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+            groups=dict(groups or {}),
+            role_bindings=bindings,
+            cache_size=cache_size,
+        )
+
+    def _replace(self, **changes: object) -> AuthorizerData:
+        fields: dict[str, object] = {
+            "literal": self._literal,
+            "prefixed": self._prefixed,
+            "super_users": self.super_users,
+            "allow_everyone_if_no_acl_found": self.allow_everyone_if_no_acl_found,
+            "groups": self.groups,
+            "role_bindings": self.role_bindings,
+            "cache_size": self.cache_size,
+        }
+        fields.update(changes)
+        literal = fields.pop("literal")
+        prefixed = fields.pop("prefixed")
+        return AuthorizerData(literal, prefixed, **fields)  # type: ignore[arg-type]
+
+    def with_acls(self, added: Iterable[Acl] = (), removed: Iterable[Acl] = ()) -> AuthorizerData:
+        """A new snapshot with ACLs added and removed. Only the touched patterns are rebuilt; the
+        per-type dicts are copied, which costs O(patterns of that type) and no more."""
+        changes: dict[_PatternKey, tuple[set[Acl], set[Acl]]] = {}
+        for acl in added:
+            changes.setdefault((acl.resource_type, acl.pattern_type, acl.resource_name), (set(), set()))[0].add(acl)
+        for acl in removed:
+            changes.setdefault((acl.resource_type, acl.pattern_type, acl.resource_name), (set(), set()))[1].add(acl)
+        if not changes:
+            return self
+        literal = dict(self._literal)
+        prefixed = dict(self._prefixed)
+        copied: set[tuple[int, ResourceType]] = set()
+        role_rules = _role_rules(self.role_bindings)
+        for (rt, pt, name), (plus, minus) in changes.items():
+            top = literal if pt is PatternType.LITERAL else prefixed
+            if (id(top), rt) not in copied:
+                top[rt] = dict(top.get(rt, {}))
+                copied.add((id(top), rt))
+            patterns = top[rt]
+            old = patterns.get(name)
+            acls = (set(old.acls) if old else set()) - minus | plus
+            rules = role_rules.get((rt, pt, name), ())
+            if acls or rules:
+                patterns[name] = _build_pattern(acls, rules)
+            else:
+                patterns.pop(name, None)
+                if not patterns:
+                    del top[rt]
+        return self._replace(literal=literal, prefixed=prefixed)
+
+    def with_memberships(
+        self,
+        groups: Mapping[Principal, frozenset[Principal]] | None = None,
+        role_bindings: Iterable[RoleBinding] | None = None,
+    ) -> AuthorizerData:
+        """A new snapshot with other group memberships and/or role bindings (rebuilds the index)."""
+        new_bindings = tuple(role_bindings) if role_bindings is not None else self.role_bindings
+        if new_bindings != self.role_bindings:
+            return AuthorizerData.build(
+                self.all_acls(),
+                super_users=self.super_users,
+                allow_everyone_if_no_acl_found=self.allow_everyone_if_no_acl_found,
+                groups=groups if groups is not None else self.groups,
+                role_bindings=new_bindings,
+                cache_size=self.cache_size,
+            )
+        return self._replace(groups=dict(groups) if groups is not None else self.groups)
+
+    def with_settings(
+        self, *, super_users: Iterable[Principal], allow_everyone_if_no_acl_found: bool
+    ) -> AuthorizerData:
+        return self._replace(
+            super_users=frozenset(super_users), allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found
+        )
+
+    # ------------------------------------------------------------------ reading ACLs
+
+    def all_acls(self) -> list[Acl]:
+        out: list[Acl] = []
+        for top in (self._literal, self._prefixed):
+            for patterns in top.values():
+                for pattern in patterns.values():
+                    out.extend(pattern.acls)
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(p.acls) for top in (self._literal, self._prefixed) for ps in top.values() for p in ps.values())
+
+    def acls(self, flt: AclFilter) -> list[Acl]:
+        """DescribeAcls: every ACL the filter matches, in Kafka's order."""
+        out: list[Acl] = []
+        for top in (self._literal, self._prefixed):
+            for rt, patterns in top.items():
+                if flt.resource_type is not ResourceType.ANY and flt.resource_type is not rt:
+                    continue
+                if flt.resource_name is not None and flt.pattern_type in (PatternType.ANY, PatternType.LITERAL,
+                                                                          PatternType.PREFIXED):
+                    one = patterns.get(flt.resource_name)
+                    candidates: Iterable[_Pattern] = (one,) if one is not None else ()
+                else:
+                    candidates = patterns.values()
+                for pattern in candidates:
+                    out.extend(acl for acl in pattern.acls if flt.matches(acl))
+        out.sort(key=_kafka_order)
+        return out
+
+    def acls_to_delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
+        """DeleteAcls, KRaft semantics: each filter's matches are computed against the same snapshot
+        (so an ACL matched by two filters is reported by both)."""
+        results = []
+        for flt in filters:
+            if flt.resource_type is ResourceType.UNKNOWN or flt.pattern_type is PatternType.UNKNOWN:
+                raise InvalidAclError("Unknown patternFilter.")
+            if flt.operation is Operation.UNKNOWN or flt.permission is Permission.UNKNOWN:
+                raise InvalidAclError("Unknown entryFilter.")
+            results.append(self.acls(flt))
+        return results
+
+    # ------------------------------------------------------------------ decisions
+
+    def effective_principals(self, principal: Principal) -> tuple[str, ...]:
+        """The principal strings ACLs are matched against: the caller, `User:*`, its groups, and the
+        `Role:` principals bound to any of those."""
+        found = self._effective.get(principal)
+        if found is not None:
+            return found
+        base = str(principal)
+        names = [base, WILDCARD_PRINCIPAL]
+        groups = self.groups.get(principal, frozenset())
+        names.extend(str(g) for g in sorted(groups))
+        if self.role_bindings:
+            holders = set(names)
+            names.extend(
+                sorted({f"Role:{b.role}" for b in self.role_bindings if b.principal in holders} - holders)
+            )
+        result = tuple(dict.fromkeys(names))
+        self._effective[principal] = result
+        return result
+
+    def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
+        principal = ctx.principal
+        if principal in self.super_users:
+            for action in actions:
+                if action.pattern_type is not PatternType.LITERAL:
+                    raise ValueError(f"Only literal resources are supported. Got: {action.pattern_type.name}")
+            return [SUPER_USER_DECISION] * len(actions)
+        cache = self._decisions
+        host = ctx.client_address
+        out = []
+        for action in actions:
+            key = (principal, host, action.resource_type, action.resource_name, action.operation)
+            decision = cache.get(key)
+            if decision is None:
+                if action.pattern_type is not PatternType.LITERAL:
+                    raise ValueError(f"Only literal resources are supported. Got: {action.pattern_type.name}")
+                decision = self._decide(principal, host, action.resource_type, action.resource_name,
+                                        action.operation)
+                if len(cache) >= self.cache_size:
+                    cache.clear()
+                cache[key] = decision
+            out.append(decision)
+        return out
+
+    def _decide(
+        self, principal: Principal, host: str, rt: ResourceType, name: str, op: Operation
+    ) -> Decision:
+        principals = self.effective_principals(principal)
+        hosts = (host, WILDCARD_HOST) if host != WILDCARD_HOST else (WILDCARD_HOST,)
+        has_acls = False
+        allow_rule: Rule | None = None
+        for pattern in self._matching_patterns(rt, name):
+            if pattern.governed:
+                has_acls = True
+            for p in principals:
+                by_host = pattern.grants.get(p)
+                if by_host is None:
+                    continue
+                for h in hosts:
+                    g = by_host.get(h)
+                    if g is None:
+                        continue
+                    deny = g.deny.get(op) or g.deny.get(Operation.ALL)
+                    if deny is not None:
+                        return Decision(DENIED, deny)
+                    if allow_rule is None:
+                        allow_rule = g.allow.get(op) or g.allow.get(Operation.ALL)
+        if allow_rule is not None:
+            return Decision(ALLOWED, allow_rule)
+        if not has_acls and self.allow_everyone_if_no_acl_found:
+            return DEFAULT_ALLOW_DECISION
+        return DEFAULT_DENY_DECISION
+
+    def _matching_patterns(self, rt: ResourceType, name: str) -> list[_Pattern]:
+        """Patterns that apply to resource `name`, in Kafka's scan order: exact LITERAL, PREFIXED
+        from the longest prefix down, then the `*` LITERAL."""
+        found: list[_Pattern] = []
+        literal = self._literal.get(rt)
+        if literal is not None:
+            exact = literal.get(name)
+            if exact is not None:
+                found.append(exact)
+        prefixed = self._prefixed.get(rt)
+        if prefixed is not None:
+            size = len(name)
+            for n in self._prefix_lengths[rt]:
+                if n <= size:
+                    hit = prefixed.get(name if n == size else name[:n])
+                    if hit is not None:
+                        found.append(hit)
+        if literal is not None and name != WILDCARD_RESOURCE:
+            wildcard = literal.get(WILDCARD_RESOURCE)
+            if wildcard is not None:
+                found.append(wildcard)
+        return found
+
+    # ------------------------------------------------------------------ KIP-679
+
+    def authorize_by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
+        """May the caller do `op` on at least one resource of type `rt`? (Authorizer's default method.)"""
+        if rt is ResourceType.ANY:
+            raise ValueError("Must specify a non-filter resource type for authorizeByResourceType")
+        if rt is ResourceType.UNKNOWN:
+            raise ValueError("Unknown resource type")
+        if op is Operation.ANY:
+            raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
+        if op is Operation.UNKNOWN:
+            raise ValueError("Unknown operation type")
+        # Step 1: a plain check on a made-up name covers super users, wildcard allows and the
+        # allow-everyone default (Kafka passes "hardcode").
+        probe = self.authorize(ctx, [Action(rt, "hardcode", op, log_if_allowed=True, log_if_denied=False)])[0]
+        if probe.allowed:
+            return probe
+        index = self._type_index(rt)
+        principals = self.effective_principals(ctx.principal)
+        hosts = (ctx.client_address, WILDCARD_HOST) if ctx.client_address != WILDCARD_HOST else (WILDCARD_HOST,)
+        groups = [
+            names
+            for p in principals
+            for h in hosts
+            for o in ((op, Operation.ALL) if op is not Operation.ALL else (Operation.ALL,))
+            if (names := index.get((p, h, o))) is not None
+        ]
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        wildcard_allow = False
+        for names in groups:
+            if WILDCARD_RESOURCE in names.deny_literal:
+                return DEFAULT_DENY_DECISION
+            deny_literal |= names.deny_literal
+            deny_prefixed |= names.deny_prefixed
+            wildcard_allow = wildcard_allow or WILDCARD_RESOURCE in names.allow_literal
+        if wildcard_allow:
+            return Decision(ALLOWED, DEFAULT_ALLOW_RULE)
+        deny_lengths = sorted({len(p) for p in deny_prefixed})
+
+        def prefix_denied(name: str) -> bool:
+            stop = bisect.bisect_right(deny_lengths, len(name))
+            return any(name[:n] in deny_prefixed for n in deny_lengths[:stop])
+
+        for names in groups:
+            for name in names.allow_literal:
+                if name not in deny_literal and not prefix_denied(name):
+                    return Decision(ALLOWED, DEFAULT_ALLOW_RULE)
+            for name in names.allow_prefixed:
+                if not prefix_denied(name):
+                    return Decision(ALLOWED, DEFAULT_ALLOW_RULE)
+        return DEFAULT_DENY_DECISION
+
+    def _type_index(self, rt: ResourceType) -> dict[tuple[str, str, Operation], _TypeNames]:
+        index = self._by_type.get(rt)
+        if index is not None:
+            return index
+        index = {}
+        for top, pt in ((self._literal, PatternType.LITERAL), (self._prefixed, PatternType.PREFIXED)):
+            for name, pattern in top.get(rt, {}).items():
+                for principal, by_host in pattern.grants.items():
+                    for host, grants in by_host.items():
+                        for op in grants.deny:
+                            names = index.setdefault((principal, host, op), _TypeNames())
+                            (names.deny_literal if pt is PatternType.LITERAL else names.deny_prefixed).add(name)
+                        for op, rule in grants.allow.items():
+                            # No DESCRIBE implication here (Kafka compares the ACL op itself).
+                            if isinstance(rule, MatchingAcl) and rule.acl.operation is not op:
+                                continue
+                            names = index.setdefault((principal, host, op), _TypeNames())
+                            (names.allow_literal if pt is PatternType.LITERAL else names.allow_prefixed).add(name)
+        self._by_type[rt] = index
+        return index
+
+    def warm(self) -> None:
+        """Builds the by-type indexes ahead of use (the refresh thread calls this before a swap)."""
+        for rt in _CONCRETE_TYPES:
+            self._type_index(rt)
+
+
+SUPER_USER_DECISION: Final = Decision(ALLOWED, SUPER_USER_RULE)
+DEFAULT_ALLOW_DECISION: Final = Decision(ALLOWED, DEFAULT_ALLOW_RULE)
+DEFAULT_DENY_DECISION: Final = Decision(DENIED, DEFAULT_DENY_RULE)
+
+
+def _role_rules(bindings: tuple[RoleBinding, ...]) -> dict[_PatternKey, list[_RoleRule]]:
+    """Role bindings expanded into per-pattern allow rules."""
+    out: dict[_PatternKey, list[_RoleRule]] = {}
+    for binding in bindings:
+        scoped = not binding.cluster_wide
+        for rt, name, pt, op, rule in role_grants(binding):
+            out.setdefault((rt, pt, name), []).append((binding.principal, op, rule, scoped))
+    return out
