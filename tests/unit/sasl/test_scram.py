@@ -1,0 +1,298 @@
+"""SCRAM core: RFC 7677 vector, a computed SHA-512 vector, message grammar, interop with scramp and kafka-python."""
+
+from __future__ import annotations
+
+import base64
+import warnings
+
+import pytest
+import scramp
+from hypothesis import given
+from hypothesis import strategies as st
+
+from authz.model import Principal
+from sasl.mechanism import Challenge, Failure, Success
+from sasl.scram import (
+    SCRAM_SHA_256,
+    SCRAM_SHA_512,
+    ScramClient,
+    ScramCredential,
+    ScramError,
+    ScramIdentity,
+    ScramServer,
+    decode_sasl_name,
+    derive_credential,
+    encode_sasl_name,
+    mechanism_named,
+    parse_client_first,
+)
+
+RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+RFC_SERVER_NONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+
+
+def lookup_for(users: dict[str, ScramCredential], token: bool = False):
+    def lookup(name: str, token_auth: bool) -> ScramIdentity | None:
+        cred = users.get(name)
+        if cred is None or token_auth != token:
+            return None
+        return ScramIdentity(Principal("User", name), cred, token_authenticated=token_auth)
+
+    return lookup
+
+
+def test_rfc7677_vector() -> None:
+    cred = derive_credential(SCRAM_SHA_256, "pencil", iterations=4096, salt=RFC_SALT)
+    assert base64.b64encode(cred.stored_key).decode() == "WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY="
+    assert base64.b64encode(cred.server_key).decode() == "wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU="
+    server = ScramServer(SCRAM_SHA_256, lookup_for({"user": cred}), nonce=lambda: RFC_SERVER_NONCE)
+    first = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert isinstance(first, Challenge)
+    assert first.data == (
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    )
+    final = server.step(
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    assert isinstance(final, Success)
+    assert final.data == b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    assert final.principal == Principal("User", "user")
+    assert final.mechanism == "SCRAM-SHA-256"
+
+
+def test_rfc7677_client_side() -> None:
+    client = ScramClient(SCRAM_SHA_256, "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert client.first_message() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    final = client.final_message(
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    )
+    assert final.endswith(b",p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    client.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+    with pytest.raises(ScramError, match="Invalid server signature"):
+        client.verify_server_final(b"v=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+
+
+def test_sha512_vector() -> None:
+    cred = derive_credential(SCRAM_SHA_512, "pencil", iterations=4096, salt=RFC_SALT)
+    assert base64.b64encode(cred.stored_key).decode() == (
+        "6AAub3065EYRmyFpM2RNwqK+eGnrkYuEWbXn19LsEmBqzu8QaCXNc1FwpnX9NhH2hK/60dzj9DoO5DvVkOHbvg=="
+    )
+    server = ScramServer(SCRAM_SHA_512, lookup_for({"user": cred}), nonce=lambda: RFC_SERVER_NONCE)
+    assert isinstance(server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"), Challenge)
+    final = server.step(
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=gMGXRcevScNtxZ6/8lQYpGtnsNAc3mGcmNomv+"
+        b"xnoOMw+3R2xNJdMNnzMlTN8PPC6wdp6dybEmDYXYTxwnYPJQ=="
+    )
+    assert isinstance(final, Success)
+    assert final.data == (
+        b"v=ZQnYEgWQMFmmsM8aQMF0nDDCy/AgCzkwk8CmMZYcMg0vSVlKDanekLtifDSeVGT4+5ZxXnJq199RVG2rR7N7Zw=="
+    )
+
+
+@pytest.mark.parametrize("mech", [SCRAM_SHA_256, SCRAM_SHA_512])
+def test_scramp_client_against_our_server(mech) -> None:
+    cred = derive_credential(mech, "s3cret-pw", iterations=8192)
+    server = ScramServer(mech, lookup_for({"alice": cred}))
+    client = scramp.ScramClient([mech.name], "alice", "s3cret-pw")
+    challenge = server.step(client.get_client_first().encode())
+    assert isinstance(challenge, Challenge)
+    client.set_server_first(challenge.data.decode())
+    result = server.step(client.get_client_final().encode())
+    assert isinstance(result, Success), result
+    client.set_server_final(result.data.decode())  # raises if our signature were wrong
+
+
+@pytest.mark.parametrize("mech", [SCRAM_SHA_256, SCRAM_SHA_512])
+def test_our_client_against_scramp_server(mech) -> None:
+    m = scramp.ScramMechanism(mech.name)
+    salt, stored, server_key, iterations = m.make_auth_info("pw-for-bob", iteration_count=4096)
+    server = m.make_server(lambda _u: (salt, stored, server_key, iterations))
+    client = ScramClient(mech, "bob", "pw-for-bob")
+    server.set_client_first(client.first_message().decode())
+    final = client.final_message(server.get_server_first().encode())
+    server.set_client_final(final.decode())
+    client.verify_server_final(server.get_server_final().encode())
+
+
+@pytest.mark.parametrize("mech", [SCRAM_SHA_256, SCRAM_SHA_512])
+def test_kafka_python_client_against_our_server(mech) -> None:
+    cred = derive_credential(mech, "kp-password", iterations=4096)
+    server = ScramServer(mech, lookup_for({"carol": cred}))
+    with warnings.catch_warnings():  # kafka-python's import uses deprecated importlib.resources API
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.net.sasl.scram import ScramClient as KafkaPythonScramClient
+    client = KafkaPythonScramClient("carol", "kp-password", mech.name)
+    challenge = server.step(client.first_message())
+    assert isinstance(challenge, Challenge)
+    client.process_server_first_message(challenge.data)
+    result = server.step(client.final_message())
+    assert isinstance(result, Success)
+    client.process_server_final_message(result.data)
+
+
+def run(server: ScramServer, client: ScramClient):
+    first = server.step(client.first_message())
+    if not isinstance(first, Challenge):
+        return first
+    return server.step(client.final_message(first.data))
+
+
+def test_wrong_password_and_unknown_user_fail_alike() -> None:
+    cred = derive_credential(SCRAM_SHA_512, "right", iterations=4096)
+    wrong = run(
+        ScramServer(SCRAM_SHA_512, lookup_for({"dave": cred})), ScramClient(SCRAM_SHA_512, "dave", "wrong")
+    )
+    unknown_server = ScramServer(SCRAM_SHA_512, lookup_for({"dave": cred}), fake_iterations=4096)
+    unknown = run(unknown_server, ScramClient(SCRAM_SHA_512, "nobody", "x"))
+    assert isinstance(wrong, Failure) and isinstance(unknown, Failure)
+    assert wrong.data == unknown.data == b"e=invalid-proof"
+    assert "Invalid user credentials" in unknown.reason
+    # The fake salt is stable per name, like a real user's.
+    s1 = ScramServer(SCRAM_SHA_512, lookup_for({})).step(b"n,,n=ghost,r=abc")
+    s2 = ScramServer(SCRAM_SHA_512, lookup_for({})).step(b"n,,n=ghost,r=def")
+    assert isinstance(s1, Challenge) and isinstance(s2, Challenge)
+    assert s1.data.split(b",")[1] == s2.data.split(b",")[1]
+
+
+def test_token_auth_extension_reaches_lookup() -> None:
+    cred = derive_credential(SCRAM_SHA_256, "hmac-b64", iterations=4096)
+    server = ScramServer(SCRAM_SHA_256, lookup_for({"tok1": cred}, token=True))
+    result = run(server, ScramClient(SCRAM_SHA_256, "tok1", "hmac-b64", token_auth=True))
+    assert isinstance(result, Success) and result.token_authenticated
+    plain = run(
+        ScramServer(SCRAM_SHA_256, lookup_for({"tok1": cred}, token=True)),
+        ScramClient(SCRAM_SHA_256, "tok1", "hmac-b64"),
+    )
+    assert isinstance(plain, Failure)
+
+
+def test_parse_client_first_with_extensions_and_authzid() -> None:
+    first = parse_client_first(b"n,a=user=2C1,n=user=2C1,r=abc,tokenauth=true,foo=bar")
+    assert first.username == "user,1" and first.authzid == "user,1"
+    assert first.token_auth and first.extensions["foo"] == "bar"
+    assert first.bare == "n=user=2C1,r=abc,tokenauth=true,foo=bar"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        b"n,x=something,n=testuser,r=abc",  # bad gs2 header
+        b"y,,n=testuser,r=abc",  # channel binding flag we do not support
+        b"p=tls-unique,,n=testuser,r=abc",
+        b"n,,m=ext,n=testuser,r=abc",  # mandatory extension
+        b"n,,n=test=2Buser,r=abc",  # bad escape
+        b"n,,n=,r=abc",
+        b"n,,n=user",
+        b"\xff\xfe",
+    ],
+)
+def test_invalid_client_first_rejected(message: bytes) -> None:
+    result = ScramServer(SCRAM_SHA_256, lookup_for({})).step(message)
+    assert isinstance(result, Failure)
+    assert result.data.startswith(b"e=")
+
+
+def test_authzid_different_from_username_rejected() -> None:
+    cred = derive_credential(SCRAM_SHA_256, "x", iterations=4096)
+    result = ScramServer(SCRAM_SHA_256, lookup_for({"u": cred})).step(b"n,a=other,n=u,r=abc")
+    assert isinstance(result, Failure) and "authorization id" in result.reason
+
+
+def _final_parts(mech=SCRAM_SHA_256):
+    cred = derive_credential(mech, "pw", iterations=4096)
+    server = ScramServer(mech, lookup_for({"u": cred}))
+    client = ScramClient(mech, "u", "pw")
+    first = server.step(client.first_message())
+    assert isinstance(first, Challenge)
+    return server, client.final_message(first.data)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda f: f.replace(b"c=biws", b"c=eSws"), "Channel binding"),
+        (lambda f: f.replace(b",r=", b",r=x"), "nonce"),
+        (lambda f: f[: f.index(b",p=")] + b",p=AAAA", "Invalid client credentials"),
+        (lambda f: f[: f.index(b",p=")] + b",p=123", "format"),
+        (lambda f: f.replace(b"c=biws", b"c=ab"), "format"),
+        (lambda f: f[: f.index(b",p=")], "format"),
+    ],
+)
+def test_tampered_client_final_rejected(mutate, reason: str) -> None:
+    server, final = _final_parts()
+    result = server.step(mutate(final))
+    assert isinstance(result, Failure)
+    assert reason in result.reason
+    assert server.step(final).__class__ is Failure  # a failed exchange stays failed
+
+
+def test_low_iteration_credential_refused() -> None:
+    cred = ScramCredential(salt=b"s", stored_key=b"k" * 32, server_key=b"k" * 32, iterations=1000)
+    result = ScramServer(SCRAM_SHA_256, lookup_for({"u": cred})).step(b"n,,n=u,r=abc")
+    assert isinstance(result, Failure) and "less than the minimum 4096" in result.reason
+
+
+def test_client_refuses_bad_server_first() -> None:
+    client = ScramClient(SCRAM_SHA_256, "u", "pw", nonce="abc")
+    client.first_message()
+    with pytest.raises(ScramError, match="does not start with client nonce"):
+        client.final_message(b"r=zzz123,s=QSXCR+Q6sek8bf92,i=4096")
+    with pytest.raises(ScramError, match="less than the minimum"):
+        client.final_message(b"r=abc123,s=QSXCR+Q6sek8bf92,i=1024")
+    with pytest.raises(ScramError, match="format"):
+        client.final_message(b"r=abc123,s=QSXCR+Q6sek8bf92,i=0x")
+    with pytest.raises(ScramError, match="failed with error: invalid-proof"):
+        client.verify_server_final(b"e=invalid-proof")
+
+
+def test_session_lifetime_and_expiry() -> None:
+    cred = derive_credential(SCRAM_SHA_256, "pw", iterations=4096)
+
+    def lookup(name: str, token_auth: bool) -> ScramIdentity:
+        return ScramIdentity(Principal("User", "owner"), cred, token_authenticated=True, expiry_ms=10_000)
+
+    ok = run(
+        ScramServer(SCRAM_SHA_256, lookup, now_ms=lambda: 4_000, max_session_ms=60_000),
+        ScramClient(SCRAM_SHA_256, "t", "pw"),
+    )
+    assert isinstance(ok, Success) and ok.session_lifetime_ms == 6_000
+    capped = run(
+        ScramServer(SCRAM_SHA_256, lookup, now_ms=lambda: 4_000, max_session_ms=1_000),
+        ScramClient(SCRAM_SHA_256, "t", "pw"),
+    )
+    assert isinstance(capped, Success) and capped.session_lifetime_ms == 1_000
+    expired = run(
+        ScramServer(SCRAM_SHA_256, lookup, now_ms=lambda: 10_000), ScramClient(SCRAM_SHA_256, "t", "pw")
+    )
+    assert isinstance(expired, Failure)
+
+
+@pytest.mark.parametrize(
+    "name", ["user1", "123", "1,2", "user=A", "user==B", "user,1", "user 1", ",", "=", ",=", "=="]
+)
+def test_sasl_name_round_trip(name: str) -> None:
+    assert decode_sasl_name(encode_sasl_name(name)) == name
+    cred = derive_credential(SCRAM_SHA_256, "pw", iterations=4096)
+    assert isinstance(
+        run(ScramServer(SCRAM_SHA_256, lookup_for({name: cred})), ScramClient(SCRAM_SHA_256, name, "pw")),
+        Success,
+    )
+
+
+def test_iteration_limits_and_names() -> None:
+    with pytest.raises(ValueError, match="Too few iterations"):
+        derive_credential(SCRAM_SHA_256, "pw", iterations=4095)
+    with pytest.raises(ValueError, match="Too many iterations"):
+        derive_credential(SCRAM_SHA_256, "pw", iterations=16385)
+    assert mechanism_named("scram-sha-512") is SCRAM_SHA_512
+    with pytest.raises(ValueError, match="Unknown SCRAM mechanism"):
+        mechanism_named("SCRAM-SHA-1")
+    assert "salt" not in repr(derive_credential(SCRAM_SHA_256, "pw", iterations=4096)).replace("salt=", "")
+
+
+@given(st.binary(max_size=200))
+def test_server_never_raises_on_garbage(data: bytes) -> None:
+    server = ScramServer(SCRAM_SHA_256, lookup_for({}))
+    assert isinstance(server.step(data), Challenge | Failure)
+    assert isinstance(server.step(data), Failure)
