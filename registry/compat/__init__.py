@@ -1,0 +1,94 @@
+"""Schema compatibility checks with the verdicts and messages of Confluent's registry.
+
+`check_compatibility(new, previous, level)` returns `[]` when `new` may be registered after
+`previous` (oldest first, non-deleted versions only) under `level`, otherwise one message per
+incompatibility in the wording of Confluent's verbose mode.
+
+Direction (Confluent's `CompatibilityChecker`): BACKWARD reads old data with the new schema
+(reader = new, writer = old); FORWARD reads new data with the old schema; FULL is both. The
+non-transitive levels compare with the latest version only; the transitive ones walk the versions
+newest first and stop at the first that fails, as Confluent's `validateAll` does.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from registry.schemas import ParsedSchema, SchemaType
+
+
+class CompatibilityLevel(enum.StrEnum):
+    NONE = "NONE"
+    BACKWARD = "BACKWARD"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD = "FORWARD"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL = "FULL"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+
+    @property
+    def transitive(self) -> bool:
+        return self.value.endswith("_TRANSITIVE")
+
+
+DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"
+_NEW = "new"
+_OLD = "old"
+
+
+def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
+    """Why data written with `writer` cannot be read with `reader` (Confluent's
+    `isBackwardCompatible(reader, writer)`); the messages still hold `%s` placeholders for the
+    reader's and the writer's role ("new"/"old"), filled in by `check_compatibility`."""
+    if reader.schema_type is not writer.schema_type:
+        return [DIFFERENT_SCHEMA_TYPE]
+    if reader.schema_type is SchemaType.AVRO:
+        from registry.compat.avro import avro_incompatibilities
+
+        return avro_incompatibilities(reader, writer)
+    if reader.schema_type is SchemaType.JSON:
+        from registry.compat.json_schema import json_schema_incompatibilities
+
+        return json_schema_incompatibilities(reader, writer)
+    return [f"Compatibility of {reader.schema_type.value} schemas is not supported"]
+
+
+def _fill(messages: list[str], reader_role: str, writer_role: str) -> list[str]:
+    return [m.replace("%s", reader_role, 1).replace("%s", writer_role, 1) for m in messages]
+
+
+def _against(new: ParsedSchema, old: ParsedSchema, level: CompatibilityLevel) -> list[str]:
+    messages: list[str] = []
+    if level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE,
+                 CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
+        forward = _fill(reader_incompatibilities(old, new), _OLD, _NEW)
+        messages.extend(forward)
+        if forward and level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE):
+            messages.append(f"{{oldSchema: '{old.canonical}'}}")
+    if level in (CompatibilityLevel.BACKWARD, CompatibilityLevel.BACKWARD_TRANSITIVE,
+                 CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
+        backward = _fill(reader_incompatibilities(new, old), _NEW, _OLD)
+        messages.extend(backward)
+        if backward:
+            messages.append(f"{{oldSchema: '{old.canonical}'}}")
+    return messages
+
+
+def check_compatibility(
+    new: ParsedSchema, previous: Sequence[ParsedSchema], level: CompatibilityLevel
+) -> list[str]:
+    """[] when compatible; otherwise one message per incompatibility (each naming its path)."""
+    level = CompatibilityLevel(level)
+    if level is CompatibilityLevel.NONE or not previous:
+        return []
+    candidates = list(reversed(previous)) if level.transitive else [previous[-1]]
+    for old in candidates:
+        messages = _against(new, old, level)
+        if messages:
+            messages.append(f"{{validateFields: 'false', compatibility: '{level.value}'}}")
+            return messages
+    return []
+
+
+__all__ = ["DIFFERENT_SCHEMA_TYPE", "CompatibilityLevel", "check_compatibility", "reader_incompatibilities"]

@@ -1,0 +1,130 @@
+"""Schema parsing, canonical forms and normalisation for the registry (Avro and JSON Schema).
+
+`parse_schema` is the one entry point: it validates the text, resolves references against the
+already-parsed referenced schemas, and returns a `ParsedSchema` whose `canonical` text is what the
+registry stores and returns (Confluent's canonical string). Every failure, whatever the input, is an
+`InvalidSchemaError` whose message is meant for the user (answered as 42201).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from registry.schemas.errors import InvalidSchemaError
+
+
+class SchemaType(enum.StrEnum):
+    AVRO = "AVRO"
+    JSON = "JSON"
+    PROTOBUF = "PROTOBUF"
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaReference:
+    """A reference from one schema to a registered subject version (`name` is the Avro full name
+    or the JSON Schema `$ref` URL the referring schema uses)."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ParsedSchema:
+    """A validated schema.
+
+    `parsed` is what serdes use: for AVRO a fastavro-parsed schema (referenced named types
+    included), for JSON the JSON document. `model` is the internal form the compatibility checker
+    walks (an `registry.schemas.avro.AvroType` graph, or a `registry.schemas.json_schema.JsonSchemaDocument`).
+    """
+
+    schema_type: SchemaType
+    canonical: str
+    references: tuple[SchemaReference, ...]
+    parsed: object
+    model: object = field(default=None, repr=False)
+
+    def fingerprint(self) -> str:
+        """A stable hash of the canonical text and the references, for "same schema" lookups."""
+        payload = json.dumps(
+            [
+                self.schema_type.value,
+                self.canonical,
+                [[r.name, r.subject, r.version] for r in self.references],
+            ],
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ParsedSchema):
+            return NotImplemented
+        return (
+            self.schema_type is other.schema_type
+            and self.canonical == other.canonical
+            and self.references == other.references
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.schema_type, self.canonical, self.references))
+
+
+_NO_RESOLVED: Mapping[str, ParsedSchema] = MappingProxyType({})
+
+
+def parse_schema(
+    schema_type: SchemaType,
+    text: str,
+    *,
+    references: Sequence[SchemaReference] = (),
+    resolved: Mapping[str, ParsedSchema] = _NO_RESOLVED,
+    normalize: bool = False,
+) -> ParsedSchema:
+    """Parses and validates `text` as a schema of `schema_type`.
+
+    `resolved` maps each reference name to the already-parsed referenced schema (the caller loads
+    the referenced subject versions, transitively). With `normalize`, the canonical text is
+    Confluent's normalised form, so that equivalent spellings compare equal.
+    """
+    if not isinstance(text, str):
+        raise InvalidSchemaError("Schema must be a string")
+    refs = tuple(references)
+    for ref in refs:
+        if ref.name not in resolved:
+            raise InvalidSchemaError(f"Reference '{ref.name}' (subject '{ref.subject}', version {ref.version}) "
+                                     "was not resolved")
+    try:
+        kind = SchemaType(schema_type)
+    except ValueError:
+        raise InvalidSchemaError(f"Unsupported schema type {schema_type!r}") from None
+    if normalize:
+        refs = tuple(sorted(set(refs), key=lambda r: (r.name, r.subject, r.version)))
+    canonical: str
+    parsed: object
+    model: object
+    if kind is SchemaType.AVRO:
+        from registry.schemas.avro import parse_avro
+
+        canonical, parsed, model = parse_avro(text, refs, resolved, normalize=normalize)
+    elif kind is SchemaType.JSON:
+        from registry.schemas.json_schema import parse_json_schema
+
+        canonical, parsed, model = parse_json_schema(text, refs, resolved, normalize=normalize)
+    else:
+        raise InvalidSchemaError("PROTOBUF schemas are not supported by this registry yet")
+    return ParsedSchema(kind, canonical, refs, parsed, model)
+
+
+__all__ = [
+    "InvalidSchemaError",
+    "ParsedSchema",
+    "SchemaReference",
+    "SchemaType",
+    "parse_schema",
+]

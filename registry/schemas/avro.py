@@ -1,0 +1,530 @@
+"""Avro schema parsing with the rules and messages of Apache Avro's Java `Schema.Parser`.
+
+Confluent's registry accepts exactly what the Java parser accepts, so this parser follows it:
+names are validated per part, a named type may be defined once, a field's default must match the
+field's type (the first branch for a union), unions may not nest or repeat a type, and every
+property that is not reserved is kept, in source order, for the canonical text.
+
+The result is a graph of `AvroType` nodes; a named type referenced again (recursion, or reuse) is
+the same node, so the compatibility checker can memoise on node identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from registry.schemas.errors import InvalidSchemaError
+
+if TYPE_CHECKING:
+    from registry.schemas import ParsedSchema, SchemaReference
+
+PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+NAMED = frozenset({"record", "error", "enum", "fixed"})
+_SCHEMA_RESERVED = frozenset(
+    {"doc", "fields", "items", "name", "namespace", "size", "symbols", "values", "type", "aliases"}
+)
+_ENUM_RESERVED = _SCHEMA_RESERVED | {"default"}
+_FIELD_RESERVED = frozenset({"default", "doc", "name", "order", "type", "aliases"})
+_ORDERS = ("ascending", "descending", "ignore")
+_INT_RANGE = (-(2**31), 2**31 - 1)
+_LONG_RANGE = (-(2**63), 2**63 - 1)
+# Deeply nested input must fail with a message, not a RecursionError.
+_MAX_DEPTH = 200
+
+
+class NoDefault:
+    """Marker for a field without a default (a JSON `null` default is a real default)."""
+
+    _instance: NoDefault | None = None
+
+    def __new__(cls) -> NoDefault:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+
+NO_DEFAULT = NoDefault()
+
+
+@dataclass(eq=False)
+class AvroType:
+    """One node of a parsed Avro schema. `type` is the Avro type name ("record", "int", ...)."""
+
+    type: str
+    props: dict[str, Any] = field(default_factory=dict)
+    # named types
+    name: str | None = None
+    namespace: str | None = None
+    doc: str | None = None
+    aliases: list[str] = field(default_factory=list)  # full names
+    # record
+    fields: list[AvroField] = field(default_factory=list)
+    # enum
+    symbols: list[str] = field(default_factory=list)
+    enum_default: str | None = None
+    # fixed
+    size: int = 0
+    # array / map
+    items: AvroType | None = None
+    values: AvroType | None = None
+    # union
+    branches: list[AvroType] = field(default_factory=list)
+
+    @property
+    def full_name(self) -> str:
+        """The full name of a named type, else the type name (as Java's `getFullName`)."""
+        if self.name is None:
+            return self.type
+        return f"{self.namespace}.{self.name}" if self.namespace else self.name
+
+    @property
+    def is_named(self) -> bool:
+        return self.type in NAMED
+
+    @property
+    def is_error(self) -> bool:
+        return self.type == "error"
+
+    @property
+    def is_record(self) -> bool:
+        return self.type in ("record", "error")
+
+    def field_named(self, name: str) -> AvroField | None:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        return None
+
+
+@dataclass(eq=False)
+class AvroField:
+    name: str
+    type: AvroType
+    position: int
+    doc: str | None = None
+    default: Any = NO_DEFAULT
+    order: str = "ascending"
+    aliases: list[str] = field(default_factory=list)
+    props: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not NO_DEFAULT
+
+
+@dataclass(frozen=True, slots=True)
+class AvroModel:
+    """A parsed schema and the top-level types of the schemas it references (transitively),
+    which the canonical text names instead of repeating."""
+
+    root: AvroType
+    referenced: tuple[AvroType, ...] = ()
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON as Jackson writes it (no spaces, non-ASCII kept)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def _is_name_start(c: str) -> bool:
+    return c.isalpha() or c == "_"
+
+
+def _is_name_part(c: str) -> bool:
+    return c.isalpha() or c.isdigit() or c == "_"
+
+
+def validate_name(name: str) -> str:
+    if len(name) == 0:
+        raise InvalidSchemaError("Empty name")
+    if not _is_name_start(name[0]):
+        raise InvalidSchemaError(f"Illegal initial character: {name}")
+    for c in name[1:]:
+        if not _is_name_part(c):
+            raise InvalidSchemaError(f"Illegal character in: {name}")
+    return name
+
+
+def split_name(name: str, space: str | None) -> tuple[str, str | None]:
+    """(simple name, namespace) of `name` read in namespace `space`, validated as Java's `Name`."""
+    last_dot = name.rfind(".")
+    if last_dot >= 0:
+        space = name[:last_dot]
+        simple = name[last_dot + 1 :]
+        if space:
+            for part in space.split("."):
+                validate_name(part)
+    else:
+        simple = name
+    validate_name(simple)
+    return simple, (space or None)
+
+
+def full_name(name: str, space: str | None) -> str:
+    simple, ns = split_name(name, space)
+    return f"{ns}.{simple}" if ns else simple
+
+
+class _Names:
+    """Defined named types by full name, with the current default namespace."""
+
+    def __init__(self, predefined: Sequence[AvroType] = ()) -> None:
+        self.types: dict[str, AvroType] = {}
+        self.space: str | None = None
+        for t in predefined:
+            self.types.setdefault(t.full_name, t)
+
+    def add(self, t: AvroType) -> None:
+        key = t.full_name
+        if key in self.types:
+            raise InvalidSchemaError(f"Can't redefine: {key}")
+        self.types[key] = t
+
+    def get(self, name: str) -> AvroType | None:
+        """Java's `Names.get`: primitives first, then the name in the current namespace, then
+        in the null namespace."""
+        if name in PRIMITIVES:
+            return AvroType(name)
+        try:
+            qualified = full_name(name, self.space)
+        except InvalidSchemaError:
+            return None
+        found = self.types.get(qualified)
+        if found is None and "." not in name:
+            found = self.types.get(name)
+        return found
+
+
+def _text(node: Mapping[str, Any], key: str) -> str | None:
+    value = node.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _aliases(node: Mapping[str, Any], what: str) -> list[str]:
+    raw = node.get("aliases")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidSchemaError(f"aliases not an array: {dumps(node)}")
+    out: list[str] = []
+    for alias in raw:
+        if not isinstance(alias, str):
+            raise InvalidSchemaError(f"alias not a string: {dumps(alias)}")
+        if alias not in out:
+            out.append(alias)
+    return out
+
+
+class _Parser:
+    def __init__(self, names: _Names, validate_defaults: bool) -> None:
+        self.names = names
+        self.validate_defaults = validate_defaults
+
+    def parse(self, node: Any, depth: int = 0) -> AvroType:
+        if depth > _MAX_DEPTH:
+            raise InvalidSchemaError("Schema is nested too deeply")
+        if isinstance(node, str):
+            found = self.names.get(node)
+            if found is None:
+                raise InvalidSchemaError(f"Undefined name: {dumps(node)}")
+            return found
+        if isinstance(node, dict):
+            return self._parse_object(node, depth)
+        if isinstance(node, list):
+            return self._parse_union(node, depth)
+        raise InvalidSchemaError(f"Schema not yet supported: {dumps(node)}")
+
+    def _parse_union(self, node: list[Any], depth: int) -> AvroType:
+        branches = [self.parse(branch, depth + 1) for branch in node]
+        seen: set[str] = set()
+        for b in branches:
+            if b.type == "union":
+                raise InvalidSchemaError(f"Nested union: {dumps([t.full_name for t in branches])}")
+            key = b.full_name
+            if key in seen:
+                raise InvalidSchemaError(f"Duplicate in union:{key}")
+            seen.add(key)
+        return AvroType("union", branches=branches)
+
+    def _parse_object(self, node: dict[str, Any], depth: int) -> AvroType:
+        type_name = _text(node, "type")
+        if type_name is None:
+            raise InvalidSchemaError(f"No type: {dumps(node)}")
+        saved_space = self.names.space
+        result: AvroType
+        if type_name in NAMED:
+            space = node.get("namespace")
+            if space is not None and not isinstance(space, str):
+                raise InvalidSchemaError(f"Invalid namespace: {dumps(node)}")
+            if space is None:
+                space = saved_space
+            raw_name = node.get("name")
+            if not isinstance(raw_name, str):
+                raise InvalidSchemaError(f"No name in schema: {dumps(node)}")
+            simple, namespace = split_name(raw_name, space)
+            doc = node.get("doc")
+            result = AvroType(type_name, name=simple, namespace=namespace,
+                              doc=doc if isinstance(doc, str) else None)
+            self.names.space = namespace
+        if type_name in PRIMITIVES:
+            result = AvroType(type_name)
+        elif type_name in ("record", "error"):
+            self.names.add(result)
+            raw_fields = node.get("fields")
+            if not isinstance(raw_fields, list):
+                raise InvalidSchemaError(f"Record has no fields: {dumps(node)}")
+            seen: set[str] = set()
+            for position, raw_field in enumerate(raw_fields):
+                f = self._parse_field(raw_field, position, depth)
+                if f.name in seen:
+                    raise InvalidSchemaError(
+                        f"Duplicate field {f.name} in record {result.full_name}: {dumps(raw_field)}"
+                    )
+                seen.add(f.name)
+                result.fields.append(f)
+        elif type_name == "enum":
+            raw_symbols = node.get("symbols")
+            if not isinstance(raw_symbols, list):
+                raise InvalidSchemaError(f"Enum has no symbols: {dumps(node)}")
+            for symbol in raw_symbols:
+                if not isinstance(symbol, str):
+                    raise InvalidSchemaError(f"Enum symbol is not a string: {dumps(symbol)}")
+                validate_name(symbol)
+                if symbol in result.symbols:
+                    raise InvalidSchemaError(f"Duplicate enum symbol: {symbol}")
+                result.symbols.append(symbol)
+            if "default" in node:
+                default = node["default"]
+                if not isinstance(default, str) or default not in result.symbols:
+                    raise InvalidSchemaError(
+                        f"The Enum Default: {default if isinstance(default, str) else dumps(default)} "
+                        f"is not in the enum symbol set: [{', '.join(result.symbols)}]"
+                    )
+                result.enum_default = default
+            self.names.add(result)
+        elif type_name == "array":
+            if "items" not in node:
+                raise InvalidSchemaError(f"Array has no items type: {dumps(node)}")
+            result = AvroType("array", items=self.parse(node["items"], depth + 1))
+        elif type_name == "map":
+            if "values" not in node:
+                raise InvalidSchemaError(f"Map has no values type: {dumps(node)}")
+            result = AvroType("map", values=self.parse(node["values"], depth + 1))
+        elif type_name == "fixed":
+            size = node.get("size")
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= _INT_RANGE[1]:
+                raise InvalidSchemaError(f"Invalid or no size: {dumps(node)}")
+            result.size = size
+            self.names.add(result)
+        else:
+            # `{"type": "SomeDefinedName"}` refers to a defined type, as the Java parser allows.
+            found = self.names.get(type_name)
+            self.names.space = saved_space
+            if found is None or found.type in PRIMITIVES:
+                raise InvalidSchemaError(f"Type not supported: {type_name}")
+            return found
+        reserved = _ENUM_RESERVED if type_name == "enum" else _SCHEMA_RESERVED
+        for key, value in node.items():
+            if key not in reserved:
+                result.props[key] = value
+        self.names.space = saved_space
+        if result.is_named:
+            for alias in _aliases(node, "schema"):
+                qualified = full_name(alias, result.namespace)
+                if qualified not in result.aliases:
+                    result.aliases.append(qualified)
+        return result
+
+    def _parse_field(self, raw: Any, position: int, depth: int) -> AvroField:
+        if not isinstance(raw, dict):
+            raise InvalidSchemaError(f"Field is not an object: {dumps(raw)}")
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise InvalidSchemaError(f"No field name: {dumps(raw)}")
+        validate_name(name)
+        if "type" not in raw:
+            raise InvalidSchemaError(f"No field type: {dumps(raw)}")
+        type_node = raw["type"]
+        if isinstance(type_node, str) and self.names.get(type_node) is None:
+            raise InvalidSchemaError(
+                f"{dumps(type_node)} is not a defined name. The type of the \"{name}\" field must be "
+                'a defined name or a {"type": ...} expression.'
+            )
+        field_type = self.parse(type_node, depth + 1)
+        order = "ascending"
+        if "order" in raw:
+            raw_order = raw["order"]
+            if not isinstance(raw_order, str) or raw_order.lower() not in _ORDERS:
+                raise InvalidSchemaError(f"Invalid order {dumps(raw_order)} for field {name}")
+            order = raw_order.lower()
+        default: Any = NO_DEFAULT
+        if "default" in raw:
+            default = raw["default"]
+            if field_type.type in ("float", "double") and isinstance(default, str):
+                # The Java parser reads "NaN", "Infinity" and numeric strings as doubles.
+                with contextlib.suppress(ValueError):
+                    default = float(default)
+            if self.validate_defaults and not is_valid_default(field_type, default):
+                raise InvalidSchemaError(
+                    f"Invalid default for field {name}: {dumps(raw['default'])} not a "
+                    f"{type_summary(field_type)}"
+                )
+        doc = raw.get("doc")
+        f = AvroField(name, field_type, position, doc=doc if isinstance(doc, str) else None,
+                      default=default, order=order, aliases=_aliases(raw, "field"))
+        for key, value in raw.items():
+            if key not in _FIELD_RESERVED:
+                f.props[key] = value
+        return f
+
+
+def type_summary(t: AvroType) -> str:
+    """A short JSON rendering of a type for messages (named types by full name)."""
+    if t.is_named:
+        return dumps({"type": t.type, "name": t.full_name})
+    if t.type == "array" and t.items is not None:
+        return f'{{"type":"array","items":{type_summary(t.items)}}}'
+    if t.type == "map" and t.values is not None:
+        return f'{{"type":"map","values":{type_summary(t.values)}}}'
+    if t.type == "union":
+        return "[" + ",".join(type_summary(b) for b in t.branches) + "]"
+    return dumps(t.type)
+
+
+def is_valid_default(t: AvroType, value: Any, depth: int = 0) -> bool:
+    """Java's `Schema.isValidDefault`: the JSON value fits the type (a union's first branch)."""
+    if depth > _MAX_DEPTH:
+        return False
+    kind = t.type
+    if value is NO_DEFAULT:
+        return False
+    if kind in ("string", "bytes", "enum", "fixed"):
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and \
+            _INT_RANGE[0] <= value <= _INT_RANGE[1]
+    if kind == "long":
+        return isinstance(value, int) and not isinstance(value, bool) and \
+            _LONG_RANGE[0] <= value <= _LONG_RANGE[1]
+    if kind in ("float", "double"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "null":
+        return value is None
+    if kind == "array":
+        return isinstance(value, list) and t.items is not None and \
+            all(is_valid_default(t.items, v, depth + 1) for v in value)
+    if kind == "map":
+        return isinstance(value, dict) and t.values is not None and \
+            all(is_valid_default(t.values, v, depth + 1) for v in value.values())
+    if kind == "union":
+        return bool(t.branches) and is_valid_default(t.branches[0], value, depth + 1)
+    if t.is_record:
+        if not isinstance(value, dict):
+            return False
+        return all(
+            is_valid_default(f.type, value.get(f.name, f.default), depth + 1)
+            for f in t.fields
+        )
+    return False
+
+
+def iter_named(root: AvroType) -> Iterator[AvroType]:
+    """Every named type reachable from `root`, each once, in definition order."""
+    seen: set[int] = set()
+    stack: list[AvroType] = [root]
+    order: list[AvroType] = []
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if t.is_named:
+            order.append(t)
+        children: list[AvroType] = []
+        if t.is_record:
+            children = [f.type for f in t.fields]
+        elif t.items is not None:
+            children = [t.items]
+        elif t.values is not None:
+            children = [t.values]
+        elif t.type == "union":
+            children = list(t.branches)
+        stack.extend(reversed(children))
+    yield from order
+
+
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except InvalidSchemaError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise InvalidSchemaError(f"Invalid schema JSON: {exc}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidSchemaError(f"Invalid schema JSON: unexpected token {name}")
+
+
+def parse_avro_model(
+    text: str,
+    references: Sequence[SchemaReference],
+    resolved: Mapping[str, ParsedSchema],
+    *,
+    validate_defaults: bool = True,
+) -> AvroModel:
+    """Parses `text` with the named types of the referenced schemas already defined."""
+    referenced: list[AvroType] = []
+    predefined: list[AvroType] = []
+    for ref in references:
+        model = resolved[ref.name].model
+        if not isinstance(model, AvroModel):
+            raise InvalidSchemaError(f"Reference '{ref.name}' is not an AVRO schema")
+        for t in (*model.referenced, model.root):
+            if all(t is not r for r in referenced):
+                referenced.append(t)
+                predefined.extend(iter_named(t))
+    node = _load_json(text)
+    parser = _Parser(_Names(predefined), validate_defaults)
+    try:
+        root = parser.parse(node)
+    except RecursionError:
+        raise InvalidSchemaError("Schema is nested too deeply") from None
+    return AvroModel(root, tuple(referenced))
+
+
+def parse_avro(
+    text: str,
+    references: Sequence[SchemaReference],
+    resolved: Mapping[str, ParsedSchema],
+    *,
+    normalize: bool,
+) -> tuple[str, object, AvroModel]:
+    """(canonical text, fastavro-parsed schema, model) of an Avro schema."""
+    from registry.schemas.avro_text import canonical_string, fastavro_schema, normalized_string
+
+    model = parse_avro_model(text, references, resolved)
+    if normalize:
+        # Confluent normalises by rewriting the text, then parses the result again.
+        model = parse_avro_model(normalized_string(model), references, resolved)
+    canonical = canonical_string(model)
+    return canonical, fastavro_schema(model), model
+
+
+def finite_or_text(value: float) -> float | str:
+    """Non-finite doubles as the strings Java writes for them."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value

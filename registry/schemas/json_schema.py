@@ -1,0 +1,107 @@
+"""JSON Schema parsing: validation against the meta-schema, canonical text, normalisation.
+
+Confluent stores a JSON schema as Jackson writes the parsed document: compact, keys in source
+order, numbers as parsed. References (`$ref` to another subject's schema, by the reference name)
+are resolved from the referenced parsed schemas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from registry.schemas.errors import InvalidSchemaError
+
+if TYPE_CHECKING:
+    from registry.schemas import ParsedSchema, SchemaReference
+
+_MAX_DEPTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class JsonSchemaDocument:
+    """A JSON schema and the documents its references name (reference name -> document)."""
+
+    root: Any
+    referenced: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidSchemaError(f"Invalid JSON: unexpected token {name}")
+
+
+def _depth_ok(value: Any, depth: int = 0) -> bool:
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(_depth_ok(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return all(_depth_ok(v, depth + 1) for v in value)
+    return True
+
+
+def load_json(text: str) -> Any:
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except InvalidSchemaError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise InvalidSchemaError(f"Invalid JSON: {exc}") from None
+    if not _depth_ok(value):
+        raise InvalidSchemaError("Schema is nested too deeply")
+    return value
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _check_against_metaschema(document: Any) -> None:
+    import jsonschema
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    if not isinstance(document, (dict, bool)):
+        raise InvalidSchemaError("A JSON schema must be an object or a boolean")
+    validator = validator_for(document, default=jsonschema.Draft7Validator) if isinstance(document, dict) \
+        else jsonschema.Draft7Validator
+    try:
+        validator.check_schema(document)
+    except SchemaError as exc:
+        location = "/".join(str(p) for p in exc.absolute_path)
+        where = f" at '#/{location}'" if location else ""
+        raise InvalidSchemaError(f"Invalid JSON schema{where}: {exc.message}") from None
+    except RecursionError:
+        raise InvalidSchemaError("Schema is nested too deeply") from None
+
+
+def parse_json_schema(
+    text: str,
+    references: Sequence[SchemaReference],
+    resolved: Mapping[str, ParsedSchema],
+    *,
+    normalize: bool,
+) -> tuple[str, object, JsonSchemaDocument]:
+    """(canonical text, document, model) of a JSON schema."""
+    document = load_json(text)
+    _check_against_metaschema(document)
+    referenced: dict[str, Any] = {}
+    for ref in references:
+        model = resolved[ref.name].model
+        if not isinstance(model, JsonSchemaDocument):
+            raise InvalidSchemaError(f"Reference '{ref.name}' is not a JSON schema")
+        referenced.update(model.referenced)
+        referenced[ref.name] = model.root
+    if normalize:
+        document = _sorted(document)
+    return compact(document), document, JsonSchemaDocument(document, referenced)
