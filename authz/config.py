@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
@@ -26,6 +27,8 @@ class AuthzConfig(BaseModel):
     groups_file: Path | None = None
     decision_cache_size: int = Field(default=200_000, ge=0)
     refresh_interval_s: float = Field(default=0.2, gt=0, le=1.0)
+    # Networks whose brokers may call the OPA-compatible decision API without credentials.
+    decision_api_networks: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
     log_allowed: bool = Field(default=False, description="audit allowed decisions too (Kafka logs them at DEBUG)")
 
     @field_validator("super_users")
@@ -35,6 +38,16 @@ class AuthzConfig(BaseModel):
             parse_super_users(v)
         except InvalidAclError as exc:
             raise ValueError(str(exc)) from exc
+        return v
+
+    @field_validator("decision_api_networks")
+    @classmethod
+    def _valid_networks(cls, v: list[str]) -> list[str]:
+        for net in v:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"decision_api_networks: {exc}") from exc
         return v
 
     @property

@@ -162,6 +162,22 @@ def bump_version(conn: Connection, component: str) -> int:
     return 1
 
 
+def lock_component(conn: Connection, component: str) -> None:
+    """Serialises writers of `component` for the rest of the caller's transaction (a row lock on
+    its counter under PostgreSQL; SQLite's BEGIN IMMEDIATE already holds the database lock)."""
+    if conn.dialect.name != "postgresql":
+        return
+    stmt = sa.select(change_versions.c.version).where(change_versions.c.component == component).with_for_update()
+    if conn.execute(stmt).first() is None:
+        conn.execute(
+            sa.text(
+                "INSERT INTO kgov_change_versions (component, version) VALUES (:c, 0) ON CONFLICT DO NOTHING"
+            ),
+            {"c": component},
+        )
+        conn.execute(stmt)
+
+
 def read_version(conn: Connection, component: str) -> int:
     row = conn.execute(
         sa.select(change_versions.c.version).where(change_versions.c.component == component)

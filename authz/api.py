@@ -1,0 +1,550 @@
+"""Control-plane routes of `authz`.
+
+- Confluent REST Proxy v3 ACLs: `/v3/clusters`, `/v3/clusters/{id}/acls` (GET/POST/DELETE), `:batch`.
+- Role bindings in the shape of Confluent's MDS: `/security/1.0/...`.
+- Group memberships: `/v1/groups`.
+- An OPA-compatible decision API for brokers running the opa-kafka-plugin:
+  `POST /v1/data/kafka/authz/allow` (and `/v1/data/kafka/authz/batch`).
+
+Reading ACLs needs Cluster DESCRIBE and changing them Cluster ALTER, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Body, FastAPI, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address
+from authz.model import (
+    CLUSTER_RESOURCE_NAME,
+    Acl,
+    AclFilter,
+    Action,
+    InvalidAclError,
+    Operation,
+    PatternType,
+    Permission,
+    Principal,
+    RequestContext,
+    ResourceType,
+)
+from authz.request_names import request_name
+from authz.roles import PREDEFINED_ROLES, RoleBinding, validate_role_binding
+from authz.service import AuthorizerService, acl_to_json
+
+CLUSTER = ResourceType.CLUSTER
+
+
+def _service(request: Request) -> AuthorizerService:
+    service: AuthorizerService = request.app.state.authorizer
+    return service
+
+
+def _cluster_id(request: Request) -> str:
+    return str(request.app.state.settings.cluster_id)
+
+
+def _check_cluster(request: Request, cluster_id: str) -> None:
+    if cluster_id != _cluster_id(request):
+        raise ApiError(404, 404, f"Cluster {cluster_id} cannot be found.")
+
+
+_T = TypeVar("_T")
+
+
+def _enum(parse: Any, value: str | None, default: _T, what: str) -> _T:
+    if value is None or value == "":
+        return default
+    try:
+        result: _T = parse(value)
+    except InvalidAclError:
+        raise ApiError(400, 400, f"Invalid {what}: {value}") from None
+    return result
+
+
+# ---------------------------------------------------------------------------- REST v3 ACLs
+
+
+class AclData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+    principal: str
+    host: str = "*"
+    operation: str
+    permission: str
+
+
+class AclBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    data: list[AclData] = Field(max_length=10_000)
+
+
+def _acl_from_data(d: AclData) -> Acl:
+    try:
+        return Acl(
+            ResourceType.parse(d.resource_type),
+            d.resource_name,
+            PatternType.parse(d.pattern_type),
+            d.principal,
+            d.host,
+            Operation.parse(d.operation),
+            Permission.parse(d.permission),
+        )
+    except InvalidAclError as exc:
+        raise ApiError(400, 400, str(exc)) from None
+
+
+def _acl_resource(request: Request, cluster_id: str, acl: Acl) -> dict[str, Any]:
+    fields = acl_to_json(acl)
+    base = str(request.base_url).rstrip("/")
+    return {
+        "kind": "KafkaAcl",
+        "metadata": {"self": f"{base}/v3/clusters/{cluster_id}/acls?{urlencode(fields)}"},
+        "cluster_id": cluster_id,
+        **fields,
+    }
+
+
+def _acl_list(request: Request, cluster_id: str, acls: list[Acl]) -> dict[str, Any]:
+    return {
+        "kind": "KafkaAclList",
+        "metadata": {"self": str(request.url), "next": None},
+        "data": [_acl_resource(request, cluster_id, a) for a in acls],
+    }
+
+
+def _filter_from_query(
+    resource_type: str | None,
+    resource_name: str | None,
+    pattern_type: str | None,
+    principal: str | None,
+    host: str | None,
+    operation: str | None,
+    permission: str | None,
+) -> AclFilter:
+    return AclFilter(
+        _enum(ResourceType.parse, resource_type, ResourceType.ANY, "resource_type"),
+        resource_name or None,
+        _enum(PatternType.parse, pattern_type, PatternType.ANY, "pattern_type"),
+        principal or None,
+        host or None,
+        _enum(Operation.parse, operation, Operation.ANY, "operation"),
+        _enum(Permission.parse, permission, Permission.ANY, "permission"),
+    )
+
+
+def _create(request: Request, principal: Principal, acls: list[Acl]) -> None:
+    results = _service(request).create_acls(acls, actor=principal, client_address=client_address(request))
+    errors = [str(e) for e in results if e is not None]
+    if errors:
+        raise ApiError(400, 400, "; ".join(dict.fromkeys(errors)))
+
+
+v3 = APIRouter(tags=["acls"])
+
+
+@v3.get("/v3/clusters")
+def list_clusters(request: Request, principal: CurrentPrincipal) -> dict[str, Any]:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    return {"kind": "KafkaClusterList", "metadata": {"self": str(request.url), "next": None},
+            "data": [_cluster(request)]}
+
+
+@v3.get("/v3/clusters/{cluster_id}")
+def get_cluster(request: Request, cluster_id: str, principal: CurrentPrincipal) -> dict[str, Any]:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    _check_cluster(request, cluster_id)
+    return _cluster(request)
+
+
+def _cluster(request: Request) -> dict[str, Any]:
+    cid = _cluster_id(request)
+    base = str(request.base_url).rstrip("/")
+    return {
+        "kind": "KafkaCluster",
+        "metadata": {"self": f"{base}/v3/clusters/{cid}", "resource_name": f"crn:///kafka={cid}"},
+        "cluster_id": cid,
+        "acls": {"related": f"{base}/v3/clusters/{cid}/acls"},
+    }
+
+
+@v3.get("/v3/clusters/{cluster_id}/acls")
+def search_acls(
+    request: Request,
+    cluster_id: str,
+    principal: CurrentPrincipal,
+    resource_type: str | None = None,
+    resource_name: str | None = None,
+    pattern_type: str | None = None,
+    principal_filter: Annotated[str | None, Query(alias="principal")] = None,
+    host: str | None = None,
+    operation: str | None = None,
+    permission: str | None = None,
+) -> dict[str, Any]:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    _check_cluster(request, cluster_id)
+    flt = _filter_from_query(resource_type, resource_name, pattern_type, principal_filter, host, operation,
+                             permission)
+    return _acl_list(request, cluster_id, _service(request).describe_acls(flt))
+
+
+@v3.post("/v3/clusters/{cluster_id}/acls", status_code=201)
+def create_acl(request: Request, cluster_id: str, principal: CurrentPrincipal, body: AclData) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_cluster(request, cluster_id)
+    _create(request, principal, [_acl_from_data(body)])
+    return Response(status_code=201)
+
+
+@v3.post("/v3/clusters/{cluster_id}/acls:batch", status_code=201)
+def create_acls_batch(request: Request, cluster_id: str, principal: CurrentPrincipal, body: AclBatch) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_cluster(request, cluster_id)
+    acls = [_acl_from_data(d) for d in body.data]
+    _create(request, principal, acls)
+    return Response(status_code=201)
+
+
+@v3.delete("/v3/clusters/{cluster_id}/acls")
+def delete_acls(
+    request: Request,
+    cluster_id: str,
+    principal: CurrentPrincipal,
+    resource_type: str | None = None,
+    resource_name: str | None = None,
+    pattern_type: str | None = None,
+    principal_filter: Annotated[str | None, Query(alias="principal")] = None,
+    host: str | None = None,
+    operation: str | None = None,
+    permission: str | None = None,
+) -> dict[str, Any]:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_cluster(request, cluster_id)
+    if not resource_type:
+        # Confluent requires resource_type on delete, so one typo cannot wipe every ACL.
+        raise ApiError(400, 400, "resource_type is required to delete ACLs (use ANY to match every type)")
+    flt = _filter_from_query(resource_type, resource_name, pattern_type, principal_filter, host, operation,
+                             permission)
+    try:
+        matches = _service(request).delete_acls([flt], actor=principal, client_address=client_address(request))
+    except InvalidAclError as exc:
+        raise ApiError(400, 400, str(exc)) from None
+    return {"data": [_acl_resource(request, cluster_id, a) for a in matches[0]]}
+
+
+# ---------------------------------------------------------------------------- MDS-shaped role bindings
+
+
+def _role_json(name: str) -> dict[str, Any]:
+    role = PREDEFINED_ROLES[name]
+    return {
+        "name": role.name,
+        "description": role.description,
+        "policy": {
+            "bindingScope": "cluster" if role.cluster_scoped else "resource",
+            "bindWithResource": not role.cluster_scoped,
+            "allowedOperations": [
+                {"resourceType": rt.name, "operations": sorted(op.name for op in ops)} for rt, ops in role.grants
+            ],
+        },
+    }
+
+
+class ResourcePatternBody(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    resource_type: str = Field(alias="resourceType")
+    name: str
+    pattern_type: str = Field(default="LITERAL", alias="patternType")
+
+
+class ScopeBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    scope: dict[str, Any] = Field(default_factory=dict)
+    resourcePatterns: list[ResourcePatternBody] = Field(default_factory=list, max_length=1000)
+
+
+def _check_scope(request: Request, body: ScopeBody | None) -> None:
+    clusters = (body.scope.get("clusters") or {}) if body else {}
+    kafka = clusters.get("kafka-cluster") if isinstance(clusters, dict) else None
+    if kafka is not None and kafka != _cluster_id(request):
+        raise ApiError(404, 40403, f"Cluster {kafka} is not managed here (this is {_cluster_id(request)})")
+
+
+def _binding(principal: str, role: str, pattern: ResourcePatternBody | None) -> RoleBinding:
+    try:
+        Principal.parse(principal)
+        if pattern is None:
+            binding = RoleBinding(principal, role)
+        else:
+            binding = RoleBinding(principal, role, ResourceType.parse(pattern.resource_type), pattern.name,
+                                  PatternType.parse(pattern.pattern_type))
+        validate_role_binding(binding)
+    except InvalidAclError as exc:
+        raise ApiError(400, 40002, str(exc)) from None
+    return binding
+
+
+def _pattern_json(b: RoleBinding) -> dict[str, str]:
+    if b.resource_type is None or b.resource_name is None:
+        return {"resourceType": "CLUSTER", "name": CLUSTER_RESOURCE_NAME, "patternType": "LITERAL"}
+    return {"resourceType": b.resource_type.name, "name": b.resource_name, "patternType": b.pattern_type.name}
+
+
+mds = APIRouter(tags=["role bindings"])
+
+
+@mds.get("/security/1.0/roles")
+def list_roles(request: Request, principal: CurrentPrincipal) -> list[dict[str, Any]]:
+    return [_role_json(name) for name in sorted(PREDEFINED_ROLES)]
+
+
+@mds.get("/security/1.0/roles/{role}")
+def get_role(request: Request, role: str, principal: CurrentPrincipal) -> dict[str, Any]:
+    if role not in PREDEFINED_ROLES:
+        raise ApiError(404, 40403, f"Role {role} not found")
+    return _role_json(role)
+
+
+@mds.post("/security/1.0/principals/{target}/roles/{role}", status_code=204)
+def bind_cluster_role(request: Request, target: str, role: str, principal: CurrentPrincipal,
+                      body: Annotated[ScopeBody | None, Body()] = None) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_scope(request, body)
+    _service(request).add_role_binding(_binding(target, role, None), actor=principal)
+    return Response(status_code=204)
+
+
+@mds.delete("/security/1.0/principals/{target}/roles/{role}", status_code=204)
+def unbind_cluster_role(request: Request, target: str, role: str, principal: CurrentPrincipal,
+                        body: Annotated[ScopeBody | None, Body()] = None) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_scope(request, body)
+    _service(request).remove_role_binding(_binding(target, role, None), actor=principal)
+    return Response(status_code=204)
+
+
+@mds.post("/security/1.0/principals/{target}/roles/{role}/bindings", status_code=204)
+def bind_resources(request: Request, target: str, role: str, principal: CurrentPrincipal,
+                   body: ScopeBody) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_scope(request, body)
+    if not body.resourcePatterns:
+        raise ApiError(400, 40002, "resourcePatterns must name at least one resource")
+    bindings = [_binding(target, role, p) for p in body.resourcePatterns]
+    for b in bindings:
+        _service(request).add_role_binding(b, actor=principal)
+    return Response(status_code=204)
+
+
+@mds.delete("/security/1.0/principals/{target}/roles/{role}/bindings", status_code=204)
+def unbind_resources(request: Request, target: str, role: str, principal: CurrentPrincipal,
+                     body: ScopeBody) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    _check_scope(request, body)
+    for p in body.resourcePatterns:
+        _service(request).remove_role_binding(_binding(target, role, p), actor=principal)
+    return Response(status_code=204)
+
+
+@mds.get("/security/1.0/principals/{target}/roles/{role}/resources")
+def role_resources(request: Request, target: str, role: str, principal: CurrentPrincipal
+                   ) -> list[dict[str, str]]:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    return [_pattern_json(b) for b in _service(request).role_bindings(target) if b.role == role]
+
+
+@mds.api_route("/security/1.0/lookup/principal/{target}/resources", methods=["GET", "POST"])
+def lookup_principal(request: Request, target: str, principal: CurrentPrincipal) -> dict[str, Any]:
+    """Bindings of the principal and of every group it belongs to, grouped by holder then role."""
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    service = _service(request)
+    try:
+        holders = [target, *(str(g) for g in sorted(service.data.groups.get(Principal.parse(target), ())))]
+    except InvalidAclError as exc:
+        raise ApiError(400, 40002, str(exc)) from None
+    out: dict[str, dict[str, list[dict[str, str]]]] = {}
+    for holder in holders:
+        for b in service.role_bindings(holder):
+            out.setdefault(holder, {}).setdefault(b.role, []).append(_pattern_json(b))
+    return out
+
+
+@mds.get("/security/1.0/lookup/role/{role}/resource/{resource_type}/name/{name}")
+def lookup_role_resource(request: Request, role: str, resource_type: str, name: str,
+                         principal: CurrentPrincipal) -> list[str]:
+    """Principals holding `role` on a resource: through a binding on a pattern matching it, or cluster-wide."""
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    rt = _enum(ResourceType.parse, resource_type, ResourceType.TOPIC, "resourceType")
+    holders = set()
+    for b in _service(request).role_bindings():
+        if b.role != role:
+            continue
+        if b.cluster_wide or (
+            b.resource_type is rt and b.resource_name is not None and (
+                name == b.resource_name if b.pattern_type is PatternType.LITERAL else name.startswith(b.resource_name)
+            )
+        ):
+            holders.add(b.principal)
+    return sorted(holders)
+
+
+# ---------------------------------------------------------------------------- groups
+
+
+groups_router = APIRouter(tags=["groups"])
+
+
+@groups_router.get("/v1/groups")
+def list_groups(request: Request, principal: CurrentPrincipal) -> dict[str, list[str]]:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+    return _service(request).groups()
+
+
+def _group_and_member(group: str, member: str) -> tuple[Principal, Principal]:
+    try:
+        g, m = Principal.parse(group), Principal.parse(member)
+    except InvalidAclError as exc:
+        raise ApiError(400, 40002, str(exc)) from None
+    if g.type != "Group" or not g.name:
+        raise ApiError(400, 40002, f"expected a Group: principal, got {group}")
+    return g, m
+
+
+@groups_router.put("/v1/groups/{group}/members/{member}", status_code=204)
+def add_member(request: Request, group: str, member: str, principal: CurrentPrincipal) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    g, m = _group_and_member(group, member)
+    _service(request).add_group_member(g, m, actor=principal)
+    return Response(status_code=204)
+
+
+@groups_router.delete("/v1/groups/{group}/members/{member}", status_code=204)
+def remove_member(request: Request, group: str, member: str, principal: CurrentPrincipal) -> Response:
+    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    g, m = _group_and_member(group, member)
+    _service(request).remove_group_member(g, m, actor=principal)
+    return Response(status_code=204)
+
+
+# ---------------------------------------------------------------------------- OPA-compatible decisions
+
+
+MAX_OPA_BODY = 4 * 1024 * 1024
+MAX_OPA_BATCH = 10_000
+
+
+async def _json_object(request: Request, key: str) -> Any:
+    """The body as JSON whatever its Content-Type (brokers' HTTP clients do not all send one)."""
+    raw = await request.body()
+    if len(raw) > MAX_OPA_BODY:
+        raise ApiError(413, 413, f"Request body larger than {MAX_OPA_BODY} bytes")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, 400, f"Malformed JSON body: {exc}") from None
+    if not isinstance(doc, dict) or key not in doc:
+        raise ApiError(400, 400, f'The body must be a JSON object with an "{key}" field')
+    return doc[key]
+
+
+class OpaInputError(ValueError):
+    pass
+
+
+def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
+    """One decision for the input document the opa-kafka-plugin sends (fail closed on anything odd)."""
+    try:
+        if not isinstance(doc, dict):
+            raise OpaInputError("each input document must be a JSON object")
+        action = doc["action"]
+        ctx_doc = doc["requestContext"]
+        pattern = action["resourcePattern"]
+        principal = Principal(str(ctx_doc["principal"]["principalType"]), str(ctx_doc["principal"]["name"]))
+        header = (ctx_doc.get("header") or {})
+        header_data = header.get("name") or header.get("data") or {}
+        address = str(ctx_doc.get("clientAddress", "")).lstrip("/")
+        ctx = RequestContext(
+            principal=principal,
+            client_address=address,
+            listener=str(ctx_doc.get("listenerName", "")),
+            security_protocol=str(ctx_doc.get("securityProtocol", "")),
+            client_id=str(header_data.get("clientId", "")),
+            api_key=int(header_data.get("requestApiKey", -1)),
+            api_version=int(header_data.get("requestApiVersion", -1)),
+            correlation_id=int(header_data.get("correlationId", 0)),
+        )
+        rt = ResourceType.parse(str(pattern["resourceType"]))
+        op = Operation.parse(str(action["operation"]))
+        pt = PatternType.parse(str(pattern.get("patternType", "LITERAL")))
+        name = str(pattern.get("name", ""))
+        if pt is PatternType.PREFIXED and name == "":
+            # The plugin maps authorizeByResourceType to PREFIXED "" (its README).
+            return service.authorize_by_resource_type(ctx, op, rt).allowed
+        if pt is not PatternType.LITERAL:
+            raise OpaInputError(f"Only literal resources are supported. Got: {pt.name}")
+        act = Action(
+            rt, name, op,
+            resource_ref_count=int(action.get("resourceReferenceCount", 1)),
+            log_if_allowed=bool(action.get("logIfAllowed", True)),
+            log_if_denied=bool(action.get("logIfDenied", True)),
+        )
+        return service.authorize(ctx, [act])[0].allowed
+    except (KeyError, TypeError, AttributeError, InvalidAclError) as exc:
+        raise OpaInputError(f"malformed input document: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:
+        raise OpaInputError(str(exc)) from None
+
+
+def _opa_caller_allowed(request: Request) -> None:
+    """Brokers call the decision API without credentials, so only listed networks may (default: loopback)."""
+    networks = request.app.state.settings.authz.decision_api_networks
+    try:
+        addr = ipaddress.ip_address(client_address(request))
+    except ValueError:
+        addr = None
+    if addr is not None and any(addr in ipaddress.ip_network(n, strict=False) for n in networks):
+        return
+    raise ApiError(403, 40301, "This address may not use the decision API; add it to authz.decision_api_networks")
+
+
+opa = APIRouter(tags=["decisions"])
+
+
+@opa.post("/v1/data/kafka/authz/allow")
+async def opa_allow(request: Request) -> dict[str, Any]:
+    """Body `{"input": <the plugin's document>}`; answers `{"result": true|false}`."""
+    _opa_caller_allowed(request)
+    doc = await _json_object(request, "input")
+    try:
+        return {"result": _opa_decide(_service(request), doc)}
+    except OpaInputError as exc:
+        raise ApiError(400, 400, str(exc)) from None
+
+
+@opa.post("/v1/data/kafka/authz/batch")
+async def opa_batch(request: Request) -> dict[str, Any]:
+    """Body `{"inputs": [<document>, ...]}`; answers `{"result": [true|false, ...]}` in order."""
+    _opa_caller_allowed(request)
+    docs = await _json_object(request, "inputs")
+    if not isinstance(docs, list) or len(docs) > MAX_OPA_BATCH:
+        raise ApiError(400, 400, f'"inputs" must be a list of at most {MAX_OPA_BATCH} documents')
+    service = _service(request)
+    try:
+        return {"result": [_opa_decide(service, doc) for doc in docs]}
+    except OpaInputError as exc:
+        raise ApiError(400, 400, str(exc)) from None
+
+
+def install(app: FastAPI) -> None:
+    for router in (v3, mds, groups_router, opa):
+        app.include_router(router)
+
+
+__all__ = ["install", "request_name"]

@@ -1,0 +1,381 @@
+"""The live authorizer: an immutable snapshot swapped atomically, kept in step with the database.
+
+Readers take `self._data` once per call (a plain attribute read: no lock on the hot path). Writers
+commit to the database first, then refresh; a background thread polls the change counters every
+`refresh_interval_s` so changes made through other nodes arrive within a second.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from audit.kafka_format import AUTHORIZER_LOGGER, authorizer_log_line, log4j_envelope
+from audit.model import EventType, authorization_event, change_event
+from audit.sinks import AuditSink, AuditWriteError, LineSink
+from authz.config import AuthzConfig
+from authz.decide import AuthorizerData, validate_new_acl
+from authz.model import (
+    Acl,
+    AclFilter,
+    Action,
+    AuthorizationResult,
+    AuthorizerNotReadyError,
+    Decision,
+    InvalidAclError,
+    Operation,
+    Principal,
+    RequestContext,
+    ResourceType,
+)
+from authz.request_names import request_name
+from authz.roles import RoleBinding, validate_role_binding
+from authz.store import AclStore
+
+log = logging.getLogger("kgov.authz")
+kafka_log = logging.getLogger(AUTHORIZER_LOGGER)
+
+MAX_ACLS_PER_OPERATION = 10_000  # Kafka's MAX_RECORDS_PER_USER_OP
+
+Clock = Callable[[], datetime]
+
+
+def load_groups_file(path: Path) -> dict[Principal, frozenset[Principal]]:
+    """`{"Group:sales": ["User:alice", ...]}` -> member -> groups."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read groups file {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"groups file {path} must hold an object of group -> [members]")
+    out: dict[Principal, set[Principal]] = {}
+    for group, members in raw.items():
+        g = Principal.parse(group)
+        if g.type != "Group" or not isinstance(members, list):
+            raise ValueError(f"groups file {path}: {group!r} must be a Group: principal with a list of members")
+        for member in members:
+            out.setdefault(Principal.parse(str(member)), set()).add(g)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _merge_groups(
+    a: Mapping[Principal, frozenset[Principal]], b: Mapping[Principal, frozenset[Principal]]
+) -> dict[Principal, frozenset[Principal]]:
+    merged = dict(a)
+    for member, groups in b.items():
+        merged[member] = merged.get(member, frozenset()) | groups
+    return merged
+
+
+class AuthorizerService:
+    def __init__(
+        self,
+        engine: Engine,
+        config: AuthzConfig,
+        *,
+        audit: AuditSink | None = None,
+        lines: LineSink | None = None,
+        source: str = "kgov",
+        clock: Clock = lambda: datetime.now(UTC),
+        extra_super_users: frozenset[Principal] = frozenset(),
+    ) -> None:
+        self.store = AclStore(engine)
+        self.config = config
+        self.audit = audit
+        self.lines = lines
+        self.source = source
+        self.clock = clock
+        self.super_users = config.super_user_set | extra_super_users
+        self._file_groups = load_groups_file(config.groups_file) if config.groups_file else {}
+        self._data: AuthorizerData | None = None
+        self._versions = (-1, -1)
+        self._refresh_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.decisions_allowed = 0
+        self.decisions_denied = 0
+        self.audit_failures = 0
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self, *, background: bool = True) -> None:
+        self.store.migrate()
+        self.reload()
+        if background and self._thread is None:
+            self._thread = threading.Thread(target=self._poll, name="kgov-authz-refresh", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    @property
+    def data(self) -> AuthorizerData:
+        data = self._data
+        if data is None:
+            raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
+        return data
+
+    def reload(self) -> None:
+        """Full load from the database (start-up, or when the change log no longer reaches back)."""
+        with self._refresh_lock:
+            acl_version, acls = self.store.load_acls()
+            member_version, bindings, groups = self.store.load_memberships()
+            self._data = AuthorizerData.build(
+                acls,
+                super_users=self.super_users,
+                allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+                groups=_merge_groups(groups, self._file_groups),
+                role_bindings=bindings,
+                cache_size=self.config.decision_cache_size,
+            )
+            self._versions = (acl_version, member_version)
+
+    def refresh(self) -> bool:
+        """Applies what changed in the database since the last look; True if anything did."""
+        with self._refresh_lock:
+            acl_version, member_version = self.store.versions()
+            if (acl_version, member_version) == self._versions:
+                return False
+            data = self.data
+            if acl_version != self._versions[0]:
+                delta = self.store.acl_changes_since(self._versions[0])
+                if not delta.complete:
+                    self._refresh_lock.release()
+                    try:
+                        self.reload()
+                    finally:
+                        self._refresh_lock.acquire()
+                    return True
+                data = data.with_acls(delta.added, delta.removed)
+                acl_version = delta.version
+            if member_version != self._versions[1]:
+                member_version, bindings, groups = self.store.load_memberships()
+                data = data.with_memberships(_merge_groups(groups, self._file_groups), bindings)
+            self._data = data
+            self._versions = (acl_version, member_version)
+            return True
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.config.refresh_interval_s):
+            try:
+                self.refresh()
+            except Exception:  # the database may be briefly away: keep serving the last snapshot
+                log.warning("authorizer refresh failed; serving the previous snapshot", exc_info=True)
+
+    # ------------------------------------------------------------------ decisions
+
+    def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
+        decisions = self.data.authorize(ctx, actions)
+        if self.audit is None and self.lines is None:
+            return decisions
+        return self._audit_decisions(ctx, actions, decisions, request_name(ctx.api_key))
+
+    def authorize_by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
+        return self.data.authorize_by_resource_type(ctx, op, rt)
+
+    def authorize_http(self, ctx: RequestContext, action: Action, method_name: str) -> Decision:
+        decision = self.data.authorize(ctx, [action])[0]
+        return self._audit_decisions(ctx, [action], [decision], method_name)[0]
+
+    def _audit_decisions(
+        self, ctx: RequestContext, actions: list[Action], decisions: list[Decision], method: str
+    ) -> list[Decision]:
+        out = decisions
+        for i, (action, decision) in enumerate(zip(actions, decisions, strict=True)):
+            allowed = decision.result is AuthorizationResult.ALLOWED
+            if allowed:
+                self.decisions_allowed += 1
+                if not (action.log_if_allowed and self.config.log_allowed):
+                    continue
+            else:
+                self.decisions_denied += 1
+                if not action.log_if_denied:
+                    continue
+            try:
+                self._record(ctx, action, decision, method)
+            except AuditWriteError:
+                # Fail closed: a decision we cannot record is not granted.
+                self.audit_failures += 1
+                log.error("audit trail unavailable; denying %s on %s", action.operation.name, action.resource_type.name)
+                if out is decisions:
+                    out = list(decisions)
+                out[i] = Decision(AuthorizationResult.DENIED, decision.rule)
+        return out
+
+    def _record(self, ctx: RequestContext, action: Action, decision: Decision, method: str) -> None:
+        now = self.clock()
+        allowed = decision.allowed
+        rule = str(decision.rule)
+        line = authorizer_log_line(
+            principal=str(ctx.principal),
+            allowed=allowed,
+            operation=action.operation.name,
+            host=ctx.client_address,
+            resource_type=action.resource_type.name,
+            pattern_type=action.pattern_type.name,
+            resource_name=action.resource_name,
+            request_name=method,
+            resource_ref_count=action.resource_ref_count,
+            rule=rule,
+        )
+        level = "DEBUG" if allowed else "INFO"
+        kafka_log.log(logging.DEBUG if allowed else logging.INFO, line)
+        if self.lines is not None:
+            self.lines.write_line(log4j_envelope(now, level, line, AUTHORIZER_LOGGER))
+        if self.audit is not None:
+            self.audit.write(
+                authorization_event(
+                    source=self.source,
+                    time=now,
+                    principal=str(ctx.principal),
+                    granted=allowed,
+                    operation=action.operation.camel,
+                    resource_type=action.resource_type.name.title().replace("_", ""),
+                    resource_name=action.resource_name,
+                    pattern_type=action.pattern_type.name,
+                    client_address=ctx.client_address,
+                    method_name=method,
+                    rule=rule,
+                    client_id=ctx.client_id or None,
+                    correlation_id=ctx.correlation_id if ctx.api_key >= 0 else None,
+                    token_authenticated=ctx.token_authenticated,
+                )
+            )
+
+    # ------------------------------------------------------------------ administration
+
+    def create_acls(self, acls: list[Acl], *, actor: Principal, client_address: str | None = None
+                    ) -> list[InvalidAclError | None]:
+        """Kafka's CreateAcls: a result per ACL; invalid ones fail alone, duplicates are no-ops."""
+        if len(acls) > MAX_ACLS_PER_OPERATION:
+            raise InvalidAclError(f"Cannot create more than {MAX_ACLS_PER_OPERATION} acls in a single operation.")
+        results: list[InvalidAclError | None] = []
+        valid: list[Acl] = []
+        for acl in acls:
+            try:
+                validate_new_acl(acl)
+            except InvalidAclError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+                valid.append(acl)
+        added = self.store.add_acls(valid)
+        self._audit_change("CreateAcls", actor, client_address, added=added)
+        self.refresh()
+        return results
+
+    def delete_acls(self, filters: list[AclFilter], *, actor: Principal, client_address: str | None = None
+                    ) -> list[list[Acl]]:
+        """Kafka's DeleteAcls (KRaft): every filter is matched against the same snapshot."""
+        self.refresh()
+        matches = self.data.acls_to_delete(filters)
+        doomed = {acl for group in matches for acl in group}
+        if len(doomed) > MAX_ACLS_PER_OPERATION:
+            raise InvalidAclError(f"Cannot remove more than {MAX_ACLS_PER_OPERATION} acls in a single delete operation.")
+        removed = self.store.remove_acls(sorted(doomed))
+        self._audit_change("DeleteAcls", actor, client_address, removed=removed)
+        self.refresh()
+        return matches
+
+    def describe_acls(self, flt: AclFilter) -> list[Acl]:
+        return self.data.acls(flt)
+
+    def add_role_binding(self, binding: RoleBinding, *, actor: Principal) -> bool:
+        validate_role_binding(binding)
+        changed = self.store.add_role_binding(binding)
+        self._audit_binding("AddRoleBinding", actor, binding, changed)
+        self.refresh()
+        return changed
+
+    def remove_role_binding(self, binding: RoleBinding, *, actor: Principal) -> bool:
+        changed = self.store.remove_role_binding(binding)
+        self._audit_binding("RemoveRoleBinding", actor, binding, changed)
+        self.refresh()
+        return changed
+
+    def role_bindings(self, principal: str | None = None) -> list[RoleBinding]:
+        bindings = self.data.role_bindings
+        return [b for b in bindings if principal is None or b.principal == principal]
+
+    def add_group_member(self, group: Principal, member: Principal, *, actor: Principal) -> bool:
+        if group.type != "Group" or not group.name:
+            raise InvalidAclError(f"expected a Group: principal, got {group}")
+        changed = self.store.add_member(group, member)
+        self._audit_membership("AddGroupMember", actor, group, member, changed)
+        self.refresh()
+        return changed
+
+    def remove_group_member(self, group: Principal, member: Principal, *, actor: Principal) -> bool:
+        changed = self.store.remove_member(group, member)
+        self._audit_membership("RemoveGroupMember", actor, group, member, changed)
+        self.refresh()
+        return changed
+
+    def groups(self) -> dict[str, list[str]]:
+        """group -> sorted members (database and groups file)."""
+        out: dict[str, set[str]] = {}
+        for member, groups in self.data.groups.items():
+            for g in groups:
+                out.setdefault(str(g), set()).add(str(member))
+        return {g: sorted(m) for g, m in sorted(out.items())}
+
+    # ------------------------------------------------------------------ audit of changes
+
+    def _write_change(self, event_type: EventType, method: str, actor: Principal, client: str | None,
+                      target: str, details: dict[str, object]) -> None:
+        if self.audit is None:
+            return
+        self.audit.write(
+            change_event(type=event_type, source=self.source, time=self.clock(), principal=str(actor),
+                         method_name=method, target=target, details=details, client_address=client)
+        )
+
+    def _audit_change(self, method: str, actor: Principal, client: str | None, *,
+                      added: list[Acl] | None = None, removed: list[Acl] | None = None) -> None:
+        for acl in added or removed or []:
+            self._write_change(
+                EventType.ACL_CHANGE, method, actor, client,
+                f"acl/{acl.resource_type.name.lower()}={acl.resource_name}",
+                {"acl": acl_to_json(acl), "added": added is not None},
+            )
+
+    def _audit_binding(self, method: str, actor: Principal, binding: RoleBinding, changed: bool) -> None:
+        self._write_change(EventType.ROLE_BINDING_CHANGE, method, actor, None, f"role-binding/{binding.principal}",
+                           {"binding": binding_to_json(binding), "changed": changed})
+
+    def _audit_membership(self, method: str, actor: Principal, group: Principal, member: Principal,
+                          changed: bool) -> None:
+        self._write_change(EventType.ROLE_BINDING_CHANGE, method, actor, None, f"group/{group}",
+                           {"group": str(group), "member": str(member), "changed": changed})
+
+
+def acl_to_json(acl: Acl) -> dict[str, str]:
+    """The field names of Confluent's REST v3 ACL API (also `kgov acls export`)."""
+    return {
+        "resource_type": acl.resource_type.name,
+        "resource_name": acl.resource_name,
+        "pattern_type": acl.pattern_type.name,
+        "principal": acl.principal,
+        "host": acl.host,
+        "operation": acl.operation.name,
+        "permission": acl.permission.name,
+    }
+
+
+def binding_to_json(b: RoleBinding) -> dict[str, str | None]:
+    return {
+        "principal": b.principal,
+        "role": b.role,
+        "resource_type": b.resource_type.name if b.resource_type is not None else None,
+        "resource_name": b.resource_name,
+        "pattern_type": b.pattern_type.name if b.resource_type is not None else None,
+    }

@@ -1,0 +1,146 @@
+"""Assembles the control plane: storage, audit trail, authorizer, authentication, and every
+package's routes. No domain logic here.
+
+Each package installs its routes with `<package>.api.install(app)` and reads what it needs from
+`app.state`: `settings`, `engine`, `authorizer`, `authenticator`, `audit`, `clock`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import authz.api
+import gateway.api
+import registry.api
+import sasl.api
+from audit.sinks import JsonLinesSink, MultiSink, TextLineSink
+from authz.database import open_engine
+from authz.http import ApiError, api_error_response
+from authz.model import Principal
+from authz.service import AuthorizerService
+from kgov import __version__
+from kgov.settings import Settings
+from sasl.http_auth import build_authenticator
+
+log = logging.getLogger("kgov")
+
+Clock = Callable[[], datetime]
+
+
+class _AuthzCollector:
+    """Prometheus metrics read from the services at scrape time (nothing is counted twice)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Any:
+        service: AuthorizerService = self.app.state.authorizer
+        decisions = CounterMetricFamily("kgov_authz_decisions", "Audited authorization decisions", labels=["result"])
+        decisions.add_metric(["allowed"], service.decisions_allowed)
+        decisions.add_metric(["denied"], service.decisions_denied)
+        yield decisions
+        yield CounterMetricFamily("kgov_audit_write_failures", "Audit records that could not be written",
+                                  value=service.audit_failures)
+        yield GaugeMetricFamily("kgov_authz_acls", "ACLs in the live snapshot", value=len(service.data))
+
+
+def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
+    engine = open_engine(settings.database_url)
+    audit_dir = settings.audit_dir
+    events = JsonLinesSink(audit_dir / "events.jsonl", max_bytes=settings.audit.max_bytes,
+                           backups=settings.audit.backups)
+    lines = TextLineSink(audit_dir / "kafka-authorizer.log", max_bytes=settings.audit.max_bytes,
+                         backups=settings.audit.backups)
+    now = clock or (lambda: datetime.now(UTC))
+    authorizer = AuthorizerService(
+        engine,
+        settings.authz,
+        audit=events,
+        lines=lines,
+        source=f"crn:///kafka={settings.cluster_id}",
+        clock=now,
+        # The bootstrap admin is a super user, so a fresh install can grant everything else.
+        extra_super_users=frozenset({Principal("User", settings.admin.user)}),
+    )
+    authorizer.start(background=False)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        authorizer.start(background=True)
+        try:
+            yield
+        finally:
+            authorizer.close()
+            events.close()
+            lines.close()
+            engine.dispose()
+
+    app = FastAPI(title="kgov control plane", version=__version__, lifespan=lifespan,
+                  docs_url="/docs", redoc_url=None)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.authorizer = authorizer
+    app.state.audit = MultiSink([events])
+    app.state.clock = now
+    app.state.authenticator = build_authenticator(app.state)
+
+    _install_error_handlers(app)
+    _install_operations(app)
+    authz.api.install(app)
+    sasl.api.install(app)
+    registry.api.install(app)
+    gateway.api.install(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return api_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            if err.get("type") == "json_invalid":
+                problems.append(f"Malformed JSON body: {err.get('ctx', {}).get('error', 'cannot parse')}")
+                continue
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            problems.append(f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid")))
+        return JSONResponse(status_code=400, content={"error_code": 400, "message": "; ".join(problems)})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(status_code=exc.status_code, headers=getattr(exc, "headers", None),
+                            content={"error_code": exc.status_code, "message": str(exc.detail)})
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # The detail goes to the log (never secrets: handlers do not put them in exceptions), not the client.
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(status_code=500, content={"error_code": 50001, "message": "Internal server error"})
+
+
+def _install_operations(app: FastAPI) -> None:
+    registry = CollectorRegistry()
+    registry.register(_AuthzCollector(app))
+
+    @app.get("/health", tags=["operations"])
+    def health() -> dict[str, str]:
+        app.state.authorizer.data  # raises (500) until the first ACL load completed  # noqa: B018
+        return {"status": "UP"}
+
+    @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")

@@ -1,0 +1,97 @@
+"""The `kgov` command. Each package registers its own subcommands; this module adds the shared
+options (`--config`, `--db`) and the composition commands (`serve`, `up`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+import authz.cli
+import gateway.cli
+import sasl.cli
+import spark_compliance.cli
+from kgov import __version__
+from kgov.settings import Settings, load_settings
+
+
+def _settings_loader(args: argparse.Namespace) -> Settings:
+    overrides = {"db": getattr(args, "db", None)}
+    return load_settings(getattr(args, "config", None), **overrides)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from kgov.app import build_app
+
+    settings = args.settings()
+    app = build_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from kgov.up import run_up
+
+    return run_up(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kgov", description="Security and governance for Apache Kafka")
+    parser.add_argument("--version", action="version", version=f"kgov {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="run the control plane (REST APIs)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=_serve)
+
+    up = sub.add_parser("up", help="start the whole platform on embedded defaults")
+    up.add_argument("--upstream", default=None, help="front an existing Kafka cluster (HOST:PORT)")
+    up.add_argument("--data-dir", type=Path, default=Path(".kgov"))
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8080, help="control-plane port")
+    up.set_defaults(func=_up)
+
+    for module in (authz.cli, sasl.cli, gateway.cli, spark_compliance.cli):
+        module.register(sub)
+    for child in sub.choices.values():
+        _add_common_options(child)
+    return parser
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand (and sub-subcommand) takes --config and --db, after its own name."""
+    dests = {a.dest for a in parser._actions}
+    if "config" not in dests:
+        parser.add_argument("--config", type=Path, default=None, help="TOML settings file")
+    if "db" not in dests:
+        parser.add_argument("--db", default=None, help="database URL (default SQLite under ./.kgov)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_common_options(child)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.settings = lambda: _settings_loader(args)
+    try:
+        code: int = args.func(args)
+    except ValidationError as exc:
+        print(f"kgov: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"kgov: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
