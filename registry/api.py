@@ -1,9 +1,643 @@
-"""HTTP routers of `registry`, installed into the control plane by `kgov.app`."""
+"""The Confluent Schema Registry REST API, mounted at the control plane's root path.
+
+Routers parse, authorize and delegate to `registry.service.SchemaRegistry`; `RegistryRoute` maps
+every refusal to Confluent's `{"error_code", "message"}` body in one place. Content types follow
+Confluent's `Versions`: requests may be sent as `application/vnd.schemaregistry.v1+json`,
+`application/vnd.schemaregistry+json`, `application/json` or `application/octet-stream` (treated
+as JSON); responses are negotiated from `Accept` (406 when none fits). Query booleans are parsed
+case-insensitively, as JAX-RS does (the Python client sends `False`).
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import json
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from importlib import metadata as importlib_metadata
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from audit.model import EventType, change_event
+from audit.sinks import AuditWriteError
+from authz.database import StorageError
+from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http, http_context
+from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, Principal, ResourceType
+from registry import store
+from registry.config import RegistryConfig
+from registry.model import (
+    Reference,
+    RegisterRequest,
+    RegistryError,
+    StoredSchema,
+    SubjectVersion,
+    parse_version,
+)
+from registry.service import SUPPORTED_TYPES, Change, SchemaRegistry
+
+log = logging.getLogger(__name__)
+
+V1_JSON = "application/vnd.schemaregistry.v1+json"
+DEFAULT_JSON = "application/vnd.schemaregistry+json"
+JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+_PRODUCED = {V1_JSON: 1.0, DEFAULT_JSON: 0.9, JSON: 0.5}
+_CONSUMED = frozenset({V1_JSON, DEFAULT_JSON, JSON, OCTET_STREAM})
+AUDIT_SOURCE = "kgov/registry"
+ANONYMOUS = Principal("User", "ANONYMOUS")
+
+
+# ---------------------------------------------------------------------------- errors and responses
+
+
+def _error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = json.dumps({"error_code": code, "message": message}).encode()
+    return Response(body, status_code=status, media_type=V1_JSON, headers=headers)
+
+
+def media_type_for(accept: str | None) -> str:
+    """Content negotiation over the three JSON types Confluent produces (with its server weights)."""
+    if not accept:
+        return V1_JSON
+    best, best_score = None, 0.0
+    for part in accept.split(","):
+        fields = part.split(";")
+        media = fields[0].strip().lower()
+        quality = 1.0
+        for param in fields[1:]:
+            key, _, value = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if media in ("*/*", "application/*", ""):
+            candidates: Sequence[str] = list(_PRODUCED)
+        elif media in _PRODUCED:
+            candidates = [media]
+        else:
+            continue
+        for candidate in candidates:
+            score = quality * _PRODUCED[candidate]
+            if score > best_score:
+                best, best_score = candidate, score
+    if best is None:
+        raise ApiError(406, 406, "HTTP 406 Not Acceptable")
+    return best
+
+
+def respond(request: Request, content: Any, status: int = 200) -> Response:
+    body = json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(body, status_code=status, media_type=media_type_for(request.headers.get("accept")))
+
+
+def respond_raw(request: Request, text: str) -> Response:
+    return Response(text.encode(), media_type=media_type_for(request.headers.get("accept")))
+
+
+class RegistryRoute(APIRoute):
+    """Answers every refusal of the registry's routes with Confluent's error body."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RegistryError as exc:
+                return _error(exc.status, exc.code, exc.message)
+            except ApiError as exc:
+                return api_error_response(exc)
+            except RequestValidationError:
+                return _error(422, 422, "Unprocessable entity")
+            except AuditWriteError:
+                log.exception("registry: audit record could not be written")
+                return _error(500, 50001, "Error while writing the audit record")
+            except (SQLAlchemyError, StorageError):
+                log.exception("registry: storage failure")
+                return _error(500, 50001, "Error in the backend data store")
+
+        return guarded
+
+
+router = APIRouter(route_class=RegistryRoute, tags=["schema-registry"])
+
+
+# ---------------------------------------------------------------------------- request helpers
+
+
+def flag(value: str | None, default: bool = False) -> bool:
+    """JAX-RS `boolean` parameters: `true` in any case is true, anything else false."""
+    if value is None:
+        return default
+    return value.strip().lower() == "true"
+
+
+def _int_param(value: str | None, default: int, name: str) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise RegistryError(400, f"Query parameter {name} must be an integer") from None
+
+
+def _page(items: list[Any], offset: str | None, limit: str | None) -> list[Any]:
+    start = max(_int_param(offset, 0, "offset"), 0)
+    count = _int_param(limit, -1, "limit")
+    return items[start:] if count < 0 else items[start : start + count]
+
+
+def _schema_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise RegistryError(40403, "Schema not found") from None
+
+
+def _registry(request: Request) -> SchemaRegistry:
+    registry: SchemaRegistry = request.app.state.schema_registry
+    return registry
+
+
+def _config(request: Request) -> RegistryConfig:
+    config: RegistryConfig = request.app.state.settings.registry
+    return config
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object: 415 for a foreign type, 413/42209 when too large, 400/422 when not
+    an object of JSON."""
+    content_type = request.headers.get("content-type")
+    if content_type and content_type.split(";")[0].strip().lower() not in _CONSUMED:
+        raise ApiError(415, 415, "HTTP 415 Unsupported Media Type")
+    limit = _config(request).max_body_bytes
+    too_large = RegistryError(42209, f"Request body is larger than {limit} bytes")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, too_large.code, too_large.message)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, too_large.code, too_large.message)
+        chunks.append(chunk)
+    try:
+        document = json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RegistryError(400, f"Malformed JSON in request body: {exc}") from None
+    if not isinstance(document, dict):
+        raise RegistryError(422, "The request body must be a JSON object")
+    return document
+
+
+def register_request(document: dict[str, Any]) -> RegisterRequest:
+    """`RegisterSchemaRequest`: type errors are 422 (as Jackson's mapping errors are); an empty schema is 42201."""
+    schema = document.get("schema")
+    if schema is None or schema == "":
+        raise RegistryError(42201, "Empty schema")
+    if not isinstance(schema, str):
+        raise RegistryError(422, "Field 'schema' must be a string")
+    schema_type = document.get("schemaType") or "AVRO"
+    if not isinstance(schema_type, str):
+        raise RegistryError(422, "Field 'schemaType' must be a string")
+    raw_refs = document.get("references")
+    raw_refs = [] if raw_refs is None else raw_refs
+    if not isinstance(raw_refs, list):
+        raise RegistryError(422, "Field 'references' must be a list")
+    refs = []
+    for ref in raw_refs:
+        if not (isinstance(ref, dict) and isinstance(ref.get("name"), str) and isinstance(ref.get("subject"), str)
+                and isinstance(ref.get("version"), int) and not isinstance(ref.get("version"), bool)):
+            raise RegistryError(422, "Each reference must be an object with string name and subject and an "
+                                     "integer version")
+        refs.append(Reference(ref["name"], ref["subject"], ref["version"]))
+    metadata, rule_set = document.get("metadata"), document.get("ruleSet")
+    for name, value in (("metadata", metadata), ("ruleSet", rule_set)):
+        if value is not None and not isinstance(value, dict):
+            raise RegistryError(422, f"Field '{name}' must be an object")
+    ids = {}
+    for name in ("id", "version"):
+        value = document.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise RegistryError(422, f"Field '{name}' must be an integer")
+        ids[name] = value
+    return RegisterRequest(schema, schema_type.upper(), tuple(refs), metadata, rule_set, ids["id"], ids["version"])
+
+
+# ---------------------------------------------------------------------------- who may do what
+
+
+async def reader(request: Request) -> Principal | None:
+    """The caller of a read; None for an anonymous caller when `registry.anonymous_read` is on."""
+    if request.headers.get("authorization") is None and _config(request).anonymous_read:
+        return None
+    return await authenticated_principal(request)
+
+
+Reader = Annotated[Principal | None, Depends(reader)]
+Writer = Annotated[Principal, Depends(authenticated_principal)]
+
+
+def allow(request: Request, principal: Principal | None, subject: str, operation: Operation) -> None:
+    if principal is None:  # anonymous read, switched on in configuration
+        return
+    authorize_http(request, principal, ResourceType.SUBJECT, subject, operation)
+
+
+def allow_cluster_alter(request: Request, principal: Principal) -> None:
+    authorize_http(request, principal, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+
+
+def readable(request: Request, principal: Principal | None, subjects: Sequence[str]) -> set[str]:
+    """The subjects the caller may READ: a filtering check, never audited as a denial."""
+    unique = list(dict.fromkeys(subjects))
+    if principal is None or not unique:
+        return set(unique)
+    ctx = http_context(request, principal)
+    actions = [Action(ResourceType.SUBJECT, s, Operation.READ, log_if_allowed=False, log_if_denied=False)
+               for s in unique]
+    decisions = request.app.state.authorizer.authorize(ctx, actions)
+    return {s for s, d in zip(unique, decisions, strict=True) if d.allowed}
+
+
+def allow_id(request: Request, principal: Principal | None, registry: SchemaRegistry, schema_id: int,
+             subjects: Sequence[str]) -> None:
+    """An id may be read by whoever may read one subject that uses it; unused ids do not exist."""
+    if not subjects:
+        raise RegistryError(40403, f"Schema {schema_id} not found")
+    if principal is None or readable(request, principal, subjects):
+        return
+    allow(request, principal, subjects[0], Operation.READ)  # audited denial, answers 403
+
+
+def audit(request: Request, principal: Principal, change: Change, event_type: EventType = EventType.SCHEMA_CHANGE
+          ) -> None:
+    sink = getattr(request.app.state, "audit", None)
+    if sink is None:
+        return
+    sink.write(change_event(
+        type=event_type, source=AUDIT_SOURCE, time=request.app.state.clock(), principal=str(principal),
+        method_name=f"schema-registry.{change.method}", target=change.target, details=change.details,
+        client_address=request.client.host if request.client else None,
+    ))
+
+
+# ---------------------------------------------------------------------------- root, types, ids
+
+
+@router.get("/", summary="Schema registry root")
+def root(request: Request, principal: Reader) -> Response:
+    return respond(request, {})
+
+
+@router.get("/schemas/types", summary="Supported schema types")
+def schema_types(request: Request, principal: Reader) -> Response:
+    return respond(request, list(SUPPORTED_TYPES))
+
+
+@router.get("/schemas", summary="List schemas")
+def list_schemas(request: Request, principal: Reader, subjectPrefix: str | None = None,
+                 deleted: str | None = None, latestOnly: str | None = None, offset: str | None = None,
+                 limit: str | None = None) -> Response:
+    rows = _registry(request).list_schemas(prefix=subjectPrefix or "", deleted=flag(deleted),
+                                            latest_only=flag(latestOnly))
+    visible = readable(request, principal, [r.subject for r in rows])
+    return respond(request, _page([r.to_json() for r in rows if r.subject in visible], offset, limit))
+
+
+def _schema_body(schema: StoredSchema, max_id: int | None) -> dict[str, Any]:
+    body = schema.body()
+    if max_id is not None:
+        body["maxId"] = max_id
+    return body
+
+
+async def _schema(registry: SchemaRegistry, schema_id: int) -> StoredSchema:
+    cached = registry.cached_schema(schema_id)  # the hot path: no thread hop once an id has been served
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(registry.schema_by_id, schema_id)
+
+
+@router.get("/schemas/ids/{id}", summary="Get a schema by its global id")
+async def schema_by_id(request: Request, principal: Reader, id: str, subject: str | None = None,
+                       format: str | None = None, fetchMaxId: str | None = None) -> Response:
+    registry = _registry(request)
+    schema_id = _schema_id(id)
+    schema = await _schema(registry, schema_id)
+    subjects = await run_in_threadpool(registry.subjects_using, schema_id)
+    if subject:
+        subjects = tuple(s for s in subjects if s == subject) or subjects
+    allow_id(request, principal, registry, schema_id, subjects)
+    max_id = await run_in_threadpool(registry.max_id) if flag(fetchMaxId) else None
+    return respond(request, _schema_body(schema, max_id))
+
+
+@router.get("/schemas/ids/{id}/schema", summary="Get the raw schema text by global id")
+async def raw_schema_by_id(request: Request, principal: Reader, id: str, subject: str | None = None) -> Response:
+    registry = _registry(request)
+    schema_id = _schema_id(id)
+    schema = await _schema(registry, schema_id)
+    allow_id(request, principal, registry, schema_id, await run_in_threadpool(registry.subjects_using, schema_id))
+    return respond_raw(request, schema.schema)
+
+
+@router.get("/schemas/ids/{id}/subjects", summary="Subjects that use a schema id")
+def subjects_by_id(request: Request, principal: Reader, id: str, deleted: str | None = None,
+                   subject: str | None = None, offset: str | None = None, limit: str | None = None) -> Response:
+    registry = _registry(request)
+    schema_id = _schema_id(id)
+    usages = registry.id_usages(schema_id, deleted=flag(deleted))
+    allow_id(request, principal, registry, schema_id, [s for s, _ in usages] or registry.subjects_using(schema_id))
+    visible = readable(request, principal, [s for s, _ in usages])
+    subjects = list(dict.fromkeys(s for s, _ in usages if s in visible and (not subject or s == subject)))
+    return respond(request, _page(subjects, offset, limit))
+
+
+@router.get("/schemas/ids/{id}/versions", summary="Subject versions that use a schema id")
+def versions_by_id(request: Request, principal: Reader, id: str, deleted: str | None = None,
+                   offset: str | None = None, limit: str | None = None) -> Response:
+    registry = _registry(request)
+    schema_id = _schema_id(id)
+    usages = registry.id_usages(schema_id, deleted=flag(deleted))
+    allow_id(request, principal, registry, schema_id, [s for s, _ in usages] or registry.subjects_using(schema_id))
+    visible = readable(request, principal, [s for s, _ in usages])
+    return respond(request, _page([{"subject": s, "version": v} for s, v in usages if s in visible], offset, limit))
+
+
+# ---------------------------------------------------------------------------- subjects
+
+
+@router.get("/subjects", summary="List subjects")
+def list_subjects(request: Request, principal: Reader, subjectPrefix: str | None = None,
+                  deleted: str | None = None, deletedOnly: str | None = None, offset: str | None = None,
+                  limit: str | None = None) -> Response:
+    prefix = "" if subjectPrefix in (None, ":*:") else subjectPrefix
+    subjects = _registry(request).list_subjects(prefix=prefix, deleted=flag(deleted), deleted_only=flag(deletedOnly))
+    visible = readable(request, principal, subjects)
+    return respond(request, _page([s for s in subjects if s in visible], offset, limit))
+
+
+@router.post("/subjects/{subject}", summary="Look up a schema under a subject")
+async def lookup(request: Request, principal: Reader, subject: str, normalize: str | None = None,
+                 deleted: str | None = None, format: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    document = register_request(await read_json(request))
+    found = await run_in_threadpool(
+        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted))
+    )
+    return respond(request, found.to_json())
+
+
+@router.delete("/subjects/{subject}", summary="Delete a subject (soft, or permanent=true)")
+def delete_subject(request: Request, principal: Writer, subject: str, permanent: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.DELETE)
+    deleted, change = _registry(request).delete_subject(subject, permanent=flag(permanent))
+    audit(request, principal, change)
+    return respond(request, deleted)
+
+
+@router.get("/subjects/{subject}/versions", summary="List the versions of a subject")
+def list_versions(request: Request, principal: Reader, subject: str, deleted: str | None = None,
+                  deletedOnly: str | None = None, offset: str | None = None, limit: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    found = _registry(request).versions(subject, deleted=flag(deleted), deleted_only=flag(deletedOnly))
+    return respond(request, _page(found, offset, limit))
+
+
+@router.post("/subjects/{subject}/versions", summary="Register a schema under a subject")
+async def register(request: Request, principal: Writer, subject: str, normalize: str | None = None,
+                   format: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.WRITE)
+    document = register_request(await read_json(request))
+    created, change = await run_in_threadpool(
+        lambda: _registry(request).register(subject, document, normalize=flag(normalize))
+    )
+    audit(request, principal, change)
+    body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
+    body.update(created.schema.body())
+    return respond(request, body)
+
+
+def _version(request: Request, principal: Principal | None, subject: str, version: str, deleted: str | None
+             ) -> SubjectVersion:
+    allow(request, principal, subject, Operation.READ)
+    return _registry(request).get_version(subject, parse_version(version), deleted=flag(deleted))
+
+
+@router.get("/subjects/{subject}/versions/{version}", summary="Get one version of a subject")
+def get_version(request: Request, principal: Reader, subject: str, version: str, deleted: str | None = None,
+                format: str | None = None) -> Response:
+    return respond(request, _version(request, principal, subject, version, deleted).to_json())
+
+
+@router.get("/subjects/{subject}/versions/{version}/schema", summary="Get the raw schema of one version")
+def get_version_schema(request: Request, principal: Reader, subject: str, version: str,
+                       deleted: str | None = None, format: str | None = None) -> Response:
+    return respond_raw(request, _version(request, principal, subject, version, deleted).schema.schema)
+
+
+@router.get("/subjects/{subject}/versions/{version}/referencedby", summary="Ids of schemas referencing a version")
+def referenced_by(request: Request, principal: Reader, subject: str, version: str, deleted: str | None = None,
+                  offset: str | None = None, limit: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    ids = _registry(request).referenced_by(subject, parse_version(version), deleted=flag(deleted))
+    return respond(request, _page(ids, offset, limit))
+
+
+@router.delete("/subjects/{subject}/versions/{version}", summary="Delete a version (soft, or permanent=true)")
+def delete_version(request: Request, principal: Writer, subject: str, version: str,
+                   permanent: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.DELETE)
+    number = parse_version(version)
+    deleted, change = _registry(request).delete_version(subject, number, permanent=flag(permanent))
+    audit(request, principal, change)
+    return respond(request, deleted)
+
+
+# ---------------------------------------------------------------------------- compatibility
+
+
+async def _compatibility(request: Request, principal: Principal | None, subject: str, version: int | None,
+                         normalize: str | None, verbose: str | None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    document = register_request(await read_json(request))
+    verdict = await run_in_threadpool(
+        lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
+                                                      verbose=flag(verbose))
+    )
+    body: dict[str, Any] = {"is_compatible": verdict.is_compatible}
+    if flag(verbose):
+        body["messages"] = list(verdict.messages)
+    return respond(request, body)
+
+
+@router.post("/compatibility/subjects/{subject}/versions/{version}", summary="Test against one version")
+async def compatibility_with_version(request: Request, principal: Reader, subject: str, version: str,
+                                     normalize: str | None = None, verbose: str | None = None) -> Response:
+    return await _compatibility(request, principal, subject, parse_version(version), normalize, verbose)
+
+
+@router.post("/compatibility/subjects/{subject}/versions", summary="Test against the versions the level selects")
+async def compatibility_with_versions(request: Request, principal: Reader, subject: str,
+                                      normalize: str | None = None, verbose: str | None = None) -> Response:
+    return await _compatibility(request, principal, subject, None, normalize, verbose)
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@router.get("/config", summary="Global compatibility configuration")
+def get_global_config(request: Request, principal: Reader, defaultToGlobal: str | None = None) -> Response:
+    return respond(request, _registry(request).get_config(None))
+
+
+@router.put("/config", summary="Set the global compatibility configuration")
+async def put_global_config(request: Request, principal: Writer) -> Response:
+    allow_cluster_alter(request, principal)
+    document = await read_json(request)
+    echo, change = await run_in_threadpool(_registry(request).set_config, None, document)
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, echo)
+
+
+@router.delete("/config", summary="Reset the global compatibility configuration")
+def delete_global_config(request: Request, principal: Writer) -> Response:
+    allow_cluster_alter(request, principal)
+    previous, change = _registry(request).delete_config(None)
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, previous)
+
+
+@router.get("/config/{subject}", summary="Compatibility configuration of a subject")
+def get_subject_config(request: Request, principal: Reader, subject: str,
+                       defaultToGlobal: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    return respond(request, _registry(request).get_config(subject, default_to_global=flag(defaultToGlobal)))
+
+
+@router.put("/config/{subject}", summary="Set the compatibility configuration of a subject")
+async def put_subject_config(request: Request, principal: Writer, subject: str) -> Response:
+    allow(request, principal, subject, Operation.ALTER_CONFIGS)
+    document = await read_json(request)
+    echo, change = await run_in_threadpool(_registry(request).set_config, subject, document)
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, echo)
+
+
+@router.delete("/config/{subject}", summary="Remove the compatibility configuration of a subject")
+def delete_subject_config(request: Request, principal: Writer, subject: str) -> Response:
+    allow(request, principal, subject, Operation.ALTER_CONFIGS)
+    previous, change = _registry(request).delete_config(subject)
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, previous)
+
+
+# ---------------------------------------------------------------------------- mode
+
+
+@router.get("/mode", summary="Global mode")
+def get_global_mode(request: Request, principal: Reader, defaultToGlobal: str | None = None) -> Response:
+    return respond(request, {"mode": _registry(request).get_mode(None).value})
+
+
+@router.put("/mode", summary="Set the global mode")
+async def put_global_mode(request: Request, principal: Writer, force: str | None = None) -> Response:
+    allow_cluster_alter(request, principal)
+    document = await read_json(request)
+    mode, change = await run_in_threadpool(
+        lambda: _registry(request).set_mode(None, document.get("mode"), force=flag(force))
+    )
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, {"mode": mode.value})
+
+
+@router.delete("/mode", summary="Reset the global mode to READWRITE")
+def delete_global_mode(request: Request, principal: Writer, recursive: str | None = None) -> Response:
+    allow_cluster_alter(request, principal)
+    previous, change = _registry(request).delete_mode(None)
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, {"mode": previous.value})
+
+
+@router.get("/mode/{subject}", summary="Mode of a subject")
+def get_subject_mode(request: Request, principal: Reader, subject: str,
+                     defaultToGlobal: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    mode = _registry(request).get_mode(subject, default_to_global=flag(defaultToGlobal))
+    return respond(request, {"mode": mode.value})
+
+
+@router.put("/mode/{subject}", summary="Set the mode of a subject")
+async def put_subject_mode(request: Request, principal: Writer, subject: str, force: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.ALTER_CONFIGS)
+    document = await read_json(request)
+    mode, change = await run_in_threadpool(
+        lambda: _registry(request).set_mode(subject, document.get("mode"), force=flag(force))
+    )
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, {"mode": mode.value})
+
+
+@router.delete("/mode/{subject}", summary="Remove the mode of a subject")
+def delete_subject_mode(request: Request, principal: Writer, subject: str, recursive: str | None = None
+                        ) -> Response:
+    allow(request, principal, subject, Operation.ALTER_CONFIGS)
+    previous, change = _registry(request).delete_mode(subject)
+    audit(request, principal, change, EventType.CONFIG_CHANGE)
+    return respond(request, {"mode": previous.value})
+
+
+# ---------------------------------------------------------------------------- contexts, metadata, associations
+
+
+@router.get("/contexts", summary="List contexts")
+def list_contexts(request: Request, principal: Reader, contextPrefix: str | None = None,
+                  offset: str | None = None, limit: str | None = None) -> Response:
+    found = [c for c in _registry(request).contexts() if not contextPrefix or c.startswith(contextPrefix)]
+    return respond(request, _page(found, offset, limit))
+
+
+@router.delete("/contexts/{context}", summary="Delete an empty context")
+def delete_context(request: Request, principal: Writer, context: str) -> Response:
+    allow_cluster_alter(request, principal)
+    _registry(request).delete_context(context)
+    return Response(status_code=204)
+
+
+@router.get("/v1/metadata/id", summary="Cluster id of this registry")
+def metadata_id(request: Request, principal: Reader) -> Response:
+    cluster_id = request.app.state.settings.cluster_id
+    return respond(request, {
+        "scope": {"path": [], "clusters": {"kafka-cluster": cluster_id, "schema-registry-cluster": "schema-registry"}},
+        "id": cluster_id,
+    })
+
+
+@router.get("/v1/metadata/version", summary="Version of this registry")
+def metadata_version(request: Request, principal: Reader) -> Response:
+    try:
+        version = importlib_metadata.version("kgov")
+    except importlib_metadata.PackageNotFoundError:
+        version = "0"
+    return respond(request, {"version": version, "commitId": ""})
+
+
+@router.get("/associations/resources/{namespace}/{name}", summary="Associations (not supported: always 404)")
+def associations(request: Request, principal: Reader, namespace: str, name: str) -> Response:
+    # confluent-kafka-python >= 2.14 asks here first and falls back to topic naming on a 404 only.
+    raise RegistryError(40410, f"Association for '{name}' not found.")
 
 
 def install(app: FastAPI) -> None:
     """Adds this package's routes to the control plane. Reads what it needs from `app.state`."""
+    store.install_schema(app.state.engine)
+    app.state.schema_registry = SchemaRegistry(app.state.engine)
+    app.include_router(router)

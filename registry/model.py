@@ -1,0 +1,212 @@
+"""The registry's vocabulary: subjects, versions, stored schemas, modes, and Confluent's error codes.
+
+Everything here is immutable and free of I/O. `RegistryError` carries Confluent's numeric code and
+its message wording; `registry.api` maps it to HTTP in one place.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NewType
+
+Subject = NewType("Subject", str)
+SchemaId = NewType("SchemaId", int)
+
+# Keys of the global rows in the config and mode tables (Confluent reserves both names: 42208).
+GLOBAL_KEY: Final = "__GLOBAL"
+RESERVED_SUBJECTS: Final = frozenset({"__GLOBAL", "__EMPTY"})
+DEFAULT_CONTEXT: Final = "."
+CONTEXT_PREFIX: Final = ":."
+MAX_ID: Final = 2**31 - 1
+
+
+class Mode(enum.StrEnum):
+    READWRITE = "READWRITE"
+    READONLY = "READONLY"
+    READONLY_OVERRIDE = "READONLY_OVERRIDE"
+    IMPORT = "IMPORT"
+    FORWARD = "FORWARD"
+
+    @classmethod
+    def parse(cls, text: object) -> Mode:
+        if isinstance(text, str) and text.strip().upper() in cls.__members__:
+            return cls[text.strip().upper()]
+        raise RegistryError(42204, "Invalid mode. Valid values are READWRITE, READONLY, IMPORT and FORWARD.")
+
+
+COMPATIBILITY_LEVELS: Final = (
+    "NONE",
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+)
+DEFAULT_COMPATIBILITY: Final = "BACKWARD"
+
+
+def parse_compatibility_level(text: object) -> str:
+    """Confluent's `CompatibilityLevel.forName`: case-insensitive; anything else is 42203."""
+    if isinstance(text, str) and text.strip().upper() in COMPATIBILITY_LEVELS:
+        return text.strip().upper()
+    raise RegistryError(
+        42203,
+        "Invalid compatibility level. Valid values are none, backward, forward, full, backward_transitive, "
+        "forward_transitive, and full_transitive",
+    )
+
+
+class RegistryError(Exception):
+    """A refusal with Confluent's error code; the HTTP status is the code's first three digits."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        return self.code if self.code < 1000 else self.code // 100
+
+
+def subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(40401, f"Subject '{subject}' not found.")
+
+
+def version_not_found(version: int | str) -> RegistryError:
+    return RegistryError(40402, f"Version {version} not found.")
+
+
+def schema_not_found(schema_id: int | None = None) -> RegistryError:
+    return RegistryError(40403, "Schema not found" if schema_id is None else f"Schema {schema_id} not found")
+
+
+def invalid_schema(message: str) -> RegistryError:
+    return RegistryError(42201, message)
+
+
+def operation_not_permitted(message: str) -> RegistryError:
+    return RegistryError(42205, message)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Reference:
+    """`{"name", "subject", "version"}`: an imported name resolved to one subject version."""
+
+    name: str
+    subject: str
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "subject": self.subject, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSchema:
+    """One global schema id: immutable once written, so it can be cached forever by id."""
+
+    id: int
+    schema_type: str
+    schema: str
+    references: tuple[Reference, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+    rule_set: Mapping[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The fields every schema response shares. AVRO is implied by omission, as Confluent 7.x does."""
+        out: dict[str, Any] = {}
+        if self.schema_type != "AVRO":
+            out["schemaType"] = self.schema_type
+        if self.references:
+            out["references"] = [r.to_json() for r in self.references]
+        if self.metadata is not None:
+            out["metadata"] = self.metadata
+        if self.rule_set is not None:
+            out["ruleSet"] = self.rule_set
+        out["schema"] = self.schema
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectVersion:
+    subject: str
+    version: int
+    schema: StoredSchema
+    deleted: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"subject": self.subject, "version": self.version, "id": self.schema.id}
+        out.update(self.schema.body())
+        if self.deleted:
+            out["deleted"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRequest:
+    """`RegisterSchemaRequest` after syntactic validation (types checked, defaults applied)."""
+
+    schema: str
+    schema_type: str = "AVRO"
+    references: tuple[Reference, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+    rule_set: Mapping[str, Any] | None = None
+    id: int | None = None
+    version: int | None = None
+
+
+def content_fingerprint(schema_type: str, canonical: str, references: Sequence[Reference]) -> str:
+    """What makes two registrations 'the same schema' for lookups."""
+    doc = [schema_type, canonical, [r.to_json() for r in references]]
+    return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
+
+
+def full_fingerprint(
+    schema_type: str,
+    canonical: str,
+    references: Sequence[Reference],
+    metadata: Mapping[str, Any] | None,
+    rule_set: Mapping[str, Any] | None,
+) -> str:
+    """What makes two registrations share one global id: content plus metadata and rule set."""
+    doc = [content_fingerprint(schema_type, canonical, references), metadata, rule_set]
+    return hashlib.sha256(json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
+
+
+def validate_subject(subject: str) -> str:
+    """`QualifiedSubject.isValidSubject`: no control characters, not a reserved name."""
+    if subject in RESERVED_SUBJECTS or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in subject):
+        raise RegistryError(42208, f"The specified subject '{subject}' is not a valid.")
+    return subject
+
+
+def context_of(subject: str) -> str:
+    """`:.ctx:name` lives in context `.ctx`; everything else in the default context `.`."""
+    if subject.startswith(CONTEXT_PREFIX):
+        end = subject.find(":", 1)
+        if end > 1:
+            return subject[1:end]
+    return DEFAULT_CONTEXT
+
+
+def parse_version(text: str) -> int:
+    """`VersionId`: `latest` (any case) or -1 mean the latest (returned as -1); else 1 .. 2^31-1."""
+    value = text.strip()
+    if value.lower() == "latest":
+        return -1
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number == -1 or 1 <= number <= MAX_ID:
+        return number
+    raise RegistryError(
+        42202,
+        f"The specified version '{text}' is not a valid version id. Allowed values are between "
+        '[1, 2^31-1] and the string "latest"',
+    )

@@ -1,0 +1,623 @@
+"""The registry's operations: Confluent Schema Registry semantics over `registry.store`.
+
+Stateless over the database, so any number of API nodes can serve one PostgreSQL. Every write runs
+in one transaction that first bumps the `registry` change counter: that row lock serialises
+registry writers across processes (SQLite's BEGIN IMMEDIATE does the same), so the next global id
+(`max + 1`), version numbers and the "same schema -> same id" rule hold under concurrent
+registration. Id lookups are served from memory after first use: a schema row never changes once
+written. The subjects that use an id (needed to authorize id lookups) change, so that map is
+cached per change-counter value, polled at most once a second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+
+from authz.database import bump_version, read_version, transaction
+from registry import store
+from registry.compat import CompatibilityLevel, check_compatibility
+from registry.model import (
+    DEFAULT_COMPATIBILITY,
+    DEFAULT_CONTEXT,
+    GLOBAL_KEY,
+    MAX_ID,
+    Mode,
+    Reference,
+    RegisterRequest,
+    RegistryError,
+    StoredSchema,
+    SubjectVersion,
+    content_fingerprint,
+    context_of,
+    full_fingerprint,
+    invalid_schema,
+    operation_not_permitted,
+    parse_compatibility_level,
+    schema_not_found,
+    subject_not_found,
+    validate_subject,
+    version_not_found,
+)
+from registry.schemas import InvalidSchemaError, ParsedSchema, SchemaReference, SchemaType, parse_schema
+
+SUPPORTED_TYPES = ("AVRO", "JSON")
+# Keys of Confluent's Config object that the registry stores and echoes (besides the level).
+CONFIG_KEYS = (
+    "normalize",
+    "alias",
+    "validateFields",
+    "validateNewSchemas",
+    "validateRules",
+    "compatibilityPolicy",
+    "compatibilityGroup",
+    "defaultMetadata",
+    "overrideMetadata",
+    "defaultRuleSet",
+    "overrideRuleSet",
+)
+_MAX_REFERENCE_DEPTH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class CompatibilityVerdict:
+    is_compatible: bool
+    messages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a write did, for the audit trail (names and numbers only)."""
+
+    method: str
+    target: str
+    details: Mapping[str, Any]
+
+
+class SchemaRegistry:
+    def __init__(self, engine: Engine, *, poll_interval_s: float = 1.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
+        self._by_id: dict[int, StoredSchema] = {}
+        self._parsed: dict[int, ParsedSchema] = {}
+        self._usages: dict[int, tuple[str, ...]] = {}
+        self._usages_version = -1
+        self._usages_checked = float("-inf")
+        self._poll_interval_s = poll_interval_s
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ ids
+
+    def schema_by_id(self, schema_id: int) -> StoredSchema:
+        cached = self._by_id.get(schema_id)
+        if cached is not None:
+            return cached
+        with self.engine.connect() as conn:
+            found = store.schema_by_id(conn, schema_id)
+        if found is None:
+            raise schema_not_found(schema_id)
+        self._by_id[schema_id] = found
+        return found
+
+    def cached_schema(self, schema_id: int) -> StoredSchema | None:
+        """The schema if this node has already served it; never touches the database."""
+        return self._by_id.get(schema_id)
+
+    def subjects_using(self, schema_id: int) -> tuple[str, ...]:
+        """Subjects with a stored version (soft-deleted included) of `schema_id`, for authorization."""
+        now = self._monotonic()
+        if now - self._usages_checked >= self._poll_interval_s:
+            with self.engine.connect() as conn:
+                current = read_version(conn, store.COMPONENT)
+            with self._lock:
+                if current != self._usages_version:
+                    self._usages = {}
+                    self._usages_version = current
+                self._usages_checked = now
+        cached = self._usages.get(schema_id)
+        if cached is not None:
+            return cached
+        with self.engine.connect() as conn:
+            usages = tuple(dict.fromkeys(subject for subject, _, _ in store.usages_of_id(conn, schema_id)))
+        self._usages[schema_id] = usages
+        return usages
+
+    def _forget_usages(self) -> None:
+        with self._lock:
+            self._usages = {}
+            self._usages_checked = float("-inf")
+
+    def id_usages(self, schema_id: int, *, deleted: bool) -> list[tuple[str, int]]:
+        with self.engine.connect() as conn:
+            usages = store.usages_of_id(conn, schema_id)
+        found = [(s, v) for s, v, is_deleted in usages if deleted or not is_deleted]
+        if not usages:
+            raise schema_not_found(schema_id)
+        return found
+
+    def max_id(self) -> int:
+        with self.engine.connect() as conn:
+            return store.max_schema_id(conn)
+
+    # ------------------------------------------------------------------ listing
+
+    def list_subjects(self, *, prefix: str = "", deleted: bool = False, deleted_only: bool = False) -> list[str]:
+        with self.engine.connect() as conn:
+            states = store.subject_states(conn)
+        out = []
+        for state in states:
+            if prefix and not state.subject.startswith(prefix):
+                continue
+            has_deleted = state.total > state.live
+            if deleted_only:
+                if has_deleted:
+                    out.append(state.subject)
+            elif state.live or (deleted and has_deleted):
+                out.append(state.subject)
+        return out
+
+    def list_schemas(self, *, prefix: str = "", deleted: bool = False, latest_only: bool = False
+                     ) -> list[SubjectVersion]:
+        with self.engine.connect() as conn:
+            rows = store.all_versions(conn, prefix)
+        rows = [r for r in rows if deleted or not r.deleted]
+        if latest_only:
+            latest: dict[str, SubjectVersion] = {}
+            for r in rows:
+                latest[r.subject] = r
+            rows = list(latest.values())
+        return rows
+
+    def contexts(self) -> list[str]:
+        with self.engine.connect() as conn:
+            states = store.subject_states(conn)
+        return sorted({DEFAULT_CONTEXT} | {context_of(s.subject) for s in states})
+
+    def delete_context(self, context: str) -> None:
+        with self.engine.connect() as conn:
+            states = store.subject_states(conn)
+        subjects = [s for s in states if context_of(s.subject) == context]
+        if any(s.live for s in subjects):
+            raise RegistryError(42211, f"The specified context '{context}' is not empty.")
+        if not subjects and context != DEFAULT_CONTEXT:
+            raise RegistryError(40401, f"Subject '{context}' not found.")
+
+    # ------------------------------------------------------------------ versions
+
+    def _versions(self, conn: Connection, subject: str) -> list[SubjectVersion]:
+        return store.subject_versions(conn, subject)
+
+    def versions(self, subject: str, *, deleted: bool = False, deleted_only: bool = False) -> list[int]:
+        with self.engine.connect() as conn:
+            rows = self._versions(conn, subject)
+        if deleted_only:
+            found = [r.version for r in rows if r.deleted]
+        else:
+            found = [r.version for r in rows if deleted or not r.deleted]
+        if not found and not (deleted_only and rows):
+            raise subject_not_found(subject)
+        return found
+
+    def get_version(self, subject: str, version: int, *, deleted: bool = False) -> SubjectVersion:
+        with self.engine.connect() as conn:
+            rows = self._versions(conn, subject)
+        return _pick_version(subject, rows, version, deleted=deleted)
+
+    def referenced_by(self, subject: str, version: int, *, deleted: bool = False) -> list[int]:
+        with self.engine.connect() as conn:
+            target = _pick_version(subject, self._versions(conn, subject), version, deleted=True)
+            return store.referrers(conn, subject, target.version, include_deleted=deleted)
+
+    # ------------------------------------------------------------------ parsing
+
+    def _parsed_of(self, conn: Connection, schema: StoredSchema, depth: int = 0) -> ParsedSchema:
+        cached = self._parsed.get(schema.id)
+        if cached is not None:
+            return cached
+        resolved = self._resolve(conn, schema.references, depth + 1)
+        try:
+            parsed = parse_schema(
+                SchemaType(schema.schema_type),
+                schema.schema,
+                references=[SchemaReference(r.name, r.subject, r.version) for r in schema.references],
+                resolved=resolved,
+            )
+        except InvalidSchemaError as exc:  # a stored schema that no longer parses: a bug, not user input
+            raise RegistryError(50001, f"Stored schema {schema.id} cannot be parsed: {exc}") from exc
+        self._parsed[schema.id] = parsed
+        return parsed
+
+    def _resolve(self, conn: Connection, refs: Sequence[Reference], depth: int) -> dict[str, ParsedSchema]:
+        if depth > _MAX_REFERENCE_DEPTH:
+            raise invalid_schema(f"Schema references are nested deeper than {_MAX_REFERENCE_DEPTH} levels")
+        resolved: dict[str, ParsedSchema] = {}
+        for ref in refs:
+            rows = self._versions(conn, ref.subject)
+            match = [r for r in rows if r.version == ref.version] if ref.version != -1 else rows[-1:]
+            if not match:
+                raise invalid_schema(
+                    f"Invalid schema: reference '{ref.name}' to subject '{ref.subject}' version {ref.version} "
+                    "does not exist"
+                )
+            resolved[ref.name] = self._parsed_of(conn, match[0].schema, depth)
+        return resolved
+
+    def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool) -> ParsedSchema:
+        if request.schema_type not in SUPPORTED_TYPES:
+            if request.schema_type == "PROTOBUF":
+                raise invalid_schema("Invalid schema: PROTOBUF schemas are not supported by this registry")
+            raise RegistryError(42201, f"Invalid schema type {request.schema_type}")
+        if not request.schema.strip():
+            raise invalid_schema("Empty schema")
+        resolved = self._resolve(conn, request.references, 1)
+        try:
+            return parse_schema(
+                SchemaType(request.schema_type),
+                request.schema,
+                references=[SchemaReference(r.name, r.subject, r.version) for r in request.references],
+                resolved=resolved,
+                normalize=normalize,
+            )
+        except InvalidSchemaError as exc:
+            raise invalid_schema(f"Invalid schema {request.schema_type}: {exc}") from exc
+
+    # ------------------------------------------------------------------ config and mode
+
+    def _global_config(self, conn: Connection) -> dict[str, Any]:
+        return {"compatibilityLevel": DEFAULT_COMPATIBILITY, **(store.get_config(conn, GLOBAL_KEY) or {})}
+
+    def _subject_config(self, conn: Connection, subject: str) -> dict[str, Any] | None:
+        found = store.get_config(conn, subject)
+        if found is None:
+            return None
+        if "compatibilityLevel" not in found:
+            found = {"compatibilityLevel": self._global_config(conn)["compatibilityLevel"], **found}
+        return found
+
+    def _config(self, conn: Connection, subject: str | None) -> dict[str, Any]:
+        """The effective config: the subject's, else the global one, else the default."""
+        if subject is not None:
+            found = self._subject_config(conn, subject)
+            if found is not None:
+                return found
+        return self._global_config(conn)
+
+    def _mode(self, conn: Connection, subject: str | None) -> Mode:
+        if subject is not None:
+            found = store.get_mode(conn, subject)
+            if found is not None:
+                return Mode(found)
+        return Mode(store.get_mode(conn, GLOBAL_KEY) or Mode.READWRITE.value)
+
+    def get_config(self, subject: str | None, *, default_to_global: bool = False) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            if subject is None:
+                return self._config(conn, None)
+            found = self._subject_config(conn, subject)
+            if found is not None:
+                return found
+            if default_to_global:
+                return self._global_config(conn)
+        raise RegistryError(40408, f"Subject '{subject}' does not have subject-level compatibility configured")
+
+    def set_config(self, subject: str | None, body: Mapping[str, Any]) -> tuple[dict[str, Any], Change]:
+        if subject is not None:
+            validate_subject(subject)
+        level = body.get("compatibility", body.get("compatibilityLevel"))
+        echo: dict[str, Any] = {}
+        stored: dict[str, Any] = {}
+        if level is not None:
+            echo["compatibility"] = stored["compatibilityLevel"] = parse_compatibility_level(level)
+        for key in CONFIG_KEYS:
+            if key in body and body[key] is not None:
+                echo[key] = stored[key] = body[key]
+        if "normalize" in stored and not isinstance(stored["normalize"], bool):
+            raise RegistryError(422, "normalize must be a boolean")
+        key = GLOBAL_KEY if subject is None else subject
+        with transaction(self.engine) as conn:
+            bump_version(conn, store.COMPONENT)
+            previous = store.get_config(conn, key) or {}
+            merged = {**previous, **stored}
+            store.put_config(conn, key, merged)
+        return echo, Change("config.update", subject or GLOBAL_KEY, {"config": echo})
+
+    def delete_config(self, subject: str | None) -> tuple[dict[str, Any], Change]:
+        key = GLOBAL_KEY if subject is None else subject
+        with transaction(self.engine) as conn:
+            bump_version(conn, store.COMPONENT)
+            previous = store.get_config(conn, key)
+            if subject is not None and previous is None:
+                if not store.has_any_version(conn, subject):
+                    raise subject_not_found(subject)
+                raise RegistryError(
+                    40408, f"Subject '{subject}' does not have subject-level compatibility configured"
+                )
+            store.delete_config(conn, key)
+        return previous or {"compatibilityLevel": DEFAULT_COMPATIBILITY}, Change(
+            "config.delete", subject or GLOBAL_KEY, {}
+        )
+
+    def get_mode(self, subject: str | None, *, default_to_global: bool = False) -> Mode:
+        with self.engine.connect() as conn:
+            if subject is None:
+                return self._mode(conn, None)
+            found = store.get_mode(conn, subject)
+            if found is not None:
+                return Mode(found)
+            if default_to_global:
+                return self._mode(conn, None)
+        raise RegistryError(40409, f"Subject '{subject}' does not have subject-level mode configured")
+
+    def set_mode(self, subject: str | None, mode_text: object, *, force: bool = False) -> tuple[Mode, Change]:
+        if subject is not None:
+            validate_subject(subject)
+        mode = Mode.parse(mode_text)
+        if subject is not None and mode is Mode.FORWARD:
+            raise RegistryError(42204, "Invalid mode. FORWARD is only supported on the global level.")
+        with transaction(self.engine) as conn:
+            bump_version(conn, store.COMPONENT)
+            # Redpanda and Confluent: IMPORT only on an empty registry (soft deletes are not enough).
+            if mode is Mode.IMPORT and not force and store.has_any_version(conn, subject):
+                raise operation_not_permitted("Cannot import since found existing subjects")
+            store.put_mode(conn, GLOBAL_KEY if subject is None else subject, mode.value)
+        return mode, Change("mode.update", subject or GLOBAL_KEY, {"mode": mode.value, "force": force})
+
+    def delete_mode(self, subject: str | None) -> tuple[Mode, Change]:
+        key = GLOBAL_KEY if subject is None else subject
+        with transaction(self.engine) as conn:
+            bump_version(conn, store.COMPONENT)
+            previous = store.get_mode(conn, key)
+            if subject is not None and previous is None:
+                if not store.has_any_version(conn, subject):
+                    raise subject_not_found(subject)
+                raise RegistryError(40409, f"Subject '{subject}' does not have subject-level mode configured")
+            store.delete_mode(conn, key)
+        return Mode(previous or Mode.READWRITE.value), Change("mode.delete", subject or GLOBAL_KEY, {})
+
+    # ------------------------------------------------------------------ compatibility
+
+    def _incompatibilities(self, conn: Connection, parsed: ParsedSchema, previous: Sequence[SubjectVersion],
+                           level: str) -> list[str]:
+        if level == "NONE" or not previous:
+            return []
+        compat = CompatibilityLevel(level)
+        relevant = previous if compat.transitive else previous[-1:]
+        return check_compatibility(parsed, [self._parsed_of(conn, p.schema) for p in relevant], compat)
+
+    def test_compatibility(self, subject: str, version: int | None, request: RegisterRequest, *,
+                           normalize: bool, verbose: bool) -> CompatibilityVerdict:
+        """`version` None: against the versions the level selects; -1: the latest; else that version."""
+        with self.engine.connect() as conn:
+            config = self._config(conn, subject)
+            try:
+                parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+            except RegistryError as exc:
+                if verbose and exc.code == 42201:
+                    return CompatibilityVerdict(False, (exc.message,))
+                raise
+            live = [r for r in self._versions(conn, subject) if not r.deleted]
+            level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
+            if version is None:
+                previous = live
+            elif version == -1:
+                previous = live[-1:]
+            else:
+                previous = [r for r in live if r.version == version]
+                if not previous:
+                    raise version_not_found(version)
+                # Confluent compares only the named version, whatever the level's transitivity.
+                level = level.removesuffix("_TRANSITIVE")
+            messages = self._incompatibilities(conn, parsed, previous, level)
+        return CompatibilityVerdict(not messages, tuple(messages) if verbose else ())
+
+    # ------------------------------------------------------------------ lookup and register
+
+    def lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool) -> SubjectVersion:
+        with self.engine.connect() as conn:
+            rows = [r for r in self._versions(conn, subject) if deleted or not r.deleted]
+            if not rows:
+                raise subject_not_found(subject)
+            config = self._config(conn, subject)
+            parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+            refs = _references(parsed)
+            wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
+            prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
+        for row in reversed(rows):
+            if prints[row.schema.id][0] != wanted:
+                continue
+            if request.metadata is not None and request.metadata != row.schema.metadata:
+                continue
+            if request.rule_set is not None and request.rule_set != row.schema.rule_set:
+                continue
+            return row
+        raise schema_not_found()
+
+    def register(self, subject: str, request: RegisterRequest, *, normalize: bool) -> tuple[SubjectVersion, Change]:
+        validate_subject(subject)
+        context = context_of(subject)
+        with transaction(self.engine) as conn:
+            bump_version(conn, store.COMPONENT)  # serialises writers: see the module docstring
+            mode = self._mode(conn, subject)
+            if mode in (Mode.READONLY, Mode.READONLY_OVERRIDE):
+                raise operation_not_permitted(f"Subject {subject} in context {context} is in read-only mode")
+            importing = request.id is not None and request.id >= 0
+            if importing and mode not in (Mode.IMPORT, Mode.FORWARD):
+                raise operation_not_permitted(f"Subject {subject} in context {context} is not in import mode")
+            if not importing and mode is not Mode.READWRITE:
+                raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
+            config = self._config(conn, subject)
+            parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+            refs = _references(parsed)
+            schema_type = parsed.schema_type.value
+            content_fp = content_fingerprint(schema_type, parsed.canonical, refs)
+            fingerprint = full_fingerprint(schema_type, parsed.canonical, refs, request.metadata, request.rule_set)
+            rows = self._versions(conn, subject)
+            live = [r for r in rows if not r.deleted]
+            existing_id = store.schema_id_by_fingerprint(conn, fingerprint)
+            if existing_id is not None:
+                for row in reversed(live):
+                    if row.schema.id == existing_id and (not importing or request.id == existing_id):
+                        return row, Change("schema.register", subject, {"id": row.schema.id,
+                                                                         "version": row.version, "new": False})
+            if not importing:
+                level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
+                messages = self._incompatibilities(conn, parsed, live, level)
+                if messages:
+                    raise RegistryError(
+                        409,
+                        f'Schema being registered is incompatible with an earlier schema for subject "{subject}", '
+                        f"details: [{', '.join(messages)}]",
+                    )
+            if importing:
+                assert request.id is not None
+                schema_id = self._import_id(conn, request.id, existing_id, fingerprint)
+            else:
+                schema_id = existing_id if existing_id is not None else store.max_schema_id(conn) + 1
+                if schema_id > MAX_ID:
+                    raise RegistryError(50001, "The registry has run out of schema ids")
+            stored = StoredSchema(schema_id, schema_type, parsed.canonical, refs, request.metadata, request.rule_set)
+            if existing_id is None or existing_id != schema_id:
+                store.insert_schema(conn, stored, content_fp, fingerprint)
+            version = self._next_version(conn, subject, rows, request.version if importing else None)
+            store.insert_version(conn, subject, version, schema_id)
+        self._by_id.setdefault(schema_id, stored)
+        self._parsed.setdefault(schema_id, parsed)
+        self._forget_usages()
+        return SubjectVersion(subject, version, stored), Change(
+            "schema.register", subject, {"id": schema_id, "version": version, "new": True,
+                                          "schemaType": schema_type}
+        )
+
+    def _import_id(self, conn: Connection, wanted: int, existing_id: int | None, fingerprint: str) -> int:
+        if wanted < 1 or wanted > MAX_ID:
+            raise invalid_schema(f"Invalid schema id {wanted}")
+        taken = store.schema_by_id(conn, wanted)
+        if taken is not None:
+            prints = store.fingerprints_of(conn, [wanted])
+            if prints[wanted][1] != fingerprint:
+                raise operation_not_permitted(f"Overwrite new schema with id {wanted} is not permitted.")
+            return wanted
+        if existing_id is not None:
+            raise RegistryError(42207, "The ID of an imported schema does not match the existing ID")
+        return wanted
+
+    def _next_version(self, conn: Connection, subject: str, rows: Sequence[SubjectVersion],
+                      wanted: int | None) -> int:
+        high = max([store.high_water(conn, subject), *(r.version for r in rows)])
+        if wanted is not None and wanted > 0:
+            if any(r.version == wanted for r in rows):
+                raise operation_not_permitted(f"Overwrite new schema in subject {subject} version {wanted} "
+                                              "is not permitted.")
+            version = wanted
+        else:
+            version = high + 1
+        if version > MAX_ID:
+            raise RegistryError(50001, f"Subject {subject} has run out of version numbers")
+        store.set_high_water(conn, subject, max(high, version))
+        return version
+
+    # ------------------------------------------------------------------ deletes
+
+    def _deletable_versions(self, conn: Connection, subject: str) -> list[SubjectVersion]:
+        """Takes the writers' lock, refuses read-only subjects, returns the stored versions (40401 if none)."""
+        bump_version(conn, store.COMPONENT)
+        if self._mode(conn, subject) in (Mode.READONLY, Mode.READONLY_OVERRIDE):
+            raise operation_not_permitted(f"Subject {subject} in context {context_of(subject)} is in read-only mode")
+        rows = self._versions(conn, subject)
+        if not rows:
+            raise subject_not_found(subject)
+        return rows
+
+    def delete_version(self, subject: str, version: int, *, permanent: bool) -> tuple[int, Change]:
+        with transaction(self.engine) as conn:
+            rows = self._deletable_versions(conn, subject)
+            if version == -1:
+                candidates = rows if permanent else [r for r in rows if not r.deleted]
+                if not candidates:
+                    raise subject_not_found(subject)
+                target = candidates[-1]
+            else:
+                found = [r for r in rows if r.version == version]
+                if not found:
+                    raise version_not_found(version)
+                target = found[0]
+            if not permanent:
+                if target.deleted:
+                    raise RegistryError(
+                        40406,
+                        f"Subject '{subject}' Version {target.version} was soft deleted.Set permanent=true to "
+                        "delete permanently",
+                    )
+                if store.referrers(conn, subject, target.version, include_deleted=False):
+                    raise _reference_exists(subject, target.version)
+                store.mark_deleted(conn, subject, [target.version])
+            else:
+                if not target.deleted:
+                    raise RegistryError(
+                        40407,
+                        f"Subject '{subject}' Version {target.version} was not deleted first before being "
+                        "permanently deleted",
+                    )
+                if store.referrers(conn, subject, target.version, include_deleted=True):
+                    raise _reference_exists(subject, target.version)
+                store.remove_versions(conn, subject, [target.version])
+                if len(rows) == 1:
+                    store.forget_subject(conn, subject)
+        self._forget_usages()
+        return target.version, Change(
+            "version.delete", subject, {"version": target.version, "permanent": permanent, "id": target.schema.id}
+        )
+
+    def delete_subject(self, subject: str, *, permanent: bool) -> tuple[list[int], Change]:
+        with transaction(self.engine) as conn:
+            rows = self._deletable_versions(conn, subject)
+            live = [r.version for r in rows if not r.deleted]
+            if not permanent:
+                if not live:
+                    raise RegistryError(
+                        40404, f"Subject '{subject}' was soft deleted.Set permanent=true to delete permanently"
+                    )
+                for number in live:
+                    if store.referrers(conn, subject, number, include_deleted=False):
+                        raise _reference_exists(subject, number)
+                store.mark_deleted(conn, subject, live)
+                deleted = live
+            else:
+                if live:
+                    raise RegistryError(
+                        40405, f"Subject '{subject}' was not deleted first before being permanently deleted"
+                    )
+                deleted = [r.version for r in rows]
+                for number in deleted:
+                    if store.referrers(conn, subject, number, include_deleted=True):
+                        raise _reference_exists(subject, number)
+                store.remove_versions(conn, subject, deleted)
+                store.forget_subject(conn, subject)
+        self._forget_usages()
+        return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _reference_exists(subject: str, version: int) -> RegistryError:
+    return RegistryError(42206, f"One or more references exist to the schema {{subject={subject},version={version}}}.")
+
+
+def _references(parsed: ParsedSchema) -> tuple[Reference, ...]:
+    return tuple(Reference(r.name, r.subject, r.version) for r in parsed.references)
+
+
+def _pick_version(subject: str, rows: Sequence[SubjectVersion], version: int, *, deleted: bool) -> SubjectVersion:
+    visible = [r for r in rows if deleted or not r.deleted]
+    if not visible:
+        raise subject_not_found(subject)
+    if version == -1:
+        return visible[-1]
+    for r in visible:
+        if r.version == version:
+            return r
+    raise version_not_found(version)

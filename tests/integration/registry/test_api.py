@@ -1,0 +1,364 @@
+"""The Confluent Schema Registry REST surface, over HTTP, against a real database and the real authorizer.
+
+Expected codes, messages and semantics are Confluent's (RestApiTest and the error table in
+shared/reference/schema-registry.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tests.integration.registry.conftest import basic
+
+V1 = "application/vnd.schemaregistry.v1+json"
+
+
+def record(name: str, *fields: tuple[str, object], **extra: object) -> str:
+    doc: dict[str, object] = {"type": "record", "name": name,
+                              "fields": [{"name": n, "type": t} for n, t in fields], **extra}
+    return json.dumps(doc)
+
+
+USER_V1 = record("User", ("name", "string"))
+USER_V2 = json.dumps({"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"}, {"name": "age", "type": "int", "default": 0}]})
+USER_BAD = record("User", ("name", "string"), ("age", "int"))  # new field without default: not BACKWARD
+
+
+def register(client: TestClient, subject: str, schema: str, **body: object) -> dict[str, object]:
+    r = client.post(f"/subjects/{subject}/versions", json={"schema": schema, **body})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def error(response: Any) -> tuple[int, int]:
+    return response.status_code, response.json()["error_code"]
+
+
+def test_register_is_idempotent_and_reuses_ids_across_subjects(client: TestClient) -> None:
+    first = register(client, "users-value", USER_V1)
+    assert (first["id"], first["version"]) == (1, 1)
+    assert register(client, "users-value", USER_V1)["version"] == 1
+    second = register(client, "users-value", USER_V2)
+    assert (second["id"], second["version"]) == (2, 2)
+    # an earlier, still registered schema answers its existing version, not a new one
+    assert register(client, "users-value", USER_V1) == first
+    other = register(client, "other-value", USER_V2)
+    assert (other["id"], other["version"]) == (2, 1)
+    assert client.get("/subjects").json() == ["other-value", "users-value"]
+    assert client.get("/subjects/users-value/versions").json() == [1, 2]
+    assert sorted(map(tuple, (d.values() for d in client.get("/schemas/ids/2/versions").json()))) == [
+        ("other-value", 1), ("users-value", 2)]
+    assert client.get("/schemas/ids/2/subjects").json() == ["other-value", "users-value"]
+
+
+def test_responses_carry_confluent_shapes_and_content_types(client: TestClient) -> None:
+    register(client, "s", USER_V1)
+    r = client.get("/schemas/ids/1")
+    assert r.headers["content-type"] == V1
+    assert r.json() == {"schema": USER_V1.replace(" ", "")}  # AVRO: schemaType omitted, canonical text
+    r = client.get("/subjects/s/versions/latest")
+    assert r.json() == {"subject": "s", "version": 1, "id": 1, "schema": USER_V1.replace(" ", "")}
+    assert client.get("/subjects/s/versions/-1").json()["version"] == 1
+    assert client.get("/subjects/s/versions/1/schema").text == USER_V1.replace(" ", "")
+    assert client.get("/schemas/ids/1/schema").text == USER_V1.replace(" ", "")
+    assert client.get("/schemas/ids/1?fetchMaxId=TRUE").json()["maxId"] == 1
+    assert client.get("/schemas/types").json() == ["AVRO", "JSON"]
+    r = client.get("/subjects", headers={"Accept": "application/json"})
+    assert r.headers["content-type"] == "application/json"
+    r = client.get("/subjects", headers={"Accept": "application/vnd.schemaregistry+json; q=0.9, */*; q=0.1"})
+    assert r.headers["content-type"] == "application/vnd.schemaregistry+json"
+    r = client.get("/subjects", headers={"Accept": "text/html"})
+    assert r.status_code == 406
+    for ctype in (V1, "application/vnd.schemaregistry+json", "application/json", "application/octet-stream"):
+        r = client.post("/subjects/s", content=json.dumps({"schema": USER_V1}), headers={"Content-Type": ctype})
+        assert r.status_code == 200, (ctype, r.text)
+    r = client.post("/subjects/s", content=json.dumps({"schema": USER_V1}), headers={"Content-Type": "text/xml"})
+    assert error(r) == (415, 415)
+
+
+def test_string_schema_is_stored_in_canonical_form(client: TestClient) -> None:
+    register(client, "plain", json.dumps({"type": "string"}))
+    assert client.get("/schemas/ids/1").json() == {"schema": '"string"'}
+
+
+def test_json_schema_reports_its_type(client: TestClient) -> None:
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "string"}}})
+    created = register(client, "j", schema, schemaType="JSON")
+    assert created["schemaType"] == "JSON"
+    assert client.get(f"/schemas/ids/{created['id']}").json()["schemaType"] == "JSON"
+
+
+def test_lookup(client: TestClient) -> None:
+    assert error(client.post("/subjects/nobody", json={"schema": USER_V1})) == (404, 40401)
+    register(client, "s", USER_V1)
+    found = client.post("/subjects/s", json={"schema": USER_V1})
+    assert found.json() == {"subject": "s", "version": 1, "id": 1, "schema": USER_V1.replace(" ", "")}
+    assert error(client.post("/subjects/s", json={"schema": USER_V2})) == (404, 40403)
+    assert error(client.post("/subjects/s", json={"schema": "{not json"})) == (422, 42201)
+    client.delete("/subjects/s/versions/1")
+    assert error(client.post("/subjects/s?deleted=False", json={"schema": USER_V1})) == (404, 40401)
+    assert client.post("/subjects/s?deleted=TRUE", json={"schema": USER_V1}).json()["version"] == 1
+
+
+def test_incompatible_schema_is_409_and_level_can_be_changed(client: TestClient) -> None:
+    register(client, "s", USER_V1)
+    r = client.post("/subjects/s/versions", json={"schema": USER_BAD})
+    assert error(r) == (409, 409)
+    assert r.json()["message"].startswith(
+        'Schema being registered is incompatible with an earlier schema for subject "s", details: [')
+    verdict = client.post("/compatibility/subjects/s/versions/latest", json={"schema": USER_BAD})
+    assert verdict.json() == {"is_compatible": False}
+    verbose = client.post("/compatibility/subjects/s/versions/1?verbose=True", json={"schema": USER_BAD}).json()
+    assert verbose["is_compatible"] is False and any("age" in m for m in verbose["messages"])
+    assert client.post("/compatibility/subjects/s/versions?verbose=false", json={"schema": USER_V2}).json() == {
+        "is_compatible": True}
+    assert client.put("/config/s", json={"compatibility": "none"}).json() == {"compatibility": "NONE"}
+    assert client.get("/config/s").json() == {"compatibilityLevel": "NONE"}
+    assert register(client, "s", USER_BAD)["version"] == 2
+
+
+def test_compatibility_endpoints_edge_cases(client: TestClient) -> None:
+    # latest of an unknown subject: compatible (RestApiTest.testCompatibilityNonExistentSubject)
+    assert client.post("/compatibility/subjects/none/versions/latest", json={"schema": USER_V1}).json() == {
+        "is_compatible": True}
+    assert error(client.post("/compatibility/subjects/none/versions/3", json={"schema": USER_V1})) == (404, 40402)
+    assert error(client.post("/compatibility/subjects/none/versions/zero", json={"schema": USER_V1})) == (
+        422, 42202)
+    register(client, "s", USER_V1)
+    invalid = client.post("/compatibility/subjects/s/versions/latest?verbose=true", json={"schema": "{"})
+    assert invalid.json()["is_compatible"] is False and invalid.json()["messages"]
+    assert error(client.post("/compatibility/subjects/s/versions/latest", json={"schema": "{"})) == (422, 42201)
+
+
+def test_transitive_levels_compare_all_live_versions(client: TestClient) -> None:
+    client.put("/config/t", json={"compatibility": "NONE"})
+    register(client, "t", record("R", ("a", "string")))
+    register(client, "t", record("R", ("b", "string")))
+    third = record("R", ("b", "string"), ("c", "string"))
+    client.put("/config/t", json={"compatibility": "FORWARD_TRANSITIVE"})
+    # readers of version 1 need field a, which the new schema lacks
+    assert error(client.post("/subjects/t/versions", json={"schema": third})) == (409, 409)
+    client.put("/config/t", json={"compatibility": "FORWARD"})
+    assert register(client, "t", third)["version"] == 3
+
+
+def test_schema_type_change_is_incompatible_except_under_none(client: TestClient) -> None:
+    register(client, "x", USER_V1)
+    json_schema = json.dumps({"type": "object"})
+    assert error(client.post("/subjects/x/versions", json={"schema": json_schema, "schemaType": "JSON"})) == (
+        409, 409)
+    client.put("/config/x", json={"compatibility": "NONE"})
+    assert register(client, "x", json_schema, schemaType="JSON")["version"] == 2
+
+
+def test_soft_and_hard_delete_of_versions(client: TestClient) -> None:
+    register(client, "d", USER_V1)
+    register(client, "d", USER_V2)
+    assert error(client.delete("/subjects/d/versions/1?permanent=true")) == (404, 40407)
+    assert client.delete("/subjects/d/versions/1").json() == 1
+    assert error(client.delete("/subjects/d/versions/1")) == (404, 40406)
+    assert client.get("/subjects/d/versions").json() == [2]
+    assert client.get("/subjects/d/versions?deleted=true").json() == [1, 2]
+    assert client.get("/subjects/d/versions?deletedOnly=true").json() == [1]
+    assert error(client.get("/subjects/d/versions/1")) == (404, 40402)
+    assert client.get("/subjects/d/versions/1?deleted=true").json()["deleted"] is True
+    assert client.get("/schemas/ids/1").status_code == 200  # the id stays resolvable
+    assert client.delete("/subjects/d/versions/1?permanent=true").json() == 1
+    assert error(client.get("/subjects/d/versions/1?deleted=true")) == (404, 40402)
+    assert error(client.delete("/subjects/d/versions/7")) == (404, 40402)
+    assert error(client.delete("/subjects/nope/versions/1")) == (404, 40401)
+    assert error(client.delete("/subjects/d/versions/0")) == (422, 42202)
+    # version numbers are never reused (RestApiTest.testDeleteSchemaVersionBasic)
+    client.delete("/subjects/d/versions/latest")
+    assert register(client, "d", USER_V1)["version"] == 3
+
+
+def test_subject_delete_rules(client: TestClient) -> None:
+    register(client, "sd", USER_V1)
+    register(client, "sd", USER_V2)
+    assert error(client.delete("/subjects/sd?permanent=true")) == (404, 40405)
+    assert client.delete("/subjects/sd?permanent=False").json() == [1, 2]
+    assert error(client.delete("/subjects/sd")) == (404, 40404)
+    assert client.delete("/subjects/sd").json()["message"] == (
+        "Subject 'sd' was soft deleted.Set permanent=true to delete permanently")
+    assert client.get("/subjects").json() == []
+    assert client.get("/subjects?deleted=true").json() == ["sd"]
+    assert error(client.get("/subjects/sd/versions")) == (404, 40401)
+    assert error(client.get("/subjects/sd/versions/latest")) == (404, 40401)
+    assert client.delete("/subjects/sd?permanent=true").json() == [1, 2]
+    assert error(client.delete("/subjects/sd")) == (404, 40401)
+    assert client.get("/subjects?deleted=true").json() == []
+    # the subject is gone for good: numbering starts again, the schema keeps its global id
+    assert register(client, "sd", USER_V1) == {"id": 1, "version": 1, "schema": USER_V1.replace(" ", "")}
+
+
+def test_references_must_exist_and_block_deletes(client: TestClient) -> None:
+    address = record("Address", ("street", "string"), namespace="com.acme")
+    register(client, "address", address)
+    person = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                         "fields": [{"name": "home", "type": "com.acme.Address"}]})
+    missing = [{"name": "com.acme.Address", "subject": "address", "version": 9}]
+    assert error(client.post("/subjects/person/versions", json={"schema": person, "references": missing})) == (
+        422, 42201)
+    refs = [{"name": "com.acme.Address", "subject": "address", "version": 1}]
+    created = register(client, "person", person, references=refs)
+    assert created["references"] == refs
+    assert client.get(f"/schemas/ids/{created['id']}").json()["references"] == refs
+    assert client.get("/subjects/address/versions/1/referencedby").json() == [created["id"]]
+    assert error(client.delete("/subjects/address/versions/1")) == (422, 42206)
+    assert error(client.delete("/subjects/address")) == (422, 42206)
+    assert client.post("/subjects/person", json={"schema": person, "references": refs}).json()["version"] == 1
+    client.delete("/subjects/person")
+    assert client.delete("/subjects/address").json() == [1]  # only soft-deleted referrers remain
+    assert error(client.delete("/subjects/address?permanent=true")) == (422, 42206)
+    client.delete("/subjects/person?permanent=true")
+    assert client.delete("/subjects/address?permanent=true").json() == [1]
+
+
+def test_normalize_makes_equivalent_spellings_one_schema(client: TestClient) -> None:
+    spaced = '{"fields": [{"type": "string", "name": "a"}], "name": "N", "type": "record"}'
+    tight = '{"type":"record","name":"N","fields":[{"name":"a","type":"string"}]}'
+    first = register(client, "n", spaced, )
+    assert client.post("/subjects/n/versions?normalize=true", json={"schema": tight}).json()["id"] in (
+        first["id"], first["id"] + 1)
+    normal = client.post("/subjects/m/versions?normalize=TRUE", json={"schema": spaced}).json()
+    again = client.post("/subjects/m/versions?normalize=true", json={"schema": tight}).json()
+    assert normal == again
+    assert client.post("/subjects/m?normalize=true", json={"schema": spaced}).json()["version"] == 1
+
+
+def test_metadata_and_rule_set_are_stored_and_returned(client: TestClient) -> None:
+    metadata = {"properties": {"owner": "team-a"}, "tags": {"name": ["PII"]}}
+    rule_set = {"domainRules": [{"name": "r", "kind": "CONDITION", "mode": "WRITE", "type": "CEL",
+                                 "expr": "message.name != ''"}]}
+    created = register(client, "md", USER_V1, metadata=metadata, ruleSet=rule_set)
+    got = client.get(f"/schemas/ids/{created['id']}").json()
+    assert (got["metadata"], got["ruleSet"]) == (metadata, rule_set)
+    assert client.get("/subjects/md/versions/1").json()["metadata"] == metadata
+    # different metadata on the same text is a different schema (and a new id)
+    other = register(client, "md", USER_V1, metadata={"properties": {"owner": "team-b"}})
+    assert other["id"] != created["id"] and other["version"] == 2
+
+
+def test_config_endpoints(client: TestClient) -> None:
+    assert client.get("/config").json() == {"compatibilityLevel": "BACKWARD"}
+    assert client.put("/config", json={"compatibility": "full"}).json() == {"compatibility": "FULL"}
+    assert client.get("/config").json() == {"compatibilityLevel": "FULL"}
+    assert error(client.put("/config", json={"compatibility": "SIDEWAYS"})) == (422, 42203)
+    r = client.get("/config/s")
+    assert error(r) == (404, 40408)
+    assert r.json()["message"] == "Subject 's' does not have subject-level compatibility configured"
+    assert client.get("/config/s?defaultToGlobal=TRUE").json() == {"compatibilityLevel": "FULL"}
+    client.put("/config/s", json={"compatibility": "NONE", "normalize": True})
+    assert client.get("/config/s").json() == {"compatibilityLevel": "NONE", "normalize": True}
+    assert client.delete("/config/s").json() == {"compatibilityLevel": "NONE", "normalize": True}
+    assert error(client.delete("/config/s")) == (404, 40401)
+    assert client.delete("/config").json() == {"compatibilityLevel": "FULL"}
+    assert client.get("/config").json() == {"compatibilityLevel": "BACKWARD"}
+    assert error(client.put("/config/__GLOBAL", json={"compatibility": "NONE"})) == (422, 42208)
+
+
+def test_mode_endpoints_and_import(client: TestClient) -> None:
+    assert client.get("/mode").json() == {"mode": "READWRITE"}
+    assert error(client.get("/mode/s")) == (404, 40409)
+    assert client.get("/mode/s?defaultToGlobal=true").json() == {"mode": "READWRITE"}
+    assert error(client.put("/mode", json={"mode": "SIDEWAYS"})) == (422, 42204)
+    assert client.put("/mode", json={"mode": "import"}).json() == {"mode": "IMPORT"}
+    # in IMPORT mode every registration names its id; without one it is refused
+    assert error(client.post("/subjects/s/versions", json={"schema": USER_V1})) == (422, 42205)
+    imported = register(client, "s", USER_V1, id=42, version=3)
+    assert (imported["id"], imported["version"]) == (42, 3)
+    r = client.post("/subjects/t/versions", json={"schema": USER_V2, "id": 42, "version": 1})
+    assert error(r) == (422, 42205)
+    assert r.json()["message"] == "Overwrite new schema with id 42 is not permitted."
+    assert client.put("/mode", json={"mode": "READWRITE"}).json() == {"mode": "READWRITE"}
+    assert error(client.put("/mode", json={"mode": "IMPORT"})) == (422, 42205)  # not empty any more
+    assert client.put("/mode?force=true", json={"mode": "IMPORT"}).status_code == 200
+    client.put("/mode", json={"mode": "READWRITE"})
+    assert register(client, "s", USER_V2)["id"] == 43  # ids continue after the imported one
+    assert client.put("/mode/s", json={"mode": "READONLY"}).json() == {"mode": "READONLY"}
+    r = client.post("/subjects/s/versions", json={"schema": USER_V2})
+    assert error(r) == (422, 42205) and "read-only" in r.json()["message"]
+    assert error(client.delete("/subjects/s/versions/1")) == (422, 42205)
+    assert client.delete("/mode/s").json() == {"mode": "READONLY"}
+    assert error(client.get("/mode/s")) == (404, 40409)
+
+
+def test_contexts_metadata_and_associations(client: TestClient) -> None:
+    register(client, ":.staging:orders-value", USER_V1)
+    register(client, "orders-value", USER_V1)
+    assert client.get("/contexts").json() == [".", ".staging"]
+    assert client.get("/v1/metadata/id").json()["id"] == "kgov-cluster"
+    assert "version" in client.get("/v1/metadata/version").json()
+    assert client.get("/").json() == {}
+    r = client.get("/associations/resources/-/orders?resourceType=topic&associationType=value")
+    assert r.status_code == 404
+
+
+def test_schema_listing(client: TestClient) -> None:
+    register(client, "a-value", USER_V1)
+    register(client, "a-value", USER_V2)
+    register(client, "b-value", USER_V1)
+    listed = client.get("/schemas").json()
+    assert [(s["subject"], s["version"], s["id"]) for s in listed] == [("a-value", 1, 1), ("a-value", 2, 2),
+                                                                        ("b-value", 1, 1)]
+    latest = client.get("/schemas?latestOnly=true&subjectPrefix=a-").json()
+    assert [(s["subject"], s["version"]) for s in latest] == [("a-value", 2)]
+    assert client.get("/subjects?offset=1&limit=1").json() == ["b-value"]
+
+
+@pytest.mark.parametrize("body,status,code", [
+    (b"{not json", 400, 400),
+    (b"[1, 2]", 422, 422),
+    (b'{"schema": 5}', 422, 422),
+    (b'{"schema": ""}', 422, 42201),
+    (b'{"schema": "{\\"type\\": \\"nope\\"}"}', 422, 42201),
+    (b'{"schema": "{}", "references": {}}', 422, 422),
+    (b'{"schema": "{}", "schemaType": "PROTOBUF"}', 422, 42201),
+    (b"\xff\xfe", 400, 400),
+])
+def test_bad_input_never_500(client: TestClient, body: bytes, status: int, code: int) -> None:
+    r = client.post("/subjects/bad/versions", content=body, headers={"Content-Type": V1})
+    assert error(r) == (status, code), r.text
+
+
+def test_invalid_schema_message_comes_from_the_parser(client: TestClient) -> None:
+    r = client.post("/subjects/bad/versions", json={"schema": '{"type": "record", "name": "X"}'})
+    assert error(r) == (422, 42201)
+    assert "fields" in r.json()["message"]
+
+
+def test_oversized_body_is_413(registry_app_factory: Callable[..., FastAPI]) -> None:
+    app = registry_app_factory(max_body_bytes=1000)
+    with TestClient(app, headers=basic("admin")) as client:
+        big = record("Big", *[(f"f{i}", "string") for i in range(100)])
+        r = client.post("/subjects/big/versions", json={"schema": big})
+        assert error(r) == (413, 42209)
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds for a streamed body too
+            yield b'{"schema": "'
+            for _ in range(100):
+                yield b"x" * 50
+            yield b'"}'
+
+        r = client.post("/subjects/big/versions", content=chunks(), headers={"Content-Type": V1})
+        assert error(r) == (413, 42209)
+
+
+def test_invalid_subjects_and_versions(client: TestClient) -> None:
+    assert error(client.post("/subjects/__EMPTY/versions", json={"schema": USER_V1})) == (422, 42208)
+    assert error(client.post("/subjects/a%01b/versions", json={"schema": USER_V1})) == (422, 42208)
+    register(client, "v", USER_V1)
+    r = client.get("/subjects/v/versions/abc")
+    assert error(r) == (422, 42202)
+    assert r.json()["message"] == ("The specified version 'abc' is not a valid version id. Allowed values are "
+                                   'between [1, 2^31-1] and the string "latest"')
+    assert error(client.get("/schemas/ids/999")) == (404, 40403)
+    assert error(client.get("/schemas/ids/x")) == (404, 40403)
