@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, SecretStr
+
+DAY_MS = 24 * 3600 * 1000
 
 
 class AdminConfig(BaseModel):
@@ -13,14 +17,40 @@ class AdminConfig(BaseModel):
 
 
 class SaslConfig(BaseModel):
+    # Kafka's connection.failed.authentication.delay.ms: every failure answer waits this long.
     failed_authentication_delay_ms: int = Field(default=100, ge=0)
     scram_iterations: int = Field(default=8192, ge=4096, le=16384)
+    # Per client address: after this many failures within the window, further attempts fail at once.
+    max_failed_attempts_per_source: int = Field(default=20, ge=1)
+    failed_attempts_window_s: float = Field(default=60.0, gt=0)
+    # Kafka's connections.max.reauth.ms (KIP-368); 0 = no maximum session lifetime.
+    connections_max_reauth_ms: int = Field(default=0, ge=0)
+    enabled_mechanisms: list[str] = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER"]
+    # Successful PLAIN / HTTP Basic verifications kept in memory (no PBKDF2 for a repeated login).
+    plain_cache_size: int = Field(default=10_000, ge=0)
+    # How often a node checks the database for credential changes made elsewhere.
+    refresh_interval_s: float = Field(default=0.5, gt=0, le=5.0)
+    # Kafka's delegation.token.secret.key: unset disables delegation tokens (DELEGATION_TOKEN_AUTH_DISABLED).
+    delegation_token_secret_key: SecretStr | None = Field(default=None, repr=False)
+    delegation_token_max_lifetime_ms: int = Field(default=7 * DAY_MS, gt=0)
+    delegation_token_expiry_time_ms: int = Field(default=DAY_MS, gt=0)
 
 
 class OAuthConfig(BaseModel):
+    # Validation of bearer tokens (OAUTHBEARER and HTTP). No jwks_url: kgov's own issuer keys.
     jwks_url: str | None = None
     issuer: str | None = None
     audience: str | None = None
     principal_claim: str = "sub"
     scope_claim: str = "scope"
+    required_scopes: list[str] = []
     clock_skew_s: int = Field(default=30, ge=0, le=300)
+    jwks_refresh_s: int = Field(default=3600, ge=1)
+    # An unknown `kid` triggers at most one JWKS refresh per this interval (Kafka: 60 s).
+    jwks_unknown_kid_refresh_s: int = Field(default=60, ge=1)
+    # kgov's own token issuer (`POST /oauth/token`).
+    token_issuer: str = "kgov"  # noqa: S105 - an issuer name
+    token_audience: str = "kgov"  # noqa: S105 - an audience name
+    token_lifetime_s: int = Field(default=900, ge=60, le=86_400)
+    signing_algorithm: Literal["RS256", "ES256"] = "RS256"
+    key_rotation_s: int = Field(default=86_400, ge=60)

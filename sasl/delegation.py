@@ -1,0 +1,163 @@
+"""Delegation tokens (KIP-48, KIP-373): pure rules for create, renew, expire and describe.
+
+Mirrors Kafka's KRaft `DelegationTokenControlManager` and `DelegationTokenManager.filterToken`:
+the token id is a random UUID, the HMAC is HmacSHA512(key = UTF-8(secret), data = UTF-8(id)),
+and a token is addressed by its (base64) HMAC. Error codes are Kafka's.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+import hmac
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from authz.model import Principal
+
+
+class TokenErrorCode(enum.IntEnum):
+    DELEGATION_TOKEN_AUTH_DISABLED = 61
+    DELEGATION_TOKEN_NOT_FOUND = 62
+    DELEGATION_TOKEN_OWNER_MISMATCH = 63
+    DELEGATION_TOKEN_REQUEST_NOT_ALLOWED = 64
+    DELEGATION_TOKEN_AUTHORIZATION_FAILED = 65
+    DELEGATION_TOKEN_EXPIRED = 66
+    INVALID_PRINCIPAL_TYPE = 67
+
+
+_MESSAGES = {
+    TokenErrorCode.DELEGATION_TOKEN_AUTH_DISABLED: "Delegation Token feature is not enabled.",
+    TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND: "Delegation Token is not found on server.",
+    TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH: "Specified Principal is not valid Owner/Renewer.",
+    TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: (
+        "Delegation Token requests are not allowed on PLAINTEXT/1-way SSL channels and on delegation "
+        "token authenticated channels."
+    ),
+    TokenErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED: "Delegation Token authorization failed.",
+    TokenErrorCode.DELEGATION_TOKEN_EXPIRED: "Delegation Token is expired.",
+    TokenErrorCode.INVALID_PRINCIPAL_TYPE: "Request contained an invalid principal type.",
+}
+
+
+class DelegationTokenError(Exception):
+    """A refused token operation; `code` is Kafka's error code, the message Kafka's text."""
+
+    def __init__(self, code: TokenErrorCode, detail: str = "") -> None:
+        super().__init__(_MESSAGES[code] + (f" {detail}" if detail else ""))
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    token_id: str
+    owner: Principal
+    requester: Principal
+    renewers: tuple[Principal, ...]
+    issue_ms: int
+    expiry_ms: int
+    max_ms: int
+
+    def is_expired(self, now_ms: int) -> bool:
+        return now_ms >= self.expiry_ms or now_ms >= self.max_ms
+
+    def owner_or_renewer(self, principal: Principal) -> bool:
+        """Kafka's TokenInformation.ownerOrRenewer (owner, requester or a renewer)."""
+        return principal in (self.owner, self.requester) or principal in self.renewers
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPolicy:
+    max_lifetime_ms: int
+    expiry_time_ms: int
+
+
+def token_hmac(secret: bytes, token_id: str) -> bytes:
+    return hmac.digest(secret, token_id.encode("utf-8"), "sha512")
+
+
+def hmac_lookup_key(hmac_value: bytes) -> str:
+    """What the store indexes a token by: SHA-256 of the HMAC, useless as a credential."""
+    return hashlib.sha256(hmac_value).hexdigest()
+
+
+def decode_hmac(text: str) -> bytes:
+    """The base64 HMAC as clients send it; anything malformed is simply not found."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND) from None
+
+
+def new_token(
+    *,
+    now_ms: int,
+    owner: Principal,
+    requester: Principal,
+    renewers: Iterable[Principal],
+    max_lifetime_ms: int,
+    policy: TokenPolicy,
+    token_authenticated: bool,
+    token_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+) -> TokenInfo:
+    if token_authenticated:
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+    renewer_list = tuple(dict.fromkeys(renewers))
+    if any(r.type != "User" for r in renewer_list) or owner.type != "User":
+        raise DelegationTokenError(TokenErrorCode.INVALID_PRINCIPAL_TYPE)
+    lifetime = min(policy.max_lifetime_ms, max_lifetime_ms) if max_lifetime_ms > 0 else policy.max_lifetime_ms
+    max_ms = now_ms + lifetime
+    return TokenInfo(
+        token_id=token_id(),
+        owner=owner,
+        requester=requester,
+        renewers=renewer_list,
+        issue_ms=now_ms,
+        expiry_ms=min(max_ms, now_ms + policy.expiry_time_ms),
+        max_ms=max_ms,
+    )
+
+
+def _allowed_to_renew(info: TokenInfo, caller: Principal) -> bool:
+    # Kafka's allowedToRenew: owner or listed renewer (not the requester).
+    return caller == info.owner or caller in info.renewers
+
+
+def renewed(
+    info: TokenInfo, *, caller: Principal, now_ms: int, renew_period_ms: int, policy: TokenPolicy
+) -> TokenInfo:
+    if not _allowed_to_renew(info, caller):
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
+    if info.is_expired(now_ms):
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_EXPIRED)
+    period = min(policy.expiry_time_ms, renew_period_ms) if renew_period_ms > 0 else policy.expiry_time_ms
+    return replace(info, expiry_ms=min(info.max_ms, now_ms + period))
+
+
+def expired(info: TokenInfo, *, caller: Principal, now_ms: int, expiry_period_ms: int) -> TokenInfo | None:
+    """The token after an expire request; None means remove it now (a negative period, as Kafka)."""
+    if not _allowed_to_renew(info, caller):
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
+    if expiry_period_ms < 0:
+        return None
+    if info.is_expired(now_ms):
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_EXPIRED)
+    return replace(info, expiry_ms=min(info.max_ms, now_ms + expiry_period_ms))
+
+
+def visible(
+    info: TokenInfo,
+    *,
+    caller: Principal,
+    owners: list[Principal] | None,
+    may_describe: Callable[[TokenInfo], bool],
+) -> bool:
+    """Kafka's filterToken: owners filter (absent = all), then caller's right to see the token.
+
+    `may_describe` answers DESCRIBE on DELEGATION_TOKEN:<id> or DESCRIBE_TOKENS on USER:<owner>.
+    """
+    if owners is not None and not any(info.owner_or_renewer(o) for o in owners):
+        return False
+    return info.owner_or_renewer(caller) or may_describe(info)

@@ -1,0 +1,137 @@
+"""kgov's token issuer for workers: signing keys (RS256 / ES256, rotating, `kid`) and JWT minting.
+
+Rotation (pure, `plan_rotation`): one active key signs; when it is older than the rotation period a
+new key becomes active and the old one is retired but stays in the JWKS until every token it signed
+has expired (token lifetime + clock skew), then it is removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jose import jwt
+
+from sasl.store import StoredSigningKey
+
+SUPPORTED_SIGNING_ALGORITHMS = ("RS256", "ES256")
+
+
+def _b64url_uint(n: int, length: int | None = None) -> str:
+    data = n.to_bytes(length or (n.bit_length() + 7) // 8, "big")
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _thumbprint(jwk: dict[str, Any]) -> str:
+    """RFC 7638 JWK thumbprint, used as the `kid`."""
+    required = ("e", "kty", "n") if jwk["kty"] == "RSA" else ("crv", "kty", "x", "y")
+    canonical = json.dumps({k: jwk[k] for k in required}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
+
+
+def generate_signing_key(alg: str, now_ms: int) -> StoredSigningKey:
+    if alg == "RS256":
+        rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        numbers = rsa_key.public_key().public_numbers()
+        jwk: dict[str, Any] = {"kty": "RSA", "n": _b64url_uint(numbers.n), "e": _b64url_uint(numbers.e)}
+        private: Any = rsa_key
+    elif alg == "ES256":
+        ec_key = ec.generate_private_key(ec.SECP256R1())
+        pub = ec_key.public_key().public_numbers()
+        jwk = {"kty": "EC", "crv": "P-256", "x": _b64url_uint(pub.x, 32), "y": _b64url_uint(pub.y, 32)}
+        private = ec_key
+    else:
+        raise ValueError(f"unsupported signing algorithm {alg!r}; expected RS256 or ES256")
+    kid = _thumbprint(jwk)
+    jwk.update({"kid": kid, "alg": alg, "use": "sig"})
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return StoredSigningKey(
+        kid=kid, alg=alg, private_pem=pem, public_jwk=jwk, created_ms=now_ms, retired_ms=None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RotationPlan:
+    add: list[StoredSigningKey]
+    retire: dict[str, int]
+    remove: list[str]
+    expected_active: str | None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.add or self.retire or self.remove)
+
+
+def active_key(keys: Sequence[StoredSigningKey]) -> StoredSigningKey | None:
+    live = [k for k in keys if k.retired_ms is None]
+    return max(live, key=lambda k: (k.created_ms, k.kid)) if live else None
+
+
+def plan_rotation(
+    keys: Sequence[StoredSigningKey],
+    *,
+    now_ms: int,
+    alg: str,
+    rotation_ms: int,
+    keep_retired_ms: int,
+    force: bool = False,
+) -> RotationPlan:
+    active = active_key(keys)
+    add: list[StoredSigningKey] = []
+    retire: dict[str, int] = {}
+    needs_new = active is None or force or active.alg != alg or now_ms - active.created_ms >= rotation_ms
+    if needs_new:
+        add.append(generate_signing_key(alg, now_ms))
+    for k in keys:
+        if k.retired_ms is None and needs_new:
+            retire[k.kid] = now_ms
+    remove = [k.kid for k in keys if k.retired_ms is not None and now_ms - k.retired_ms > keep_retired_ms]
+    return RotationPlan(add, retire, remove, active.kid if active else None)
+
+
+def jwks(keys: Iterable[StoredSigningKey]) -> dict[str, Any]:
+    """The public JWK Set (never private material)."""
+    return {"keys": [dict(k.public_jwk) for k in keys]}
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    access_token: str = field(repr=False)
+    expires_in: int
+    scope: str
+
+
+def mint_access_token(
+    key: StoredSigningKey,
+    *,
+    issuer: str,
+    audience: str,
+    subject: str,
+    scopes: Iterable[str],
+    now_s: int,
+    lifetime_s: int,
+    scope_claim: str = "scope",
+) -> IssuedToken:
+    scope = " ".join(sorted(set(scopes)))
+    claims = {
+        "iss": issuer,
+        "sub": subject,
+        "aud": audience,
+        "iat": now_s,
+        "nbf": now_s,
+        "exp": now_s + lifetime_s,
+        "jti": secrets.token_urlsafe(16),
+        "client_id": subject,
+        scope_claim: scope,
+    }
+    token = jwt.encode(claims, key.private_pem, algorithm=key.alg, headers={"kid": key.kid, "typ": "JWT"})
+    return IssuedToken(token, lifetime_s, scope)

@@ -1,0 +1,271 @@
+"""Bearer JWT validation against a JWKS (KIP-768 semantics), with python-jose key objects.
+
+What is refused, each with its own reason for the audit trail (the client only sees `invalid_token`):
+- any algorithm outside the asymmetric allow-list: `none` in every casing, HS256/384/512 (so an
+  HMAC token "signed" with our public key can never verify), unknown names;
+- header parameters that point at keys (`jku`, `x5u`, `jwk`, `x5c`) or demand extensions (`crit`):
+  keys come only from the configured JWKS, never from the token;
+- a `kid` that is not a short string, or that the JWKS does not hold after at most one
+  rate-limited refresh; a JWK whose `kty`/`alg`/`use` does not fit the token's `alg`;
+- a bad signature; missing or expired `exp`, future `nbf`/`iat` (all with the configured skew);
+  wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes.
+
+The JWKS cache refreshes hourly; an unknown `kid` triggers at most one refresh per
+`unknown_kid_refresh_s` per kid (Kafka's RefreshingHttpsJwks: 60 s, at most 16 kids remembered,
+kids over 1000 characters ignored).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+from jose import jwk as jose_jwk
+from jose.backends.base import Key
+from jose.exceptions import JOSEError
+from jose.utils import base64url_decode
+
+from sasl.oauthbearer import TokenValidationError, ValidatedToken
+
+ALLOWED_ALGORITHMS: Final = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
+)
+_KTY_FOR_ALG: Final = {"RS": "RSA", "PS": "RSA", "ES": "EC"}
+_CRV_FOR_ALG: Final = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}
+_FORBIDDEN_HEADERS: Final = ("jku", "x5u", "jwk", "x5c", "crit")
+MAX_KID_LENGTH: Final = 1000
+MAX_REMEMBERED_MISSING_KIDS: Final = 16
+MAX_TOKEN_LENGTH: Final = 16 * 1024
+
+
+JwksFetcher = Callable[[], Mapping[str, Any]]
+
+
+def http_jwks_fetcher(url: str, *, timeout_s: float = 10.0) -> JwksFetcher:
+    """Fetches an external identity provider's JWKS. Only http(s) URLs; the URL is configuration,
+    never taken from a token."""
+    if not url.startswith(("https://", "http://")):
+        raise ValueError(f"jwks_url must be an http(s) URL, got {url!r}")
+
+    def fetch() -> Mapping[str, Any]:
+        response = httpx.get(url, timeout=timeout_s, follow_redirects=False)
+        response.raise_for_status()
+        body = response.json()
+        if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
+            raise ValueError("JWKS response has no 'keys' list")
+        return body
+
+    return fetch
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedKey:
+    jwk: Mapping[str, Any]
+    keys: Mapping[str, Key]  # constructed per algorithm, lazily filled
+
+
+class JwksCache:
+    """An immutable kid -> JWK snapshot, swapped atomically on refresh."""
+
+    def __init__(
+        self,
+        fetch: JwksFetcher,
+        *,
+        refresh_s: float = 3600,
+        unknown_kid_refresh_s: float = 60,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._refresh_s = refresh_s
+        self._unknown_kid_refresh_s = unknown_kid_refresh_s
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._keys: dict[str, dict[str, Any]] = {}
+        self._constructed: dict[tuple[str, str], Key] = {}
+        self._loaded_at: float | None = None
+        self._missing: OrderedDict[str, float] = OrderedDict()
+        self.refresh_count = 0
+
+    def refresh(self) -> None:
+        try:
+            body = self._fetch()
+        except Exception:
+            # Keep serving the previous keys; the next lookup retries after the refresh interval.
+            self._loaded_at = self._monotonic()
+            raise
+        keys: dict[str, dict[str, Any]] = {}
+        for item in body.get("keys", []):
+            if isinstance(item, dict) and isinstance(item.get("kid", ""), str):
+                keys.setdefault(str(item.get("kid", "")), dict(item))
+        with self._lock:
+            self._keys = keys
+            self._constructed = {}
+            self._loaded_at = self._monotonic()
+            self.refresh_count += 1
+
+    def _ensure_fresh(self) -> None:
+        if self._loaded_at is None or self._monotonic() - self._loaded_at >= self._refresh_s:
+            with contextlib.suppress(Exception):  # a failed refresh leaves the cached keys in place
+                self.refresh()
+
+    def _expedite(self, kid: str) -> bool:
+        """At most one refresh per kid per interval, remembering a bounded number of kids."""
+        now = self._monotonic()
+        with self._lock:
+            last = self._missing.get(kid)
+            if last is not None and now - last < self._unknown_kid_refresh_s:
+                return False
+            self._missing[kid] = now
+            self._missing.move_to_end(kid)
+            while len(self._missing) > MAX_REMEMBERED_MISSING_KIDS:
+                self._missing.popitem(last=False)
+        try:
+            self.refresh()
+        except Exception:
+            return False
+        return True
+
+    def jwk_for(self, kid: str) -> dict[str, Any] | None:
+        self._ensure_fresh()
+        found = self._keys.get(kid)
+        if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
+            found = self._keys.get(kid)
+        return found
+
+    def key_for(self, kid: str, alg: str, jwk: Mapping[str, Any]) -> Key:
+        cached = self._constructed.get((kid, alg))
+        if cached is None:
+            cached = jose_jwk.construct(dict(jwk), alg)
+            self._constructed[(kid, alg)] = cached
+        return cached
+
+
+def _b64json(segment: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(base64url_decode(segment.encode("ascii")))
+    except (ValueError, UnicodeError, TypeError):
+        raise TokenValidationError(f"malformed JWT {what}") from None
+    if not isinstance(value, dict):
+        raise TokenValidationError(f"malformed JWT {what}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationPolicy:
+    issuer: str | None
+    audience: str | None
+    principal_claim: str = "sub"
+    scope_claim: str = "scope"
+    required_scopes: frozenset[str] = frozenset()
+    clock_skew_s: int = 30
+
+
+class JwtValidator:
+    """Validates compact JWS access tokens; `validate(token) -> ValidatedToken` or TokenValidationError."""
+
+    def __init__(
+        self, keys: JwksCache, policy: ValidationPolicy, *, now_s: Callable[[], float] = time.time
+    ) -> None:
+        self._keys = keys
+        self._policy = policy
+        self._now_s = now_s
+
+    def __call__(self, token: str) -> ValidatedToken:
+        return self.validate(token)
+
+    def validate(self, token: str) -> ValidatedToken:
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise TokenValidationError("JWT too long")
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise TokenValidationError("not a compact JWS (three segments expected)")
+        header = _b64json(parts[0], "header")
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in ALLOWED_ALGORITHMS:
+            raise TokenValidationError(f"JWS algorithm {alg!r} is not allowed")
+        for name in _FORBIDDEN_HEADERS:
+            if name in header:
+                raise TokenValidationError(f"JWS header parameter {name!r} is not accepted")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid or len(kid) > MAX_KID_LENGTH:
+            raise TokenValidationError("JWS header has no usable 'kid'")
+        jwk = self._keys.jwk_for(kid)
+        if jwk is None:
+            raise TokenValidationError(f"no key in the JWKS for kid {kid[:64]!r}")
+        _check_key_fits(jwk, alg)
+        if not parts[2]:
+            raise TokenValidationError("JWS has no signature")
+        try:
+            key = self._keys.key_for(kid, alg, jwk)
+            signature = base64url_decode(parts[2].encode("ascii"))
+            ok = key.verify(f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
+        except (JOSEError, ValueError, UnicodeError, TypeError):
+            ok = False
+        if not ok:
+            raise TokenValidationError("JWS signature verification failed")
+        return self._check_claims(_b64json(parts[1], "payload"))
+
+    def _check_claims(self, claims: dict[str, Any]) -> ValidatedToken:
+        p = self._policy
+        now = self._now_s()
+        exp = claims.get("exp")
+        if not isinstance(exp, int | float) or isinstance(exp, bool):
+            raise TokenValidationError("JWT has no numeric 'exp'")
+        if now > exp + p.clock_skew_s:
+            raise TokenValidationError("JWT expired")
+        for name in ("nbf", "iat"):
+            value = claims.get(name)
+            if value is not None and (not _is_number(value) or value > now + p.clock_skew_s):
+                raise TokenValidationError(f"JWT '{name}' is in the future")
+        if "iat" not in claims:
+            raise TokenValidationError("JWT has no 'iat'")
+        if p.issuer is not None and claims.get("iss") != p.issuer:
+            raise TokenValidationError("JWT issuer does not match")
+        if p.audience is not None:
+            aud = claims.get("aud")
+            audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+            if p.audience not in audiences:
+                raise TokenValidationError("JWT audience does not match")
+        principal = claims.get(p.principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise TokenValidationError(f"JWT has no principal claim {p.principal_claim!r}")
+        raw_scope = claims.get(p.scope_claim)
+        if isinstance(raw_scope, str):
+            scopes = frozenset(raw_scope.split())
+        elif isinstance(raw_scope, list) and all(isinstance(s, str) for s in raw_scope):
+            scopes = frozenset(raw_scope)
+        else:
+            scopes = frozenset()
+        missing = p.required_scopes - scopes
+        if missing:
+            raise TokenValidationError(
+                f"JWT lacks required scope(s) {sorted(missing)}",
+                status="insufficient_scope",
+                scope=" ".join(sorted(p.required_scopes)),
+            )
+        return ValidatedToken(principal, scopes, int(exp * 1000), claims)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_key_fits(jwk: Mapping[str, Any], alg: str) -> None:
+    kty = _KTY_FOR_ALG[alg[:2]]
+    if jwk.get("kty") != kty:
+        raise TokenValidationError(f"JWK type {jwk.get('kty')!r} does not fit algorithm {alg}")
+    if "alg" in jwk and jwk["alg"] != alg:
+        raise TokenValidationError(f"JWK is for {jwk['alg']!r}, token uses {alg}")
+    if jwk.get("use", "sig") != "sig":
+        raise TokenValidationError("JWK is not a signature key")
+    if kty == "EC" and jwk.get("crv") != _CRV_FOR_ALG[alg]:
+        raise TokenValidationError(f"JWK curve does not fit algorithm {alg}")
+    if any(k in jwk for k in ("d", "p", "q", "k")):
+        raise TokenValidationError("JWKS holds private key material; refusing it")

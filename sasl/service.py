@@ -1,0 +1,747 @@
+"""The credential service: one object the gateway, the control plane and the CLI share.
+
+`CredentialService(engine, settings)` owns the store, an in-memory snapshot of credentials (reloaded
+when another node bumps the `sasl` change version), the PLAIN derivation cache, the per-source
+failure limiter, the token issuer and the JWT validator. Every credential change writes a
+CREDENTIAL_CHANGE audit event; every failed authentication an AUTHENTICATION event with the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hmac
+import secrets
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from passlib.hash import pbkdf2_sha256
+from sqlalchemy.engine import Engine
+
+from audit.model import AuditEvent, EventType, change_event
+from audit.sinks import AuditSink
+from authz.model import Principal
+from sasl import issuer as issuer_mod
+from sasl.delegation import (
+    DelegationTokenError,
+    TokenErrorCode,
+    TokenInfo,
+    TokenPolicy,
+    decode_hmac,
+    expired,
+    hmac_lookup_key,
+    new_token,
+    renewed,
+    token_hmac,
+    visible,
+)
+from sasl.issuer import IssuedToken
+from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy, http_jwks_fetcher
+from sasl.mechanism import Failure, ServerMechanism, Step, Success, UnsupportedMechanismError
+from sasl.oauthbearer import OAuthBearerServer
+from sasl.plain import PlainServer, VerifiedUser
+from sasl.scram import (
+    MECHANISMS,
+    SCRAM_SHA_512,
+    ScramCredential,
+    ScramIdentity,
+    ScramMechanism,
+    ScramServer,
+    check_iterations,
+    derive_credential,
+)
+from sasl.session import session_lifetime_ms
+from sasl.store import CredentialStore, ServiceAccount, StoredSigningKey
+
+ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
+_DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
+
+
+class CredentialError(ValueError):
+    """A refused credential change; `code` is Kafka's error code, the message safe to show."""
+
+    UNSUPPORTED_SASL_MECHANISM = 33
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class OAuthError(Exception):
+    """An RFC 6749 §5.2 token-endpoint error (`invalid_client`, `invalid_scope`, ...)."""
+
+    def __init__(self, error: str, description: str, status: int = 400) -> None:
+        super().__init__(description)
+        self.error = error
+        self.description = description
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class MechanismInfo:
+    mechanism: str
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUser:
+    name: str
+    mechanisms: tuple[MechanismInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedToken:
+    info: TokenInfo
+    hmac: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    version: int
+    scram: Mapping[tuple[str, str], ScramCredential]
+    tokens: Mapping[str, TokenInfo]
+    keys: tuple[StoredSigningKey, ...]
+
+
+class FailureLimiter:
+    """Failed attempts per client address in a sliding window; bounded memory."""
+
+    def __init__(
+        self,
+        limit: int,
+        window_s: float,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_sources: int = 100_000,
+    ) -> None:
+        self._limit = limit
+        self._window = window_s
+        self._monotonic = monotonic
+        self._max_sources = max_sources
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _trim(self, q: deque[float], now: float) -> None:
+        while q and now - q[0] > self._window:
+            q.popleft()
+
+    def blocked(self, source: str) -> bool:
+        now = self._monotonic()
+        with self._lock:
+            q = self._failures.get(source)
+            if q is None:
+                return False
+            self._trim(q, now)
+            return len(q) >= self._limit
+
+    def record_failure(self, source: str) -> None:
+        now = self._monotonic()
+        with self._lock:
+            q = self._failures.setdefault(source, deque(maxlen=self._limit))
+            self._failures.move_to_end(source)
+            self._trim(q, now)
+            q.append(now)
+            while len(self._failures) > self._max_sources:
+                self._failures.popitem(last=False)
+
+
+class _PlainCache:
+    """Successful password verifications: keyed HMAC(user, password) -> the StoredKey it matched.
+
+    A changed credential has a new StoredKey, so stale entries never verify. Entries live `ttl_s`.
+    Only successes are cached, so guessing still costs a PBKDF2 per attempt.
+    """
+
+    def __init__(
+        self, size: int, ttl_s: float = 300.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._size = size
+        self._ttl = ttl_s
+        self._monotonic = monotonic
+        self._key = secrets.token_bytes(32)
+        self._entries: OrderedDict[bytes, tuple[bytes, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def key(self, mechanism: str, username: str, password: str) -> bytes:
+        data = f"{mechanism}\x00{username}\x00".encode() + password.encode("utf-8")
+        return hmac.digest(self._key, data, "sha256")
+
+    def matches(self, key: bytes, stored_key: bytes) -> bool:
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None or self._monotonic() > entry[1]:
+            return False
+        return hmac.compare_digest(entry[0], stored_key)
+
+    def put(self, key: bytes, stored_key: bytes) -> None:
+        if self._size <= 0:
+            return
+        with self._lock:
+            self._entries[key] = (stored_key, self._monotonic() + self._ttl)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+
+class _AuditedMechanism:
+    """Wraps a server mechanism: refuses blocked sources, records and audits failures."""
+
+    def __init__(self, inner: ServerMechanism, service: CredentialService, client_address: str) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._service = service
+        self._address = client_address
+        self._started = False
+        self._done = False
+
+    def __repr__(self) -> str:
+        return f"AuditedMechanism({self.name}, client={self._address})"
+
+    def step(self, received: bytes) -> Step:
+        if self._done:
+            return Failure("exchange already complete", mechanism=self.name)
+        if not self._started:
+            self._started = True
+            if self._service.limiter.blocked(self._address):
+                self._done = True
+                failure = Failure(
+                    "too many failed authentication attempts from this address", mechanism=self.name
+                )
+                self._service.audit_authentication(failure, self._address, "kafka.Authenticate")
+                return failure
+        result = self._inner.step(received)
+        if isinstance(result, Failure):
+            self._done = True
+            self._service.limiter.record_failure(self._address)
+            self._service.audit_authentication(result, self._address, "kafka.Authenticate")
+        elif isinstance(result, Success):
+            self._done = True
+        return result
+
+
+class CredentialService:
+    """Credentials for SASL and HTTP: SCRAM users, service accounts, delegation tokens, issuer keys."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Any,
+        *,
+        audit: AuditSink | None = None,
+        clock: Callable[[], datetime] | None = None,
+        source: str = "kgov",
+    ) -> None:
+        self.store = CredentialStore(engine)
+        self.sasl = settings.sasl
+        self.oauth = settings.oauth
+        self._audit = audit
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._source = source
+        self.limiter = FailureLimiter(
+            self.sasl.max_failed_attempts_per_source, self.sasl.failed_attempts_window_s
+        )
+        self._plain_cache = _PlainCache(self.sasl.plain_cache_size)
+        self._token_credentials: dict[tuple[str, str], ScramCredential] = {}
+        secret = self.sasl.delegation_token_secret_key
+        self._token_secret: bytes | None = secret.get_secret_value().encode() if secret else None
+        self._policy = TokenPolicy(
+            self.sasl.delegation_token_max_lifetime_ms, self.sasl.delegation_token_expiry_time_ms
+        )
+        self._refresh_lock = threading.Lock()
+        self._checked_at = 0.0
+        self._snapshot = self._load()
+        own_issuer = self.oauth.jwks_url is None
+        fetch = http_jwks_fetcher(self.oauth.jwks_url) if self.oauth.jwks_url else self._own_jwks
+        self.jwks = JwksCache(
+            fetch,
+            refresh_s=self.oauth.jwks_refresh_s,
+            unknown_kid_refresh_s=self.oauth.jwks_unknown_kid_refresh_s,
+        )
+        self.validator = JwtValidator(
+            self.jwks,
+            ValidationPolicy(
+                issuer=self.oauth.issuer or (self.oauth.token_issuer if own_issuer else None),
+                audience=self.oauth.audience or (self.oauth.token_audience if own_issuer else None),
+                principal_claim=self.oauth.principal_claim,
+                scope_claim=self.oauth.scope_claim,
+                required_scopes=frozenset(self.oauth.required_scopes),
+                clock_skew_s=self.oauth.clock_skew_s,
+            ),
+            now_s=lambda: self._clock().timestamp(),
+        )
+
+    def __repr__(self) -> str:
+        return f"CredentialService(version={self._snapshot.version})"
+
+    # -- time, snapshot --------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self._clock().timestamp() * 1000)
+
+    @property
+    def failure_delay_s(self) -> float:
+        """Kafka's connection.failed.authentication.delay.ms: callers wait this long before answering a failure."""
+        return float(self.sasl.failed_authentication_delay_ms) / 1000.0
+
+    def _load(self) -> _Snapshot:
+        version = self.store.version()
+        tokens = {t.token_id: t for t in self.store.all_tokens()}
+        return _Snapshot(version, self.store.all_scram(), tokens, tuple(self.store.signing_keys()))
+
+    def refresh(self) -> None:
+        """Reloads the snapshot now (after a local write, or when told of a change)."""
+        with self._refresh_lock:
+            self._snapshot = self._load()
+            self._checked_at = time.monotonic()
+
+    def _current(self) -> _Snapshot:
+        now = time.monotonic()
+        if now - self._checked_at >= self.sasl.refresh_interval_s:
+            self._checked_at = now
+            if self.store.version() != self._snapshot.version:
+                self.refresh()
+        return self._snapshot
+
+    # -- mechanisms ------------------------------------------------------------------------------
+    def server_mechanism(self, name: str, client_address: str) -> ServerMechanism:
+        """A fresh server state machine for one SASL exchange from `client_address` (IP literal).
+
+        `name` is the mechanism the client asked for in SaslHandshake: SCRAM-SHA-256, SCRAM-SHA-512,
+        PLAIN or OAUTHBEARER (delegation tokens authenticate through SCRAM with `tokenauth=true`).
+        Raises `UnsupportedMechanismError` for anything not enabled in `[sasl] enabled_mechanisms`.
+        The returned machine audits and counts its own failures and refuses a source that exceeded
+        the failure limit; the caller applies `failure_delay_s` before sending a failure.
+        `Success.session_lifetime_ms` is the KIP-368 session lifetime (None = unlimited).
+        """
+        upper = name.upper()
+        if upper not in ALL_MECHANISMS or upper not in {m.upper() for m in self.sasl.enabled_mechanisms}:
+            raise UnsupportedMechanismError(f"Unsupported SASL mechanism {name}")
+        inner: ServerMechanism
+        if upper in MECHANISMS:
+            mech = MECHANISMS[upper]
+            inner = ScramServer(
+                mech,
+                lambda user, token_auth: self.scram_identity(mech, user, token_auth),
+                now_ms=self.now_ms,
+                max_session_ms=self.sasl.connections_max_reauth_ms or None,
+                fake_iterations=self.sasl.scram_iterations,
+            )
+        elif upper == "PLAIN":
+            inner = PlainServer(self.verify_password, session=self._session)
+        else:
+            inner = OAuthBearerServer(self.validator, session=self._session)
+        return _AuditedMechanism(inner, self, client_address)
+
+    def _session(self, expiry_ms: int | None) -> int | None:
+        return session_lifetime_ms(self.now_ms(), expiry_ms, self.sasl.connections_max_reauth_ms or None)
+
+    @property
+    def enabled_mechanisms(self) -> list[str]:
+        return [m for m in ALL_MECHANISMS if m in {x.upper() for x in self.sasl.enabled_mechanisms}]
+
+    def scram_identity(
+        self, mechanism: ScramMechanism, username: str, token_auth: bool
+    ) -> ScramIdentity | None:
+        snap = self._current()
+        if not token_auth:
+            cred = snap.scram.get((username, mechanism.name))
+            return ScramIdentity(Principal("User", username), cred) if cred else None
+        if self._token_secret is None:
+            return None
+        info = snap.tokens.get(username)
+        if info is None or info.is_expired(self.now_ms()):
+            return None
+        key = (info.token_id, mechanism.name)
+        cred = self._token_credentials.get(key)
+        if cred is None:
+            # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations.
+            password = base64.b64encode(token_hmac(self._token_secret, info.token_id)).decode()
+            cred = derive_credential(mechanism, password, iterations=mechanism.min_iterations)
+            if len(self._token_credentials) > 10_000:
+                self._token_credentials.clear()
+            self._token_credentials[key] = cred
+        return ScramIdentity(
+            info.owner, cred, token_authenticated=True, expiry_ms=min(info.expiry_ms, info.max_ms)
+        )
+
+    def verify_password(self, username: str, password: str) -> VerifiedUser | None:
+        """PLAIN / HTTP Basic against the stored SCRAM credential (SHA-512 preferred), constant time."""
+        snap = self._current()
+        found: tuple[ScramMechanism, ScramCredential] | None = None
+        for mech in (SCRAM_SHA_512, MECHANISMS["SCRAM-SHA-256"]):
+            cred = snap.scram.get((username, mech.name))
+            if cred is not None:
+                found = (mech, cred)
+                break
+        if found is None:
+            # Same work as a real check, so timing does not reveal whether the user exists.
+            derive_credential(
+                SCRAM_SHA_512, password, iterations=self.sasl.scram_iterations, salt=b"kgov-none"
+            )
+            return None
+        mech, cred = found
+        cache_key = self._plain_cache.key(mech.name, username, password)
+        if self._plain_cache.matches(cache_key, cred.stored_key):
+            return VerifiedUser(Principal("User", username))
+        salted = mech.salted_password(password, cred.salt, cred.iterations)
+        if not hmac.compare_digest(mech.hash(mech.hmac(salted, b"Client Key")), cred.stored_key):
+            return None
+        self._plain_cache.put(cache_key, cred.stored_key)
+        return VerifiedUser(Principal("User", username))
+
+    # -- audit -----------------------------------------------------------------------------------
+    def audit_authentication(self, failure: Failure, client_address: str, method: str) -> None:
+        if self._audit is None:
+            return
+        data = {
+            "serviceName": self._source,
+            "methodName": method,
+            "resourceName": f"{self._source}/authentication",
+            "authenticationInfo": {
+                "mechanism": failure.mechanism,
+                "result": "FAILURE",
+                "reason": failure.reason,
+            },
+            "requestMetadata": {"clientAddress": client_address},
+        }
+        self._audit.write(
+            AuditEvent(
+                EventType.AUTHENTICATION, self._source, f"{self._source}/authentication", self._clock(), data
+            )
+        )
+
+    def _audit_change(
+        self,
+        method: str,
+        target: str,
+        details: Mapping[str, Any],
+        actor: Principal | str,
+        client_address: str | None,
+    ) -> None:
+        if self._audit is None:
+            return
+        self._audit.write(
+            change_event(
+                type=EventType.CREDENTIAL_CHANGE,
+                source=self._source,
+                time=self._clock(),
+                principal=str(actor),
+                method_name=method,
+                target=target,
+                details=details,
+                client_address=client_address,
+            )
+        )
+
+    # -- SCRAM users -----------------------------------------------------------------------------
+    def set_scram_credential(
+        self,
+        name: str,
+        mechanism: str,
+        password: str,
+        *,
+        iterations: int | None = None,
+        actor: Principal | str,
+        client_address: str | None = None,
+    ) -> bool:
+        """Creates or replaces a credential (Kafka's AlterUserScramCredentials upsertion); True if replaced."""
+        if not name:
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        mech = MECHANISMS.get(mechanism.upper())
+        if mech is None:
+            raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        if not password:
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Password must not be empty")
+        n = self.sasl.scram_iterations if iterations is None else iterations
+        try:
+            check_iterations(mech, n)
+        except ValueError as exc:
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, str(exc)) from None
+        cred = derive_credential(mech, password, iterations=n)
+        replaced = self.store.upsert_scram(name, mech.name, cred, self.now_ms())
+        self.refresh()
+        self._audit_change(
+            "scram.UpsertCredential",
+            f"user={name}",
+            {"user": name, "mechanism": mech.name, "iterations": n, "replaced": replaced},
+            actor,
+            client_address,
+        )
+        return replaced
+
+    def delete_scram_credential(
+        self, name: str, mechanism: str | None, *, actor: Principal | str, client_address: str | None = None
+    ) -> int:
+        mech_name = None
+        if mechanism is not None:
+            mech = MECHANISMS.get(mechanism.upper())
+            if mech is None:
+                raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            mech_name = mech.name
+        removed = self.store.delete_scram(name, mech_name)
+        if not removed:
+            raise CredentialError(
+                CredentialError.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+            )
+        self.refresh()
+        self._audit_change(
+            "scram.DeleteCredential",
+            f"user={name}",
+            {"user": name, "mechanism": mech_name or "ALL", "removed": removed},
+            actor,
+            client_address,
+        )
+        return removed
+
+    def describe_scram_users(self, names: Iterable[str] | None = None) -> list[ScramUser]:
+        snap = self._current()
+        wanted = set(names) if names is not None else None
+        users: dict[str, list[MechanismInfo]] = {}
+        for (user, mech), cred in sorted(snap.scram.items()):
+            if wanted is None or user in wanted:
+                users.setdefault(user, []).append(MechanismInfo(mech, cred.iterations))
+        return [ScramUser(u, tuple(m)) for u, m in sorted(users.items())]
+
+    def ensure_admin(self, user: str, password: str | None) -> bool:
+        """Creates the bootstrap admin as a SCRAM-SHA-512 user when missing; True if created."""
+        if not password or (user, SCRAM_SHA_512.name) in self._current().scram:
+            return False
+        self.set_scram_credential(user, SCRAM_SHA_512.name, password, actor="kgov:bootstrap")
+        return True
+
+    # -- service accounts ------------------------------------------------------------------------
+    def set_client(
+        self,
+        client_id: str,
+        secret: str,
+        scopes: Iterable[str] = (),
+        *,
+        actor: Principal | str,
+        client_address: str | None = None,
+    ) -> bool:
+        if not client_id or ":" in client_id:
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL, "client_id must be non-empty, without ':'"
+            )
+        if len(secret) < 16:
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL, "client_secret must have at least 16 characters"
+            )
+        scope_list = sorted({s for s in scopes if s})
+        if any(not _valid_scope_token(s) for s in scope_list):
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "invalid scope value")
+        replaced = self.store.upsert_client(client_id, pbkdf2_sha256.hash(secret), scope_list, self.now_ms())
+        self._audit_change(
+            "oauth.UpsertClient",
+            f"client={client_id}",
+            {"client_id": client_id, "scopes": scope_list, "replaced": replaced},
+            actor,
+            client_address,
+        )
+        return replaced
+
+    def delete_client(
+        self, client_id: str, *, actor: Principal | str, client_address: str | None = None
+    ) -> None:
+        if not self.store.delete_client(client_id):
+            raise CredentialError(
+                CredentialError.RESOURCE_NOT_FOUND, f"OAuth client {client_id} does not exist"
+            )
+        self._audit_change(
+            "oauth.DeleteClient", f"client={client_id}", {"client_id": client_id}, actor, client_address
+        )
+
+    def list_clients(self) -> list[ServiceAccount]:
+        return self.store.list_clients()
+
+    def authenticate_client(self, client_id: str, secret: str) -> ServiceAccount | None:
+        account = self.store.get_client(client_id)
+        ok = pbkdf2_sha256.verify(secret, account.secret_hash if account else _DUMMY_CLIENT_HASH)
+        return account if ok and account else None
+
+    # -- token issuer ----------------------------------------------------------------------------
+    def _own_jwks(self) -> Mapping[str, Any]:
+        return issuer_mod.jwks(self.store.signing_keys())
+
+    def jwks_document(self) -> dict[str, Any]:
+        self._signing_key()
+        return issuer_mod.jwks(self._current().keys)
+
+    def rotate_signing_key(self, *, force: bool = False) -> StoredSigningKey:
+        keep_ms = (self.oauth.token_lifetime_s + self.oauth.clock_skew_s) * 1000
+        for _ in range(3):
+            keys = self.store.signing_keys()
+            plan = issuer_mod.plan_rotation(
+                keys,
+                now_ms=self.now_ms(),
+                alg=self.oauth.signing_algorithm,
+                rotation_ms=self.oauth.key_rotation_s * 1000,
+                keep_retired_ms=keep_ms,
+                force=force,
+            )
+            if plan.empty or self.store.replace_signing_keys(
+                plan.add, plan.retire, plan.remove, expected_active=plan.expected_active
+            ):
+                break
+        self.refresh()
+        with contextlib.suppress(Exception):  # own JWKS comes from our database; retried on next lookup
+            self.jwks.refresh()
+        active = issuer_mod.active_key(self._snapshot.keys)
+        assert active is not None
+        return active
+
+    def _signing_key(self) -> StoredSigningKey:
+        active = issuer_mod.active_key(self._current().keys)
+        if (
+            active is None
+            or active.alg != self.oauth.signing_algorithm
+            or self.now_ms() - active.created_ms >= self.oauth.key_rotation_s * 1000
+        ):
+            active = self.rotate_signing_key()
+        return active
+
+    def issue_token(self, account: ServiceAccount, requested_scope: str | None) -> IssuedToken:
+        """RFC 6749 §4.4: a short-lived JWT whose `sub` is the client id."""
+        allowed = set(account.scopes)
+        requested = set(requested_scope.split()) if requested_scope else allowed
+        if not requested <= allowed:
+            raise OAuthError("invalid_scope", "the requested scope is not allowed for this client")
+        return issuer_mod.mint_access_token(
+            self._signing_key(),
+            issuer=self.oauth.token_issuer,
+            audience=self.oauth.token_audience,
+            subject=account.client_id,
+            scopes=requested,
+            now_s=int(self._clock().timestamp()),
+            lifetime_s=self.oauth.token_lifetime_s,
+            scope_claim=self.oauth.scope_claim,
+        )
+
+    # -- delegation tokens -----------------------------------------------------------------------
+    def _secret(self) -> bytes:
+        if self._token_secret is None:
+            raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_AUTH_DISABLED)
+        return self._token_secret
+
+    def _token_by_hmac(self, hmac_b64: str) -> TokenInfo:
+        info = self.store.token_by_hmac(hmac_lookup_key(decode_hmac(hmac_b64)))
+        if info is None:
+            raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND)
+        return info
+
+    def create_token(
+        self,
+        requester: Principal,
+        *,
+        renewers: Iterable[Principal] = (),
+        max_lifetime_ms: int = -1,
+        owner: Principal | None = None,
+        token_authenticated: bool = False,
+        client_address: str | None = None,
+    ) -> CreatedToken:
+        """KIP-48 create. The caller has already checked CREATE_TOKENS on User:<owner> when owner != requester."""
+        secret = self._secret()
+        now = self.now_ms()
+        self.store.delete_expired_tokens(now)
+        info = new_token(
+            now_ms=now,
+            owner=owner or requester,
+            requester=requester,
+            renewers=renewers,
+            max_lifetime_ms=max_lifetime_ms,
+            policy=self._policy,
+            token_authenticated=token_authenticated,
+        )
+        mac = token_hmac(secret, info.token_id)
+        self.store.insert_token(info, hmac_lookup_key(mac))
+        self.refresh()
+        self._audit_change(
+            "delegationToken.Create",
+            f"delegation-token={info.token_id}",
+            {
+                "token_id": info.token_id,
+                "owner": str(info.owner),
+                "renewers": [str(r) for r in info.renewers],
+                "expiry_timestamp_ms": info.expiry_ms,
+                "max_timestamp_ms": info.max_ms,
+            },
+            requester,
+            client_address,
+        )
+        return CreatedToken(info, mac)
+
+    def renew_token(
+        self, caller: Principal, hmac_b64: str, renew_period_ms: int, *, client_address: str | None = None
+    ) -> TokenInfo:
+        self._secret()
+        info = renewed(
+            self._token_by_hmac(hmac_b64),
+            caller=caller,
+            now_ms=self.now_ms(),
+            renew_period_ms=renew_period_ms,
+            policy=self._policy,
+        )
+        self.store.update_token_expiry(info.token_id, info.expiry_ms)
+        self.refresh()
+        self._audit_change(
+            "delegationToken.Renew",
+            f"delegation-token={info.token_id}",
+            {"token_id": info.token_id, "expiry_timestamp_ms": info.expiry_ms},
+            caller,
+            client_address,
+        )
+        return info
+
+    def expire_token(
+        self, caller: Principal, hmac_b64: str, expiry_period_ms: int, *, client_address: str | None = None
+    ) -> int:
+        """Returns the new expiry timestamp; a negative period removes the token at once."""
+        self._secret()
+        now = self.now_ms()
+        before = self._token_by_hmac(hmac_b64)
+        after = expired(before, caller=caller, now_ms=now, expiry_period_ms=expiry_period_ms)
+        if after is None:
+            self.store.delete_token(before.token_id)
+            expiry = now
+        else:
+            self.store.update_token_expiry(after.token_id, after.expiry_ms)
+            expiry = after.expiry_ms
+        self.refresh()
+        self._audit_change(
+            "delegationToken.Expire",
+            f"delegation-token={before.token_id}",
+            {"token_id": before.token_id, "expiry_timestamp_ms": expiry, "removed": after is None},
+            caller,
+            client_address,
+        )
+        return expiry
+
+    def describe_tokens(
+        self,
+        caller: Principal,
+        *,
+        owners: list[Principal] | None,
+        may_describe: Callable[[TokenInfo], bool],
+    ) -> list[TokenInfo]:
+        """Tokens the caller may see (Kafka's filterToken). HMACs are never returned after creation."""
+        self._secret()
+        if owners is not None and not owners:
+            return []
+        now = self.now_ms()
+        return [
+            t
+            for t in self.store.all_tokens()
+            if not t.is_expired(now) and visible(t, caller=caller, owners=owners, may_describe=may_describe)
+        ]
+
+
+def _valid_scope_token(s: str) -> bool:
+    # RFC 6749 §3.3 scope-token: %x21 / %x23-5B / %x5D-7E
+    return all(c == "\x21" or "\x23" <= c <= "\x5b" or "\x5d" <= c <= "\x7e" for c in s)

@@ -1,0 +1,310 @@
+"""Persistence of credentials through SQLAlchemy (`authz.database` conventions), no policy here.
+
+Tables (component `sasl`):
+- `sasl_scram_credentials`: per user and mechanism salt, StoredKey, ServerKey, iterations. Never a password.
+- `sasl_service_accounts`: OAuth client id, passlib hash of its secret, allowed scopes.
+- `sasl_delegation_tokens`: KIP-48 token information; the HMAC itself is not stored (as Kafka), only
+  SHA-256 of it to find a token by the HMAC a client presents.
+- `sasl_signing_keys`: the token issuer's keys (private PEM, public JWK), with retirement times.
+Every write bumps the `sasl` change version so other nodes reload their snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from authz.database import Migration, bump_version, migrate, read_version, transaction
+from authz.model import Principal
+from sasl.delegation import TokenInfo
+from sasl.scram import ScramCredential
+
+COMPONENT = "sasl"
+
+metadata = sa.MetaData()
+
+scram_credentials = sa.Table(
+    "sasl_scram_credentials",
+    metadata,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("mechanism", sa.String(32), primary_key=True),
+    sa.Column("salt", sa.LargeBinary, nullable=False),
+    sa.Column("stored_key", sa.LargeBinary, nullable=False),
+    sa.Column("server_key", sa.LargeBinary, nullable=False),
+    sa.Column("iterations", sa.Integer, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+)
+
+service_accounts = sa.Table(
+    "sasl_service_accounts",
+    metadata,
+    sa.Column("client_id", sa.String(255), primary_key=True),
+    sa.Column("secret_hash", sa.String(255), nullable=False),
+    sa.Column("scopes", sa.Text, nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+
+delegation_tokens = sa.Table(
+    "sasl_delegation_tokens",
+    metadata,
+    sa.Column("token_id", sa.String(64), primary_key=True),
+    sa.Column("hmac_sha256", sa.String(64), nullable=False, unique=True),
+    sa.Column("owner", sa.String(512), nullable=False),
+    sa.Column("requester", sa.String(512), nullable=False),
+    sa.Column("renewers", sa.Text, nullable=False),
+    sa.Column("issue_ms", sa.BigInteger, nullable=False),
+    sa.Column("expiry_ms", sa.BigInteger, nullable=False),
+    sa.Column("max_ms", sa.BigInteger, nullable=False),
+)
+
+signing_keys = sa.Table(
+    "sasl_signing_keys",
+    metadata,
+    sa.Column("kid", sa.String(128), primary_key=True),
+    sa.Column("alg", sa.String(16), nullable=False),
+    sa.Column("private_pem", sa.Text, nullable=False),
+    sa.Column("public_jwk", sa.Text, nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("retired_ms", sa.BigInteger, nullable=True),
+)
+
+
+def _create_v1(conn: Connection) -> None:
+    metadata.create_all(conn, checkfirst=True)
+
+
+MIGRATIONS = [Migration(1, "credential tables", _create_v1)]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccount:
+    client_id: str
+    secret_hash: str = field(repr=False)
+    scopes: tuple[str, ...]
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSigningKey:
+    kid: str
+    alg: str
+    private_pem: str = field(repr=False)
+    public_jwk: dict[str, Any]
+    created_ms: int
+    retired_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredToken:
+    info: TokenInfo
+    hmac_sha256: str = field(repr=False)
+
+
+class CredentialStore:
+    """SQL for the credential tables. Callers hold no connection; each method is one transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        migrate(engine, COMPONENT, MIGRATIONS)
+
+    # -- change counter -------------------------------------------------------------------------
+    def version(self) -> int:
+        with self.engine.connect() as conn:
+            return read_version(conn, COMPONENT)
+
+    def _write(self) -> Any:
+        return transaction(self.engine)
+
+    # -- SCRAM ----------------------------------------------------------------------------------
+    def upsert_scram(self, name: str, mechanism: str, cred: ScramCredential, now_ms: int) -> bool:
+        """Stores a credential; True when it replaced an existing one."""
+        values = {
+            "salt": cred.salt,
+            "stored_key": cred.stored_key,
+            "server_key": cred.server_key,
+            "iterations": cred.iterations,
+            "updated_ms": now_ms,
+        }
+        key = (scram_credentials.c.name == name) & (scram_credentials.c.mechanism == mechanism)
+        with self._write() as conn:
+            updated = conn.execute(sa.update(scram_credentials).where(key).values(**values)).rowcount
+            if not updated:
+                conn.execute(sa.insert(scram_credentials).values(name=name, mechanism=mechanism, **values))
+            bump_version(conn, COMPONENT)
+        return bool(updated)
+
+    def delete_scram(self, name: str, mechanism: str | None) -> int:
+        cond = scram_credentials.c.name == name
+        if mechanism is not None:
+            cond = cond & (scram_credentials.c.mechanism == mechanism)
+        with self._write() as conn:
+            n = conn.execute(sa.delete(scram_credentials).where(cond)).rowcount
+            if n:
+                bump_version(conn, COMPONENT)
+        return int(n)
+
+    def all_scram(self) -> dict[tuple[str, str], ScramCredential]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(scram_credentials)).all()
+        return {
+            (r.name, r.mechanism): ScramCredential(
+                bytes(r.salt), bytes(r.stored_key), bytes(r.server_key), r.iterations
+            )
+            for r in rows
+        }
+
+    # -- service accounts -----------------------------------------------------------------------
+    def upsert_client(self, client_id: str, secret_hash: str, scopes: list[str], now_ms: int) -> bool:
+        values = {"secret_hash": secret_hash, "scopes": json.dumps(sorted(set(scopes)))}
+        with self._write() as conn:
+            cond = service_accounts.c.client_id == client_id
+            updated = conn.execute(sa.update(service_accounts).where(cond).values(**values)).rowcount
+            if not updated:
+                conn.execute(
+                    sa.insert(service_accounts).values(client_id=client_id, created_ms=now_ms, **values)
+                )
+            bump_version(conn, COMPONENT)
+        return bool(updated)
+
+    def delete_client(self, client_id: str) -> bool:
+        with self._write() as conn:
+            n = conn.execute(
+                sa.delete(service_accounts).where(service_accounts.c.client_id == client_id)
+            ).rowcount
+            if n:
+                bump_version(conn, COMPONENT)
+        return bool(n)
+
+    def get_client(self, client_id: str) -> ServiceAccount | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                sa.select(service_accounts).where(service_accounts.c.client_id == client_id)
+            ).first()
+        return _account(r) if r else None
+
+    def list_clients(self) -> list[ServiceAccount]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(service_accounts).order_by(service_accounts.c.client_id)).all()
+        return [_account(r) for r in rows]
+
+    # -- delegation tokens ----------------------------------------------------------------------
+    def insert_token(self, info: TokenInfo, hmac_sha256: str) -> None:
+        with self._write() as conn:
+            conn.execute(sa.insert(delegation_tokens).values(hmac_sha256=hmac_sha256, **_token_values(info)))
+            bump_version(conn, COMPONENT)
+
+    def update_token_expiry(self, token_id: str, expiry_ms: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                sa.update(delegation_tokens)
+                .where(delegation_tokens.c.token_id == token_id)
+                .values(expiry_ms=expiry_ms)
+            )
+            bump_version(conn, COMPONENT)
+
+    def delete_token(self, token_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(sa.delete(delegation_tokens).where(delegation_tokens.c.token_id == token_id))
+            bump_version(conn, COMPONENT)
+
+    def token_by_hmac(self, hmac_sha256: str) -> TokenInfo | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                sa.select(delegation_tokens).where(delegation_tokens.c.hmac_sha256 == hmac_sha256)
+            ).first()
+        return _token(r) if r else None
+
+    def all_tokens(self) -> list[TokenInfo]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(delegation_tokens).order_by(delegation_tokens.c.issue_ms)).all()
+        return [_token(r) for r in rows]
+
+    def delete_expired_tokens(self, now_ms: int) -> int:
+        """Kafka's expiry sweep: tokens past their expiry or maximum timestamp."""
+        cond = (delegation_tokens.c.expiry_ms < now_ms) | (delegation_tokens.c.max_ms < now_ms)
+        with self._write() as conn:
+            n = conn.execute(sa.delete(delegation_tokens).where(cond)).rowcount
+            if n:
+                bump_version(conn, COMPONENT)
+        return int(n)
+
+    # -- signing keys ---------------------------------------------------------------------------
+    def signing_keys(self) -> list[StoredSigningKey]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(signing_keys).order_by(signing_keys.c.created_ms, signing_keys.c.kid)
+            ).all()
+        return [
+            StoredSigningKey(
+                r.kid, r.alg, r.private_pem, json.loads(r.public_jwk), r.created_ms, r.retired_ms
+            )
+            for r in rows
+        ]
+
+    def replace_signing_keys(
+        self,
+        added: list[StoredSigningKey],
+        retired: dict[str, int],
+        removed: list[str],
+        *,
+        expected_active: str | None,
+    ) -> bool:
+        """Applies one rotation atomically; False (nothing done) if another node rotated first."""
+        with self._write() as conn:
+            active = conn.execute(
+                sa.select(signing_keys.c.kid)
+                .where(signing_keys.c.retired_ms.is_(None))
+                .order_by(signing_keys.c.created_ms.desc())
+                .with_for_update()
+            ).first()
+            if (active[0] if active else None) != expected_active:
+                return False
+            for kid, when in retired.items():
+                conn.execute(sa.update(signing_keys).where(signing_keys.c.kid == kid).values(retired_ms=when))
+            if removed:
+                conn.execute(sa.delete(signing_keys).where(signing_keys.c.kid.in_(removed)))
+            for k in added:
+                conn.execute(
+                    sa.insert(signing_keys).values(
+                        kid=k.kid,
+                        alg=k.alg,
+                        private_pem=k.private_pem,
+                        public_jwk=json.dumps(k.public_jwk),
+                        created_ms=k.created_ms,
+                        retired_ms=k.retired_ms,
+                    )
+                )
+            bump_version(conn, COMPONENT)
+        return True
+
+
+def _account(r: Any) -> ServiceAccount:
+    return ServiceAccount(r.client_id, r.secret_hash, tuple(json.loads(r.scopes)), r.created_ms)
+
+
+def _token_values(info: TokenInfo) -> dict[str, Any]:
+    return {
+        "token_id": info.token_id,
+        "owner": str(info.owner),
+        "requester": str(info.requester),
+        "renewers": json.dumps([str(p) for p in info.renewers]),
+        "issue_ms": info.issue_ms,
+        "expiry_ms": info.expiry_ms,
+        "max_ms": info.max_ms,
+    }
+
+
+def _token(r: Any) -> TokenInfo:
+    return TokenInfo(
+        token_id=r.token_id,
+        owner=Principal.parse(r.owner),
+        requester=Principal.parse(r.requester),
+        renewers=tuple(Principal.parse(p) for p in json.loads(r.renewers)),
+        issue_ms=r.issue_ms,
+        expiry_ms=r.expiry_ms,
+        max_ms=r.max_ms,
+    )

@@ -1,0 +1,305 @@
+"""CredentialService over SQLite and a real PostgreSQL: SCRAM users, PLAIN, delegation tokens through
+SCRAM `tokenauth`, service accounts and the client-credentials token flow, key rotation, multi-node refresh."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import scramp
+
+from audit.model import EventType
+from audit.sinks import MemorySink
+from authz.database import open_engine
+from authz.model import Principal
+from kgov.settings import Settings
+from sasl.delegation import DelegationTokenError, TokenErrorCode
+from sasl.mechanism import Challenge, Failure, Success, UnsupportedMechanismError
+from sasl.oauthbearer import TokenValidationError, build_client_initial_response
+from sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
+from sasl.service import CredentialError, CredentialService, OAuthError
+
+pytestmark = pytest.mark.postgres
+
+ALICE, BOB, EVE = Principal("User", "alice"), Principal("User", "bob"), Principal("User", "eve")
+SECRET_KEY = "delegation-master-key-for-tests"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
+
+
+def settings(**sasl) -> Settings:
+    return Settings(
+        dev_mode=True,
+        sasl={
+            "delegation_token_secret_key": SECRET_KEY,
+            "refresh_interval_s": 0.01,
+            "scram_iterations": 4096,
+            **sasl,
+        },
+    )
+
+
+@pytest.fixture
+def env(db_url: str):
+    engine = open_engine(db_url)
+    clock, audit = Clock(), MemorySink()
+    svc = CredentialService(engine, settings(), audit=audit, clock=clock)
+    yield svc, clock, audit, engine
+    engine.dispose()
+
+
+def scram_login(svc: CredentialService, mech, user: str, password: str, *, token: bool = False):
+    server = svc.server_mechanism(mech.name, "10.0.0.1")
+    client = ScramClient(mech, user, password, token_auth=token)
+    first = server.step(client.first_message())
+    if not isinstance(first, Challenge):
+        return first
+    result = server.step(client.final_message(first.data))
+    if isinstance(result, Success):
+        client.verify_server_final(result.data)
+    return result
+
+
+def test_scram_user_life_cycle(env) -> None:
+    svc, _clock, audit, _ = env
+    assert svc.set_scram_credential("alice", "SCRAM-SHA-512", "alice-pw", actor=ALICE) is False
+    svc.set_scram_credential("alice", "scram-sha-256", "alice-pw", iterations=8192, actor=ALICE)
+    users = svc.describe_scram_users()
+    assert [(u.name, [(m.mechanism, m.iterations) for m in u.mechanisms]) for u in users] == [
+        ("alice", [("SCRAM-SHA-256", 8192), ("SCRAM-SHA-512", 4096)])
+    ]
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        ok = scram_login(svc, mech, "alice", "alice-pw")
+        assert isinstance(ok, Success) and ok.principal == ALICE and not ok.token_authenticated
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, "alice", "wrong"), Failure)
+    assert svc.set_scram_credential("alice", "SCRAM-SHA-512", "new-pw", actor=ALICE) is True
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, "alice", "alice-pw"), Failure)
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, "alice", "new-pw"), Success)
+    svc.delete_scram_credential("alice", "SCRAM-SHA-512", actor=ALICE)
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, "alice", "new-pw"), Failure)
+    with pytest.raises(CredentialError, match="does not exist") as info:
+        svc.delete_scram_credential("alice", "SCRAM-SHA-512", actor=ALICE)
+    assert info.value.code == 91
+    changes = [e for e in audit.events if e.type is EventType.CREDENTIAL_CHANGE]
+    assert [e.data["methodName"] for e in changes] == [
+        "scram.UpsertCredential",
+        "scram.UpsertCredential",
+        "scram.UpsertCredential",
+        "scram.DeleteCredential",
+    ]
+    assert all("pw" not in e.to_json() for e in changes)
+    failures = [e for e in audit.events if e.type is EventType.AUTHENTICATION]
+    assert len(failures) == 3 and failures[0].data["requestMetadata"]["clientAddress"] == "10.0.0.1"
+
+
+def test_credential_validation(env) -> None:
+    svc, *_ = env
+    for args, code, msg in [
+        (("", "SCRAM-SHA-256", "pw"), 93, "Username must not be empty"),
+        (("u", "SCRAM-SHA-1", "pw"), 33, "Unknown SCRAM mechanism"),
+        (("u", "SCRAM-SHA-256", ""), 93, "Password must not be empty"),
+    ]:
+        with pytest.raises(CredentialError, match=msg) as info:
+            svc.set_scram_credential(*args, actor=ALICE)
+        assert info.value.code == code
+    with pytest.raises(CredentialError, match="Too few iterations"):
+        svc.set_scram_credential("u", "SCRAM-SHA-256", "pw", iterations=100, actor=ALICE)
+    with pytest.raises(CredentialError, match="Too many iterations"):
+        svc.set_scram_credential("u", "SCRAM-SHA-256", "pw", iterations=20000, actor=ALICE)
+    with pytest.raises(UnsupportedMechanismError):
+        svc.server_mechanism("GSSAPI", "10.0.0.1")
+
+
+def test_scramp_interop_through_the_service(env) -> None:
+    svc, *_ = env
+    svc.set_scram_credential("interop", "SCRAM-SHA-256", "interop-pw", actor=ALICE)
+    server = svc.server_mechanism("SCRAM-SHA-256", "10.0.0.2")
+    client = scramp.ScramClient(["SCRAM-SHA-256"], "interop", "interop-pw")
+    first = server.step(client.get_client_first().encode())
+    assert isinstance(first, Challenge)
+    client.set_server_first(first.data.decode())
+    result = server.step(client.get_client_final().encode())
+    assert isinstance(result, Success)
+    client.set_server_final(result.data.decode())
+
+
+def test_plain_uses_scram_credential_and_cache(env) -> None:
+    svc, *_ = env
+    svc.set_scram_credential("bob", "SCRAM-SHA-512", "bob-pw", actor=ALICE)
+    ok = svc.server_mechanism("PLAIN", "10.0.0.3").step(b"\x00bob\x00bob-pw")
+    assert isinstance(ok, Success) and ok.principal == BOB
+    assert svc.verify_password("bob", "bob-pw") is not None  # cached path
+    assert svc.verify_password("bob", "nope") is None
+    assert svc.verify_password("nobody", "bob-pw") is None
+    svc.set_scram_credential("bob", "SCRAM-SHA-512", "bob-pw-2", actor=ALICE)
+    assert svc.verify_password("bob", "bob-pw") is None  # the cache never outlives a password change
+
+
+def test_failure_limit_per_source(db_url: str) -> None:
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(max_failed_attempts_per_source=3))
+    svc.set_scram_credential("carol", "SCRAM-SHA-512", "carol-pw", actor=ALICE)
+    for _ in range(3):
+        assert isinstance(svc.server_mechanism("PLAIN", "10.9.9.9").step(b"\x00carol\x00bad"), Failure)
+    blocked = svc.server_mechanism("PLAIN", "10.9.9.9").step(b"\x00carol\x00carol-pw")
+    assert isinstance(blocked, Failure) and "too many failed" in blocked.reason
+    assert isinstance(svc.server_mechanism("PLAIN", "10.9.9.8").step(b"\x00carol\x00carol-pw"), Success)
+    engine.dispose()
+
+
+def test_delegation_token_life_cycle(env) -> None:
+    svc, clock, audit, _ = env
+    created = svc.create_token(ALICE, renewers=[BOB], max_lifetime_ms=3_600_000)
+    info, hmac_b64 = created.info, base64.b64encode(created.hmac).decode()
+    assert info.owner == ALICE and info.renewers == (BOB,)
+    assert info.expiry_ms == info.max_ms == info.issue_ms + 3_600_000  # max lifetime below the 1-day expiry
+    # authenticate: token id as user name, base64 HMAC as password, tokenauth=true
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        ok = scram_login(svc, mech, info.token_id, hmac_b64, token=True)
+        assert isinstance(ok, Success)
+        assert ok.principal == ALICE and ok.token_authenticated
+        assert ok.session_lifetime_ms == info.expiry_ms - svc.now_ms()
+    # without tokenauth the id is not a user
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, info.token_id, hmac_b64), Failure)
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, info.token_id, "wrong", token=True), Failure)
+    # a token-authenticated principal may not create tokens
+    with pytest.raises(DelegationTokenError) as err:
+        svc.create_token(ALICE, token_authenticated=True)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    # renew by a renewer; not by eve
+    clock.advance(minutes=10)
+    renewed = svc.renew_token(BOB, hmac_b64, 60_000)
+    assert renewed.expiry_ms == svc.now_ms() + 60_000
+    with pytest.raises(DelegationTokenError) as err:
+        svc.renew_token(EVE, hmac_b64, 60_000)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH
+    # describe visibility
+    assert [t.token_id for t in svc.describe_tokens(BOB, owners=None, may_describe=lambda t: False)] == [
+        info.token_id
+    ]
+    assert svc.describe_tokens(EVE, owners=None, may_describe=lambda t: False) == []
+    assert len(svc.describe_tokens(EVE, owners=[ALICE], may_describe=lambda t: True)) == 1
+    assert svc.describe_tokens(ALICE, owners=[EVE], may_describe=lambda t: True) == []
+    # expire now; authentication then fails
+    svc.expire_token(ALICE, hmac_b64, 0)
+    assert isinstance(scram_login(svc, SCRAM_SHA_512, info.token_id, hmac_b64, token=True), Failure)
+    with pytest.raises(DelegationTokenError) as err:
+        svc.renew_token(ALICE, hmac_b64, 1000)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
+    with pytest.raises(DelegationTokenError) as err:
+        svc.renew_token(ALICE, base64.b64encode(b"x" * 64).decode(), 1000)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND
+    methods = [e.data["methodName"] for e in audit.events if e.type is EventType.CREDENTIAL_CHANGE]
+    assert methods == ["delegationToken.Create", "delegationToken.Renew", "delegationToken.Expire"]
+    assert all(hmac_b64 not in e.to_json() for e in audit.events)
+
+
+def test_token_expires_by_time_and_removal(env) -> None:
+    svc, clock, *_ = env
+    created = svc.create_token(ALICE, max_lifetime_ms=60_000)
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    assert isinstance(scram_login(svc, SCRAM_SHA_256, created.info.token_id, hmac_b64, token=True), Success)
+    clock.advance(seconds=61)
+    assert isinstance(scram_login(svc, SCRAM_SHA_256, created.info.token_id, hmac_b64, token=True), Failure)
+    other = svc.create_token(BOB)
+    svc.expire_token(BOB, base64.b64encode(other.hmac).decode(), -1)
+    with pytest.raises(DelegationTokenError) as err:
+        svc.renew_token(BOB, base64.b64encode(other.hmac).decode(), 1)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND
+
+
+def test_tokens_disabled_without_secret(db_url: str) -> None:
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, Settings(dev_mode=True))
+    with pytest.raises(DelegationTokenError) as err:
+        svc.create_token(ALICE)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
+    engine.dispose()
+
+
+def test_client_credentials_flow(env) -> None:
+    svc, clock, audit, _ = env
+    svc.set_client("worker-svc", "worker-secret-0123456789", ["kafka", "read"], actor=ALICE)
+    assert svc.authenticate_client("worker-svc", "wrong-secret-0123456789") is None
+    assert svc.authenticate_client("nobody", "worker-secret-0123456789") is None
+    account = svc.authenticate_client("worker-svc", "worker-secret-0123456789")
+    assert account is not None
+    issued = svc.issue_token(account, "kafka")
+    assert issued.scope == "kafka" and issued.expires_in == 900
+    with pytest.raises(OAuthError) as err:
+        svc.issue_token(account, "admin")
+    assert err.value.error == "invalid_scope"
+    token = svc.validator.validate(issued.access_token)
+    assert token.principal_name == "worker-svc" and token.scopes == {"kafka"}
+    result = svc.server_mechanism("OAUTHBEARER", "10.0.0.5").step(
+        build_client_initial_response(issued.access_token)
+    )
+    assert isinstance(result, Success) and result.principal == Principal("User", "worker-svc")
+    assert result.session_lifetime_ms == 900_000
+    clock.advance(seconds=900 + 31)
+    with pytest.raises(TokenValidationError, match="expired"):
+        svc.validator.validate(issued.access_token)
+    server = svc.server_mechanism("OAUTHBEARER", "10.0.0.5")
+    assert isinstance(server.step(build_client_initial_response(issued.access_token)), Challenge)
+    final = server.step(b"\x01")
+    assert isinstance(final, Failure) and final.reason == "JWT expired"
+    assert audit.events[-1].data["authenticationInfo"]["reason"] == "JWT expired"
+
+
+def test_key_rotation_keeps_old_tokens_valid_until_they_expire(env) -> None:
+    svc, clock, *_ = env
+    svc.set_client("rot", "rotation-secret-0123456789", [], actor=ALICE)
+    account = svc.authenticate_client("rot", "rotation-secret-0123456789")
+    assert account is not None
+    first = svc.issue_token(account, None)
+    first_kid = svc.jwks_document()["keys"][0]["kid"]
+    clock.advance(days=1, seconds=1)
+    second = svc.issue_token(account, None)
+    kids = [k["kid"] for k in svc.jwks_document()["keys"]]
+    assert len(kids) == 2 and first_kid in kids
+    assert svc.validator.validate(second.access_token).principal_name == "rot"
+    clock.advance(seconds=900 + 31)
+    with pytest.raises(TokenValidationError, match="expired"):
+        svc.validator.validate(first.access_token)
+    svc.rotate_signing_key()
+    assert first_kid not in [k["kid"] for k in svc.jwks_document()["keys"]]
+    assert all("d" not in k for k in svc.jwks_document()["keys"])
+
+
+def test_second_node_sees_changes(db_url: str) -> None:
+    engine_a, engine_b = open_engine(db_url), open_engine(db_url)
+    a = CredentialService(engine_a, settings())
+    b = CredentialService(engine_b, settings())
+    a.set_scram_credential("dave", "SCRAM-SHA-512", "dave-pw", actor=ALICE)
+    b._checked_at = 0.0
+    assert isinstance(scram_login(b, SCRAM_SHA_512, "dave", "dave-pw"), Success)
+    created = a.create_token(Principal("User", "dave"))
+    b._checked_at = 0.0
+    ok = scram_login(
+        b, SCRAM_SHA_512, created.info.token_id, base64.b64encode(created.hmac).decode(), token=True
+    )
+    assert isinstance(ok, Success)
+    a.set_client("multi", "multi-node-secret-0123456789", [], actor=ALICE)
+    acct = a.authenticate_client("multi", "multi-node-secret-0123456789")
+    assert acct is not None
+    jwt_from_a = a.issue_token(acct, None).access_token
+    assert b.validator.validate(jwt_from_a).principal_name == "multi"  # unknown kid -> one refresh
+    engine_a.dispose()
+    engine_b.dispose()
+
+
+def test_ensure_admin(env) -> None:
+    svc, *_ = env
+    assert svc.ensure_admin("admin", "admin-password-long") is True
+    assert svc.ensure_admin("admin", "other-password-long") is False
+    assert svc.verify_password("admin", "admin-password-long") is not None

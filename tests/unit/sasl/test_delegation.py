@@ -1,0 +1,110 @@
+"""Delegation-token rules (KIP-48) as Kafka's KRaft controller applies them."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+
+from authz.model import Principal
+from sasl.delegation import (
+    DelegationTokenError,
+    TokenErrorCode,
+    TokenPolicy,
+    decode_hmac,
+    expired,
+    new_token,
+    renewed,
+    token_hmac,
+    visible,
+)
+
+ALICE, BOB, CAROL, EVE = (Principal("User", n) for n in ("alice", "bob", "carol", "eve"))
+POLICY = TokenPolicy(max_lifetime_ms=7_000, expiry_time_ms=1_000)
+
+
+def make(**kw):
+    args = dict(
+        now_ms=100,
+        owner=ALICE,
+        requester=ALICE,
+        renewers=[BOB],
+        max_lifetime_ms=-1,
+        policy=POLICY,
+        token_authenticated=False,
+        token_id=lambda: "tok-1",
+    )
+    args.update(kw)
+    return new_token(**args)
+
+
+def test_hmac_is_hmac_sha512_of_the_id() -> None:
+    assert token_hmac(b"secret", "tok-1") == hmac.new(b"secret", b"tok-1", hashlib.sha512).digest()
+    assert decode_hmac(base64.b64encode(b"abc").decode()) == b"abc"
+    with pytest.raises(DelegationTokenError) as info:
+        decode_hmac("not base64!")
+    assert info.value.code is TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND
+
+
+def test_create_timestamps() -> None:
+    t = make()
+    assert (t.issue_ms, t.expiry_ms, t.max_ms) == (100, 1_100, 7_100)
+    short = make(max_lifetime_ms=500)
+    assert (short.expiry_ms, short.max_ms) == (600, 600)
+    assert make(max_lifetime_ms=99_999).max_ms == 7_100  # capped by the configured maximum
+
+
+def test_create_refusals() -> None:
+    with pytest.raises(DelegationTokenError) as info:
+        make(token_authenticated=True)
+    assert info.value.code == 64 and "delegation token authenticated channels" in str(info.value)
+    with pytest.raises(DelegationTokenError) as info:
+        make(renewers=[Principal("Group", "ops")])
+    assert info.value.code == TokenErrorCode.INVALID_PRINCIPAL_TYPE
+
+
+def test_renew() -> None:
+    t = make()
+    r = renewed(t, caller=BOB, now_ms=900, renew_period_ms=-1, policy=POLICY)
+    assert r.expiry_ms == 1_900
+    assert renewed(t, caller=ALICE, now_ms=900, renew_period_ms=200, policy=POLICY).expiry_ms == 1_100
+    with pytest.raises(DelegationTokenError) as info:
+        renewed(t, caller=EVE, now_ms=900, renew_period_ms=-1, policy=POLICY)
+    assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH
+    with pytest.raises(DelegationTokenError) as info:
+        renewed(t, caller=BOB, now_ms=1_100, renew_period_ms=-1, policy=POLICY)
+    assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
+
+
+def test_renew_never_passes_max_timestamp() -> None:
+    t = make(max_lifetime_ms=1_500)
+    t = renewed(t, caller=ALICE, now_ms=1_000, renew_period_ms=-1, policy=POLICY)
+    assert t.expiry_ms == 1_600 == t.max_ms
+
+
+def test_expire() -> None:
+    t = make()
+    assert expired(t, caller=BOB, now_ms=200, expiry_period_ms=-1) is None
+    later = expired(t, caller=ALICE, now_ms=200, expiry_period_ms=300)
+    assert later is not None and later.expiry_ms == 500
+    now = expired(t, caller=ALICE, now_ms=200, expiry_period_ms=0)
+    assert now is not None and now.is_expired(200)
+    with pytest.raises(DelegationTokenError):
+        expired(t, caller=EVE, now_ms=200, expiry_period_ms=-1)
+    with pytest.raises(DelegationTokenError) as info:
+        expired(t, caller=ALICE, now_ms=5_000, expiry_period_ms=10)
+    assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
+
+
+def test_describe_visibility() -> None:
+    t = make(requester=CAROL)
+    never = lambda _t: False  # noqa: E731
+    assert visible(t, caller=ALICE, owners=None, may_describe=never)
+    assert visible(t, caller=BOB, owners=None, may_describe=never)
+    assert visible(t, caller=CAROL, owners=None, may_describe=never)
+    assert not visible(t, caller=EVE, owners=None, may_describe=never)
+    assert visible(t, caller=EVE, owners=None, may_describe=lambda _t: True)
+    assert visible(t, caller=ALICE, owners=[BOB], may_describe=never)  # bob is a renewer
+    assert not visible(t, caller=ALICE, owners=[EVE], may_describe=never)

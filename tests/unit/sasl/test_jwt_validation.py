@@ -1,0 +1,237 @@
+"""Bearer JWT validation: every rejection of the issue's item 3 has its own test."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import pytest
+from jose import jwt
+
+from sasl.issuer import generate_signing_key, jwks
+from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy
+from sasl.oauthbearer import TokenValidationError
+
+NOW = 1_800_000_000
+RSA = generate_signing_key("RS256", 0)
+EC = generate_signing_key("ES256", 0)
+OTHER = generate_signing_key("RS256", 0)
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def claims(**over: Any) -> dict[str, Any]:
+    base = {
+        "iss": "kgov",
+        "aud": "kafka",
+        "sub": "worker-1",
+        "iat": NOW,
+        "exp": NOW + 600,
+        "scope": "kafka read",
+    }
+    base.update(over)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def sign(key=RSA, headers: dict[str, Any] | None = None, **over: Any) -> str:
+    h = {"kid": key.kid}
+    h.update(headers or {})
+    return jwt.encode(claims(**over), key.private_pem, algorithm=key.alg, headers=h)
+
+
+def raw_token(header: dict[str, Any], payload: dict[str, Any], signature: bytes = b"") -> str:
+    return f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}.{b64(signature)}"
+
+
+class Fetcher:
+    def __init__(self, *keys) -> None:
+        self.keys = list(keys)
+        self.calls = 0
+
+    def __call__(self) -> dict[str, Any]:
+        self.calls += 1
+        return jwks(self.keys)
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(fetcher: Fetcher | None = None, mono: Monotonic | None = None, now: float = NOW, **policy: Any):
+    fetcher = fetcher or Fetcher(RSA, EC)
+    mono = mono or Monotonic()
+    cache = JwksCache(fetcher, refresh_s=3600, unknown_kid_refresh_s=60, monotonic=mono)
+    pol = {"issuer": "kgov", "audience": "kafka"}
+    pol.update(policy)
+    return JwtValidator(cache, ValidationPolicy(**pol), now_s=lambda: now), fetcher, mono
+
+
+def rejects(validator: JwtValidator, token: str, reason: str) -> None:
+    with pytest.raises(TokenValidationError) as info:
+        validator.validate(token)
+    assert reason in info.value.reason
+    assert info.value.status in ("invalid_token", "insufficient_scope")
+
+
+@pytest.mark.parametrize("key", [RSA, EC])
+def test_valid_token(key) -> None:
+    v, _, _ = make()
+    result = v.validate(sign(key))
+    assert result.principal_name == "worker-1"
+    assert result.scopes == {"kafka", "read"}
+    assert result.expiry_ms == (NOW + 600) * 1000
+
+
+def test_principal_and_scope_claims_configurable() -> None:
+    v, _, _ = make(principal_claim="client_id", scope_claim="scp", required_scopes=frozenset({"a"}))
+    assert v.validate(sign(client_id="svc", scp=["a", "b"])).principal_name == "svc"
+    rejects(v, sign(client_id="svc", scp=["b"]), "lacks required scope")
+    rejects(v, sign(scp=["a"]), "no principal claim 'client_id'")
+
+
+@pytest.mark.parametrize("alg", ["none", "None", "NONE", "nOnE"])
+def test_alg_none_rejected(alg: str) -> None:
+    v, _, _ = make()
+    rejects(v, raw_token({"alg": alg, "kid": RSA.kid}, claims()), "is not allowed")
+    rejects(v, raw_token({"alg": alg, "kid": RSA.kid}, claims(), b"x"), "is not allowed")
+
+
+@pytest.mark.parametrize("alg", ["HS256", "HS512"])
+def test_hmac_signed_with_public_key_rejected(alg: str) -> None:
+    v, _, _ = make()
+    public_pem = json.dumps(RSA.public_jwk).encode()
+    header = {"alg": alg, "kid": RSA.kid, "typ": "JWT"}
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims()).encode())}"
+    mac = hmac.new(public_pem, signing_input.encode(), getattr(hashlib, "sha" + alg[2:])).digest()
+    rejects(v, f"{signing_input}.{b64(mac)}", "is not allowed")
+
+
+def test_alg_confusion_between_asymmetric_families_rejected() -> None:
+    v, _, _ = make()
+    # An ES256 token that names the RSA key's kid: the JWK type does not fit the algorithm.
+    rejects(v, sign(EC, headers={"kid": RSA.kid}), "does not fit algorithm")
+    # RS384 against a JWK declared for RS256.
+    token = jwt.encode(claims(), RSA.private_pem, algorithm="RS384", headers={"kid": RSA.kid})
+    rejects(v, token, "JWK is for 'RS256'")
+
+
+def test_bad_signature_rejected() -> None:
+    v, _, _ = make(Fetcher(RSA))
+    forged = sign(OTHER, headers={"kid": RSA.kid})
+    rejects(v, forged, "signature verification failed")
+    head, payload, _sig = sign().split(".")
+    tampered = b64(json.dumps(claims(sub="admin")).encode())
+    rejects(v, f"{head}.{tampered}.{_sig}", "signature verification failed")
+    rejects(v, f"{head}.{payload}.", "no signature")
+
+
+def test_expired_rejected_with_skew() -> None:
+    v, _, _ = make()
+    rejects(v, sign(exp=NOW - 31), "expired")
+    assert v.validate(sign(exp=NOW - 29)).principal_name == "worker-1"  # within the 30 s skew
+    rejects(v, sign(exp=None), "no numeric 'exp'")
+    rejects(v, sign(exp="soon"), "no numeric 'exp'")
+
+
+def test_not_yet_valid_rejected() -> None:
+    v, _, _ = make()
+    rejects(v, sign(nbf=NOW + 31), "'nbf' is in the future")
+    assert v.validate(sign(nbf=NOW + 29)).principal_name == "worker-1"
+    rejects(v, sign(iat=NOW + 120), "'iat' is in the future")
+    rejects(v, sign(iat=None), "no 'iat'")
+
+
+def test_issuer_and_audience() -> None:
+    v, _, _ = make()
+    rejects(v, sign(iss="evil"), "issuer does not match")
+    rejects(v, sign(aud="other"), "audience does not match")
+    assert v.validate(sign(aud=["other", "kafka"])).principal_name == "worker-1"
+    open_v, _, _ = make(issuer=None, audience=None)
+    assert open_v.validate(sign(iss="x", aud="y")).principal_name == "worker-1"
+
+
+@pytest.mark.parametrize("param", ["jku", "x5u", "jwk", "x5c", "crit"])
+def test_key_pointing_headers_rejected(param: str) -> None:
+    v, _, _ = make()
+    value: Any = {
+        "jku": "https://evil.example/jwks.json",
+        "x5u": "https://evil.example/cert",
+        "jwk": OTHER.public_jwk,
+        "x5c": ["MIIB"],
+        "crit": ["exp"],
+    }[param]
+    rejects(v, sign(headers={param: value}), f"parameter '{param}' is not accepted")
+
+
+def test_kid_tricks_rejected() -> None:
+    fetcher = Fetcher(RSA)
+    v, _, _ = make(fetcher)
+    rejects(v, sign(headers={"kid": "../../../../dev/null"}), "no key in the JWKS")
+    rejects(v, sign(headers={"kid": "x" * 1001}), "no usable 'kid'")
+    rejects(v, sign(headers={"kid": ""}), "no usable 'kid'")
+    rejects(v, sign(headers={"kid": 7}), "no usable 'kid'")
+    rejects(v, raw_token({"alg": "RS256"}, claims(), b"sig"), "no usable 'kid'")
+
+
+def test_unknown_kid_refresh_is_rate_limited() -> None:
+    fetcher = Fetcher(RSA)
+    mono = Monotonic()
+    v, _, _ = make(fetcher, mono)
+    assert v.validate(sign()).principal_name == "worker-1"
+    assert fetcher.calls == 1
+    unknown = sign(OTHER)
+    rejects(v, unknown, "no key in the JWKS")
+    assert fetcher.calls == 2  # one expedited refresh for the unknown kid
+    for _ in range(5):
+        rejects(v, unknown, "no key in the JWKS")
+    assert fetcher.calls == 2  # ... and no more within the interval
+    fetcher.keys.append(OTHER)  # the provider rotates in a new key
+    mono.t += 61
+    assert v.validate(unknown).principal_name == "worker-1"
+    assert fetcher.calls == 3
+
+
+def test_hourly_refresh_and_failed_fetch_keeps_keys() -> None:
+    fetcher = Fetcher(RSA)
+    mono = Monotonic()
+    v, _, _ = make(fetcher, mono)
+    v.validate(sign())
+    mono.t += 3599
+    v.validate(sign())
+    assert fetcher.calls == 1
+    mono.t += 2
+
+    def broken() -> dict[str, Any]:
+        raise OSError("provider down")
+
+    v._keys._fetch = broken  # a fault we cannot cause with a real provider in a unit test
+    assert v.validate(sign()).principal_name == "worker-1"
+
+
+def test_malformed_tokens_rejected() -> None:
+    v, _, _ = make()
+    for token, reason in [
+        ("abc", "three segments"),
+        ("a.b.c.d", "three segments"),
+        ("!!!.e30.e30", "malformed JWT header"),
+        (f"{b64(b'[1]')}.e30.e30", "malformed JWT header"),
+        ("x" * 20_000, "too long"),
+    ]:
+        rejects(v, token, reason)
+    head = b64(json.dumps({"alg": "RS256", "kid": RSA.kid}).encode())
+    rejects(v, f"{head}.e30.@@@", "signature verification failed")
+
+
+def test_private_material_in_jwks_refused() -> None:
+    leaky = dict(RSA.public_jwk, d="secret")
+    v, _, _ = make(lambda: {"keys": [leaky]})
+    rejects(v, sign(), "private key material")
