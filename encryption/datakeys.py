@@ -1,0 +1,159 @@
+"""Data keys: issuing them on the producer side, caching unwrapped ones on the consumer side.
+
+Producer: one active data key per KEK name, used for at most `max_records` encryptions and
+`max_age_seconds`, then replaced by a fresh random key wrapped by the KMS (one KMS call). Its GCM nonces
+are a counter from 0, so they never repeat under that key (NIST SP 800-38D §8.2.1 deterministic
+construction); the bound keeps far below GCM's 2^32-invocation guidance for random nonces too.
+
+Consumer: unwrapped data keys are cached by their wrapped form (bounded LRU with a time-to-live), so
+reading a million records costs one KMS call per data key, not per record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from encryption.envelope import header_prefix, key_part
+from encryption.errors import EncryptionError
+from encryption.kms import Kms, WrappedKey, check_key_name
+from encryption.retry import RetryPolicy, call_with_retry
+
+_MAX_GCM_INVOCATIONS = 1 << 32
+
+
+@dataclass(frozen=True, slots=True)
+class DataKeyPolicy:
+    """How long one data key is used (defaults follow Kroxylicious: 5M records, 1 hour)."""
+
+    max_records: int = 5_000_000
+    max_age_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_records <= _MAX_GCM_INVOCATIONS:
+            raise ValueError(f"max_records must be in 1..{_MAX_GCM_INVOCATIONS}")
+        if self.max_age_seconds <= 0:
+            raise ValueError("max_age_seconds must be positive")
+
+
+class ActiveDataKey:
+    """One data key in use by a producer. `next_nonce()` returns None once the key is spent."""
+
+    __slots__ = ("aead", "counter", "expires", "limit", "now", "prefixes", "wrapped")
+
+    def __init__(
+        self, data_key: bytes, wrapped: WrappedKey, policy: DataKeyPolicy, now: Callable[[], float]
+    ) -> None:
+        self.aead = AESGCM(data_key)
+        self.wrapped = wrapped
+        part = key_part(wrapped)
+        self.prefixes = tuple(header_prefix(flags, part) for flags in range(4))
+        # Public for the serializer's inlined hot path (`EncryptingSerializer.__call__`).
+        self.counter = itertools.count()
+        self.limit = policy.max_records
+        self.now = now
+        self.expires = now() + policy.max_age_seconds
+
+    def __repr__(self) -> str:
+        return f"ActiveDataKey(kek={self.wrapped.key_name!r}, version={self.wrapped.version})"
+
+    def next_nonce(self) -> bytes | None:
+        n = next(self.counter)  # atomic under the GIL: concurrent producers get distinct nonces
+        if n >= self.limit or self.now() >= self.expires:
+            return None
+        return n.to_bytes(12, "big")
+
+
+class DataKeyIssuer:
+    """Hands out the active data key for a KEK name, replacing it when spent."""
+
+    def __init__(
+        self,
+        kms: Kms,
+        policy: DataKeyPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kms = kms
+        self.policy = policy or DataKeyPolicy()
+        self.retry = retry or RetryPolicy()
+        self.now = now
+        self._lock = threading.Lock()
+        self._active: dict[str, ActiveDataKey] = {}
+        self.kms_calls = 0
+
+    def active(self, key_name: str) -> ActiveDataKey:
+        key = self._active.get(key_name)
+        return key if key is not None else self.replace(key_name, None)
+
+    def replace(self, key_name: str, spent: ActiveDataKey | None) -> ActiveDataKey:
+        """A fresh data key (unless another thread already replaced `spent`)."""
+        with self._lock:
+            current = self._active.get(key_name)
+            if current is not None and current is not spent:
+                return current
+            check_key_name(key_name)
+            data_key = os.urandom(32)
+            self.kms_calls += 1
+            wrapped = call_with_retry(self.retry, "wrap", lambda: self.kms.wrap(key_name, data_key))
+            if wrapped.key_name != key_name:
+                raise EncryptionError("KMS wrapped the data key under another key name")
+            fresh = ActiveDataKey(data_key, wrapped, self.policy, self.now)
+            self._active[key_name] = fresh
+            return fresh
+
+
+class DataKeyCache:
+    """Unwrapped data keys (as ready AESGCM objects) by wrapped key (`ParsedHeader.cache_key`); bounded, with a TTL."""
+
+    def __init__(
+        self,
+        kms: Kms,
+        max_entries: int = 1000,
+        ttl_seconds: float = 3600.0,
+        retry: RetryPolicy | None = None,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_entries < 1 or ttl_seconds <= 0:
+            raise ValueError("DataKeyCache needs max_entries >= 1 and a positive ttl_seconds")
+        self.kms = kms
+        self.retry = retry or RetryPolicy()
+        self._max = max_entries
+        self._ttl = ttl_seconds
+        self.now = now
+        self.entries: OrderedDict[bytes, tuple[AESGCM, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.kms_calls = 0
+
+    def get(self, prefix: bytes) -> AESGCM | None:
+        entry = self.entries.get(prefix)
+        if entry is None or entry[1] <= self.now():
+            return None
+        return entry[0]
+
+    def load(self, prefix: bytes, wrapped: WrappedKey) -> AESGCM:
+        """Unwraps through the KMS (with retries) and caches; raises the KMS's errors."""
+        with self._lock:
+            cached = self.get(prefix)
+            if cached is not None:
+                return cached
+            self.kms_calls += 1
+            data_key = call_with_retry(self.retry, "unwrap", lambda: self.kms.unwrap(wrapped))
+            if len(data_key) != 32:
+                raise EncryptionError("KMS returned a data key of the wrong size")
+            aead = AESGCM(data_key)
+            self.entries[prefix] = (aead, self.now() + self._ttl)
+            self.entries.move_to_end(prefix)
+            while len(self.entries) > self._max:
+                self.entries.popitem(last=False)
+            return aead
+
+    def __len__(self) -> int:
+        return len(self.entries)

@@ -1,0 +1,125 @@
+"""HashiCorp Vault's Transit secrets engine as a `Kms` (through hvac).
+
+KEKs are Transit keys of type `aes256-gcm96`; they never leave Vault. A wrapped data key is Vault's
+ciphertext string (`vault:v<N>:<base64>`), whose version prefix tells which KEK version wrapped it.
+The derived secret is Transit's HMAC of the label under key version 1, so it survives rotations.
+Connection failures, 5xx answers, rate limiting and a sealed Vault are `KmsUnavailableError` (retried by
+the serdes); a missing key is `KeyNotFoundError`; anything else is `KmsError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import hvac
+import hvac.exceptions
+import requests
+
+from encryption.errors import KeyNotFoundError, KmsError, KmsUnavailableError
+from encryption.kms import WrappedKey, check_key_name
+
+T = TypeVar("T")
+
+_CIPHERTEXT = re.compile(r"^vault:v(\d+):[A-Za-z0-9+/=]+$")
+
+
+class VaultTransitKms:
+    """`Kms` backed by Vault Transit. Pass an authenticated `hvac.Client` (or url and token)."""
+
+    def __init__(
+        self,
+        client: hvac.Client | None = None,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        mount_point: str = "transit",
+        timeout: float = 5.0,
+    ) -> None:
+        if client is None:
+            if url is None:
+                raise KmsError("VaultTransitKms needs an hvac.Client or a url")
+            client = hvac.Client(url=url, token=token, timeout=timeout)
+        self._client = client
+        self.mount_point = mount_point
+
+    def __repr__(self) -> str:
+        return f"VaultTransitKms(url={getattr(self._client, 'url', '?')!r}, mount_point={self.mount_point!r})"
+
+    def _call(self, what: str, name: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except hvac.exceptions.InvalidPath as exc:
+            raise KeyNotFoundError(f"Vault has no transit key {name!r}") from exc
+        except (
+            hvac.exceptions.VaultDown,
+            hvac.exceptions.InternalServerError,
+            hvac.exceptions.BadGateway,
+            hvac.exceptions.RateLimitExceeded,
+            requests.exceptions.ConnectionError,
+            requests.exceptions.Timeout,
+        ) as exc:
+            raise KmsUnavailableError(f"Vault unavailable during {what}: {type(exc).__name__}") from exc
+        except hvac.exceptions.InvalidRequest as exc:
+            if "not found" in str(exc).lower():
+                raise KeyNotFoundError(f"Vault has no transit key {name!r}") from exc
+            raise KmsError(f"Vault refused {what} for {name!r}") from exc
+        except hvac.exceptions.VaultError as exc:
+            raise KmsError(f"Vault refused {what} for {name!r}: {type(exc).__name__}") from exc
+
+    def _transit(self) -> Any:
+        return self._client.secrets.transit
+
+    def create_key(self, name: str) -> int:
+        check_key_name(name)
+        if self._key_exists(name):
+            raise KmsError(f"key {name!r} already exists; use rotate_key to add a version")
+        self._call("create_key", name, lambda: self._transit().create_key(
+            name, key_type="aes256-gcm96", mount_point=self.mount_point))
+        return 1
+
+    def _key_exists(self, name: str) -> bool:
+        try:
+            self._call("read_key", name, lambda: self._transit().read_key(name, mount_point=self.mount_point))
+        except KeyNotFoundError:
+            return False
+        return True
+
+    def current_version(self, name: str) -> int:
+        check_key_name(name)
+        response = self._call("read_key", name, lambda: self._transit().read_key(
+            name, mount_point=self.mount_point))
+        return int(response["data"]["latest_version"])
+
+    def rotate_key(self, name: str) -> int:
+        check_key_name(name)
+        self._call("rotate_key", name, lambda: self._transit().rotate_key(name, mount_point=self.mount_point))
+        return self.current_version(name)
+
+    def wrap(self, key_name: str, data_key: bytes) -> WrappedKey:
+        plaintext = base64.b64encode(data_key).decode("ascii")
+        response = self._call("encrypt", key_name, lambda: self._transit().encrypt_data(
+            key_name, plaintext=plaintext, mount_point=self.mount_point))
+        ciphertext = str(response["data"]["ciphertext"])
+        match = _CIPHERTEXT.match(ciphertext)
+        if match is None:
+            raise KmsError("Vault returned a ciphertext in an unknown form")
+        return WrappedKey(key_name, int(match.group(1)), ciphertext.encode("ascii"))
+
+    def unwrap(self, wrapped: WrappedKey) -> bytes:
+        ciphertext = wrapped.blob.decode("ascii", errors="replace")
+        match = _CIPHERTEXT.match(ciphertext)
+        if match is None or int(match.group(1)) != wrapped.version:
+            raise KmsError("wrapped data key is not a Vault transit ciphertext of the stated version")
+        response = self._call("decrypt", wrapped.key_name, lambda: self._transit().decrypt_data(
+            wrapped.key_name, ciphertext=ciphertext, mount_point=self.mount_point))
+        return base64.b64decode(response["data"]["plaintext"])
+
+    def derived_secret(self, key_name: str, label: bytes) -> bytes:
+        hash_input = base64.b64encode(b"kgov-derived-v1:" + label).decode("ascii")
+        response = self._call("hmac", key_name, lambda: self._transit().generate_hmac(
+            key_name, hash_input=hash_input, key_version=1, algorithm="sha2-256", mount_point=self.mount_point))
+        text = str(response["data"]["hmac"])
+        return base64.b64decode(text.rsplit(":", 1)[1])

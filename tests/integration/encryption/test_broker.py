@@ -1,0 +1,157 @@
+"""Encrypting serdes through real confluent-kafka clients and a real Tansu broker (issue 6, done-when)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.deserializing_consumer import DeserializingConsumer
+from confluent_kafka.error import ValueDeserializationError
+from confluent_kafka.serialization import StringDeserializer, StringSerializer
+from confluent_kafka.serializing_producer import SerializingProducer
+
+from encryption import (
+    DecryptingDeserializer,
+    DecryptionError,
+    EncryptingSerializer,
+    LocalKms,
+    RecordKeyDeserializer,
+    RecordKeySerializer,
+)
+
+pytestmark = pytest.mark.broker
+
+SECRETS = [f"iban DE89-3704-0044-0532-0130-{i:02d}" for i in range(10)]
+
+
+def new_topic(bootstrap: str) -> str:
+    topic = f"enc-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        future.result(timeout=30)
+    return topic
+
+
+def read_raw(bootstrap: str, topic: str, count: int) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    try:
+        while len(messages) < count:
+            msg = consumer.poll(10)
+            assert msg is not None, f"only {len(messages)} of {count} records arrived"
+            assert msg.error() is None, msg.error()
+            messages.append(msg)
+    finally:
+        consumer.close()
+    return messages
+
+
+def read_decrypted(bootstrap: str, topic: str, kms: LocalKms, count: int) -> list[tuple[str, str | None]]:
+    consumer = DeserializingConsumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"dec-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "key.deserializer": RecordKeyDeserializer(kms, StringDeserializer()),
+        "value.deserializer": DecryptingDeserializer(kms, StringDeserializer()),
+    })
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    records = []
+    try:
+        while len(records) < count:
+            msg = consumer.poll(10)
+            assert msg is not None, f"only {len(records)} of {count} records arrived"
+            records.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return records
+
+
+def produce(bootstrap: str, topic: str, kms: LocalKms, items: list[tuple[str, str | None]], **options: bool) -> None:
+    producer = SerializingProducer({
+        "bootstrap.servers": bootstrap,
+        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer(),
+                                              hash_keys=options.pop("hash_keys", False)),
+        "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer(), **options),
+    })
+    for key, value in items:
+        producer.produce(topic, key=key, value=value, headers=[])
+    assert producer.flush(30) == 0
+
+
+def test_produce_encrypted_read_raw_then_decrypt_across_rotation(kafka_broker: str, tmp_path: Path) -> None:
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    produce(kafka_broker, topic, kms, [(f"customer-{i}", SECRETS[i]) for i in range(5)])
+    kms.rotate_key("orders")
+    produce(kafka_broker, topic, kms, [(f"customer-{i}", SECRETS[i]) for i in range(5, 10)])
+    produce(kafka_broker, topic, kms, [("customer-0", None)])  # a tombstone
+
+    raw = read_raw(kafka_broker, topic, 11)
+    for msg in raw[:10]:
+        assert b"DE89" not in msg.value() and b"iban" not in msg.value()
+        assert all(b"DE89" not in (value or b"") for _, value in msg.headers())
+    assert raw[10].value() is None
+    versions = []
+    for msg in raw[:10]:
+        header = dict(msg.headers())["kgov.enc"]
+        versions.append(int.from_bytes(header[3 + len("orders") : 7 + len("orders")], "big"))
+    assert versions == [1] * 5 + [2] * 5
+
+    decrypted = read_decrypted(kafka_broker, topic, kms, 11)
+    assert decrypted == [(f"customer-{i}", SECRETS[i]) for i in range(10)] + [("customer-0", None)]
+
+
+def test_tampered_record_fails_with_decryption_error(kafka_broker: str, tmp_path: Path) -> None:
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    produce(kafka_broker, topic, kms, [("k", SECRETS[0])])
+    original = read_raw(kafka_broker, topic, 1)[0]
+    tampered = bytearray(original.value())
+    tampered[3] ^= 0x40
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    producer.produce(topic, key=original.key(), value=bytes(tampered), headers=original.headers())
+    assert producer.flush(30) == 0
+
+    consumer = DeserializingConsumer({
+        "bootstrap.servers": kafka_broker, "group.id": f"t-{uuid.uuid4().hex}",
+        "key.deserializer": RecordKeyDeserializer(kms, StringDeserializer()),
+        "value.deserializer": DecryptingDeserializer(kms, StringDeserializer()),
+    })
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        first = consumer.poll(10)
+        assert first is not None and first.value() == SECRETS[0]
+        with pytest.raises(ValueDeserializationError) as info:
+            consumer.poll(10)
+    finally:
+        consumer.close()
+    assert isinstance(info.value.exception, DecryptionError)
+    assert info.value.exception.topic == topic
+
+    # On raw messages, the error also names partition and offset.
+    raw = read_raw(kafka_broker, topic, 2)
+    deserializer = DecryptingDeserializer(kms, StringDeserializer())
+    assert deserializer.decrypt_message(raw[0]) == SECRETS[0]
+    with pytest.raises(DecryptionError, match=f"topic={topic} partition=0 offset=1"):
+        deserializer.decrypt_message(raw[1])
+
+
+def test_hashed_keys_keep_partitioning_and_hide_the_original(kafka_broker: str, tmp_path: Path) -> None:
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    items: list[tuple[str, str | None]] = [("alice@example.com", "v1"), ("bob@example.com", "v2"),
+                                          ("alice@example.com", "v3")]
+    produce(kafka_broker, topic, kms, items, hash_keys=True, compress=True)
+    raw = read_raw(kafka_broker, topic, 3)
+    assert all(b"example" not in msg.key() and len(msg.key()) == 32 for msg in raw)
+    assert raw[0].key() == raw[2].key() != raw[1].key()
+    assert all(b"example" not in (v or b"") for msg in raw for _, v in msg.headers())
+    assert read_decrypted(kafka_broker, topic, kms, 3) == items
