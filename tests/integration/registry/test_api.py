@@ -362,3 +362,26 @@ def test_invalid_subjects_and_versions(client: TestClient) -> None:
                                    'between [1, 2^31-1] and the string "latest"')
     assert error(client.get("/schemas/ids/999")) == (404, 40403)
     assert error(client.get("/schemas/ids/x")) == (404, 40403)
+
+
+@pytest.mark.postgres
+def test_register_delete_and_references_on_both_databases(
+    registry_app_factory: Callable[..., FastAPI], db_url: str
+) -> None:
+    app = registry_app_factory(db=db_url)
+    with TestClient(app, headers=basic("admin")) as client:
+        address = record("Address", ("street", "string"))
+        register(client, "address", address)
+        person = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "a", "type": "Address"}]})
+        refs = [{"name": "Address", "subject": "address", "version": 1}]
+        created = register(client, "person", person, references=refs)
+        assert error(client.delete("/subjects/address/versions/1")) == (422, 42206)
+        assert register(client, "person2", person, references=refs)["id"] == created["id"]
+        assert client.get("/subjects/address/versions/1/referencedby").json() == [created["id"]]
+        assert client.delete("/subjects/person").json() == [1]
+        assert client.delete("/subjects/person?permanent=true").json() == [1]
+        assert client.get("/subjects?deleted=true").json() == ["address", "person2"]
+        client.put("/config", json={"compatibility": "FULL_TRANSITIVE"})
+        assert client.get("/config").json() == {"compatibilityLevel": "FULL_TRANSITIVE"}
+        client.put("/mode/person2", json={"mode": "READONLY"})
+        assert error(client.delete("/subjects/person2")) == (422, 42205)
