@@ -1,0 +1,309 @@
+"""The typed view of a JSON schema that Confluent's JSON Schema diff walks.
+
+Confluent compares schemas as the everit-json-schema library loads them, and that loading decides
+many verdicts, so this module reproduces it:
+
+* `true` / `false` / `{}` are TRUE / FALSE / EMPTY schemas; a `$ref` is followed (the node is the
+  referred schema, shared, so recursion is detected by identity);
+* `enum`, `allOf`/`anyOf`/`oneOf`, `not`, `const` and the type (explicit `type`, or sniffed from
+  type-specific keywords when `type` is absent) each yield a schema; several of them together are
+  a synthetic `allOf` of those schemas (in that order); none is EMPTY;
+* a list of types is a synthetic `anyOf` with one schema per type, each seeing every keyword;
+* `id`/`$id`, `title`, `description` and `default` belong to the resulting schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from urllib.parse import unquote
+
+_MISSING = object()
+
+_ARRAY_KEYWORDS = ("items", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains")
+_OBJECT_KEYWORDS = ("properties", "required", "minProperties", "maxProperties", "dependencies",
+                    "patternProperties", "additionalProperties", "propertyNames")
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format")
+
+
+@dataclass(eq=False)
+class Node:
+    """One everit-style schema. `kind` is the everit class: STRING, NUMBER, BOOLEAN, NULL, OBJECT,
+    ARRAY, ENUM, CONST, NOT, COMBINED, EMPTY, TRUE, FALSE, CONDITIONAL."""
+
+    kind: str
+    key: str = ""  # structural identity, for collapsing duplicate subschemas
+    id: Any = None
+    title: Any = None
+    description: Any = None
+    default: Any = _MISSING
+    # string
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    # number
+    minimum: Any = None
+    maximum: Any = None
+    exclusive_minimum: Any = None
+    exclusive_maximum: Any = None
+    multiple_of: Any = None
+    requires_integer: bool = False
+    # object
+    properties: dict[str, Node] = field(default_factory=dict)
+    required: list[str] = field(default_factory=list)
+    additional_properties: bool = True
+    additional_properties_schema: Node | None = None
+    pattern_properties: list[tuple[str, Node]] = field(default_factory=list)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    schema_dependencies: dict[str, Node] = field(default_factory=dict)
+    min_properties: int | None = None
+    max_properties: int | None = None
+    # array
+    all_items: Node | None = None
+    item_list: list[Node] | None = None
+    additional_items: bool = True
+    additional_items_schema: Node | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+    unique_items: bool = False
+    # enum / const
+    values: list[Any] = field(default_factory=list)
+    # not
+    must_not: Node | None = None
+    # combined
+    criterion: str = ""
+    subschemas: list[Node] = field(default_factory=list)
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _MISSING
+
+    def is_empty_like(self) -> bool:
+        return self.kind in ("EMPTY", "TRUE")
+
+
+class SchemaLoadError(Exception):
+    """A reference that cannot be followed, or a malformed keyword."""
+
+
+def _canonical_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class Loader:
+    """Loads nodes from a root document and the documents of its references, caching each
+    (document, JSON pointer) so that references share one node."""
+
+    def __init__(self, root: Any, referenced: Mapping[str, Any]) -> None:
+        self.root = root
+        self.referenced = referenced
+        self._cache: dict[tuple[int, str], Node] = {}
+
+    def load(self) -> Node:
+        return self._load(self.root, self.root, "#")
+
+    def _resolve(self, doc: Any, ref: str) -> tuple[Any, Any, str]:
+        """(document, node, pointer) that `ref` names, seen from `doc`."""
+        target_doc = doc
+        base, _, fragment = ref.partition("#")
+        if base:
+            if base not in self.referenced:
+                raise SchemaLoadError(f"Unresolvable reference: {ref}")
+            target_doc = self.referenced[base]
+        node = target_doc
+        pointer = "#"
+        if fragment:
+            for raw in fragment.lstrip("/").split("/"):
+                if raw == "":
+                    continue
+                token = unquote(raw).replace("~1", "/").replace("~0", "~")
+                pointer += "/" + token
+                if isinstance(node, dict) and token in node:
+                    node = node[token]
+                elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                    node = node[int(token)]
+                else:
+                    raise SchemaLoadError(f"Unresolvable reference: {ref}")
+        return target_doc, node, pointer
+
+    def _load(self, doc: Any, raw: Any, pointer: str) -> Node:
+        key = (id(doc), pointer)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        if raw is True:
+            node = Node("TRUE", key="true")
+        elif raw is False:
+            node = Node("FALSE", key="false")
+        elif not isinstance(raw, dict):
+            raise SchemaLoadError(f"Not a schema at {pointer}")
+        elif "$ref" in raw and isinstance(raw["$ref"], str):
+            target_doc, target, target_pointer = self._resolve(doc, raw["$ref"])
+            if target_doc is doc and target_pointer == pointer:
+                raise SchemaLoadError(f"Reference to itself at {pointer}")
+            # Placeholder first so that a cycle through this reference finds a node.
+            placeholder = Node("EMPTY")
+            self._cache[key] = placeholder
+            node = self._load(target_doc, target, target_pointer)
+            self._cache[key] = node
+            return node
+        else:
+            node = Node("EMPTY")
+            self._cache[key] = node
+            built = self._load_object(doc, raw, pointer)
+            node.__dict__.update(built.__dict__)
+            return node
+        self._cache[key] = node
+        return node
+
+    def _child(self, doc: Any, raw: Any, pointer: str) -> Node:
+        return self._load(doc, raw, pointer)
+
+    def _load_object(self, doc: Any, raw: dict[str, Any], pointer: str) -> Node:
+        parts: list[Node] = []
+        if "enum" in raw and isinstance(raw["enum"], list):
+            parts.append(Node("ENUM", key=_canonical_key({"enum": raw["enum"]}), values=list(raw["enum"])))
+        for criterion in ("allOf", "anyOf", "oneOf"):
+            if criterion in raw and isinstance(raw[criterion], list):
+                subs = [self._child(doc, s, f"{pointer}/{criterion}/{i}") for i, s in enumerate(raw[criterion])]
+                parts.append(Node("COMBINED", key=_canonical_key({criterion: raw[criterion]}),
+                                  criterion=criterion, subschemas=subs))
+        if "not" in raw:
+            parts.append(Node("NOT", key=_canonical_key({"not": raw["not"]}),
+                              must_not=self._child(doc, raw["not"], f"{pointer}/not")))
+        if "const" in raw:
+            parts.append(Node("CONST", key=_canonical_key({"const": raw["const"]}), values=[raw["const"]]))
+        type_value = raw.get("type", _MISSING)
+        if isinstance(type_value, str):
+            parts.append(self._typed(doc, raw, pointer, type_value, explicit=True))
+        elif isinstance(type_value, list):
+            subs = [self._typed(doc, raw, pointer, t, explicit=True) for t in type_value if isinstance(t, str)]
+            parts.append(Node("COMBINED", key=_canonical_key({"type": type_value, "raw": raw}),
+                              criterion="anyOf", subschemas=subs))
+        else:
+            for kind, keywords in (("ARRAY", _ARRAY_KEYWORDS), ("OBJECT", _OBJECT_KEYWORDS),
+                                   ("NUMBER", _NUMBER_KEYWORDS), ("STRING", _STRING_KEYWORDS)):
+                if any(k in raw for k in keywords):
+                    parts.append(self._typed(doc, raw, pointer, kind.lower(), explicit=False))
+        if any(k in raw for k in ("if", "then", "else")):
+            parts.append(Node("CONDITIONAL", key=_canonical_key({k: raw.get(k) for k in ("if", "then", "else")})))
+        if not parts:
+            result = Node("EMPTY", key=_canonical_key(raw))
+        elif len(parts) == 1:
+            result = parts[0]
+            result.key = _canonical_key(raw)
+        else:
+            result = Node("COMBINED", key=_canonical_key(raw), criterion="allOf", subschemas=parts)
+        result.id = raw.get("$id", raw.get("id"))
+        result.title = raw.get("title")
+        result.description = raw.get("description")
+        result.default = raw.get("default", _MISSING)
+        return result
+
+    def _typed(self, doc: Any, raw: dict[str, Any], pointer: str, type_name: str, *, explicit: bool) -> Node:
+        key = _canonical_key({"type": type_name, "raw": raw})
+        if type_name == "string":
+            return Node("STRING", key=key, min_length=_int(raw.get("minLength")),
+                        max_length=_int(raw.get("maxLength")),
+                        pattern=raw.get("pattern") if isinstance(raw.get("pattern"), str) else None)
+        if type_name in ("number", "integer"):
+            minimum, maximum = _number(raw.get("minimum")), _number(raw.get("maximum"))
+            exclusive_min, exclusive_max = raw.get("exclusiveMinimum"), raw.get("exclusiveMaximum")
+            return Node("NUMBER", key=key, minimum=minimum, maximum=maximum,
+                        exclusive_minimum=_number(exclusive_min), exclusive_maximum=_number(exclusive_max),
+                        multiple_of=_number(raw.get("multipleOf")), requires_integer=type_name == "integer")
+        if type_name == "boolean":
+            return Node("BOOLEAN", key=key)
+        if type_name == "null":
+            return Node("NULL", key=key)
+        if type_name == "object":
+            return self._object(doc, raw, pointer, key)
+        if type_name == "array":
+            return self._array(doc, raw, pointer, key)
+        raise SchemaLoadError(f"Unknown type {type_name!r} at {pointer}")
+
+    def _object(self, doc: Any, raw: dict[str, Any], pointer: str, key: str) -> Node:
+        node = Node("OBJECT", key=key)
+        props = raw.get("properties")
+        if isinstance(props, dict):
+            for name, sub in props.items():
+                node.properties[name] = self._child(doc, sub, f"{pointer}/properties/{_escape(name)}")
+        required = raw.get("required")
+        if isinstance(required, list):
+            node.required = [r for r in required if isinstance(r, str)]
+        additional = raw.get("additionalProperties", _MISSING)
+        if additional is False:
+            node.additional_properties = False
+        elif isinstance(additional, dict):
+            node.additional_properties_schema = self._child(doc, additional, f"{pointer}/additionalProperties")
+        patterns = raw.get("patternProperties")
+        if isinstance(patterns, dict):
+            for regex, sub in patterns.items():
+                node.pattern_properties.append(
+                    (regex, self._child(doc, sub, f"{pointer}/patternProperties/{_escape(regex)}"))
+                )
+        dependencies = raw.get("dependencies")
+        if isinstance(dependencies, dict):
+            for name, dep in dependencies.items():
+                if isinstance(dep, list):
+                    node.property_dependencies[name] = [d for d in dep if isinstance(d, str)]
+                else:
+                    node.schema_dependencies[name] = self._child(
+                        doc, dep, f"{pointer}/dependencies/{_escape(name)}"
+                    )
+        node.min_properties = _int(raw.get("minProperties"))
+        node.max_properties = _int(raw.get("maxProperties"))
+        return node
+
+    def _array(self, doc: Any, raw: dict[str, Any], pointer: str, key: str) -> Node:
+        node = Node("ARRAY", key=key)
+        items = raw.get("items", _MISSING)
+        if isinstance(items, list):
+            node.item_list = [self._child(doc, s, f"{pointer}/items/{i}") for i, s in enumerate(items)]
+        elif items is not _MISSING:
+            node.all_items = self._child(doc, items, f"{pointer}/items")
+        additional = raw.get("additionalItems", _MISSING)
+        if additional is False:
+            node.additional_items = False
+        elif isinstance(additional, dict):
+            node.additional_items_schema = self._child(doc, additional, f"{pointer}/additionalItems")
+        node.min_items = _int(raw.get("minItems"))
+        node.max_items = _int(raw.get("maxItems"))
+        node.unique_items = raw.get("uniqueItems") is True
+        return node
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _number(value: Any) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    except InvalidOperation:
+        return None
+
+
+def pattern_matches(regex: str, name: str) -> bool:
+    """`Pattern.matcher(name).find()`; a pattern Python cannot compile never matches."""
+    try:
+        return re.search(regex, name) is not None
+    except re.error:
+        return False
