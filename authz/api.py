@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Body, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from authz.decide import validate_new_acl
 from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
@@ -141,10 +142,16 @@ def _filter_from_query(
 
 
 def _create(request: Request, principal: Principal, acls: list[Acl]) -> None:
-    results = _service(request).create_acls(acls, actor=principal, client_address=client_address(request))
-    errors = [str(e) for e in results if e is not None]
+    """All or nothing: one invalid ACL refuses the whole request before anything is written."""
+    errors = []
+    for acl in acls:
+        try:
+            validate_new_acl(acl)
+        except InvalidAclError as exc:
+            errors.append(str(exc))
     if errors:
         raise ApiError(400, 400, "; ".join(dict.fromkeys(errors)))
+    _service(request).create_acls(acls, actor=principal, client_address=client_address(request))
 
 
 v3 = APIRouter(tags=["acls"])

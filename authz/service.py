@@ -268,8 +268,9 @@ class AuthorizerService:
             else:
                 results.append(None)
                 valid.append(acl)
-        added = self.store.add_acls(valid)
-        self._audit_change("CreateAcls", actor, client_address, added=added)
+        self.store.add_acls(
+            valid, before_commit=lambda added: self._audit_change("CreateAcls", actor, client_address, added=added)
+        )
         self.refresh()
         return results
 
@@ -281,8 +282,10 @@ class AuthorizerService:
         doomed = {acl for group in matches for acl in group}
         if len(doomed) > MAX_ACLS_PER_OPERATION:
             raise InvalidAclError(f"Cannot remove more than {MAX_ACLS_PER_OPERATION} acls in a single delete operation.")
-        removed = self.store.remove_acls(sorted(doomed))
-        self._audit_change("DeleteAcls", actor, client_address, removed=removed)
+        self.store.remove_acls(
+            sorted(doomed),
+            before_commit=lambda removed: self._audit_change("DeleteAcls", actor, client_address, removed=removed),
+        )
         self.refresh()
         return matches
 
@@ -291,14 +294,14 @@ class AuthorizerService:
 
     def add_role_binding(self, binding: RoleBinding, *, actor: Principal) -> bool:
         validate_role_binding(binding)
-        changed = self.store.add_role_binding(binding)
-        self._audit_binding("AddRoleBinding", actor, binding, changed)
+        changed = self.store.add_role_binding(
+            binding, before_commit=lambda c: self._audit_binding("AddRoleBinding", actor, binding, c))
         self.refresh()
         return changed
 
     def remove_role_binding(self, binding: RoleBinding, *, actor: Principal) -> bool:
-        changed = self.store.remove_role_binding(binding)
-        self._audit_binding("RemoveRoleBinding", actor, binding, changed)
+        changed = self.store.remove_role_binding(
+            binding, before_commit=lambda c: self._audit_binding("RemoveRoleBinding", actor, binding, c))
         self.refresh()
         return changed
 
@@ -309,14 +312,15 @@ class AuthorizerService:
     def add_group_member(self, group: Principal, member: Principal, *, actor: Principal) -> bool:
         if group.type != "Group" or not group.name:
             raise InvalidAclError(f"expected a Group: principal, got {group}")
-        changed = self.store.add_member(group, member)
-        self._audit_membership("AddGroupMember", actor, group, member, changed)
+        changed = self.store.add_member(
+            group, member, before_commit=lambda c: self._audit_membership("AddGroupMember", actor, group, member, c))
         self.refresh()
         return changed
 
     def remove_group_member(self, group: Principal, member: Principal, *, actor: Principal) -> bool:
-        changed = self.store.remove_member(group, member)
-        self._audit_membership("RemoveGroupMember", actor, group, member, changed)
+        changed = self.store.remove_member(
+            group, member,
+            before_commit=lambda c: self._audit_membership("RemoveGroupMember", actor, group, member, c))
         self.refresh()
         return changed
 

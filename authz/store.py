@@ -7,7 +7,7 @@ that counter, so a node applies just the delta instead of reloading every ACL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -137,8 +137,11 @@ class AclStore:
             rows = conn.execute(sa.select(*(acls_table.c[c.name] for c in _acl_columns()))).all()
         return version, [_acl_from_row(r) for r in rows]
 
-    def add_acls(self, acls: Sequence[Acl]) -> list[Acl]:
-        """Inserts the ACLs that do not exist yet; returns those actually added (duplicates are no-ops)."""
+    def add_acls(self, acls: Sequence[Acl], before_commit: Callable[[list[Acl]], None] | None = None) -> list[Acl]:
+        """Inserts the ACLs that do not exist yet; returns those actually added (duplicates are no-ops).
+
+        `before_commit(added)` runs inside the transaction (the audit trail): if it raises, nothing is stored.
+        """
         added: list[Acl] = []
         if not acls:
             return added
@@ -152,10 +155,13 @@ class AclStore:
             if added:
                 version = bump_version(conn, ACL_COMPONENT)
                 conn.execute(sa.insert(acl_changes), [dict(_acl_values(a), version=version, added=True) for a in added])
+                if before_commit is not None:
+                    before_commit(added)
         return added
 
-    def remove_acls(self, acls: Iterable[Acl]) -> list[Acl]:
-        """Deletes the ACLs that still exist; returns those actually removed."""
+    def remove_acls(self, acls: Iterable[Acl], before_commit: Callable[[list[Acl]], None] | None = None
+                    ) -> list[Acl]:
+        """Deletes the ACLs that still exist; returns those actually removed (see `add_acls`)."""
         removed: list[Acl] = []
         with transaction(self.engine) as conn:
             lock_component(conn, ACL_COMPONENT)
@@ -169,6 +175,8 @@ class AclStore:
                     sa.insert(acl_changes), [dict(_acl_values(a), version=version, added=False) for a in removed]
                 )
                 self._prune_changes(conn, version)
+                if before_commit is not None:
+                    before_commit(removed)
         return removed
 
     @staticmethod
@@ -214,7 +222,7 @@ class AclStore:
                 members.setdefault(Principal.parse(row.member), set()).add(Principal.parse(row.group_name))
         return version, sorted(bindings), {k: frozenset(v) for k, v in members.items()}
 
-    def add_role_binding(self, binding: RoleBinding) -> bool:
+    def add_role_binding(self, binding: RoleBinding, before_commit: Callable[[bool], None] | None = None) -> bool:
         values = _binding_values(binding)
         with transaction(self.engine) as conn:
             lock_component(conn, MEMBERSHIP_COMPONENT)
@@ -223,9 +231,11 @@ class AclStore:
                 return False
             conn.execute(sa.insert(role_bindings_table).values(**values))
             bump_version(conn, MEMBERSHIP_COMPONENT)
+            if before_commit is not None:
+                before_commit(True)
         return True
 
-    def remove_role_binding(self, binding: RoleBinding) -> bool:
+    def remove_role_binding(self, binding: RoleBinding, before_commit: Callable[[bool], None] | None = None) -> bool:
         values = _binding_values(binding)
         with transaction(self.engine) as conn:
             lock_component(conn, MEMBERSHIP_COMPONENT)
@@ -233,9 +243,12 @@ class AclStore:
             removed = conn.execute(sa.delete(role_bindings_table).where(match)).rowcount
             if removed:
                 bump_version(conn, MEMBERSHIP_COMPONENT)
+                if before_commit is not None:
+                    before_commit(True)
         return bool(removed)
 
-    def add_member(self, group: Principal, member: Principal) -> bool:
+    def add_member(self, group: Principal, member: Principal,
+                       before_commit: Callable[[bool], None] | None = None) -> bool:
         with transaction(self.engine) as conn:
             lock_component(conn, MEMBERSHIP_COMPONENT)
             match = sa.and_(group_members.c.group_name == str(group), group_members.c.member == str(member))
@@ -243,15 +256,20 @@ class AclStore:
                 return False
             conn.execute(sa.insert(group_members).values(group_name=str(group), member=str(member)))
             bump_version(conn, MEMBERSHIP_COMPONENT)
+            if before_commit is not None:
+                before_commit(True)
         return True
 
-    def remove_member(self, group: Principal, member: Principal) -> bool:
+    def remove_member(self, group: Principal, member: Principal,
+                          before_commit: Callable[[bool], None] | None = None) -> bool:
         with transaction(self.engine) as conn:
             lock_component(conn, MEMBERSHIP_COMPONENT)
             match = sa.and_(group_members.c.group_name == str(group), group_members.c.member == str(member))
             removed = conn.execute(sa.delete(group_members).where(match)).rowcount
             if removed:
                 bump_version(conn, MEMBERSHIP_COMPONENT)
+                if before_commit is not None:
+                    before_commit(True)
         return bool(removed)
 
 
