@@ -1,8 +1,11 @@
 """HTTP authentication for the control plane.
 
-For now: the bootstrap super user from configuration (`[admin]`), checked with HTTP Basic against a
-passlib hash made at start-up. The credential-services issue replaces this with the credential store
-(SCRAM users checked as PLAIN) and Bearer JWTs.
+`CredentialAuthenticator` (installed by `sasl.api.install`): `Authorization: Basic` checked as PLAIN
+against the SCRAM credential store (with the derivation cache), and `Authorization: Bearer <JWT>`
+validated like OAUTHBEARER tokens. Failures wait `failed_authentication_delay_ms`, count against the
+per-source limit and are audited with their reason; the caller only ever sees 401.
+
+`BootstrapAdminAuthenticator` is the start-up fallback before the credential store is installed.
 """
 
 from __future__ import annotations
@@ -11,11 +14,16 @@ import asyncio
 import base64
 import binascii
 import hmac
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from passlib.hash import pbkdf2_sha256
 
 from authz.model import Principal
+from sasl.mechanism import Failure
+from sasl.oauthbearer import TokenValidationError
+
+if TYPE_CHECKING:
+    from sasl.service import CredentialService
 
 # A hash of a random value, so a request for an unknown user costs the same as a known one.
 _DUMMY_HASH = pbkdf2_sha256.hash(base64.b64encode(b"kgov-no-such-user").decode())
@@ -57,6 +65,57 @@ class BootstrapAdminAuthenticator:
             if known and verified:
                 return Principal("User", user)
         await asyncio.sleep(self._failure_delay_s)
+        return None
+
+
+def parse_bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    value = value.strip()
+    if scheme.lower() != "bearer" or not value:
+        return None
+    return value
+
+
+class CredentialAuthenticator:
+    """HTTP Basic (SCRAM users, as PLAIN) and Bearer JWTs against the credential service."""
+
+    def __init__(self, service: CredentialService) -> None:
+        self._service = service
+
+    def __repr__(self) -> str:
+        return "CredentialAuthenticator()"
+
+    async def authenticate(self, authorization: str | None, client_address: str) -> Principal | None:
+        service = self._service
+        reason = "no credentials"
+        mechanism = "HTTP"
+        if service.limiter.blocked(client_address):
+            reason = "too many failed authentication attempts from this address"
+        elif (creds := parse_basic(authorization)) is not None:
+            mechanism = "HTTP-BASIC"
+            user, password = creds
+            # PBKDF2 on a cache miss: keep it off the event loop.
+            verified = await asyncio.to_thread(service.verify_password, user, password)
+            if verified is not None:
+                return verified.principal
+            reason = "Authentication failed: Invalid username or password"
+        elif (token := parse_bearer(authorization)) is not None:
+            mechanism = "HTTP-BEARER"
+            try:
+                validated = await asyncio.to_thread(service.validator.validate, token)
+                return Principal("User", validated.principal_name)
+            except TokenValidationError as exc:
+                reason = exc.reason
+        elif authorization:
+            reason = "unsupported Authorization scheme"
+        if authorization:
+            service.limiter.record_failure(client_address)
+            service.audit_authentication(
+                Failure(reason, mechanism=mechanism), client_address, "http.Authenticate"
+            )
+        await asyncio.sleep(service.failure_delay_s)
         return None
 
 

@@ -1,0 +1,318 @@
+"""The credential REST API in the assembled control plane (`kgov.app.build_app`), over SQLite."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
+from kgov.app import build_app
+from kgov.settings import Settings
+from sasl.scram import SCRAM_SHA_512, ScramClient
+
+ADMIN_PW = "admin-password-for-tests"
+DT_KEY = "delegation-secret-key-for-tests"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+ADMIN = basic("admin", ADMIN_PW)
+
+
+@pytest.fixture
+def app_env(tmp_path: Path):
+    settings = Settings(
+        data_dir=tmp_path,
+        admin={"password": ADMIN_PW},
+        sasl={
+            "delegation_token_secret_key": DT_KEY,
+            "failed_authentication_delay_ms": 20,
+            "scram_iterations": 4096,
+        },
+    )
+    clock = Clock()
+    app = build_app(settings, clock=clock)
+    with TestClient(app) as client:
+        yield client, app, clock, tmp_path
+
+
+def grant(app, principal: str, rtype: ResourceType, name: str, op: Operation) -> None:
+    app.state.authorizer.create_acls(
+        [Acl(rtype, name, PatternType.LITERAL, principal, "*", op, Permission.ALLOW)],
+        actor=Principal("User", "admin"),
+    )
+
+
+def test_scram_user_endpoints(app_env) -> None:
+    client, app, _, _ = app_env
+    r = client.put(
+        "/v1/scram/users/alice", json={"mechanism": "SCRAM-SHA-256", "password": "alice-pw-1"}, headers=ADMIN
+    )
+    assert r.status_code == 201, r.text
+    assert r.json() == {"name": "alice", "mechanisms": [{"mechanism": "SCRAM-SHA-256", "iterations": 4096}]}
+    r = client.put(
+        "/v1/scram/users/alice",
+        json={"mechanism": "SCRAM-SHA-512", "password": "alice-pw-1", "iterations": 8192},
+        headers=ADMIN,
+    )
+    assert r.status_code == 201
+    r = client.put(
+        "/v1/scram/users/alice", json={"mechanism": "SCRAM-SHA-512", "password": "alice-pw-2"}, headers=ADMIN
+    )
+    assert r.status_code == 200
+    listed = client.get("/v1/scram/users", headers=ADMIN).json()
+    assert {
+        "name": "alice",
+        "mechanisms": [
+            {"mechanism": "SCRAM-SHA-256", "iterations": 4096},
+            {"mechanism": "SCRAM-SHA-512", "iterations": 4096},
+        ],
+    } in listed
+    assert [u["name"] for u in listed] == ["admin", "alice"]
+    assert "salt" not in str(listed) and "key" not in str(listed)
+    # alice can log in with Basic, but may not manage credentials or list them
+    alice = basic("alice", "alice-pw-2")
+    r = client.get("/v1/scram/users", headers=alice)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301
+    r = client.put("/v1/scram/users/bob", json={"password": "x"}, headers=alice)
+    assert r.status_code == 403
+    grant(app, "User:alice", ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    assert client.get("/v1/scram/users", headers=alice).status_code == 200
+    # validation errors with Kafka's wording
+    r = client.put("/v1/scram/users/bob", json={"mechanism": "SCRAM-SHA-1", "password": "x"}, headers=ADMIN)
+    assert (r.status_code, r.json()["error_code"]) == (400, 40033)
+    r = client.put("/v1/scram/users/bob", json={"password": "x", "iterations": 1000}, headers=ADMIN)
+    assert r.status_code == 400 and "Too few iterations" in r.json()["message"]
+    r = client.put("/v1/scram/users/bob", json={"password": "", "iterations": 1000}, headers=ADMIN)
+    assert r.status_code == 400 and "password" in r.json()["message"]
+    r = client.delete("/v1/scram/users/alice", params={"mechanism": "SCRAM-SHA-256"}, headers=ADMIN)
+    assert r.status_code == 204
+    r = client.delete("/v1/scram/users/alice", params={"mechanism": "SCRAM-SHA-256"}, headers=ADMIN)
+    assert (r.status_code, r.json()["error_code"]) == (404, 40491)
+    assert client.get("/v1/scram/users/alice", headers=ADMIN).json()["mechanisms"] == [
+        {"mechanism": "SCRAM-SHA-512", "iterations": 4096}
+    ]
+    # the same credential serves the gateway's SCRAM
+    svc = app.state.credentials
+    server = svc.server_mechanism("SCRAM-SHA-512", "127.0.0.1")
+    scram = ScramClient(SCRAM_SHA_512, "alice", "alice-pw-2")
+    first = server.step(scram.first_message())
+    assert server.step(scram.final_message(first.data)).principal == Principal("User", "alice")
+
+
+def test_unauthenticated_requests(app_env) -> None:
+    client, *_ = app_env
+    for headers in (
+        {},
+        basic("admin", "wrong"),
+        basic("ghost", ADMIN_PW),
+        {"Authorization": "Bearer a.b.c"},
+        {"Authorization": "Digest x"},
+    ):
+        r = client.get("/v1/scram/users", headers=headers)
+        assert r.status_code == 401
+        assert r.headers["WWW-Authenticate"].startswith("Basic")
+        assert r.json()["error_code"] == 40101
+
+
+def test_failed_attempts_are_limited_per_source(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        admin={"password": ADMIN_PW},
+        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 3},
+    )
+    with TestClient(build_app(settings)) as client:
+        for _ in range(3):
+            assert client.get("/v1/scram/users", headers=basic("admin", "guess")).status_code == 401
+        # even the right password is refused while the source is over its limit
+        assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
+
+
+def test_client_credentials_and_bearer(app_env) -> None:
+    client, app, clock, _ = app_env
+    r = client.post(
+        "/v1/oauth/clients",
+        json={
+            "client_id": "spark-job",
+            "client_secret": "spark-secret-0123456789",
+            "scopes": ["kafka", "admin"],
+        },
+        headers=ADMIN,
+    )
+    assert r.status_code == 201 and r.json()["scopes"] == ["admin", "kafka"]
+    assert client.get("/v1/oauth/clients", headers=ADMIN).json()[0]["client_id"] == "spark-job"
+    # discovery
+    conf = client.get("/.well-known/openid-configuration").json()
+    assert conf["token_endpoint"].endswith("/oauth/token") and conf["issuer"] == "kgov"
+    # token by HTTP Basic (as librdkafka sends it) ...
+    r = client.post(
+        "/oauth/token",
+        data={"grant_type": "client_credentials", "scope": "kafka"},
+        headers=basic("spark-job", "spark-secret-0123456789"),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["token_type"] == "Bearer" and body["expires_in"] == 900 and body["scope"] == "kafka"
+    assert r.headers["cache-control"] == "no-store"
+    # ... and by form fields
+    r2 = client.post(
+        "/oauth/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": "spark-job",
+            "client_secret": "spark-secret-0123456789",
+        },
+    )
+    assert r2.status_code == 200 and r2.json()["scope"] == "admin kafka"
+    jwks = client.get("/.well-known/jwks.json").json()
+    assert jwks["keys"][0]["kty"] == "RSA" and "d" not in jwks["keys"][0]
+    # the token authenticates to the control plane; authz decides for User:spark-job
+    bearer = {"Authorization": f"Bearer {body['access_token']}"}
+    assert client.get("/v1/scram/users", headers=bearer).status_code == 403
+    grant(app, "User:spark-job", ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    assert client.get("/v1/scram/users", headers=bearer).status_code == 200
+    # rejected once expired (beyond the 30 s skew)
+    clock.now += timedelta(seconds=900 + 31)
+    assert client.get("/v1/scram/users", headers=bearer).status_code == 401
+    # RFC 6749 errors
+    for data, headers, status, error in [
+        ({"grant_type": "client_credentials"}, basic("spark-job", "wrong-secret"), 401, "invalid_client"),
+        (
+            {"grant_type": "client_credentials"},
+            basic("nobody", "spark-secret-0123456789"),
+            401,
+            "invalid_client",
+        ),
+        ({"grant_type": "client_credentials"}, {}, 401, "invalid_client"),
+        (
+            {"grant_type": "password"},
+            basic("spark-job", "spark-secret-0123456789"),
+            400,
+            "unsupported_grant_type",
+        ),
+        (
+            {"grant_type": "client_credentials", "scope": "root"},
+            basic("spark-job", "spark-secret-0123456789"),
+            400,
+            "invalid_scope",
+        ),
+    ]:
+        r = client.post("/oauth/token", data=data, headers=headers)
+        assert (r.status_code, r.json()["error"]) == (status, error), r.text
+    r = client.post("/oauth/token", json={"grant_type": "client_credentials"})
+    assert r.json()["error"] == "invalid_request"
+    assert client.delete("/v1/oauth/clients/spark-job", headers=ADMIN).status_code == 204
+    assert client.delete("/v1/oauth/clients/spark-job", headers=ADMIN).status_code == 404
+
+
+def test_delegation_token_endpoints(app_env) -> None:
+    client, app, _clock, _ = app_env
+    for user in ("alice", "bob", "eve"):
+        client.put(f"/v1/scram/users/{user}", json={"password": f"{user}-password"}, headers=ADMIN)
+    alice, bob, eve = (basic(u, f"{u}-password") for u in ("alice", "bob", "eve"))
+    r = client.post(
+        "/v1/delegation-tokens", json={"renewers": ["User:bob"], "max_lifetime_ms": 3_600_000}, headers=alice
+    )
+    assert r.status_code == 201, r.text
+    tok = r.json()
+    assert tok["owner"] == "User:alice" and tok["renewers"] == ["User:bob"]
+    assert tok["max_timestamp_ms"] - tok["issue_timestamp_ms"] == 3_600_000
+    # the token authenticates through SCRAM with tokenauth=true as alice
+    svc = app.state.credentials
+    server = svc.server_mechanism("SCRAM-SHA-512", "127.0.0.1")
+    scram = ScramClient(SCRAM_SHA_512, tok["token_id"], tok["hmac"], token_auth=True)
+    result = server.step(scram.final_message(server.step(scram.first_message()).data))
+    assert result.principal == Principal("User", "alice") and result.token_authenticated
+    # describe
+    assert [t["token_id"] for t in client.get("/v1/delegation-tokens", headers=bob).json()] == [
+        tok["token_id"]
+    ]
+    assert "hmac" not in client.get("/v1/delegation-tokens", headers=alice).json()[0]
+    assert client.get("/v1/delegation-tokens", headers=eve).json() == []
+    grant(app, "User:eve", ResourceType.USER, "User:alice", Operation.DESCRIBE_TOKENS)
+    assert len(client.get("/v1/delegation-tokens", params={"owner": "User:alice"}, headers=eve).json()) == 1
+    assert client.get("/v1/delegation-tokens", params={"owner": "User:bob2"}, headers=eve).json() == []
+    # renew: renewer yes, eve no
+    r = client.post(
+        "/v1/delegation-tokens/renew", json={"hmac": tok["hmac"], "renew_period_ms": 60_000}, headers=bob
+    )
+    assert r.status_code == 200 and r.json()["expiry_timestamp_ms"] > tok["issue_timestamp_ms"]
+    r = client.post("/v1/delegation-tokens/renew", json={"hmac": tok["hmac"]}, headers=eve)
+    assert (r.status_code, r.json()["error_code"]) == (403, 40363)
+    # creating for another owner needs CREATE_TOKENS on that user
+    r = client.post("/v1/delegation-tokens", json={"owner": "User:alice"}, headers=eve)
+    assert r.status_code == 403
+    r = client.post("/v1/delegation-tokens", json={"renewers": ["Group:x"]}, headers=alice)
+    assert (r.status_code, r.json()["error_code"]) == (400, 40067)
+    # expire now: authentication then fails
+    r = client.post(
+        "/v1/delegation-tokens/expire", json={"hmac": tok["hmac"], "expiry_period_ms": 0}, headers=alice
+    )
+    assert r.status_code == 200
+    server = svc.server_mechanism("SCRAM-SHA-512", "127.0.0.1")
+    scram = ScramClient(SCRAM_SHA_512, tok["token_id"], tok["hmac"], token_auth=True)
+    assert (
+        server.step(scram.final_message(server.step(scram.first_message()).data)).__class__.__name__
+        == "Failure"
+    )
+    r = client.post("/v1/delegation-tokens/renew", json={"hmac": tok["hmac"]}, headers=alice)
+    assert (r.status_code, r.json()["error_code"]) == (400, 40066)
+    r = client.post("/v1/delegation-tokens/renew", json={"hmac": "bm90LWEtdG9rZW4="}, headers=alice)
+    assert (r.status_code, r.json()["error_code"]) == (404, 40462)
+
+
+def test_no_secret_in_logs_audit_or_database(
+    app_env, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A full run of every credential operation; none of the secrets it used appears anywhere."""
+    caplog.set_level(logging.DEBUG)
+    client, app, _, data_dir = app_env
+    secrets = ["user-password-xyz", "client-secret-0123456789xyz", ADMIN_PW, DT_KEY]
+    client.put("/v1/scram/users/carol", json={"password": secrets[0]}, headers=ADMIN)
+    client.get("/v1/scram/users", headers=basic("carol", secrets[0]))
+    client.get("/v1/scram/users", headers=basic("carol", "wrong-" + secrets[0]))
+    client.post("/v1/oauth/clients", json={"client_id": "w", "client_secret": secrets[1]}, headers=ADMIN)
+    access = client.post(
+        "/oauth/token", data={"grant_type": "client_credentials"}, headers=basic("w", secrets[1])
+    )
+    secrets.append(access.json()["access_token"])
+    client.get("/v1/scram/users", headers={"Authorization": f"Bearer {secrets[-1]}"})
+    tok = client.post("/v1/delegation-tokens", json={}, headers=basic("carol", secrets[0])).json()
+    secrets.append(tok["hmac"])
+    client.post("/v1/delegation-tokens/renew", json={"hmac": tok["hmac"]}, headers=basic("carol", secrets[0]))
+    client.post(
+        "/v1/delegation-tokens/expire", json={"hmac": tok["hmac"]}, headers=basic("carol", secrets[0])
+    )
+    client.put("/v1/scram/users/dave", json={"password": "short-secret-pw", "iterations": 1}, headers=ADMIN)
+    secrets.append("short-secret-pw")
+    out, err = capfd.readouterr()
+    haystacks = {
+        "log": caplog.text,
+        "stdout": out,
+        "stderr": err,
+        "repr": repr(app.state.credentials) + repr(app.state.authenticator),
+    }
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            haystacks[str(path)] = path.read_bytes().decode("latin-1")
+    assert any("audit" in name for name in haystacks)
+    audit_text = "".join(v for k, v in haystacks.items() if "audit" in k)
+    assert "io.kgov.credential_change" in audit_text and "io.kgov.authentication" in audit_text
+    for secret in secrets:
+        for where, text in haystacks.items():
+            assert secret not in text, f"a secret leaked into {where}"
