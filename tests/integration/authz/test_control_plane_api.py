@@ -1,0 +1,178 @@
+"""The authz REST APIs through a real server and a real HTTP client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from kgov.app import build_app
+from kgov.settings import Settings
+from tests.support.server import serve_app
+
+ADMIN = ("admin", "correct-horse-battery")
+ACL = {
+    "resource_type": "TOPIC", "resource_name": "orders-", "pattern_type": "PREFIXED", "principal": "User:alice",
+    "host": "*", "operation": "READ", "permission": "ALLOW",
+}
+
+
+def opa_input(name: str, operation: str = "READ", principal: str = "alice", pattern: str = "LITERAL",
+              address: str = "/10.0.0.5") -> dict[str, object]:
+    """The document the opa-kafka-plugin sends (issue 2's interface)."""
+    return {"input": {
+        "action": {"operation": operation, "resourcePattern": {"resourceType": "TOPIC", "name": name,
+                                                               "patternType": pattern},
+                   "resourceReferenceCount": 1, "logIfAllowed": True, "logIfDenied": True},
+        "requestContext": {"clientAddress": address, "principal": {"principalType": "User", "name": principal},
+                           "listenerName": "SASL_SSL", "securityProtocol": "SASL_SSL",
+                           "header": {"name": {"clientId": "c", "correlationId": 1, "requestApiKey": 1,
+                                               "requestApiVersion": 12}, "headerVersion": 2}}}}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("kgov")
+    settings = Settings(data_dir=data, cluster_id="c1", admin={"user": ADMIN[0], "password": ADMIN[1]},
+                        sasl={"failed_authentication_delay_ms": 0})
+    with serve_app(build_app(settings)) as url:
+        yield url
+
+
+@pytest.fixture
+def admin(base: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base, auth=ADMIN, timeout=10) as client:
+        yield client
+
+
+def test_health_and_cluster_listing(admin: httpx.Client) -> None:
+    assert admin.get("/health").json() == {"status": "UP"}
+    clusters = admin.get("/v3/clusters").json()
+    assert clusters["kind"] == "KafkaClusterList"
+    assert clusters["data"][0]["cluster_id"] == "c1"
+    assert admin.get("/v3/clusters/nope").status_code == 404
+
+
+def test_add_list_delete_acls(admin: httpx.Client) -> None:
+    assert admin.post("/v3/clusters/c1/acls", json=ACL).status_code == 201
+    batch = {"data": [dict(ACL, resource_name="audit", pattern_type="LITERAL", operation="WRITE"),
+                      dict(ACL, principal="User:bob")]}
+    assert admin.post("/v3/clusters/c1/acls:batch", json=batch).status_code == 201
+    listed = admin.get("/v3/clusters/c1/acls", params={"principal": "User:alice"}).json()
+    assert listed["kind"] == "KafkaAclList"
+    rows = sorted((d["resource_name"], d["operation"]) for d in listed["data"])
+    assert rows == [("audit", "WRITE"), ("orders-", "READ")]
+    assert all(d["kind"] == "KafkaAcl" and d["cluster_id"] == "c1" for d in listed["data"])
+    matched = admin.get("/v3/clusters/c1/acls", params={"resource_type": "TOPIC", "resource_name": "orders-eu",
+                                                        "pattern_type": "MATCH"}).json()["data"]
+    assert sorted(d["principal"] for d in matched) == ["User:alice", "User:bob"]
+    deleted = admin.delete("/v3/clusters/c1/acls", params={"resource_type": "TOPIC", "principal": "User:bob"})
+    assert deleted.status_code == 200
+    assert [d["principal"] for d in deleted.json()["data"]] == ["User:bob"]
+    assert admin.get("/v3/clusters/c1/acls", params={"principal": "User:bob"}).json()["data"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (dict(ACL, resource_name=""), "Resource name should not be empty"),
+        (dict(ACL, resource_type="CLUSTER", resource_name="x"), "The only valid name for the CLUSTER resource is kafka-cluster"),
+        (dict(ACL, operation="FLY"), "Unknown operation: 'FLY'"),
+        (dict(ACL, pattern_type="MATCH"), "Invalid patternType MATCH"),
+        ({k: v for k, v in ACL.items() if k != "principal"}, "data.1.principal: Field required"),
+    ],
+)
+def test_bad_acls_get_kafka_wording_and_write_nothing(admin: httpx.Client, body: dict[str, str], message: str
+                                                      ) -> None:
+    before = admin.get("/v3/clusters/c1/acls").json()["data"]
+    resp = admin.post("/v3/clusters/c1/acls:batch", json={"data": [dict(ACL, resource_name="fine"), body]})
+    assert resp.status_code == 400
+    assert resp.json() == {"error_code": 400, "message": message}
+    assert admin.get("/v3/clusters/c1/acls").json()["data"] == before
+
+
+def test_malformed_json_is_a_400(admin: httpx.Client) -> None:
+    resp = admin.post("/v3/clusters/c1/acls", content=b"{bad", headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and resp.json()["message"].startswith("Malformed JSON body")
+
+
+def test_delete_without_resource_type_is_refused(admin: httpx.Client) -> None:
+    resp = admin.delete("/v3/clusters/c1/acls")
+    assert resp.status_code == 400 and "resource_type is required" in resp.json()["message"]
+
+
+def test_authentication_and_authorization(base: str, admin: httpx.Client) -> None:
+    anonymous = httpx.get(base + "/v3/clusters")
+    assert anonymous.status_code == 401
+    assert "Basic" in anonymous.headers["www-authenticate"]
+    wrong = httpx.get(base + "/v3/clusters", auth=("admin", "nope"))
+    unknown = httpx.get(base + "/v3/clusters", auth=("mallory", "nope"))
+    # Same answer for a wrong password and an unknown user: no enumeration.
+    assert wrong.status_code == unknown.status_code == 401
+    assert wrong.json() == unknown.json() == {"error_code": 40101, "message": "Unauthorized"}
+
+
+def test_opa_decision_api(base: str, admin: httpx.Client) -> None:
+    admin.post("/v3/clusters/c1/acls", json=ACL)
+    allow = httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu"))
+    assert allow.status_code == 200 and allow.json() == {"result": True}
+    assert httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu", "WRITE")).json() == {
+        "result": False}
+    assert httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("payments")).json() == {"result": False}
+    # READ implies DESCRIBE, as in Kafka.
+    assert httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu", "DESCRIBE")).json() == {
+        "result": True}
+    # The plugin's authorizeByResourceType mapping: PREFIXED with an empty name.
+    assert httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("", pattern="PREFIXED")).json() == {
+        "result": True}
+    batch = httpx.post(base + "/v1/data/kafka/authz/batch",
+                       json={"inputs": [opa_input("orders-x")["input"], opa_input("other")["input"]]})
+    assert batch.json() == {"result": [True, False]}
+    # The body is read as JSON whatever the Content-Type says.
+    raw = httpx.post(base + "/v1/data/kafka/authz/allow", content=httpx.Request(
+        "POST", "/", json=opa_input("orders-eu")).content, headers={"content-type": "text/plain"})
+    assert raw.json() == {"result": True}
+
+
+@pytest.mark.parametrize("body", [b"{", b"[]", b'{"input": 3}', b'{"input": {"action": {}}}',
+                                  b'{"input": {"action": {"operation": "READ"}, "requestContext": {}}}'])
+def test_opa_malformed_documents_are_400(base: str, body: bytes) -> None:
+    resp = httpx.post(base + "/v1/data/kafka/authz/allow", content=body)
+    assert resp.status_code == 400 and resp.json()["error_code"] == 400 and resp.json()["message"]
+
+
+def test_role_bindings_api(base: str, admin: httpx.Client) -> None:
+    roles = admin.get("/security/1.0/roles").json()
+    assert {r["name"] for r in roles} >= {"SystemAdmin", "DeveloperRead", "ResourceOwner", "AuditAdmin"}
+    pattern = {"resourceType": "Topic", "name": "shire-", "patternType": "PREFIXED"}
+    scope = {"clusters": {"kafka-cluster": "c1"}}
+    assert admin.put("/v1/groups/Group:hobbits/members/User:frodo").status_code == 204
+    resp = admin.post("/security/1.0/principals/Group:hobbits/roles/DeveloperWrite/bindings",
+                      json={"scope": scope, "resourcePatterns": [pattern]})
+    assert resp.status_code == 204
+    assert admin.post("/security/1.0/principals/User:frodo/roles/Operator", json={"scope": scope}).status_code == 204
+    lookup = admin.post("/security/1.0/lookup/principal/User:frodo/resources", json={"scope": scope}).json()
+    assert lookup == {
+        "User:frodo": {"Operator": [{"resourceType": "CLUSTER", "name": "kafka-cluster", "patternType": "LITERAL"}]},
+        "Group:hobbits": {"DeveloperWrite": [{"resourceType": "TOPIC", "name": "shire-", "patternType": "PREFIXED"}]},
+    }
+    holders = admin.get("/security/1.0/lookup/role/DeveloperWrite/resource/Topic/name/shire-parties").json()
+    assert holders == ["Group:hobbits"]
+    assert admin.get("/security/1.0/lookup/role/DeveloperRead/resource/Topic/name/shire-parties").json() == []
+    # The binding decides: frodo may now write shire- topics through his group.
+    frodo_write = opa_input("shire-parties", "WRITE", principal="frodo")
+    assert httpx.post(base + "/v1/data/kafka/authz/allow", json=frodo_write).json() == {"result": True}
+    bad = admin.post("/security/1.0/principals/User:x/roles/SystemAdmin/bindings",
+                     json={"scope": scope, "resourcePatterns": [pattern]})
+    assert bad.status_code == 400 and "cluster scope" in bad.json()["message"]
+    assert admin.post("/security/1.0/principals/User:x/roles/Nope", json={}).status_code == 400
+    assert admin.post("/security/1.0/principals/User:x/roles/Operator",
+                      json={"scope": {"clusters": {"kafka-cluster": "other"}}}).status_code == 404
+
+
+def test_metrics_count_decisions(base: str, admin: httpx.Client) -> None:
+    httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("denied-topic", principal="eve"))
+    metrics = admin.get("/metrics").text
+    assert 'kgov_authz_decisions_total{result="denied"}' in metrics
+    assert "kgov_authz_acls " in metrics
