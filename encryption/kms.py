@@ -66,6 +66,9 @@ class Kms(Protocol):
     def derived_secret(self, key_name: str, label: bytes) -> bytes:
         """A 32-byte secret for `label`, stable across rotations of `key_name`."""
 
+    def current_version(self, name: str) -> int:
+        """The version new data keys are wrapped under."""
+
     def create_key(self, name: str) -> int:
         """Creates a KEK; returns its version (1). Creating an existing key is an error."""
 

@@ -1,0 +1,83 @@
+"""Reencryptor: records rewritten under the current KEK version keep their meaning and form."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.serialization import MessageField, SerializationContext
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from encryption import (
+    DecryptingDeserializer,
+    EncryptingSerializer,
+    EncryptionError,
+    LocalKms,
+    RecordKeyDeserializer,
+    RecordKeySerializer,
+    Signer,
+)
+from encryption.envelope import HEADER, KEY_HEADER, MAGIC, parse_header
+from encryption.reencrypt import Reencryptor
+
+
+def produce(kms: LocalKms, key: bytes, value: bytes, *, headers: list | None, **options: object) -> tuple:
+    ctx = SerializationContext("orders", MessageField.KEY, headers)
+    wire_key = RecordKeySerializer(kms, "orders", hash_keys=bool(options.pop("hash_keys", False)))(key, ctx)
+    ctx.field = MessageField.VALUE
+    return wire_key, EncryptingSerializer(kms, "orders", **options)(value, ctx), headers  # type: ignore[arg-type]
+
+
+def consume(kms: LocalKms, key: bytes | None, value: bytes | None, headers: list | None, **options: object) -> tuple:
+    ctx = SerializationContext("orders", MessageField.KEY, headers)
+    plain_key = RecordKeyDeserializer(kms)(key, ctx)
+    ctx.field = MessageField.VALUE
+    return plain_key, DecryptingDeserializer(kms, **options)(value, ctx)  # type: ignore[arg-type]
+
+
+def versions(headers: list | None, value: bytes) -> list[int]:
+    parts = [v for n, v in headers or [] if n in (HEADER, KEY_HEADER)]
+    if value.startswith(MAGIC):
+        parts.append(value[len(MAGIC):])
+    return [parse_header(part)[0].wrapped.version for part in parts]
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"compress": True},
+    {"hash_keys": True},
+    {"bind_key": False},
+])
+def test_rewrite_moves_records_to_the_current_version(kms: LocalKms, options: dict) -> None:
+    key, value, headers = produce(kms, b"alice", b"secret " * 20, headers=[("trace", b"t1")], **options)
+    kms.rotate_key("orders")
+    reencryptor = Reencryptor(kms, "orders")
+    assert not reencryptor.is_current(headers, value)
+    record = reencryptor.rewrite("orders", key, value, headers)
+    assert record.key == key  # hashed keys hash the same: compaction supersedes the old record
+    assert record.value is not None and record.value != value
+    assert set(versions(record.headers, record.value)) == {2}
+    assert ("trace", b"t1") in record.headers
+    assert reencryptor.is_current(record.headers, record.value)
+    assert consume(kms, record.key, record.value, record.headers) == (b"alice", b"secret " * 20)
+    old_flags = parse_header(dict(headers)[HEADER])[0].flags
+    assert parse_header(dict(record.headers)[HEADER])[0].flags == old_flags
+
+
+def test_envelope_form_is_kept(kms: LocalKms) -> None:
+    key, value, _ = produce(kms, b"alice", b"secret", headers=None)
+    kms.rotate_key("orders")
+    record = Reencryptor(kms, "orders").rewrite("orders", key, value, None)
+    assert record.value is not None and record.value.startswith(MAGIC)
+    assert versions(None, record.value) == [2]
+    assert consume(kms, key, record.value, None) == (b"alice", b"secret")
+
+
+def test_signed_records_are_resigned_or_refused(kms: LocalKms) -> None:
+    private = Ed25519PrivateKey.generate()
+    signer = Signer("p1", private)
+    trusted = {"p1": private.public_key()}
+    key, value, headers = produce(kms, b"alice", b"secret", headers=[], signer=signer)
+    kms.rotate_key("orders")
+    with pytest.raises(EncryptionError, match="signer="):
+        Reencryptor(kms, "orders").rewrite("orders", key, value, headers)
+    record = Reencryptor(kms, "orders", signer=signer, trusted_signers=trusted).rewrite("orders", key, value, headers)
+    assert consume(kms, key, record.value, record.headers, trusted_signers=trusted) == (b"alice", b"secret")
