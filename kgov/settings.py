@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -57,6 +57,24 @@ class Settings(BaseSettings):
         if settings_cls.model_config.get("toml_file"):
             sources.append(TomlConfigSettingsSource(settings_cls))
         return tuple(sources)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_section_keys(cls, data: Any) -> Any:
+        """A misspelt key in a section would otherwise be ignored and its default used silently."""
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            section = data.get(name)
+            model = field.annotation
+            if isinstance(section, dict) and isinstance(model, type) and issubclass(model, BaseModel):
+                known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+                unknown = sorted(set(section) - known)
+                if unknown:
+                    raise ValueError(
+                        f"unknown setting(s) in [{name}]: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                    )
+        return data
 
     @model_validator(mode="after")
     def _refuse_insecure(self) -> Settings:

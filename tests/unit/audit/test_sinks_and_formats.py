@@ -1,0 +1,88 @@
+"""Audit sinks (rotation, no silent loss) and Kafka's authorizer line."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from audit.kafka_format import authorizer_log_line, log4j_envelope
+from audit.model import authorization_event
+from audit.sinks import AuditWriteError, JsonLinesSink, MultiSink, TextLineSink
+
+NOW = datetime(2024, 5, 1, 10, 0, 0, 123000, tzinfo=UTC)
+
+
+def event(i: int) -> object:
+    return authorization_event(source="s", time=NOW, principal=f"User:u{i}", granted=False, operation="Read",
+                               resource_type="Topic", resource_name="t", pattern_type="LITERAL",
+                               client_address="10.0.0.1", method_name="Fetch", rule="DefaultDeny")
+
+
+def test_json_lines_rotate_by_size_and_keep_every_event(tmp_path: Path) -> None:
+    sink = JsonLinesSink(tmp_path / "events.jsonl", max_bytes=2000, backups=50)
+    for i in range(40):
+        sink.write(event(i))  # type: ignore[arg-type]
+    sink.close()
+    files = sorted(tmp_path.glob("events.jsonl*"))
+    assert len(files) > 3
+    principals = {json.loads(line)["data"]["authenticationInfo"]["principal"]
+                  for f in files for line in f.read_text().splitlines()}
+    assert principals == {f"User:u{i}" for i in range(40)}
+    assert all(f.stat().st_size <= 2000 for f in files)
+
+
+def test_rotation_drops_only_beyond_the_configured_backups(tmp_path: Path) -> None:
+    sink = TextLineSink(tmp_path / "a.log", max_bytes=100, backups=2)
+    for i in range(30):
+        sink.write_line(f"line {i:03d} " + "x" * 40)
+    sink.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "a.log.1", "a.log.2"]
+    assert "line 029" in (tmp_path / "a.log").read_text()
+
+
+def test_a_failed_write_raises(tmp_path: Path) -> None:
+    sink = JsonLinesSink(tmp_path / "e.jsonl")
+    sink._file._fh.close()  # simulate the file going away under the sink
+    with pytest.raises((AuditWriteError, ValueError)):
+        sink.write(event(1))  # type: ignore[arg-type]
+
+    class Broken:
+        def write(self, e: object) -> None:
+            raise AuditWriteError("down")
+
+    seen: list[object] = []
+
+    class Good:
+        def write(self, e: object) -> None:
+            seen.append(e)
+
+    with pytest.raises(AuditWriteError):
+        MultiSink([Broken(), Good()]).write(event(2))  # type: ignore[arg-type]
+    assert len(seen) == 1  # the other sinks still got it
+
+
+def test_kafka_authorizer_line_and_envelope() -> None:
+    line = authorizer_log_line(
+        principal="User:bob", allowed=True, operation="READ", host="127.0.0.1", resource_type="TOPIC",
+        pattern_type="LITERAL", resource_name="green1", request_name="Fetch", resource_ref_count=1,
+        rule="MatchingAcl(acl=StandardAcl(resourceType=TOPIC, resourceName=green, patternType=PREFIXED, "
+             "principal=User:bob, host=*, operation=READ, permissionType=ALLOW))",
+    )
+    assert line == (
+        "Principal = User:bob is Allowed operation = READ from host = 127.0.0.1 on resource = Topic:LITERAL:green1 "
+        "for request = Fetch with resourceRefCount = 1 based on rule MatchingAcl(acl=StandardAcl(resourceType=TOPIC, "
+        "resourceName=green, patternType=PREFIXED, principal=User:bob, host=*, operation=READ, permissionType=ALLOW))"
+    )
+    assert log4j_envelope(NOW, "DEBUG", "m", "kafka.authorizer.logger") == (
+        "[2024-05-01 10:00:00,123] DEBUG m (kafka.authorizer.logger)"
+    )
+
+
+def test_event_shape_is_cloudevents_with_a_format_version() -> None:
+    doc = event(7).to_dict()  # type: ignore[attr-defined]
+    assert doc["specversion"] == "1.0" and doc["kgovformatversion"] == 1
+    assert doc["time"] == "2024-05-01T10:00:00.123Z"
+    assert doc["data"]["authorizationInfo"]["granted"] is False

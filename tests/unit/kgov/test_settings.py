@@ -1,0 +1,62 @@
+"""The one settings object: TOML, environment overrides, refusal of insecure values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from authz.model import Principal
+from kgov.settings import load_settings
+
+
+def test_environment_overrides_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "kgov.toml"
+    toml.write_text('cluster_id = "from-file"\n[authz]\nsuper_users = "User:file"\nallow_everyone_if_no_acl_found = true\n')
+    monkeypatch.setenv("KGOV_AUTHZ__SUPER_USERS", ";  User:bob  ;  User:alice ")
+    monkeypatch.setenv("KGOV_CLUSTER_ID", "from-env")
+    s = load_settings(toml)
+    assert s.cluster_id == "from-env"
+    assert s.authz.super_user_set == {Principal("User", "bob"), Principal("User", "alice")}
+    assert s.authz.allow_everyone_if_no_acl_found is True
+
+
+def test_kafka_super_users_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGOV_AUTHZ__SUPER_USERS", "bob;:alice")
+    with pytest.raises(ValidationError, match="expected a string in format principalType:principalName but got bob"):
+        load_settings()
+
+
+def test_blank_super_users_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGOV_AUTHZ__SUPER_USERS", " ")
+    assert load_settings().authz.super_user_set == frozenset()
+
+
+@pytest.mark.parametrize("password", ["admin", "short", "changeme"])
+def test_weak_admin_password_refused_outside_dev_mode(monkeypatch: pytest.MonkeyPatch, password: str) -> None:
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", password)
+    with pytest.raises(ValidationError, match="KGOV_ADMIN__PASSWORD"):
+        load_settings()
+    assert load_settings(dev_mode=True).admin.password is not None
+
+
+def test_secrets_stay_out_of_reprs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "a-very-long-secret-value")
+    s = load_settings()
+    assert "a-very-long-secret-value" not in repr(s) and "a-very-long-secret-value" not in str(s.model_dump())
+
+
+def test_unknown_keys_and_missing_file_are_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[authz]\nsuper_user = 'User:x'\n")
+    with pytest.raises(ValidationError, match="super_user"):
+        load_settings(bad)
+    with pytest.raises(FileNotFoundError):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_bad_decision_api_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGOV_AUTHZ__DECISION_API_NETWORKS", '["10.0.0.0/33"]')
+    with pytest.raises(ValidationError, match="decision_api_networks"):
+        load_settings()
