@@ -1,0 +1,133 @@
+"""A small synchronous client of the Confluent-compatible REST API, for `registry.serdes`.
+
+Talks to kgov or to any Confluent-compatible registry. Ids are immutable, so schemas fetched by id
+and ids obtained for (subject, schema) are cached for the life of the client.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from registry.model import Reference
+
+_ACCEPT = "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json, application/json"
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+class RegistryClientError(Exception):
+    """A non-2xx answer: `status` is the HTTP status, `code` Confluent's error code (or -1)."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status}, error code {code})")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedSchema:
+    schema: str
+    schema_type: str = "AVRO"
+    references: tuple[Reference, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredVersion:
+    subject: str
+    version: int
+    id: int
+    schema: FetchedSchema
+
+
+@dataclass
+class RegistryClient:
+    """`url` like `http://127.0.0.1:8080`; `basic_auth` is `(user, password)` or None."""
+
+    url: str
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout_s: float = 10.0
+    _http: httpx.Client = field(init=False, repr=False)
+    _by_id: dict[int, FetchedSchema] = field(init=False, default_factory=dict, repr=False)
+    _ids: dict[tuple[str, str, str, tuple[Reference, ...]], int] = field(init=False, default_factory=dict,
+                                                                         repr=False)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self._http = httpx.Client(base_url=self.url.rstrip("/"), auth=self.basic_auth, timeout=self.timeout_s,
+                                  headers={"Accept": _ACCEPT})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Content-Type": _CONTENT_TYPE} if body is not None else None
+        response = self._http.request(method, path, json=body, headers=headers)
+        if response.status_code >= 300:
+            try:
+                doc = response.json()
+                code, message = int(doc.get("error_code", -1)), str(doc.get("message", response.text))
+            except (ValueError, AttributeError):
+                code, message = -1, response.text or response.reason_phrase
+            raise RegistryClientError(response.status_code, code, message)
+        return response.json() if response.content else None
+
+    @staticmethod
+    def _body(schema: str, schema_type: str, references: Sequence[Reference]) -> dict[str, Any]:
+        return {"schema": schema, "schemaType": schema_type, "references": [r.to_json() for r in references]}
+
+    def register(self, subject: str, schema: str, schema_type: str = "AVRO",
+                 references: Sequence[Reference] = (), *, normalize: bool = False) -> int:
+        key = (subject, schema, schema_type, tuple(references))
+        cached = self._ids.get(key)
+        if cached is not None:
+            return cached
+        doc = self._request("POST", f"/subjects/{_quote(subject)}/versions?normalize={str(normalize).lower()}",
+                            self._body(schema, schema_type, references))
+        schema_id = int(doc["id"])
+        with self._lock:
+            self._ids[key] = schema_id
+        return schema_id
+
+    def lookup(self, subject: str, schema: str, schema_type: str = "AVRO",
+               references: Sequence[Reference] = (), *, normalize: bool = False) -> RegisteredVersion:
+        doc = self._request("POST", f"/subjects/{_quote(subject)}?normalize={str(normalize).lower()}",
+                            self._body(schema, schema_type, references))
+        return _version(doc)
+
+    def schema_by_id(self, schema_id: int) -> FetchedSchema:
+        cached = self._by_id.get(schema_id)
+        if cached is not None:
+            return cached
+        doc = self._request("GET", f"/schemas/ids/{int(schema_id)}")
+        fetched = _fetched(doc)
+        with self._lock:
+            self._by_id[schema_id] = fetched
+        return fetched
+
+    def version(self, subject: str, version: int | str = "latest") -> RegisteredVersion:
+        return _version(self._request("GET", f"/subjects/{_quote(subject)}/versions/{version}"))
+
+
+def _quote(subject: str) -> str:
+    return urllib.parse.quote(subject, safe="")
+
+
+def _fetched(doc: dict[str, Any]) -> FetchedSchema:
+    refs = tuple(Reference(r["name"], r["subject"], int(r["version"])) for r in doc.get("references") or [])
+    return FetchedSchema(doc["schema"], doc.get("schemaType") or "AVRO", refs)
+
+
+def _version(doc: dict[str, Any]) -> RegisteredVersion:
+    return RegisteredVersion(doc["subject"], int(doc["version"]), int(doc["id"]), _fetched(doc))

@@ -1,0 +1,195 @@
+"""Done-when: confluent-kafka's registry client and serdes against a real `kgov serve`, records
+round-tripped through a real Tansu broker, in both directions between Confluent's serdes and ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer as ConfluentAvroDeserializer
+from confluent_kafka.schema_registry.avro import AvroSerializer as ConfluentAvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer as ConfluentJSONDeserializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer as ConfluentJSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from registry.client import RegistryClient
+from registry.serdes import AvroDeserializer, AvroSerializer, JSONDeserializer, JSONSerializer, unframe
+from tests.support.ports import free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parents[3]
+PASSWORD = "e2e-registry-password-long"
+
+ORDER_AVRO = json.dumps({"type": "record", "name": "Order", "namespace": "com.acme", "fields": [
+    {"name": "id", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "note", "type": ["null", "string"], "default": None}]})
+ORDER_JSON = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+                         "properties": {"id": {"type": "string"}, "amount": {"type": "number"}},
+                         "required": ["id", "amount"]})
+
+
+@pytest.fixture(scope="module")
+def kgov_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`kgov serve` in its own process, on a free port, with its own SQLite database."""
+    data = tmp_path_factory.mktemp("kgov-serve")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGOV_ADMIN__PASSWORD": PASSWORD,
+           "KGOV_DATA_DIR": str(data), "KGOV_SASL__FAILED_AUTHENTICATION_DELAY_MS": "0"}
+    log = (data / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "kgov", "serve", "--port", str(port), "--log-level", "warning",
+                             "--db", f"sqlite:///{data / 'kgov.db'}"], cwd=data, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def confluent_client(kgov_url: str) -> Iterator[SchemaRegistryClient]:
+    with SchemaRegistryClient({"url": kgov_url, "basic.auth.user.info": f"admin:{PASSWORD}"}) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def our_client(kgov_url: str) -> Iterator[RegistryClient]:
+    with RegistryClient(kgov_url, basic_auth=("admin", PASSWORD)) as client:
+        yield client
+
+
+def test_schema_registry_client_api(confluent_client: SchemaRegistryClient) -> None:
+    c = confluent_client
+    subject = f"api-{uuid.uuid4().hex[:8]}-value"
+    v1 = Schema(ORDER_AVRO, "AVRO")
+    schema_id = c.register_schema(subject, v1)
+    assert c.register_schema(subject, v1) == schema_id
+    assert json.loads(c.get_schema(schema_id).schema_str) == json.loads(ORDER_AVRO)
+    assert c.get_schema(schema_id).schema_type == "AVRO"
+    found = c.lookup_schema(subject, v1)
+    assert (found.schema_id, found.version, found.subject) == (schema_id, 1, subject)
+    assert subject in c.get_subjects()
+    assert c.get_versions(subject) == [1]
+    assert c.get_latest_version(subject).schema_id == schema_id
+    assert c.get_version(subject, 1).version == 1
+    bad = Schema(json.dumps({"type": "record", "name": "Order", "namespace": "com.acme",
+                             "fields": [{"name": "id", "type": "int"}]}), "AVRO")
+    assert c.test_compatibility(subject, bad) is False
+    with pytest.raises(SchemaRegistryError) as err:
+        c.register_schema(subject, bad)
+    assert err.value.http_status_code == 409
+    assert c.set_compatibility(subject, "NONE") == {"compatibility": "NONE"}
+    assert c.get_compatibility(subject) == "NONE"
+    assert c.test_compatibility(subject, bad) is True
+    second = c.register_schema(subject, bad)
+    assert c.get_versions(subject) == [1, 2]
+    assert c.delete_version(subject, 2) == 2
+    assert c.delete_subject(subject) == [1]
+    assert c.delete_subject(subject, permanent=True) == [1, 2]
+    c.clear_caches()
+    with pytest.raises(SchemaRegistryError) as err:
+        c.get_latest_version(subject)
+    assert (err.value.http_status_code, err.value.error_code) == (404, 40401)
+    # every version that used the id is gone for good, and with them the id
+    with pytest.raises(SchemaRegistryError) as err:
+        c.get_schema(second)
+    assert (err.value.http_status_code, err.value.error_code) == (404, 40403)
+    assert c.get_global_mode() == "READWRITE"
+    assert sorted(c.get_schema_types()) == ["AVRO", "JSON"]
+    assert c.get_contexts() == ["."]
+    assert c.test_compatibility_all_versions(subject, v1) is True
+
+
+def new_topic(bootstrap: str) -> str:
+    topic = f"sr-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        future.result(timeout=30)
+    return topic
+
+
+def through_broker(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    try:
+        while len(out) < len(values):
+            msg = consumer.poll(10)
+            assert msg is not None, f"only {len(out)} of {len(values)} records arrived"
+            assert msg.error() is None, msg.error()
+            out.append(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+ORDERS = [{"id": f"o-{i}", "amount": i * 1.5, "note": None if i % 2 else f"n{i}"} for i in range(5)]
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_avro_records_round_trip_both_ways(kafka_broker: str, confluent_client: SchemaRegistryClient,
+                                           our_client: RegistryClient) -> None:
+    topic = new_topic(kafka_broker)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    # Confluent's serializer with its default (associated) subject strategy: our 404 makes it fall back
+    confluent_ser = ConfluentAvroSerializer(confluent_client, ORDER_AVRO)
+    ours_ser = AvroSerializer(our_client, ORDER_AVRO)
+    sent = [confluent_ser(o, ctx) for o in ORDERS[:3]] + [ours_ser(o, ctx) for o in ORDERS[3:]]
+    assert all(isinstance(v, bytes) for v in sent)
+    received = through_broker(kafka_broker, topic, [v for v in sent if v is not None])
+    ids = {unframe(v)[0] for v in received}
+    assert len(ids) == 1  # both registered the same schema under `<topic>-value`: one id
+    assert confluent_client.get_latest_version(f"{topic}-value").schema_id == ids.pop()
+    confluent_de = ConfluentAvroDeserializer(confluent_client)
+    ours_de = AvroDeserializer(our_client)
+    assert [confluent_de(v, ctx) for v in received] == ORDERS
+    assert [ours_de(v, ctx) for v in received] == ORDERS
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_json_records_round_trip_both_ways(kafka_broker: str, confluent_client: SchemaRegistryClient,
+                                           our_client: RegistryClient) -> None:
+    topic = new_topic(kafka_broker)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    orders = [{"id": o["id"], "amount": o["amount"]} for o in ORDERS]
+    confluent_ser = ConfluentJSONSerializer(ORDER_JSON, confluent_client)
+    ours_ser = JSONSerializer(our_client, ORDER_JSON)
+    sent = [confluent_ser(o, ctx) for o in orders[:3]] + [ours_ser(o, ctx) for o in orders[3:]]
+    received = through_broker(kafka_broker, topic, [v for v in sent if v is not None])
+    assert len({unframe(v)[0] for v in received}) == 1
+    confluent_de = ConfluentJSONDeserializer(ORDER_JSON, schema_registry_client=confluent_client)
+    ours_de = JSONDeserializer(our_client)
+    assert [confluent_de(v, ctx) for v in received] == orders
+    assert [ours_de(v, ctx) for v in received] == orders
+
+
+def test_our_serializers_refuse_bad_values(our_client: RegistryClient) -> None:
+    from registry.serdes import SerializationError
+
+    serializers: list[Callable[[Any, SerializationContext], bytes | None]] = [
+        AvroSerializer(our_client, ORDER_AVRO), JSONSerializer(our_client, ORDER_JSON)]
+    for n, serializer in enumerate(serializers):
+        with pytest.raises(SerializationError):
+            serializer({"id": 5}, SerializationContext(f"refusals-{n}", MessageField.VALUE))
