@@ -1,9 +1,367 @@
-"""`kgov` subcommands of `sasl`, registered by `kgov.cli`."""
+"""`kgov users`, `kgov tokens`, `kgov oauth-clients`, `kgov oauth-keys`: credential management on the
+database (`--db`, or the default SQLite), as the local operator `User:local:<login>`.
+
+Secrets are never command-line arguments (they would show in `ps` and shell history): passwords and
+client secrets come from `--password-stdin` / `--secret-stdin` or an interactive prompt; a token HMAC
+may be given as `--hmac -` to read it from stdin. Every change is audited like the REST API's.
+"""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import getpass
+import json
+import sys
+from typing import Any
+
+from audit.sinks import JsonLinesSink
+from authz.database import open_engine
+from authz.model import InvalidAclError, Principal
+from sasl.delegation import DelegationTokenError, TokenInfo, decode_hmac, hmac_lookup_key
+from sasl.service import CredentialError, CredentialService
+
+Args = argparse.Namespace
+
+
+class CliError(Exception):
+    """A usage problem: printed as `kgov: <message>`, exit status 2."""
+
+
+class _Session:
+    def __init__(self, args: Args) -> None:
+        self.settings = args.settings()
+        self.engine = open_engine(self.settings.database_url)
+        audit_dir = self.settings.audit_dir
+        self.audit = JsonLinesSink(
+            audit_dir / "events.jsonl",
+            max_bytes=self.settings.audit.max_bytes,
+            backups=self.settings.audit.backups,
+        )
+        self.service = CredentialService(
+            self.engine, self.settings, audit=self.audit, source=f"crn:///kafka={self.settings.cluster_id}"
+        )
+        self.actor = Principal("User", f"local:{getpass.getuser()}")
+
+    def close(self) -> None:
+        self.audit.close()
+        self.engine.dispose()
+
+
+def _read_secret(args: Args, what: str, from_stdin: bool) -> str:
+    if from_stdin:
+        value = sys.stdin.readline().rstrip("\r\n")
+    elif sys.stdin.isatty():
+        value = getpass.getpass(f"{what}: ")
+        if getpass.getpass(f"{what} (again): ") != value:
+            raise CliError(f"the two {what.lower()}s differ")
+    else:
+        raise CliError(f"pass the {what.lower()} on standard input with --{what.split()[-1].lower()}-stdin")
+    if not value:
+        raise CliError(f"empty {what.lower()}")
+    return value
+
+
+def _read_hmac(value: str) -> str:
+    return sys.stdin.readline().strip() if value == "-" else value
+
+
+def _principal(text: str) -> Principal:
+    try:
+        return Principal.parse(text)
+    except InvalidAclError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _run(args: Args, body: Any) -> int:
+    session = _Session(args)
+    try:
+        return int(body(session))
+    except (CredentialError, DelegationTokenError) as exc:
+        print(f"kgov: {exc}", file=sys.stderr)
+        return 1
+    except CliError as exc:
+        print(f"kgov: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        session.close()
+
+
+def _print(args: Args, data: Any, text_lines: list[str]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2))
+    else:
+        for line in text_lines:
+            print(line)
+
+
+# ----------------------------------------------------------------------------------- users
+
+
+def _users_set(args: Args, *, must_exist: bool) -> int:
+    def body(s: _Session) -> int:
+        mechanisms = args.mechanism or ["SCRAM-SHA-512"]
+        if must_exist and not s.service.describe_scram_users([args.name]):
+            print(f"kgov: user {args.name} has no SCRAM credentials (use `kgov users add`)", file=sys.stderr)
+            return 1
+        password = _read_secret(args, "Password", args.password_stdin)
+        for mech in mechanisms:
+            s.service.set_scram_credential(
+                args.name, mech, password, iterations=args.iterations, actor=s.actor
+            )
+        print(
+            f"{'Updated' if must_exist else 'Added'} {', '.join(m.upper() for m in mechanisms)} for {args.name}"
+        )
+        return 0
+
+    return _run(args, body)
+
+
+def _users_list(args: Args) -> int:
+    def body(s: _Session) -> int:
+        users = s.service.describe_scram_users(args.name or None)
+        data = [
+            {
+                "name": u.name,
+                "mechanisms": [{"mechanism": m.mechanism, "iterations": m.iterations} for m in u.mechanisms],
+            }
+            for u in users
+        ]
+        lines = [
+            f"{u.name}\t" + ", ".join(f"{m.mechanism}(iterations={m.iterations})" for m in u.mechanisms)
+            for u in users
+        ]
+        _print(args, data, lines)
+        return 0
+
+    return _run(args, body)
+
+
+def _users_remove(args: Args) -> int:
+    def body(s: _Session) -> int:
+        mechanisms: list[str | None] = list(args.mechanism) if args.mechanism else [None]
+        for mech in mechanisms:
+            s.service.delete_scram_credential(args.name, mech, actor=s.actor)
+        print(
+            f"Removed {'all SCRAM credentials' if mechanisms == [None] else ', '.join(args.mechanism)} of {args.name}"
+        )
+        return 0
+
+    return _run(args, body)
+
+
+# ---------------------------------------------------------------------------------- tokens
+
+
+def _token_json(info: TokenInfo) -> dict[str, Any]:
+    return {
+        "token_id": info.token_id,
+        "owner": str(info.owner),
+        "requester": str(info.requester),
+        "renewers": [str(r) for r in info.renewers],
+        "issue_timestamp_ms": info.issue_ms,
+        "expiry_timestamp_ms": info.expiry_ms,
+        "max_timestamp_ms": info.max_ms,
+    }
+
+
+def _token_line(info: TokenInfo) -> str:
+    renewers = ",".join(str(r) for r in info.renewers) or "-"
+    return f"{info.token_id}\towner={info.owner}\trenewers={renewers}\texpiry={info.expiry_ms}\tmax={info.max_ms}"
+
+
+def _tokens_create(args: Args) -> int:
+    def body(s: _Session) -> int:
+        owner = _principal(args.owner_principal)
+        created = s.service.create_token(
+            s.actor,
+            owner=owner,
+            renewers=[_principal(r) for r in args.renewer_principal or []],
+            max_lifetime_ms=args.max_life_time_period,
+        )
+        hmac_b64 = base64.b64encode(created.hmac).decode()
+        _print(
+            args,
+            {**_token_json(created.info), "hmac": hmac_b64},
+            [_token_line(created.info), f"hmac\t{hmac_b64}"],
+        )
+        return 0
+
+    return _run(args, body)
+
+
+def _owner_for(s: _Session, hmac_b64: str) -> Principal:
+    info = s.service.store.token_by_hmac(hmac_lookup_key(decode_hmac(hmac_b64)))
+    # The local operator acts for the owner; an unknown HMAC fails in the service with NOT_FOUND.
+    return info.owner if info else s.actor
+
+
+def _tokens_renew(args: Args) -> int:
+    def body(s: _Session) -> int:
+        hmac_b64 = _read_hmac(args.hmac)
+        info = s.service.renew_token(_owner_for(s, hmac_b64), hmac_b64, args.renew_time_period)
+        _print(
+            args,
+            {"expiry_timestamp_ms": info.expiry_ms},
+            [f"Renewed {info.token_id}: expiry={info.expiry_ms}"],
+        )
+        return 0
+
+    return _run(args, body)
+
+
+def _tokens_expire(args: Args) -> int:
+    def body(s: _Session) -> int:
+        hmac_b64 = _read_hmac(args.hmac)
+        expiry = s.service.expire_token(_owner_for(s, hmac_b64), hmac_b64, args.expiry_time_period)
+        _print(args, {"expiry_timestamp_ms": expiry}, [f"Expired: expiry={expiry}"])
+        return 0
+
+    return _run(args, body)
+
+
+def _tokens_describe(args: Args) -> int:
+    def body(s: _Session) -> int:
+        owners = [_principal(o) for o in args.owner_principal] if args.owner_principal else None
+        # The local operator has database access, so sees every token (as a DESCRIBE_TOKENS holder would).
+        tokens = s.service.describe_tokens(s.actor, owners=owners, may_describe=lambda _t: True)
+        _print(args, [_token_json(t) for t in tokens], [_token_line(t) for t in tokens])
+        return 0
+
+    return _run(args, body)
+
+
+# ---------------------------------------------------------------------------- oauth clients
+
+
+def _clients_add(args: Args) -> int:
+    def body(s: _Session) -> int:
+        secret = _read_secret(args, "Client secret", args.secret_stdin)
+        replaced = s.service.set_client(args.client_id, secret, args.scope or [], actor=s.actor)
+        print(f"{'Updated' if replaced else 'Added'} OAuth client {args.client_id}")
+        return 0
+
+    return _run(args, body)
+
+
+def _clients_list(args: Args) -> int:
+    def body(s: _Session) -> int:
+        clients = s.service.list_clients()
+        data = [
+            {"client_id": c.client_id, "scopes": list(c.scopes), "created_timestamp_ms": c.created_ms}
+            for c in clients
+        ]
+        _print(args, data, [f"{c.client_id}\tscopes={' '.join(c.scopes) or '-'}" for c in clients])
+        return 0
+
+    return _run(args, body)
+
+
+def _clients_remove(args: Args) -> int:
+    def body(s: _Session) -> int:
+        s.service.delete_client(args.client_id, actor=s.actor)
+        print(f"Removed OAuth client {args.client_id}")
+        return 0
+
+    return _run(args, body)
+
+
+def _keys_rotate(args: Args) -> int:
+    def body(s: _Session) -> int:
+        key = s.service.rotate_signing_key(force=True)
+        print(
+            f"Active signing key {key.kid} ({key.alg}); retired keys stay in the JWKS until their tokens expire"
+        )
+        return 0
+
+    return _run(args, body)
+
+
+def _keys_list(args: Args) -> int:
+    def body(s: _Session) -> int:
+        doc = s.service.jwks_document()
+        _print(args, doc, [f"{k['kid']}\t{k['alg']}" for k in doc["keys"]])
+        return 0
+
+    return _run(args, body)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds this package's subcommands; each sets `func(args) -> int`."""
+    users = subparsers.add_parser("users", help="SCRAM users (credentials for SASL and HTTP Basic)")
+    usub = users.add_subparsers(dest="users_command", metavar="ACTION", required=True)
+    for name, must_exist, help_text in (
+        ("add", False, "add (or replace) a user's SCRAM credentials"),
+        ("set-password", True, "change an existing user's password"),
+    ):
+        p = usub.add_parser(name, help=help_text)
+        p.add_argument("name")
+        p.add_argument(
+            "--mechanism",
+            action="append",
+            choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+            type=str.upper,
+            help="repeatable; default SCRAM-SHA-512",
+        )
+        p.add_argument(
+            "--iterations", type=int, default=None, help="4096..16384 (default: [sasl] scram_iterations)"
+        )
+        p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+        p.set_defaults(func=lambda a, m=must_exist: _users_set(a, must_exist=m))
+    p = usub.add_parser("list", help="users with their mechanisms and iterations")
+    p.add_argument("name", nargs="*")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_users_list)
+    p = usub.add_parser("remove", help="remove a user's credentials (all, or one mechanism)")
+    p.add_argument("name")
+    p.add_argument("--mechanism", action="append", choices=["SCRAM-SHA-256", "SCRAM-SHA-512"], type=str.upper)
+    p.set_defaults(func=_users_remove)
+
+    tokens = subparsers.add_parser(
+        "tokens", help="delegation tokens (KIP-48), like kafka-delegation-tokens.sh"
+    )
+    tsub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
+    p = tsub.add_parser("create", help="create a token for an owner")
+    p.add_argument("--owner-principal", required=True, help="User:name")
+    p.add_argument("--renewer-principal", action="append", help="User:name (repeatable)")
+    p.add_argument("--max-life-time-period", type=int, default=-1, help="ms; -1 = server maximum")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_tokens_create)
+    p = tsub.add_parser("renew", help="renew a token")
+    p.add_argument("--hmac", required=True, help="base64 HMAC, or - to read it from stdin")
+    p.add_argument("--renew-time-period", type=int, default=-1, help="ms; -1 = server default")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_tokens_renew)
+    p = tsub.add_parser("expire", help="expire a token (now with -1, or after a period)")
+    p.add_argument("--hmac", required=True, help="base64 HMAC, or - to read it from stdin")
+    p.add_argument("--expiry-time-period", type=int, default=-1, help="ms; -1 = remove now")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_tokens_expire)
+    p = tsub.add_parser("describe", help="list tokens")
+    p.add_argument("--owner-principal", action="append", help="filter by owner/renewer (repeatable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_tokens_describe)
+
+    clients = subparsers.add_parser(
+        "oauth-clients", help="service accounts of the token issuer (POST /oauth/token)"
+    )
+    csub = clients.add_subparsers(dest="clients_command", metavar="ACTION", required=True)
+    p = csub.add_parser("add", help="add (or replace) a client")
+    p.add_argument("client_id")
+    p.add_argument("--scope", action="append", help="allowed scope (repeatable)")
+    p.add_argument("--secret-stdin", action="store_true", help="read the client secret from standard input")
+    p.set_defaults(func=_clients_add)
+    p = csub.add_parser("list", help="clients and their scopes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_clients_list)
+    p = csub.add_parser("remove", help="remove a client")
+    p.add_argument("client_id")
+    p.set_defaults(func=_clients_remove)
+
+    keys = subparsers.add_parser("oauth-keys", help="the token issuer's signing keys")
+    ksub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    p = ksub.add_parser("rotate", help="make a new signing key active now")
+    p.set_defaults(func=_keys_rotate)
+    p = ksub.add_parser("list", help="the public JWKS")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_keys_list)

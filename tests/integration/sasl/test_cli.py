@@ -1,0 +1,137 @@
+"""`kgov users / tokens / oauth-clients / oauth-keys` against a real database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from authz.database import open_engine
+from kgov.cli import main
+from kgov.settings import Settings
+from sasl.scram import SCRAM_SHA_256, ScramClient
+from sasl.service import CredentialService
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str, capsys: pytest.CaptureFixture[str]):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY", "cli-delegation-key")
+    monkeypatch.setenv("KGOV_SASL__SCRAM_ITERATIONS", "4096")
+
+    def run(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        code = main([*argv, "--db", db_url])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run, db_url, tmp_path
+
+
+def test_users(cli) -> None:
+    run, db_url, tmp_path = cli
+    code, out, _ = run(
+        "users",
+        "add",
+        "alice",
+        "--mechanism",
+        "scram-sha-256",
+        "--mechanism",
+        "SCRAM-SHA-512",
+        "--password-stdin",
+        stdin="alice-cli-pw\n",
+    )
+    assert code == 0 and "SCRAM-SHA-256, SCRAM-SHA-512" in out
+    code, out, _ = run("users", "list", "--json")
+    assert json.loads(out) == [
+        {
+            "name": "alice",
+            "mechanisms": [
+                {"mechanism": "SCRAM-SHA-256", "iterations": 4096},
+                {"mechanism": "SCRAM-SHA-512", "iterations": 4096},
+            ],
+        }
+    ]
+    assert (
+        run(
+            "users",
+            "set-password",
+            "alice",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password-stdin",
+            stdin="alice-new-pw\n",
+        )[0]
+        == 0
+    )
+    assert run("users", "set-password", "nobody", "--password-stdin", stdin="x\n")[0] == 1
+    code, _, err = run("users", "add", "bob", "--iterations", "100", "--password-stdin", stdin="pw\n")
+    assert code == 1 and "Too few iterations" in err
+    code, _, err = run("users", "add", "bob")  # no tty, no --password-stdin: refuses
+    assert code == 2 and "--password-stdin" in err
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, Settings(dev_mode=True))
+    server = svc.server_mechanism("SCRAM-SHA-256", "127.0.0.1")
+    client = ScramClient(SCRAM_SHA_256, "alice", "alice-new-pw")
+    assert (
+        server.step(client.final_message(server.step(client.first_message()).data)).__class__.__name__
+        == "Success"
+    )
+    engine.dispose()
+    assert run("users", "remove", "alice", "--mechanism", "SCRAM-SHA-256")[0] == 0
+    assert run("users", "remove", "alice")[0] == 0
+    code, _, err = run("users", "remove", "alice")
+    assert code == 1 and "does not exist" in err
+    audit = (tmp_path / "audit" / "events.jsonl").read_text()
+    assert audit.count("io.kgov.credential_change") == 5 and "alice-cli-pw" not in audit and "local:" in audit
+
+
+def test_tokens(cli) -> None:
+    run, *_ = cli
+    code, out, _ = run(
+        "tokens",
+        "create",
+        "--owner-principal",
+        "User:alice",
+        "--renewer-principal",
+        "User:bob",
+        "--max-life-time-period",
+        "600000",
+        "--json",
+    )
+    assert code == 0
+    token = json.loads(out)
+    assert token["owner"] == "User:alice" and token["renewers"] == ["User:bob"] and token["hmac"]
+    code, out, _ = run("tokens", "describe", "--owner-principal", "User:bob", "--json")
+    assert [t["token_id"] for t in json.loads(out)] == [token["token_id"]] and "hmac" not in out
+    code, out, _ = run(
+        "tokens", "renew", "--hmac", "-", "--renew-time-period", "1000", "--json", stdin=token["hmac"] + "\n"
+    )
+    assert code == 0 and json.loads(out)["expiry_timestamp_ms"] <= token["max_timestamp_ms"]
+    assert run("tokens", "expire", "--hmac", token["hmac"])[0] == 0
+    code, out, _ = run("tokens", "describe", "--json")
+    assert json.loads(out) == []
+    code, _, err = run("tokens", "renew", "--hmac", token["hmac"])
+    assert code == 1 and "not found" in err
+
+
+def test_oauth_clients_and_keys(cli) -> None:
+    run, *_ = cli
+    code, _, _ = run(
+        "oauth-clients", "add", "etl", "--scope", "kafka", "--secret-stdin", stdin="etl-secret-0123456789\n"
+    )
+    assert code == 0
+    assert json.loads(run("oauth-clients", "list", "--json")[1])[0]["scopes"] == ["kafka"]
+    code, _, err = run("oauth-clients", "add", "weak", "--secret-stdin", stdin="short\n")
+    assert code == 1 and "at least 16" in err
+    assert run("oauth-keys", "rotate")[0] == 0
+    assert run("oauth-keys", "rotate")[0] == 0
+    keys = json.loads(run("oauth-keys", "list", "--json")[1])["keys"]
+    assert len(keys) == 2 and all("d" not in k for k in keys)
+    assert run("oauth-clients", "remove", "etl")[0] == 0
+    assert run("oauth-clients", "remove", "etl")[0] == 1
