@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint unit system-deps bench clean venv
+.PHONY: run test lint unit system-deps bench clean venv openapi
 
 venv: $(STAMP)
 
@@ -32,6 +32,9 @@ test: $(STAMP) system-deps lint
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+openapi: $(STAMP)
+	$(BIN)/python scripts/write_openapi.py openapi.yaml
 
 bench: $(STAMP)
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -367,7 +367,8 @@ def role_resources(request: Request, target: str, role: str, principal: CurrentP
     return [_pattern_json(b) for b in _service(request).role_bindings(target) if b.role == role]
 
 
-@mds.api_route("/security/1.0/lookup/principal/{target}/resources", methods=["GET", "POST"])
+@mds.get("/security/1.0/lookup/principal/{target}/resources", operation_id="lookup_principal_resources_get")
+@mds.post("/security/1.0/lookup/principal/{target}/resources", operation_id="lookup_principal_resources_post")
 def lookup_principal(request: Request, target: str, principal: CurrentPrincipal) -> dict[str, Any]:
     """Bindings of the principal and of every group it belongs to, grouped by holder then role."""
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
