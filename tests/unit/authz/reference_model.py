@@ -1,0 +1,269 @@
+"""A naive, obviously-correct model of Kafka's ACL authorizer, and small builders for the tests.
+
+Every answer here is a linear scan over a plain collection of ACLs with set semantics: no index,
+no cache, no shared code with `authz.decide`. It follows shared/reference/authz-sasl.md:
+section 1.3 (StandardAuthorizerData.authorize), 1.9 (the `Authorizer.authorizeByResourceType`
+default method, which StandardAuthorizer inherits) and 1.10 (ResourcePatternFilter /
+AccessControlEntryFilter matching). `test_reference_model.py` compares `AuthorizerData` with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cmp_to_key
+
+from authz.model import (
+    Acl,
+    AclFilter,
+    Action,
+    Operation,
+    PatternType,
+    Permission,
+    Principal,
+    RequestContext,
+    ResourceType,
+)
+
+# --------------------------------------------------------------------------- builders
+
+ALL_OPERATIONS = tuple(op for op in Operation if op not in (Operation.UNKNOWN, Operation.ANY))
+CONCRETE_TYPES = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
+
+
+def acl(
+    resource_type: ResourceType,
+    name: str,
+    pattern_type: PatternType,
+    principal: str,
+    host: str,
+    operation: Operation,
+    permission: Permission,
+) -> Acl:
+    """Kafka's `new StandardAcl(type, name, patternType, principal, host, op, permission)`."""
+    return Acl(resource_type, name, pattern_type, principal, host, operation, permission)
+
+
+def ctx(principal: str, host: str = "127.0.0.1", *, api_key: int = 1) -> RequestContext:
+    """MockAuthorizableRequestContext: loopback client, a Fetch request unless told otherwise."""
+    return RequestContext(principal=Principal.parse(principal), client_address=host, api_key=api_key)
+
+
+def action(
+    operation: Operation,
+    resource_type: ResourceType,
+    name: str,
+    *,
+    log_if_allowed: bool = False,
+    log_if_denied: bool = False,
+    pattern_type: PatternType = PatternType.LITERAL,
+) -> Action:
+    """StandardAuthorizerTest.newAction: a LITERAL resource, refcount 1, logging off."""
+    return Action(
+        resource_type,
+        name,
+        operation,
+        resource_ref_count=1,
+        log_if_allowed=log_if_allowed,
+        log_if_denied=log_if_denied,
+        pattern_type=pattern_type,
+    )
+
+
+# --------------------------------------------------------------------------- authorize
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What Kafka decides: the verdict, the kind of rule, and (for MatchingAcl) every ACL that Kafka
+    could legitimately report. Which of several matching ACLs it names depends on its scan order,
+    so the model keeps them all."""
+
+    allowed: bool
+    rule: str  # "SuperUser" | "DefaultAllow" | "DefaultDeny" | "MatchingAcl"
+    candidates: frozenset[Acl] = frozenset()
+
+
+def pattern_applies(a: Acl, resource_type: ResourceType, name: str) -> bool:
+    """Section 1.3 step 8: same type and (exact LITERAL, LITERAL `*`, or a PREFIXED prefix)."""
+    if a.resource_type is not resource_type:
+        return False
+    if a.pattern_type is PatternType.LITERAL:
+        return a.resource_name in (name, "*")
+    if a.pattern_type is PatternType.PREFIXED:
+        return name.startswith(a.resource_name)
+    return False
+
+
+# Requested operation -> ALLOW ACL operations that grant it besides itself and ALL (AclOperation javadoc).
+_ALLOW_IMPLIED_BY = {
+    Operation.DESCRIBE: {Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER},
+    Operation.DESCRIBE_CONFIGS: {Operation.ALTER_CONFIGS},
+}
+
+
+def operation_matches(a: Acl, requested: Operation) -> bool:
+    """Section 1.3 step 7: ALL matches everything; only ALLOW ACLs imply DESCRIBE/DESCRIBE_CONFIGS."""
+    if a.operation is Operation.ALL or a.operation is requested:
+        return True
+    return a.permission is Permission.ALLOW and a.operation in _ALLOW_IMPLIED_BY.get(requested, set())
+
+
+def reference_authorize(
+    acls: Iterable[Acl],
+    *,
+    super_users: Iterable[str] = (),
+    allow_everyone_if_no_acl_found: bool = False,
+    principal: str,
+    host: str,
+    act: Action,
+) -> Expected:
+    if act.pattern_type is not PatternType.LITERAL:
+        raise ValueError(f"Only literal resources are supported. Got: {act.pattern_type.name}")
+    if principal in set(super_users):
+        return Expected(True, "SuperUser")
+    on_resource = [a for a in acls if pattern_applies(a, act.resource_type, act.resource_name)]
+    applicable = [
+        a
+        for a in on_resource
+        if a.principal in (principal, "User:*")
+        and a.host in ("*", host)
+        and operation_matches(a, act.operation)
+    ]
+    denies = frozenset(a for a in applicable if a.permission is Permission.DENY)
+    if denies:
+        return Expected(False, "MatchingAcl", denies)
+    allows = frozenset(a for a in applicable if a.permission is Permission.ALLOW)
+    if allows:
+        return Expected(True, "MatchingAcl", allows)
+    if not on_resource and allow_everyone_if_no_acl_found:
+        return Expected(True, "DefaultAllow")
+    return Expected(False, "DefaultDeny")
+
+
+# --------------------------------------------------------------------------- authorizeByResourceType
+
+
+def check_by_resource_type_args(op: Operation, resource_type: ResourceType) -> None:
+    """SecurityUtils.authorizeByResourceTypeCheckArgs."""
+    if resource_type is ResourceType.ANY:
+        raise ValueError("Must specify a non-filter resource type for authorizeByResourceType")
+    if resource_type is ResourceType.UNKNOWN:
+        raise ValueError("Unknown resource type")
+    if op is Operation.ANY:
+        raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
+    if op is Operation.UNKNOWN:
+        raise ValueError("Unknown operation type")
+
+
+def reference_authorize_by_resource_type(
+    acls: Iterable[Acl],
+    *,
+    super_users: Iterable[str] = (),
+    allow_everyone_if_no_acl_found: bool = False,
+    principal: str,
+    host: str,
+    op: Operation,
+    resource_type: ResourceType,
+) -> bool:
+    check_by_resource_type_args(op, resource_type)
+    acls = list(acls)
+    probe = reference_authorize(
+        acls,
+        super_users=super_users,
+        allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+        principal=principal,
+        host=host,
+        act=Action(resource_type, "hardcode", op, resource_ref_count=0, log_if_allowed=True, log_if_denied=False),
+    )
+    if probe.allowed:
+        return True
+    relevant = [
+        a
+        for a in acls
+        if a.resource_type is resource_type
+        and a.host in (host, "*")
+        and a.principal in (principal, "User:*")
+        and a.operation in (op, Operation.ALL)  # exact operation: no DESCRIBE implication here
+    ]
+    deny_literal = {a.resource_name for a in relevant if a.permission is Permission.DENY
+                    and a.pattern_type is PatternType.LITERAL}
+    deny_prefixed = {a.resource_name for a in relevant if a.permission is Permission.DENY
+                     and a.pattern_type is PatternType.PREFIXED}
+    allow_literal = {a.resource_name for a in relevant if a.permission is Permission.ALLOW
+                     and a.pattern_type is PatternType.LITERAL}
+    allow_prefixed = {a.resource_name for a in relevant if a.permission is Permission.ALLOW
+                      and a.pattern_type is PatternType.PREFIXED}
+    if "*" in deny_literal:
+        return False
+    if "*" in allow_literal:
+        return True
+
+    def dominated(name: str) -> bool:
+        # Kafka walks the allowed name one character at a time (so a "" prefix deny never counts).
+        return any(name[:n] in deny_prefixed for n in range(1, len(name) + 1))
+
+    if any(name not in deny_literal and not dominated(name) for name in allow_literal):
+        return True
+    return any(not dominated(name) for name in allow_prefixed)
+
+
+# --------------------------------------------------------------------------- DescribeAcls / DeleteAcls
+
+
+def filter_matches(flt: AclFilter, a: Acl) -> bool:
+    """AclBindingFilter.matches, written out from ResourcePatternFilter / AccessControlEntryFilter."""
+    if flt.resource_type is not ResourceType.ANY and flt.resource_type is not a.resource_type:
+        return False
+    pt = flt.pattern_type
+    if pt not in (PatternType.ANY, PatternType.MATCH) and pt is not a.pattern_type:
+        return False
+    if flt.resource_name is not None:
+        if pt in (PatternType.ANY, a.pattern_type):
+            if flt.resource_name != a.resource_name:
+                return False
+        elif a.pattern_type is PatternType.LITERAL:  # MATCH against a literal
+            if flt.resource_name != a.resource_name and a.resource_name != "*":
+                return False
+        elif a.pattern_type is PatternType.PREFIXED:  # MATCH against a prefix
+            if not flt.resource_name.startswith(a.resource_name):
+                return False
+        else:
+            return False
+    if flt.principal is not None and flt.principal != a.principal:
+        return False
+    if flt.host is not None and flt.host != a.host:
+        return False
+    if flt.operation is not Operation.ANY and flt.operation is not a.operation:
+        return False
+    return flt.permission is Permission.ANY or flt.permission is a.permission
+
+
+def _compare(x: Acl, y: Acl) -> int:
+    """StandardAcl.compareTo: type, then REVERSE name, then pattern type, op, principal, host, permission."""
+
+    def cmp(p: object, q: object) -> int:
+        return (p > q) - (p < q)  # type: ignore[operator]
+
+    for p, q in (
+        (x.resource_type, y.resource_type),
+        (y.resource_name, x.resource_name),
+        (x.pattern_type, y.pattern_type),
+        (x.operation, y.operation),
+        (x.principal, y.principal),
+        (x.host, y.host),
+        (x.permission, y.permission),
+    ):
+        c = cmp(p, q)
+        if c:
+            return c
+    return 0
+
+
+def kafka_sorted(acls: Iterable[Acl]) -> list[Acl]:
+    return sorted(acls, key=cmp_to_key(_compare))
+
+
+def reference_acls(acls: Iterable[Acl], flt: AclFilter) -> list[Acl]:
+    """DescribeAcls: a scan of the whole set, in Kafka's sort order."""
+    return kafka_sorted(a for a in set(acls) if filter_matches(flt, a))
