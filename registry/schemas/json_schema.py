@@ -73,6 +73,8 @@ def _check_against_metaschema(document: Any) -> None:
 
     if not isinstance(document, (dict, bool)):
         raise InvalidSchemaError("A JSON schema must be an object or a boolean")
+    if isinstance(document, dict) and "$schema" in document and not isinstance(document["$schema"], str):
+        raise InvalidSchemaError("Invalid JSON schema at '#/$schema': $schema must be a string")
     validator = validator_for(document, default=jsonschema.Draft7Validator) if isinstance(document, dict) \
         else jsonschema.Draft7Validator
     try:
@@ -83,6 +85,8 @@ def _check_against_metaschema(document: Any) -> None:
         raise InvalidSchemaError(f"Invalid JSON schema{where}: {exc.message}") from None
     except RecursionError:
         raise InvalidSchemaError("Schema is nested too deeply") from None
+    except Exception as exc:  # the meta-schema check must never turn bad input into a crash
+        raise InvalidSchemaError(f"Invalid JSON schema: {exc}") from None
 
 
 def parse_json_schema(
