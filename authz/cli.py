@@ -12,6 +12,8 @@ import getpass
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +50,7 @@ class Backend(Protocol):
     def member(self, group: Principal, member: Principal, add: bool) -> None: ...
     def super_users(self) -> list[str]: ...
     def cluster_id(self) -> str: ...
+    def close(self) -> None: ...
 
 
 class DbBackend:
@@ -90,6 +93,10 @@ class DbBackend:
     def cluster_id(self) -> str:
         return str(self.settings.cluster_id)
 
+    def close(self) -> None:
+        self.service.close()
+        self.service.store.engine.dispose()
+
 
 class CliError(Exception):
     pass
@@ -103,8 +110,15 @@ class HttpBackend:
         if not args.user or password is None:
             raise CliError("--url needs --user and a password (KGOV_PASSWORD or --password-stdin)")
         self.client = httpx.Client(base_url=args.url, auth=(args.user, password), timeout=30)
-        clusters = self._call("GET", "/v3/clusters")
+        try:
+            clusters = self._call("GET", "/v3/clusters")
+        except BaseException:
+            self.client.close()
+            raise
         self._cluster = str(clusters["data"][0]["cluster_id"])
+
+    def close(self) -> None:
+        self.client.close()
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         resp = self.client.request(method, path, **kw)
@@ -176,8 +190,13 @@ def _acl_from_json(d: dict[str, str]) -> Acl:
                d["principal"], d["host"], Operation.parse(d["operation"]), Permission.parse(d["permission"]))
 
 
-def _backend(args: argparse.Namespace) -> Backend:
-    return HttpBackend(args) if args.url else DbBackend(args)
+@contextmanager
+def _backend(args: argparse.Namespace) -> Iterator[Backend]:
+    backend: Backend = HttpBackend(args) if args.url else DbBackend(args)
+    try:
+        yield backend
+    finally:
+        backend.close()
 
 
 def _add_connection_options(p: argparse.ArgumentParser) -> None:
@@ -295,36 +314,44 @@ def _acls_command(args: argparse.Namespace) -> int:
             raise CliError("Command must include exactly one action: --list, --add, --remove.")
         if args.principal and not args.list:
             raise CliError("The --principal option is only available if --list is set")
-        backend = _backend(args)
-        if args.add:
-            acls = _acls_to_add(args)
-            errors = backend.create(acls)
-            if errors:
-                raise CliError("; ".join(errors))
-            print(f"Adding ACLs for {len(acls)} entries")
-            _print_acls(acls)
-        elif args.remove:
-            pattern = PatternType.parse(args.resource_pattern_type)
-            if not _resources(args, pattern):
-                raise CliError("You must provide at least one resource to remove ACLs from")
-            if not _confirm("Are you sure you want to remove ACLs matching the given resources?", args.force):
-                return 1
-            removed = backend.delete(_filters(args))
-            print(f"Removed {len(removed)} ACLs")
-            _print_acls(removed)
-        else:
-            found: dict[Acl, None] = {}
-            for flt in _filters(args):
-                found.update(dict.fromkeys(backend.describe(flt)))
-            _print_acls(list(found))
+        with _backend(args) as backend:
+            return _acls_action(args, backend)
     except (CliError, InvalidAclError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
+
+
+def _acls_action(args: argparse.Namespace, backend: Backend) -> int:
+    if args.add:
+        acls = _acls_to_add(args)
+        errors = backend.create(acls)
+        if errors:
+            raise CliError("; ".join(errors))
+        print(f"Adding ACLs for {len(acls)} entries")
+        _print_acls(acls)
+    elif args.remove:
+        pattern = PatternType.parse(args.resource_pattern_type)
+        if not _resources(args, pattern):
+            raise CliError("You must provide at least one resource to remove ACLs from")
+        if not _confirm("Are you sure you want to remove ACLs matching the given resources?", args.force):
+            return 1
+        removed = backend.delete(_filters(args))
+        print(f"Removed {len(removed)} ACLs")
+        _print_acls(removed)
+    else:
+        found: dict[Acl, None] = {}
+        for flt in _filters(args):
+            found.update(dict.fromkeys(backend.describe(flt)))
+        _print_acls(list(found))
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
-    backend = _backend(args)
+    with _backend(args) as backend:
+        return _export_with(args, backend)
+
+
+def _export_with(args: argparse.Namespace, backend: Backend) -> int:
     doc = {
         "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "cluster_id": backend.cluster_id(),
@@ -361,15 +388,15 @@ def _roles_command(args: argparse.Namespace) -> int:
                 grants = "; ".join(f"{rt.name}: {', '.join(sorted(o.name for o in ops))}" for rt, ops in role.grants)
                 print(f"{name:16} {'cluster' if role.cluster_scoped else 'resource':8} {grants}")
             return 0
-        backend = _backend(args)
-        if args.roles_action == "bindings":
-            for b in backend.bindings():
-                if args.principal in (None, b.principal):
-                    where = "cluster-wide" if b.resource_type is None else (
-                        f"{b.resource_type.name}:{b.resource_name} ({b.pattern_type.name})")
-                    print(f"{b.principal}\t{b.role}\t{where}")
-            return 0
-        backend.bind(_parse_binding(args), add=args.roles_action == "bind")
+        with _backend(args) as backend:
+            if args.roles_action == "bindings":
+                for b in backend.bindings():
+                    if args.principal in (None, b.principal):
+                        where = "cluster-wide" if b.resource_type is None else (
+                            f"{b.resource_type.name}:{b.resource_name} ({b.pattern_type.name})")
+                        print(f"{b.principal}\t{b.role}\t{where}")
+                return 0
+            backend.bind(_parse_binding(args), add=args.roles_action == "bind")
         print(f"{'Bound' if args.roles_action == 'bind' else 'Unbound'} {args.role} for {args.principal}")
     except (CliError, InvalidAclError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
@@ -379,15 +406,15 @@ def _roles_command(args: argparse.Namespace) -> int:
 
 def _groups_command(args: argparse.Namespace) -> int:
     try:
-        backend = _backend(args)
-        if args.groups_action == "list":
-            for group, members in backend.groups().items():
-                print(f"{group}: {', '.join(members)}")
-            return 0
-        group_p, member_p = Principal.parse(args.group), Principal.parse(args.member)
-        if group_p.type != "Group":
-            raise CliError(f"expected a Group: principal, got {args.group}")
-        backend.member(group_p, member_p, add=args.groups_action == "add-member")
+        with _backend(args) as backend:
+            if args.groups_action == "list":
+                for group, members in backend.groups().items():
+                    print(f"{group}: {', '.join(members)}")
+                return 0
+            group_p, member_p = Principal.parse(args.group), Principal.parse(args.member)
+            if group_p.type != "Group":
+                raise CliError(f"expected a Group: principal, got {args.group}")
+            backend.member(group_p, member_p, add=args.groups_action == "add-member")
     except (CliError, InvalidAclError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1

@@ -176,3 +176,20 @@ def test_metrics_count_decisions(base: str, admin: httpx.Client) -> None:
     metrics = admin.get("/metrics").text
     assert 'kgov_authz_decisions_total{result="denied"}' in metrics
     assert "kgov_authz_acls " in metrics
+
+
+def test_cli_talks_to_the_control_plane_over_http(base: str, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from kgov.cli import main
+
+    monkeypatch.setenv("KGOV_PASSWORD", ADMIN[1])
+    common = ["--url", base, "--user", ADMIN[0]]
+    assert main(["acls", *common, "--add", "--allow-principal", "User:cli", "--operation", "Write",
+                 "--topic", "cli-topic"]) == 0
+    assert main(["acls", *common, "--list", "--topic", "cli-topic"]) == 0
+    assert "(principal=User:cli, host=*, operation=WRITE, permissionType=ALLOW)" in capsys.readouterr().out
+    assert main(["acls", *common, "--remove", "--force", "--topic", "cli-topic"]) == 0
+    assert "Removed 1 ACLs" in capsys.readouterr().out
+    monkeypatch.setenv("KGOV_PASSWORD", "wrong")
+    assert main(["acls", *common, "--list"]) == 1
+    assert "HTTP 401" in capsys.readouterr().err
