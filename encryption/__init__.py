@@ -14,7 +14,9 @@ from encryption.errors import (
     KmsError,
     KmsUnavailableError,
 )
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 from encryption.kms import Kms, LocalKms, WrappedKey
+from encryption.reencrypt import ReencryptionReport, Reencryptor, reencrypt_topic
 from encryption.retry import RetryPolicy
 from encryption.serdes import (
     DecryptingDeserializer,
@@ -33,6 +35,9 @@ __all__ = [
     "DecryptionError",
     "EncryptingSerializer",
     "EncryptionError",
+    "FieldDecryptingDeserializer",
+    "FieldEncryptingSerializer",
+    "FieldPolicy",
     "InsecureKeyRingError",
     "KeyNotFoundError",
     "Kms",
@@ -42,7 +47,10 @@ __all__ = [
     "RecordContext",
     "RecordKeyDeserializer",
     "RecordKeySerializer",
+    "ReencryptionReport",
+    "Reencryptor",
     "RetryPolicy",
     "Signer",
     "WrappedKey",
+    "reencrypt_topic",
 ]

@@ -130,7 +130,7 @@ def _find_header(headers: Any, name: str) -> bytes | None:
     return value
 
 
-def _where(ctx: SerializationContext | None) -> dict[str, Any]:
+def record_location(ctx: SerializationContext | None) -> dict[str, Any]:
     return {
         "topic": getattr(ctx, "topic", None),
         "partition": getattr(ctx, "partition", None),
@@ -138,7 +138,7 @@ def _where(ctx: SerializationContext | None) -> dict[str, Any]:
     }
 
 
-class _Sealer:
+class PayloadSealer:
     """Encrypts payloads under the active data key of one KEK (the producer's hot path)."""
 
     def __init__(self, issuer: DataKeyIssuer, key_name: str) -> None:
@@ -195,7 +195,7 @@ class _Sealer:
         return header, active.aead.encrypt(nonce, plaintext, aad)
 
 
-class _Opener:
+class PayloadOpener:
     """Decrypts payloads given their header (the consumer's hot path)."""
 
     def __init__(self, cache: DataKeyCache, max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES) -> None:
@@ -266,7 +266,7 @@ def _inflate(compressed: bytes, limit: int) -> bytes:
     return plaintext
 
 
-def _split_envelope(data: bytes) -> tuple[bytes, bytes]:
+def split_envelope(data: bytes) -> tuple[bytes, bytes]:
     """(header, ciphertext) of a self-contained envelope."""
     if data[: len(MAGIC)] != MAGIC:
         raise DecryptionError("record is not encrypted (no kgov.enc header and no kgov envelope)")
@@ -304,7 +304,7 @@ class EncryptingSerializer:
         issuer: DataKeyIssuer | None = None,
     ) -> None:
         self.issuer = issuer or DataKeyIssuer(kms, policy, retry)
-        self._sealer = _Sealer(self.issuer, key_name)
+        self._sealer = PayloadSealer(self.issuer, key_name)
         self.key_name = key_name
         self.inner = inner
         self.compress = compress
@@ -396,7 +396,7 @@ class DecryptingDeserializer:
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
     ) -> None:
         self.cache = cache or DataKeyCache(kms, retry=retry)
-        self._opener = _Opener(self.cache, max_inflated_bytes)
+        self._opener = PayloadOpener(self.cache, max_inflated_bytes)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
         self._fast = self.trusted_signers is None
@@ -427,7 +427,7 @@ class DecryptingDeserializer:
             try:
                 plaintext = self._decrypt(data, ctx)
             except DecryptionError as exc:
-                raise exc.located(**_where(ctx)) from exc.__cause__
+                raise exc.located(**record_location(ctx)) from exc.__cause__
             if plaintext is None:
                 return None
         return self.inner(plaintext, ctx) if self.inner is not None else plaintext
@@ -448,7 +448,7 @@ class DecryptingDeserializer:
             return None
         header = _find_header(headers, HEADER)
         if header is None:
-            header, ciphertext = _split_envelope(data)
+            header, ciphertext = split_envelope(data)
         else:
             ciphertext = data
         return self._opener.open(header, ciphertext, FIELD_VALUE, ctx.topic, key)
@@ -496,7 +496,7 @@ class RecordKeySerializer:
         self.inner = inner
         self.hash_keys = hash_keys
         self.issuer = issuer or DataKeyIssuer(kms, policy, retry)
-        self._sealer = _Sealer(self.issuer, key_name)
+        self._sealer = PayloadSealer(self.issuer, key_name)
         self._secret: bytes | None = None
 
     def __repr__(self) -> str:
@@ -537,7 +537,7 @@ class RecordKeyDeserializer:
         cache: DataKeyCache | None = None,
     ) -> None:
         self.cache = cache or DataKeyCache(kms, retry=retry)
-        self._opener = _Opener(self.cache)
+        self._opener = PayloadOpener(self.cache)
         self.inner = inner
 
     def __repr__(self) -> str:
@@ -557,5 +557,5 @@ class RecordKeyDeserializer:
                 _, end = parse_header(protected)
                 data = self._opener.open(protected[:end], protected[end:], FIELD_KEY, ctx.topic, data)
             except DecryptionError as exc:
-                raise exc.located(**_where(ctx)) from exc.__cause__
+                raise exc.located(**record_location(ctx)) from exc.__cause__
         return self.inner(data, ctx) if self.inner is not None else data

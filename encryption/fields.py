@@ -1,0 +1,416 @@
+"""Field-level encryption for Avro and JSON records, driven by schema tags.
+
+Fields tagged sensitive in the schema are encrypted one by one; the rest of the record stays readable
+by consumers without keys, and the record still matches its schema (an encrypted `string` field holds
+base64 text, an encrypted `bytes` field holds bytes). Where tags come from, as in Confluent's
+client-side field-level encryption:
+
+- inline: `"confluent:tags": ["PII"]` on an Avro field or on a JSON Schema property;
+- the schema's metadata: `{"tags": {"com.acme.Customer.ssn": ["PII"], "**.email": ["PII"]}}`, path
+  patterns matched against the field's path from the root (`address.street`) and its qualified path
+  (`com.acme.Customer.ssn`, Avro record full names); `*` stays within one name, `**` crosses dots;
+- a rule set: the tags of `ENCRYPT` domain rules select the fields (`encrypt.dek.algorithm:
+  AES256_SIV` makes them deterministic), when no tag set is given explicitly.
+
+Two modes per field:
+- randomized (default): AES-256-GCM under the producer's data key, a self-contained envelope
+  (`MAGIC + header + ciphertext`, see `encryption.envelope`) whose associated data binds topic and field;
+- deterministic, for fields that must stay joinable: AES-SIV (RFC 5297) under a key derived from the KEK
+  (stable across rotations), bound to the field path but not the topic, so equal values give equal
+  ciphertexts across topics that share the KEK. It reveals equality, by design; use it only where a
+  join needs it. Encoding: `b"KGD\\x01" + len(kek) + kek + siv`.
+
+Only string and bytes fields (and their nullable unions) can be encrypted, as with Confluent; a tag on
+another type is refused when the policy is built.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+from confluent_kafka.serialization import SerializationContext
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
+from encryption.envelope import MAGIC
+from encryption.errors import DecryptionError, EncryptionError, KmsError
+from encryption.kms import Kms
+from encryption.retry import RetryPolicy, call_with_retry
+from encryption.serdes import Inner, PayloadOpener, PayloadSealer, record_location, split_envelope
+
+DETERMINISTIC_MAGIC = b"KGD\x01"
+DEFAULT_TAGS = frozenset({"PII"})
+_SIV_LABEL = b"field-siv"
+_FIELD_AAD = b"kgov-field-v1:"
+
+Kind = Literal["string", "bytes"]
+# A path through the record: field names, "[]" for array items, "{}" for map values.
+Path = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRule:
+    path: Path
+    kind: Kind
+    deterministic: bool
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    regex = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            regex += ".*"
+            i += 2
+        elif pattern[i] == "*":
+            regex += "[^.]*"
+            i += 1
+        else:
+            regex += re.escape(pattern[i])
+            i += 1
+    return re.compile(regex + r"\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    path: Path
+    qualified: str
+    kind: Kind | None  # None: not a string/bytes field
+    inline_tags: frozenset[str]
+
+
+class FieldPolicy:
+    """Which fields of a schema to encrypt, and how. Build it with `from_avro` or `from_json_schema`."""
+
+    def __init__(self, rules: Iterable[FieldRule]) -> None:
+        self.rules = tuple(rules)
+        if not self.rules:
+            raise EncryptionError("no field of the schema carries a sensitive tag: nothing would be encrypted")
+
+    def __repr__(self) -> str:
+        return f"FieldPolicy({[(r.name, 'deterministic' if r.deterministic else 'randomized') for r in self.rules]})"
+
+    @classmethod
+    def from_avro(
+        cls,
+        schema: str | Mapping[str, Any],
+        *,
+        tags: Iterable[str] | None = None,
+        deterministic_tags: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        rule_set: Mapping[str, Any] | None = None,
+    ) -> FieldPolicy:
+        document = json.loads(schema) if isinstance(schema, str) else schema
+        candidates: list[_Candidate] = []
+        _walk_avro(document, (), "", None, candidates, set())
+        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set)
+
+    @classmethod
+    def from_json_schema(
+        cls,
+        schema: str | Mapping[str, Any],
+        *,
+        tags: Iterable[str] | None = None,
+        deterministic_tags: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        rule_set: Mapping[str, Any] | None = None,
+    ) -> FieldPolicy:
+        document = json.loads(schema) if isinstance(schema, str) else schema
+        candidates: list[_Candidate] = []
+        _walk_json(document, (), candidates, document, 0)
+        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set)
+
+    @classmethod
+    def _select(
+        cls,
+        candidates: list[_Candidate],
+        tags: Iterable[str] | None,
+        deterministic_tags: Iterable[str],
+        metadata: Mapping[str, Any] | None,
+        rule_set: Mapping[str, Any] | None,
+    ) -> FieldPolicy:
+        sensitive = set(tags) if tags is not None else set()
+        deterministic = set(deterministic_tags)
+        for rule in (rule_set or {}).get("domainRules", []) or []:
+            if rule.get("type") == "ENCRYPT" and rule.get("kind", "TRANSFORM") == "TRANSFORM":
+                rule_tags = set(rule.get("tags") or [])
+                if tags is None:
+                    sensitive |= rule_tags
+                if (rule.get("params") or {}).get("encrypt.dek.algorithm") == "AES256_SIV":
+                    deterministic |= rule_tags
+        if tags is None and not sensitive:
+            sensitive = set(DEFAULT_TAGS)
+        sensitive |= deterministic
+        patterns = [
+            (_glob(pattern), frozenset(pattern_tags))
+            for pattern, pattern_tags in ((metadata or {}).get("tags") or {}).items()
+        ]
+        rules = []
+        for candidate in candidates:
+            dotted = ".".join(p for p in candidate.path if p not in ("[]", "{}"))
+            field_tags = set(candidate.inline_tags)
+            for regex, pattern_tags in patterns:
+                if regex.match(dotted) or regex.match(candidate.qualified):
+                    field_tags |= pattern_tags
+            chosen = field_tags & sensitive
+            if not chosen:
+                continue
+            if candidate.kind is None:
+                raise EncryptionError(
+                    f"field {dotted!r} is tagged {sorted(chosen)} but only string and bytes fields can be "
+                    "encrypted (the record must still match its schema)"
+                )
+            rules.append(FieldRule(candidate.path, candidate.kind, bool(chosen & deterministic)))
+        return cls(rules)
+
+
+def _avro_kind(avro_type: Any) -> Kind | None:
+    if isinstance(avro_type, str) and avro_type in ("string", "bytes"):
+        return avro_type  # type: ignore[return-value]
+    if isinstance(avro_type, Mapping) and avro_type.get("type") in ("string", "bytes") and "logicalType" not in avro_type:
+        return avro_type["type"]  # type: ignore[no-any-return]
+    if isinstance(avro_type, list):
+        kinds = {_avro_kind(branch) for branch in avro_type if branch != "null"}
+        if len(kinds) == 1:
+            return kinds.pop()
+    return None
+
+
+def _walk_avro(
+    avro_type: Any, path: Path, qualified: str, namespace: str | None, out: list[_Candidate], seen: set[str]
+) -> None:
+    if isinstance(avro_type, list):
+        for branch in avro_type:
+            _walk_avro(branch, path, qualified, namespace, out, seen)
+        return
+    if not isinstance(avro_type, Mapping):
+        return
+    kind = avro_type.get("type")
+    if kind == "record":
+        name = str(avro_type.get("name", ""))
+        space = avro_type.get("namespace", namespace)
+        full = name if "." in name or not space else f"{space}.{name}"
+        if full in seen:  # recursive types: each record is walked once
+            return
+        seen = seen | {full}
+        for field in avro_type.get("fields", []):
+            field_path = (*path, field["name"])
+            field_qualified = f"{full}.{field['name']}"
+            out.append(_Candidate(field_path, field_qualified, _avro_kind(field["type"]),
+                                  frozenset(field.get("confluent:tags") or [])))
+            _walk_avro(field["type"], field_path, field_qualified, space, out, seen)
+    elif kind == "array":
+        _walk_avro(avro_type.get("items"), (*path, "[]"), qualified, namespace, out, seen)
+    elif kind == "map":
+        _walk_avro(avro_type.get("values"), (*path, "{}"), qualified, namespace, out, seen)
+    elif isinstance(kind, Mapping | list):
+        _walk_avro(kind, path, qualified, namespace, out, seen)
+
+
+def _json_kind(schema: Mapping[str, Any]) -> Kind | None:
+    kind = schema.get("type")
+    if kind == "string" or (isinstance(kind, list) and set(kind) - {"null"} == {"string"}):
+        return "string"
+    return None
+
+
+def _resolve(schema: Any, root: Mapping[str, Any]) -> Any:
+    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part.replace("~1", "/").replace("~0", "~"), {})
+        return target
+    return schema
+
+
+def _walk_json(schema: Any, path: Path, out: list[_Candidate], root: Mapping[str, Any], depth: int) -> None:
+    schema = _resolve(schema, root)
+    if not isinstance(schema, Mapping) or depth > 32:
+        return
+    for name, sub in (schema.get("properties") or {}).items():
+        sub = _resolve(sub, root)
+        if not isinstance(sub, Mapping):
+            continue
+        field_path = (*path, name)
+        out.append(_Candidate(field_path, ".".join(field_path), _json_kind(sub),
+                              frozenset(sub.get("confluent:tags") or [])))
+        _walk_json(sub, field_path, out, root, depth + 1)
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        _walk_json(items, (*path, "[]"), out, root, depth + 1)
+    for key in ("allOf", "anyOf", "oneOf"):
+        for sub in schema.get(key) or []:
+            _walk_json(sub, path, out, root, depth + 1)
+
+
+def _transform(obj: Any, path: Path, change: Callable[[Any], Any]) -> Any:
+    """A copy of `obj` with the value at `path` replaced by `change(value)`; other parts are shared."""
+    if obj is None:
+        return None
+    if not path:
+        return change(obj)
+    head, rest = path[0], path[1:]
+    if head == "[]":
+        return [_transform(item, rest, change) for item in obj] if isinstance(obj, list) else obj
+    if head == "{}":
+        return {k: _transform(v, rest, change) for k, v in obj.items()} if isinstance(obj, dict) else obj
+    if isinstance(obj, dict) and head in obj:
+        copy = dict(obj)
+        copy[head] = _transform(obj[head], rest, change)
+        return copy
+    return obj
+
+
+class _DeterministicKeys:
+    def __init__(self, kms: Kms, retry: RetryPolicy) -> None:
+        self.kms = kms
+        self.retry = retry
+        self._ciphers: dict[str, AESSIV] = {}
+
+    def cipher(self, key_name: str) -> AESSIV:
+        cipher = self._ciphers.get(key_name)
+        if cipher is None:
+            secret = call_with_retry(self.retry, "derived_secret",
+                                     lambda: self.kms.derived_secret(key_name, _SIV_LABEL))
+            key = HKDFExpand(hashes.SHA256(), 64, b"kgov aes-256-siv").derive(secret)
+            cipher = self._ciphers[key_name] = AESSIV(key)
+        return cipher
+
+
+def _field_bytes(value: Any, rule: FieldRule) -> bytes:
+    if rule.kind == "string":
+        if not isinstance(value, str):
+            raise EncryptionError(f"field {rule.name!r} should be a string, got {type(value).__name__}")
+        return value.encode("utf-8")
+    if not isinstance(value, bytes | bytearray):
+        raise EncryptionError(f"field {rule.name!r} should be bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+class FieldEncryptingSerializer:
+    """Encrypts the tagged fields of a record (dict), then applies `inner` (e.g. an Avro serializer)."""
+
+    def __init__(
+        self,
+        kms: Kms,
+        key_name: str,
+        policy: FieldPolicy,
+        inner: Inner | None = None,
+        *,
+        data_keys: DataKeyPolicy | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.policy = policy
+        self.inner = inner
+        self.key_name = key_name
+        self.issuer = DataKeyIssuer(kms, data_keys, retry)
+        self._sealer = PayloadSealer(self.issuer, key_name)
+        self._siv = _DeterministicKeys(kms, self.issuer.retry)
+        self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
+
+    def __repr__(self) -> str:
+        return f"FieldEncryptingSerializer(key_name={self.key_name!r}, policy={self.policy!r})"
+
+    def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> Any:
+        if ctx is None:
+            raise EncryptionError("FieldEncryptingSerializer needs the SerializationContext")
+        if obj is not None:
+            for rule in self.policy.rules:
+                obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic))
+        return self.inner(obj, ctx) if self.inner is not None else obj
+
+    def _encrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
+        plaintext = _field_bytes(value, rule)
+        if rule.deterministic:
+            name = self.key_name.encode("utf-8")
+            sealed = DETERMINISTIC_MAGIC + bytes((len(name),)) + name + self._siv.cipher(self.key_name).encrypt(
+                plaintext, [_FIELD_AAD + rule.name.encode("utf-8")]
+            )
+        else:
+            header, ciphertext = self._sealer.seal(0, self._tags[rule.path], topic, None, plaintext)
+            sealed = MAGIC + header + ciphertext
+        return base64.b64encode(sealed).decode("ascii") if rule.kind == "string" else sealed
+
+
+class FieldDecryptingDeserializer:
+    """Applies `inner` (e.g. an Avro deserializer), then decrypts the tagged fields of the record."""
+
+    def __init__(
+        self,
+        kms: Kms,
+        policy: FieldPolicy,
+        inner: Inner | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        cache: DataKeyCache | None = None,
+    ) -> None:
+        self.policy = policy
+        self.inner = inner
+        self.cache = cache or DataKeyCache(kms, retry=retry)
+        self._opener = PayloadOpener(self.cache)
+        self._siv = _DeterministicKeys(kms, self.cache.retry)
+        self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
+
+    def __repr__(self) -> str:
+        return f"FieldDecryptingDeserializer(policy={self.policy!r})"
+
+    def __call__(self, data: Any, ctx: SerializationContext | None = None) -> Any:
+        if ctx is None:
+            raise DecryptionError("FieldDecryptingDeserializer needs the SerializationContext")
+        obj = self.inner(data, ctx) if self.inner is not None else data
+        try:
+            for rule in self.policy.rules:
+                obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic))
+        except DecryptionError as exc:
+            raise exc.located(**record_location(ctx)) from exc.__cause__
+        return obj
+
+    def _decrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
+        try:
+            sealed = base64.b64decode(value, validate=True) if rule.kind == "string" else bytes(value)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            raise DecryptionError(f"field {rule.name!r} is not encrypted") from exc
+        if sealed[: len(DETERMINISTIC_MAGIC)] == DETERMINISTIC_MAGIC:
+            plaintext = self._open_deterministic(sealed, rule)
+        else:
+            try:
+                header, ciphertext = split_envelope(sealed)
+            except DecryptionError as exc:
+                raise DecryptionError(f"field {rule.name!r} is not encrypted") from exc
+            plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic, None)
+        if rule.kind == "string":
+            try:
+                return plaintext.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DecryptionError(f"field {rule.name!r} does not decrypt to text") from exc
+        return plaintext
+
+    def _open_deterministic(self, sealed: bytes, rule: FieldRule) -> bytes:
+        start = len(DETERMINISTIC_MAGIC)
+        if len(sealed) < start + 2:
+            raise DecryptionError(f"field {rule.name!r}: truncated deterministic ciphertext")
+        name_len = sealed[start]
+        name = sealed[start + 1 : start + 1 + name_len].decode("utf-8", errors="replace")
+        try:
+            cipher = self._siv.cipher(name)
+        except KmsError as exc:
+            raise DecryptionError(f"field {rule.name!r}: key {name!r} is not available: {exc}") from exc
+        try:
+            return cipher.decrypt(sealed[start + 1 + name_len :], [_FIELD_AAD + rule.name.encode("utf-8")])
+        except (InvalidTag, ValueError) as exc:
+            raise DecryptionError(f"field {rule.name!r}: authentication failed") from exc

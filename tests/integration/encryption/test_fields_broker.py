@@ -1,0 +1,85 @@
+"""Field-level encryption through a real broker: readers without keys see every field but the tagged ones."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.serialization import MessageField, SerializationContext, StringSerializer
+from confluent_kafka.serializing_producer import SerializingProducer
+
+from encryption import LocalKms
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+
+pytestmark = pytest.mark.broker
+
+SCHEMA = {
+    "type": "record", "name": "Patient", "namespace": "org.clinic",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "ward", "type": "string"},
+        {"name": "diagnosis", "type": "string", "confluent:tags": ["PII"]},
+        {"name": "insurance_no", "type": "string", "confluent:tags": ["PII"]},
+    ],
+}
+PARSED = fastavro.parse_schema(SCHEMA)
+
+
+def write_avro(obj: Any, _ctx: SerializationContext | None) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, PARSED, obj)
+    return out.getvalue()
+
+
+def read_avro(data: bytes, _ctx: SerializationContext | None) -> Any:
+    return fastavro.schemaless_reader(io.BytesIO(data), PARSED)
+
+
+def test_sensitive_field_encrypted_others_readable_without_keys(kafka_broker: str, tmp_path: Path) -> None:
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("clinic")
+    topic = f"patients-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        future.result(timeout=30)
+
+    policy = FieldPolicy.from_avro(SCHEMA)
+    records = [
+        {"id": "p1", "ward": "cardiology", "diagnosis": "atrial fibrillation", "insurance_no": "INS-0001"},
+        {"id": "p2", "ward": "oncology", "diagnosis": "melanoma stage II", "insurance_no": "INS-0002"},
+    ]
+    producer = SerializingProducer({
+        "bootstrap.servers": kafka_broker,
+        "key.serializer": StringSerializer(),
+        "value.serializer": FieldEncryptingSerializer(kms, "clinic", policy, write_avro),
+    })
+    for record in records:
+        producer.produce(topic, key=record["id"], value=record)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": kafka_broker, "group.id": f"g-{uuid.uuid4().hex}"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    try:
+        while len(messages) < len(records):
+            msg = consumer.poll(10)
+            assert msg is not None and msg.error() is None
+            messages.append(msg)
+    finally:
+        consumer.close()
+
+    for msg, record in zip(messages, records, strict=True):
+        assert record["diagnosis"].encode() not in msg.value()
+        assert record["insurance_no"].encode() not in msg.value()
+        keyless = read_avro(msg.value(), None)  # a consumer with the schema and no keys
+        assert keyless["id"] == record["id"] and keyless["ward"] == record["ward"]
+        assert keyless["diagnosis"] != record["diagnosis"] and keyless["insurance_no"] != record["insurance_no"]
+
+        ctx = SerializationContext(topic, MessageField.VALUE, msg.headers())
+        assert FieldDecryptingDeserializer(kms, policy, read_avro)(msg.value(), ctx) == record

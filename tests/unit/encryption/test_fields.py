@@ -1,0 +1,172 @@
+"""Field-level encryption of Avro and JSON records selected by schema tags."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import fastavro
+import jsonschema
+import pytest
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from encryption import DecryptionError, EncryptionError, LocalKms
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+
+CUSTOMER = {
+    "type": "record",
+    "name": "Customer",
+    "namespace": "com.acme",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "ssn", "type": "string", "confluent:tags": ["PII"]},
+        {"name": "email", "type": ["null", "string"], "default": None},
+        {"name": "card", "type": ["null", "bytes"], "default": None, "confluent:tags": ["PII"]},
+        {"name": "address", "type": {
+            "type": "record", "name": "Address",
+            "fields": [
+                {"name": "city", "type": "string"},
+                {"name": "street", "type": "string", "confluent:tags": ["PII"]},
+            ],
+        }},
+        {"name": "orders", "type": {"type": "array", "items": {
+            "type": "record", "name": "Order",
+            "fields": [
+                {"name": "sku", "type": "string"},
+                {"name": "note", "type": "string", "confluent:tags": ["PII"]},
+            ],
+        }}},
+    ],
+}
+
+ALICE: dict[str, Any] = {
+    "id": 7,
+    "name": "Alice",
+    "ssn": "078-05-1120",
+    "email": "alice@example.com",
+    "card": b"4111111111111111",
+    "address": {"city": "Lyon", "street": "12 rue Secrete"},
+    "orders": [{"sku": "A1", "note": "gift for Bob"}, {"sku": "B2", "note": "leave at door"}],
+}
+
+PARSED = fastavro.parse_schema(CUSTOMER)
+
+
+def avro_writer(obj: Any, ctx: SerializationContext | None) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, PARSED, obj)
+    return out.getvalue()
+
+
+def avro_reader(data: bytes, ctx: SerializationContext | None) -> Any:
+    return fastavro.schemaless_reader(io.BytesIO(data), PARSED)
+
+
+def ctx(topic: str = "customers") -> SerializationContext:
+    return SerializationContext(topic, MessageField.VALUE, [])
+
+
+def test_tagged_avro_fields_are_encrypted_and_the_rest_stays_readable(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_avro(json.dumps(CUSTOMER))
+    assert {rule.name for rule in policy.rules} == {"ssn", "card", "address.street", "orders.[].note"}
+    data = FieldEncryptingSerializer(kms, "orders", policy, avro_writer)(ALICE, ctx())
+    for secret in (b"078-05-1120", b"4111111111111111", b"rue Secrete", b"gift for Bob"):
+        assert secret not in data
+
+    without_keys = avro_reader(data, None)  # a consumer with the schema but no keys
+    assert without_keys["name"] == "Alice" and without_keys["id"] == 7
+    assert without_keys["email"] == "alice@example.com"
+    assert without_keys["address"]["city"] == "Lyon" and without_keys["orders"][1]["sku"] == "B2"
+    assert without_keys["ssn"] != ALICE["ssn"] and base64.b64decode(without_keys["ssn"])
+    assert without_keys["card"] != ALICE["card"]
+
+    with_keys = FieldDecryptingDeserializer(kms, policy, avro_reader)(data, ctx())
+    assert with_keys == ALICE
+
+
+def test_metadata_tags_and_deterministic_rules(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_avro(
+        CUSTOMER,
+        metadata={"tags": {"**.email": ["PII"], "com.acme.Customer.name": ["JOIN"]}},
+        rule_set={"domainRules": [
+            {"name": "encryptPII", "kind": "TRANSFORM", "type": "ENCRYPT", "mode": "WRITEREAD", "tags": ["PII"],
+             "params": {"encrypt.kek.name": "orders"}},
+            {"name": "joinable", "kind": "TRANSFORM", "type": "ENCRYPT", "mode": "WRITEREAD", "tags": ["JOIN"],
+             "params": {"encrypt.kek.name": "orders", "encrypt.dek.algorithm": "AES256_SIV"}},
+        ]},
+    )
+    modes = {rule.name: rule.deterministic for rule in policy.rules}
+    assert modes == {"name": True, "ssn": False, "email": False, "card": False, "address.street": False,
+                     "orders.[].note": False}
+    serializer = FieldEncryptingSerializer(kms, "orders", policy)
+    first = serializer(ALICE, ctx("customers"))
+    second = serializer(ALICE, ctx("customers"))
+    elsewhere = serializer(ALICE, ctx("payments"))
+    assert first["name"] == second["name"] == elsewhere["name"] != "Alice"  # joinable, across topics too
+    assert first["ssn"] != second["ssn"]  # randomized
+    kms.rotate_key("orders")
+    assert FieldEncryptingSerializer(kms, "orders", policy)(ALICE, ctx())["name"] == first["name"]
+    deserializer = FieldDecryptingDeserializer(kms, policy)
+    assert deserializer(first, ctx("customers")) == ALICE
+    assert deserializer(elsewhere, ctx("payments")) == ALICE
+    # A randomized field is bound to its topic.
+    with pytest.raises(DecryptionError, match="topic=payments"):
+        deserializer(first, ctx("payments"))
+
+
+def test_json_schema_fields_and_schema_validity(kms: LocalKms) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "ssn": {"type": "string", "confluent:tags": ["PII"]},
+            "email": {"type": ["string", "null"], "confluent:tags": ["PII"]},
+            "address": {"$ref": "#/$defs/address"},
+        },
+        "$defs": {"address": {"type": "object", "properties": {
+            "street": {"type": "string", "confluent:tags": ["PII"]}, "zip": {"type": "string"}}}},
+    }
+    record = {"name": "Alice", "ssn": "078-05-1120", "email": None, "address": {"street": "12 rue", "zip": "69001"}}
+    policy = FieldPolicy.from_json_schema(json.dumps(schema))
+    assert {rule.name for rule in policy.rules} == {"ssn", "email", "address.street"}
+    wire = FieldEncryptingSerializer(kms, "orders", policy, lambda obj, _: json.dumps(obj).encode())(record, ctx())
+    visible = json.loads(wire)
+    jsonschema.validate(visible, schema)
+    assert visible["name"] == "Alice" and visible["email"] is None and visible["address"]["zip"] == "69001"
+    assert "078-05" not in wire.decode() and "12 rue" not in wire.decode()
+    back = FieldDecryptingDeserializer(kms, policy, lambda data, _: json.loads(data))(wire, ctx())
+    assert back == record
+
+
+def test_tampered_or_swapped_fields_fail(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_avro(CUSTOMER)
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(ALICE, ctx())
+    deserializer = FieldDecryptingDeserializer(kms, policy)
+    swapped = {**encrypted, "address": {**encrypted["address"], "street": encrypted["ssn"]}}
+    with pytest.raises(DecryptionError, match="authentication failed"):
+        deserializer(swapped, ctx())
+    raw = bytearray(base64.b64decode(encrypted["ssn"]))
+    raw[-1] ^= 1
+    with pytest.raises(DecryptionError):
+        deserializer({**encrypted, "ssn": base64.b64encode(bytes(raw)).decode()}, ctx())
+    with pytest.raises(DecryptionError, match="not encrypted"):
+        deserializer({**encrypted, "ssn": "078-05-1120"}, ctx())
+
+
+def test_policy_errors() -> None:
+    bad = {"type": "record", "name": "R", "fields": [{"name": "age", "type": "int", "confluent:tags": ["PII"]}]}
+    with pytest.raises(EncryptionError, match="only string and bytes"):
+        FieldPolicy.from_avro(bad)
+    untagged = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "string"}]}
+    with pytest.raises(EncryptionError, match="nothing would be encrypted"):
+        FieldPolicy.from_avro(untagged)
+    assert FieldPolicy.from_avro(untagged, tags=["SECRET"], metadata={"tags": {"R.x": ["SECRET"]}}).rules[0].name == "x"
+
+
+def test_wrong_field_types_are_refused(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_avro(CUSTOMER)
+    with pytest.raises(EncryptionError, match="should be a string"):
+        FieldEncryptingSerializer(kms, "orders", policy)({**ALICE, "ssn": 12}, ctx())
