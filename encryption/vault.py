@@ -2,6 +2,7 @@
 
 KEKs are Transit keys of type `aes256-gcm96`; they never leave Vault. A wrapped data key is Vault's
 ciphertext string (`vault:v<N>:<base64>`), whose version prefix tells which KEK version wrapped it.
+`wrap` refuses a key that does not exist (Transit itself would create it on first encrypt).
 The derived secret is Transit's HMAC of the label under key version 1, so it survives rotations.
 Connection failures, 5xx answers, rate limiting and a sealed Vault are `KmsUnavailableError` (retried by
 the serdes); a missing key is `KeyNotFoundError`; anything else is `KmsError`.
@@ -44,6 +45,7 @@ class VaultTransitKms:
             client = hvac.Client(url=url, token=token, timeout=timeout)
         self._client = client
         self.mount_point = mount_point
+        self._known: set[str] = set()
 
     def __repr__(self) -> str:
         return f"VaultTransitKms(url={getattr(self._client, 'url', '?')!r}, mount_point={self.mount_point!r})"
@@ -99,6 +101,13 @@ class VaultTransitKms:
         return self.current_version(name)
 
     def wrap(self, key_name: str, data_key: bytes) -> WrappedKey:
+        # Transit's encrypt endpoint creates a missing key ("upsert"): a mistyped key name would
+        # silently get a fresh KEK. Check existence once per name instead.
+        if key_name not in self._known:
+            check_key_name(key_name)
+            if not self._key_exists(key_name):
+                raise KeyNotFoundError(f"Vault has no transit key {key_name!r}")
+            self._known.add(key_name)
         plaintext = base64.b64encode(data_key).decode("ascii")
         response = self._call("encrypt", key_name, lambda: self._transit().encrypt_data(
             key_name, plaintext=plaintext, mount_point=self.mount_point))
