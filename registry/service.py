@@ -128,6 +128,12 @@ class SchemaRegistry:
         self._usages[schema_id] = usages
         return usages
 
+    def cached_usages(self, schema_id: int) -> tuple[str, ...] | None:
+        """`subjects_using` from memory only; None when not cached or due for the change-counter poll."""
+        if self._monotonic() - self._usages_checked >= self._poll_interval_s:
+            return None
+        return self._usages.get(schema_id)
+
     def _forget_usages(self) -> None:
         with self._lock:
             self._usages = {}

@@ -1,0 +1,67 @@
+"""`GET /schemas/ids/{id}` from memory: same answers, same access control, changes from other nodes seen."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from authz.model import Acl, AclFilter, Operation, PatternType, Permission, Principal, ResourceType
+from registry.service import SchemaRegistry
+from tests.integration.registry.conftest import basic
+
+SCHEMA = json.dumps({"type": "record", "name": "Fast", "fields": [{"name": "id", "type": "string"}]})
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_repeated_lookups_keep_access_control(app: FastAPI) -> None:
+    clock = FakeMonotonic()
+    app.state.schema_registry = SchemaRegistry(app.state.engine, monotonic=clock)
+    acl = Acl(ResourceType.SUBJECT, "fast-", PatternType.PREFIXED, "User:alice", "*", Operation.READ,
+              Permission.ALLOW)
+    app.state.authorizer.create_acls([acl], actor=Principal("User", "admin"))
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice:
+        schema_id = admin.post("/subjects/fast-value/versions", json={"schema": SCHEMA}).json()["id"]
+        first = alice.get(f"/schemas/ids/{schema_id}")
+        assert app.state.schema_registry.cached_usages(schema_id) == ("fast-value",)
+        again = alice.get(f"/schemas/ids/{schema_id}")  # answered by the fast path
+        assert (again.status_code, again.content, again.headers["content-type"]) == (
+            200, first.content, first.headers["content-type"])
+        assert alice.get(f"/schemas/ids/{schema_id}", headers={"Accept": "application/json"}).headers[
+            "content-type"] == "application/json"
+        assert alice.get(f"/schemas/ids/{schema_id}", headers={"Accept": "text/plain"}).status_code == 406
+        bad = alice.get(f"/schemas/ids/{schema_id}", headers={"Authorization": "Basic YWxpY2U6d3Jvbmc="})
+        assert bad.status_code == 401
+        with TestClient(app, headers=basic("bob")) as bob:
+            denied = bob.get(f"/schemas/ids/{schema_id}")
+            assert (denied.status_code, denied.json()["error_code"]) == (403, 40301)
+        app.state.authorizer.delete_acls([AclFilter.exact(acl)], actor=Principal("User", "admin"))
+        assert alice.get(f"/schemas/ids/{schema_id}").status_code == 403
+
+
+def test_a_hard_delete_on_another_node_is_seen_within_the_poll_interval(
+    registry_app_factory: Callable[..., FastAPI], tmp_path_factory: object
+) -> None:
+    node_a = registry_app_factory()
+    node_b = registry_app_factory(db=str(node_a.state.engine.url))
+    clock = FakeMonotonic()
+    node_b.state.schema_registry = SchemaRegistry(node_b.state.engine, monotonic=clock)
+    with TestClient(node_a, headers=basic("admin")) as a, TestClient(node_b, headers=basic("admin")) as b:
+        schema_id = a.post("/subjects/gone-value/versions", json={"schema": SCHEMA}).json()["id"]
+        assert b.get(f"/schemas/ids/{schema_id}").status_code == 200
+        assert b.get(f"/schemas/ids/{schema_id}").status_code == 200
+        a.delete("/subjects/gone-value")
+        a.delete("/subjects/gone-value?permanent=true")
+        assert b.get(f"/schemas/ids/{schema_id}").status_code == 200  # within the interval: still cached
+        clock.now += 1.0
+        gone = b.get(f"/schemas/ids/{schema_id}")
+        assert (gone.status_code, gone.json()["error_code"]) == (404, 40403)
