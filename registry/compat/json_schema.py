@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
-from registry.compat.json_model import Loader, Node, SchemaLoadError, pattern_matches
 from registry.schemas import ParsedSchema
+from registry.schemas.json_model import Loader, Node, SchemaLoadError, pattern_matches
 from registry.schemas.json_schema import JsonSchemaDocument
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from registry.schemas.errors import InvalidSchemaError
@@ -42,9 +43,11 @@ def _depth_ok(value: Any, depth: int = 0) -> bool:
     return True
 
 
-def load_json(text: str) -> Any:
+def load_json(text: str, *, exact: bool = False) -> Any:
+    """The JSON value of `text`; with `exact`, non-integral numbers are kept as `Decimal` with
+    their written digits (Confluent reads them as BigDecimal and writes them back as such)."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=Decimal if exact else float)
     except InvalidSchemaError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -55,7 +58,21 @@ def load_json(text: str) -> Any:
 
 
 def compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON as Jackson writes a JsonNode (BigDecimal numbers as `BigDecimal.toString`,
+    which is also what Python's `Decimal.__str__` produces)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_string(k)}:{compact(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(compact(v) for v in value) + "]"
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, str):
+        return _string(value)
+    return json.dumps(value)
+
+
+def _string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _sorted(value: Any) -> Any:
@@ -99,6 +116,7 @@ def parse_json_schema(
     """(canonical text, document, model) of a JSON schema."""
     document = load_json(text)
     _check_against_metaschema(document)
+    exact = load_json(text, exact=True)
     referenced: dict[str, Any] = {}
     for ref in references:
         model = resolved[ref.name].model
@@ -107,5 +125,21 @@ def parse_json_schema(
         referenced.update(model.referenced)
         referenced[ref.name] = model.root
     if normalize:
-        document = _sorted(document)
-    return compact(document), document, JsonSchemaDocument(document, referenced)
+        # Confluent's JsonSchema.normalize: the canonical text read back with sorted object keys
+        document, exact = _sorted(document), _sorted(exact)
+    model = JsonSchemaDocument(document, referenced)
+    _check_references(model)
+    return compact(exact), document, model
+
+
+def _check_references(model: JsonSchemaDocument) -> None:
+    """Loads the schema the way the compatibility checker will, so that a `$ref` that resolves
+    nowhere is reported now (Confluent fails such a schema when it loads it)."""
+    from registry.schemas.json_model import Loader, SchemaLoadError
+
+    try:
+        Loader(model.root, model.referenced).load()
+    except SchemaLoadError as exc:
+        raise InvalidSchemaError(f"Invalid JSON schema: {exc}") from None
+    except RecursionError:
+        raise InvalidSchemaError("Schema is nested too deeply") from None

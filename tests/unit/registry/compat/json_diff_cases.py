@@ -282,3 +282,72 @@ CASES: list[tuple[str, Any, Any, list[str], bool]] = [
     ("Detect change to oneOf schema (bounded string)", {"type": "string", "maxLength": 3}, {"oneOf": [N, S]},
      ["MAX_LENGTH_REMOVED #/maxLength", "SUM_TYPE_EXTENDED #/"], True),
 ]
+
+
+def _prop1(schema: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": {"prop1": schema}}
+
+
+ENUM_123: dict[str, Any] = {"enum": ["one", "two", "three"]}
+MAX5: dict[str, Any] = {"maxLength": 5}
+BOOL: dict[str, Any] = {"type": "boolean"}
+
+# diff-combined-schema-examples.json
+COMBINED_CASES: list[tuple[str, Any, Any, list[str], bool]] = [
+    ("Detect compatible change to combined schema", _prop1({"allOf": [ENUM_123, S, MAX5]}),
+     _prop1({"allOf": [MAX5, ENUM_123, S]}), [], True),
+    ("Detect incompatible change to combined schema", _prop1({"allOf": [ENUM_123, S, MAX5]}),
+     _prop1({"allOf": [MAX5, ENUM_123, N]}), ["COMBINED_TYPE_SUBSCHEMAS_CHANGED #/properties/prop1"], False),
+    ("Detect combined schema with duplicates in original", _prop1({"allOf": [S, S]}), _prop1({"allOf": [S]}),
+     [], True),
+    ("Detect combined schema with duplicates in update", _prop1({"allOf": [S]}), _prop1({"allOf": [S, S]}),
+     [], True),
+    ("Detect compatible change to oneOf schema", _prop1({"oneOf": [S]}), _prop1({"oneOf": [N, S]}),
+     ["SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change to oneOf schema with more types", _prop1({"oneOf": [S]}),
+     _prop1({"oneOf": [BOOL, N, S]}), ["SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change to oneOf schema with more properties",
+     _prop1({"oneOf": [{"type": "string", "maxLength": 5}]}),
+     _prop1({"oneOf": [BOOL, N, {"title": "my string", "type": "string", "maxLength": 8}]}),
+     ["SUM_TYPE_EXTENDED #/properties/prop1", "TITLE_CHANGED #/properties/prop1/oneOf/0",
+      "MAX_LENGTH_INCREASED #/properties/prop1/oneOf/0/maxLength"], True),
+    ("Detect incompatible change to oneOf schema", _prop1({"oneOf": [N, S]}), _prop1({"oneOf": [S]}),
+     ["SUM_TYPE_NARROWED #/properties/prop1"], False),
+    ("Detect compatible change to allOf schema", _prop1({"allOf": [ENUM_123, S]}), _prop1({"allOf": [S]}),
+     ["PRODUCT_TYPE_NARROWED #/properties/prop1"], True),
+    ("Detect incompatible change to allOf schema", _prop1({"allOf": [S]}), _prop1({"allOf": [ENUM_123, S]}),
+     ["PRODUCT_TYPE_EXTENDED #/properties/prop1"], False),
+    ("Detect compatible change from oneOf to anyOf schema", _prop1({"oneOf": [S]}), _prop1({"anyOf": [S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from oneOf to anyOf schema with more properties", _prop1({"oneOf": [S]}),
+     _prop1({"anyOf": [N, S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1", "SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from allOf to anyOf schema", _prop1({"allOf": [S]}), _prop1({"anyOf": [S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from allOf to anyOf schema with more properties", _prop1({"allOf": [S]}),
+     _prop1({"anyOf": [N, S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1", "SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from anyOf to oneOf schema with more properties", _prop1({"anyOf": [S]}),
+     _prop1({"oneOf": [N, S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1", "SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect incompatible change from anyOf with more properties to oneOf schema", _prop1({"anyOf": [N, S]}),
+     _prop1({"oneOf": [S]}), ["COMBINED_TYPE_CHANGED #/properties/prop1"], False),
+    ("Detect compatible change from allOf to oneOf schema with more properties", _prop1({"allOf": [N]}),
+     _prop1({"oneOf": [N, S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1", "SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from anyOf to allOf schema", _prop1({"anyOf": [S]}), _prop1({"allOf": [S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from oneOf to allOf schema", _prop1({"oneOf": [S]}), _prop1({"allOf": [S]}),
+     ["COMBINED_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect incompatible change from anyOf to allOf schema", _prop1({"anyOf": [S]}), _prop1({"allOf": [N, S]}),
+     ["COMBINED_TYPE_CHANGED #/properties/prop1"], False),
+    ("Detect incompatible change from oneOf to allOf schema", _prop1({"oneOf": [S]}), _prop1({"allOf": [N, S]}),
+     ["COMBINED_TYPE_CHANGED #/properties/prop1"], False),
+    ("Detect compatible change from non-combined to anyOf schema", _prop1(S), _prop1({"anyOf": [N, S]}),
+     ["SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from non-combined to oneOf schema", _prop1(S), _prop1({"oneOf": [N, S]}),
+     ["SUM_TYPE_EXTENDED #/properties/prop1"], True),
+    ("Detect compatible change from non-combined to allOf schema", _prop1(S), _prop1({"allOf": [S]}), [], True),
+    ("Detect incompatible change from non-combined to allOf schema", _prop1(S), _prop1({"allOf": [N, S]}),
+     ["TYPE_CHANGED #/properties/prop1"], False),
+]

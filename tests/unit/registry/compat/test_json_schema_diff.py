@@ -12,7 +12,10 @@ from registry.compat.json_schema import COMPATIBLE_CHANGES, diff
 from registry.schemas import SchemaType, parse_schema
 from registry.schemas.json_schema import JsonSchemaDocument
 
-from .json_diff_cases import CASES
+from .json_diff_cases import CASES as DIFF_CASES
+from .json_diff_cases import COMBINED_CASES
+
+CASES = DIFF_CASES + COMBINED_CASES
 
 
 @pytest.mark.parametrize(("description", "original", "update", "changes", "compatible"), CASES,

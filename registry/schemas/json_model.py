@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urljoin
 
 _MISSING = object()
 
@@ -112,9 +112,10 @@ class Loader:
         target_doc = doc
         base, _, fragment = ref.partition("#")
         if base:
-            if base not in self.referenced:
+            found = self._document(doc, base)
+            if found is _MISSING:
                 raise SchemaLoadError(f"Unresolvable reference: {ref}")
-            target_doc = self.referenced[base]
+            target_doc = found
         node = target_doc
         pointer = "#"
         if fragment:
@@ -130,6 +131,26 @@ class Loader:
                 else:
                     raise SchemaLoadError(f"Unresolvable reference: {ref}")
         return target_doc, node, pointer
+
+    def _document(self, doc: Any, base: str) -> Any:
+        """The referenced document `base` names: by reference name as given, resolved against
+        the referring document's `$id`, or by its last path segment."""
+        if base in self.referenced:
+            return self.referenced[base]
+        own_id = doc.get("$id", doc.get("id")) if isinstance(doc, dict) else None
+        candidates = []
+        if isinstance(own_id, str):
+            candidates.append(urljoin(own_id, base))
+        candidates.append(base.rsplit("/", 1)[-1])
+        for candidate in candidates:
+            if candidate in self.referenced:
+                return self.referenced[candidate]
+            for name, document in self.referenced.items():
+                if name.rsplit("/", 1)[-1] == candidate:
+                    return document
+        if isinstance(own_id, str) and urljoin(own_id, base) == own_id:
+            return doc
+        return _MISSING
 
     def _load(self, doc: Any, raw: Any, pointer: str) -> Node:
         key = (id(doc), pointer)
