@@ -31,6 +31,12 @@ class AuthzConfig(BaseModel):
     decision_api_networks: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
     log_allowed: bool = Field(default=False, description="audit allowed decisions too (Kafka logs them at DEBUG)")
 
+    @field_validator("allow_everyone_if_no_acl_found", mode="before")
+    @classmethod
+    def _trim_boolean(cls, v: object) -> object:
+        # Kafka: Boolean.parseBoolean(value.trim()).
+        return v.strip() if isinstance(v, str) else v
+
     @field_validator("super_users")
     @classmethod
     def _valid_super_users(cls, v: str) -> str:

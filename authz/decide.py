@@ -44,6 +44,7 @@ from authz.model import (
 )
 from authz.roles import RoleBinding, role_grants
 
+LITERAL: Final = PatternType.LITERAL
 ALLOWED: Final = AuthorizationResult.ALLOWED
 DENIED: Final = AuthorizationResult.DENIED
 
@@ -75,10 +76,13 @@ def validate_new_acl(acl: Acl) -> None:
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
     kind, sep, _ = acl.principal.partition(":")
-    if not sep or not kind:
+    if not sep:
         raise InvalidAclError(
-            f"expected a string in format principalType:principalName but got {acl.principal}"
+            f"Could not parse principal from `{acl.principal}` (no colon is present separating the principal "
+            "type from the principal name)"
         )
+    if not kind:
+        raise InvalidAclError(f"Could not parse principal from `{acl.principal}` (the principal type is empty)")
     if not acl.host:
         raise InvalidAclError("Invalid empty host")
 
@@ -128,6 +132,7 @@ class _Pattern:
     grants: _PatternIndex
     acls: frozenset[Acl]
     governed: bool
+    role_rules: tuple[_RoleRule, ...] = ()
 
 
 # (principal, operation, rule, scoped-to-this-pattern)
@@ -156,7 +161,7 @@ def _build_pattern(acls: Iterable[Acl], role_rules: Iterable[_RoleRule]) -> _Pat
         else:
             for granted in _GRANTS[op]:
                 g.allow.setdefault(granted, rule)
-    return _Pattern(grants, acl_set, bool(acl_set) or any(scoped for *_, scoped in role_rules))
+    return _Pattern(grants, acl_set, bool(acl_set) or any(scoped for *_, scoped in role_rules), role_rules)
 
 
 @dataclass(slots=True)
@@ -388,10 +393,13 @@ class AuthorizerData:
 
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
         principal = ctx.principal
+        if type(principal) is not Principal:
+            # Like Kafka, a custom principal class is matched by type and name only.
+            principal = Principal(principal.type, principal.name)
+        for action in actions:
+            if action.pattern_type is not LITERAL:
+                raise ValueError(f"Only literal resources are supported. Got: {action.pattern_type.name}")
         if principal in self.super_users:
-            for action in actions:
-                if action.pattern_type is not PatternType.LITERAL:
-                    raise ValueError(f"Only literal resources are supported. Got: {action.pattern_type.name}")
             return [SUPER_USER_DECISION] * len(actions)
         cache = self._decisions
         host = ctx.client_address
@@ -400,8 +408,6 @@ class AuthorizerData:
             key = (principal, host, action.resource_type, action.resource_name, action.operation)
             decision = cache.get(key)
             if decision is None:
-                if action.pattern_type is not PatternType.LITERAL:
-                    raise ValueError(f"Only literal resources are supported. Got: {action.pattern_type.name}")
                 decision = self._decide(principal, host, action.resource_type, action.resource_name,
                                         action.operation)
                 if len(cache) >= self.cache_size:
@@ -521,18 +527,19 @@ class AuthorizerData:
             return index
         index = {}
         for top, pt in ((self._literal, PatternType.LITERAL), (self._prefixed, PatternType.PREFIXED)):
+            literal = pt is PatternType.LITERAL
             for name, pattern in top.get(rt, {}).items():
-                for principal, by_host in pattern.grants.items():
-                    for host, grants in by_host.items():
-                        for op in grants.deny:
-                            names = index.setdefault((principal, host, op), _TypeNames())
-                            (names.deny_literal if pt is PatternType.LITERAL else names.deny_prefixed).add(name)
-                        for op, rule in grants.allow.items():
-                            # No DESCRIBE implication here (Kafka compares the ACL op itself).
-                            if isinstance(rule, MatchingAcl) and rule.acl.operation is not op:
-                                continue
-                            names = index.setdefault((principal, host, op), _TypeNames())
-                            (names.allow_literal if pt is PatternType.LITERAL else names.allow_prefixed).add(name)
+                # The ACLs' own operations: no DESCRIBE implication here (Kafka compares `op` or ALL).
+                entries = [(a.principal, a.host, a.operation, a.permission is Permission.DENY) for a in pattern.acls]
+                entries += [(p, WILDCARD_HOST, op, False) for p, op, _rule, _scoped in pattern.role_rules]
+                for principal, host, op, deny in entries:
+                    names = index.get((principal, host, op))
+                    if names is None:
+                        names = index[(principal, host, op)] = _TypeNames()
+                    if deny:
+                        (names.deny_literal if literal else names.deny_prefixed).add(name)
+                    else:
+                        (names.allow_literal if literal else names.allow_prefixed).add(name)
         self._by_type[rt] = index
         return index
 

@@ -20,7 +20,7 @@ from audit.kafka_format import AUTHORIZER_LOGGER, authorizer_log_line, log4j_env
 from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
 from authz.config import AuthzConfig
-from authz.decide import AuthorizerData, validate_new_acl
+from authz.decide import SUPER_USER_DECISION, AuthorizerData, validate_new_acl
 from authz.model import (
     Acl,
     AclFilter,
@@ -174,7 +174,13 @@ class AuthorizerService:
     # ------------------------------------------------------------------ decisions
 
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
-        decisions = self.data.authorize(ctx, actions)
+        data = self._data
+        if data is None:
+            # Before the first load only super users are decided (Kafka's AuthorizerNotReadyException).
+            if ctx.principal in self.super_users:
+                return [SUPER_USER_DECISION] * len(actions)
+            raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
+        decisions = data.authorize(ctx, actions)
         if self.audit is None and self.lines is None:
             return decisions
         return self._audit_decisions(ctx, actions, decisions, request_name(ctx.api_key))
