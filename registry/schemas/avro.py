@@ -157,11 +157,9 @@ def split_name(name: str, space: str | None) -> tuple[str, str | None]:
     """(simple name, namespace) of `name` read in namespace `space`, validated as Java's `Name`."""
     last_dot = name.rfind(".")
     if last_dot >= 0:
+        # Avro Java validates the simple name only, not the namespace.
         space = name[:last_dot]
         simple = name[last_dot + 1 :]
-        if space:
-            for part in space.split("."):
-                validate_name(part)
     else:
         simple = name
     validate_name(simple)
@@ -400,7 +398,7 @@ def type_summary(t: AvroType) -> str:
 
 
 def is_valid_default(t: AvroType, value: Any, depth: int = 0) -> bool:
-    """Java's `Schema.isValidDefault`: the JSON value fits the type (a union's first branch)."""
+    """Avro Java's `Schema.isValidDefault` (1.12): the JSON value fits the type."""
     if depth > _MAX_DEPTH:
         return False
     kind = t.type
@@ -427,7 +425,8 @@ def is_valid_default(t: AvroType, value: Any, depth: int = 0) -> bool:
         return isinstance(value, dict) and t.values is not None and \
             all(is_valid_default(t.values, v, depth + 1) for v in value.values())
     if kind == "union":
-        return bool(t.branches) and is_valid_default(t.branches[0], value, depth + 1)
+        # Avro 1.12 (Confluent 8): a default may match any branch; Avro 1.11 only took the first.
+        return any(is_valid_default(b, value, depth + 1) for b in t.branches)
     if t.is_record:
         if not isinstance(value, dict):
             return False
