@@ -1,0 +1,770 @@
+"""The gateway's network layer: asyncio Protocols, one upstream connection per client connection.
+
+Hot path (ARCHITECTURE "data flow of one produce request"): `data_received` -> `FrameSplitter` ->
+hand-parsed request header -> SASL state (before authentication only ApiVersions, SaslHandshake,
+SaslAuthenticate) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
+trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
+client, in request order -> one request-log event.
+
+Ordering: Kafka clients expect responses in request order on a connection, so every request gets a
+`Slot` in a FIFO; locally answered requests complete their slot at once, forwarded ones when the
+upstream answers (upstream answers in order too), and slots are flushed from the head only.
+
+Backpressure: client reads pause while the upstream transport is above its write high-water mark,
+while too many requests are in flight, while the upstream is still connecting with a full buffer,
+and while the client is muted by a quota; upstream reads pause while the client cannot take more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from audit.request_log import authentication_event, request_event, request_log_entry
+from audit.sinks import AuditSink
+from authz.model import (
+    Action,
+    Authorizer,
+    AuthorizerNotReadyError,
+    Operation,
+    Principal,
+    RequestContext,
+    ResourceType,
+)
+from gateway.addressing import AddressPlan, BrokerMap
+from gateway.codec import (
+    API_VERSIONS_KEY,
+    SPECS,
+    ApiSpec,
+    CodecError,
+    RequestHeader,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    parse_request_header,
+    produce_acks,
+)
+from gateway.framing import FrameError, FrameSplitter
+from gateway.request_authz import PLANNERS, RequestAuthorizer, plan_request
+from gateway.sasl_session import MechanismFactory, SaslSession
+
+log = logging.getLogger("kgov.gateway")
+
+ANONYMOUS = Principal("User", "ANONYMOUS")
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+PRE_AUTH_APIS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+UNSUPPORTED_VERSION = 35
+MAX_IN_FLIGHT = 256
+PENDING_BYTES_HIGH = 4 * 1024 * 1024
+SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timing side channels
+
+
+class LocalHandler:
+    """An API the gateway answers itself (security admin APIs, quotas). Returns the response."""
+
+    def __call__(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        raise NotImplementedError
+
+
+@dataclass
+class GatewayOptions:
+    listen_host: str
+    listen_port: int
+    upstream: tuple[str, int]
+    advertised_host: str | None = None
+    address_mode: str = "per-node"
+    node_port_base: int | None = None
+    listener_name: str = "EXTERNAL"
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL
+    ssl_context: ssl.SSLContext | None = None
+    upstream_ssl: ssl.SSLContext | None = None
+    sasl_mechanisms: tuple[str, ...] = ()
+    mechanism_factory: MechanismFactory | None = None
+    max_reauth_ms: int = 0
+    max_request_bytes: int = 100 * 1024 * 1024
+    idle_timeout_s: float = 600.0
+    sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
+    source: str = "kgov-gateway"
+
+
+@dataclass
+class Services:
+    authorizer: Authorizer
+    audit: AuditSink | None = None
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    local_handlers: dict[int, LocalHandler] = field(default_factory=dict)
+    quotas: Any = None  # gateway.quota_enforcer.QuotaEnforcer
+
+
+@dataclass(slots=True)
+class Slot:
+    header: RequestHeader
+    spec: ApiSpec | None
+    started: float
+    request_bytes: int
+    patches: list[Callable[[Any], None]] = field(default_factory=list)
+    response: bytes | None = None
+    forwarded: bool = False
+    throttle_ms: int = 0
+    records_bytes: int = 0
+    raw: bool = False  # a raw SASL v0 token: no Kafka header
+
+
+def _sasl_enabled(protocol: str) -> bool:
+    return protocol.startswith("SASL_")
+
+
+class Gateway:
+    def __init__(self, options: GatewayOptions, services: Services) -> None:
+        self.options = options
+        self.services = services
+        plan = AddressPlan(
+            options.advertised_host or options.listen_host,
+            options.listen_port,
+            "single" if options.address_mode == "single" else "per-node",
+            options.node_port_base,
+        )
+        self.brokers = BrokerMap(plan, self._open_node_listener)
+        self.upstream_versions: dict[int, tuple[int, int]] | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self._node_ports: dict[int, int] = {}
+        self._connections: set[ClientConnection] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.connection_counter = 0
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def port(self) -> int:
+        return self.options.listen_port
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        server = await self._loop.create_server(
+            lambda: ClientConnection(self, None), self.options.listen_host, self.options.listen_port,
+            ssl=self.options.ssl_context, reuse_address=True,
+        )
+        if self.options.listen_port == 0:
+            self.options.listen_port = server.sockets[0].getsockname()[1]
+            self.brokers.plan = AddressPlan(
+                self.brokers.plan.advertised_host, self.options.listen_port, self.brokers.plan.mode,
+                self.options.node_port_base,
+            )
+        self._servers.append(server)
+        with contextlib.suppress(OSError):
+            await self.refresh_upstream_versions()
+
+    async def close(self) -> None:
+        for s in self._servers:
+            s.close()
+        for c in list(self._connections):
+            c.abort("gateway shutting down")
+        for s in self._servers:
+            with contextlib.suppress(Exception):
+                await s.wait_closed()
+        self._servers.clear()
+
+    def _open_node_listener(self, node_id: int, upstream: tuple[str, int]) -> None:
+        """Opens the per-node listening socket synchronously (so the advertised port accepts at once)."""
+        if node_id in self._node_ports or self._loop is None:
+            return
+        port = self.brokers.plan.advertised_port(node_id)
+        sock = socket.socket(socket.AF_INET6 if ":" in self.options.listen_host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.options.listen_host, port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            log.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
+            return
+        sock.setblocking(False)
+        self._node_ports[node_id] = port
+
+        async def serve() -> None:
+            assert self._loop is not None
+            server = await self._loop.create_server(
+                lambda: ClientConnection(self, node_id), sock=sock, ssl=self.options.ssl_context
+            )
+            self._servers.append(server)
+
+        self.spawn(serve())
+
+    def upstream_address(self, node_id: int | None) -> tuple[str, int]:
+        if node_id is None or self.brokers.plan.mode == "single":
+            return self.options.upstream
+        return self.brokers.upstream_of(node_id) or self.options.upstream
+
+    async def refresh_upstream_versions(self) -> dict[int, tuple[int, int]]:
+        """Asks the upstream which API versions it supports (once; clients reuse the answer)."""
+        host, port = self.options.upstream
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=self.options.upstream_ssl), timeout=10
+        )
+        try:
+            spec = SPECS[API_VERSIONS_KEY]
+            req = spec.request[3](client_software_name="kgov-gateway", client_software_version="1")
+            req.with_header(correlation_id=0, client_id="kgov-gateway")
+            writer.write(bytes(req.encode(header=True, framed=True)))
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            frame = await reader.readexactly(size)
+            resp = decode_response(spec, 3, frame)
+            self.upstream_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            return self.upstream_versions
+        finally:
+            writer.close()
+
+    def api_versions(self) -> list[tuple[int, int, int]]:
+        """Intersection of what the upstream supports and what the gateway can parse and authorize,
+        plus the APIs the gateway answers itself."""
+        out: dict[int, tuple[int, int]] = {}
+        for key, (lo, hi) in (self.upstream_versions or {}).items():
+            spec = SPECS.get(key)
+            if spec is None or key not in PLANNERS:
+                continue
+            low, high = max(lo, spec.min_version), min(hi, spec.max_version)
+            if low <= high:
+                out[key] = (low, high)
+        for key in (API_VERSIONS_KEY, *self._sasl_keys(), *self.services.local_handlers):
+            spec = SPECS[key]
+            out[key] = (spec.min_version, spec.max_version)
+        return sorted((k, lo, hi) for k, (lo, hi) in out.items())
+
+    def _sasl_keys(self) -> tuple[int, ...]:
+        return (SASL_HANDSHAKE, SASL_AUTHENTICATE) if _sasl_enabled(self.options.security_protocol) else ()
+
+
+class UpstreamConnection(asyncio.Protocol):
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.splitter = FrameSplitter(1 << 30)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=1 << 20)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.splitter.feed(data)
+        except FrameError:
+            self.client.abort("invalid framing from upstream")
+            return
+        for frame in frames:
+            self.client.on_upstream_frame(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.on_upstream_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.client.pause("upstream")
+
+    def resume_writing(self) -> None:
+        self.client.resume("upstream")
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, gateway: Gateway, node_id: int | None) -> None:
+        self.gateway = gateway
+        self.options = gateway.options
+        self.services = gateway.services
+        self.node_id = node_id
+        self.transport: asyncio.Transport | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.splitter = FrameSplitter(self.options.max_request_bytes)
+        self.slots: deque[Slot] = deque()
+        self.awaiting_upstream: deque[Slot] = deque()
+        self.pending_frames: list[bytes] = []
+        self.pending_bytes = 0
+        self.paused: set[str] = set()
+        self.closed = False
+        self.peer = ("", 0)
+        self.sasl: SaslSession | None = None
+        self.principal = ANONYMOUS
+        self.software = ("unknown", "unknown")
+        self.last_activity = time.monotonic()
+        self.idle_handle: asyncio.TimerHandle | None = None
+        self.connection_id = ""
+        self.raw_sasl = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.gateway._connections.add(self)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.peer = (str(peer[0]), int(peer[1]))
+        local = transport.get_extra_info("sockname") or ("", 0)
+        self.gateway.connection_counter += 1
+        self.connection_id = f"{local[0]}:{local[1]}-{self.peer[0]}:{self.peer[1]}-{self.gateway.connection_counter}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=1 << 20)
+        if _sasl_enabled(self.options.security_protocol):
+            if self.options.mechanism_factory is None:
+                self.abort("SASL listener without mechanisms")
+                return
+            self.sasl = SaslSession(
+                enabled=self.options.sasl_mechanisms, factory=self.options.mechanism_factory,
+                client_address=self.peer[0], max_reauth_ms=self.options.max_reauth_ms,
+            )
+        quotas = self.services.quotas
+        if quotas is not None:
+            delay = quotas.connection_delay_s(self.peer[0])
+            if delay is not None:
+                # KIP-612: over the per-IP connection rate, the connection is closed after the delay.
+                self.pause("connection-quota")
+                asyncio.get_running_loop().call_later(delay, self.abort, "connection creation rate exceeded")
+                return
+        self.gateway.spawn(self._connect_upstream())
+        self.idle_handle = asyncio.get_running_loop().call_later(self.options.idle_timeout_s, self._check_idle)
+
+    async def _connect_upstream(self) -> None:
+        host, port = self.gateway.upstream_address(self.node_id)
+        loop = asyncio.get_running_loop()
+        try:
+            _t, proto = await asyncio.wait_for(
+                loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.options.upstream_ssl),
+                timeout=10,
+            )
+        except (TimeoutError, OSError) as exc:
+            # The client sees a disconnect (a retriable transport error) and reconnects later.
+            log.warning("upstream %s:%d unavailable: %s", host, port, exc)
+            self.abort("upstream unavailable")
+            return
+        if self.closed:
+            if proto.transport is not None:
+                proto.transport.close()
+            return
+        self.upstream = proto
+        assert proto.transport is not None
+        if self.pending_frames:
+            proto.transport.writelines(self.pending_frames)
+            self.pending_frames = []
+            self.pending_bytes = 0
+        self.resume("upstream-connecting")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._close_upstream()
+        self.closed = True
+        self.gateway._connections.discard(self)
+        if self.idle_handle is not None:
+            self.idle_handle.cancel()
+
+    def abort(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        log.debug("closing %s: %s", self.connection_id, reason)
+        if self.transport is not None:
+            self.transport.abort()
+        self._close_upstream()
+
+    def close_after_flush(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        self._close_upstream()
+
+    def _close_upstream(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+        self.upstream = None
+
+    def _check_idle(self) -> None:
+        if self.closed:
+            return
+        idle = time.monotonic() - self.last_activity
+        if idle >= self.options.idle_timeout_s and not self.slots:
+            self.abort("idle timeout")
+            return
+        self.idle_handle = asyncio.get_running_loop().call_later(
+            max(self.options.idle_timeout_s - idle, 0.05), self._check_idle
+        )
+
+    # -- flow control ------------------------------------------------------------------------
+
+    def pause(self, reason: str) -> None:
+        if not self.paused and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self.paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self.paused:
+            return
+        self.paused.discard(reason)
+        if not self.paused and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        up = self.upstream
+        if up is not None and up.transport is not None:
+            up.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        up = self.upstream
+        if up is not None and up.transport is not None:
+            up.transport.resume_reading()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        try:
+            frames = self.splitter.feed(data)
+        except FrameError as exc:
+            self.abort(str(exc))
+            return
+        for frame in frames:
+            if self.closed:
+                return
+            try:
+                self._on_request(frame)
+            except CodecError as exc:
+                self.abort(str(exc))
+                return
+            except AuthorizerNotReadyError:
+                self.abort("authorizer not ready")
+                return
+        if len(self.slots) >= MAX_IN_FLIGHT:
+            self.pause("in-flight")
+
+    def _on_request(self, frame: bytes) -> None:
+        now = time.perf_counter()
+        if self.raw_sasl:
+            self._on_raw_sasl_token(frame, now)
+            return
+        header = parse_request_header(frame)
+        key, version = header.api_key, header.api_version
+        spec = SPECS.get(key)
+        if key == API_VERSIONS_KEY:
+            self._answer_api_versions(header, frame, now)
+            return
+        if spec is None or not spec.supports(version):
+            raise CodecError(f"unsupported api key {key} version {version}")
+        sasl = self.sasl
+        if sasl is not None:
+            if key == SASL_HANDSHAKE:
+                self._sasl_handshake(spec, header, frame, now)
+                return
+            if key == SASL_AUTHENTICATE:
+                self._sasl_authenticate(spec, header, frame, now)
+                return
+            if not sasl.may_serve(self._now_ms()):
+                # Before authentication, or a KIP-368 session expired un-renewed: close (as Kafka).
+                raise CodecError(f"{spec.name} before (re-)authentication")
+        elif key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            raise CodecError("SASL request on a listener without SASL")
+        slot = Slot(header, spec, now, len(frame))
+        ctx = self._context(header)
+        handler = self.services.local_handlers.get(key)
+        if handler is not None:
+            request = decode_request(spec, header, frame)
+            self._complete(slot, encode_response(spec, version, header.correlation_id, handler(ctx, version, request)))
+            return
+        if key not in PLANNERS:
+            raise CodecError(f"{spec.name} is not allowed through the gateway")
+        quotas = self.services.quotas
+        if key == 0:
+            slot.records_bytes = len(frame)
+            acks = produce_acks(frame, header)
+        else:
+            acks = 1
+        if quotas is not None and key == 1:
+            throttle = quotas.fetch_throttle_ms(self.principal.name, header.client_id or "")
+            if throttle > 0:
+                request = decode_request(spec, header, frame)
+                response = spec.response(throttle_time_ms=throttle, responses=[], session_id=request.session_id)
+                slot.throttle_ms = throttle
+                self._complete(slot, encode_response(spec, version, header.correlation_id, response))
+                self._mute(throttle)
+                return
+        request = decode_request(spec, header, frame)
+        authorizer = self.services.authorizer
+
+        def check(actions: list[Action]) -> list[bool]:
+            return [d.allowed for d in authorizer.authorize(ctx, actions)]
+
+        def by_type(op: Operation, rtype: ResourceType) -> bool:
+            return authorizer.authorize_by_resource_type(ctx, op, rtype).allowed
+
+        plan = plan_request(RequestAuthorizer(check, by_type), key, version, request, spec.response)
+        if quotas is not None and key == 0:
+            throttle = quotas.record_produce(self.principal.name, header.client_id or "", len(frame))
+            if throttle > 0:
+                slot.throttle_ms = throttle
+                self._mute(throttle)
+        if plan.forward is None:
+            if key == 0 and acks == 0:
+                self._finish_without_response(slot)
+                return
+            local = plan.local
+            if slot.throttle_ms and "throttle_time_ms" in spec.response.fields:
+                local.throttle_time_ms = slot.throttle_ms
+            self._complete(slot, encode_response(spec, version, header.correlation_id, local))
+            return
+        out = encode_request(spec, header, plan.forward) if plan.rewritten else None
+        rewrite = self.gateway.brokers.response_rewriter(key, version)
+        slot.patches = list(plan.patches)
+        if rewrite is not None:
+            slot.patches.append(rewrite)
+        if slot.throttle_ms:
+            throttle_ms = slot.throttle_ms
+
+            def set_throttle(response: Any) -> None:
+                response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
+
+            slot.patches.append(set_throttle)
+        slot.forwarded = True
+        if out is None:
+            self._send_upstream(len(frame).to_bytes(4, "big"), frame)
+        else:
+            self._send_upstream(out)
+        if key == 0 and acks == 0:
+            self._finish_without_response(slot)
+        else:
+            self.slots.append(slot)
+            self.awaiting_upstream.append(slot)
+
+    def _send_upstream(self, *parts: bytes) -> None:
+        up = self.upstream
+        if up is not None and up.transport is not None:
+            up.transport.writelines(parts)
+            return
+        self.pending_frames.extend(parts)
+        self.pending_bytes += sum(len(p) for p in parts)
+        if self.pending_bytes > PENDING_BYTES_HIGH:
+            self.pause("upstream-connecting")
+
+    def _mute(self, throttle_ms: int) -> None:
+        """KIP-219: answer at once, then stop reading this client for the throttle time."""
+        self.pause("quota")
+        asyncio.get_running_loop().call_later(throttle_ms / 1000.0, self.resume, "quota")
+
+    def _context(self, header: RequestHeader) -> RequestContext:
+        return RequestContext(
+            principal=self.principal,
+            client_address=self.peer[0],
+            listener=self.options.listener_name,
+            security_protocol=self.options.security_protocol,
+            client_id=header.client_id or "",
+            api_key=header.api_key,
+            api_version=header.api_version,
+            correlation_id=header.correlation_id,
+            token_authenticated=bool(self.sasl and self.sasl.token_authenticated),
+        )
+
+    def _now_ms(self) -> int:
+        return int(self.services.clock().timestamp() * 1000)
+
+    # -- locally answered protocol -------------------------------------------------------------
+
+    def _answer_api_versions(self, header: RequestHeader, frame: bytes, now: float) -> None:
+        spec = SPECS[API_VERSIONS_KEY]
+        slot = Slot(header, spec, now, len(frame))
+        version = header.api_version
+        if version > spec.max_version or version < 0:
+            # KIP-511: answer v0 with UNSUPPORTED_VERSION and the ApiVersions range we support.
+            response = spec.response(error_code=UNSUPPORTED_VERSION, api_keys=[
+                spec.response.ApiVersion(api_key=API_VERSIONS_KEY, min_version=0, max_version=spec.max_version)])
+            self._complete(slot, encode_response(spec, 0, header.correlation_id, response))
+            return
+        request = decode_request(spec, header, frame)
+        if version >= 3:
+            self.software = (request.client_software_name or "unknown", request.client_software_version or "unknown")
+        if self.gateway.upstream_versions is None:
+            self.gateway.spawn(self._api_versions_after_refresh(slot))
+            self.slots.append(slot)
+            return
+        self._complete(slot, self._api_versions_frame(header))
+
+    async def _api_versions_after_refresh(self, slot: Slot) -> None:
+        try:
+            await self.gateway.refresh_upstream_versions()
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, CodecError):
+            self.abort("upstream unavailable")
+            return
+        slot.response = self._api_versions_frame(slot.header)
+        self._flush()
+
+    def _api_versions_frame(self, header: RequestHeader) -> bytes:
+        spec = SPECS[API_VERSIONS_KEY]
+        keys = [spec.response.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, lo, hi in self.gateway.api_versions()]
+        response = spec.response(error_code=0, api_keys=keys, throttle_time_ms=0)
+        return encode_response(spec, header.api_version, header.correlation_id, response)
+
+    def _sasl_handshake(self, spec: ApiSpec, header: RequestHeader, frame: bytes, now: float) -> None:
+        assert self.sasl is not None
+        request = decode_request(spec, header, frame)
+        code = self.sasl.handshake(request.mechanism, header.api_version, self._now_ms())
+        response = spec.response(error_code=code, mechanisms=list(self.sasl.enabled))
+        slot = Slot(header, spec, now, len(frame))
+        self._complete(slot, encode_response(spec, header.api_version, header.correlation_id, response))
+        if code:
+            self._audit_auth(False, request.mechanism, f"handshake error {code}", False)
+            self.close_after_flush()
+        elif header.api_version == 0:
+            self.raw_sasl = True  # v0: the SASL tokens follow as raw size-prefixed frames
+
+    def _sasl_authenticate(self, spec: ApiSpec, header: RequestHeader, frame: bytes, now: float) -> None:
+        assert self.sasl is not None
+        request = decode_request(spec, header, frame)
+        step = self.sasl.authenticate(bytes(request.auth_bytes), self._now_ms())
+        kwargs: dict[str, Any] = {"error_code": step.error_code, "error_message": step.error_message,
+                                  "auth_bytes": step.data}
+        if header.api_version >= 1:
+            kwargs["session_lifetime_ms"] = step.session_lifetime_ms
+        slot = Slot(header, spec, now, len(frame))
+        response = encode_response(spec, header.api_version, header.correlation_id, spec.response(**kwargs))
+        self._after_auth_step(step, slot, response)
+
+    def _on_raw_sasl_token(self, frame: bytes, now: float) -> None:
+        assert self.sasl is not None
+        step = self.sasl.authenticate(frame, self._now_ms())
+        slot = Slot(RequestHeader(SASL_AUTHENTICATE, 0, 0, None, 0), None, now, len(frame), raw=True)
+        if step.done:
+            self.raw_sasl = False
+        response = b"" if step.failed else len(step.data).to_bytes(4, "big") + step.data
+        self._after_auth_step(step, slot, response)
+
+    def _after_auth_step(self, step: Any, slot: Slot, response: bytes) -> None:
+        assert self.sasl is not None
+        mechanism = self.sasl.mechanism_name or ""
+        if step.done:
+            assert self.sasl.principal is not None
+            self.principal = self.sasl.principal
+            self._audit_auth(True, mechanism, None, step.reauthentication)
+            self._complete(slot, response)
+            return
+        if not step.failed:
+            self._complete(slot, response)
+            return
+        self._audit_auth(False, mechanism, step.reason, step.reauthentication)
+        # Failure: hold the answer for a fixed delay (no timing side channel), then close.
+        self.pause("sasl-failed")
+        self.slots.append(slot)
+
+        def fail() -> None:
+            if self.closed:
+                return
+            slot.response = response
+            self._flush()
+            self.close_after_flush()
+
+        asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
+
+    def _audit_auth(self, success: bool, mechanism: str, reason: str | None, reauth: bool) -> None:
+        sink = self.services.audit
+        if sink is None:
+            return
+        principal = str(self.sasl.principal) if self.sasl and self.sasl.principal else None
+        sink.write(authentication_event(
+            source=self.options.source, time=self.services.clock(), principal=principal, mechanism=mechanism,
+            client_address=self.peer[0], success=success, reason=reason, listener=self.options.listener_name,
+            reauthentication=reauth,
+        ))
+
+    # -- responses ---------------------------------------------------------------------------
+
+    def on_upstream_frame(self, frame: bytes) -> None:
+        if not self.awaiting_upstream:
+            self.abort("unexpected response from upstream")
+            return
+        slot = self.awaiting_upstream.popleft()
+        correlation = int.from_bytes(frame[:4], "big", signed=True)
+        if correlation != slot.header.correlation_id or slot.spec is None:
+            self.abort("upstream correlation id mismatch")
+            return
+        if slot.patches:
+            spec, version = slot.spec, slot.header.api_version
+            try:
+                response = decode_response(spec, version, frame)
+                for patch in slot.patches:
+                    patch(response)
+            except (CodecError, AuthorizerNotReadyError) as exc:
+                self.abort(str(exc))
+                return
+            frame = encode_response(spec, version, slot.header.correlation_id, response)
+        else:
+            frame = len(frame).to_bytes(4, "big") + frame
+        slot.response = frame
+        self._flush()
+
+    def on_upstream_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            # In-flight requests cannot be answered: disconnecting is the retriable signal every
+            # client handles (it reconnects, refreshes metadata and retries).
+            self.abort("upstream connection lost")
+
+    def _complete(self, slot: Slot, response: bytes) -> None:
+        slot.response = response
+        self.slots.append(slot)
+        self._flush()
+
+    def _finish_without_response(self, slot: Slot) -> None:
+        slot.response = b""
+        self.slots.append(slot)
+        self._flush()
+
+    def _flush(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        slots = self.slots
+        while slots and slots[0].response is not None:
+            slot = slots.popleft()
+            if slot.response and not self.closed:
+                transport.write(slot.response)
+            self._log_request(slot)
+        if "in-flight" in self.paused and len(slots) < MAX_IN_FLIGHT // 2:
+            self.resume("in-flight")
+
+    def _log_request(self, slot: Slot) -> None:
+        sink = self.services.audit
+        if sink is None:
+            return
+        h = slot.header
+        entry = request_log_entry(
+            api_key=h.api_key, api_version=h.api_version,
+            api_name=slot.spec.name if slot.spec else "SASL_AUTHENTICATE",
+            correlation_id=h.correlation_id, client_id=h.client_id, connection=self.connection_id,
+            principal=str(self.principal), listener=self.options.listener_name,
+            security_protocol=self.options.security_protocol,
+            software_name=self.software[0], software_version=self.software[1],
+            total_time_ms=(time.perf_counter() - slot.started) * 1000, throttle_time_ms=slot.throttle_ms,
+            request_bytes=slot.request_bytes + 4, response_bytes=len(slot.response or b""),
+            records_bytes=slot.records_bytes, forwarded=slot.forwarded,
+        )
+        sink.write(request_event(source=self.options.source, time=self.services.clock(), entry=entry))
+
+
+async def serve_forever(gateway: Gateway, stop: asyncio.Event) -> None:
+    await gateway.start()
+    try:
+        await stop.wait()
+    finally:
+        await gateway.close()

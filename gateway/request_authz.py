@@ -1,0 +1,566 @@
+"""Kafka's per-API authorization rules, applied to decoded requests (pure: no I/O, no sockets).
+
+For each API the gateway forwards, `plan_request` asks the authorizer (through `Checker`) about every
+resource the request names, in one batch, and returns a `Plan`: what to forward (the request, trimmed
+of denied resources when some were refused), what to answer locally (when nothing may be forwarded),
+and a patch that adds the denied resources back into the broker's response with Kafka's error codes.
+Allowed resources of a partly denied request go through, as on a broker (KafkaApis). APIs missing
+from `PLANNERS` are refused by the caller (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, ResourceType
+
+TOPIC_AUTHORIZATION_FAILED: Final = 29
+GROUP_AUTHORIZATION_FAILED: Final = 30
+CLUSTER_AUTHORIZATION_FAILED: Final = 31
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+
+Checker = Callable[[list[Action]], list[bool]]
+ByResourceType = Callable[[Operation, ResourceType], bool]
+
+
+@dataclass(slots=True)
+class Plan:
+    """`forward` is the request to send upstream (`rewritten` when it must be re-encoded); when it is
+    None, `local` is the whole response. `patches` run on the decoded upstream response."""
+
+    forward: Any = None
+    rewritten: bool = False
+    local: Any = None
+    patches: list[Callable[[Any], None]] = field(default_factory=list)
+
+
+def _new(container: Any, field_name: str, **values: Any) -> Any:
+    """A nested struct of `container`'s array field `field_name`, other fields at schema defaults."""
+    return container.fields[field_name].data_class(**values)
+
+
+def _cluster(op: Operation, *, log_if_denied: bool = True) -> Action:
+    return Action(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, op, log_if_denied=log_if_denied)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicShape:
+    """Where a request lists topics (and partitions) and where its response answers them."""
+
+    req_topics: str
+    req_name: str
+    req_partitions: str | None  # None: the request names topics only
+    req_index: str | None  # None: partitions are plain ints
+    resp_topics: str
+    resp_name: str
+    resp_partitions: str | None
+    resp_index: str
+    resp_error: str = "error_code"
+    extra: tuple[tuple[str, Any], ...] = ()  # Kafka's values for a denied partition (offsets -1)
+
+
+def _partition_ids(topic: Any, shape: TopicShape) -> list[int]:
+    if shape.req_partitions is None:
+        return []
+    parts = getattr(topic, shape.req_partitions) or []
+    if shape.req_index is None:
+        return [int(p) for p in parts]
+    return [int(getattr(p, shape.req_index)) for p in parts]
+
+
+def _denied_entry(resp_cls: Any, shape: TopicShape, name: str, partitions: list[int], code: int) -> Any:
+    if shape.resp_partitions is None:
+        return _new(resp_cls, shape.resp_topics, **{shape.resp_name: name, shape.resp_error: code})
+    topic_cls = resp_cls.fields[shape.resp_topics].data_class
+    parts = [
+        _new(topic_cls, shape.resp_partitions, **{shape.resp_index: p, shape.resp_error: code}, **dict(shape.extra))
+        for p in partitions
+    ]
+    return topic_cls(**{shape.resp_name: name, shape.resp_partitions: parts})
+
+
+def _split_topics(
+    request: Any,
+    resp_cls: Any,
+    shape: TopicShape,
+    allowed: Callable[[str], bool],
+    denied_code: Callable[[str], int],
+    plan: Plan,
+    *,
+    top_level: dict[str, Any] | None = None,
+) -> Plan:
+    """Keeps allowed topics in the request; denied ones are answered with their code."""
+    topics = getattr(request, shape.req_topics) or []
+    kept: list[Any] = []
+    denied: list[tuple[str, list[int], int]] = []
+    for topic in topics:
+        name = getattr(topic, shape.req_name)
+        if name is not None and allowed(name):
+            kept.append(topic)
+        else:
+            denied.append((name or "", _partition_ids(topic, shape), denied_code(name or "")))
+    if not denied:
+        plan.forward = request
+        return plan
+    entries = [_denied_entry(resp_cls, shape, n, p, c) for n, p, c in denied]
+    if not kept:
+        plan.local = resp_cls(**{shape.resp_topics: entries}, **(top_level or {}))
+        plan.forward = None
+        return plan
+    setattr(request, shape.req_topics, kept)
+    plan.forward = request
+    plan.rewritten = True
+
+    def add_denied(response: Any) -> None:
+        getattr(response, shape.resp_topics).extend(entries)
+
+    plan.patches.append(add_denied)
+    return plan
+
+
+class RequestAuthorizer:
+    """Turns one decoded request into a `Plan` with the authorizer's answers."""
+
+    def __init__(self, check: Checker, by_resource_type: ByResourceType) -> None:
+        self._check = check
+        self._by_type = by_resource_type
+
+    def allowed_names(
+        self, resource_type: ResourceType, op: Operation, names: dict[str, int], *, log_if_denied: bool = True
+    ) -> set[str]:
+        """The names (with their reference counts) the principal may `op`; one authorizer call."""
+        if not names:
+            return set()
+        ordered = list(names)
+        actions = [
+            Action(resource_type, n, op, resource_ref_count=names[n], log_if_denied=log_if_denied) for n in ordered
+        ]
+        return {n for n, ok in zip(ordered, self._check(actions), strict=True) if ok}
+
+    def allowed(self, resource_type: ResourceType, name: str, op: Operation, *, log_if_denied: bool = True) -> bool:
+        action = Action(resource_type, name, op, log_if_denied=log_if_denied)
+        return self._check([action])[0]
+
+    def cluster(self, op: Operation, *, log_if_denied: bool = True) -> bool:
+        return self._check([_cluster(op, log_if_denied=log_if_denied)])[0]
+
+    def topics(
+        self, request: Any, shape: TopicShape, op: Operation, *, log_if_denied: bool = True
+    ) -> Callable[[str], bool]:
+        counts: dict[str, int] = {}
+        for topic in getattr(request, shape.req_topics) or []:
+            name = getattr(topic, shape.req_name)
+            if name is not None:
+                counts[name] = counts.get(name, 0) + max(1, len(_partition_ids(topic, shape)))
+        ok = self.allowed_names(ResourceType.TOPIC, op, counts, log_if_denied=log_if_denied)
+        return ok.__contains__
+
+
+Planner = Callable[[RequestAuthorizer, int, Any, Any], Plan]
+
+
+def _topic_planner(shape: TopicShape, op: Operation) -> Planner:
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        ok = az.topics(request, shape, op)
+        return _split_topics(request, resp_cls, shape, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+
+    return plan
+
+
+PRODUCE = TopicShape(
+    "topic_data", "name", "partition_data", "index", "responses", "name", "partition_responses", "index",
+    extra=(("base_offset", -1),),
+)
+FETCH = TopicShape("topics", "topic", "partitions", "partition", "responses", "topic", "partitions", "partition_index",
+                   extra=(("high_watermark", -1), ("last_stable_offset", -1), ("log_start_offset", -1)))
+LIST_OFFSETS = TopicShape("topics", "name", "partitions", "partition_index", "topics", "name", "partitions",
+                          "partition_index", extra=(("offset", -1), ("timestamp", -1)))
+OFFSET_COMMIT = TopicShape("topics", "name", "partitions", "partition_index", "topics", "name", "partitions",
+                           "partition_index")
+OFFSET_FETCH = TopicShape("topics", "name", "partition_indexes", None, "topics", "name", "partitions",
+                          "partition_index", extra=(("committed_offset", -1),))
+DELETE_RECORDS = TopicShape("topics", "name", "partitions", "partition_index", "topics", "name", "partitions",
+                            "partition_index", extra=(("low_watermark", -1),))
+LEADER_EPOCH = TopicShape("topics", "topic", "partitions", "partition", "topics", "topic", "partitions", "partition",
+                          extra=(("end_offset", -1), ("leader_epoch", -1)))
+ADD_PARTITIONS = TopicShape("v3_and_below_topics", "name", "partitions", None, "results_by_topic_v3_and_below",
+                            "name", "results_by_partition", "partition_index", resp_error="partition_error_code")
+OFFSET_DELETE = TopicShape("topics", "name", "partitions", "partition_index", "topics", "name", "partitions",
+                           "partition_index")
+DESCRIBE_PRODUCERS = TopicShape("topics", "name", "partition_indexes", None, "topics", "name", "partitions",
+                                "partition_index")
+CREATE_TOPICS = TopicShape("topics", "name", None, None, "topics", "name", None, "")
+CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, "")
+DESCRIBE_TOPIC_PARTITIONS = TopicShape("topics", "name", None, None, "topics", "name", None, "")
+
+
+def _plan_produce(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    txn = getattr(request, "transactional_id", None) if version >= 3 else None
+    if txn is not None and not az.allowed(ResourceType.TRANSACTIONAL_ID, txn, Operation.WRITE):
+        return _split_topics(request, resp_cls, PRODUCE, lambda _n: False,
+                             lambda _n: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Plan())
+    ok = az.topics(request, PRODUCE, Operation.WRITE)
+    return _split_topics(request, resp_cls, PRODUCE, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+
+
+def _plan_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if request.replica_id >= 0:  # a follower fetch: only brokers may do that
+        if az.cluster(Operation.CLUSTER_ACTION):
+            return Plan(forward=request)
+        return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
+    ok = az.topics(request, FETCH, Operation.READ)
+    return _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+
+
+def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    plan = Plan(forward=request)
+    if request.topics is None or (version == 0 and not request.topics):
+        # All topics: the response lists only those the principal may describe (no denial logged).
+        def filter_topics(response: Any) -> None:
+            names = {t.name: 1 for t in response.topics if t.name is not None}
+            ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, names, log_if_denied=False)
+            response.topics = [t for t in response.topics if t.name in ok]
+
+        plan.patches.append(filter_topics)
+        return plan
+    names = {t.name: 1 for t in request.topics if t.name is not None}
+    ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, names)
+    kept = [t for t in request.topics if t.name in ok]
+    denied = [t for t in request.topics if t.name not in ok]
+    if version >= 4 and request.allow_auto_topic_creation and kept and not az.cluster(
+        Operation.CREATE, log_if_denied=False
+    ):
+        creatable = az.allowed_names(ResourceType.TOPIC, Operation.CREATE, {t.name: 1 for t in kept})
+        if creatable != {t.name for t in kept}:
+            # Kafka creates only what the principal may create; the gateway cannot split one
+            # request's auto-creation, so it asks the broker for none when any is not allowed.
+            request.allow_auto_topic_creation = False
+            plan.rewritten = True
+    if not denied:
+        return plan
+    entries = [
+        _new(resp_cls, "topics", name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED, partitions=[])
+        for t in denied
+    ]
+    request.topics = kept
+    plan.rewritten = True
+
+    def add_denied(response: Any) -> None:
+        response.topics.extend(entries)
+
+    plan.patches.append(add_denied)
+    if not kept:
+        # An empty topic list means "all topics" before v1 and "no topics" after: ask for none.
+        request.topics = []
+        if version == 0:
+            plan.forward = None
+            plan.local = resp_cls(brokers=[], topics=entries)
+            plan.patches = []
+    return plan
+
+
+def _group_then(op: Operation, inner: Planner | None, *, field_name: str = "group_id") -> Planner:
+    """APIs checked on their group first; a denied group fails the whole request with 30."""
+
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        group = getattr(request, field_name)
+        if not az.allowed(ResourceType.GROUP, group, op):
+            return Plan(local=_whole_error(request, resp_cls, GROUP_AUTHORIZATION_FAILED))
+        if inner is None:
+            return Plan(forward=request)
+        return inner(az, version, request, resp_cls)
+
+    return plan
+
+
+def _whole_error(request: Any, resp_cls: Any, code: int) -> Any:
+    """A response failing every part of `request` with `code` (top-level error where there is one)."""
+    if "error_code" in resp_cls.fields:
+        return resp_cls(error_code=code)
+    for shape in (OFFSET_COMMIT, TXN_SHAPE, OFFSET_FETCH):
+        if shape.req_topics in type(request).fields and shape.resp_topics in resp_cls.fields:
+            topics = getattr(request, shape.req_topics) or []
+            entries = [
+                _denied_entry(resp_cls, shape, t.name, _partition_ids(t, shape), code) for t in topics
+            ]
+            return resp_cls(**{shape.resp_topics: entries})
+    return resp_cls()
+
+
+TXN_SHAPE = OFFSET_COMMIT
+
+
+def _plan_offset_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if not az.allowed(ResourceType.GROUP, request.group_id, Operation.DESCRIBE):
+        if version >= 2:
+            return Plan(local=resp_cls(error_code=GROUP_AUTHORIZATION_FAILED, topics=[]))
+        return Plan(local=_whole_error(request, resp_cls, GROUP_AUTHORIZATION_FAILED))
+    if request.topics is None:  # all committed offsets: filter the answer
+        plan = Plan(forward=request)
+
+        def filter_topics(response: Any) -> None:
+            names = {t.name: 1 for t in response.topics}
+            ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, names, log_if_denied=False)
+            response.topics = [t for t in response.topics if t.name in ok]
+
+        plan.patches.append(filter_topics)
+        return plan
+    ok = az.topics(request, OFFSET_FETCH, Operation.DESCRIBE)
+    return _split_topics(request, resp_cls, OFFSET_FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+
+
+def _plan_find_coordinator(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    key_type = request.key_type if version >= 1 else 0
+    if key_type == 0:
+        rtype, code = ResourceType.GROUP, GROUP_AUTHORIZATION_FAILED
+    elif key_type == 1:
+        rtype, code = ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    else:
+        return Plan(local=_find_coordinator_error(version, resp_cls, [], 42))  # INVALID_REQUEST
+    if version < 4:
+        if az.allowed(rtype, request.key, Operation.DESCRIBE):
+            return Plan(forward=request)
+        return Plan(local=resp_cls(error_code=code, node_id=-1, host="", port=-1))
+    keys = list(request.coordinator_keys)
+    ok = az.allowed_names(rtype, Operation.DESCRIBE, dict.fromkeys(keys, 1))
+    denied = [k for k in keys if k not in ok]
+    if not denied:
+        return Plan(forward=request)
+    entries = [_new(resp_cls, "coordinators", key=k, node_id=-1, host="", port=-1, error_code=code) for k in denied]
+    kept = [k for k in keys if k in ok]
+    if not kept:
+        return Plan(local=resp_cls(coordinators=entries))
+    request.coordinator_keys = kept
+
+    def add_denied(response: Any) -> None:
+        response.coordinators.extend(entries)
+
+    return Plan(forward=request, rewritten=True, patches=[add_denied])
+
+
+def _find_coordinator_error(version: int, resp_cls: Any, keys: list[str], code: int) -> Any:
+    if version < 4:
+        return resp_cls(error_code=code, node_id=-1, host="", port=-1)
+    return resp_cls(coordinators=[_new(resp_cls, "coordinators", key=k, error_code=code) for k in keys])
+
+
+@dataclass(frozen=True, slots=True)
+class NameListShape:
+    """A request naming resources in a plain string array, answered per name in a response array."""
+
+    resource_type: ResourceType
+    operation: Operation
+    req_field: str
+    resp_field: str
+    resp_name: str
+    error_code: int
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+def _name_list_planner(shape: NameListShape) -> Planner:
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        names = list(getattr(request, shape.req_field))
+        ok = az.allowed_names(shape.resource_type, shape.operation, dict.fromkeys(names, 1))
+        denied = [n for n in names if n not in ok]
+        if not denied:
+            return Plan(forward=request)
+        entries = [
+            _new(resp_cls, shape.resp_field, **{shape.resp_name: n, "error_code": shape.error_code},
+                 **dict(shape.extra))
+            for n in denied
+        ]
+        kept = [n for n in names if n in ok]
+        if not kept:
+            return Plan(local=resp_cls(**{shape.resp_field: entries}))
+        setattr(request, shape.req_field, kept)
+
+        def add_denied(response: Any) -> None:
+            getattr(response, shape.resp_field).extend(entries)
+
+        return Plan(forward=request, rewritten=True, patches=[add_denied])
+
+    return plan
+
+
+
+def _plan_list_groups(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if az.cluster(Operation.DESCRIBE, log_if_denied=False):
+        return Plan(forward=request)
+
+    def filter_groups(response: Any) -> None:
+        names = {g.group_id: 1 for g in response.groups}
+        ok = az.allowed_names(ResourceType.GROUP, Operation.DESCRIBE, names, log_if_denied=False)
+        response.groups = [g for g in response.groups if g.group_id in ok]
+
+    return Plan(forward=request, patches=[filter_groups])
+
+
+def _plan_create_topics(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if az.cluster(Operation.CREATE, log_if_denied=False):
+        return Plan(forward=request)
+    ok = az.topics(request, CREATE_TOPICS, Operation.CREATE)
+    return _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+
+
+def _plan_init_producer_id(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    txn = request.transactional_id
+    if txn is not None:
+        if az.allowed(ResourceType.TRANSACTIONAL_ID, txn, Operation.WRITE):
+            return Plan(forward=request)
+        return Plan(local=resp_cls(error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                                   producer_epoch=-1))
+    # KafkaApis: IdempotentWrite on the cluster, or (KIP-679) Write on any topic.
+    if az.cluster(Operation.IDEMPOTENT_WRITE, log_if_denied=False) or az._by_type(
+        Operation.WRITE, ResourceType.TOPIC
+    ):
+        return Plan(forward=request)
+    return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1))
+
+
+def _txn_then(inner: Planner | None) -> Planner:
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        txn = request.transactional_id if hasattr(request, "transactional_id") else (
+            request.v3_and_below_transactional_id)
+        if not az.allowed(ResourceType.TRANSACTIONAL_ID, txn, Operation.WRITE):
+            return Plan(local=_txn_error(request, resp_cls))
+        if inner is None:
+            return Plan(forward=request)
+        return inner(az, version, request, resp_cls)
+
+    return plan
+
+
+def _txn_error(request: Any, resp_cls: Any) -> Any:
+    code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if "results_by_topic_v3_and_below" in resp_cls.fields:
+        entries = [_denied_entry(resp_cls, ADD_PARTITIONS, t.name, [int(p) for p in t.partitions], code)
+                   for t in request.v3_and_below_topics]
+        return resp_cls(results_by_topic_v3_and_below=entries)
+    return _whole_error(request, resp_cls, code)
+
+
+def _plan_txn_offset_commit(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if not az.allowed(ResourceType.GROUP, request.group_id, Operation.READ):
+        return Plan(local=_whole_error(request, resp_cls, GROUP_AUTHORIZATION_FAILED))
+    ok = az.topics(request, OFFSET_COMMIT, Operation.READ)
+    return _split_topics(request, resp_cls, OFFSET_COMMIT, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+
+
+_TOPIC_CONFIG, _BROKER_CONFIG, _BROKER_LOGGER_CONFIG = 2, 4, 8
+
+
+def _configs_planner(op: Operation, resp_field: str) -> Planner:
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        topics = {r.resource_name: 1 for r in request.resources if r.resource_type == _TOPIC_CONFIG}
+        ok_topics = az.allowed_names(ResourceType.TOPIC, op, topics)
+        needs_cluster = any(r.resource_type != _TOPIC_CONFIG for r in request.resources)
+        ok_cluster = needs_cluster and az.cluster(op)
+        kept, entries = [], []
+        for r in request.resources:
+            if r.resource_type == _TOPIC_CONFIG:
+                allowed, code = r.resource_name in ok_topics, TOPIC_AUTHORIZATION_FAILED
+            elif r.resource_type in (_BROKER_CONFIG, _BROKER_LOGGER_CONFIG):
+                allowed, code = ok_cluster, CLUSTER_AUTHORIZATION_FAILED
+            else:
+                allowed, code = False, CLUSTER_AUTHORIZATION_FAILED
+            if allowed:
+                kept.append(r)
+            else:
+                entries.append(_new(resp_cls, resp_field, error_code=code, resource_type=r.resource_type,
+                                    resource_name=r.resource_name, error_message=None))
+        if not entries:
+            return Plan(forward=request)
+        if not kept:
+            return Plan(local=resp_cls(**{resp_field: entries}))
+        request.resources = kept
+
+        def add_denied(response: Any) -> None:
+            getattr(response, resp_field).extend(entries)
+
+        return Plan(forward=request, rewritten=True, patches=[add_denied])
+
+    return plan
+
+
+def _cluster_planner(op: Operation) -> Planner:
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        if az.cluster(op):
+            return Plan(forward=request)
+        return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
+
+    return plan
+
+
+def _plan_leader_epoch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if az.cluster(Operation.CLUSTER_ACTION, log_if_denied=False):
+        return Plan(forward=request)
+    return _topic_planner(LEADER_EPOCH, Operation.DESCRIBE)(az, version, request, resp_cls)
+
+
+def _plan_describe_log_dirs(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    if az.cluster(Operation.DESCRIBE):
+        return Plan(forward=request)
+    return Plan(local=resp_cls(results=[], error_code=CLUSTER_AUTHORIZATION_FAILED))
+
+
+def _plan_list_transactions(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    def filter_states(response: Any) -> None:
+        names = {s.transactional_id: 1 for s in response.transaction_states}
+        ok = az.allowed_names(ResourceType.TRANSACTIONAL_ID, Operation.DESCRIBE, names, log_if_denied=False)
+        response.transaction_states = [s for s in response.transaction_states if s.transactional_id in ok]
+
+    return Plan(forward=request, patches=[filter_states])
+
+
+def _always(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    return Plan(forward=request)
+
+
+PLANNERS: Final[dict[int, Planner]] = {
+    0: _plan_produce,
+    1: _plan_fetch,
+    2: _topic_planner(LIST_OFFSETS, Operation.DESCRIBE),
+    3: _plan_metadata,
+    8: _group_then(Operation.READ, _topic_planner(OFFSET_COMMIT, Operation.READ)),
+    9: _plan_offset_fetch,
+    10: _plan_find_coordinator,
+    11: _group_then(Operation.READ, None),
+    12: _group_then(Operation.READ, None),
+    13: _group_then(Operation.READ, None),
+    14: _group_then(Operation.READ, None),
+    15: _name_list_planner(NameListShape(ResourceType.GROUP, Operation.DESCRIBE, "groups", "groups", "group_id",
+                                         GROUP_AUTHORIZATION_FAILED, (("group_state", ""), ("protocol_type", ""),
+                                                                      ("protocol_data", "")))),
+    16: _plan_list_groups,
+    19: _plan_create_topics,
+    20: _name_list_planner(NameListShape(ResourceType.TOPIC, Operation.DELETE, "topic_names", "responses", "name",
+                                         TOPIC_AUTHORIZATION_FAILED)),
+    21: _topic_planner(DELETE_RECORDS, Operation.DELETE),
+    22: _plan_init_producer_id,
+    23: _plan_leader_epoch,
+    24: _txn_then(_topic_planner(ADD_PARTITIONS, Operation.WRITE)),
+    25: _txn_then(_group_then(Operation.READ, None)),
+    26: _txn_then(None),
+    28: _txn_then(_plan_txn_offset_commit),
+    32: _configs_planner(Operation.DESCRIBE_CONFIGS, "results"),
+    33: _configs_planner(Operation.ALTER_CONFIGS, "responses"),
+    35: _plan_describe_log_dirs,
+    37: _topic_planner(CREATE_PARTITIONS, Operation.ALTER),
+    42: _name_list_planner(NameListShape(ResourceType.GROUP, Operation.DELETE, "groups_names", "results",
+                                         "group_id", GROUP_AUTHORIZATION_FAILED)),
+    44: _configs_planner(Operation.ALTER_CONFIGS, "responses"),
+    47: _group_then(Operation.DELETE, _topic_planner(OFFSET_DELETE, Operation.READ)),
+    60: _cluster_planner(Operation.DESCRIBE),
+    61: _topic_planner(DESCRIBE_PRODUCERS, Operation.READ),
+    65: _name_list_planner(NameListShape(ResourceType.TRANSACTIONAL_ID, Operation.DESCRIBE, "transactional_ids",
+                                         "transaction_states", "transactional_id",
+                                         TRANSACTIONAL_ID_AUTHORIZATION_FAILED, (("transaction_state", ""),))),
+    66: _plan_list_transactions,
+    75: _topic_planner(DESCRIBE_TOPIC_PARTITIONS, Operation.DESCRIBE),
+}
+
+
+def plan_request(az: RequestAuthorizer, api_key: int, version: int, request: Any, resp_cls: Any) -> Plan:
+    return PLANNERS[api_key](az, version, request, resp_cls)

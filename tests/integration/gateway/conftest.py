@@ -1,0 +1,150 @@
+"""A kgov gateway running in a background event loop, in front of the session's Tansu broker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.sinks import MemorySink
+from authz.config import AuthzConfig
+from authz.database import open_engine
+from authz.model import Acl
+from authz.service import AuthorizerService
+from gateway.proxy import Gateway, GatewayOptions, Services
+from tests.support.ports import free_port
+
+
+class RunningGateway:
+    """Starts `Gateway` on its own loop thread; `bootstrap` is `127.0.0.1:PORT`."""
+
+    def __init__(self, options: GatewayOptions, services: Services) -> None:
+        self.gateway = Gateway(options, services)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-loop", daemon=True)
+
+    def __enter__(self) -> RunningGateway:
+        self.thread.start()
+        self.call(self.gateway.start())
+        return self
+
+    def call(self, coro: Any, timeout: float = 30) -> Any:
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.gateway.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.call(self.gateway.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+def upstream_of(bootstrap: str) -> tuple[str, int]:
+    host, port = bootstrap.rsplit(":", 1)
+    return host, int(port)
+
+
+class AuthzFixture:
+    """A real AuthorizerService over SQLite, with the audit trail in memory."""
+
+    def __init__(self, tmp: Path, **config: Any) -> None:
+        self.engine = open_engine(f"sqlite:///{tmp / 'kgov.db'}")
+        self.audit = MemorySink()
+        self.service = AuthorizerService(self.engine, AuthzConfig(**config), audit=self.audit, source="test")
+        self.service.start(background=True)
+
+    def allow(self, *acls: Acl) -> None:
+        from authz.model import Principal
+
+        results = self.service.create_acls(list(acls), actor=Principal("User", "admin"))
+        assert all(r is None for r in results), results
+
+    def close(self) -> None:
+        self.service.close()
+        self.engine.dispose()
+
+
+@pytest.fixture
+def authz_factory(tmp_path: Path) -> Iterator[Callable[..., AuthzFixture]]:
+    made: list[AuthzFixture] = []
+
+    def make(**config: Any) -> AuthzFixture:
+        fx = AuthzFixture(tmp_path, **config)
+        made.append(fx)
+        return fx
+
+    yield make
+    for fx in made:
+        fx.close()
+
+
+@pytest.fixture
+def gateway_factory(kafka_broker: str) -> Iterator[Callable[..., RunningGateway]]:
+    running: list[RunningGateway] = []
+
+    def make(services: Services, **overrides: Any) -> RunningGateway:
+        options = GatewayOptions("127.0.0.1", 0, upstream_of(kafka_broker), address_mode="per-node",
+                                 node_port_base=free_port() - 111 if "node_port_base" not in overrides else None)
+        gw = RunningGateway(replace(options, **overrides), services)
+        gw.__enter__()
+        running.append(gw)
+        return gw
+
+    yield make
+    for gw in running:
+        gw.__exit__(None, None, None)
+
+
+class RawClient:
+    """A bare Kafka connection speaking through kafka-python's message classes."""
+
+    def __init__(self, bootstrap: str) -> None:
+        import socket
+
+        self.sock = socket.create_connection(upstream_of(bootstrap), timeout=10)
+        self.correlation = 0
+
+    def send(self, api_key: int, version: int, request: Any, client_id: str | None = "raw") -> int:
+        self.correlation += 1
+        request.with_header(correlation_id=self.correlation, client_id=client_id)
+        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+        return self.correlation
+
+    def receive(self, api_key: int, version: int) -> Any:
+        from gateway.codec import SPECS, decode_response
+
+        size = int.from_bytes(self._exactly(4), "big")
+        return decode_response(SPECS[api_key], version, self._exactly(size))
+
+    def call(self, api_key: int, version: int, request: Any) -> Any:
+        self.send(api_key, version, request)
+        return self.receive(api_key, version)
+
+    def _exactly(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed by the gateway")
+            buf += chunk
+        return buf
+
+    def closed_by_peer(self, timeout: float = 5) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,174 @@
+"""Kafka's per-API rules on decoded requests: what is forwarded, what is answered, with which codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from authz.model import Action, Operation, ResourceType
+from gateway.codec import SPECS
+from gateway.request_authz import RequestAuthorizer, plan_request
+
+
+class Rules:
+    """The authorizer's answers as a set of (type, name, operation); records every question asked."""
+
+    def __init__(self, *allowed: tuple[ResourceType, str, Operation], by_type: bool = False) -> None:
+        self.allowed = set(allowed)
+        self.asked: list[Action] = []
+        self.by_type = by_type
+
+    def authorizer(self) -> RequestAuthorizer:
+        def check(actions: list[Action]) -> list[bool]:
+            self.asked.extend(actions)
+            return [(a.resource_type, a.resource_name, a.operation) in self.allowed for a in actions]
+
+        return RequestAuthorizer(check, lambda op, rt: self.by_type)
+
+
+def produce(version: int = 9, txn: str | None = None, topics: tuple[str, ...] = ("a", "b")) -> Any:
+    cls = SPECS[0].request[version]
+    t = cls.TopicProduceData
+    return cls(transactional_id=txn, acks=1, timeout_ms=1, topic_data=[
+        t(name=n, partition_data=[t.PartitionProduceData(index=i, records=b"x") for i in range(2)]) for n in topics])
+
+
+def plan(rules: Rules, key: int, version: int, request: Any) -> Any:
+    return plan_request(rules.authorizer(), key, version, request, SPECS[key].response)
+
+
+def test_produce_fully_allowed_is_forwarded_untouched() -> None:
+    rules = Rules((ResourceType.TOPIC, "a", Operation.WRITE), (ResourceType.TOPIC, "b", Operation.WRITE))
+    p = plan(rules, 0, 9, produce())
+    assert p.forward is not None and not p.rewritten and not p.patches
+    assert [(a.resource_name, a.resource_ref_count) for a in rules.asked] == [("a", 2), ("b", 2)]
+
+
+def test_produce_partly_denied_forwards_the_allowed_topic_and_answers_29_for_the_other() -> None:
+    rules = Rules((ResourceType.TOPIC, "a", Operation.WRITE))
+    p = plan(rules, 0, 9, produce())
+    assert p.rewritten and [t.name for t in p.forward.topic_data] == ["a"]
+    response = SPECS[0].response(responses=[])
+    for patch in p.patches:
+        patch(response)
+    [denied] = response.responses
+    assert denied.name == "b"
+    assert [(x.index, x.error_code, x.base_offset) for x in denied.partition_responses] == [(0, 29, -1), (1, 29, -1)]
+
+
+def test_produce_with_denied_transactional_id_fails_every_partition_with_53() -> None:
+    rules = Rules((ResourceType.TOPIC, "a", Operation.WRITE))
+    p = plan(rules, 0, 9, produce(txn="tx", topics=("a",)))
+    assert p.forward is None
+    assert [x.error_code for t in p.local.responses for x in t.partition_responses] == [53, 53]
+
+
+def test_fetch_denied_entirely_is_answered_locally() -> None:
+    cls = SPECS[1].request[12]
+    t = cls.FetchTopic
+    request = cls(replica_id=-1, max_wait_ms=1, min_bytes=1, topics=[
+        t(topic="x", partitions=[t.FetchPartition(partition=3, fetch_offset=0)])])
+    p = plan(Rules(), 1, 12, request)
+    assert p.forward is None
+    [topic] = p.local.responses
+    assert topic.topic == "x" and [(x.partition_index, x.error_code) for x in topic.partitions] == [(3, 29)]
+
+
+def test_follower_fetch_needs_cluster_action() -> None:
+    cls = SPECS[1].request[12]
+    p = plan(Rules(), 1, 12, cls(replica_id=1, topics=[]))
+    assert p.forward is None and p.local.error_code == 31
+
+
+def test_join_group_denied_gets_30() -> None:
+    request = SPECS[11].request[5](group_id="g", session_timeout_ms=1, member_id="", protocol_type="consumer",
+                                   protocols=[])
+    p = plan(Rules(), 11, 5, request)
+    assert p.forward is None and p.local.error_code == 30
+    p = plan(Rules((ResourceType.GROUP, "g", Operation.READ)), 11, 5, request)
+    assert p.forward is request
+
+
+def test_offset_commit_checks_group_then_topics() -> None:
+    cls = SPECS[8].request[8]
+    t = cls.OffsetCommitRequestTopic
+    request = cls(group_id="g", topics=[t(name=n, partitions=[t.OffsetCommitRequestPartition(partition_index=0)])
+                                        for n in ("a", "b")])
+    p = plan(Rules((ResourceType.GROUP, "g", Operation.READ), (ResourceType.TOPIC, "a", Operation.READ)), 8, 8,
+             request)
+    assert [t.name for t in p.forward.topics] == ["a"]
+    no_group = plan(Rules((ResourceType.TOPIC, "a", Operation.READ)), 8, 8, request)
+    assert {x.error_code for t in no_group.local.topics for x in t.partitions} == {30}
+
+
+def test_describe_groups_partial_and_list_groups_filtered_without_denial_logs() -> None:
+    request = SPECS[15].request[5](groups=["g1", "g2"])
+    p = plan(Rules((ResourceType.GROUP, "g1", Operation.DESCRIBE)), 15, 5, request)
+    assert p.forward.groups == ["g1"]
+    response = SPECS[15].response(groups=[])
+    p.patches[0](response)
+    assert [(g.group_id, g.error_code) for g in response.groups] == [("g2", 30)]
+
+    rules = Rules((ResourceType.GROUP, "g1", Operation.DESCRIBE))
+    p = plan(rules, 16, 4, SPECS[16].request[4]())
+    groups = SPECS[16].response.fields["groups"].data_class
+    listed = SPECS[16].response(groups=[groups(group_id="g1"), groups(group_id="g2")])
+    p.patches[0](listed)
+    assert [g.group_id for g in listed.groups] == ["g1"]
+    assert all(not a.log_if_denied for a in rules.asked)
+
+
+def test_create_topics_falls_back_from_cluster_to_topic_create() -> None:
+    cls = SPECS[19].request[5]
+    t = cls.CreatableTopic
+    request = cls(topics=[t(name="a", num_partitions=1, replication_factor=1),
+                          t(name="b", num_partitions=1, replication_factor=1)])
+    p = plan(Rules((ResourceType.TOPIC, "b", Operation.CREATE)), 19, 5, request)
+    assert [t.name for t in p.forward.topics] == ["b"]
+    everything = plan(Rules((ResourceType.CLUSTER, "kafka-cluster", Operation.CREATE)), 19, 5, request)
+    assert everything.forward is request and not everything.rewritten
+
+
+def test_init_producer_id_rules() -> None:
+    cls = SPECS[22].request[4]
+    assert plan(Rules(), 22, 4, cls(transactional_id=None)).local.error_code == 31
+    assert plan(Rules(by_type=True), 22, 4, cls(transactional_id=None)).forward is not None
+    assert plan(Rules(), 22, 4, cls(transactional_id="t")).local.error_code == 53
+    ok = Rules((ResourceType.TRANSACTIONAL_ID, "t", Operation.WRITE))
+    assert plan(ok, 22, 4, cls(transactional_id="t")).forward is not None
+
+
+def test_metadata_named_topics_partly_denied_and_auto_create_withheld() -> None:
+    cls = SPECS[3].request[12]
+    request = cls(topics=[cls.MetadataRequestTopic(name="a"), cls.MetadataRequestTopic(name="b")],
+                  allow_auto_topic_creation=True)
+    p = plan(Rules((ResourceType.TOPIC, "a", Operation.DESCRIBE)), 3, 12, request)
+    assert [t.name for t in p.forward.topics] == ["a"]
+    assert p.forward.allow_auto_topic_creation is False
+    response = SPECS[3].response(brokers=[], topics=[])
+    for patch in p.patches:
+        patch(response)
+    assert [(t.name, t.error_code) for t in response.topics] == [("b", 29)]
+
+
+def test_configs_split_topic_and_broker_resources() -> None:
+    cls = SPECS[32].request[4]
+    r = cls.DescribeConfigsResource
+    request = cls(resources=[r(resource_type=2, resource_name="a", configuration_keys=None),
+                             r(resource_type=4, resource_name="1", configuration_keys=None)])
+    p = plan(Rules((ResourceType.TOPIC, "a", Operation.DESCRIBE_CONFIGS)), 32, 4, request)
+    assert [x.resource_name for x in p.forward.resources] == ["a"]
+    response = SPECS[32].response(results=[])
+    p.patches[0](response)
+    assert [(x.resource_name, x.error_code) for x in response.results] == [("1", 31)]
+
+
+def test_find_coordinator_batched_partial() -> None:
+    cls = SPECS[10].request[4]
+    p = plan(Rules((ResourceType.GROUP, "g1", Operation.DESCRIBE)), 10, 4,
+             cls(key_type=0, coordinator_keys=["g1", "g2"]))
+    assert p.forward.coordinator_keys == ["g1"]
+    response = SPECS[10].response(coordinators=[])
+    p.patches[0](response)
+    assert [(c.key, c.error_code) for c in response.coordinators] == [("g2", 30)]
+    txn = plan(Rules(), 10, 3, SPECS[10].request[3](key="t", key_type=1))
+    assert txn.local.error_code == 53
