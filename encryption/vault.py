@@ -95,6 +95,13 @@ class VaultTransitKms:
             name, mount_point=self.mount_point))
         return int(response["data"]["latest_version"])
 
+    def key_names(self) -> list[str]:
+        try:
+            response = self._call("list_keys", "*", lambda: self._transit().list_keys(mount_point=self.mount_point))
+        except KeyNotFoundError:
+            return []  # Vault answers 404 when the mount has no keys yet
+        return sorted(str(name) for name in response["data"]["keys"])
+
     def rotate_key(self, name: str) -> int:
         check_key_name(name)
         self._call("rotate_key", name, lambda: self._transit().rotate_key(name, mount_point=self.mount_point))

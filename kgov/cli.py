@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 import authz.cli
+import encryption.cli
 import gateway.cli
 import sasl.cli
 import spark_compliance.cli
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=8080, help="control-plane port")
     up.set_defaults(func=_up)
 
-    for module in (authz.cli, sasl.cli, gateway.cli, spark_compliance.cli):
+    for module in (authz.cli, sasl.cli, encryption.cli, gateway.cli, spark_compliance.cli):
         module.register(sub)
     for child in sub.choices.values():
         _add_common_options(child)

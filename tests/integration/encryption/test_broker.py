@@ -181,3 +181,21 @@ def test_reencrypt_compacted_topic_after_rotation(kafka_broker: str, tmp_path: P
     # Nothing left to do on a second run.
     again = reencrypt_topic({"bootstrap.servers": kafka_broker}, topic, Reencryptor(kms, "orders"))
     assert (again.rewritten == 2 and again.already_current == 0) or again.already_current == 2
+
+
+def test_reencrypt_command(kafka_broker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kgov.cli import main
+
+    ring = tmp_path / "ring.json"
+    kms = LocalKms(ring)
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    produce(kafka_broker, topic, kms, [("a", "one"), ("b", "two")])
+    assert main(["encryption", "keys", "rotate", "orders", "--key-ring", str(ring)]) == 0
+    assert main(["encryption", "reencrypt", "--bootstrap", kafka_broker, "--topic", topic, "--key", "orders",
+                 "--key-ring", str(ring), "--client-property", "client.id=kgov-test"]) == 0
+    assert "read 2 records; rewrote 2, 0 already current, 0 tombstones" in capsys.readouterr().out
+    assert sorted(read_decrypted(kafka_broker, topic, kms, 4)[2:]) == [("a", "one"), ("b", "two")]
+    assert main(["encryption", "reencrypt", "--bootstrap", kafka_broker, "--topic", "no-such-topic-x",
+                 "--key", "orders", "--key-ring", str(ring), "--timeout", "5"]) == 1
+    assert "no-such-topic-x" in capsys.readouterr().err
