@@ -43,6 +43,10 @@ def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list
     reader's and the writer's role ("new"/"old"), filled in by `check_compatibility`."""
     if reader.schema_type is not writer.schema_type:
         return [DIFFERENT_SCHEMA_TYPE]
+    if reader == writer:
+        # Same type, canonical text and references: structurally identical, so every checker
+        # finds nothing; skip the walk (re-registrations and lookups hit this constantly).
+        return []
     if reader.schema_type is SchemaType.AVRO:
         from registry.compat.avro import avro_incompatibilities
 

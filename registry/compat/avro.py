@@ -145,11 +145,11 @@ class ReaderWriterChecker:
         )
 
     def _calculate(self, reader: AvroType, writer: AvroType, location: list[str]) -> Result:
-        result = Result()
         rkind, wkind = _kind(reader), _kind(writer)
+        if rkind == wkind and rkind in _PRIMITIVE_TYPES:
+            return _COMPATIBLE  # shared and never mutated: callers only merge it into their own
+        result = Result()
         if rkind == wkind:
-            if rkind in _PRIMITIVE_TYPES:
-                return result
             if rkind == "array":
                 assert reader.items is not None and writer.items is not None
                 result.merge(self._at("items", reader.items, writer.items, location))
@@ -195,7 +195,7 @@ class ReaderWriterChecker:
                                             f"reader union lacking writer type: {java_type(writer)}", location))
             return result
         if wkind in _PROMOTIONS.get(rkind, frozenset()):
-            return result
+            return _COMPATIBLE
         result.merge(self._type_mismatch(reader, writer, location))
         return result
 

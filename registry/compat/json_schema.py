@@ -697,6 +697,8 @@ def _compare_array(ctx: Context, original: Node, update: Node) -> None:
 
 
 def load(document: JsonSchemaDocument) -> Node:
+    if isinstance(document.node, Node):
+        return document.node
     return Loader(document.root, document.referenced).load()
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,6 +40,7 @@ class SchemaReference:
 class ParsedSchema:
     """A validated schema.
 
+    Instances are shared (parse results are cached): treat `parsed` and `model` as read-only.
     `parsed` is what serdes use: for AVRO a fastavro-parsed schema (referenced named types
     included), for JSON the JSON document. `model` is the internal form the compatibility checker
     walks (an `registry.schemas.avro.AvroType` graph, or a `registry.schemas.json_schema.JsonSchemaDocument`).
@@ -103,6 +106,33 @@ def parse_schema(
         kind = SchemaType(schema_type)
     except ValueError:
         raise InvalidSchemaError(f"Unsupported schema type {schema_type!r}") from None
+    # Producers register and look up the same few schemas over and over: parse each text once.
+    key = (kind, text, normalize, refs, tuple(resolved[r.name].fingerprint() for r in refs))
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+        if cached is not None:
+            _CACHE.move_to_end(key)
+            return cached
+    parsed = _parse(kind, text, refs, resolved, normalize)
+    with _CACHE_LOCK:
+        _CACHE[key] = parsed
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return parsed
+
+
+_CACHE_SIZE = 1024
+_CACHE: OrderedDict[tuple[object, ...], ParsedSchema] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _parse(
+    kind: SchemaType,
+    text: str,
+    refs: tuple[SchemaReference, ...],
+    resolved: Mapping[str, ParsedSchema],
+    normalize: bool,
+) -> ParsedSchema:
     if normalize:
         refs = tuple(sorted(set(refs), key=lambda r: (r.name, r.subject, r.version)))
     canonical: str

@@ -37,7 +37,7 @@ class Node:
     ARRAY, ENUM, CONST, NOT, COMBINED, EMPTY, TRUE, FALSE, CONDITIONAL."""
 
     kind: str
-    key: str = ""  # structural identity, for collapsing duplicate subschemas
+    key_source: Any = None  # what the structural identity is computed from (lazily: it is rarely needed)
     id: Any = None
     title: Any = None
     description: Any = None
@@ -78,6 +78,11 @@ class Node:
     # combined
     criterion: str = ""
     subschemas: list[Node] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """Structural identity, for collapsing duplicate subschemas of a combined schema."""
+        return _canonical_key(self.key_source)
 
     @property
     def has_default(self) -> bool:
@@ -158,9 +163,9 @@ class Loader:
         if cached is not None:
             return cached
         if raw is True:
-            node = Node("TRUE", key="true")
+            node = Node("TRUE", key_source=True)
         elif raw is False:
-            node = Node("FALSE", key="false")
+            node = Node("FALSE", key_source=False)
         elif not isinstance(raw, dict):
             raise SchemaLoadError(f"Not a schema at {pointer}")
         elif "$ref" in raw and isinstance(raw["$ref"], str):
@@ -188,23 +193,23 @@ class Loader:
     def _load_object(self, doc: Any, raw: dict[str, Any], pointer: str) -> Node:
         parts: list[Node] = []
         if "enum" in raw and isinstance(raw["enum"], list):
-            parts.append(Node("ENUM", key=_canonical_key({"enum": raw["enum"]}), values=list(raw["enum"])))
+            parts.append(Node("ENUM", key_source=({"enum": raw["enum"]}), values=list(raw["enum"])))
         for criterion in ("allOf", "anyOf", "oneOf"):
             if criterion in raw and isinstance(raw[criterion], list):
                 subs = [self._child(doc, s, f"{pointer}/{criterion}/{i}") for i, s in enumerate(raw[criterion])]
-                parts.append(Node("COMBINED", key=_canonical_key({criterion: raw[criterion]}),
+                parts.append(Node("COMBINED", key_source=({criterion: raw[criterion]}),
                                   criterion=criterion, subschemas=subs))
         if "not" in raw:
-            parts.append(Node("NOT", key=_canonical_key({"not": raw["not"]}),
+            parts.append(Node("NOT", key_source=({"not": raw["not"]}),
                               must_not=self._child(doc, raw["not"], f"{pointer}/not")))
         if "const" in raw:
-            parts.append(Node("CONST", key=_canonical_key({"const": raw["const"]}), values=[raw["const"]]))
+            parts.append(Node("CONST", key_source=({"const": raw["const"]}), values=[raw["const"]]))
         type_value = raw.get("type", _MISSING)
         if isinstance(type_value, str):
             parts.append(self._typed(doc, raw, pointer, type_value, explicit=True))
         elif isinstance(type_value, list):
             subs = [self._typed(doc, raw, pointer, t, explicit=True) for t in type_value if isinstance(t, str)]
-            parts.append(Node("COMBINED", key=_canonical_key({"type": type_value, "raw": raw}),
+            parts.append(Node("COMBINED", key_source=({"type": type_value, "raw": raw}),
                               criterion="anyOf", subschemas=subs))
         else:
             for kind, keywords in (("ARRAY", _ARRAY_KEYWORDS), ("OBJECT", _OBJECT_KEYWORDS),
@@ -212,14 +217,14 @@ class Loader:
                 if any(k in raw for k in keywords):
                     parts.append(self._typed(doc, raw, pointer, kind.lower(), explicit=False))
         if any(k in raw for k in ("if", "then", "else")):
-            parts.append(Node("CONDITIONAL", key=_canonical_key({k: raw.get(k) for k in ("if", "then", "else")})))
+            parts.append(Node("CONDITIONAL", key_source=({k: raw.get(k) for k in ("if", "then", "else")})))
         if not parts:
-            result = Node("EMPTY", key=_canonical_key(raw))
+            result = Node("EMPTY", key_source=raw)
         elif len(parts) == 1:
             result = parts[0]
-            result.key = _canonical_key(raw)
+            result.key_source = raw
         else:
-            result = Node("COMBINED", key=_canonical_key(raw), criterion="allOf", subschemas=parts)
+            result = Node("COMBINED", key_source=raw, criterion="allOf", subschemas=parts)
         result.id = raw.get("$id", raw.get("id"))
         result.title = raw.get("title")
         result.description = raw.get("description")
@@ -227,29 +232,29 @@ class Loader:
         return result
 
     def _typed(self, doc: Any, raw: dict[str, Any], pointer: str, type_name: str, *, explicit: bool) -> Node:
-        key = _canonical_key({"type": type_name, "raw": raw})
+        key = {"type": type_name, "raw": raw}
         if type_name == "string":
-            return Node("STRING", key=key, min_length=_int(raw.get("minLength")),
+            return Node("STRING", key_source=key, min_length=_int(raw.get("minLength")),
                         max_length=_int(raw.get("maxLength")),
                         pattern=raw.get("pattern") if isinstance(raw.get("pattern"), str) else None)
         if type_name in ("number", "integer"):
             minimum, maximum = _number(raw.get("minimum")), _number(raw.get("maximum"))
             exclusive_min, exclusive_max = raw.get("exclusiveMinimum"), raw.get("exclusiveMaximum")
-            return Node("NUMBER", key=key, minimum=minimum, maximum=maximum,
+            return Node("NUMBER", key_source=key, minimum=minimum, maximum=maximum,
                         exclusive_minimum=_number(exclusive_min), exclusive_maximum=_number(exclusive_max),
                         multiple_of=_number(raw.get("multipleOf")), requires_integer=type_name == "integer")
         if type_name == "boolean":
-            return Node("BOOLEAN", key=key)
+            return Node("BOOLEAN", key_source=key)
         if type_name == "null":
-            return Node("NULL", key=key)
+            return Node("NULL", key_source=key)
         if type_name == "object":
             return self._object(doc, raw, pointer, key)
         if type_name == "array":
             return self._array(doc, raw, pointer, key)
         raise SchemaLoadError(f"Unknown type {type_name!r} at {pointer}")
 
-    def _object(self, doc: Any, raw: dict[str, Any], pointer: str, key: str) -> Node:
-        node = Node("OBJECT", key=key)
+    def _object(self, doc: Any, raw: dict[str, Any], pointer: str, key: Any) -> Node:
+        node = Node("OBJECT", key_source=key)
         props = raw.get("properties")
         if isinstance(props, dict):
             for name, sub in props.items():
@@ -281,8 +286,8 @@ class Loader:
         node.max_properties = _int(raw.get("maxProperties"))
         return node
 
-    def _array(self, doc: Any, raw: dict[str, Any], pointer: str, key: str) -> Node:
-        node = Node("ARRAY", key=key)
+    def _array(self, doc: Any, raw: dict[str, Any], pointer: str, key: Any) -> Node:
+        node = Node("ARRAY", key_source=key)
         items = raw.get("items", _MISSING)
         if isinstance(items, list):
             node.item_list = [self._child(doc, s, f"{pointer}/items/{i}") for i, s in enumerate(items)]

@@ -27,6 +27,8 @@ class JsonSchemaDocument:
 
     root: Any
     referenced: Mapping[str, Any] = field(default_factory=dict)
+    # The loaded typed view (a `registry.schemas.json_model.Node`), built once at parse time.
+    node: Any = field(default=None, compare=False, repr=False)
 
 
 def _reject_constant(name: str) -> Any:
@@ -127,18 +129,16 @@ def parse_json_schema(
     if normalize:
         # Confluent's JsonSchema.normalize: the canonical text read back with sorted object keys
         document, exact = _sorted(document), _sorted(exact)
-    model = JsonSchemaDocument(document, referenced)
-    _check_references(model)
-    return compact(exact), document, model
+    return compact(exact), document, JsonSchemaDocument(document, referenced, _load_model(document, referenced))
 
 
-def _check_references(model: JsonSchemaDocument) -> None:
-    """Loads the schema the way the compatibility checker will, so that a `$ref` that resolves
-    nowhere is reported now (Confluent fails such a schema when it loads it)."""
+def _load_model(document: Any, referenced: Mapping[str, Any]) -> Any:
+    """Loads the schema the way the compatibility checker walks it, once, so that a `$ref` that
+    resolves nowhere is reported now (Confluent fails such a schema when it loads it)."""
     from registry.schemas.json_model import Loader, SchemaLoadError
 
     try:
-        Loader(model.root, model.referenced).load()
+        return Loader(document, referenced).load()
     except SchemaLoadError as exc:
         raise InvalidSchemaError(f"Invalid JSON schema: {exc}") from None
     except RecursionError:

@@ -49,3 +49,16 @@ def test_json_schema_is_parsed_and_compact() -> None:
     assert parsed.canonical == '{"type":"object","properties":{"a":{"type":"string"}}}'
     assert isinstance(parsed, ParsedSchema)
     assert parsed.parsed == {"type": "object", "properties": {"a": {"type": "string"}}}
+
+
+def test_parse_results_are_cached_per_text_and_references() -> None:
+    text = '{"type":"record","name":"Cached","fields":[{"name":"f","type":"ns.F"}]}'
+    four = parse_schema(SchemaType.AVRO, '{"type":"fixed","name":"ns.F","size":4}')
+    eight = parse_schema(SchemaType.AVRO, '{"type":"fixed","name":"ns.F","size":8}')
+    ref = [SchemaReference("ns.F", "f", 1)]
+    first = parse_schema(SchemaType.AVRO, text, references=ref, resolved={"ns.F": four})
+    assert parse_schema(SchemaType.AVRO, text, references=ref, resolved={"ns.F": four}) is first
+    # a different referenced schema is a different parse (its fixed size differs)
+    other = parse_schema(SchemaType.AVRO, text, references=ref, resolved={"ns.F": eight})
+    assert other is not first
+    assert parse_schema(SchemaType.AVRO, text, references=ref, resolved={"ns.F": four}, normalize=True) is not first
