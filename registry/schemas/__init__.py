@@ -148,6 +148,11 @@ def _parse(
         canonical, parsed, model = parse_json_schema(text, refs, resolved, normalize=normalize)
     else:
         raise InvalidSchemaError("PROTOBUF schemas are not supported by this registry yet")
+    try:
+        canonical.encode("utf-8")
+    except UnicodeEncodeError:
+        # json.loads lets lone surrogates (\ud800) through; they cannot be stored or returned
+        raise InvalidSchemaError("Schema contains invalid Unicode (an unpaired surrogate)") from None
     return ParsedSchema(kind, canonical, refs, parsed, model)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from registry.schemas.errors import InvalidSchemaError
+from registry.schemas.jackson_text import string as jackson_string
 
 if TYPE_CHECKING:
     from registry.schemas import ParsedSchema, SchemaReference
@@ -130,8 +131,14 @@ class AvroModel:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON as Jackson writes it (no spaces, non-ASCII kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    """Compact JSON as Jackson writes it (no spaces, non-ASCII kept, Jackson's string escapes)."""
+    if isinstance(value, str):
+        return jackson_string(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{jackson_string(str(k))}:{dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    return json.dumps(value, allow_nan=True)
 
 
 def _is_name_start(c: str) -> bool:

@@ -66,9 +66,11 @@ def _qualified(t: AvroType, default_space: str | None) -> str:
     short name is not also a type name."""
     assert t.name is not None
     if t.namespace is not None and t.namespace == default_space:
-        type_names = PRIMITIVES | {"record", "error", "enum", "fixed", "array", "map", "union"}
-        return t.full_name if t.name in type_names else t.name
+        return t.full_name if t.name in _TYPE_NAMES else t.name
     return t.full_name
+
+
+_TYPE_NAMES = PRIMITIVES | {"record", "error", "enum", "fixed", "array", "map", "union"}
 
 
 class _CanonicalWriter:
@@ -111,7 +113,9 @@ class _CanonicalWriter:
         written = []
         for alias in t.aliases:
             space, _, simple = alias.rpartition(".")
-            written.append(simple if (space or None) == t.namespace else alias)
+            # Name.getQualified(this namespace): short unless that would read as a type name
+            short = (space or None) == t.namespace and space != "" and simple not in _TYPE_NAMES
+            written.append(simple if short else alias)
         return ',"aliases":' + dumps(written)
 
     def _named(self, t: AvroType) -> str:

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from registry.schemas.errors import InvalidSchemaError
+from registry.schemas.jackson_text import string as jackson_string
 
 if TYPE_CHECKING:
     from registry.schemas import ParsedSchema, SchemaReference
@@ -74,7 +75,7 @@ def compact(value: Any) -> str:
 
 
 def _string(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return jackson_string(value)
 
 
 def _sorted(value: Any) -> Any:

@@ -89,3 +89,15 @@ def test_recursive_json_schema_is_compared_without_looping() -> None:
     new = parse_schema(SchemaType.JSON, text("number"))
     assert check_compatibility(new, [old], CompatibilityLevel.BACKWARD) == []
     assert check_compatibility(old, [new], CompatibilityLevel.BACKWARD) != []
+
+
+def test_strings_are_escaped_as_jackson_escapes_them() -> None:
+    text = '{"description": "tab\\there\\u001f \\u00e9 \\"q\\""}'
+    assert parse_schema(SchemaType.JSON, text).canonical == '{"description":"tab\\there\\u001F é \\"q\\""}'
+
+
+def test_unpaired_surrogates_are_rejected() -> None:
+    with pytest.raises(InvalidSchemaError, match="Unicode"):
+        parse_schema(SchemaType.JSON, '{"description": "\\ud800"}')
+    with pytest.raises(InvalidSchemaError, match="Unicode"):
+        parse_schema(SchemaType.AVRO, '{"type": "string", "x": "\\udfff"}')

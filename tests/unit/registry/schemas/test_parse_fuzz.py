@@ -19,7 +19,7 @@ WORDS = ["record", "enum", "fixed", "array", "map", "string", "int", "long", "nu
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
-    | st.sampled_from(WORDS) | st.text(max_size=5),
+    | st.sampled_from(WORDS) | st.text(max_size=5) | st.sampled_from(["\ud800", "a\x1fb", "é\u2028"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=3),
                                                                  inner, max_size=5),
     max_leaves=25,
@@ -33,6 +33,8 @@ def _parse_or_reject(kind: SchemaType, text: str) -> None:
         assert str(exc)
         return
     assert isinstance(result, ParsedSchema)
+    result.canonical.encode("utf-8")  # storable and returnable
+    assert len(result.fingerprint()) == 64
     # what we store parses again to the same canonical text
     assert parse_schema(kind, result.canonical).canonical == result.canonical
 
