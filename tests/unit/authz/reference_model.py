@@ -14,15 +14,23 @@ from dataclasses import dataclass
 from functools import cmp_to_key
 
 from authz.model import (
+    DEFAULT_ALLOW_RULE,
+    DEFAULT_DENY_RULE,
+    SUPER_USER_RULE,
     Acl,
     AclFilter,
     Action,
+    AuthorizationResult,
+    Decision,
+    InvalidAclError,
+    MatchingAcl,
     Operation,
     PatternType,
     Permission,
     Principal,
     RequestContext,
     ResourceType,
+    Rule,
 )
 
 # --------------------------------------------------------------------------- builders
@@ -267,3 +275,78 @@ def kafka_sorted(acls: Iterable[Acl]) -> list[Acl]:
 def reference_acls(acls: Iterable[Acl], flt: AclFilter) -> list[Acl]:
     """DescribeAcls: a scan of the whole set, in Kafka's sort order."""
     return kafka_sorted(a for a in set(acls) if filter_matches(flt, a))
+
+
+# --------------------------------------------------------------------------- the model as an authorizer
+
+
+class ReferenceAuthorizer:
+    """The naive model behind `AuthorizerData`'s interface, so that the transcribed Kafka scenarios
+    can run against it too: that is what shows the model itself says what Kafka says."""
+
+    def __init__(self, acls: Iterable[Acl], super_users: frozenset[str], allow_everyone_if_no_acl_found: bool) -> None:
+        self.acl_set = frozenset(acls)
+        self.super_users = super_users
+        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+
+    @staticmethod
+    def build(
+        acls: Iterable[Acl] = (),
+        *,
+        super_users: Iterable[Principal] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+    ) -> ReferenceAuthorizer:
+        return ReferenceAuthorizer(acls, frozenset(str(p) for p in super_users), allow_everyone_if_no_acl_found)
+
+    def with_acls(self, added: Iterable[Acl] = (), removed: Iterable[Acl] = ()) -> ReferenceAuthorizer:
+        acls = (self.acl_set - set(removed)) | set(added)
+        return ReferenceAuthorizer(acls, self.super_users, self.allow_everyone_if_no_acl_found)
+
+    def authorize(self, context: RequestContext, actions: list[Action]) -> list[Decision]:
+        principal = f"{context.principal.type}:{context.principal.name}"  # KafkaPrincipal(type, name)
+        out = []
+        for act in actions:
+            expected = reference_authorize(
+                self.acl_set,
+                super_users=self.super_users,
+                allow_everyone_if_no_acl_found=self.allow_everyone_if_no_acl_found,
+                principal=principal,
+                host=context.client_address,
+                act=act,
+            )
+            result = AuthorizationResult.ALLOWED if expected.allowed else AuthorizationResult.DENIED
+            rule: Rule
+            if expected.rule == "MatchingAcl":
+                rule = MatchingAcl(kafka_sorted(expected.candidates)[0])
+            else:
+                rule = {"SuperUser": SUPER_USER_RULE, "DefaultAllow": DEFAULT_ALLOW_RULE}.get(
+                    expected.rule, DEFAULT_DENY_RULE
+                )
+            out.append(Decision(result, rule))
+        return out
+
+    def authorize_by_resource_type(self, context: RequestContext, op: Operation, rt: ResourceType) -> Decision:
+        allowed = reference_authorize_by_resource_type(
+            self.acl_set,
+            super_users=self.super_users,
+            allow_everyone_if_no_acl_found=self.allow_everyone_if_no_acl_found,
+            principal=f"{context.principal.type}:{context.principal.name}",
+            host=context.client_address,
+            op=op,
+            resource_type=rt,
+        )
+        if allowed:
+            return Decision(AuthorizationResult.ALLOWED, DEFAULT_ALLOW_RULE)
+        return Decision(AuthorizationResult.DENIED, DEFAULT_DENY_RULE)
+
+    def acls(self, flt: AclFilter) -> list[Acl]:
+        return reference_acls(self.acl_set, flt)
+
+    def acls_to_delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
+        """AclControlManager.deleteAcls + validateFilter (KRaft: every filter sees the same set)."""
+        for flt in filters:
+            if flt.resource_type is ResourceType.UNKNOWN or flt.pattern_type is PatternType.UNKNOWN:
+                raise InvalidAclError("Unknown patternFilter.")
+            if flt.operation is Operation.UNKNOWN or flt.permission is Permission.UNKNOWN:
+                raise InvalidAclError("Unknown entryFilter.")
+        return [self.acls(flt) for flt in filters]

@@ -9,6 +9,8 @@ selects, against `AuthorizerData.acls` / `acls_to_delete` and the naive referenc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from authz.decide import AuthorizerData
@@ -22,7 +24,16 @@ from authz.model import (
     ResourcePattern,
     ResourceType,
 )
-from tests.unit.authz.reference_model import acl, filter_matches, reference_acls
+from tests.unit.authz.reference_model import ReferenceAuthorizer, acl, filter_matches, reference_acls
+
+Build = Callable[..., AuthorizerData | ReferenceAuthorizer]
+BACKENDS: dict[str, Build] = {"kgov": AuthorizerData.build, "reference": ReferenceAuthorizer.build}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def build(request: pytest.FixtureRequest) -> Build:
+    """The listing and deleting scenarios run against kgov and against the naive reference model."""
+    return BACKENDS[request.param]
 
 TOPIC, GROUP, ANY_TYPE, UNKNOWN_TYPE = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.ANY, ResourceType.UNKNOWN
 LITERAL, PREFIXED, ANY, MATCH = PatternType.LITERAL, PatternType.PREFIXED, PatternType.ANY, PatternType.MATCH
@@ -139,9 +150,9 @@ def test_acl_binding_unknowns() -> None:
     assert AclFilter(permission=Permission.UNKNOWN).is_unknown
 
 
-def test_exact_filter_matches_only_its_acl() -> None:
+def test_exact_filter_matches_only_its_acl(build: Build) -> None:
     """AclBinding.toFilter (used by AuthorizerTest.removeAcls): the exact filter selects one ACL."""
-    data = AuthorizerData.build([ACL1, ACL2, ACL3])
+    data = build([ACL1, ACL2, ACL3])
     for binding in (ACL1, ACL2, ACL3):
         assert data.acls(AclFilter.exact(binding)) == [binding]
 
@@ -160,12 +171,12 @@ def _acls_filter_fixture() -> tuple[Acl, Acl, Acl, Acl]:
     )
 
 
-def test_acls_filter() -> None:
+def test_acls_filter(build: Build) -> None:
     """AuthorizerTest.testAclsFilter (core, KRaft variant): describe and delete with LITERAL, PREFIXED,
     MATCH and ANY filters; KRaft computes every delete filter against the same snapshot."""
     acl1, acl2, acl3, acl4 = _acls_filter_fixture()
     all_acls = [acl1, acl2, acl3, acl4]
-    data = AuthorizerData.build(all_acls)
+    data = build(all_acls)
 
     assert set(data.acls(AclFilter())) == {acl1, acl2, acl3, acl4}
     resource1 = AclFilter(TOPIC, acl1.resource_name, LITERAL)
@@ -192,12 +203,12 @@ def test_acls_filter() -> None:
         assert data.acls(flt) == reference_acls(all_acls, flt)
 
 
-def test_get_acls_principal() -> None:
+def test_get_acls_principal(build: Build) -> None:
     """AuthorizerTest.testGetAclsPrincipal: a principal filter is an exact string match, so `User:*`
     only finds ACLs stored for `User:*`."""
     resource = "foo-7d3e"
     specific = acl(TOPIC, resource, LITERAL, USER_ALICE, "*", WRITE, ALLOW)
-    data = AuthorizerData.build([specific])
+    data = build([specific])
     assert len(data.acls(AclFilter(principal="User:*"))) == 0, "acl on specific should not be returned for wildcard"
     assert len(data.acls(AclFilter(principal=USER_ALICE))) == 1, "acl on specific should be returned for specific"
 
@@ -214,12 +225,12 @@ def test_get_acls_principal() -> None:
     [("foo-2b8e41", LITERAL), ("bar-", PREFIXED), ("*", LITERAL)],
 )
 @pytest.mark.parametrize("delete_pattern_type", ["own", ANY, MATCH])
-def test_create_delete_timing(name: str, pattern_type: PatternType, delete_pattern_type: object) -> None:
+def test_create_delete_timing(build: Build, name: str, pattern_type: PatternType, delete_pattern_type: object) -> None:
     """AuthorizerTest.testCreateDeleteTiming, without the ZooKeeper propagation delay: right after a
     create, a delete by (type, name, own pattern type | ANY | MATCH) returns exactly that ACL and the
     listing is empty afterwards."""
     created = acl(TOPIC, name, pattern_type, USER_ALICE, "*", READ, ALLOW)
-    data = AuthorizerData.build()
+    data = build()
     assert data.acls(AclFilter()) == []
     data = data.with_acls(added=[created])
     pt = pattern_type if delete_pattern_type == "own" else delete_pattern_type
@@ -230,10 +241,10 @@ def test_create_delete_timing(name: str, pattern_type: PatternType, delete_patte
     assert data.acls(AclFilter()) == []
 
 
-def test_validate_filter() -> None:
+def test_validate_filter(build: Build) -> None:
     """AclControlManagerTest.testValidateFilter (metadata): unknown filters are refused on delete."""
     valid = AclFilter(ANY_TYPE, "*", LITERAL, "User:*", "*", Operation.ANY, Permission.ANY)
-    data = AuthorizerData.build([acl(TOPIC, "*", LITERAL, "User:*", "*", READ, ALLOW)])
+    data = build([acl(TOPIC, "*", LITERAL, "User:*", "*", READ, ALLOW)])
     assert data.acls_to_delete([valid]) == [[acl(TOPIC, "*", LITERAL, "User:*", "*", READ, ALLOW)]]
     with pytest.raises(InvalidAclError, match=r"^Unknown patternFilter\.$"):
         data.acls_to_delete([AclFilter(ANY_TYPE, "*", PatternType.UNKNOWN, "User:*", "*")])
@@ -241,10 +252,10 @@ def test_validate_filter() -> None:
         data.acls_to_delete([AclFilter(ANY_TYPE, "*", MATCH, "User:*", "*", Operation.ANY, Permission.UNKNOWN)])
 
 
-def test_delete_dedupe() -> None:
+def test_delete_dedupe(build: Build) -> None:
     """AclControlManagerTest.testDeleteDedupe: ANY and the exact filter both report the one ACL."""
     binding = acl(TOPIC, "topic-1", LITERAL, "User:user", "10.0.0.1", ALL, ALLOW)
-    data = AuthorizerData.build([binding])
+    data = build([binding])
     assert data.acls_to_delete([AclFilter()]) == [[binding]]
     assert data.acls_to_delete([AclFilter.exact(binding)]) == [[binding]]
     assert data.acls_to_delete([AclFilter(), AclFilter.exact(binding)]) == [[binding], [binding]]

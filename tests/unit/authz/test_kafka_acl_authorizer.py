@@ -6,16 +6,20 @@ Sources (apache/kafka, core `src/test/scala/unit/kafka/security/authorizer/`): `
 plugin-lifecycle tests are not transcribed here (see the report of the change that added this file).
 
 `Authorizer` below plays Kafka's `authorizer1`: it holds the current immutable snapshot and applies
-`createAcls` / `deleteAcls` the way the tests' `addAcls` / `removeAcls` helpers do.
+`createAcls` / `deleteAcls` the way the tests' `addAcls` / `removeAcls` helpers do. Every scenario
+runs twice: against kgov's `AuthorizerData` and against the naive `ReferenceAuthorizer`, which is how
+the model the property tests trust is itself held to Kafka's expectations.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from pydantic import ValidationError
 
-from authz.config import parse_super_users
+from authz.config import AuthzConfig, parse_super_users
 from authz.decide import AuthorizerData
 from authz.model import (
     Acl,
@@ -29,7 +33,7 @@ from authz.model import (
     RequestContext,
     ResourceType,
 )
-from tests.unit.authz.reference_model import ALL_OPERATIONS, CONCRETE_TYPES, ctx
+from tests.unit.authz.reference_model import ALL_OPERATIONS, CONCRETE_TYPES, ReferenceAuthorizer, ctx
 
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (
     ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID,
@@ -73,11 +77,17 @@ PREFIXED_RESOURCE: Pattern = (TOPIC, "foo", PREFIXED)
 CLUSTER_RESOURCE: Pattern = (CLUSTER, "kafka-cluster", LITERAL)
 
 
+Build = Callable[..., AuthorizerData | ReferenceAuthorizer]
+BACKENDS: dict[str, Build] = {"kgov": AuthorizerData.build, "reference": ReferenceAuthorizer.build}
+
+
 class Authorizer:
     """A StandardAuthorizer under test: the snapshot plus the BaseAuthorizerTest helper methods."""
 
-    def __init__(self, *, super_users: str = SUPER_USERS, allow_everyone_if_no_acl_found: bool = False) -> None:
-        self.data = AuthorizerData.build(
+    def __init__(
+        self, build: Build, *, super_users: str = SUPER_USERS, allow_everyone_if_no_acl_found: bool = False
+    ) -> None:
+        self.data = build(
             super_users=parse_super_users(super_users), allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found
         )
 
@@ -120,9 +130,14 @@ class Authorizer:
         return acls
 
 
+@pytest.fixture(params=sorted(BACKENDS))
+def build(request: pytest.FixtureRequest) -> Build:
+    return BACKENDS[request.param]
+
+
 @pytest.fixture
-def authorizer() -> Authorizer:
-    return Authorizer()
+def authorizer(build: Build) -> Authorizer:
+    return Authorizer(build)
 
 
 class CustomPrincipal(Principal):
@@ -140,6 +155,16 @@ def custom_ctx(name: str, host: str) -> RequestContext:
 
 
 # --------------------------------------------------------------------------- AuthorizerTest
+
+
+def test_authorize_throws_on_non_literal_resource(authorizer: Authorizer) -> None:
+    """AuthorizerTest.testAuthorizeThrowsOnNonLiteralResource."""
+    with pytest.raises(ValueError, match=r"^Only literal resources are supported\. Got: PREFIXED$"):
+        authorizer.authorize(REQUEST_CONTEXT, READ, (TOPIC, "something", PREFIXED))
+    # Kafka has no decision cache: the check holds after the literal resource was decided too.
+    assert not authorizer.authorize(REQUEST_CONTEXT, READ, (TOPIC, "something", LITERAL))
+    with pytest.raises(ValueError, match=r"^Only literal resources are supported\. Got: PREFIXED$"):
+        authorizer.authorize(REQUEST_CONTEXT, READ, (TOPIC, "something", PREFIXED))
 
 
 def test_authorize_with_empty_resource_name(authorizer: Authorizer) -> None:
@@ -210,6 +235,12 @@ def test_super_user_has_access(authorizer: Authorizer) -> None:
     assert authorizer.authorize(ctx("User:superuser2", "192.0.4.4"), READ, RESOURCE)
 
 
+def test_super_user_with_custom_principal_has_access(authorizer: Authorizer) -> None:
+    """AuthorizerTest.testSuperUserWithCustomPrincipalHasAccess."""
+    authorizer.change_acl_and_verify(set(), {Ace("User:*", "*", ALL, DENY)}, set())
+    assert authorizer.authorize(custom_ctx("superuser1", "192.0.4.4"), READ, RESOURCE)
+
+
 def test_wild_card_acls(authorizer: Authorizer) -> None:
     """AuthorizerTest.testWildCardAcls."""
     assert not authorizer.authorize(REQUEST_CONTEXT, READ, RESOURCE), "when acls = [], authorizer should fail close."
@@ -230,9 +261,25 @@ def test_no_acl_found(authorizer: Authorizer) -> None:
     assert not authorizer.authorize(REQUEST_CONTEXT, READ, RESOURCE), "when acls = [], authorizer should deny op."
 
 
-def test_no_acl_found_override() -> None:
+def test_no_acl_found_override(build: Build) -> None:
     """AuthorizerTest.testNoAclFoundOverride."""
-    authorizer = Authorizer(allow_everyone_if_no_acl_found=True)
+    authorizer = Authorizer(build, allow_everyone_if_no_acl_found=True)
+    assert authorizer.authorize(REQUEST_CONTEXT, READ, RESOURCE)
+
+
+def test_acl_config_with_whitespace(build: Build) -> None:
+    """AuthorizerTest.testAclConfigWithWhitespace: every configuration value padded with spaces
+    (Kafka trims them: `Boolean.parseBoolean(value.trim())`, `super.users` entries trimmed)."""
+    try:
+        config = AuthzConfig(
+            super_users=" " + SUPER_USERS + " ",
+            allow_everyone_if_no_acl_found="  true ",  # type: ignore[arg-type]
+        )
+    except ValidationError as exc:
+        pytest.fail(f"padded configuration values are refused: {exc}")
+    assert config.allow_everyone_if_no_acl_found is True
+    assert config.super_user_set == {Principal("User", "superuser1"), Principal("User", "superuser2")}
+    authorizer = Authorizer(build, super_users=config.super_users, allow_everyone_if_no_acl_found=True)
     assert authorizer.authorize(REQUEST_CONTEXT, READ, RESOURCE)
 
 
@@ -415,18 +462,18 @@ def test_single_character_resource_acls(authorizer: Authorizer) -> None:
 # --------------------------------------------------------------------------- authorizeByResourceType
 
 
-def test_authorize_by_resource_type_no_acl_found_override() -> None:
+def test_authorize_by_resource_type_no_acl_found_override(build: Build) -> None:
     """AuthorizerTest.testAuthorizeByResourceTypeNoAclFoundOverride."""
-    authorizer = Authorizer(allow_everyone_if_no_acl_found=True)
+    authorizer = Authorizer(build, allow_everyone_if_no_acl_found=True)
     assert authorizer.authorize_by_resource_type(REQUEST_CONTEXT, READ, TOPIC)
     assert authorizer.authorize_by_resource_type(REQUEST_CONTEXT, WRITE, TOPIC)
 
 
 @pytest.mark.parametrize("allow_everyone", [False, True])
-def test_authorize_by_resource_type_no_acls(allow_everyone: bool) -> None:
+def test_authorize_by_resource_type_no_acls(build: Build, allow_everyone: bool) -> None:
     """SecurityUtils.authorizeByResourceTypeCheckArgs (the filter values ANY/UNKNOWN are refused with
     Kafka's messages) and, without ACLs, the default result for every type and operation."""
-    authorizer = Authorizer(allow_everyone_if_no_acl_found=allow_everyone)
+    authorizer = Authorizer(build, allow_everyone_if_no_acl_found=allow_everyone)
     messages = {
         (None, ResourceType.ANY): "Must specify a non-filter resource type for authorizeByResourceType",
         (None, ResourceType.UNKNOWN): "Unknown resource type",
@@ -597,10 +644,10 @@ def test_authorize_by_resource_type_super_user_has_access(authorizer: Authorizer
         assert authorizer.authorize_by_resource_type(super_user, READ, rt), "superuser always has access"
 
 
-def test_authorize_by_resource_type_enable_allow_every_one() -> None:
+def test_authorize_by_resource_type_enable_allow_every_one(build: Build) -> None:
     """AuthorizerWrapperTest.testAuthorizeByResourceTypeEnableAllowEveryOne (the same outcome under
     the Authorizer interface default that StandardAuthorizer uses)."""
-    authorizer = Authorizer(allow_everyone_if_no_acl_found=True)
+    authorizer = Authorizer(build, allow_everyone_if_no_acl_found=True)
     assert authorizer.authorize_by_resource_type(REQUEST_CONTEXT, READ, TOPIC)
     deny_all = Ace("User:*", "*", ALL, DENY)
     authorizer.add_acls({deny_all}, RESOURCE)
@@ -618,3 +665,14 @@ def test_authorize_by_resource_type_disable_allow_everyone_override(authorizer: 
     assert not authorizer.authorize_by_resource_type(REQUEST_CONTEXT, READ, TOPIC)
 
 
+def test_authorize_by_resource_type_does_not_imply_describe(authorizer: Authorizer) -> None:
+    """Authorizer.authorizeByResourceType compares the ACL's own operation (`op` or ALL): an ALLOW
+    READ on a literal topic does not answer DESCRIBE, but an explicit DESCRIBE ALLOW does, even when
+    the same principal also holds READ there (shared/reference/authz-sasl.md section 1.9)."""
+    user1, host1 = "User:user1", "192.168.1.1"
+    u1h1 = ctx(user1, host1)
+    authorizer.add_acls({Ace(user1, host1, READ, ALLOW)}, (TOPIC, "orders", LITERAL))
+    assert authorizer.authorize_by_resource_type(u1h1, READ, TOPIC)
+    assert not authorizer.authorize_by_resource_type(u1h1, DESCRIBE, TOPIC)
+    authorizer.add_acls({Ace(user1, host1, DESCRIBE, ALLOW)}, (TOPIC, "orders", LITERAL))
+    assert authorizer.authorize_by_resource_type(u1h1, DESCRIBE, TOPIC)

@@ -8,7 +8,7 @@ to `AuthorizerData.build(acls, super_users=...)`; `addAcl`/`removeAcl` map to `w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from authz.model import (
     AclFilter,
     Action,
     AuthorizationResult,
+    AuthorizerNotReadyError,
     Decision,
     InvalidAclError,
     MatchingAcl,
@@ -37,7 +38,7 @@ from authz.model import (
     ResourceType,
 )
 from authz.service import AuthorizerService
-from tests.unit.authz.reference_model import acl, action, ctx
+from tests.unit.authz.reference_model import ReferenceAuthorizer, acl, action, ctx
 
 ALLOWED, DENIED = AuthorizationResult.ALLOWED, AuthorizationResult.DENIED
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -50,13 +51,23 @@ ALLOW, DENY = Permission.ALLOW, Permission.DENY
 SUPERMAN = [Principal("User", "superman")]
 
 
-def authorizer(acls: list[Acl] = (), **kwargs: object) -> AuthorizerData:  # type: ignore[assignment]
+Build = Callable[..., AuthorizerData | ReferenceAuthorizer]
+BACKENDS: dict[str, Build] = {"kgov": AuthorizerData.build, "reference": ReferenceAuthorizer.build}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def build(request: pytest.FixtureRequest) -> Build:
+    """Each decision scenario runs against kgov and against the naive reference model."""
+    return BACKENDS[request.param]
+
+
+def authorizer(build: Build, acls: list[Acl] = (), **kwargs: object) -> AuthorizerData | ReferenceAuthorizer:  # type: ignore[assignment]
     """createAndInitializeStandardAuthorizer() followed by addAcl for each ACL."""
     kwargs.setdefault("super_users", SUPERMAN)
-    return AuthorizerData.build(acls, **kwargs)  # type: ignore[arg-type]
+    return build(acls, **kwargs)
 
 
-def results(data: AuthorizerData, context: RequestContext, actions: list[Action]) -> list[AuthorizationResult]:
+def results(data: AuthorizerData | ReferenceAuthorizer, context: RequestContext, actions: list[Action]) -> list[AuthorizationResult]:
     decisions = data.authorize(context, actions)
     assert len(decisions) == len(actions)
     return [d.result for d in decisions]
@@ -88,23 +99,23 @@ def test_get_configured_super_users() -> None:
         AuthzConfig(super_users="bob;:alice")
 
 
-def test_get_default_result() -> None:
+def test_get_default_result(build: Build) -> None:
     """StandardAuthorizerTest.testGetDefaultResult: `allow.everyone.if.no.acl.found` defaults to
     false (DENIED); "true" gives ALLOWED, "false" DENIED."""
     assert AuthzConfig().allow_everyone_if_no_acl_found is False
     assert AuthzConfig(allow_everyone_if_no_acl_found="true").allow_everyone_if_no_acl_found is True  # type: ignore[arg-type]
     assert AuthzConfig(allow_everyone_if_no_acl_found="false").allow_everyone_if_no_acl_found is False  # type: ignore[arg-type]
     nothing = [action(READ, TOPIC, "foo")]
-    assert results(authorizer(), ctx("User:bob"), nothing) == [DENIED]
-    assert results(authorizer(allow_everyone_if_no_acl_found=True), ctx("User:bob"), nothing) == [ALLOWED]
+    assert results(authorizer(build), ctx("User:bob"), nothing) == [DENIED]
+    assert results(authorizer(build, allow_everyone_if_no_acl_found=True), ctx("User:bob"), nothing) == [ALLOWED]
 
 
-def test_configure() -> None:
+def test_configure(build: Build) -> None:
     """StandardAuthorizerTest.testConfigure."""
     config = AuthzConfig(super_users="User:alice;User:chris", allow_everyone_if_no_acl_found="true")  # type: ignore[arg-type]
     assert config.super_user_set == {Principal("User", "alice"), Principal("User", "chris")}
     assert config.allow_everyone_if_no_acl_found is True
-    data = AuthorizerData.build(
+    data = build(
         super_users=config.super_user_set, allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found
     )
     assert data.authorize(ctx("User:chris"), [action(ALTER, CLUSTER, "kafka-cluster")]) == [
@@ -113,10 +124,10 @@ def test_configure() -> None:
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_allow_everyone_if_no_acl_found_config(enabled: bool) -> None:
+def test_allow_everyone_if_no_acl_found_config(build: Build, enabled: bool) -> None:
     """StandardAuthorizerTest.testAllowEveryoneIfNoAclFoundConfigEnabled / ...Disabled (KAFKA-14435):
     the default applies only to a resource that no ACL of any principal matches."""
-    data = AuthorizerData.build(
+    data = build(
         [acl(TOPIC, "topic1", LITERAL, "User:Alice", "*", READ, ALLOW)],
         super_users=[Principal("User", "alice"), Principal("User", "chris")],
         allow_everyone_if_no_acl_found=enabled,
@@ -128,21 +139,21 @@ def test_allow_everyone_if_no_acl_found_config(enabled: bool) -> None:
 # --------------------------------------------------------------------------- findResult
 
 
-def _single(acl_: Acl, context: RequestContext, act: Action) -> Decision:
+def _single(build: Build, acl_: Acl, context: RequestContext, act: Action) -> Decision:
     """findResult(action, context, acl) on a snapshot holding only that ACL: Kafka's `null` (the ACL
     does not apply) is DENIED by the DefaultDeny rule, because the resource does have an ACL."""
-    (decision,) = AuthorizerData.build([acl_]).authorize(context, [act])
+    (decision,) = build([acl_]).authorize(context, [act])
     return decision
 
 
 @pytest.mark.parametrize("op", [DESCRIBE, READ, WRITE, DELETE, ALTER])
-def test_find_result_implication_allow_describe(op: Operation) -> None:
+def test_find_result_implication_allow_describe(build: Build, op: Operation) -> None:
     """StandardAuthorizerTest.testFindResultImplication: these ALLOWs all imply DESCRIBE."""
     rule = new_foo_acl(op, ALLOW)
-    assert _single(rule, ctx("User:bob"), action(DESCRIBE, TOPIC, "foo_bar")) == Decision(ALLOWED, MatchingAcl(rule))
+    assert _single(build, rule, ctx("User:bob"), action(DESCRIBE, TOPIC, "foo_bar")) == Decision(ALLOWED, MatchingAcl(rule))
 
 
-def test_find_result_implication() -> None:
+def test_find_result_implication(build: Build) -> None:
     """StandardAuthorizerTest.testFindResultImplication: CREATE does not imply DESCRIBE; DENY ACLs
     do no implication; ALTER_CONFIGS implies DESCRIBE_CONFIGS; exact matches deny."""
     bob = ctx("User:bob")
@@ -150,46 +161,46 @@ def test_find_result_implication() -> None:
     describe_configs = action(DESCRIBE_CONFIGS, TOPIC, "foo_bar")
     not_applicable = Decision(DENIED, DEFAULT_DENY_RULE)
     # CREATE does not imply DESCRIBE
-    assert _single(new_foo_acl(CREATE, ALLOW), bob, describe) == not_applicable
+    assert _single(build, new_foo_acl(CREATE, ALLOW), bob, describe) == not_applicable
     # Deny ACLs don't do "implication".
     for op in (READ, WRITE, DELETE, ALTER):
-        assert _single(new_foo_acl(op, DENY), bob, describe) == not_applicable, op
+        assert _single(build, new_foo_acl(op, DENY), bob, describe) == not_applicable, op
     # Exact match
     deny_describe = new_foo_acl(DESCRIBE, DENY)
-    assert _single(deny_describe, bob, describe) == Decision(DENIED, MatchingAcl(deny_describe))
+    assert _single(build, deny_describe, bob, describe) == Decision(DENIED, MatchingAcl(deny_describe))
     # These permissions all imply DESCRIBE_CONFIGS.
     for op in (DESCRIBE_CONFIGS, ALTER_CONFIGS):
         rule = new_foo_acl(op, ALLOW)
-        assert _single(rule, bob, describe_configs) == Decision(ALLOWED, MatchingAcl(rule)), op
+        assert _single(build, rule, bob, describe_configs) == Decision(ALLOWED, MatchingAcl(rule)), op
     # Deny ACLs don't do "implication".
-    assert _single(new_foo_acl(ALTER_CONFIGS, DENY), bob, describe_configs) == not_applicable
+    assert _single(build, new_foo_acl(ALTER_CONFIGS, DENY), bob, describe_configs) == not_applicable
     # Exact match
     deny_alter_configs = new_foo_acl(ALTER_CONFIGS, DENY)
-    assert _single(deny_alter_configs, bob, action(ALTER_CONFIGS, TOPIC, "foo_bar")) == Decision(
+    assert _single(build, deny_alter_configs, bob, action(ALTER_CONFIGS, TOPIC, "foo_bar")) == Decision(
         DENIED, MatchingAcl(deny_alter_configs)
     )
 
 
-def test_find_result_principal_matching() -> None:
+def test_find_result_principal_matching(build: Build) -> None:
     """StandardAuthorizerTest.testFindResultPrincipalMatching."""
     allow = new_foo_acl(READ, ALLOW)
-    assert _single(allow, ctx("User:bob"), action(READ, TOPIC, "foo_bar")) == Decision(ALLOWED, MatchingAcl(allow))
+    assert _single(build, allow, ctx("User:bob"), action(READ, TOPIC, "foo_bar")) == Decision(ALLOWED, MatchingAcl(allow))
     # Principal does not match.
-    assert _single(allow, ctx("User:alice"), action(READ, TOPIC, "foo_bar")) == Decision(DENIED, DEFAULT_DENY_RULE)
+    assert _single(build, allow, ctx("User:alice"), action(READ, TOPIC, "foo_bar")) == Decision(DENIED, DEFAULT_DENY_RULE)
     # Wildcard principal matches anything.
     deny = new_bar_acl(READ, DENY)
-    assert _single(deny, ctx("User:alice"), action(READ, GROUP, "bar")) == Decision(DENIED, MatchingAcl(deny))
+    assert _single(build, deny, ctx("User:alice"), action(READ, GROUP, "bar")) == Decision(DENIED, MatchingAcl(deny))
 
 
 # --------------------------------------------------------------------------- listing
 
 
-def test_list_acls() -> None:
+def test_list_acls(build: Build) -> None:
     """StandardAuthorizerTest.testListAcls: DescribeAcls comes out in StandardAcl order (type, then
     REVERSE name, ..., operation)."""
     foo = [new_foo_acl(READ, ALLOW), new_foo_acl(WRITE, ALLOW)]
     bar = [new_bar_acl(DESCRIBE_CONFIGS, DENY), new_bar_acl(ALTER_CONFIGS, DENY)]
-    data = authorizer([*reversed(bar), *reversed(foo)])
+    data = authorizer(build, [*reversed(bar), *reversed(foo)])
     assert data.acls(AclFilter()) == [foo[0], foo[1], bar[0], bar[1]]
     data = data.with_acls(removed=[foo[1]])
     assert data.acls(AclFilter()) == [foo[0], bar[0], bar[1]]
@@ -199,17 +210,17 @@ def test_list_acls() -> None:
 # --------------------------------------------------------------------------- authorize
 
 
-def test_simple_authorizations() -> None:
+def test_simple_authorizations(build: Build) -> None:
     """StandardAuthorizerTest.testSimpleAuthorizations."""
-    data = authorizer([new_foo_acl(READ, ALLOW), new_foo_acl(WRITE, ALLOW),
+    data = authorizer(build, [new_foo_acl(READ, ALLOW), new_foo_acl(WRITE, ALLOW),
                        new_bar_acl(DESCRIBE_CONFIGS, ALLOW), new_bar_acl(ALTER_CONFIGS, ALLOW)])
     assert results(data, ctx("User:bob"), [action(READ, TOPIC, "foo_")]) == [ALLOWED]
     assert results(data, ctx("User:fred"), [action(ALTER_CONFIGS, GROUP, "bar")]) == [ALLOWED]
 
 
-def test_deny_precedence_with_operation_all() -> None:
+def test_deny_precedence_with_operation_all(build: Build) -> None:
     """StandardAuthorizerTest.testDenyPrecedenceWithOperationAll."""
-    data = authorizer([
+    data = authorizer(build, [
         acl(TOPIC, "foo", LITERAL, "User:alice", "*", ALL, DENY),
         acl(TOPIC, "foo", PREFIXED, "User:alice", "*", READ, ALLOW),
         acl(TOPIC, "foo", LITERAL, "User:*", "*", ALL, DENY),
@@ -230,9 +241,9 @@ def test_deny_precedence_with_operation_all() -> None:
     ]) == [DENIED, DENIED, DENIED, ALLOWED, DENIED]
 
 
-def test_topic_acl_with_operation_all() -> None:
+def test_topic_acl_with_operation_all(build: Build) -> None:
     """StandardAuthorizerTest.testTopicAclWithOperationAll."""
-    data = authorizer([
+    data = authorizer(build, [
         acl(TOPIC, "foo", LITERAL, "User:*", "*", ALL, ALLOW),
         acl(TOPIC, "bar", PREFIXED, "User:alice", "*", ALL, ALLOW),
         acl(TOPIC, "baz", LITERAL, "User:bob", "*", ALL, ALLOW),
@@ -248,11 +259,11 @@ def test_topic_acl_with_operation_all() -> None:
     ]) == [ALLOWED, DENIED, DENIED]
 
 
-def test_host_address_acl_validation() -> None:
+def test_host_address_acl_validation(build: Build) -> None:
     """StandardAuthorizerTest.testHostAddressAclValidation (KAFKA-13698: the host is the client's IP
     literal; `InetAddress.getLocalHost()` is played by 10.20.30.40)."""
     host1, host2, local = "192.168.1.1", "192.168.1.2", "10.20.30.40"
-    data = authorizer([
+    data = authorizer(build, [
         acl(TOPIC, "foo", LITERAL, "User:alice", host1, READ, DENY),
         acl(TOPIC, "foo", LITERAL, "User:alice", "*", READ, ALLOW),
         acl(TOPIC, "bar", LITERAL, "User:bob", host2, READ, ALLOW),
@@ -280,9 +291,9 @@ MANY_ACLS = [
 ]
 
 
-def test_authorization_with_many_acls() -> None:
+def test_authorization_with_many_acls(build: Build) -> None:
     """StandardAuthorizerTest.testAuthorizationWithManyAcls (addManyAcls)."""
-    data = authorizer(MANY_ACLS)
+    data = authorizer(build, MANY_ACLS)
     assert results(data, ctx("User:bob"), [action(READ, TOPIC, "green1"), action(WRITE, GROUP, "wheel")]) == [
         ALLOWED, DENIED,
     ]
@@ -322,10 +333,10 @@ def _audit_line(context: RequestContext, act: Action, decision: Decision) -> str
 
 
 @pytest.mark.parametrize("log_if_denied", [True, False])
-def test_deny_audit_logging(log_if_denied: bool) -> None:
+def test_deny_audit_logging(build: Build, log_if_denied: bool) -> None:
     """StandardAuthorizerTest.testDenyAuditLogging: the exact kafka.authorizer.logger line, at INFO
     when the action asks for denials to be logged and TRACE otherwise."""
-    data = authorizer(MANY_ACLS)
+    data = authorizer(build, MANY_ACLS)
     context = ctx("User:bob", "127.0.0.1")
     act = action(READ, TOPIC, "alpha", log_if_allowed=False, log_if_denied=log_if_denied)
     (decision,) = data.authorize(context, [act])
@@ -336,9 +347,9 @@ def test_deny_audit_logging(log_if_denied: bool) -> None:
 
 
 @pytest.mark.parametrize("log_if_allowed", [True, False])
-def test_allow_audit_logging(log_if_allowed: bool) -> None:
+def test_allow_audit_logging(build: Build, log_if_allowed: bool) -> None:
     """StandardAuthorizerTest.testAllowAuditLogging: DEBUG when asked for, TRACE otherwise."""
-    data = authorizer(MANY_ACLS)
+    data = authorizer(build, MANY_ACLS)
     context = ctx("User:bob", "127.0.0.1")
     act = action(READ, TOPIC, "green1", log_if_allowed=log_if_allowed, log_if_denied=False)
     (decision,) = data.authorize(context, [act])
@@ -409,19 +420,32 @@ def test_allow_audit_logging_through_the_service(
         assert all(line.startswith("[2026-11-21 09:30:15,123] TRACE ") for line in lines.lines), lines.lines
 
 
-def test_super_user_and_default_rules_render_as_kafka() -> None:
+def test_authorization_prior_to_complete_initial_load(service_parts: tuple[AuthorizerService, _Lines]) -> None:
+    """StandardAuthorizerTest.testAuthorizationPriorToCompleteInitialLoad: before the first load only
+    super users are authorized; anyone else gets AuthorizerNotReadyException for the whole batch."""
+    service, _ = service_parts
+    batch = [action(READ, TOPIC, "green1"), action(READ, TOPIC, "green2")]
+    with pytest.raises(AuthorizerNotReadyError):
+        service.authorize(ctx("User:bob"), batch)
+    superman = service.authorize(ctx("User:superman"), [action(READ, TOPIC, "green1"), action(WRITE, GROUP, "wheel")])
+    assert [d.result for d in superman] == [ALLOWED, ALLOWED]
+    service.start(background=False)
+    assert [d.result for d in service.authorize(ctx("User:bob"), batch)] == [DENIED, DENIED]
+
+
+def test_super_user_and_default_rules_render_as_kafka(build: Build) -> None:
     """StandardAuthorizerData's other rule names in the audit line: SuperUser, DefaultDeny,
     DefaultAllow (MatchingRule.toString)."""
-    data = authorizer(MANY_ACLS)
+    data = authorizer(build, MANY_ACLS)
     assert str(data.authorize(ctx("User:superman"), [action(WRITE, GROUP, "wheel")])[0].rule) == "SuperUser"
     assert str(data.authorize(ctx("User:bob"), [action(READ, TOPIC, "zeta")])[0].rule) == "DefaultDeny"
-    allow_all = authorizer(MANY_ACLS, allow_everyone_if_no_acl_found=True)
+    allow_all = authorizer(build, MANY_ACLS, allow_everyone_if_no_acl_found=True)
     assert str(allow_all.authorize(ctx("User:bob"), [action(READ, TOPIC, "zeta")])[0].rule) == "DefaultAllow"
 
 
-def test_prefix_acls() -> None:
+def test_prefix_acls(build: Build) -> None:
     """StandardAuthorizerTest.testPrefixAcls (KAFKA-14265: a prefix ACL must not shadow another)."""
-    data = authorizer([
+    data = authorizer(build, [
         acl(TOPIC, "fooa", PREFIXED, "User:alice", "*", ALL, ALLOW),
         acl(TOPIC, "foobar", LITERAL, "User:bob", "*", ALL, ALLOW),
         acl(TOPIC, "f", PREFIXED, "User:bob", "*", ALL, ALLOW),
@@ -458,6 +482,17 @@ def test_validate_new_acl() -> None:
         assert str(err.value) == message
 
 
+@pytest.mark.parametrize("principal", ["invalid", ""])
+def test_validate_acl_with_bad_principal(principal: str) -> None:
+    """AclControlManagerTest.testValidateAclWithBadPrincipal / testValidateAclWithEmptyPrincipal."""
+    with pytest.raises(InvalidAclError) as err:
+        validate_new_acl(acl(TOPIC, "*", LITERAL, principal, "*", ALTER, ALLOW))
+    assert str(err.value) == (
+        f"Could not parse principal from `{principal}` (no colon is present separating the principal type "
+        "from the principal name)"
+    )
+
+
 def test_validate_new_acl_resource_names() -> None:
     """AclControlManager.validateNewAcl "Resource name should not be empty" (AuthorizerTest
     testEmptyAclThrowsException) and the broker's CreateAcls check (AclApis.handleCreateAcls):
@@ -473,11 +508,11 @@ def test_validate_new_acl_resource_names() -> None:
     validate_new_acl(acl(TOPIC, "test/1", LITERAL, "User:alice", "*", READ, ALLOW))
 
 
-def test_duplicate_acl_is_a_no_op() -> None:
+def test_duplicate_acl_is_a_no_op(build: Build) -> None:
     """AclControlManager.createAcls: `if (existingAcls.add(standardAcl))` -- adding an ACL that
     exists changes nothing (and still succeeds)."""
     rule = new_foo_acl(READ, ALLOW)
-    data = authorizer([rule, rule])
+    data = authorizer(build, [rule, rule])
     assert data.acls(AclFilter()) == [rule]
     again = data.with_acls(added=[rule])
     assert again.acls(AclFilter()) == [rule]

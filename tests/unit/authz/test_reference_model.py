@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import string
+from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from authz.decide import AuthorizerData
@@ -145,9 +147,31 @@ def test_authorize_matches_reference_scan(
             _assert_same(decision, expected, f"{attempt}: {act} by {principal}@{host}")
 
 
-@settings(PROPERTY, max_examples=EXAMPLES * 2)
+@PROPERTY
+@given(acl_set=acl_sets(), config=configs, principal=principals, host=hosts, act=actions)
+def test_non_literal_action_always_raises(
+    acl_set: frozenset[Acl], config: dict[str, bool], principal: str, host: str, act: Action
+) -> None:
+    """Kafka checks the pattern type of every action before anything else, each time."""
+    data = _build(acl_set, config)
+    context = ctx(principal, host)
+    data.authorize(context, [act])
+    for pt in (PREFIXED, PatternType.ANY, PatternType.MATCH):
+        with pytest.raises(ValueError, match=rf"^Only literal resources are supported\. Got: {pt.name}$"):
+            data.authorize(context, [act, replace(act, pattern_type=pt)])
+
+
+@settings(PROPERTY, max_examples=EXAMPLES + EXAMPLES // 2)
 @given(acl_set=st.one_of(acl_sets(), acl_sets(FEW_OPERATIONS)), config=configs, principal=principals, host=hosts,
        op=st.one_of(FEW_OPERATIONS, operations), rt=st.sampled_from([TOPIC, GROUP, CLUSTER]))
+@example(  # an explicit DESCRIBE ALLOW next to a READ ALLOW of the same principal, host and pattern
+    acl_set=frozenset({
+        acl(TOPIC, "ab", LITERAL, "User:a", "*", Operation.READ, ALLOW),
+        acl(TOPIC, "ab", LITERAL, "User:a", "*", Operation.DESCRIBE, ALLOW),
+    }),
+    config={"super_user": False, "allow_everyone": False},
+    principal="User:a", host="1.1.1.1", op=Operation.DESCRIBE, rt=TOPIC,
+)
 def test_authorize_by_resource_type_matches_reference_scan(
     acl_set: frozenset[Acl], config: dict[str, bool], principal: str, host: str, op: Operation, rt: ResourceType
 ) -> None:
@@ -191,7 +215,7 @@ def test_describe_and_delete_filters_match_reference_scan(acl_set: frozenset[Acl
 requests = st.tuples(principals, hosts, actions)
 
 
-@PROPERTY
+@settings(PROPERTY, max_examples=max(EXAMPLES // 2, 50))
 @given(base=acl_sets(), steps=st.lists(st.tuples(acl_sets(), st.data()), max_size=3), config=configs,
        probes=st.lists(requests, min_size=1, max_size=8))
 def test_with_acls_equals_a_fresh_build(
