@@ -1,0 +1,299 @@
+"""Ingest: every input line becomes one classified, parsed row; events are normalised to `EVENT_SCHEMA`.
+
+`parse_lines` is pure (DataFrame of `value`, `file_path` -> DataFrame with `kind`); everything runs in
+the JVM with anchored `regexp_extract`s and `from_json` with explicit schemas, no Python UDFs.
+
+Line kinds: `event` (normalised), `ignored` (well-formed lines of other loggers, stack-trace
+continuations, blank lines, TRACE-free notices we do not use), `excluded` (inter-broker principals and
+follower fetches) and `bad` (anything that claims to be an audit line but does not parse, or no
+known shape at all). Bad lines are counted per source and sampled; they never fail the job.
+
+The source of a line is the name of the directory holding its file (`logs/broker-3/server.log` ->
+`broker-3`), which is how brokers' logs are usually collected. Kafka's log4j `%d` has no zone: each
+source's zone is given by `source_zones` (default `default_zone`, UTC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_compliance import kafka_lines as K
+from spark_compliance import schema as S
+
+KIND_EVENT = "event"
+KIND_IGNORED = "ignored"
+KIND_EXCLUDED = "excluded"
+KIND_BAD = "bad"
+
+# Files in an input directory that are not logs.
+NON_LOG_FILES = ("inventory.json", "classification.json", "planted.json", "_SUCCESS")
+
+
+
+def read_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Every line of every file under `paths` (recursively; .gz read transparently) with its file path."""
+    df = (spark.read.option("recursiveFileLookup", "true").text(list(paths))
+          .select("value", F.col("_metadata.file_path").alias("file_path"),
+                  F.col("_metadata.file_name").alias("file_name")))
+    return df.filter(~F.col("file_name").isin(*NON_LOG_FILES)).drop("file_name")
+
+
+def enum_spelling(c: Column) -> Column:
+    """`AlterConfigs` / `kafka.AlterConfigs` / `ALTER_CONFIGS` -> `ALTER_CONFIGS`."""
+    c = F.regexp_replace(c, r"^[a-z]+\.", "")  # `kafka.CreateTopics`, `kgov.AlterUserScramCredentials`
+    return F.upper(F.regexp_replace(c, K.PASCAL_BOUNDARY, "$1_$2"))
+
+
+def client_host(c: Column) -> Column:
+    """`/10.0.0.1`, `host/10.0.0.1`, `10.0.0.1:5555` -> `10.0.0.1`; IPv6 kept as is."""
+    c = F.regexp_replace(F.trim(c), r"^[^/\[]*/", "")
+    return F.regexp_replace(c, r"^(\d+\.\d+\.\d+\.\d+):\d+$", "$1")
+
+
+def _null(type_name: str) -> Column:
+    return F.lit(None).cast(type_name)
+
+
+def _nonempty(c: Column) -> Column:
+    return F.when(c == "", _null("string")).otherwise(c)
+
+
+def _sum_sizes(arr: Column) -> Column:
+    return F.aggregate(F.transform(arr, lambda p: F.coalesce(p["recordsSizeInBytes"], F.lit(0).cast("long"))),
+                       F.lit(0).cast("long"), lambda a, b: a + b)
+
+
+def _topics(d: Column, api: Column) -> Column:
+    """Per request-log object: array of (name, topic_id, bytes), one element per topic touched."""
+    elem = "struct<name:string,topic_id:string,bytes:bigint>"
+    fetch = F.transform(d["response"]["responses"], lambda t: F.struct(
+        t["topic"].alias("name"), t["topicId"].alias("topic_id"), _sum_sizes(t["partitions"]).alias("bytes")))
+    produce = F.transform(d["request"]["topicData"], lambda t: F.struct(
+        t["name"].alias("name"), _null("string").alias("topic_id"), _sum_sizes(t["partitionData"]).alias("bytes")))
+    metadata = F.transform(d["response"]["topics"], lambda t: F.struct(
+        t["name"].alias("name"), t["topicId"].alias("topic_id"), _null("long").alias("bytes")))
+    none = F.array(F.struct(_null("string").alias("name"), _null("string").alias("topic_id"), _null("long").alias("bytes")))
+    arr = (F.when(api == "FETCH", fetch).when(api == "PRODUCE", produce)
+           .when(api == "METADATA", metadata).otherwise(none))
+    # An empty list still yields one row for the request itself.
+    return F.when(F.size(arr) > 0, arr).otherwise(none).cast(f"array<{elem}>")
+
+
+def _fields(line: Column, pattern: str, replacement: str) -> Column:
+    """Run `pattern` once; the groups joined by FIELD_SEP, or null when the line does not match."""
+    rewritten = F.regexp_replace(line, pattern, replacement)
+    return F.when(rewritten != line, rewritten)
+
+
+# Stage-1 line shapes, decided by cheap suffix/substring tests before any regular expression runs.
+_JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK, _OTHER = (
+    "json", "authz", "su", "noacl", "detail", "req_text", "req_json", "auth_fail", "auth_ok", "other")
+
+
+def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Mapping[str, str] | None = None,
+                exclude_principals: Iterable[str] = ("User:kafka",)) -> DataFrame:
+    """Classify and parse every line. Returns `EVENT_COLUMNS` + `kind`, `reason`, `raw` (bad lines only),
+    `file_path`, `topic_id`, `line_weight` (1 on the first row of each input line, else 0).
+
+    Needs the session time zone to be UTC (`session.build_session` sets it): log4j stamps are read as
+    wall-clock time and then moved from each source's zone to UTC.
+    """
+    v = F.col("value")
+    shape = (F.when(v.contains(K.FIELD_SEP), F.lit(_OTHER))
+             .when(v.startswith("{"), F.lit(_JSON))
+             .when(v.endswith(K.AUTHORIZER_SUFFIX),
+                   F.when(v.contains("] DEBUG principal = ") | v.contains("] TRACE principal = "), F.lit(_SU))
+                   .when(v.contains(" No acl found for resource "), F.lit(_NOACL))
+                   .when(v.contains(" based on acl = "), F.lit(_DETAIL))
+                   .otherwise(F.lit(_AUTHZ)))
+             .when(v.endswith(K.REQUEST_SUFFIX),
+                   F.when(v.contains("Completed request:{"), F.lit(_REQ_JSON)).otherwise(F.lit(_REQ_TEXT)))
+             .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Failed "), F.lit(_AUTH_FAIL))
+             .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Successfully "), F.lit(_AUTH_OK))
+             .otherwise(F.lit(_OTHER)))
+    sh = F.col("shape")
+    joined = (F.when(sh == _AUTHZ, F.coalesce(_fields(v, K.AUTHZ, K.AUTHZ_FIELDS),
+                                               _fields(v, K.AUTHZ_OLD, K.AUTHZ_OLD_FIELDS)))
+              .when(sh == _SU, _fields(v, K.AUTHZ_SUPER_USER, K.SUPER_USER_FIELDS))
+              .when(sh == _NOACL, _fields(v, K.AUTHZ_NO_ACL, K.NO_ACL_FIELDS))
+              .when(sh == _REQ_TEXT, _fields(v, K.REQUEST_TEXT, K.REQUEST_TEXT_FIELDS))
+              .when(sh == _REQ_JSON, _fields(v, K.REQUEST_JSON, K.REQUEST_JSON_FIELDS))
+              .when(sh == _AUTH_FAIL, _fields(v, K.AUTH_FAILURE, K.AUTH_FIELDS))
+              .when(sh == _AUTH_OK, _fields(v, K.AUTH_SUCCESS, K.AUTH_FIELDS)))
+    stage1 = (lines.withColumn("shape", shape)
+              .withColumn("f", F.split(joined, K.FIELD_SEP))
+              .withColumn("ev", F.from_json(F.when(sh == _JSON, v), S.CLOUD_EVENT_SCHEMA))
+              .withColumn("rj", F.from_json(F.when(sh == _REQ_JSON, F.col("f")[2]), S.EVENT_DATA_SCHEMA)))
+    # Stage 2 reads the stage-1 columns; Spark keeps the projections apart because collapsing them would
+    # re-run the regular expressions once per reference.
+    f = F.col("f")
+    ev = F.col("ev")
+    d = F.when(sh == _JSON, ev["data"]).otherwise(F.col("rj"))
+    source = _nonempty(F.regexp_extract(F.col("file_path"), r"([^/]+)/[^/]+$", 1))
+    zone: Column = F.lit(default_zone)
+    for src, z in (source_zones or {}).items():
+        zone = F.when(source == src, F.lit(z)).otherwise(zone)
+    log_ts = F.to_utc_timestamp(F.try_to_timestamp(f[0], F.lit("yyyy-MM-dd HH:mm:ss,SSS")), zone)
+    ev_type = ev["type"]
+    ev_ts = F.try_to_timestamp(ev["time"])
+    ev_kind = (F.when(ev_type.isin("io.kgov.authorization", "io.confluent.kafka.server/authorization"),
+                      F.lit(S.AUTHORIZATION))
+               .when(ev_type == "io.kgov.request", F.lit(S.REQUEST))
+               .when(ev_type == "io.kgov.authentication", F.lit(S.AUTHENTICATION))
+               .when(ev_type.startswith("io.kgov.") & ev_type.endswith("_change"), F.lit(S.CHANGE)))
+    az = d["authorizationInfo"]
+    req_api = F.upper(d["requestHeader"]["requestApiKeyName"])
+    json_principal = F.coalesce(d["authenticationInfo"]["principal"], d["principal"])
+    json_host = F.coalesce(
+        client_host(F.coalesce(d["requestMetadata"]["clientAddress"], d["requestMetadata"]["client_address"])),
+        _nonempty(F.regexp_extract(d["connection"], K.CONNECTION_REMOTE_HOST, 1)))
+
+    parsed_ok = f.isNotNull() & log_ts.isNotNull()
+    is_event = (F.when(sh == _JSON, ev_kind.isNotNull() & ev_ts.isNotNull())
+                .when(sh == _REQ_JSON, parsed_ok & F.col("rj").isNotNull() & req_api.isNotNull())
+                .when(sh.isin(_AUTHZ, _SU, _NOACL, _REQ_TEXT, _AUTH_FAIL, _AUTH_OK), parsed_ok)
+                .otherwise(F.lit(False)))
+    ignored = (F.when(sh == _JSON, ev_type.isNotNull() & ev_ts.isNotNull() & ev_kind.isNull())
+               .when(sh == _DETAIL, F.lit(True))
+               .when(sh == _OTHER, v.rlike(K.OTHER_LOGGER) | v.rlike(r"^(\s|Caused by: |$)")
+                     | v.rlike(r"^[\w.$]+(Exception|Error)(: |$)"))
+               .otherwise(F.lit(False)))
+    reason = (F.when((sh == _JSON) & ev.isNull(), F.lit("malformed JSON"))
+              .when(sh == _JSON, F.lit("JSON without a known type or time"))
+              .when(v.contains(K.FIELD_SEP), F.lit("control character in line"))
+              .when(sh.isin(_AUTHZ, _SU, _NOACL), F.lit("unparseable kafka.authorizer.logger line"))
+              .when(sh.isin(_REQ_TEXT, _REQ_JSON), F.lit("unparseable kafka.request.logger line"))
+              .otherwise(F.lit("unknown line format")))
+
+    def by_shape(json_c: Column, authz: Column, su: Column, noacl: Column, req_text: Column,
+                 req_json: Column, auth: Column) -> Column:
+        return (F.when(sh == _JSON, json_c).when(sh == _AUTHZ, authz).when(sh == _SU, su)
+                .when(sh == _NOACL, noacl).when(sh == _REQ_TEXT, req_text).when(sh == _REQ_JSON, req_json)
+                .when(sh.isin(_AUTH_FAIL, _AUTH_OK), auth))
+
+    fmt = by_shape(F.when(ev_type.startswith("io.confluent."), F.lit("confluent-event"))
+                   .otherwise(F.lit("kgov-event")),
+                   F.when(v.contains(" operation = "), F.lit("kafka-authz-3.3"))
+                   .when(f[9] != "", F.lit("kafka-authz-2.4"))
+                   .when(f[7] != "", F.lit("kafka-authz-2.0")).otherwise(F.lit("kafka-authz-1.x")),
+                   F.lit("kafka-authz-zk-superuser"), F.lit("kafka-authz-zk-noacl"),
+                   F.lit("kafka-request-text"), F.lit("kafka-request-json"), F.lit("kafka-server-auth"))
+    event_type = by_shape(ev_kind, F.lit(S.AUTHORIZATION), F.lit(S.SUPER_USER_NOTICE), F.lit(S.NO_ACL_NOTICE),
+                          F.lit(S.REQUEST), F.lit(S.REQUEST), F.lit(S.AUTHENTICATION))
+    stream = by_shape(F.lit(S.STREAM_EVENTS), F.lit(S.STREAM_AUTHORIZER), F.lit(S.STREAM_AUTHORIZER),
+                      F.lit(S.STREAM_AUTHORIZER), F.lit(S.STREAM_REQUEST), F.lit(S.STREAM_REQUEST),
+                      F.lit(S.STREAM_SERVER))
+    principal = F.trim(by_shape(json_principal, f[2], f[2], _null("string"), f[8], d["principal"], _null("string")))
+    host = by_shape(json_host, f[5], _null("string"), _null("string"),
+                    _nonempty(F.regexp_extract(f[6], K.CONNECTION_REMOTE_HOST, 1)), json_host, f[3])
+    granted = F.coalesce(az["granted"], d["granted"])
+    decision = by_shape(
+        F.when(ev_kind == S.AUTHORIZATION, F.when(granted, F.lit("ALLOWED")).otherwise(F.lit("DENIED")))
+        .when(ev_kind == S.CHANGE, F.lit("ALLOWED")),
+        F.upper(f[3]), F.lit("ALLOWED"), F.when(f[3] == "true", F.lit("ALLOWED")).otherwise(F.lit("DENIED")),
+        _null("string"), _null("string"), _null("string"))
+    operation = enum_spelling(by_shape(az["operation"], f[4], _null("string"), _null("string"), _null("string"), _null("string"), _null("string")))
+    na = f[2]
+    na_is_pattern = na.startswith("ResourcePattern(")
+
+    def no_acl(pattern_group: int, display_group: int) -> Column:
+        return F.when(na_is_pattern, F.regexp_extract(na, K.NO_ACL_PATTERN_RESOURCE, pattern_group)).otherwise(
+            F.regexp_extract(na, K.NO_ACL_DISPLAY_RESOURCE, display_group))
+
+    body = f[5]
+    sizes = F.when((sh == _REQ_TEXT) & (f[2] == "PRODUCE"), F.regexp_extract(body, K.PRODUCE_SIZES, 1))
+    text_topic = _nonempty(F.regexp_extract(sizes, r"^([^=,]*?)-\d+=", 1))
+    text_bytes = F.when(sizes != "", F.aggregate(
+        F.transform(F.split(sizes, ","), lambda x: F.coalesce(
+            F.substring_index(x, "=", -1).try_cast("long"), F.lit(0).cast("long"))),
+        F.lit(0).cast("long"), lambda a, b: a + b))
+    resource_type = enum_spelling(by_shape(az["resourceType"], f[6], _null("string"), no_acl(1, 1),
+                                           F.when(text_topic.isNotNull(), F.lit("TOPIC")), _null("string"), _null("string")))
+    pattern_type = _nonempty(by_shape(az["patternType"], f[7], _null("string"), no_acl(3, 2), _null("string"), _null("string"), _null("string")))
+    resource_name = by_shape(F.coalesce(az["resourceName"], F.when(ev_kind == S.CHANGE, d["resourceName"])),
+                             f[8], _null("string"), no_acl(2, 3), text_topic, _null("string"), _null("string"))
+    api = enum_spelling(_nonempty(by_shape(F.coalesce(d["methodName"], d["requestHeader"]["requestApiKeyName"]),
+                                           f[9], _null("string"), _null("string"), f[2], req_api, _null("string"))))
+    ref_count = F.when(sh == _AUTHZ, f[10].try_cast("int"))
+    rule_detail = _nonempty(by_shape(
+        F.coalesce(az["rule"], F.when(az["superUserAuthorization"], F.lit("SuperUser"))),
+        f[11], F.lit("SuperUser"),
+        F.when(f[3] == "true", F.lit("DefaultAllow")).otherwise(F.lit("DefaultDeny")),
+        _null("string"), _null("string"), _null("string")))
+    client_id = by_shape(F.coalesce(d["request"]["clientId"], d["request"]["client_id"],
+                                    d["requestHeader"]["clientId"]),
+                         _null("string"), _null("string"), _null("string"), f[4], d["requestHeader"]["clientId"], _null("string"))
+    software_name = by_shape(d["clientInformation"]["softwareName"], _null("string"), _null("string"), _null("string"), f[10],
+                             d["clientInformation"]["softwareName"], _null("string"))
+    software_version = by_shape(d["clientInformation"]["softwareVersion"], _null("string"), _null("string"), _null("string"), f[11],
+                                d["clientInformation"]["softwareVersion"], _null("string"))
+    auth_result = by_shape(
+        F.when(ev_kind == S.AUTHENTICATION, F.upper(F.coalesce(
+            d["result"], F.when(d["granted"], F.lit("SUCCESS")).when(~d["granted"], F.lit("FAILURE"))))),
+        _null("string"), _null("string"), _null("string"), _null("string"), _null("string"),
+        F.when(sh == _AUTH_FAIL, F.lit("FAILURE")).otherwise(F.lit("SUCCESS")))
+    mechanism = by_shape(d["mechanism"], _null("string"), _null("string"), _null("string"), _null("string"), _null("string"),
+                         _nonempty(F.regexp_extract(f[4], K.SASL_MECHANISM, 1)))
+    level = F.when(sh != _JSON, _nonempty(f[1]))
+    has_topics = (sh == _REQ_JSON) | ((sh == _JSON) & (ev_kind == S.REQUEST))
+    replica = F.coalesce(d["request"]["replicaId"], d["request"]["replicaState"]["replicaId"])
+    excluded = (principal.isin(*list(exclude_principals))
+                | (has_topics & (req_api == "FETCH") & F.coalesce(replica >= 0, F.lit(False))))
+    kind = (F.when(is_event & excluded, F.lit(KIND_EXCLUDED)).when(is_event, F.lit(KIND_EVENT))
+            .when(ignored, F.lit(KIND_IGNORED)).otherwise(F.lit(KIND_BAD)))
+    ts = F.when(sh == _JSON, ev_ts).otherwise(log_ts)
+
+    stage2 = stage1.select(
+        ts.alias("ts"), source.alias("source"), stream.alias("stream"), fmt.alias("fmt"), level.alias("level"),
+        event_type.alias("event_type"), principal.alias("principal"), host.alias("host"),
+        decision.alias("decision"), operation.alias("operation"), resource_type.alias("resource_type"),
+        pattern_type.alias("pattern_type"), resource_name.alias("resource_name"), api.alias("api"),
+        ref_count.alias("ref_count"), F.regexp_extract(rule_detail, r"^(\w+)", 1).alias("rule"),
+        rule_detail.alias("rule_detail"), (F.coalesce(level, F.lit("")) != "TRACE").alias("logged"),
+        _nonempty(client_id).alias("client_id"), _nonempty(software_name).alias("software_name"),
+        _nonempty(software_version).alias("software_version"), text_bytes.alias("bytes"),
+        auth_result.alias("auth_result"), mechanism.alias("mechanism"),
+        kind.alias("kind"), F.when(kind == KIND_BAD, reason).alias("reason"),
+        F.when(kind == KIND_BAD, F.substring(v, 1, 500)).alias("raw"), F.col("file_path"),
+        F.when(has_topics & (kind == KIND_EVENT), _topics(d, req_api)).alias("topics"),
+    )
+    exploded = stage2.select("*", F.posexplode_outer("topics").alias("pos", "topic")).drop("topics")
+    t = F.col("topic")
+    keep = [c for c in stage2.columns if c not in ("topics", "resource_type", "resource_name", "bytes", "rule")]
+    return exploded.select(
+        *keep,
+        _nonempty(F.col("rule")).alias("rule"),
+        F.when(t.isNotNull(), F.when(t["name"].isNotNull() | t["topic_id"].isNotNull(), F.lit("TOPIC")))
+        .otherwise(F.col("resource_type")).alias("resource_type"),
+        F.when(t.isNotNull(), t["name"]).otherwise(F.col("resource_name")).alias("resource_name"),
+        t["topic_id"].alias("topic_id"),
+        F.when(t.isNotNull(), t["bytes"]).otherwise(F.col("bytes")).alias("bytes"),
+        F.when(F.coalesce(F.col("pos"), F.lit(0)) == 0, F.lit(1)).otherwise(F.lit(0)).alias("line_weight"),
+        F.to_date(F.col("ts")).alias("dt"),
+    )
+
+
+def resolve_topic_ids(parsed: DataFrame) -> DataFrame:
+    """Fetch v13+ names topics by id: map ids to names learnt from Metadata responses in the same logs."""
+    names = (parsed.filter((F.col("api") == "METADATA") & F.col("topic_id").isNotNull()
+                           & F.col("resource_name").isNotNull())
+             .groupBy("topic_id").agg(F.max("resource_name").alias("_name")))
+    joined = parsed.join(F.broadcast(names), on="topic_id", how="left")
+    return joined.withColumn("resource_name", F.coalesce("resource_name", "_name", "topic_id")).drop("_name")
+
+
+def events_of(parsed: DataFrame) -> DataFrame:
+    """The normalised event table (kind `event`), columns in `EVENT_COLUMNS` order."""
+    return resolve_topic_ids(parsed.filter(F.col("kind") == KIND_EVENT)).select(*S.EVENT_COLUMNS)
+
+
+def line_quality(parsed: DataFrame) -> DataFrame:
+    """Lines per source and kind (one row each)."""
+    return parsed.groupBy("source", "kind").agg(F.sum("line_weight").alias("lines"))
+
+
+def bad_line_sample(parsed: DataFrame, n: int = 20) -> DataFrame:
+    return parsed.filter(F.col("kind") == KIND_BAD).select("source", "file_path", "reason", "raw").limit(n)

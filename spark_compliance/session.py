@@ -1,0 +1,32 @@
+"""The SparkSession the audit job runs in: local by default, any cluster with `--master`."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+# Reports and the ingest compute calendar dates and hours in UTC (`ingest.parse_lines`).
+SESSION_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    # Untrusted input must never raise: the ingest uses try_* functions; ANSI off is a second net.
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+}
+
+
+def build_session(master: str | None = None, *, app_name: str = "kgov-audit",
+                  shuffle_partitions: int | None = None, ui: bool = False) -> SparkSession:
+    """A session with the job's settings. Under `spark-submit`, `master=None` keeps the submitted one."""
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    builder = builder.config("spark.ui.enabled", "true" if ui else "false")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in SESSION_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    for key, value in SESSION_CONF.items():  # an existing session (spark-submit, notebooks) too
+        spark.conf.set(key, value)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
