@@ -41,7 +41,7 @@ KNOWN_FLAGS = FLAG_COMPRESSED | FLAG_KEY_BOUND
 FIELD_VALUE = b"V"
 FIELD_KEY = b"K"
 
-_NO_KEY = b"\xff\xff\xff\xff"
+NO_KEY = b"\xff\xff\xff\xff"  # a null Kafka key in the associated data
 
 
 def key_part(wrapped: WrappedKey) -> bytes:
@@ -59,11 +59,21 @@ def header_prefix(flags: int, wrapped_part: bytes) -> bytes:
     return bytes((FORMAT_VERSION, flags)) + wrapped_part
 
 
+def aad_suffix(field_tag: bytes, topic: bytes) -> bytes:
+    """The part of the associated data after the header, for records not bound to their key."""
+    if len(topic) > 0xFFFF:
+        raise ValueError("topic name too long")
+    return field_tag + len(topic).to_bytes(2, "big") + topic
+
+
+def key_tail(key: bytes | None) -> bytes:
+    """What a bound Kafka key adds at the end of the associated data."""
+    return NO_KEY if key is None else len(key).to_bytes(4, "big") + key
+
+
 def associated_data(header: bytes, field_tag: bytes, topic: bytes, key: bytes | None, key_bound: bool) -> bytes:
-    aad = header + field_tag + len(topic).to_bytes(2, "big") + topic
-    if key_bound:
-        aad += _NO_KEY if key is None else len(key).to_bytes(4, "big") + key
-    return aad
+    aad = header + aad_suffix(field_tag, topic)
+    return aad + key_tail(key) if key_bound else aad
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,9 +44,11 @@ from encryption.envelope import (
     KEY_HEADER,
     KNOWN_FLAGS,
     MAGIC,
+    NO_KEY,
     NONCE_SIZE,
     SIGNATURE_HEADER,
-    associated_data,
+    aad_suffix,
+    key_tail,
     parse_header,
 )
 from encryption.errors import DecryptionError, EncryptionError, KmsError
@@ -138,37 +140,46 @@ def record_location(ctx: SerializationContext | None) -> dict[str, Any]:
     }
 
 
+class AadSuffixes:
+    """Associated-data suffixes (field tag, topic) by topic, computed once per topic."""
+
+    def __init__(self) -> None:
+        self._by_field: dict[tuple[bytes, str], bytes] = {}
+        self.values: dict[str, bytes] = {}  # topic -> suffix of record values, read by the inlined paths
+
+    def get(self, field_tag: bytes, topic: str) -> bytes:
+        suffix = self._by_field.get((field_tag, topic))
+        if suffix is None:
+            try:
+                suffix = aad_suffix(field_tag, topic.encode("utf-8"))
+            except ValueError as exc:
+                raise EncryptionError(str(exc)) from exc
+            self._by_field[(field_tag, topic)] = suffix
+            if field_tag == FIELD_VALUE:
+                self.values[topic] = suffix
+        return suffix
+
+
 class PayloadSealer:
-    """Encrypts payloads under the active data key of one KEK (the producer's hot path)."""
+    """Encrypts payloads under the active data key of one KEK (the producer's general path)."""
 
     def __init__(self, issuer: DataKeyIssuer, key_name: str) -> None:
         self.issuer = issuer
         self.key_name = key_name
-        self._topics: dict[str, bytes] = {}
-        self._suffixes: dict[tuple[bytes, str], bytes] = {}
-        self.value_suffixes: dict[str, bytes] = {}  # topic -> associated-data suffix of unbound values
+        self.suffixes = AadSuffixes()
         self.active: ActiveDataKey | None = None
-        # (counter, limit, clock, expiry, header prefix, encrypt) of the active key for the inlined
-        # path of EncryptingSerializer.__call__; None until a key is active or when disabled.
+        # (counter, limit, clock, expiry, header prefixes, encrypt, value suffixes) of the active key for
+        # the inlined path of EncryptingSerializer.__call__; None until a key is active or when disabled.
         self.hot: tuple[Any, ...] | None = None
         self.hot_enabled = False
-
-    def topic_bytes(self, topic: str) -> bytes:
-        encoded = self._topics.get(topic)
-        if encoded is None:
-            encoded = topic.encode("utf-8")
-            if len(encoded) > 0xFFFF:
-                raise EncryptionError("topic name too long")
-            self._topics[topic] = encoded
-        return encoded
 
     def _fresh(self, spent: ActiveDataKey | None) -> tuple[ActiveDataKey, bytes]:
         while True:
             active = self.active = self.issuer.replace(self.key_name, spent)
             if self.hot_enabled:
                 self.hot = (
-                    active.counter, active.limit, active.now, active.expires, active.prefixes[0],
-                    active.aead.encrypt,
+                    active.counter, active.limit, active.now, active.expires, active.prefixes,
+                    active.aead.encrypt, self.suffixes.values,
                 )
             nonce = active.next_nonce()
             if nonce is not None:
@@ -176,22 +187,12 @@ class PayloadSealer:
             spent = active
 
     def seal(self, flags: int, field_tag: bytes, topic: str, key: Any, plaintext: bytes) -> tuple[bytes, bytes]:
+        suffix = self.suffixes.get(field_tag, topic)
         active = self.active
         if active is None or (nonce := active.next_nonce()) is None:
             active, nonce = self._fresh(active)
         header = active.prefixes[flags] + nonce
-        if flags & FLAG_KEY_BOUND:
-            aad = associated_data(header, field_tag, self.topic_bytes(topic), key, True)
-        else:
-            suffix = self._suffixes.get((field_tag, topic))
-            if suffix is None:
-                topic_part = self.topic_bytes(topic)
-                suffix = self._suffixes[(field_tag, topic)] = (
-                    field_tag + len(topic_part).to_bytes(2, "big") + topic_part
-                )
-                if field_tag == FIELD_VALUE:
-                    self.value_suffixes[topic] = suffix
-            aad = header + suffix
+        aad = header + suffix + key_tail(key) if flags & FLAG_KEY_BOUND else header + suffix
         return header, active.aead.encrypt(nonce, plaintext, aad)
 
 
@@ -201,8 +202,7 @@ class PayloadOpener:
     def __init__(self, cache: DataKeyCache, max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES) -> None:
         self.cache = cache
         self.max_inflated_bytes = max_inflated_bytes
-        self._suffixes: dict[tuple[bytes, str], bytes] = {}
-        self.value_suffixes: dict[str, bytes] = {}  # topic -> associated-data suffix of unbound values
+        self.suffixes = AadSuffixes()
 
     def open(self, header: bytes, ciphertext: bytes, field_tag: bytes, topic: str, key: Any) -> bytes:
         if len(header) < 2 + NONCE_SIZE or header[0] != FORMAT_VERSION:
@@ -215,22 +215,15 @@ class PayloadOpener:
         aead = self.cache.get(header[2:-NONCE_SIZE])
         if aead is None:
             aead = self._load(header)
+        suffix = self.suffixes.get(field_tag, topic)
         if flags & FLAG_KEY_BOUND:
             if key is _UNKNOWN:
                 raise DecryptionError(
                     "record is bound to its Kafka key, which this deserializer was not given: use "
                     "RecordKeyDeserializer as key deserializer, or DecryptingDeserializer.decrypt_message(msg)"
                 )
-            aad = associated_data(header, field_tag, topic.encode("utf-8"), key, True)
+            aad = header + suffix + key_tail(key)
         else:
-            suffix = self._suffixes.get((field_tag, topic))
-            if suffix is None:
-                topic_part = topic.encode("utf-8")
-                suffix = self._suffixes[(field_tag, topic)] = (
-                    field_tag + len(topic_part).to_bytes(2, "big") + topic_part
-                )
-                if field_tag == FIELD_VALUE:
-                    self.value_suffixes[topic] = suffix
             aad = header + suffix
         try:
             plaintext: bytes = aead.decrypt(header[-NONCE_SIZE:], ciphertext, aad)
@@ -327,16 +320,20 @@ class EncryptingSerializer:
         hot = self._sealer.hot
         if hot is not None and data.__class__ is bytes:
             headers = ctx.headers
-            if headers.__class__ is list and not headers and (
-                not self.bind_key or getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN) is _UNKNOWN
-            ):
-                counter, limit, now, expires, prefix, encrypt = hot
+            if headers.__class__ is list and not headers:
+                key: Any = ctx.__dict__.get(WIRE_KEY_ATTR, _UNKNOWN) if self.bind_key else _UNKNOWN
+                counter, limit, now, expires, prefixes, encrypt, suffixes = hot
                 n = next(counter)
-                suffix = self._sealer.value_suffixes.get(ctx.topic)
+                suffix = suffixes.get(ctx.topic)
                 if n < limit and suffix is not None and now() < expires:
                     nonce = n.to_bytes(12, "big")
-                    header = prefix + nonce
-                    ciphertext: bytes = encrypt(nonce, data, header + suffix)
+                    if key is _UNKNOWN:
+                        header = prefixes[0] + nonce
+                        aad = header + suffix
+                    else:
+                        header = prefixes[FLAG_KEY_BOUND] + nonce
+                        aad = header + suffix + (NO_KEY if key is None else key_tail(key))
+                    ciphertext: bytes = encrypt(nonce, data, aad)
                     headers.append((HEADER, header))
                     return ciphertext
         return self._encrypt(data, ctx)
@@ -414,15 +411,25 @@ class DecryptingDeserializer:
             headers = ctx.headers
             if headers.__class__ is list and len(headers) == 1:
                 name, header = headers[0]
-                if name == HEADER and header.__class__ is bytes and len(header) > 14 and header[1] == 0 \
-                        and header[0] == FORMAT_VERSION:
+                if name == HEADER and header.__class__ is bytes and len(header) > 14 and header[0] == FORMAT_VERSION:
+                    flags = header[1]
                     entry = self._entries.get(header[2:-NONCE_SIZE])
-                    suffix = self._opener.value_suffixes.get(ctx.topic)
+                    suffix = self._opener.suffixes.values.get(ctx.topic)
                     if entry is not None and suffix is not None and entry[1] > self._now():
-                        try:
-                            plaintext = entry[0].decrypt(header[-NONCE_SIZE:], data, header + suffix)
-                        except InvalidTag:
-                            plaintext = None
+                        aad = None
+                        if flags == 0:
+                            aad = header + suffix
+                        elif flags == FLAG_KEY_BOUND:
+                            key = ctx.__dict__.get(WIRE_KEY_ATTR, _UNKNOWN)
+                            if key is None:
+                                aad = header + suffix + NO_KEY
+                            elif key is not _UNKNOWN:
+                                aad = header + suffix + key_tail(key)
+                        if aad is not None:
+                            try:
+                                plaintext = entry[0].decrypt(header[-NONCE_SIZE:], data, aad)
+                            except InvalidTag:
+                                plaintext = None
         if plaintext is None:
             try:
                 plaintext = self._decrypt(data, ctx)

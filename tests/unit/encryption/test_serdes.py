@@ -308,3 +308,35 @@ def test_data_keys_are_random_per_serializer(kms: LocalKms) -> None:
     a, ha = produce(EncryptingSerializer(kms, "orders"), b"same")
     b, hb = produce(EncryptingSerializer(kms, "orders"), b"same")
     assert a != b and ha != hb
+
+
+@pytest.mark.parametrize("key", [b"alice", None, "unbound"])
+def test_inlined_hot_paths_agree_with_the_general_paths(kms: LocalKms, key: bytes | str | None) -> None:
+    """The first record of a serializer takes the general path, later ones the inlined one; every
+    record must read back through both the general path (fresh deserializer, cache miss) and the
+    inlined one (warm cache), and a tampered or re-keyed record must fail on both."""
+    serializer = EncryptingSerializer(kms, "orders")
+
+    def context(headers: list) -> SerializationContext:
+        if key == "unbound":
+            return ctx("orders", headers)
+        return RecordContext("orders", VALUE, headers, key=key)
+
+    records = []
+    for i in range(4):
+        headers: list[tuple[str, bytes]] = []
+        value = serializer(b"payload %d" % i, context(headers))
+        records.append((value, headers))
+    assert len({parse_header(h[0][1])[0].flags for _, h in records}) == 1
+    warm = DecryptingDeserializer(kms)
+    for i, (value, headers) in enumerate(records):
+        assert DecryptingDeserializer(kms)(value, context(headers)) == b"payload %d" % i
+        assert warm(value, context(headers)) == b"payload %d" % i
+    value, headers = records[-1]
+    with pytest.raises(DecryptionError, match="authentication failed"):
+        warm(value[:-1] + bytes([value[-1] ^ 1]), context(headers))
+    if key != "unbound":
+        with pytest.raises(DecryptionError, match="authentication failed"):
+            warm(value, RecordContext("orders", VALUE, headers, key=b"mallory"))
+        with pytest.raises(DecryptionError, match="RecordKeyDeserializer"):
+            warm(value, ctx("orders", headers))
