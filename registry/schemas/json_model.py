@@ -24,9 +24,10 @@ from urllib.parse import unquote, urljoin
 
 _MISSING = object()
 
-_ARRAY_KEYWORDS = ("items", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains")
+_ARRAY_KEYWORDS = ("items", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains", "prefixItems")
 _OBJECT_KEYWORDS = ("properties", "required", "minProperties", "maxProperties", "dependencies",
-                    "patternProperties", "additionalProperties", "propertyNames")
+                    "patternProperties", "additionalProperties", "propertyNames", "dependentRequired",
+                    "dependentSchemas")
 _NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format")
 
@@ -108,6 +109,11 @@ class Loader:
         self.root = root
         self.referenced = referenced
         self._cache: dict[tuple[int, str], Node] = {}
+        # Draft 2019-09/2020-12 documents: Confluent translates them into the same model
+        # (prefixItems are the tuple items, `items` next to them is the additional-items schema,
+        # dependentRequired/dependentSchemas are the dependencies, `$id` is not compared).
+        dialect = root.get("$schema") if isinstance(root, dict) else None
+        self.modern = isinstance(dialect, str) and ("2020-12" in dialect or "2019-09" in dialect)
 
     def load(self) -> Node:
         return self._load(self.root, self.root, "#")
@@ -225,7 +231,7 @@ class Loader:
             result.key_source = raw
         else:
             result = Node("COMBINED", key_source=raw, criterion="allOf", subschemas=parts)
-        result.id = raw.get("$id", raw.get("id"))
+        result.id = None if self.modern else raw.get("$id", raw.get("id"))
         result.title = raw.get("title")
         result.description = raw.get("description")
         result.default = raw.get("default", _MISSING)
@@ -274,13 +280,17 @@ class Loader:
                     (regex, self._child(doc, sub, f"{pointer}/patternProperties/{_escape(regex)}"))
                 )
         dependencies = raw.get("dependencies")
+        if self.modern:
+            required_deps, schema_deps = raw.get("dependentRequired"), raw.get("dependentSchemas")
+            dependencies = {**(schema_deps if isinstance(schema_deps, dict) else {}),
+                            **(required_deps if isinstance(required_deps, dict) else {})}
         if isinstance(dependencies, dict):
             for name, dep in dependencies.items():
                 if isinstance(dep, list):
                     node.property_dependencies[name] = [d for d in dep if isinstance(d, str)]
                 else:
                     node.schema_dependencies[name] = self._child(
-                        doc, dep, f"{pointer}/dependencies/{_escape(name)}"
+                        doc, dep, f"{pointer}/{'dependentSchemas' if self.modern else 'dependencies'}/{_escape(name)}"
                     )
         node.min_properties = _int(raw.get("minProperties"))
         node.max_properties = _int(raw.get("maxProperties"))
@@ -289,11 +299,25 @@ class Loader:
     def _array(self, doc: Any, raw: dict[str, Any], pointer: str, key: Any) -> Node:
         node = Node("ARRAY", key_source=key)
         items = raw.get("items", _MISSING)
-        if isinstance(items, list):
+        if self.modern:
+            prefix = raw.get("prefixItems")
+            if isinstance(prefix, list):
+                node.item_list = [self._child(doc, s, f"{pointer}/prefixItems/{i}") for i, s in enumerate(prefix)]
+            if items is False:
+                node.additional_items = False
+            elif items is not True and items is not _MISSING:
+                if node.item_list:
+                    node.additional_items_schema = self._child(doc, items, f"{pointer}/items")
+                else:
+                    node.all_items = self._child(doc, items, f"{pointer}/items")
+            additional: Any = _MISSING
+        elif isinstance(items, list):
             node.item_list = [self._child(doc, s, f"{pointer}/items/{i}") for i, s in enumerate(items)]
-        elif items is not _MISSING:
-            node.all_items = self._child(doc, items, f"{pointer}/items")
-        additional = raw.get("additionalItems", _MISSING)
+            additional = raw.get("additionalItems", _MISSING)
+        else:
+            if items is not _MISSING:
+                node.all_items = self._child(doc, items, f"{pointer}/items")
+            additional = raw.get("additionalItems", _MISSING)
         if additional is False:
             node.additional_items = False
         elif isinstance(additional, dict):
