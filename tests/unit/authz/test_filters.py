@@ -259,3 +259,34 @@ def test_delete_dedupe(build: Build) -> None:
     assert data.acls_to_delete([AclFilter()]) == [[binding]]
     assert data.acls_to_delete([AclFilter.exact(binding)]) == [[binding]]
     assert data.acls_to_delete([AclFilter(), AclFilter.exact(binding)]) == [[binding], [binding]]
+
+
+# StandardAclTest.TEST_ACLS (metadata), the first five.
+TEST_ACLS = [
+    acl(ResourceType.CLUSTER, "kafka-cluster", LITERAL, "User:*", "*", Operation.ALTER, ALLOW),
+    acl(TOPIC, "foo_", PREFIXED, "User:*", "*", READ, ALLOW),
+    acl(GROUP, "mygroup", LITERAL, "User:foo", "*", READ, DENY),
+    acl(GROUP, "mygroup", PREFIXED, "User:foo", "*", READ, DENY),
+    acl(GROUP, "foo", PREFIXED, "User:foo", "*", READ, DENY),
+]
+
+
+def test_standard_acl_compare_to(build: Build) -> None:
+    """StandardAclTest.testCompareTo: DescribeAcls lists in StandardAcl order -- resource type, then
+    REVERSE resource name, then pattern type."""
+    listed = build(TEST_ACLS).acls(AclFilter())
+    assert listed.index(TEST_ACLS[0]) > listed.index(TEST_ACLS[1])  # CLUSTER after TOPIC
+    assert listed.index(TEST_ACLS[2]) < listed.index(TEST_ACLS[3])  # LITERAL before PREFIXED
+    assert listed.index(TEST_ACLS[4]) > listed.index(TEST_ACLS[3])  # "foo" after "mygroup" (reverse)
+    assert listed == [TEST_ACLS[1], TEST_ACLS[2], TEST_ACLS[3], TEST_ACLS[4], TEST_ACLS[0]]
+
+
+def test_create_acl_delete_acl(build: Build) -> None:
+    """AclControlManagerTest.testCreateAclDeleteAcl, the deleting half: a (ANY, null, LITERAL) filter
+    removes exactly the LITERAL ACLs; a filter with an UNKNOWN resource type is refused."""
+    data = build(TEST_ACLS[:3])
+    (deleted,) = data.acls_to_delete([AclFilter(ResourceType.ANY, None, LITERAL)])
+    assert set(deleted) == {TEST_ACLS[0], TEST_ACLS[2]}
+    assert data.with_acls(removed=deleted).acls(AclFilter()) == [TEST_ACLS[1]]
+    with pytest.raises(InvalidAclError, match=r"^Unknown patternFilter\.$"):
+        data.acls_to_delete([AclFilter(ResourceType.UNKNOWN, None, LITERAL)])

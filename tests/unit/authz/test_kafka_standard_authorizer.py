@@ -433,6 +433,26 @@ def test_authorization_prior_to_complete_initial_load(service_parts: tuple[Autho
     assert [d.result for d in service.authorize(ctx("User:bob"), batch)] == [DENIED, DENIED]
 
 
+def test_create_acls_reports_each_acl(service_parts: tuple[AuthorizerService, _Lines]) -> None:
+    """AclControlManagerTest.testCreateAclDeleteAcl, the creating half, through the live authorizer:
+    CreateAcls answers per ACL -- three successes and Kafka's error for the invalid one, which
+    alone is not stored -- and a repeated create is a successful no-op."""
+    service, _ = service_parts
+    service.start(background=False)
+    valid = [
+        acl(CLUSTER, "kafka-cluster", LITERAL, "User:*", "*", ALTER, ALLOW),
+        acl(TOPIC, "foo_", PREFIXED, "User:*", "*", READ, ALLOW),
+        acl(GROUP, "mygroup", LITERAL, "User:foo", "*", READ, DENY),
+    ]
+    invalid = acl(TOPIC, "*", PatternType.UNKNOWN, "User:*", "*", ALTER, ALLOW)
+    outcome = service.create_acls([*valid, invalid], actor=Principal("User", "superman"))
+    assert outcome[:3] == [None, None, None]
+    assert isinstance(outcome[3], InvalidAclError) and str(outcome[3]) == "Invalid patternType UNKNOWN"
+    assert set(service.describe_acls(AclFilter())) == set(valid)
+    assert service.create_acls(valid[:1], actor=Principal("User", "superman")) == [None]
+    assert len(service.describe_acls(AclFilter())) == 3
+
+
 def test_super_user_and_default_rules_render_as_kafka(build: Build) -> None:
     """StandardAuthorizerData's other rule names in the audit line: SuperUser, DefaultDeny,
     DefaultAllow (MatchingRule.toString)."""
