@@ -69,11 +69,8 @@ PENDING_BYTES_HIGH = 4 * 1024 * 1024
 SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timing side channels
 
 
-class LocalHandler:
-    """An API the gateway answers itself (security admin APIs, quotas). Returns the response."""
-
-    def __call__(self, ctx: RequestContext, version: int, request: Any) -> Any:
-        raise NotImplementedError
+# An API the gateway answers itself (security admin APIs, quotas): returns the response message.
+LocalHandler = Callable[[RequestContext, int, Any], Any]
 
 
 @dataclass
@@ -94,13 +91,18 @@ class GatewayOptions:
     max_request_bytes: int = 100 * 1024 * 1024
     idle_timeout_s: float = 600.0
     sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
+    # False when the mechanisms audit their own failures (sasl.service.CredentialService does).
+    audit_auth_failures: bool = True
+    # The gateway's own login to the upstream: (mechanism, username, password).
+    upstream_sasl: tuple[str, str, str] | None = field(default=None, repr=False)
     source: str = "kgov-gateway"
 
 
 @dataclass
 class Services:
     authorizer: Authorizer
-    audit: AuditSink | None = None
+    audit: AuditSink | None = None  # request-log events (None: no request log)
+    auth_audit: AuditSink | None = None  # authentication events (default: `audit`)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     local_handlers: dict[int, LocalHandler] = field(default_factory=dict)
     quotas: Any = None  # gateway.quota_enforcer.QuotaEnforcer
@@ -249,11 +251,17 @@ class Gateway:
         return (SASL_HANDSHAKE, SASL_AUTHENTICATE) if _sasl_enabled(self.options.security_protocol) else ()
 
 
+class UpstreamLoginError(ConnectionError):
+    """The upstream refused the gateway's service credential."""
+
+
 class UpstreamConnection(asyncio.Protocol):
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.splitter = FrameSplitter(1 << 30)
+        # While the gateway logs in upstream, frames go here instead of to the client.
+        self.login_frames: asyncio.Queue[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -271,7 +279,50 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.abort("invalid framing from upstream")
             return
         for frame in frames:
-            self.client.on_upstream_frame(frame)
+            if self.login_frames is not None:
+                self.login_frames.put_nowait(frame)
+            else:
+                self.client.on_upstream_frame(frame)
+
+    async def login(self, mechanism: str, username: str, password: str) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v1 with the gateway's own credential."""
+        from sasl.scram import MECHANISMS, ScramClient, ScramError
+
+        assert self.transport is not None
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.login_frames = queue
+        correlation = -1
+
+        async def call(key: int, request: Any) -> Any:
+            nonlocal correlation
+            correlation -= 1
+            request.with_header(correlation_id=correlation, client_id="kgov-gateway")
+            assert self.transport is not None
+            self.transport.write(bytes(request.encode(version=1, header=True, framed=True)))
+            frame = await asyncio.wait_for(queue.get(), timeout=10)
+            return decode_response(SPECS[key], 1, frame)
+
+        handshake = await call(SASL_HANDSHAKE, SPECS[SASL_HANDSHAKE].request[1](mechanism=mechanism))
+        if handshake.error_code:
+            raise UpstreamLoginError(f"upstream refused SASL mechanism {mechanism}")
+        auth = SPECS[SASL_AUTHENTICATE].request[1]
+        if mechanism == "PLAIN":
+            messages = [b"\x00" + username.encode() + b"\x00" + password.encode()]
+            response = await call(SASL_AUTHENTICATE, auth(auth_bytes=messages[0]))
+        else:
+            client = ScramClient(MECHANISMS[mechanism], username, password)
+            response = await call(SASL_AUTHENTICATE, auth(auth_bytes=client.first_message()))
+            if not response.error_code:
+                final = client.final_message(bytes(response.auth_bytes))
+                response = await call(SASL_AUTHENTICATE, auth(auth_bytes=final))
+                if not response.error_code:
+                    try:
+                        client.verify_server_final(bytes(response.auth_bytes))
+                    except ScramError as exc:
+                        raise UpstreamLoginError("upstream server signature did not verify") from exc
+        if response.error_code:
+            raise UpstreamLoginError(f"upstream authentication failed (error {response.error_code})")
+        self.login_frames = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.on_upstream_lost(exc)
@@ -306,6 +357,7 @@ class ClientConnection(asyncio.Protocol):
         self.idle_handle: asyncio.TimerHandle | None = None
         self.connection_id = ""
         self.raw_sasl = False
+        self._last_client_id = ""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -438,9 +490,11 @@ class ClientConnection(asyncio.Protocol):
         except FrameError as exc:
             self.abort(str(exc))
             return
+        quotas = self.services.quotas
         for frame in frames:
             if self.closed:
                 return
+            started = time.perf_counter()
             try:
                 self._on_request(frame)
             except CodecError as exc:
@@ -449,6 +503,11 @@ class ClientConnection(asyncio.Protocol):
             except AuthorizerNotReadyError:
                 self.abort("authorizer not ready")
                 return
+            if quotas is not None and self.principal is not None:
+                throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
+                                                      time.perf_counter() - started)
+                if throttle > 0:
+                    self._mute(throttle)
         if len(self.slots) >= MAX_IN_FLIGHT:
             self.pause("in-flight")
 
@@ -459,6 +518,7 @@ class ClientConnection(asyncio.Protocol):
             return
         header = parse_request_header(frame)
         key, version = header.api_key, header.api_version
+        self._last_client_id = header.client_id or ""
         spec = SPECS.get(key)
         if key == API_VERSIONS_KEY:
             self._answer_api_versions(header, frame, now)
@@ -663,7 +723,7 @@ class ClientConnection(asyncio.Protocol):
         if not step.failed:
             self._complete(slot, response)
             return
-        self._audit_auth(False, mechanism, step.reason, step.reauthentication)
+        self._audit_auth(False, mechanism, step.reason, step.reauthentication, from_mechanism=True)
         # Failure: hold the answer for a fixed delay (no timing side channel), then close.
         self.pause("sasl-failed")
         self.slots.append(slot)
@@ -677,9 +737,10 @@ class ClientConnection(asyncio.Protocol):
 
         asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
 
-    def _audit_auth(self, success: bool, mechanism: str, reason: str | None, reauth: bool) -> None:
-        sink = self.services.audit
-        if sink is None:
+    def _audit_auth(self, success: bool, mechanism: str, reason: str | None, reauth: bool,
+                    *, from_mechanism: bool = False) -> None:
+        sink = self.services.auth_audit or self.services.audit
+        if sink is None or (from_mechanism and not success and not self.options.audit_auth_failures):
             return
         principal = str(self.sasl.principal) if self.sasl and self.sasl.principal else None
         sink.write(authentication_event(
@@ -699,6 +760,9 @@ class ClientConnection(asyncio.Protocol):
         if correlation != slot.header.correlation_id or slot.spec is None:
             self.abort("upstream correlation id mismatch")
             return
+        quotas = self.services.quotas
+        if quotas is not None and slot.header.api_key == 1:
+            quotas.record_fetch(self.principal.name, slot.header.client_id or "", len(frame))
         if slot.patches:
             spec, version = slot.spec, slot.header.api_version
             try:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from authz.model import Principal
-from sasl.mechanism import Challenge, Failure, ServerMechanism, Success
+from sasl.mechanism import Challenge, Failure, ServerMechanism, Success, UnsupportedMechanismError
 
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
@@ -86,10 +86,13 @@ class SaslSession:
             self._reauthenticating = True
         elif self.state is not State.AWAIT_HANDSHAKE:
             return ILLEGAL_SASL_STATE
-        if mechanism not in self.enabled:
+        try:
+            if mechanism not in self.enabled:
+                raise UnsupportedMechanismError(mechanism)
+            self._mechanism = self._factory(mechanism, self._client_address)
+        except UnsupportedMechanismError:
             self.state = State.FAILED
             return UNSUPPORTED_SASL_MECHANISM
-        self._mechanism = self._factory(mechanism, self._client_address)
         self.mechanism_name = mechanism
         self.handshake_version = version
         self.state = State.AWAIT_AUTHENTICATE

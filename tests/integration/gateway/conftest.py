@@ -24,8 +24,9 @@ from tests.support.ports import free_port
 class RunningGateway:
     """Starts `Gateway` on its own loop thread; `bootstrap` is `127.0.0.1:PORT`."""
 
-    def __init__(self, options: GatewayOptions, services: Services) -> None:
-        self.gateway = Gateway(options, services)
+    def __init__(self, options: GatewayOptions | None, services: Services | None, *, runtime: Any = None) -> None:
+        self.runtime = runtime
+        self.gateway = runtime.gateway if runtime is not None else Gateway(options, services)  # type: ignore[arg-type]
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-loop", daemon=True)
 
@@ -43,7 +44,7 @@ class RunningGateway:
         return f"127.0.0.1:{self.gateway.port}"
 
     def __exit__(self, *exc: object) -> None:
-        self.call(self.gateway.close())
+        self.call(self.runtime.stop() if self.runtime is not None else self.gateway.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
@@ -148,3 +149,30 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+@pytest.fixture
+def runtime_factory(kafka_broker: str, tmp_path: Path) -> Iterator[Callable[..., RunningGateway]]:
+    """The production assembly (`gateway.runtime.build_runtime`) over SQLite, in front of Tansu."""
+    from gateway.runtime import build_runtime
+    from kgov.settings import Settings
+
+    running: list[RunningGateway] = []
+
+    def make(**sections: Any) -> RunningGateway:
+        gateway_section = {"security_protocol": "SASL_PLAINTEXT", "node_port_base": free_port() - 111,
+                           **sections.pop("gateway", {})}
+        settings = Settings(db=f"sqlite:///{tmp_path / 'kgov.db'}", data_dir=tmp_path, gateway=gateway_section,
+                            **sections)
+        memory = MemorySink()
+        runtime = build_runtime(settings, listen="127.0.0.1:0", upstream=kafka_broker, extra_audit=memory)
+        gw = RunningGateway(None, None, runtime=runtime)
+        gw.memory = memory  # type: ignore[attr-defined]
+        gw.settings = settings  # type: ignore[attr-defined]
+        gw.__enter__()
+        running.append(gw)
+        return gw
+
+    yield make
+    for gw in running:
+        gw.__exit__(None, None, None)

@@ -1,0 +1,332 @@
+"""Security admin APIs answered by the gateway itself (never forwarded): ACLs, SCRAM credentials and
+client quotas, so Kafka's AdminClient and CLI tools manage kgov's stores through the Kafka protocol.
+
+Authorization follows Kafka's table: Describe/Alter on the Cluster for ACLs and SCRAM credentials,
+DescribeConfigs/AlterConfigs on the Cluster for quotas. Error codes and messages are Kafka's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from audit.model import EventType, change_event
+from authz.model import (
+    CLUSTER_RESOURCE_NAME,
+    Acl,
+    AclFilter,
+    Action,
+    Authorizer,
+    InvalidAclError,
+    Operation,
+    PatternType,
+    Permission,
+    RequestContext,
+    ResourceType,
+)
+from gateway.codec import SPECS
+from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, Part, QuotaEntity, QuotaError
+from gateway.quota_store import QuotaOp, QuotaStore
+from gateway.quotas import QuotaEnforcer
+from gateway.request_authz import CLUSTER_AUTHORIZATION_FAILED
+
+INVALID_REQUEST: Final = 42
+SECURITY_DISABLED: Final = 54
+UNSUPPORTED_SASL_MECHANISM: Final = 33
+RESOURCE_NOT_FOUND: Final = 91
+DUPLICATE_RESOURCE: Final = 92
+UNACCEPTABLE_CREDENTIAL: Final = 93
+INVALID_CONFIG: Final = 40
+SCRAM_MECHANISMS: Final = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+SCRAM_CODES: Final = {v: k for k, v in SCRAM_MECHANISMS.items()}
+
+Handler = Callable[[RequestContext, int, Any], Any]
+
+
+def _allowed(authorizer: Authorizer, ctx: RequestContext, op: Operation) -> bool:
+    action = Action(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, op)
+    return authorizer.authorize(ctx, [action])[0].allowed
+
+
+def _enum(cls: Any, value: int) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        return cls.UNKNOWN
+
+
+def _filter(resource_type: int, name: str | None, pattern: int, principal: str | None, host: str | None,
+            op: int, permission: int) -> AclFilter:
+    return AclFilter(_enum(ResourceType, resource_type), name, _enum(PatternType, pattern), principal, host,
+                     _enum(Operation, op), _enum(Permission, permission))
+
+
+class AclApis:
+    def __init__(self, service: Any) -> None:
+        self.service = service  # authz.service.AuthorizerService
+
+    def describe(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        resp = SPECS[29].response
+        if not _allowed(self.service, ctx, Operation.DESCRIBE):
+            return resp(error_code=CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
+                        resources=[])
+        flt = _filter(request.resource_type_filter, request.resource_name_filter, request.pattern_type_filter,
+                      request.principal_filter, request.host_filter, request.operation, request.permission_type)
+        if flt.is_unknown:
+            return resp(error_code=INVALID_REQUEST, error_message="The filter contains UNKNOWN elements",
+                        resources=[])
+        groups: dict[tuple[int, str, int], list[Acl]] = {}
+        for acl in self.service.describe_acls(flt):
+            groups.setdefault((int(acl.resource_type), acl.resource_name, int(acl.pattern_type)), []).append(acl)
+        resource = resp.fields["resources"].data_class
+        acl_cls = resource.fields["acls"].data_class
+        return resp(error_code=0, error_message=None, resources=[
+            resource(resource_type=rt, resource_name=name, pattern_type=pt, acls=[
+                acl_cls(principal=a.principal, host=a.host, operation=int(a.operation),
+                        permission_type=int(a.permission)) for a in acls])
+            for (rt, name, pt), acls in groups.items()
+        ])
+
+    def create(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        resp = SPECS[30].response
+        result = resp.fields["results"].data_class
+        if not _allowed(self.service, ctx, Operation.ALTER):
+            return resp(results=[result(error_code=CLUSTER_AUTHORIZATION_FAILED,
+                                        error_message="Cluster authorization failed.") for _ in request.creations])
+        acls = [
+            Acl(_enum(ResourceType, c.resource_type), c.resource_name, _enum(PatternType, c.resource_pattern_type),
+                c.principal, c.host, _enum(Operation, c.operation), _enum(Permission, c.permission_type))
+            for c in request.creations
+        ]
+        try:
+            outcomes = self.service.create_acls(acls, actor=ctx.principal, client_address=ctx.client_address)
+        except InvalidAclError as exc:
+            return resp(results=[result(error_code=INVALID_REQUEST, error_message=str(exc)) for _ in acls])
+        return resp(results=[
+            result(error_code=0, error_message=None) if err is None
+            else result(error_code=INVALID_REQUEST, error_message=str(err))
+            for err in outcomes
+        ])
+
+    def delete(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        resp = SPECS[31].response
+        fr = resp.fields["filter_results"].data_class
+        match_cls = fr.fields["matching_acls"].data_class
+        if not _allowed(self.service, ctx, Operation.ALTER):
+            return resp(filter_results=[fr(error_code=CLUSTER_AUTHORIZATION_FAILED,
+                                           error_message="Cluster authorization failed.", matching_acls=[])
+                                        for _ in request.filters])
+        filters = [_filter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
+                           f.principal_filter, f.host_filter, f.operation, f.permission_type) for f in request.filters]
+        try:
+            matches = self.service.delete_acls(filters, actor=ctx.principal, client_address=ctx.client_address)
+        except InvalidAclError as exc:
+            return resp(filter_results=[fr(error_code=INVALID_REQUEST, error_message=str(exc), matching_acls=[])
+                                        for _ in filters])
+        return resp(filter_results=[
+            fr(error_code=0, error_message=None, matching_acls=[
+                match_cls(error_code=0, error_message=None, resource_type=int(a.resource_type),
+                          resource_name=a.resource_name, pattern_type=int(a.pattern_type), principal=a.principal,
+                          host=a.host, operation=int(a.operation), permission_type=int(a.permission))
+                for a in group])
+            for group in matches
+        ])
+
+
+class ScramApis:
+    def __init__(self, authorizer: Authorizer, credentials: Any, audit: Any = None) -> None:
+        self.authorizer = authorizer
+        self.credentials = credentials  # sasl.service.CredentialService
+
+    def describe(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        resp = SPECS[50].response
+        if not _allowed(self.authorizer, ctx, Operation.DESCRIBE):
+            return resp(error_code=CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
+                        results=[])
+        result = resp.fields["results"].data_class
+        info = result.fields["credential_infos"].data_class
+        wanted = None if request.users is None else [u.name for u in request.users]
+        users = {u.name: u for u in self.credentials.describe_scram_users(wanted)}
+        names = sorted(users) if wanted is None else wanted
+        seen: dict[str, int] = {}
+        for n in names:
+            seen[n] = seen.get(n, 0) + 1
+        out = []
+        for name in dict.fromkeys(names):
+            if seen[name] > 1:
+                out.append(result(user=name, error_code=DUPLICATE_RESOURCE,
+                                  error_message=f"Cannot describe SCRAM credentials for the same user twice in a "
+                                                f"single request: {name}", credential_infos=[]))
+            elif name not in users:
+                out.append(result(user=name, error_code=RESOURCE_NOT_FOUND,
+                                  error_message=f"Attempt to describe a user credential that does not exist: {name}",
+                                  credential_infos=[]))
+            else:
+                out.append(result(user=name, error_code=0, error_message=None, credential_infos=[
+                    info(mechanism=SCRAM_CODES[m.mechanism], iterations=m.iterations)
+                    for m in users[name].mechanisms if m.mechanism in SCRAM_CODES]))
+        return resp(error_code=0, error_message=None, results=out)
+
+    def alter(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        from sasl.scram import MECHANISMS, check_iterations, credential_from_salted
+        from sasl.service import CredentialError
+
+        resp = SPECS[51].response
+        result = resp.fields["results"].data_class
+        names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+        if not _allowed(self.authorizer, ctx, Operation.ALTER):
+            return resp(results=[result(user=n, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                                        error_message="Cluster authorization failed.") for n in dict.fromkeys(names)])
+        errors: dict[str, tuple[int, str]] = {}
+        pairs = [(d.name, d.mechanism) for d in request.deletions] + [(u.name, u.mechanism) for u in request.upsertions]
+        if len(set(pairs)) != len(pairs):
+            for p in {p for p in pairs if pairs.count(p) > 1}:
+                errors[p[0]] = (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+        for op in [*request.deletions, *request.upsertions]:
+            if op.name in errors:
+                continue
+            if not op.name:
+                errors[op.name] = (UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+            elif op.mechanism not in SCRAM_MECHANISMS:
+                errors[op.name] = (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        for d in request.deletions:
+            if d.name in errors:
+                continue
+            try:
+                self.credentials.delete_scram_credential(d.name, SCRAM_MECHANISMS[d.mechanism], actor=ctx.principal,
+                                                         client_address=ctx.client_address)
+            except CredentialError as exc:
+                errors[d.name] = (exc.code, str(exc))
+        for u in request.upsertions:
+            if u.name in errors:
+                continue
+            mech = MECHANISMS[SCRAM_MECHANISMS[u.mechanism]]
+            try:
+                check_iterations(mech, u.iterations)
+            except ValueError as exc:
+                errors[u.name] = (UNACCEPTABLE_CREDENTIAL, str(exc))
+                continue
+            # The client sends the salted password (never the password): store the derived keys.
+            cred = credential_from_salted(mech, bytes(u.salted_password), bytes(u.salt), u.iterations)
+            self.credentials.store.upsert_scram(u.name, mech.name, cred, self.credentials.now_ms())
+            self.credentials.refresh()
+            sink = getattr(self.credentials, "_audit", None)
+            if sink is not None:
+                sink.write(change_event(
+                    type=EventType.CREDENTIAL_CHANGE, source="kgov-gateway", time=self.credentials._clock(),
+                    principal=str(ctx.principal), method_name="scram.UpsertCredential", target=f"user={u.name}",
+                    details={"user": u.name, "mechanism": mech.name, "iterations": u.iterations},
+                    client_address=ctx.client_address,
+                ))
+        return resp(results=[
+            result(user=n, error_code=errors[n][0] if n in errors else 0,
+                   error_message=errors[n][1] if n in errors else None)
+            for n in dict.fromkeys(names)
+        ])
+
+
+_ENTITY_TYPES: Final = ("user", "client-id", "ip")
+
+
+def _entity_from_wire(parts: list[Any]) -> QuotaEntity:
+    values: dict[str, EntityPart] = {}
+    for p in parts:
+        if p.entity_type not in _ENTITY_TYPES or p.entity_type in values:
+            raise QuotaError(f"Unexpected entity type {p.entity_type}")
+        values[p.entity_type] = DEFAULT_PART if p.entity_name is None else EntityPart.of(p.entity_name)
+    return QuotaEntity(values.get("user", NONE_PART), values.get("client-id", NONE_PART), values.get("ip", NONE_PART))
+
+
+def _entity_to_wire(cls: Any, entity: QuotaEntity) -> list[Any]:
+    out = []
+    for label, part in zip(_ENTITY_TYPES, (entity.user, entity.client_id, entity.ip), strict=True):
+        if part.kind is not Part.NONE:
+            out.append(cls(entity_type=label, entity_name=part.render()))
+    return out
+
+
+class QuotaApis:
+    def __init__(self, authorizer: Authorizer, store: QuotaStore, enforcer: QuotaEnforcer) -> None:
+        self.authorizer = authorizer
+        self.store = store
+        self.enforcer = enforcer
+
+    def describe(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        resp = SPECS[48].response
+        if not _allowed(self.authorizer, ctx, Operation.DESCRIBE_CONFIGS):
+            return resp(error_code=CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
+                        entries=None)
+        _, configs = self.store.load()
+        entry = resp.fields["entries"].data_class
+        entity_cls = entry.fields["entity"].data_class
+        value_cls = entry.fields["values"].data_class
+        out = []
+        for entity, values in sorted(configs.items()):
+            if matches_components(entity, request.components, request.strict):
+                out.append(entry(entity=_entity_to_wire(entity_cls, entity), values=[
+                    value_cls(key=k, value=v) for k, v in sorted(values.items())]))
+        return resp(error_code=0, error_message=None, entries=out)
+
+    def alter(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        resp = SPECS[49].response
+        entry = resp.fields["entries"].data_class
+        entity_cls = entry.fields["entity"].data_class
+
+        def answer(e: Any, code: int, message: str | None) -> Any:
+            return entry(error_code=code, error_message=message,
+                         entity=[entity_cls(entity_type=p.entity_type, entity_name=p.entity_name) for p in e.entity])
+
+        if not _allowed(self.authorizer, ctx, Operation.ALTER_CONFIGS):
+            return resp(entries=[answer(e, CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+                                 for e in request.entries])
+        results = []
+        changes = []
+        for e in request.entries:
+            try:
+                entity = _entity_from_wire(list(e.entity))
+                ops = [QuotaOp(o.key, float(o.value), bool(o.remove)) for o in e.ops]
+                from gateway.quota_store import validate_ops
+
+                validate_ops(entity, ops)
+            except QuotaError as exc:
+                results.append(answer(e, INVALID_REQUEST, str(exc)))
+                continue
+            changes.append((entity, ops))
+            results.append(answer(e, 0, None))
+        if changes and not request.validate_only:
+            self.store.alter(changes)
+            self.enforcer.refresh()
+        return resp(entries=results)
+
+
+def matches_components(entity: QuotaEntity, components: list[Any], strict: bool) -> bool:
+    """DescribeClientQuotas filter: match types 0 exact name, 1 default, 2 any specified."""
+    parts = {"user": entity.user, "client-id": entity.client_id, "ip": entity.ip}
+    named = set()
+    for c in components:
+        part = parts.get(c.entity_type)
+        if part is None:
+            return False
+        named.add(c.entity_type)
+        if c.match_type == 0 and not (part.kind is Part.NAME and part.name == c.match):
+            return False
+        if c.match_type == 1 and part.kind is not Part.DEFAULT:
+            return False
+        if c.match_type == 2 and part.kind is Part.NONE:
+            return False
+    if strict:
+        return all(p.kind is Part.NONE or t in named for t, p in parts.items())
+    return True
+
+
+def admin_handlers(authorizer: Any, credentials: Any, quota_store: QuotaStore | None,
+                   quotas: QuotaEnforcer | None) -> dict[int, Any]:
+    acl = AclApis(authorizer)
+    handlers: dict[int, Any] = {29: acl.describe, 30: acl.create, 31: acl.delete}
+    if credentials is not None:
+        scram = ScramApis(authorizer, credentials)
+        handlers.update({50: scram.describe, 51: scram.alter})
+    if quota_store is not None and quotas is not None:
+        q = QuotaApis(authorizer, quota_store, quotas)
+        handlers.update({48: q.describe, 49: q.alter})
+    return handlers

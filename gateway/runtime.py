@@ -1,0 +1,153 @@
+"""Assembling a gateway from kgov settings: storage, audit files, authorizer, credentials, quotas.
+
+Used by `kgov gateway` and `kgov up`. `settings` is kgov's Settings object (duck-typed here, since
+`gateway` must not import `kgov`). Every node reads users, ACLs, roles, tokens and quotas from the
+same database as `kgov serve`; the services poll it for changes made elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from audit.sinks import AuditSink, JsonLinesSink, MultiSink, TextLineSink
+from authz.database import open_engine
+from authz.model import Principal
+from authz.service import AuthorizerService
+from gateway.admin_apis import admin_handlers
+from gateway.config import GatewayConfig, parse_host_port
+from gateway.proxy import Gateway, GatewayOptions, Services
+from gateway.quota_store import QuotaStore
+from gateway.quotas import QuotaEnforcer
+from sasl.service import CredentialService
+
+
+@dataclass
+class GatewayRuntime:
+    gateway: Gateway
+    authorizer: AuthorizerService
+    credentials: CredentialService
+    quotas: QuotaEnforcer
+    engine: Engine
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        await self.gateway.start()
+
+    async def stop(self) -> None:
+        await self.gateway.close()
+        for close in reversed(self._closers):
+            with contextlib.suppress(Exception):
+                close()
+
+
+def server_ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
+    if config.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert config.tls_cert_file is not None and config.tls_key_file is not None
+    ctx.load_cert_chain(str(config.tls_cert_file), str(config.tls_key_file))
+    return ctx
+
+
+def upstream_ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
+    if config.upstream_security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    ctx = ssl.create_default_context(cafile=str(config.upstream_ca_file) if config.upstream_ca_file else None)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def build_runtime(
+    settings: Any,
+    *,
+    listen: str | None = None,
+    upstream: str | None = None,
+    engine: Engine | None = None,
+    clock: Callable[[], datetime] | None = None,
+    extra_audit: AuditSink | None = None,
+) -> GatewayRuntime:
+    config: GatewayConfig = settings.gateway
+    listen_host, listen_port = parse_host_port(listen or config.listen, "--listen")
+    upstream_text = upstream or config.upstream
+    if not upstream_text:
+        raise ValueError("the gateway needs an upstream cluster: pass --upstream HOST:PORT or set gateway.upstream")
+    now = clock or (lambda: datetime.now(UTC))
+    own_engine = engine is None
+    engine = engine or open_engine(settings.database_url)
+    audit_dir = settings.audit_dir
+    events = JsonLinesSink(audit_dir / "gateway-events.jsonl", max_bytes=settings.audit.max_bytes,
+                           backups=settings.audit.backups)
+    lines = TextLineSink(audit_dir / "gateway-kafka-authorizer.log", max_bytes=settings.audit.max_bytes,
+                         backups=settings.audit.backups)
+    sink: AuditSink = MultiSink([events, extra_audit]) if extra_audit is not None else events
+    source = f"crn:///kafka={settings.cluster_id}"
+    authorizer = AuthorizerService(
+        engine, settings.authz, audit=sink, lines=lines, source=source, clock=now,
+        extra_super_users=frozenset({Principal("User", settings.admin.user)}),
+    )
+    authorizer.start(background=True)
+    credentials = CredentialService(engine, settings, audit=sink, clock=now, source=source)
+    quota_store = QuotaStore(engine)
+    quota_store.migrate()
+    quotas = QuotaEnforcer(quota_store, window_num=config.quota_window_num,
+                           window_size_s=config.quota_window_size_s)
+    quotas.start()
+    mechanisms = tuple(m.upper() for m in (config.mechanisms or credentials.enabled_mechanisms))
+    options = GatewayOptions(
+        listen_host=listen_host,
+        listen_port=listen_port,
+        upstream=parse_host_port(upstream_text, "--upstream"),
+        advertised_host=config.advertised_host,
+        address_mode=config.address_mode,
+        node_port_base=config.node_port_base,
+        listener_name=config.listener_name,
+        security_protocol=config.security_protocol,
+        ssl_context=server_ssl_context(config),
+        upstream_ssl=upstream_ssl_context(config),
+        sasl_mechanisms=mechanisms,
+        mechanism_factory=credentials.server_mechanism,
+        max_reauth_ms=settings.sasl.connections_max_reauth_ms,
+        max_request_bytes=config.max_request_bytes,
+        idle_timeout_s=config.idle_timeout_s,
+        sasl_failure_delay_s=credentials.failure_delay_s,
+        audit_auth_failures=False,
+        source=source,
+        upstream_sasl=_upstream_login(config),
+    )
+    services = Services(
+        authorizer=authorizer,
+        audit=sink if config.request_log else None,
+        auth_audit=sink,
+        clock=now,
+        quotas=quotas,
+        local_handlers=admin_handlers(authorizer, credentials, quota_store, quotas),
+    )
+    runtime = GatewayRuntime(Gateway(options, services), authorizer, credentials, quotas, engine)
+    runtime._closers.extend([authorizer.close, quotas.close, events.close, lines.close])
+    if own_engine:
+        runtime._closers.append(engine.dispose)
+    return runtime
+
+
+def _upstream_login(config: GatewayConfig) -> tuple[str, str, str] | None:
+    if not config.upstream_security_protocol.startswith("SASL_"):
+        return None
+    assert config.upstream_username is not None and config.upstream_password is not None
+    return config.upstream_sasl_mechanism, config.upstream_username, config.upstream_password.get_secret_value()
+
+
+async def serve(runtime: GatewayRuntime, stop: asyncio.Event) -> None:
+    await runtime.start()
+    try:
+        await stop.wait()
+    finally:
+        await runtime.stop()
