@@ -11,6 +11,7 @@ cached per change-counter value, polled at most once a second.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,6 +63,7 @@ CONFIG_KEYS = (
     "overrideRuleSet",
 )
 _MAX_REFERENCE_DEPTH = 32
+_MAX_CACHED_LOOKUPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,9 @@ class SchemaRegistry:
         self.engine = engine
         self._by_id: dict[int, StoredSchema] = {}
         self._parsed: dict[int, ParsedSchema] = {}
+        # Derived from rows that change: valid for one value of the change counter (see `_poll_changes`).
         self._usages: dict[int, tuple[str, ...]] = {}
+        self._lookups: dict[tuple[Any, ...], SubjectVersion] = {}
         self._usages_version = -1
         self._usages_checked = float("-inf")
         self._poll_interval_s = poll_interval_s
@@ -111,15 +115,7 @@ class SchemaRegistry:
 
     def subjects_using(self, schema_id: int) -> tuple[str, ...]:
         """Subjects with a stored version (soft-deleted included) of `schema_id`, for authorization."""
-        now = self._monotonic()
-        if now - self._usages_checked >= self._poll_interval_s:
-            with self.engine.connect() as conn:
-                current = read_version(conn, store.COMPONENT)
-            with self._lock:
-                if current != self._usages_version:
-                    self._usages = {}
-                    self._usages_version = current
-                self._usages_checked = now
+        self._poll_changes()
         cached = self._usages.get(schema_id)
         if cached is not None:
             return cached
@@ -134,9 +130,25 @@ class SchemaRegistry:
             return None
         return self._usages.get(schema_id)
 
+    def _poll_changes(self) -> None:
+        """At most once per interval: drop the derived caches if any node changed the registry."""
+        now = self._monotonic()
+        if now - self._usages_checked < self._poll_interval_s:
+            return
+        with self.engine.connect() as conn:
+            current = read_version(conn, store.COMPONENT)
+        with self._lock:
+            if current != self._usages_version:
+                self._usages = {}
+                self._lookups = {}
+                self._usages_version = current
+            self._usages_checked = now
+
     def _forget_usages(self) -> None:
+        """After a local write: the derived caches go at once (other nodes see it at their next poll)."""
         with self._lock:
             self._usages = {}
+            self._lookups = {}
             self._usages_checked = float("-inf")
 
     def id_usages(self, schema_id: int, *, deleted: bool) -> list[tuple[str, int]]:
@@ -331,6 +343,7 @@ class SchemaRegistry:
             previous = store.get_config(conn, key) or {}
             merged = {**previous, **stored}
             store.put_config(conn, key, merged)
+        self._forget_usages()
         return echo, Change("config.update", subject or GLOBAL_KEY, {"config": echo})
 
     def delete_config(self, subject: str | None) -> tuple[dict[str, Any], Change]:
@@ -345,6 +358,7 @@ class SchemaRegistry:
                     40408, f"Subject '{subject}' does not have subject-level compatibility configured"
                 )
             store.delete_config(conn, key)
+        self._forget_usages()
         return previous or {"compatibilityLevel": DEFAULT_COMPATIBILITY}, Change(
             "config.delete", subject or GLOBAL_KEY, {}
         )
@@ -372,6 +386,7 @@ class SchemaRegistry:
             if mode is Mode.IMPORT and not force and store.has_any_version(conn, subject):
                 raise operation_not_permitted("Cannot import since found existing subjects")
             store.put_mode(conn, GLOBAL_KEY if subject is None else subject, mode.value)
+        self._forget_usages()
         return mode, Change("mode.update", subject or GLOBAL_KEY, {"mode": mode.value, "force": force})
 
     def delete_mode(self, subject: str | None) -> tuple[Mode, Change]:
@@ -384,6 +399,7 @@ class SchemaRegistry:
                     raise subject_not_found(subject)
                 raise RegistryError(40409, f"Subject '{subject}' does not have subject-level mode configured")
             store.delete_mode(conn, key)
+        self._forget_usages()
         return Mode(previous or Mode.READWRITE.value), Change("mode.delete", subject or GLOBAL_KEY, {})
 
     # ------------------------------------------------------------------ compatibility
@@ -425,6 +441,20 @@ class SchemaRegistry:
     # ------------------------------------------------------------------ lookup and register
 
     def lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool) -> SubjectVersion:
+        self._poll_changes()
+        key = (subject, request.schema_type, request.schema, request.references, normalize, deleted,
+               json.dumps(request.metadata, sort_keys=True), json.dumps(request.rule_set, sort_keys=True))
+        cached = self._lookups.get(key)
+        if cached is not None:
+            return cached
+        found = self._lookup(subject, request, normalize=normalize, deleted=deleted)
+        with self._lock:
+            if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
+                self._lookups = {}
+            self._lookups[key] = found
+        return found
+
+    def _lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool) -> SubjectVersion:
         with self.engine.connect() as conn:
             rows = [r for r in self._versions(conn, subject) if deleted or not r.deleted]
             if not rows:

@@ -223,15 +223,17 @@ def test_references_must_exist_and_block_deletes(client: TestClient) -> None:
 
 
 def test_normalize_makes_equivalent_spellings_one_schema(client: TestClient) -> None:
-    spaced = '{"fields": [{"type": "string", "name": "a"}], "name": "N", "type": "record"}'
-    tight = '{"type":"record","name":"N","fields":[{"name":"a","type":"string"}]}'
-    first = register(client, "n", spaced, )
-    assert client.post("/subjects/n/versions?normalize=true", json={"schema": tight}).json()["id"] in (
-        first["id"], first["id"] + 1)
-    normal = client.post("/subjects/m/versions?normalize=TRUE", json={"schema": spaced}).json()
-    again = client.post("/subjects/m/versions?normalize=true", json={"schema": tight}).json()
-    assert normal == again
-    assert client.post("/subjects/m?normalize=true", json={"schema": spaced}).json()["version"] == 1
+    # custom properties in another order: the same schema only once normalised
+    ab = '{"type":"record","name":"N","a":1,"b":2,"fields":[{"name":"x","type":"string"}]}'
+    ba = '{"type":"record","name":"N","b":2,"a":1,"fields":[{"name":"x","type":"string"}]}'
+    first = register(client, "n", ab)
+    assert register(client, "n", ba)["version"] == 2
+    normal = client.post("/subjects/m/versions?normalize=TRUE", json={"schema": ba}).json()
+    again = client.post("/subjects/m/versions?normalize=true", json={"schema": ab}).json()
+    assert normal == again and normal["version"] == 1
+    assert normal["id"] == first["id"]  # normalised text equals the stored text of `ab`
+    assert client.post("/subjects/m?normalize=true", json={"schema": ba}).json()["version"] == 1
+    assert error(client.post("/subjects/m", json={"schema": ba})) == (404, 40403)
 
 
 def test_metadata_and_rule_set_are_stored_and_returned(client: TestClient) -> None:

@@ -65,3 +65,26 @@ def test_a_hard_delete_on_another_node_is_seen_within_the_poll_interval(
         clock.now += 1.0
         gone = b.get(f"/schemas/ids/{schema_id}")
         assert (gone.status_code, gone.json()["error_code"]) == (404, 40403)
+
+
+def test_lookups_are_cached_until_a_change(registry_app_factory: Callable[..., FastAPI]) -> None:
+    node_a = registry_app_factory()
+    node_b = registry_app_factory(db=str(node_a.state.engine.url))
+    clock = FakeMonotonic()
+    node_b.state.schema_registry = SchemaRegistry(node_b.state.engine, monotonic=clock)
+    props_ab = '{"type":"record","name":"P","a":1,"b":2,"fields":[{"name":"x","type":"string"}]}'
+    spaced = '{"type":"record","name":"P","b":2,"a":1,"fields":[{"name":"x","type":"string"}]}'
+    with TestClient(node_a, headers=basic("admin")) as a, TestClient(node_b, headers=basic("admin")) as b:
+        a.post("/subjects/look-value/versions", json={"schema": props_ab})
+        assert b.post("/subjects/look-value", json={"schema": props_ab}).json()["version"] == 1
+        assert b.post("/subjects/look-value", json={"schema": spaced}).status_code == 404  # not normalised
+        # a local config change is seen at once
+        b.put("/config/look-value", json={"normalize": True})
+        assert b.post("/subjects/look-value", json={"schema": spaced}).json()["version"] == 1
+        assert b.post("/subjects/look-value", json={"schema": props_ab}).json()["version"] == 1
+        # a delete on another node is seen after the poll interval
+        a.delete("/subjects/look-value")
+        assert b.post("/subjects/look-value", json={"schema": props_ab}).status_code == 200
+        clock.now += 1.0
+        gone = b.post("/subjects/look-value", json={"schema": props_ab})
+        assert (gone.status_code, gone.json()["error_code"]) == (404, 40401)

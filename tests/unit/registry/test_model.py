@@ -1,0 +1,90 @@
+"""Pure pieces of the registry: version ids, subjects, contexts, levels, modes, content negotiation."""
+
+from __future__ import annotations
+
+import pytest
+
+from authz.http import ApiError
+from registry.api import flag, media_type_for
+from registry.model import (
+    Mode,
+    RegistryError,
+    context_of,
+    parse_compatibility_level,
+    parse_version,
+    validate_subject,
+)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("latest", -1), (" LaTeSt ", -1), ("-1", -1), ("1", 1),
+                                                ("2147483647", 2**31 - 1)])
+def test_version_ids(text: str, expected: int) -> None:
+    assert parse_version(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "2147483648", "one", "", "1.5"])
+def test_invalid_version_ids_are_42202(text: str) -> None:
+    with pytest.raises(RegistryError) as err:
+        parse_version(text)
+    assert (err.value.code, err.value.status) == (42202, 422)
+
+
+def test_status_is_the_first_three_digits() -> None:
+    assert RegistryError(40401, "x").status == 404
+    assert RegistryError(409, "x").status == 409
+    assert RegistryError(50001, "x").status == 500
+
+
+@pytest.mark.parametrize("subject", ["__GLOBAL", "__EMPTY", "a\nb", "a\x7fb", "a\x85b"])
+def test_invalid_subjects(subject: str) -> None:
+    with pytest.raises(RegistryError) as err:
+        validate_subject(subject)
+    assert err.value.code == 42208
+
+
+def test_valid_subjects() -> None:
+    for subject in ("", "orders-value", ":.ctx:orders", "ünïcode ok"):
+        assert validate_subject(subject) == subject
+
+
+def test_contexts() -> None:
+    assert context_of("orders-value") == "."
+    assert context_of(":.staging:orders-value") == ".staging"
+    assert context_of(":.:x") == "."
+    assert context_of(":.broken") == "."
+
+
+def test_levels_and_modes_are_case_insensitive() -> None:
+    assert parse_compatibility_level("full_transitive") == "FULL_TRANSITIVE"
+    assert Mode.parse("readonly") is Mode.READONLY
+    with pytest.raises(RegistryError) as err:
+        parse_compatibility_level("SOMETIMES")
+    assert err.value.code == 42203
+    with pytest.raises(RegistryError) as err:
+        Mode.parse(3)
+    assert err.value.code == 42204
+
+
+def test_booleans_as_jax_rs_reads_them() -> None:
+    assert flag("True") and flag("TRUE") and flag("true")
+    assert not flag("False") and not flag("yes") and not flag(None)
+    assert flag(None, default=True)
+
+
+@pytest.mark.parametrize(("accept", "expected"), [
+    (None, "application/vnd.schemaregistry.v1+json"),
+    ("*/*", "application/vnd.schemaregistry.v1+json"),
+    ("application/json", "application/json"),
+    ("application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json, application/json",
+     "application/vnd.schemaregistry.v1+json"),
+    ("application/json; q=1, application/vnd.schemaregistry+json; q=0.5", "application/json"),
+    ("text/html, application/*", "application/vnd.schemaregistry.v1+json"),
+])
+def test_content_negotiation(accept: str | None, expected: str) -> None:
+    assert media_type_for(accept) == expected
+
+
+def test_nothing_acceptable_is_406() -> None:
+    with pytest.raises(ApiError) as err:
+        media_type_for("text/html, application/xml")
+    assert err.value.status == 406
