@@ -3,6 +3,8 @@
 A KMS holds key-encryption keys (KEKs) by name; each name has numbered versions and one current
 version. Data keys (DEKs) are generated locally and wrapped by the KMS under the current version;
 the version travels with the wrapped key, so rotating a KEK never makes old records unreadable.
+Producers move to a new version when they replace their data key (`DataKeyPolicy`: at most 1 hour
+or 5M records by default); `encryption.reencrypt` rewrites old records when a version must retire.
 
 `derived_secret(name, label)` returns a secret that stays the same across rotations (it is derived
 from version 1). Keyed hashes of message keys and deterministic field encryption need that: a
@@ -277,6 +279,7 @@ class LocalKms:
         return _WRAP_LABEL + version.to_bytes(4, "big") + name.encode("utf-8")
 
     def wrap(self, key_name: str, data_key: bytes) -> WrappedKey:
+        self._maybe_reload()  # pick up a rotation made by another process (one stat per data key)
         versions = self._versions(key_name)
         version = versions.current
         nonce = os.urandom(12)

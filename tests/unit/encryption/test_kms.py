@@ -98,6 +98,8 @@ def test_two_processes_sharing_a_ring_see_each_others_rotations(tmp_path: Path) 
     wrapped = writer.wrap("orders", b"c" * 32)
     assert reader.unwrap(wrapped) == b"c" * 32
     assert reader.current_version("orders") == 2
+    writer.rotate_key("orders")
+    assert reader.wrap("orders", b"d" * 32).version == 3  # new data keys use the other process's rotation
 
 
 def test_create_rotate_errors(tmp_path: Path) -> None:
