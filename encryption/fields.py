@@ -135,6 +135,28 @@ class FieldPolicy:
         return cls._select(candidates, tags, deterministic_tags, metadata, rule_set)
 
     @classmethod
+    def from_registered_schema(
+        cls,
+        document: Mapping[str, Any],
+        *,
+        tags: Iterable[str] | None = None,
+        deterministic_tags: Iterable[str] = (),
+    ) -> FieldPolicy:
+        """From a schema registry's answer (`GET /subjects/{subject}/versions/{version}` or
+        `/schemas/ids/{id}`): its `schema`, `schemaType` (AVRO when absent), `metadata` and `ruleSet`."""
+        schema_type = str(document.get("schemaType") or "AVRO").upper()
+        if schema_type == "AVRO":
+            build = cls.from_avro
+        elif schema_type == "JSON":
+            build = cls.from_json_schema
+        else:
+            raise EncryptionError(f"field-level encryption supports AVRO and JSON schemas, not {schema_type}")
+        return build(
+            document["schema"], tags=tags, deterministic_tags=deterministic_tags,
+            metadata=document.get("metadata"), rule_set=document.get("ruleSet"),
+        )
+
+    @classmethod
     def _select(
         cls,
         candidates: list[_Candidate],

@@ -170,3 +170,14 @@ def test_wrong_field_types_are_refused(kms: LocalKms) -> None:
     policy = FieldPolicy.from_avro(CUSTOMER)
     with pytest.raises(EncryptionError, match="should be a string"):
         FieldEncryptingSerializer(kms, "orders", policy)({**ALICE, "ssn": 12}, ctx())
+
+
+def test_policy_from_a_registry_answer() -> None:
+    json_schema = {"type": "object", "properties": {"email": {"type": "string"}, "age": {"type": "integer"}}}
+    document = {"subject": "s-value", "version": 1, "id": 3, "schemaType": "JSON",
+                "schema": json.dumps(json_schema), "metadata": {"tags": {"email": ["PII"]}}}
+    assert [rule.name for rule in FieldPolicy.from_registered_schema(document).rules] == ["email"]
+    avro = {"schema": json.dumps(CUSTOMER)}  # schemaType absent means AVRO
+    assert "ssn" in {rule.name for rule in FieldPolicy.from_registered_schema(avro).rules}
+    with pytest.raises(EncryptionError, match="not PROTOBUF"):
+        FieldPolicy.from_registered_schema({"schemaType": "PROTOBUF", "schema": "syntax = 'proto3';"})

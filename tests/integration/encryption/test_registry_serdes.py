@@ -1,0 +1,133 @@
+"""Encryption around the registry's Confluent wire-format serdes, against a real `kgov serve` and Tansu.
+
+The schema is registered with Confluent-style metadata tags and an ENCRYPT rule; the field policy is
+built from what the registry returns, and a consumer without keys still decodes every other field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.serialization import MessageField, SerializationContext, StringSerializer
+from confluent_kafka.serializing_producer import SerializingProducer
+
+from encryption import DecryptingDeserializer, EncryptingSerializer, LocalKms
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+from registry.client import RegistryClient
+from registry.serdes import AvroDeserializer, AvroSerializer
+from tests.support.ports import free_port, wait_for_port
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[3]
+PASSWORD = "encryption-test-password"
+SCHEMA = json.dumps({
+    "type": "record", "name": "Payment", "namespace": "com.bank",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "iban", "type": "string"},
+        {"name": "holder", "type": "string"},
+    ],
+})
+METADATA = {"tags": {"com.bank.Payment.iban": ["PII"], "**.holder": ["PII", "JOIN"]}}
+RULE_SET = {"domainRules": [
+    {"name": "encrypt-pii", "kind": "TRANSFORM", "type": "ENCRYPT", "mode": "WRITEREAD", "tags": ["PII"],
+     "params": {"encrypt.kek.name": "payments"}},
+    {"name": "joinable", "kind": "TRANSFORM", "type": "ENCRYPT", "mode": "WRITEREAD", "tags": ["JOIN"],
+     "params": {"encrypt.kek.name": "payments", "encrypt.dek.algorithm": "AES256_SIV"}},
+]}
+PAYMENT = {"id": "tx-1", "amount": 99.5, "iban": "DE89370400440532013000", "holder": "Erika Mustermann"}
+
+
+@pytest.fixture(scope="module")
+def registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = tmp_path_factory.mktemp("kgov-serve")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGOV_ADMIN__PASSWORD": PASSWORD, "KGOV_DATA_DIR": str(data),
+           "KGOV_SASL__FAILED_AUTHENTICATION_DELAY_MS": "0"}
+    log = (data / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "kgov", "serve", "--port", str(port), "--log-level", "warning",
+                             "--db", f"sqlite:///{data / 'kgov.db'}"], cwd=data, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def consume(bootstrap: str, topic: str, count: int) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    try:
+        while len(messages) < count:
+            msg = consumer.poll(10)
+            assert msg is not None and msg.error() is None
+            messages.append(msg)
+    finally:
+        consumer.close()
+    return messages
+
+
+def test_field_and_payload_encryption_around_registry_serdes(
+    registry_url: str, kafka_broker: str, tmp_path: Path
+) -> None:
+    topic = f"payments-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        future.result(timeout=30)
+    auth = ("admin", PASSWORD)
+    subject = f"{topic}-value"
+    registered = httpx.post(f"{registry_url}/subjects/{subject}/versions", auth=auth, timeout=10,
+                            json={"schema": SCHEMA, "schemaType": "AVRO", "metadata": METADATA, "ruleSet": RULE_SET})
+    assert registered.status_code == 200, registered.text
+    latest = httpx.get(f"{registry_url}/subjects/{subject}/versions/latest", auth=auth, timeout=10).json()
+    policy = FieldPolicy.from_registered_schema(latest)
+    assert {(rule.name, rule.deterministic) for rule in policy.rules} == {("iban", False), ("holder", True)}
+
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("payments")
+    client = RegistryClient(registry_url, basic_auth=auth)
+    try:
+        field_level = FieldEncryptingSerializer(
+            kms, "payments", policy, AvroSerializer(client, SCHEMA, use_latest_version=True))
+        whole = EncryptingSerializer(kms, "payments", AvroSerializer(client, SCHEMA, use_latest_version=True))
+        producer = SerializingProducer({"bootstrap.servers": kafka_broker, "key.serializer": StringSerializer()})
+        producer.produce(topic, key="tx-1", value=field_level(PAYMENT, SerializationContext(
+            topic, MessageField.VALUE, [])))
+        headers: list[tuple[str, bytes]] = []
+        producer.produce(topic, key="tx-1", value=whole(PAYMENT, SerializationContext(
+            topic, MessageField.VALUE, headers)), headers=headers)
+        assert producer.flush(30) == 0
+
+        field_msg, whole_msg = consume(kafka_broker, topic, 2)
+        for msg in (field_msg, whole_msg):
+            assert b"DE89" not in msg.value() and b"Erika" not in msg.value()
+
+        keyless = AvroDeserializer(client)(field_msg.value(), None)  # registry schema, no keys
+        assert keyless["id"] == "tx-1" and keyless["amount"] == 99.5
+        assert keyless["iban"] != PAYMENT["iban"] and keyless["holder"] != PAYMENT["holder"]
+
+        ctx = SerializationContext(topic, MessageField.VALUE, field_msg.headers())
+        assert FieldDecryptingDeserializer(kms, policy, AvroDeserializer(client))(field_msg.value(), ctx) == PAYMENT
+        ctx = SerializationContext(topic, MessageField.VALUE, whole_msg.headers())
+        assert DecryptingDeserializer(kms, AvroDeserializer(client))(whole_msg.value(), ctx) == PAYMENT
+    finally:
+        client.close()
