@@ -482,11 +482,20 @@ def _max_matching(edges: dict[int, dict[int, list[Difference]]], left: int) -> d
     match_right: dict[int, int] = {}
 
     def augment(u: int, seen: set[int]) -> bool:
-        for v in edges.get(u, {}):
+        # Any maximum matching gives Confluent's verdict; trying the closest pairs first keeps the
+        # reported differences minimal (identical subschemas pair with each other).
+        candidates = edges.get(u, {})
+        ordered = sorted(candidates, key=lambda v: len(candidates[v]))
+        for v in ordered:  # a free partner first, so that no existing pair is displaced needlessly
+            if v not in match_right and v not in seen:
+                seen.add(v)
+                match_right[v] = u
+                return True
+        for v in ordered:
             if v in seen:
                 continue
             seen.add(v)
-            if v not in match_right or augment(match_right[v], seen):
+            if augment(match_right[v], seen):
                 match_right[v] = u
                 return True
         return False
