@@ -1,5 +1,27 @@
-"""End-to-end encryption for Kafka records: envelope encryption with a KMS, encrypting serdes,
-key rotation, protected keys, signatures and field-level encryption.
+"""End-to-end encryption for Kafka records: brokers, the gateway and operators see ciphertext only.
+
+Quick start (confluent-kafka)::
+
+    from confluent_kafka import DeserializingConsumer, SerializingProducer
+    from confluent_kafka.serialization import StringDeserializer, StringSerializer
+    from encryption import (DecryptingDeserializer, EncryptingSerializer, LocalKms,
+                            RecordKeyDeserializer, RecordKeySerializer)
+
+    kms = LocalKms("/etc/kgov/keyring.json")        # created on first use, mode 0600
+    kms.create_key("orders")                         # or `kgov encryption keys create orders`
+    producer = SerializingProducer({"bootstrap.servers": "...",
+        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),
+        "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer())})
+    producer.produce("orders", key="k1", value="secret", headers=[])   # fresh headers per record
+    consumer = DeserializingConsumer({"bootstrap.servers": "...", "group.id": "g",
+        "key.deserializer": RecordKeyDeserializer(kms, StringDeserializer()),
+        "value.deserializer": DecryptingDeserializer(kms, StringDeserializer())})
+
+Modules: `envelope` (the record format, version 1), `kms` (the `Kms` interface, `LocalKms`),
+`vault` (`VaultTransitKms`), `datakeys` (data-key lifetimes and the unwrapped-key cache), `serdes`
+(the serializers), `signing` (Ed25519), `fields` (field-level encryption by schema tags),
+`reencrypt` (rewriting after a KEK rotation), `retry`, `errors` (`DecryptionError`, the one error a
+consumer sees), `cli` (`kgov encryption ...`).
 
 Public interface (stable): `LocalKms`, `EncryptingSerializer`, `DecryptingDeserializer`,
 `DecryptionError`; the rest is importable from here as well.
