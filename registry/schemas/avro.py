@@ -146,7 +146,7 @@ def _is_name_start(c: str) -> bool:
 
 
 def _is_name_part(c: str) -> bool:
-    return c.isalpha() or c.isdigit() or c == "_"
+    return c.isalpha() or c.isdecimal() or c == "_"  # Java: isLetterOrDigit (digits are Nd)
 
 
 def validate_name(name: str) -> str:

@@ -319,6 +319,27 @@ def fastavro_schema(model: AvroModel) -> object:
     from registry.schemas.errors import InvalidSchemaError
 
     try:
-        return fastavro.parse_schema(json.loads(expanded_string(model)), _ignore_default_error=True)
+        return fastavro.parse_schema(_without_invalid_logical_types(json.loads(expanded_string(model))),
+                                     _ignore_default_error=True)
     except Exception as exc:  # fastavro raises many exception types for schemas it cannot use
         raise InvalidSchemaError(f"Schema cannot be used for serialization: {exc}") from None
+
+
+def _without_invalid_logical_types(node: Any) -> Any:
+    """Avro Java ignores a known logical type whose parameters are invalid (a decimal whose scale
+    exceeds its precision) and uses the underlying type; fastavro refuses such a schema, so the
+    copy handed to fastavro drops those annotations."""
+    if isinstance(node, list):
+        return [_without_invalid_logical_types(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _without_invalid_logical_types(v) if k in ("type", "items", "values", "fields") else v
+           for k, v in node.items()}
+    name = out.get("logicalType")
+    kind = out.get("type")
+    if isinstance(name, str) and name in _LOGICAL_BASES and isinstance(kind, str):
+        size = out.get("size")
+        probe = AvroType(kind, props=dict(out), size=size if isinstance(size, int) else 0)
+        if logical_type(probe) is None:
+            out.pop("logicalType")
+    return out

@@ -141,3 +141,20 @@ def test_normalize_sorts_and_dedups_references() -> None:
     parsed = parse_schema(SchemaType.AVRO, '"F"', references=refs, resolved={"F": ref}, normalize=True)
     assert parsed.references == (SchemaReference("F", "a", 1), SchemaReference("F", "b", 2))
     assert parsed.canonical == '"F"'
+
+
+def test_invalid_logical_type_is_kept_in_the_text_but_ignored_for_serialization() -> None:
+    # Avro Java ignores a decimal whose scale exceeds its precision and uses plain bytes
+    parsed = parse_schema(SchemaType.AVRO, '{"type":"bytes","logicalType":"decimal","precision":2,"scale":5}')
+    assert parsed.canonical == '{"type":"bytes","logicalType":"decimal","precision":2,"scale":5}'
+    assert "logicalType" not in parsed.parsed  # type: ignore[operator]
+    valid = parse_schema(SchemaType.AVRO, '{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}')
+    assert valid.parsed["logicalType"] == "decimal"  # type: ignore[index]
+
+
+def test_names_follow_javas_letter_and_digit_classes() -> None:
+    assert canonical('{"type":"record","name":"Straße_1","fields":[]}') == (
+        '{"type":"record","name":"Straße_1","fields":[]}'
+    )
+    with pytest.raises(InvalidSchemaError, match="Illegal character"):
+        parse_schema(SchemaType.AVRO, '{"type":"record","name":"R\u00b2","fields":[]}')  # superscript two
