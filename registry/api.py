@@ -30,6 +30,7 @@ from authz.http import ApiError, api_error_response, authenticated_principal, au
 from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, Principal, ResourceType
 from registry import store
 from registry.config import RegistryConfig
+from registry.contexts import ContextPathRewrite
 from registry.fastpath import SchemaByIdFastPath
 from registry.model import (
     Reference,
@@ -643,3 +644,4 @@ def install(app: FastAPI) -> None:
     app.state.schema_registry = SchemaRegistry(app.state.engine)
     app.include_router(router)
     app.add_middleware(SchemaByIdFastPath, state=app.state)
+    app.add_middleware(ContextPathRewrite)

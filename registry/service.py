@@ -299,18 +299,20 @@ class SchemaRegistry:
         return found
 
     def _config(self, conn: Connection, subject: str | None) -> dict[str, Any]:
-        """The effective config: the subject's, else the global one, else the default."""
+        """The effective config: the subject's, else its context's, else the global one, else the default."""
         if subject is not None:
-            found = self._subject_config(conn, subject)
-            if found is not None:
-                return found
+            for key in _config_keys(subject):
+                found = self._subject_config(conn, key)
+                if found is not None:
+                    return found
         return self._global_config(conn)
 
     def _mode(self, conn: Connection, subject: str | None) -> Mode:
         if subject is not None:
-            found = store.get_mode(conn, subject)
-            if found is not None:
-                return Mode(found)
+            for key in _config_keys(subject):
+                found = store.get_mode(conn, key)
+                if found is not None:
+                    return Mode(found)
         return Mode(store.get_mode(conn, GLOBAL_KEY) or Mode.READWRITE.value)
 
     def get_config(self, subject: str | None, *, default_to_global: bool = False) -> dict[str, Any]:
@@ -321,7 +323,7 @@ class SchemaRegistry:
             if found is not None:
                 return found
             if default_to_global:
-                return self._global_config(conn)
+                return self._config(conn, subject)  # its context's level, else the global one
         raise RegistryError(40408, f"Subject '{subject}' does not have subject-level compatibility configured")
 
     def set_config(self, subject: str | None, body: Mapping[str, Any]) -> tuple[dict[str, Any], Change]:
@@ -371,7 +373,7 @@ class SchemaRegistry:
             if found is not None:
                 return Mode(found)
             if default_to_global:
-                return self._mode(conn, None)
+                return self._mode(conn, subject)
         raise RegistryError(40409, f"Subject '{subject}' does not have subject-level mode configured")
 
     def set_mode(self, subject: str | None, mode_text: object, *, force: bool = False) -> tuple[Mode, Change]:
@@ -637,6 +639,15 @@ class SchemaRegistry:
                 store.forget_subject(conn, subject)
         self._forget_usages()
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _config_keys(subject: str) -> tuple[str, ...]:
+    """Where a subject's config and mode are looked up: itself, then its context (`:.ctx:`), if any."""
+    context = context_of(subject)
+    context_key = f":{context}:"
+    if context == DEFAULT_CONTEXT or subject == context_key:
+        return (subject,)
+    return (subject, context_key)
 
 
 def _reference_exists(subject: str, version: int) -> RegistryError:

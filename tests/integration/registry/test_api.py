@@ -387,3 +387,11 @@ def test_register_delete_and_references_on_both_databases(
         assert client.get("/config").json() == {"compatibilityLevel": "FULL_TRANSITIVE"}
         client.put("/mode/person2", json={"mode": "READONLY"})
         assert error(client.delete("/subjects/person2")) == (422, 42205)
+
+
+def test_bad_default_is_refused_at_registration(client: TestClient) -> None:
+    # RestApiTest.testRegisterBadDefault
+    bad = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": "string", "default": None}]})
+    r = client.post("/subjects/bad-default/versions", json={"schema": bad})
+    assert error(r) == (422, 42201)
+    assert "default" in r.json()["message"]
