@@ -68,7 +68,7 @@ def compact(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(compact(v) for v in value) + "]"
     if isinstance(value, Decimal):
-        return str(value)
+        return str(value.copy_abs() if value.is_zero() else value)  # BigDecimal has no negative zero
     if isinstance(value, str):
         return _string(value)
     return json.dumps(value)
