@@ -83,7 +83,7 @@ def check_compatibility(
     new: ParsedSchema, previous: Sequence[ParsedSchema], level: CompatibilityLevel
 ) -> list[str]:
     """[] when compatible; otherwise one message per incompatibility (each naming its path)."""
-    level = CompatibilityLevel(level)
+    level = CompatibilityLevel(str(level).upper())  # as Confluent's CompatibilityLevel.forName
     if level is CompatibilityLevel.NONE or not previous:
         return []
     candidates = list(reversed(previous)) if level.transitive else [previous[-1]]

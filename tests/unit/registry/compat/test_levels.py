@@ -115,3 +115,8 @@ def test_json_schema_messages_use_new_and_old_roles() -> None:
         "model and has a property or item at path '#/properties/b' which is missing in the old schema'}"
     )
     assert check_compatibility(new, [old], L.FORWARD) == []
+
+
+def test_level_names_are_case_insensitive() -> None:
+    assert check_compatibility(S3, [S1], "backward") == check_compatibility(S3, [S1], L.BACKWARD)  # type: ignore[arg-type]
+    assert check_compatibility(S3, [S1], "none") == []  # type: ignore[arg-type]
