@@ -96,8 +96,10 @@ class _Candidate:
 class FieldPolicy:
     """Which fields of a schema to encrypt, and how. Build it with `from_avro` or `from_json_schema`."""
 
-    def __init__(self, rules: Iterable[FieldRule]) -> None:
+    def __init__(self, rules: Iterable[FieldRule], cutoffs: Iterable[Path] = ()) -> None:
         self.rules = tuple(rules)
+        # Paths where a recursive schema was no longer unrolled: a record with data there is refused.
+        self.cutoffs = tuple(cutoffs)
         if not self.rules:
             raise EncryptionError("no field of the schema carries a sensitive tag: nothing would be encrypted")
 
@@ -113,11 +115,19 @@ class FieldPolicy:
         deterministic_tags: Iterable[str] = (),
         metadata: Mapping[str, Any] | None = None,
         rule_set: Mapping[str, Any] | None = None,
+        references: Iterable[str | Mapping[str, Any]] = (),
     ) -> FieldPolicy:
+        """`references`: the schemas this one refers to by name (registry schema references), in
+        dependency order; their named types are known, their own fields are not candidates here."""
+        named: dict[str, Mapping[str, Any]] = {}
+        for reference in references:
+            _walk_avro(json.loads(reference) if isinstance(reference, str) else reference, (), None, [], (),
+                       named, [])
         document = json.loads(schema) if isinstance(schema, str) else schema
         candidates: list[_Candidate] = []
-        _walk_avro(document, (), "", None, candidates, set())
-        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set)
+        cutoffs: list[Path] = []
+        _walk_avro(document, (), None, candidates, (), named, cutoffs)
+        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set, cutoffs)
 
     @classmethod
     def from_json_schema(
@@ -131,8 +141,9 @@ class FieldPolicy:
     ) -> FieldPolicy:
         document = json.loads(schema) if isinstance(schema, str) else schema
         candidates: list[_Candidate] = []
-        _walk_json(document, (), candidates, document, 0)
-        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set)
+        cutoffs: list[Path] = []
+        _walk_json(document, (), candidates, document, (), cutoffs)
+        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set, cutoffs)
 
     @classmethod
     def from_registered_schema(
@@ -141,20 +152,20 @@ class FieldPolicy:
         *,
         tags: Iterable[str] | None = None,
         deterministic_tags: Iterable[str] = (),
+        references: Iterable[str | Mapping[str, Any]] = (),
     ) -> FieldPolicy:
         """From a schema registry's answer (`GET /subjects/{subject}/versions/{version}` or
-        `/schemas/ids/{id}`): its `schema`, `schemaType` (AVRO when absent), `metadata` and `ruleSet`."""
+        `/schemas/ids/{id}`): its `schema`, `schemaType` (AVRO when absent), `metadata` and `ruleSet`.
+        `references`: the texts of the schemas its `references` name (Avro), fetched by the caller."""
         schema_type = str(document.get("schemaType") or "AVRO").upper()
+        metadata, rule_set = document.get("metadata"), document.get("ruleSet")
         if schema_type == "AVRO":
-            build = cls.from_avro
-        elif schema_type == "JSON":
-            build = cls.from_json_schema
-        else:
-            raise EncryptionError(f"field-level encryption supports AVRO and JSON schemas, not {schema_type}")
-        return build(
-            document["schema"], tags=tags, deterministic_tags=deterministic_tags,
-            metadata=document.get("metadata"), rule_set=document.get("ruleSet"),
-        )
+            return cls.from_avro(document["schema"], tags=tags, deterministic_tags=deterministic_tags,
+                                 metadata=metadata, rule_set=rule_set, references=references)
+        if schema_type == "JSON":
+            return cls.from_json_schema(document["schema"], tags=tags, deterministic_tags=deterministic_tags,
+                                        metadata=metadata, rule_set=rule_set)
+        raise EncryptionError(f"field-level encryption supports AVRO and JSON schemas, not {schema_type}")
 
     @classmethod
     def _select(
@@ -164,6 +175,7 @@ class FieldPolicy:
         deterministic_tags: Iterable[str],
         metadata: Mapping[str, Any] | None,
         rule_set: Mapping[str, Any] | None,
+        cutoffs: Iterable[Path] = (),
     ) -> FieldPolicy:
         sensitive = set(tags) if tags is not None else set()
         deterministic = set(deterministic_tags)
@@ -197,7 +209,7 @@ class FieldPolicy:
                     "encrypted (the record must still match its schema)"
                 )
             rules.append(FieldRule(candidate.path, candidate.kind, bool(chosen & deterministic)))
-        return cls(rules)
+        return cls(rules, cutoffs)
 
 
 def _avro_kind(avro_type: Any) -> Kind | None:
@@ -212,12 +224,35 @@ def _avro_kind(avro_type: Any) -> Kind | None:
     return None
 
 
+_AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+# A recursive record is unrolled this many times along one path; deeper data is refused, not leaked.
+MAX_RECURSION = 4
+
+
 def _walk_avro(
-    avro_type: Any, path: Path, qualified: str, namespace: str | None, out: list[_Candidate], seen: set[str]
+    avro_type: Any,
+    path: Path,
+    namespace: str | None,
+    out: list[_Candidate],
+    seen: tuple[str, ...],
+    named: dict[str, Mapping[str, Any]],
+    cutoffs: list[Path],
 ) -> None:
+    """Lists the fields under `avro_type`. `seen` (records on the current path) bounds recursion,
+    `cutoffs` collects where it stopped; `named` (records defined so far) resolves references."""
     if isinstance(avro_type, list):
         for branch in avro_type:
-            _walk_avro(branch, path, qualified, namespace, out, seen)
+            _walk_avro(branch, path, namespace, out, seen, named, cutoffs)
+        return
+    if isinstance(avro_type, str) and avro_type not in _AVRO_PRIMITIVES:
+        reference = avro_type if "." in avro_type or not namespace else f"{namespace}.{avro_type}"
+        definition = named.get(reference) or named.get(avro_type)
+        if definition is None:
+            raise EncryptionError(
+                f"schema refers to {avro_type!r}, defined elsewhere: pass the referenced schemas as references="
+            )
+        if definition.get("type") == "record":
+            _walk_avro(definition, path, namespace, out, seen, named, cutoffs)
         return
     if not isinstance(avro_type, Mapping):
         return
@@ -226,21 +261,25 @@ def _walk_avro(
         name = str(avro_type.get("name", ""))
         space = avro_type.get("namespace", namespace)
         full = name if "." in name or not space else f"{space}.{name}"
-        if full in seen:  # recursive types: each record is walked once
+        named.setdefault(full, avro_type)
+        if seen.count(full) >= MAX_RECURSION:
+            cutoffs.append(path)
             return
-        seen = seen | {full}
         for field in avro_type.get("fields", []):
             field_path = (*path, field["name"])
-            field_qualified = f"{full}.{field['name']}"
-            out.append(_Candidate(field_path, field_qualified, _avro_kind(field["type"]),
+            out.append(_Candidate(field_path, f"{full}.{field['name']}", _avro_kind(field["type"]),
                                   frozenset(field.get("confluent:tags") or [])))
-            _walk_avro(field["type"], field_path, field_qualified, space, out, seen)
+            _walk_avro(field["type"], field_path, space, out, (*seen, full), named, cutoffs)
+    elif kind in ("enum", "fixed"):
+        name = str(avro_type.get("name", ""))
+        space = avro_type.get("namespace", namespace)
+        named.setdefault(name if "." in name or not space else f"{space}.{name}", avro_type)
     elif kind == "array":
-        _walk_avro(avro_type.get("items"), (*path, "[]"), qualified, namespace, out, seen)
+        _walk_avro(avro_type.get("items"), (*path, "[]"), namespace, out, seen, named, cutoffs)
     elif kind == "map":
-        _walk_avro(avro_type.get("values"), (*path, "{}"), qualified, namespace, out, seen)
-    elif isinstance(kind, Mapping | list):
-        _walk_avro(kind, path, qualified, namespace, out, seen)
+        _walk_avro(avro_type.get("values"), (*path, "{}"), namespace, out, seen, named, cutoffs)
+    elif isinstance(kind, Mapping | list | str):
+        _walk_avro(kind, path, namespace, out, seen, named, cutoffs)
 
 
 def _json_kind(schema: Mapping[str, Any]) -> Kind | None:
@@ -250,34 +289,62 @@ def _json_kind(schema: Mapping[str, Any]) -> Kind | None:
     return None
 
 
-def _resolve(schema: Any, root: Mapping[str, Any]) -> Any:
-    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target.get(part.replace("~1", "/").replace("~0", "~"), {})
-        return target
+def _json_pointer(ref: str, root: Mapping[str, Any]) -> Any:
+    if not (ref == "#" or ref.startswith("#/")):
+        raise EncryptionError(
+            f"schema refers to {ref!r} outside itself: field-level encryption needs the referenced schema inlined"
+        )
+    target: Any = root
+    for part in ref[2:].split("/") if ref != "#" else ():
+        if not isinstance(target, Mapping):
+            raise EncryptionError(f"schema reference {ref!r} does not resolve")
+        target = target.get(part.replace("~1", "/").replace("~0", "~"))
+    if not isinstance(target, Mapping):
+        raise EncryptionError(f"schema reference {ref!r} does not resolve")
+    return target
+
+
+def _peek(schema: Any, root: Mapping[str, Any]) -> Any:
+    """The schema a property stands for (one `$ref` followed), to read its type and tags."""
+    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
+        return _json_pointer(schema["$ref"], root)
     return schema
 
 
-def _walk_json(schema: Any, path: Path, out: list[_Candidate], root: Mapping[str, Any], depth: int) -> None:
-    schema = _resolve(schema, root)
-    if not isinstance(schema, Mapping) or depth > 32:
+def _walk_json(
+    schema: Any, path: Path, out: list[_Candidate], root: Mapping[str, Any], refs: tuple[str, ...],
+    cutoffs: list[Path],
+) -> None:
+    """Lists the properties under `schema`; a `$ref` met `MAX_RECURSION` times on one path stops
+    the walk there (a cutoff) so recursive schemas stay finite."""
+    if isinstance(schema, Mapping) and "$ref" in schema:
+        ref = schema["$ref"]
+        if not isinstance(ref, str):
+            raise EncryptionError("schema has a non-string $ref")
+        if refs.count(ref) >= MAX_RECURSION:
+            cutoffs.append(path)
+            return
+        schema, refs = _json_pointer(ref, root), (*refs, ref)
+    if not isinstance(schema, Mapping):
         return
     for name, sub in (schema.get("properties") or {}).items():
-        sub = _resolve(sub, root)
-        if not isinstance(sub, Mapping):
+        target = _peek(sub, root)
+        if not isinstance(target, Mapping):
             continue
         field_path = (*path, name)
-        out.append(_Candidate(field_path, ".".join(field_path), _json_kind(sub),
-                              frozenset(sub.get("confluent:tags") or [])))
-        _walk_json(sub, field_path, out, root, depth + 1)
+        inline = set(target.get("confluent:tags") or []) | set(
+            (sub.get("confluent:tags") or []) if isinstance(sub, Mapping) else [])
+        out.append(_Candidate(field_path, ".".join(field_path), _json_kind(target), frozenset(inline)))
+        _walk_json(sub, field_path, out, root, refs, cutoffs)
     items = schema.get("items")
     if isinstance(items, Mapping):
-        _walk_json(items, (*path, "[]"), out, root, depth + 1)
+        _walk_json(items, (*path, "[]"), out, root, refs, cutoffs)
+    additional = schema.get("additionalProperties")
+    if isinstance(additional, Mapping):
+        _walk_json(additional, (*path, "{}"), out, root, refs, cutoffs)
     for key in ("allOf", "anyOf", "oneOf"):
         for sub in schema.get(key) or []:
-            _walk_json(sub, path, out, root, depth + 1)
+            _walk_json(sub, path, out, root, refs, cutoffs)
 
 
 def _transform(obj: Any, path: Path, change: Callable[[Any], Any]) -> Any:
@@ -296,6 +363,23 @@ def _transform(obj: Any, path: Path, change: Callable[[Any], Any]) -> Any:
         copy[head] = _transform(obj[head], rest, change)
         return copy
     return obj
+
+
+def _values_at(obj: Any, path: Path) -> Iterable[Any]:
+    if obj is None:
+        return
+    if not path:
+        yield obj
+        return
+    head, rest = path[0], path[1:]
+    if head == "[]":
+        children: Iterable[Any] = obj if isinstance(obj, list) else ()
+    elif head == "{}":
+        children = obj.values() if isinstance(obj, dict) else ()
+    else:
+        children = (obj[head],) if isinstance(obj, dict) and head in obj else ()
+    for child in children:
+        yield from _values_at(child, rest)
 
 
 class _DeterministicKeys:
@@ -352,6 +436,12 @@ class FieldEncryptingSerializer:
         if ctx is None:
             raise EncryptionError("FieldEncryptingSerializer needs the SerializationContext")
         if obj is not None:
+            for cutoff in self.policy.cutoffs:
+                if any(value is not None for value in _values_at(obj, cutoff)):
+                    raise EncryptionError(
+                        f"record nests deeper than {MAX_RECURSION} levels of a recursive type at "
+                        f"{'.'.join(cutoff)!r}: its tagged fields there would not be encrypted"
+                    )
             for rule in self.policy.rules:
                 obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic))
         return self.inner(obj, ctx) if self.inner is not None else obj

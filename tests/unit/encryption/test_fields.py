@@ -181,3 +181,82 @@ def test_policy_from_a_registry_answer() -> None:
     assert "ssn" in {rule.name for rule in FieldPolicy.from_registered_schema(avro).rules}
     with pytest.raises(EncryptionError, match="not PROTOBUF"):
         FieldPolicy.from_registered_schema({"schemaType": "PROTOBUF", "schema": "syntax = 'proto3';"})
+
+
+def test_named_type_references_maps_and_recursion(kms: LocalKms) -> None:
+    schema = {
+        "type": "record", "name": "Order", "namespace": "shop",
+        "fields": [
+            {"name": "billing", "type": {"type": "record", "name": "Address", "fields": [
+                {"name": "street", "type": "string", "confluent:tags": ["PII"]},
+                {"name": "city", "type": "string"}]}},
+            {"name": "shipping", "type": ["null", "Address"], "default": None},
+            {"name": "contacts", "type": {"type": "map", "values": "shop.Address"}},
+            {"name": "parent", "type": ["null", "Order"], "default": None},
+        ],
+    }
+    policy = FieldPolicy.from_avro(schema)
+    names = {rule.name for rule in policy.rules}
+    assert {"billing.street", "shipping.street", "contacts.{}.street", "parent.billing.street",
+            "parent.parent.parent.contacts.{}.street"} <= names
+    assert "parent.parent.parent.parent.billing.street" not in names  # unrolled 4 times
+    assert policy.cutoffs == (("parent", "parent", "parent", "parent"),)
+    order = {
+        "billing": {"street": "1 Main St", "city": "Oslo"},
+        "shipping": {"street": "2 Side St", "city": "Oslo"},
+        "contacts": {"home": {"street": "3 Home Rd", "city": "Bergen"}},
+        "parent": None,
+    }
+    out = io.BytesIO()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(order, ctx())
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), encrypted)
+    assert b"Main St" not in out.getvalue() and b"Home Rd" not in out.getvalue() and b"Bergen" in out.getvalue()
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == order
+    nested = {**order, "parent": {**order, "parent": {**order, "parent": order}}}
+    twice = FieldEncryptingSerializer(kms, "orders", policy)(nested, ctx())
+    assert twice["parent"]["parent"]["parent"]["billing"]["street"] != "1 Main St"
+    too_deep = {**order, "parent": nested}
+    with pytest.raises(EncryptionError, match="recursive type"):
+        FieldEncryptingSerializer(kms, "orders", policy)(too_deep, ctx())
+
+
+def test_avro_schema_references_must_be_given() -> None:
+    address = {"type": "record", "name": "Address", "namespace": "shop", "fields": [
+        {"name": "street", "type": "string", "confluent:tags": ["PII"]}]}
+    customer = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
+        {"name": "ssn", "type": "string", "confluent:tags": ["PII"]},
+        {"name": "home", "type": "shop.Address"},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "other", "type": "Kind"}]}
+    with pytest.raises(EncryptionError, match="references="):
+        FieldPolicy.from_avro(customer)
+    policy = FieldPolicy.from_avro(customer, references=[json.dumps(address)])
+    assert {rule.name for rule in policy.rules} == {"ssn", "home.street"}
+    document = {"schema": json.dumps(customer), "references": [{"name": "shop.Address", "subject": "a", "version": 1}]}
+    assert len(FieldPolicy.from_registered_schema(document, references=[address]).rules) == 2
+
+
+def test_recursive_and_external_json_schemas(kms: LocalKms) -> None:
+    tree = {"type": "object", "properties": {
+        "secret": {"type": "string", "confluent:tags": ["PII"]},
+        "children": {"type": "array", "items": {"$ref": "#"}},
+        "labels": {"type": "object", "additionalProperties": {"$ref": "#/$defs/label"}}},
+        "$defs": {"label": {"type": "object", "properties": {
+            "note": {"type": "string", "confluent:tags": ["PII"]}}}}}
+    policy = FieldPolicy.from_json_schema(tree)
+    names = {rule.name for rule in policy.rules}
+    assert {"secret", "children.[].secret", "labels.{}.note", "children.[].labels.{}.note"} <= names
+    assert policy.cutoffs  # the self-reference is unrolled a bounded number of times
+    leaf = {"secret": "s3", "children": [], "labels": {"x": {"note": "n1"}}}
+    record = {"secret": "s1", "children": [{"secret": "s2", "children": [leaf]}], "labels": {}}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert "s2" not in json.dumps(encrypted) and "n1" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    deep: dict = {"secret": "x", "children": []}
+    for _ in range(6):
+        deep = {"secret": "x", "children": [deep]}
+    with pytest.raises(EncryptionError, match="recursive type"):
+        FieldEncryptingSerializer(kms, "orders", policy)(deep, ctx())
+    external = {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}
+    with pytest.raises(EncryptionError, match="inlined"):
+        FieldPolicy.from_json_schema(external)
