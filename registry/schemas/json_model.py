@@ -43,6 +43,7 @@ class Node:
     title: Any = None
     description: Any = None
     default: Any = _MISSING
+    connect_type: str | None = None  # Kafka Connect's "connect.type" annotation
     # string
     min_length: int | None = None
     max_length: int | None = None
@@ -234,6 +235,7 @@ class Loader:
         result.id = None if self.modern else raw.get("$id", raw.get("id"))
         result.title = raw.get("title")
         result.description = raw.get("description")
+        result.connect_type = raw.get("connect.type") if isinstance(raw.get("connect.type"), str) else None
         result.default = raw.get("default", _MISSING)
         return result
 

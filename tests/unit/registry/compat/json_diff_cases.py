@@ -413,3 +413,15 @@ MODERN_CASES: list[tuple[str, Any, Any, list[str], bool]] = [
      _modern({"type": "array", "prefixItems": [S, N, {"type": "boolean"}], "items": True}),
      ["ITEM_ADDED_TO_CLOSED_CONTENT_MODEL #/items/2", "ADDITIONAL_ITEMS_ADDED #/additionalItems"], True),
 ]
+
+
+# Behaviour of current Confluent releases beyond the example files (ConstSchemaDiff, the
+# "connect.type": "bytes" exemption of Kafka Connect's JSON converter, `true` equal to `{}`).
+RECENT_CASES: list[tuple[str, Any, Any, list[str], bool]] = [
+    ("const changed", {"const": "a"}, {"const": "b"}, ["ENUM_ARRAY_CHANGED #/const"], False),
+    ("const unchanged", {"const": "a"}, {"const": "a"}, [], True),
+    ("connect bytes keep their type", {"type": "string", "connect.type": "bytes"},
+     {"type": "array", "connect.type": "bytes"}, [], True),
+    ("other types still change", {"type": "string"}, {"type": "array"}, ["TYPE_CHANGED #/"], False),
+    ("true and {} are the same kind of schema", True, {"title": "t"}, ["TITLE_CHANGED #/"], True),
+]

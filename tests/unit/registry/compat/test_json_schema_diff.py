@@ -13,9 +13,9 @@ from registry.schemas import SchemaType, parse_schema
 from registry.schemas.json_schema import JsonSchemaDocument
 
 from .json_diff_cases import CASES as DIFF_CASES
-from .json_diff_cases import COMBINED_CASES, MODERN_CASES
+from .json_diff_cases import COMBINED_CASES, MODERN_CASES, RECENT_CASES
 
-CASES = DIFF_CASES + COMBINED_CASES + MODERN_CASES
+CASES = DIFF_CASES + COMBINED_CASES + MODERN_CASES + RECENT_CASES
 
 
 @pytest.mark.parametrize(("description", "original", "update", "changes", "compatible"), CASES,
