@@ -5,8 +5,8 @@ Producer: one active data key per KEK name, used for at most `max_records` encry
 are a counter from 0, so they never repeat under that key (NIST SP 800-38D §8.2.1 deterministic
 construction); the bound keeps far below GCM's 2^32-invocation guidance for random nonces too.
 
-Consumer: unwrapped data keys are cached by their wrapped form (bounded LRU with a time-to-live), so
-reading a million records costs one KMS call per data key, not per record.
+Consumer: unwrapped data keys are cached by their wrapped form (bounded, oldest out first, with a
+time-to-live), so reading a million records costs one KMS call per data key, not per record.
 """
 
 from __future__ import annotations
