@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata as importlib_metadata
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from sqlalchemy.exc import SQLAlchemyError
@@ -408,9 +408,14 @@ def delete_subject(request: Request, principal: Writer, subject: str, permanent:
 
 @router.get("/subjects/{subject}/versions", summary="List the versions of a subject")
 def list_versions(request: Request, principal: Reader, subject: str, deleted: str | None = None,
-                  deletedOnly: str | None = None, offset: str | None = None, limit: str | None = None) -> Response:
+                  deletedOnly: str | None = None, deletedAsNegative: str | None = None, offset: str | None = None,
+                  limit: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
-    found = _registry(request).versions(subject, deleted=flag(deleted), deleted_only=flag(deletedOnly))
+    registry = _registry(request)
+    found = registry.versions(subject, deleted=flag(deleted), deleted_only=flag(deletedOnly))
+    if flag(deletedAsNegative) and flag(deleted):
+        gone = set(registry.versions(subject, deleted_only=True))
+        found = [-v if v in gone else v for v in found]
     return respond(request, _page(found, offset, limit))
 
 
@@ -432,6 +437,20 @@ def _version(request: Request, principal: Principal | None, subject: str, versio
              ) -> SubjectVersion:
     allow(request, principal, subject, Operation.READ)
     return _registry(request).get_version(subject, parse_version(version), deleted=flag(deleted))
+
+
+@router.get("/subjects/{subject}/metadata", summary="Latest version whose metadata properties match")
+def latest_with_metadata(request: Request, principal: Reader, subject: str,
+                         key: Annotated[list[str] | None, Query()] = None,
+                         value: Annotated[list[str] | None, Query()] = None, deleted: str | None = None,
+                         format: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    keys, values = key or [], value or []
+    if len(keys) != len(values):
+        raise RegistryError(400, "Query parameters key and value must come in pairs")
+    found = _registry(request).latest_with_metadata(subject, dict(zip(keys, values, strict=True)),
+                                                    deleted=flag(deleted))
+    return respond(request, found.to_json())
 
 
 @router.get("/subjects/{subject}/versions/{version}", summary="Get one version of a subject")

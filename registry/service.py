@@ -227,6 +227,20 @@ class SchemaRegistry:
             rows = self._versions(conn, subject)
         return _pick_version(subject, rows, version, deleted=deleted)
 
+    def latest_with_metadata(self, subject: str, properties: Mapping[str, str], *, deleted: bool = False
+                             ) -> SubjectVersion:
+        """The newest version whose `metadata.properties` hold every given key/value (Confluent's
+        `GET /subjects/{s}/metadata`, used by serializers with `use.latest.with.metadata`)."""
+        with self.engine.connect() as conn:
+            rows = [r for r in self._versions(conn, subject) if deleted or not r.deleted]
+        if not rows:
+            raise subject_not_found(subject)
+        for row in reversed(rows):
+            found = (row.schema.metadata or {}).get("properties") or {}
+            if all(found.get(k) == v for k, v in properties.items()):
+                return row
+        raise schema_not_found()
+
     def referenced_by(self, subject: str, version: int, *, deleted: bool = False) -> list[int]:
         with self.engine.connect() as conn:
             target = _pick_version(subject, self._versions(conn, subject), version, deleted=True)

@@ -395,3 +395,17 @@ def test_bad_default_is_refused_at_registration(client: TestClient) -> None:
     r = client.post("/subjects/bad-default/versions", json={"schema": bad})
     assert error(r) == (422, 42201)
     assert "default" in r.json()["message"]
+
+
+def test_latest_with_metadata_and_deleted_as_negative(client: TestClient) -> None:
+    register(client, "meta", USER_V1, metadata={"properties": {"app": "a", "major": "1"}})
+    register(client, "meta", USER_V2, metadata={"properties": {"app": "a", "major": "2"}})
+    assert client.get("/subjects/meta/metadata?key=major&value=1").json()["version"] == 1
+    assert client.get("/subjects/meta/metadata?key=app&value=a").json()["version"] == 2
+    assert client.get("/subjects/meta/metadata").json()["version"] == 2
+    assert error(client.get("/subjects/meta/metadata?key=app&value=b")) == (404, 40403)
+    assert error(client.get("/subjects/nobody/metadata?key=app&value=a")) == (404, 40401)
+    assert error(client.get("/subjects/meta/metadata?key=app")) == (400, 400)
+    client.delete("/subjects/meta/versions/1")
+    assert client.get("/subjects/meta/versions?deleted=true&deletedAsNegative=true").json() == [-1, 2]
+    assert client.get("/subjects/meta/versions?deletedAsNegative=true").json() == [2]
