@@ -32,6 +32,7 @@ from authz.model import (
     ResourceType,
     Rule,
 )
+from authz.roles import RoleBinding, role_grants
 
 # --------------------------------------------------------------------------- builders
 
@@ -83,13 +84,40 @@ def action(
 
 @dataclass(frozen=True)
 class Expected:
-    """What Kafka decides: the verdict, the kind of rule, and (for MatchingAcl) every ACL that Kafka
-    could legitimately report. Which of several matching ACLs it names depends on its scan order,
-    so the model keeps them all."""
+    """What Kafka decides: the verdict, the kind of rule, and (for MatchingAcl or a role binding)
+    every rule that could legitimately be reported. Which of several matching ACLs Kafka names
+    depends on its scan order, so the model keeps them all."""
 
     allowed: bool
-    rule: str  # "SuperUser" | "DefaultAllow" | "DefaultDeny" | "MatchingAcl"
-    candidates: frozenset[Acl] = frozenset()
+    rule: str  # "SuperUser" | "DefaultAllow" | "DefaultDeny" | "Matching"
+    candidates: frozenset[Rule] = frozenset()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing that can allow or deny: an ACL, or (kgov extension) one operation a role binding
+    grants, written as the ALLOW ACL it amounts to. `governs`: counts as "an ACL on the resource"
+    for allow.everyone.if.no.acl.found (ACLs and resource-scoped bindings do, cluster-wide ones not)."""
+
+    acl: Acl
+    rule: Rule
+    governs: bool
+
+
+def entries(acls: Iterable[Acl], bindings: Iterable[RoleBinding] = ()) -> list[Entry]:
+    out = [Entry(a, MatchingAcl(a), True) for a in acls]
+    for b in bindings:
+        # The role matrix is data owned by authz.roles; the model only scans what it expands to.
+        for rt, name, pt, op, rule in role_grants(b):
+            out.append(Entry(Acl(rt, name, pt, b.principal, "*", op, Permission.ALLOW), rule, not b.cluster_wide))
+    return out
+
+
+def effective_principals(principal: str, groups: Iterable[str], bindings: Iterable[RoleBinding]) -> set[str]:
+    """Kafka: the caller and `User:*`. kgov adds the caller's groups and `Role:<r>` for every role
+    bound to any of those."""
+    holders = {principal, "User:*", *groups}
+    return holders | {f"Role:{b.role}" for b in bindings if b.principal in holders}
 
 
 def pattern_applies(a: Acl, resource_type: ResourceType, name: str) -> bool:
@@ -125,26 +153,28 @@ def reference_authorize(
     principal: str,
     host: str,
     act: Action,
+    groups: Iterable[str] = (),
+    bindings: Iterable[RoleBinding] = (),
 ) -> Expected:
     if act.pattern_type is not PatternType.LITERAL:
         raise ValueError(f"Only literal resources are supported. Got: {act.pattern_type.name}")
     if principal in set(super_users):
         return Expected(True, "SuperUser")
-    on_resource = [a for a in acls if pattern_applies(a, act.resource_type, act.resource_name)]
+    bindings = list(bindings)
+    effective = effective_principals(principal, groups, bindings)
+    on_resource = [e for e in entries(acls, bindings) if pattern_applies(e.acl, act.resource_type, act.resource_name)]
     applicable = [
-        a
-        for a in on_resource
-        if a.principal in (principal, "User:*")
-        and a.host in ("*", host)
-        and operation_matches(a, act.operation)
+        e
+        for e in on_resource
+        if e.acl.principal in effective and e.acl.host in ("*", host) and operation_matches(e.acl, act.operation)
     ]
-    denies = frozenset(a for a in applicable if a.permission is Permission.DENY)
+    denies = frozenset(e.rule for e in applicable if e.acl.permission is Permission.DENY)
     if denies:
-        return Expected(False, "MatchingAcl", denies)
-    allows = frozenset(a for a in applicable if a.permission is Permission.ALLOW)
+        return Expected(False, "Matching", denies)
+    allows = frozenset(e.rule for e in applicable if e.acl.permission is Permission.ALLOW)
     if allows:
-        return Expected(True, "MatchingAcl", allows)
-    if not on_resource and allow_everyone_if_no_acl_found:
+        return Expected(True, "Matching", allows)
+    if not any(e.governs for e in on_resource) and allow_everyone_if_no_acl_found:
         return Expected(True, "DefaultAllow")
     return Expected(False, "DefaultDeny")
 
@@ -173,9 +203,11 @@ def reference_authorize_by_resource_type(
     host: str,
     op: Operation,
     resource_type: ResourceType,
+    groups: Iterable[str] = (),
+    bindings: Iterable[RoleBinding] = (),
 ) -> bool:
     check_by_resource_type_args(op, resource_type)
-    acls = list(acls)
+    acls, groups, bindings = list(acls), list(groups), list(bindings)
     probe = reference_authorize(
         acls,
         super_users=super_users,
@@ -183,25 +215,26 @@ def reference_authorize_by_resource_type(
         principal=principal,
         host=host,
         act=Action(resource_type, "hardcode", op, resource_ref_count=0, log_if_allowed=True, log_if_denied=False),
+        groups=groups,
+        bindings=bindings,
     )
     if probe.allowed:
         return True
+    effective = effective_principals(principal, groups, bindings)
     relevant = [
-        a
-        for a in acls
-        if a.resource_type is resource_type
-        and a.host in (host, "*")
-        and a.principal in (principal, "User:*")
-        and a.operation in (op, Operation.ALL)  # exact operation: no DESCRIBE implication here
+        e.acl
+        for e in entries(acls, bindings)
+        if e.acl.resource_type is resource_type
+        and e.acl.host in (host, "*")
+        and e.acl.principal in effective
+        and e.acl.operation in (op, Operation.ALL)  # exact operation: no DESCRIBE implication here
     ]
-    deny_literal = {a.resource_name for a in relevant if a.permission is Permission.DENY
-                    and a.pattern_type is PatternType.LITERAL}
-    deny_prefixed = {a.resource_name for a in relevant if a.permission is Permission.DENY
-                     and a.pattern_type is PatternType.PREFIXED}
-    allow_literal = {a.resource_name for a in relevant if a.permission is Permission.ALLOW
-                     and a.pattern_type is PatternType.LITERAL}
-    allow_prefixed = {a.resource_name for a in relevant if a.permission is Permission.ALLOW
-                      and a.pattern_type is PatternType.PREFIXED}
+
+    def names(permission: Permission, pattern_type: PatternType) -> set[str]:
+        return {a.resource_name for a in relevant if a.permission is permission and a.pattern_type is pattern_type}
+
+    deny_literal, deny_prefixed = names(Permission.DENY, PatternType.LITERAL), names(Permission.DENY, PatternType.PREFIXED)
+    allow_literal, allow_prefixed = names(Permission.ALLOW, PatternType.LITERAL), names(Permission.ALLOW, PatternType.PREFIXED)
     if "*" in deny_literal:
         return False
     if "*" in allow_literal:
@@ -316,8 +349,9 @@ class ReferenceAuthorizer:
             )
             result = AuthorizationResult.ALLOWED if expected.allowed else AuthorizationResult.DENIED
             rule: Rule
-            if expected.rule == "MatchingAcl":
-                rule = MatchingAcl(kafka_sorted(expected.candidates)[0])
+            if expected.rule == "Matching":
+                acls = [r.acl for r in expected.candidates if isinstance(r, MatchingAcl)]
+                rule = MatchingAcl(kafka_sorted(acls)[0]) if acls else min(expected.candidates, key=str)
             else:
                 rule = {"SuperUser": SUPER_USER_RULE, "DefaultAllow": DEFAULT_ALLOW_RULE}.get(
                     expected.rule, DEFAULT_DENY_RULE
