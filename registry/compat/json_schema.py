@@ -436,12 +436,20 @@ def _compare_number(ctx: Context, original: Node, update: Node) -> None:
             ctx.add(C.MULTIPLE_OF_ADDED, "multipleOf")
         elif new_mult is None:
             ctx.add(C.MULTIPLE_OF_REMOVED, "multipleOf")
-        elif old_mult != 0 and new_mult % old_mult == 0:
-            ctx.add(C.MULTIPLE_OF_EXPANDED, "multipleOf")
-        elif new_mult != 0 and old_mult % new_mult == 0:
-            ctx.add(C.MULTIPLE_OF_REDUCED, "multipleOf")
         else:
-            ctx.add(C.MULTIPLE_OF_CHANGED, "multipleOf")
+            # Confluent compares the values truncated to int (`Number.intValue()`), so 1.5 -> 0.5
+            # reads as 1 -> 0, and a divisor that truncates to 0 throws ("/ by zero").
+            old_int, new_int = int(old_mult), int(new_mult)
+            if old_int == 0:
+                raise DiffError("/ by zero")
+            if new_int % old_int == 0:
+                ctx.add(C.MULTIPLE_OF_EXPANDED, "multipleOf")
+            elif new_int == 0:
+                raise DiffError("/ by zero")
+            elif old_int % new_int == 0:
+                ctx.add(C.MULTIPLE_OF_REDUCED, "multipleOf")
+            else:
+                ctx.add(C.MULTIPLE_OF_CHANGED, "multipleOf")
     if original.requires_integer != update.requires_integer:
         ctx.add(C.TYPE_EXTENDED if original.requires_integer else C.TYPE_NARROWED)
 

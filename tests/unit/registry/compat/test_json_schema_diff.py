@@ -37,3 +37,18 @@ def test_confluent_diff_example_through_backward_check(description: str, origina
     assert (messages == []) is compatible
     if not compatible:
         assert any(m.startswith("{errorType:") for m in messages)
+
+
+def test_fractional_multiple_of_is_compared_as_confluent_truncates_it() -> None:
+    from registry.compat.json_schema import DiffError
+
+    found = diff(JsonSchemaDocument({"type": "number", "multipleOf": 1.5}),
+                 JsonSchemaDocument({"type": "number", "multipleOf": 0.5}))
+    assert [(d.type.value, d.path) for d in found] == [("MULTIPLE_OF_EXPANDED", "#/multipleOf")]
+    with pytest.raises(DiffError, match="/ by zero"):
+        diff(JsonSchemaDocument({"type": "number", "multipleOf": 0.5}),
+             JsonSchemaDocument({"type": "number", "multipleOf": 10}))
+    old = parse_schema(SchemaType.JSON, '{"type": "number", "multipleOf": 0.5}')
+    new = parse_schema(SchemaType.JSON, '{"type": "number", "multipleOf": 10}')
+    messages = check_compatibility(new, [old], CompatibilityLevel.BACKWARD)
+    assert messages[0] == "Unexpected exception during compatibility check: / by zero"
