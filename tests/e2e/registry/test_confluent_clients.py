@@ -4,12 +4,8 @@ round-tripped through a real Tansu broker, in both directions between Confluent'
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,10 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from registry.client import RegistryClient
 from registry.serdes import AvroDeserializer, AvroSerializer, JSONDeserializer, JSONSerializer, unframe
-from tests.support.ports import free_port, wait_for_port
-
-ROOT = Path(__file__).resolve().parents[3]
-PASSWORD = "e2e-registry-password-long"
+from tests.e2e.registry.kgov_process import PASSWORD, kgov_serve
 
 ORDER_AVRO = json.dumps({"type": "record", "name": "Order", "namespace": "com.acme", "fields": [
     {"name": "id", "type": "string"}, {"name": "amount", "type": "double"},
@@ -40,25 +33,8 @@ ORDER_JSON = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "
 
 @pytest.fixture(scope="module")
 def kgov_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`kgov serve` in its own process, on a free port, with its own SQLite database."""
-    data = tmp_path_factory.mktemp("kgov-serve")
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGOV_ADMIN__PASSWORD": PASSWORD,
-           "KGOV_DATA_DIR": str(data), "KGOV_SASL__FAILED_AUTHENTICATION_DELAY_MS": "0"}
-    log = (data / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "kgov", "serve", "--port", str(port), "--log-level", "warning",
-                             "--db", f"sqlite:///{data / 'kgov.db'}"], cwd=data, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        wait_for_port("127.0.0.1", port, timeout=60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with kgov_serve(tmp_path_factory.mktemp("kgov-serve")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
