@@ -220,7 +220,7 @@ class AuthorizerData:
         self.role_bindings = role_bindings
         self.cache_size = cache_size
         self._effective: dict[Principal, tuple[str, ...]] = {}
-        self._decisions: dict[tuple[Principal, str, ResourceType, str, Operation], Decision] = {}
+        self._decisions: dict[tuple[str, str, str, Operation, ResourceType, str], Decision] = {}
         self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = {}
 
     # ------------------------------------------------------------------ construction
@@ -392,20 +392,18 @@ class AuthorizerData:
         return result
 
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
+        # Hot path: one flat tuple key of cached-hash strings and ints per action. Super users and
+        # custom principal classes are handled on a miss (`_decide`): the answer is fixed per snapshot.
         principal = ctx.principal
-        if type(principal) is not Principal:
-            # Like Kafka, a custom principal class is matched by type and name only.
-            principal = Principal(principal.type, principal.name)
+        pname = principal.name
+        ptype = principal.type
+        host = ctx.client_address
+        cache = self._decisions
+        out = []
         for action in actions:
             if action.pattern_type is not LITERAL:
                 raise ValueError(f"Only literal resources are supported. Got: {action.pattern_type.name}")
-        if principal in self.super_users:
-            return [SUPER_USER_DECISION] * len(actions)
-        cache = self._decisions
-        host = ctx.client_address
-        out = []
-        for action in actions:
-            key = (principal, host, action.resource_type, action.resource_name, action.operation)
+            key = (pname, host, action.resource_name, action.operation, action.resource_type, ptype)
             decision = cache.get(key)
             if decision is None:
                 decision = self._decide(principal, host, action.resource_type, action.resource_name,
@@ -419,6 +417,11 @@ class AuthorizerData:
     def _decide(
         self, principal: Principal, host: str, rt: ResourceType, name: str, op: Operation
     ) -> Decision:
+        if type(principal) is not Principal:
+            # Like Kafka, a custom principal class is matched by type and name only.
+            principal = Principal(principal.type, principal.name)
+        if principal in self.super_users:
+            return SUPER_USER_DECISION
         principals = self.effective_principals(principal)
         hosts = (host, WILDCARD_HOST) if host != WILDCARD_HOST else (WILDCARD_HOST,)
         has_acls = False
