@@ -15,6 +15,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,28 @@ from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 
 _MAX_GCM_INVOCATIONS = 1 << 32
+
+# A forked child inherits its parent's active data keys and nonce counters: encrypting with both would
+# repeat nonces under one key. Everything holding an active key registers here and forgets it in the child.
+_HOLDERS: weakref.WeakSet[ForgetsKeysOnFork] = weakref.WeakSet()
+
+
+class ForgetsKeysOnFork:
+    """Base of objects that hold active data keys; `forget_keys()` runs in a forked child."""
+
+    def __init__(self) -> None:
+        _HOLDERS.add(self)
+
+    def forget_keys(self) -> None:
+        """Drops every active data key (the next record gets a fresh one)."""
+
+
+def _forget_all_keys_after_fork() -> None:
+    for holder in list(_HOLDERS):
+        holder.forget_keys()
+
+
+os.register_at_fork(after_in_child=_forget_all_keys_after_fork)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +94,7 @@ class ActiveDataKey:
         return n.to_bytes(12, "big")
 
 
-class DataKeyIssuer:
+class DataKeyIssuer(ForgetsKeysOnFork):
     """Hands out the active data key for a KEK name, replacing it when spent."""
 
     def __init__(
@@ -81,6 +104,7 @@ class DataKeyIssuer:
         retry: RetryPolicy | None = None,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self.kms = kms
         self.policy = policy or DataKeyPolicy()
         self.retry = retry or RetryPolicy()
@@ -88,6 +112,10 @@ class DataKeyIssuer:
         self._lock = threading.Lock()
         self._active: dict[str, ActiveDataKey] = {}
         self.kms_calls = 0
+
+    def forget_keys(self) -> None:
+        self._lock = threading.Lock()  # the parent's lock may have been held at fork time
+        self._active = {}
 
     def active(self, key_name: str) -> ActiveDataKey:
         key = self._active.get(key_name)

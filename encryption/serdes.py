@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from encryption.datakeys import ActiveDataKey, DataKeyCache, DataKeyIssuer, DataKeyPolicy
+from encryption.datakeys import ActiveDataKey, DataKeyCache, DataKeyIssuer, DataKeyPolicy, ForgetsKeysOnFork
 from encryption.envelope import (
     FIELD_KEY,
     FIELD_VALUE,
@@ -159,10 +159,11 @@ class AadSuffixes:
         return suffix
 
 
-class PayloadSealer:
+class PayloadSealer(ForgetsKeysOnFork):
     """Encrypts payloads under the active data key of one KEK (the producer's general path)."""
 
     def __init__(self, issuer: DataKeyIssuer, key_name: str) -> None:
+        super().__init__()
         self.issuer = issuer
         self.key_name = key_name
         self.suffixes = AadSuffixes()
@@ -171,6 +172,10 @@ class PayloadSealer:
         # the inlined path of EncryptingSerializer.__call__; None until a key is active or when disabled.
         self.hot: tuple[Any, ...] | None = None
         self.hot_enabled = False
+
+    def forget_keys(self) -> None:
+        self.hot = None
+        self.active = None
 
     def _fresh(self, spent: ActiveDataKey | None) -> tuple[ActiveDataKey, bytes]:
         while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -110,3 +111,32 @@ def test_concurrent_producers_never_reuse_a_nonce(tmp_path: Path) -> None:
         for i, (value, header) in enumerate(records):
             ctx = SerializationContext("t", MessageField.VALUE, [(HEADER, header)])
             assert deserializer(value, ctx) == b"%d-%d" % (slot, i)
+
+
+def test_a_forked_child_never_reuses_the_parents_data_key(tmp_path: Path) -> None:
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    serializer = EncryptingSerializer(kms, "orders")
+
+    def header_of(payload: bytes) -> bytes:
+        headers: list[tuple[str, bytes]] = []
+        serializer(payload, SerializationContext("t", MessageField.VALUE, headers))
+        return headers[0][1]
+
+    before = parse_header(header_of(b"parent 1"))[0]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: encrypt once, report the header, leave at once
+        try:
+            os.write(write_end, header_of(b"child"))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child_header = os.read(read_end, 4096)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    after = parse_header(header_of(b"parent 2"))[0]
+    child = parse_header(child_header)[0]
+    assert after.wrapped.blob == before.wrapped.blob  # the parent keeps its key
+    assert child.wrapped.blob != before.wrapped.blob  # the child made its own
+    assert (child.wrapped.blob, child.nonce) != (after.wrapped.blob, after.nonce)
