@@ -358,6 +358,8 @@ class ClientConnection(asyncio.Protocol):
         self.connection_id = ""
         self.raw_sasl = False
         self._last_client_id = ""
+        self.muted_until = 0.0
+        self.mute_handle: asyncio.TimerHandle | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -423,8 +425,9 @@ class ClientConnection(asyncio.Protocol):
         self._close_upstream()
         self.closed = True
         self.gateway._connections.discard(self)
-        if self.idle_handle is not None:
-            self.idle_handle.cancel()
+        for handle in (self.idle_handle, self.mute_handle):
+            if handle is not None:
+                handle.cancel()
 
     def abort(self, reason: str) -> None:
         if self.closed:
@@ -620,9 +623,24 @@ class ClientConnection(asyncio.Protocol):
             self.pause("upstream-connecting")
 
     def _mute(self, throttle_ms: int) -> None:
-        """KIP-219: answer at once, then stop reading this client for the throttle time."""
+        """KIP-219: answer at once, then stop reading this client for the throttle time. Several
+        throttles extend one mute to the latest deadline; a single timer lifts it."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_ms / 1000.0
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
         self.pause("quota")
-        asyncio.get_running_loop().call_later(throttle_ms / 1000.0, self.resume, "quota")
+        if self.mute_handle is None:
+            self.mute_handle = loop.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.muted_until:
+            self.mute_handle = loop.call_at(self.muted_until, self._unmute)
+            return
+        self.mute_handle = None
+        self.resume("quota")
 
     def _context(self, header: RequestHeader) -> RequestContext:
         return RequestContext(

@@ -26,7 +26,7 @@ class QuotaError(ValueError):
     """An invalid quota entity or value; the message is Kafka's wording where one exists."""
 
 
-class Part(enum.Enum):
+class Part(enum.StrEnum):
     NONE = "none"  # the entity type is not part of the entity
     NAME = "name"
     DEFAULT = "default"

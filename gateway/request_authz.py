@@ -246,8 +246,11 @@ def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: 
     ]
     request.topics = kept
     plan.rewritten = True
+    kept_names = {t.name for t in kept}
 
     def add_denied(response: Any) -> None:
+        # Only what was asked and allowed: some brokers (Tansu) answer an empty list with every topic.
+        response.topics = [t for t in response.topics if t.name in kept_names]
         response.topics.extend(entries)
 
     plan.patches.append(add_denied)

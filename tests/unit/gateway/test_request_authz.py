@@ -172,3 +172,17 @@ def test_find_coordinator_batched_partial() -> None:
     assert [(c.key, c.error_code) for c in response.coordinators] == [("g2", 30)]
     txn = plan(Rules(), 10, 3, SPECS[10].request[3](key="t", key_type=1))
     assert txn.local.error_code == 53
+
+
+def test_metadata_answer_never_lists_more_than_was_asked_and_allowed() -> None:
+    cls = SPECS[3].request[12]
+    request = cls(topics=[cls.MetadataRequestTopic(name="secret")], allow_auto_topic_creation=False)
+    p = plan(Rules(), 3, 12, request)
+    assert p.forward.topics == []
+    # a broker that reads an empty list as "all topics" (Tansu does) must not leak them
+    topic = SPECS[3].response.fields["topics"].data_class
+    response = SPECS[3].response(brokers=[], topics=[topic(name="secret", error_code=0, partitions=[]),
+                                                     topic(name="other", error_code=0, partitions=[])])
+    for patch in p.patches:
+        patch(response)
+    assert [(t.name, t.error_code) for t in response.topics] == [("secret", 29)]

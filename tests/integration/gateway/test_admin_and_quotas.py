@@ -1,0 +1,173 @@
+"""Security admin APIs answered by the gateway (confluent-kafka AdminClient unchanged) and quotas."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+from authz.model import Principal
+from gateway.codec import SPECS
+from gateway.quota_model import PRODUCER_BYTE_RATE, EntityPart, QuotaEntity
+from gateway.quota_store import QuotaOp
+from tests.integration.gateway.conftest import RawClient, RunningGateway
+from tests.integration.gateway.test_proxy import create_topics
+from tests.integration.gateway.test_sasl import grant_prefix, sasl_conf, scram_login
+
+pytestmark = [pytest.mark.broker]
+
+ADMIN_PW = "admin-password-0123"
+ADMIN = Principal("User", "admin")
+
+
+@pytest.fixture
+def gw(runtime_factory: Callable[..., RunningGateway]) -> RunningGateway:
+    gw = runtime_factory(sasl={"failed_authentication_delay_ms": 0},
+                         gateway={"quota_window_size_s": 0.25})
+    creds = gw.runtime.credentials
+    creds.set_scram_credential("admin", "SCRAM-SHA-512", ADMIN_PW, actor=ADMIN)
+    creds.set_scram_credential("bob", "SCRAM-SHA-512", "bob-password-0123", actor=ADMIN)
+    return gw
+
+
+def admin_client(gw: RunningGateway) -> AdminClient:
+    return AdminClient(sasl_conf(gw, "SCRAM-SHA-512", "admin", ADMIN_PW))
+
+
+def try_produce(gw: RunningGateway, topic: str) -> KafkaError | None:
+    outcome: list[KafkaError | None] = []
+    p = Producer({**sasl_conf(gw, "SCRAM-SHA-512", "bob", "bob-password-0123"), "message.timeout.ms": 8000})
+    p.produce(topic, b"x", on_delivery=lambda err, msg: outcome.append(err))
+    p.flush(15)
+    return outcome[0]
+
+
+def test_acls_created_through_admin_client_take_effect(gw: RunningGateway, kafka_broker: str) -> None:
+    topic = f"acl-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    denied = try_produce(gw, topic)
+    assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    admin = admin_client(gw)
+    bindings = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", "*", op,
+                           AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+    for f in admin.create_acls(bindings).values():
+        assert f.result(10) is None
+    assert try_produce(gw, topic) is None
+    described = admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob",
+                                                     None, AclOperation.ANY, AclPermissionType.ANY)).result(10)
+    assert {(b.name, b.operation) for b in described} == {(topic, AclOperation.WRITE), (topic, AclOperation.DESCRIBE)}
+    deleted = admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None,
+                                                  AclOperation.WRITE, AclPermissionType.ANY)])
+    [result] = [f.result(10) for f in deleted.values()]
+    assert [(b.name, b.operation) for b in result] == [(topic, AclOperation.WRITE)]
+    again = try_produce(gw, topic)
+    assert again is not None and again.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    changes = [e for e in gw.memory.events if str(e.type) == "io.kgov.acl_change"]
+    assert changes, "ACL changes through the Kafka protocol are audited"
+
+
+def test_acl_admin_needs_cluster_alter(gw: RunningGateway) -> None:
+    bob = AdminClient(sasl_conf(gw, "SCRAM-SHA-512", "bob", "bob-password-0123"))
+    binding = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:bob", "*", AclOperation.ALL,
+                         AclPermissionType.ALLOW)
+    [future] = bob.create_acls([binding]).values()
+    with pytest.raises(KafkaException) as err:
+        future.result(10)
+    assert err.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_scram_credentials_through_admin_client_allow_login(gw: RunningGateway) -> None:
+    admin = admin_client(gw)
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                          b"carol-password-0123")
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        assert f.result(10) is None
+    described = admin.describe_user_scram_credentials(["carol"])["carol"].result(10)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    raw = RawClient(gw.bootstrap)
+    assert scram_login(raw, "SCRAM-SHA-256", "carol", "carol-password-0123").error_code == 0
+    raw.close()
+    for f in admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)]).values():
+        assert f.result(10) is None
+    raw = RawClient(gw.bootstrap)
+    assert scram_login(raw, "SCRAM-SHA-256", "carol", "carol-password-0123").error_code == 58
+    raw.close()
+    missing = admin.describe_user_scram_credentials(["nobody"])["nobody"]
+    with pytest.raises(KafkaException) as err:
+        missing.result(10)
+    assert err.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_client_quotas_through_the_kafka_protocol(gw: RunningGateway) -> None:
+    raw = RawClient(gw.bootstrap)
+    assert scram_login(raw, "SCRAM-SHA-512", "admin", ADMIN_PW).error_code == 0
+    alter = SPECS[49].request[1]
+    entry = alter.EntryData
+    request = alter(entries=[entry(entity=[entry.EntityData(entity_type="user", entity_name="bob")],
+                                   ops=[entry.OpData(key=PRODUCER_BYTE_RATE, value=1024.0, remove=False)]),
+                             entry(entity=[entry.EntityData(entity_type="user", entity_name="bob")],
+                                   ops=[entry.OpData(key="bogus", value=1.0, remove=False)])],
+                    validate_only=False)
+    response = raw.call(49, 1, request)
+    assert [e.error_code for e in response.entries] == [0, 42]
+    describe = SPECS[48].request[1]
+    found = raw.call(48, 1, describe(components=[describe.ComponentData(entity_type="user", match_type=0,
+                                                                           match="bob")], strict=False))
+    assert [(v.key, v.value) for e in found.entries for v in e.values] == [(PRODUCER_BYTE_RATE, 1024.0)]
+    raw.close()
+    assert gw.runtime.quotas.configs[QuotaEntity(EntityPart.of("bob"))] == {PRODUCER_BYTE_RATE: 1024.0}
+
+
+def test_produce_quota_holds_measured_throughput_near_the_byte_rate(gw: RunningGateway, kafka_broker: str) -> None:
+    rate = 200_000.0
+    gw.runtime.quotas._store.alter([(QuotaEntity(EntityPart.of("bob")), [QuotaOp(PRODUCER_BYTE_RATE, rate)])])
+    gw.runtime.quotas.refresh()
+    topic = f"quota-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    grant_prefix(gw, "User:bob", "quota-")
+    delivered: list[tuple[float, int]] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            delivered.append((time.monotonic(), len(msg.value())))
+
+    p = Producer({**sasl_conf(gw, "SCRAM-SHA-512", "bob", "bob-password-0123"), "linger.ms": 5,
+                  "batch.size": 16384, "queue.buffering.max.kbytes": 65536, "on_delivery": on_delivery})
+    start = time.monotonic()
+    value = b"v" * 1024
+    while time.monotonic() - start < 9:
+        try:
+            for _ in range(100):
+                p.produce(topic, value)
+        except BufferError:
+            pass
+        p.poll(0.01)
+    p.purge()
+    p.flush(1)
+    # Steady state: after the first padded window (11 x 0.25 s), the admitted rate is the quota.
+    window = [n for t, n in delivered if start + 3.5 <= t < start + 8.5]
+    measured = sum(window) / 5.0
+    print(f"measured {measured:.0f} B/s against a quota of {rate:.0f} B/s")
+    assert 0.8 * rate <= measured <= 1.2 * rate, measured
+    throttled = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.request"
+                 and e.data["throttleTimeMs"] > 0]
+    assert throttled and {t["requestHeader"]["requestApiKeyName"] for t in throttled} == {"PRODUCE"}
