@@ -34,7 +34,7 @@ from encryption.envelope import (
     SIGNATURE_HEADER,
     parse_header,
 )
-from encryption.errors import EncryptionError
+from encryption.errors import DecryptionError, EncryptionError
 from encryption.kms import Kms
 from encryption.retry import RetryPolicy
 from encryption.serdes import (
@@ -79,11 +79,14 @@ class Reencryptor:
         self._key_serializers: dict[bool, RecordKeySerializer] = {}
 
     def is_current(self, headers: Any, value: bytes | None) -> bool:
-        """True when every encrypted part of the record is wrapped by the current KEK version."""
+        """True when every encrypted part of the record is wrapped by the current KEK version; False
+        also for a value that is not encrypted at all (`rewrite` then refuses it loudly)."""
         current = self.kms.current_version(self.key_name)
         parts = [val for name, val in header_items(headers) if name in (HEADER, KEY_HEADER) and val]
         if value is not None and value[: len(MAGIC)] == MAGIC:
             parts.append(value[len(MAGIC) :])
+        elif value is not None and not any(name == HEADER for name, _ in header_items(headers)):
+            return False
         for part in parts:
             parsed, _ = parse_header(part)
             if parsed.wrapped.key_name != self.key_name or parsed.wrapped.version != current:
@@ -106,7 +109,7 @@ class Reencryptor:
         out = RecordContext(topic, MessageField.KEY, out_headers)
         new_key = self._key_serializer(hashed)(plain_key, out)
         if not hashed and new_key != key:
-            raise EncryptionError("record key changed during re-encryption")  # pragma: no cover
+            raise EncryptionError("record key changed during re-encryption")
         out.field = MessageField.VALUE
         flags, envelope = self._value_form(value, items)
         serializer = self._serializer(bool(flags & FLAG_COMPRESSED), bool(flags & FLAG_KEY_BOUND), envelope, signed)
@@ -199,7 +202,10 @@ def reencrypt_topic(
         if reencryptor.is_current(msg.headers(), msg.value()):
             current += 1
             continue
-        record = reencryptor.rewrite(topic, msg.key(), msg.value(), msg.headers())
+        try:
+            record = reencryptor.rewrite(topic, msg.key(), msg.value(), msg.headers())
+        except DecryptionError as exc:
+            raise exc.located(topic=topic, partition=partition, offset=msg.offset()) from exc.__cause__
         producer.produce(topic, value=record.value, key=record.key, headers=list(record.headers),
                          partition=partition,
                          on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)

@@ -8,6 +8,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from encryption import (
     DecryptingDeserializer,
+    DecryptionError,
     EncryptingSerializer,
     EncryptionError,
     LocalKms,
@@ -81,3 +82,11 @@ def test_signed_records_are_resigned_or_refused(kms: LocalKms) -> None:
         Reencryptor(kms, "orders").rewrite("orders", key, value, headers)
     record = Reencryptor(kms, "orders", signer=signer, trusted_signers=trusted).rewrite("orders", key, value, headers)
     assert consume(kms, key, record.value, record.headers, trusted_signers=trusted) == (b"alice", b"secret")
+
+
+def test_plaintext_records_are_not_current_and_refused(kms: LocalKms) -> None:
+    reencryptor = Reencryptor(kms, "orders")
+    assert not reencryptor.is_current([("trace", b"t")], b"plain value")
+    with pytest.raises(DecryptionError, match="not encrypted"):
+        reencryptor.rewrite("orders", b"k", b"plain value", [("trace", b"t")])
+    assert reencryptor.is_current([], None)  # a tombstone has nothing to re-encrypt
