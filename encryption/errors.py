@@ -36,6 +36,9 @@ class DecryptionError(EncryptionError):
     `reason` says what failed in words safe to log; `topic`, `partition` and `offset` name the record
     when known (a plain confluent-kafka `SerializationContext` carries only the topic; use
     `DecryptingDeserializer.decrypt_message(msg)` or a `RecordContext` to get all three).
+    Through confluent-kafka's `DeserializingConsumer.poll` it arrives wrapped in
+    `ValueDeserializationError` / `KeyDeserializationError`: the error is `.exception`, the raw
+    record (with partition and offset) is `.kafka_message`.
     """
 
     def __init__(
