@@ -10,7 +10,8 @@ client-side field-level encryption:
   patterns matched against the field's path from the root (`address.street`) and its qualified path
   (`com.acme.Customer.ssn`, Avro record full names); `*` stays within one name, `**` crosses dots;
 - a rule set: the tags of `ENCRYPT` domain rules select the fields (`encrypt.dek.algorithm:
-  AES256_SIV` makes them deterministic), when no tag set is given explicitly.
+  AES256_SIV` makes them deterministic, `encrypt.kek.name` picks their KEK), when no tag set is
+  given explicitly.
 
 Two modes per field:
 - randomized (default): AES-256-GCM under the producer's data key, a self-contained envelope
@@ -63,6 +64,7 @@ class FieldRule:
     path: Path
     kind: Kind
     deterministic: bool
+    kek: str | None = None  # the rule's `encrypt.kek.name`; None: the serializer's key_name
 
     @property
     def name(self) -> str:
@@ -179,13 +181,20 @@ class FieldPolicy:
     ) -> FieldPolicy:
         sensitive = set(tags) if tags is not None else set()
         deterministic = set(deterministic_tags)
+        keks: dict[str, str] = {}  # tag -> KEK named by the ENCRYPT rule that selects it
         for rule in (rule_set or {}).get("domainRules", []) or []:
             if rule.get("type") == "ENCRYPT" and rule.get("kind", "TRANSFORM") == "TRANSFORM":
                 rule_tags = set(rule.get("tags") or [])
+                params = rule.get("params") or {}
                 if tags is None:
                     sensitive |= rule_tags
-                if (rule.get("params") or {}).get("encrypt.dek.algorithm") == "AES256_SIV":
+                if params.get("encrypt.dek.algorithm") == "AES256_SIV":
                     deterministic |= rule_tags
+                if params.get("encrypt.kek.name"):
+                    for tag in rule_tags:
+                        rule_kek = str(params["encrypt.kek.name"])
+                        if keks.setdefault(tag, rule_kek) != rule_kek:
+                            raise EncryptionError(f"ENCRYPT rules name different KEKs for tag {tag!r}")
         if tags is None and not sensitive:
             sensitive = set(DEFAULT_TAGS)
         sensitive |= deterministic
@@ -208,7 +217,13 @@ class FieldPolicy:
                     f"field {dotted!r} is tagged {sorted(chosen)} but only string and bytes fields can be "
                     "encrypted (the record must still match its schema)"
                 )
-            rules.append(FieldRule(candidate.path, candidate.kind, bool(chosen & deterministic)))
+            field_keks = {keks[tag] for tag in chosen if tag in keks}
+            if len(field_keks) > 1:
+                raise EncryptionError(
+                    f"field {dotted!r} is selected by ENCRYPT rules naming different KEKs {sorted(field_keks)}"
+                )
+            rules.append(FieldRule(candidate.path, candidate.kind, bool(chosen & deterministic),
+                                   field_keks.pop() if field_keks else None))
         return cls(rules, cutoffs)
 
 
@@ -425,7 +440,10 @@ class FieldEncryptingSerializer:
         self.inner = inner
         self.key_name = key_name
         self.issuer = DataKeyIssuer(kms, data_keys, retry)
-        self._sealer = PayloadSealer(self.issuer, key_name)
+        # One sealer per KEK: a rule's `encrypt.kek.name`, else `key_name`.
+        self._sealers = {
+            kek: PayloadSealer(self.issuer, kek) for kek in {rule.kek or key_name for rule in policy.rules}
+        }
         self._siv = _DeterministicKeys(kms, self.issuer.retry)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
 
@@ -448,13 +466,14 @@ class FieldEncryptingSerializer:
 
     def _encrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
         plaintext = _field_bytes(value, rule)
+        kek = rule.kek or self.key_name
         if rule.deterministic:
-            name = self.key_name.encode("utf-8")
-            sealed = DETERMINISTIC_MAGIC + bytes((len(name),)) + name + self._siv.cipher(self.key_name).encrypt(
+            name = kek.encode("utf-8")
+            sealed = DETERMINISTIC_MAGIC + bytes((len(name),)) + name + self._siv.cipher(kek).encrypt(
                 plaintext, [_FIELD_AAD + rule.name.encode("utf-8")]
             )
         else:
-            header, ciphertext = self._sealer.seal(0, self._tags[rule.path], topic, None, plaintext)
+            header, ciphertext = self._sealers[kek].seal(0, self._tags[rule.path], topic, None, plaintext)
             sealed = MAGIC + header + ciphertext
         return base64.b64encode(sealed).decode("ascii") if rule.kind == "string" else sealed
 

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from encryption import DecryptionError, EncryptionError, LocalKms
+from encryption.envelope import MAGIC, parse_header
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 
 CUSTOMER = {
@@ -260,3 +261,29 @@ def test_recursive_and_external_json_schemas(kms: LocalKms) -> None:
     external = {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}
     with pytest.raises(EncryptionError, match="inlined"):
         FieldPolicy.from_json_schema(external)
+
+
+def test_each_encrypt_rule_uses_its_own_kek(kms: LocalKms) -> None:
+    kms.create_key("pii-kek")
+    kms.create_key("join-kek")
+    rule_set = {"domainRules": [
+        {"name": "a", "kind": "TRANSFORM", "type": "ENCRYPT", "tags": ["PII"], "params": {"encrypt.kek.name": "pii-kek"}},
+        {"name": "b", "kind": "TRANSFORM", "type": "ENCRYPT", "tags": ["JOIN"],
+         "params": {"encrypt.kek.name": "join-kek", "encrypt.dek.algorithm": "AES256_SIV"}},
+    ]}
+    policy = FieldPolicy.from_avro(CUSTOMER, metadata={"tags": {"**.name": ["JOIN"]}}, rule_set=rule_set)
+    assert {(rule.name, rule.kek) for rule in policy.rules if rule.name in ("ssn", "name")} == {
+        ("ssn", "pii-kek"), ("name", "join-kek")}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(ALICE, ctx())
+    ssn_envelope = base64.b64decode(encrypted["ssn"])
+    assert parse_header(ssn_envelope, len(MAGIC))[0].wrapped.key_name == "pii-kek"
+    assert b"join-kek" in base64.b64decode(encrypted["name"])
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == ALICE
+    clash = {"domainRules": [*rule_set["domainRules"], {"name": "c", "type": "ENCRYPT", "tags": ["PII"],
+                                                        "params": {"encrypt.kek.name": "join-kek"}}]}
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "x", "type": "string", "confluent:tags": ["PII", "JOIN"]}]}
+    with pytest.raises(EncryptionError, match="different KEKs for tag 'PII'"):
+        FieldPolicy.from_avro(schema, rule_set=clash)
+    with pytest.raises(EncryptionError, match="selected by ENCRYPT rules naming different KEKs"):
+        FieldPolicy.from_avro(schema, rule_set=rule_set)
