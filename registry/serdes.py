@@ -57,6 +57,8 @@ def unframe(data: bytes) -> tuple[int, bytes]:
     magic, schema_id = _HEADER.unpack_from(data)
     if magic != MAGIC_BYTE:
         raise SerializationError(f"Unknown magic byte {magic}: this is not Confluent wire format")
+    if schema_id < 0:
+        raise SerializationError(f"Invalid schema id {schema_id} in the message header")
     return schema_id, bytes(data[HEADER_SIZE:])
 
 

@@ -297,8 +297,9 @@ def delete_mode(conn: Connection, key: str) -> None:
     conn.execute(sa.delete(modes).where(modes.c.subject == key))
 
 
-def has_any_version(conn: Connection, subject_prefix: str | None = None) -> bool:
+def has_any_version(conn: Connection, subject: str | None = None) -> bool:
+    """Whether `subject` (or, when None, any subject) has a stored version, soft-deleted ones included."""
     query = sa.select(versions.c.subject).limit(1)
-    if subject_prefix is not None:
-        query = query.where(versions.c.subject == subject_prefix)
+    if subject is not None:
+        query = query.where(versions.c.subject == subject)
     return conn.execute(query).first() is not None

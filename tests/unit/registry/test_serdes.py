@@ -33,14 +33,14 @@ def test_unframe_refuses_anything_else_with_one_error(data: bytes) -> None:
     try:
         schema_id, payload = unframe(data)
     except SerializationError:
-        assert len(data) < 5 or data[0] != 0
+        assert len(data) < 5 or data[0] != 0 or data[1] >= 0x80  # short, foreign, or a negative id
     else:
         assert data[0] == 0 and frame(schema_id, payload) == data
 
 
-@pytest.mark.parametrize("bad", [b"", b"\x00\x00\x00\x01", b"\x01\x00\x00\x00\x01x"])
+@pytest.mark.parametrize("bad", [b"", b"\x00\x00\x00\x01", b"\x01\x00\x00\x00\x01x", b"\x00\xff\xff\xff\xff"])
 def test_unframe_messages(bad: bytes) -> None:
-    with pytest.raises(SerializationError, match=r"too small|magic byte"):
+    with pytest.raises(SerializationError, match=r"too small|magic byte|Invalid schema id"):
         unframe(bad)
 
 
