@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import os
 import string
+import tempfile
 from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from audit.sinks import MemorySink
+from authz.config import AuthzConfig
+from authz.database import open_engine
 from authz.decide import AuthorizerData
 from authz.model import (
     Acl,
@@ -37,6 +41,7 @@ from authz.model import (
     SuperUser,
 )
 from authz.roles import PREDEFINED_ROLES, RoleBinding, validate_role_binding
+from authz.service import AuthorizerService
 from tests.unit.authz.reference_model import (
     ALL_OPERATIONS,
     Expected,
@@ -264,6 +269,60 @@ def test_with_acls_equals_a_fresh_build(
                 data.authorize_by_resource_type(context, act.operation, rt).allowed
                 is fresh.authorize_by_resource_type(context, act.operation, rt).allowed
             )
+
+
+# --------------------------------------------------------------------------- the live authorizer and its store
+
+
+@settings(PROPERTY, max_examples=max(EXAMPLES // 10, 15))
+@given(
+    steps=st.lists(st.one_of(
+        st.tuples(st.just("create"), acl_sets()),
+        st.tuples(st.just("delete"), st.lists(filters, min_size=1, max_size=2)),
+    ), min_size=1, max_size=5),
+    probes=st.lists(requests, min_size=1, max_size=4),
+)
+def test_live_authorizers_follow_the_store(
+    steps: list[tuple[str, object]], probes: list[tuple[str, str, Action]]
+) -> None:
+    """Two AuthorizerService nodes on one SQLite database: CreateAcls / DeleteAcls through node A,
+    node B catches up by the change log (`refresh`). Both then hold exactly the reference set and
+    decide like the naive scan, and every stored or removed ACL left exactly one audit event."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = open_engine(f"sqlite:///{tmp}/kgov.db")
+        audit = MemorySink()
+        a = AuthorizerService(engine, AuthzConfig(), audit=audit)
+        b = AuthorizerService(engine, AuthzConfig())
+        try:
+            a.start(background=False)
+            b.start(background=False)
+            current: set[Acl] = set()
+            admin = Principal("User", "admin")
+            for kind, arg in steps:
+                before = len(audit.events)
+                if kind == "create":
+                    created = sorted(arg)  # type: ignore[call-overload]
+                    assert a.create_acls(created, actor=admin) == [None] * len(created)
+                    changed = set(created) - current
+                    current |= changed
+                else:
+                    flts: list[AclFilter] = arg  # type: ignore[assignment]
+                    deleted = a.delete_acls(flts, actor=admin)
+                    assert [kafka_sorted(found) for found in deleted] == [reference_acls(current, f) for f in flts]
+                    changed = {x for found in deleted for x in found}
+                    current -= changed
+                assert len(audit.events) - before == len(changed), kind
+                b.refresh()
+                for node in (a, b):
+                    assert node.describe_acls(AclFilter()) == kafka_sorted(current)
+            for principal, host, act in probes:
+                expected = reference_authorize(current, principal=principal, host=host, act=act)
+                for node in (a, b):
+                    _assert_same(node.authorize(ctx(principal, host), [act])[0], expected, str(act))
+        finally:
+            a.close()
+            b.close()
+            engine.dispose()
 
 
 # --------------------------------------------------------------------------- kgov: groups and roles
