@@ -62,33 +62,59 @@ def _fill(messages: list[str], reader_role: str, writer_role: str) -> list[str]:
     return [m.replace("%s", reader_role, 1).replace("%s", writer_role, 1) for m in messages]
 
 
-def _against(new: ParsedSchema, old: ParsedSchema, level: CompatibilityLevel) -> list[str]:
+_MAX_SCHEMA_IN_MESSAGE = 10 * 1024
+
+
+def _old_schema_notes(old: ParsedSchema, version: int | None) -> list[str]:
+    """What Confluent appends after the messages about one previous version."""
+    notes = [] if version is None else [f"{{oldSchemaVersion: {version}}}"]
+    text = old.canonical
+    if len(text) <= _MAX_SCHEMA_IN_MESSAGE:
+        notes.append(f"{{oldSchema: '{text}'}}")
+    else:
+        notes.append(f"{{oldSchema: <truncated to {_MAX_SCHEMA_IN_MESSAGE} characters> "
+                     f"'{text[:_MAX_SCHEMA_IN_MESSAGE]}'}}")
+    return notes
+
+
+def _against(new: ParsedSchema, old: ParsedSchema, version: int | None, level: CompatibilityLevel) -> list[str]:
     messages: list[str] = []
     if level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE,
                  CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
         forward = _fill(reader_incompatibilities(old, new), _OLD, _NEW)
         messages.extend(forward)
         if forward and level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE):
-            messages.append(f"{{oldSchema: '{old.canonical}'}}")
+            messages.extend(_old_schema_notes(old, version))
     if level in (CompatibilityLevel.BACKWARD, CompatibilityLevel.BACKWARD_TRANSITIVE,
                  CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
         backward = _fill(reader_incompatibilities(new, old), _NEW, _OLD)
         messages.extend(backward)
         if backward:
-            messages.append(f"{{oldSchema: '{old.canonical}'}}")
+            messages.extend(_old_schema_notes(old, version))
     return messages
 
 
 def check_compatibility(
-    new: ParsedSchema, previous: Sequence[ParsedSchema], level: CompatibilityLevel
+    new: ParsedSchema,
+    previous: Sequence[ParsedSchema],
+    level: CompatibilityLevel,
+    *,
+    versions: Sequence[int] | None = None,
 ) -> list[str]:
-    """[] when compatible; otherwise one message per incompatibility (each naming its path)."""
+    """[] when compatible; otherwise one message per incompatibility (each naming its path).
+
+    `versions`, when given, are the version numbers of `previous` (same order); Confluent names
+    the version that failed (`{oldSchemaVersion: N}`) in its messages.
+    """
     level = CompatibilityLevel(str(level).upper())  # as Confluent's CompatibilityLevel.forName
     if level is CompatibilityLevel.NONE or not previous:
         return []
-    candidates = list(reversed(previous)) if level.transitive else [previous[-1]]
-    for old in candidates:
-        messages = _against(new, old, level)
+    numbered: list[tuple[ParsedSchema, int | None]] = list(
+        zip(previous, versions if versions is not None else [None] * len(previous), strict=True)
+    )
+    candidates = list(reversed(numbered)) if level.transitive else [numbered[-1]]
+    for old, version in candidates:
+        messages = _against(new, old, version, level)
         if messages:
             messages.append(f"{{validateFields: 'false', compatibility: '{level.value}'}}")
             return messages

@@ -120,3 +120,18 @@ def test_json_schema_messages_use_new_and_old_roles() -> None:
 def test_level_names_are_case_insensitive() -> None:
     assert check_compatibility(S3, [S1], "backward") == check_compatibility(S3, [S1], L.BACKWARD)  # type: ignore[arg-type]
     assert check_compatibility(S3, [S1], "none") == []  # type: ignore[arg-type]
+
+
+def test_messages_name_the_failing_version_when_given() -> None:
+    messages = check_compatibility(S3, [S1, S2], L.BACKWARD_TRANSITIVE, versions=[1, 2])
+    assert messages[1:] == ["{oldSchemaVersion: 1}", "{oldSchema: '" + S1.canonical + "'}",
+                            "{validateFields: 'false', compatibility: 'BACKWARD_TRANSITIVE'}"]
+
+
+def test_long_old_schemas_are_truncated_in_messages() -> None:
+    fields = ",".join(f'{{"name":"f{i}","type":"string"}}' for i in range(600))
+    big = avro('{"type":"record","name":"myrecord","fields":[' + fields + "]}")
+    bigger = avro('{"type":"record","name":"myrecord","fields":[' + fields + ',{"name":"x","type":"int"}]}')
+    messages = check_compatibility(bigger, [big], L.BACKWARD)
+    assert messages[1].startswith("{oldSchema: <truncated to 10240 characters> '")
+    assert len(messages[1]) < 10400
