@@ -98,10 +98,14 @@ class _Candidate:
 class FieldPolicy:
     """Which fields of a schema to encrypt, and how. Build it with `from_avro` or `from_json_schema`."""
 
-    def __init__(self, rules: Iterable[FieldRule], cutoffs: Iterable[Path] = ()) -> None:
+    def __init__(
+        self, rules: Iterable[FieldRule], cutoffs: Iterable[Path] = (), exclusions: Exclusions | None = None
+    ) -> None:
         self.rules = tuple(rules)
         # Paths where a recursive schema was no longer unrolled: a record with data there is refused.
         self.cutoffs = tuple(cutoffs)
+        # Map-like JSON objects: the declared property names that their "{}" paths do not cover.
+        self.exclusions: Exclusions = dict(exclusions or {})
         if not self.rules:
             raise EncryptionError("no field of the schema carries a sensitive tag: nothing would be encrypted")
 
@@ -144,8 +148,9 @@ class FieldPolicy:
         document = json.loads(schema) if isinstance(schema, str) else schema
         candidates: list[_Candidate] = []
         cutoffs: list[Path] = []
-        _walk_json(document, (), candidates, document, (), cutoffs)
-        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set, cutoffs)
+        exclusions: dict[Path, frozenset[str]] = {}
+        _walk_json(document, (), candidates, document, (), cutoffs, exclusions)
+        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set, cutoffs, exclusions)
 
     @classmethod
     def from_registered_schema(
@@ -178,6 +183,7 @@ class FieldPolicy:
         metadata: Mapping[str, Any] | None,
         rule_set: Mapping[str, Any] | None,
         cutoffs: Iterable[Path] = (),
+        exclusions: Exclusions | None = None,
     ) -> FieldPolicy:
         sensitive = set(tags) if tags is not None else set()
         deterministic = set(deterministic_tags)
@@ -224,7 +230,7 @@ class FieldPolicy:
                 )
             rules.append(FieldRule(candidate.path, candidate.kind, bool(chosen & deterministic),
                                    field_keks.pop() if field_keks else None))
-        return cls(rules, cutoffs)
+        return cls(rules, cutoffs, exclusions)
 
 
 def _avro_kind(avro_type: Any) -> Kind | None:
@@ -328,7 +334,7 @@ def _peek(schema: Any, root: Mapping[str, Any]) -> Any:
 
 def _walk_json(
     schema: Any, path: Path, out: list[_Candidate], root: Mapping[str, Any], refs: tuple[str, ...],
-    cutoffs: list[Path],
+    cutoffs: list[Path], exclusions: dict[Path, frozenset[str]],
 ) -> None:
     """Lists the properties under `schema`; a `$ref` met `MAX_RECURSION` times on one path stops
     the walk there (a cutoff) so recursive schemas stay finite."""
@@ -350,51 +356,66 @@ def _walk_json(
         inline = set(target.get("confluent:tags") or []) | set(
             (sub.get("confluent:tags") or []) if isinstance(sub, Mapping) else [])
         out.append(_Candidate(field_path, ".".join(field_path), _json_kind(target), frozenset(inline)))
-        _walk_json(sub, field_path, out, root, refs, cutoffs)
+        _walk_json(sub, field_path, out, root, refs, cutoffs, exclusions)
     items = schema.get("items")
     if isinstance(items, Mapping):
-        _walk_json(items, (*path, "[]"), out, root, refs, cutoffs)
+        _walk_json(items, (*path, "[]"), out, root, refs, cutoffs, exclusions)
     additional = schema.get("additionalProperties")
     if isinstance(additional, Mapping):
-        _walk_json(additional, (*path, "{}"), out, root, refs, cutoffs)
+        declared = frozenset(schema.get("properties") or {})
+        if declared:
+            exclusions[(*path, "{}")] = declared | exclusions.get((*path, "{}"), frozenset())
+        _walk_json(additional, (*path, "{}"), out, root, refs, cutoffs, exclusions)
     for key in ("allOf", "anyOf", "oneOf"):
         for sub in schema.get(key) or []:
-            _walk_json(sub, path, out, root, refs, cutoffs)
+            _walk_json(sub, path, out, root, refs, cutoffs, exclusions)
 
 
-def _transform(obj: Any, path: Path, change: Callable[[Any], Any]) -> Any:
-    """A copy of `obj` with the value at `path` replaced by `change(value)`; other parts are shared."""
+Exclusions = Mapping[Path, frozenset[str]]
+
+
+def _transform(
+    obj: Any, path: Path, change: Callable[[Any], Any], exclusions: Exclusions, prefix: Path = ()
+) -> Any:
+    """A copy of `obj` with the values at `path` replaced by `change(value)`; other parts are shared.
+    Under a "{}" segment, keys in `exclusions[prefix + "{}"]` (declared JSON properties) are skipped."""
     if obj is None:
         return None
     if not path:
         return change(obj)
     head, rest = path[0], path[1:]
+    where = (*prefix, head)
     if head == "[]":
-        return [_transform(item, rest, change) for item in obj] if isinstance(obj, list) else obj
+        return [_transform(item, rest, change, exclusions, where) for item in obj] if isinstance(obj, list) else obj
     if head == "{}":
-        return {k: _transform(v, rest, change) for k, v in obj.items()} if isinstance(obj, dict) else obj
+        if not isinstance(obj, dict):
+            return obj
+        skip = exclusions.get(where, frozenset())
+        return {k: v if k in skip else _transform(v, rest, change, exclusions, where) for k, v in obj.items()}
     if isinstance(obj, dict) and head in obj:
         copy = dict(obj)
-        copy[head] = _transform(obj[head], rest, change)
+        copy[head] = _transform(obj[head], rest, change, exclusions, where)
         return copy
     return obj
 
 
-def _values_at(obj: Any, path: Path) -> Iterable[Any]:
+def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
     if obj is None:
         return
     if not path:
         yield obj
         return
     head, rest = path[0], path[1:]
+    where = (*prefix, head)
     if head == "[]":
         children: Iterable[Any] = obj if isinstance(obj, list) else ()
     elif head == "{}":
-        children = obj.values() if isinstance(obj, dict) else ()
+        skip = exclusions.get(where, frozenset())
+        children = [v for k, v in obj.items() if k not in skip] if isinstance(obj, dict) else ()
     else:
         children = (obj[head],) if isinstance(obj, dict) and head in obj else ()
     for child in children:
-        yield from _values_at(child, rest)
+        yield from _values_at(child, rest, exclusions, where)
 
 
 class _DeterministicKeys:
@@ -455,13 +476,14 @@ class FieldEncryptingSerializer:
             raise EncryptionError("FieldEncryptingSerializer needs the SerializationContext")
         if obj is not None:
             for cutoff in self.policy.cutoffs:
-                if any(value is not None for value in _values_at(obj, cutoff)):
+                if any(value is not None for value in _values_at(obj, cutoff, self.policy.exclusions)):
                     raise EncryptionError(
                         f"record nests deeper than {MAX_RECURSION} levels of a recursive type at "
                         f"{'.'.join(cutoff)!r}: its tagged fields there would not be encrypted"
                     )
             for rule in self.policy.rules:
-                obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic))
+                obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic),
+                                 self.policy.exclusions)
         return self.inner(obj, ctx) if self.inner is not None else obj
 
     def _encrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
@@ -506,7 +528,8 @@ class FieldDecryptingDeserializer:
         obj = self.inner(data, ctx) if self.inner is not None else data
         try:
             for rule in self.policy.rules:
-                obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic))
+                obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic),
+                                 self.policy.exclusions)
         except DecryptionError as exc:
             raise exc.located(**record_location(ctx)) from exc.__cause__
         return obj

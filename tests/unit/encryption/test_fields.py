@@ -287,3 +287,16 @@ def test_each_encrypt_rule_uses_its_own_kek(kms: LocalKms) -> None:
         FieldPolicy.from_avro(schema, rule_set=clash)
     with pytest.raises(EncryptionError, match="selected by ENCRYPT rules naming different KEKs"):
         FieldPolicy.from_avro(schema, rule_set=rule_set)
+
+
+def test_json_objects_with_declared_and_additional_properties(kms: LocalKms) -> None:
+    schema = {"type": "object",
+              "properties": {"id": {"type": "string"}, "meta": {"type": "object"}},
+              "additionalProperties": {"type": "object", "properties": {
+                  "note": {"type": "string", "confluent:tags": ["PII"]}}}}
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"id": "r1", "meta": {"note": "not sensitive, declared"}, "extra": {"note": "secret"}}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert encrypted["id"] == "r1" and encrypted["meta"] == {"note": "not sensitive, declared"}
+    assert encrypted["extra"]["note"] != "secret"
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
