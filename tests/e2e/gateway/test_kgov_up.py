@@ -1,0 +1,84 @@
+"""`kgov up` (the README's `make run`): the printed settings let a producer write and read a record."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+def test_kgov_up_brings_the_platform_up_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    gateway_port, http_port = free_port(), free_port()
+    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{gateway_port}"}
+    env.pop("KGOV_ADMIN__PASSWORD", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("Press Ctrl-C"):
+                break
+        out = "".join(lines)
+        assert "Press Ctrl-C" in out, out + (proc.stderr.read() if proc.poll() is not None else "")
+        password = re.search(r"admin password: (\S+)", out)
+        assert password, out
+        upstream = re.search(r"upstream\s+: (\S+)", out)
+        assert upstream
+        conf_line = re.search(r'\{"bootstrap.servers": "([^"]+)"', out)
+        assert conf_line and conf_line.group(1) == f"127.0.0.1:{gateway_port}"
+        conf = {"bootstrap.servers": conf_line.group(1), "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin", "sasl.password": password.group(1)}
+        topic = f"up-{uuid.uuid4().hex[:6]}"
+        p = Producer(conf)
+        p.produce(topic, b"hello from kgov up")
+        assert p.flush(20) == 0
+        c = Consumer({**conf, "group.id": "up-check", "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 500})
+        c.subscribe([topic])
+        got = None
+        end = time.monotonic() + 30
+        while got is None and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got = m.value()
+        c.close()
+        assert got == b"hello from kgov up"
+        # the password is not written anywhere on disk
+        for f in (tmp_path / "data").rglob("*"):
+            if f.is_file():
+                assert password.group(1).encode() not in f.read_bytes(), f
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        code = proc.returncode
+    assert code == 0
+    host, port = upstream.group(1).rsplit(":", 1)
+    import socket
+
+    with pytest.raises(OSError):  # the embedded broker stopped with it
+        socket.create_connection((host, int(port)), timeout=1).close()
