@@ -426,7 +426,16 @@ class SchemaRegistry:
             return []
         compat = CompatibilityLevel(level)
         relevant = previous if compat.transitive else previous[-1:]
-        return check_compatibility(parsed, [self._parsed_of(conn, p.schema) for p in relevant], compat)
+        olds = [self._parsed_of(conn, p.schema) for p in relevant]
+        messages = check_compatibility(parsed, olds, compat)
+        # Confluent names the version that failed just before its text: `{oldSchemaVersion: N}`.
+        version_of = {f"{{oldSchema: '{old.canonical}'}}": p.version for p, old in zip(relevant, olds, strict=True)}
+        out: list[str] = []
+        for message in messages:
+            if message in version_of and f"{{oldSchemaVersion: {version_of[message]}}}" not in out:
+                out.append(f"{{oldSchemaVersion: {version_of[message]}}}")
+            out.append(message)
+        return out
 
     def test_compatibility(self, subject: str, version: int | None, request: RegisterRequest, *,
                            normalize: bool, verbose: bool) -> CompatibilityVerdict:

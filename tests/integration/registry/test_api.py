@@ -117,6 +117,8 @@ def test_incompatible_schema_is_409_and_level_can_be_changed(client: TestClient)
     assert verdict.json() == {"is_compatible": False}
     verbose = client.post("/compatibility/subjects/s/versions/1?verbose=True", json={"schema": USER_BAD}).json()
     assert verbose["is_compatible"] is False and any("age" in m for m in verbose["messages"])
+    assert verbose["messages"][-3:] == ["{oldSchemaVersion: 1}", f"{{oldSchema: '{USER_V1.replace(' ', '')}'}}",
+                                        "{validateFields: 'false', compatibility: 'BACKWARD'}"]
     assert client.post("/compatibility/subjects/s/versions?verbose=false", json={"schema": USER_V2}).json() == {
         "is_compatible": True}
     assert client.put("/config/s", json={"compatibility": "none"}).json() == {"compatibility": "NONE"}
