@@ -18,6 +18,7 @@ kids over 1000 characters ignored).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -110,7 +111,7 @@ class JwksCache:
             self._loaded_at = self._monotonic()
             self.refresh_count += 1
 
-    def _ensure_fresh(self) -> None:
+    def ensure_fresh(self) -> None:
         if self._loaded_at is None or self._monotonic() - self._loaded_at >= self._refresh_s:
             with contextlib.suppress(Exception):  # a failed refresh leaves the cached keys in place
                 self.refresh()
@@ -133,7 +134,7 @@ class JwksCache:
         return True
 
     def jwk_for(self, kid: str) -> dict[str, Any] | None:
-        self._ensure_fresh()
+        self.ensure_fresh()
         found = self._keys.get(kid)
         if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
             found = self._keys.get(kid)
@@ -168,14 +169,28 @@ class ValidationPolicy:
 
 
 class JwtValidator:
-    """Validates compact JWS access tokens; `validate(token) -> ValidatedToken` or TokenValidationError."""
+    """Validates compact JWS access tokens; `validate(token) -> ValidatedToken` or TokenValidationError.
+
+    Tokens whose signature verified are remembered (by SHA-256, bounded LRU) together with the JWKS
+    generation they were checked against: a repeated token (re-authentication, one HTTP request after
+    another) skips the RSA/EC verification but has its time, issuer, audience and scope claims checked
+    again. Any JWKS refresh forgets them, so a key removed by the provider stops them at once.
+    """
 
     def __init__(
-        self, keys: JwksCache, policy: ValidationPolicy, *, now_s: Callable[[], float] = time.time
+        self,
+        keys: JwksCache,
+        policy: ValidationPolicy,
+        *,
+        now_s: Callable[[], float] = time.time,
+        cache_size: int = 10_000,
     ) -> None:
         self._keys = keys
         self._policy = policy
         self._now_s = now_s
+        self._cache_size = cache_size
+        self._verified: OrderedDict[bytes, tuple[int, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __call__(self, token: str) -> ValidatedToken:
         return self.validate(token)
@@ -183,6 +198,25 @@ class JwtValidator:
     def validate(self, token: str) -> ValidatedToken:
         if len(token) > MAX_TOKEN_LENGTH:
             raise TokenValidationError("JWT too long")
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        self._keys.ensure_fresh()
+        generation = self._keys.refresh_count
+        with self._lock:
+            hit = self._verified.get(digest)
+        if hit is not None and hit[0] == generation:
+            return self._check_claims(hit[1])
+        claims = self._verify(token)
+        result = self._check_claims(claims)
+        if self._cache_size > 0:
+            with self._lock:
+                self._verified[digest] = (generation, claims)
+                self._verified.move_to_end(digest)
+                while len(self._verified) > self._cache_size:
+                    self._verified.popitem(last=False)
+        return result
+
+    def _verify(self, token: str) -> dict[str, Any]:
+        """Header rules, key selection and the signature; returns the (unchecked) claims."""
         parts = token.split(".")
         if len(parts) != 3:
             raise TokenValidationError("not a compact JWS (three segments expected)")
@@ -210,7 +244,7 @@ class JwtValidator:
             ok = False
         if not ok:
             raise TokenValidationError("JWS signature verification failed")
-        return self._check_claims(_b64json(parts[1], "payload"))
+        return _b64json(parts[1], "payload")
 
     def _check_claims(self, claims: dict[str, Any]) -> ValidatedToken:
         p = self._policy

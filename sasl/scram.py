@@ -49,7 +49,7 @@ class ScramMechanism:
         return hashlib.new(self.hash_name).digest_size
 
     def hash(self, data: bytes) -> bytes:
-        return hashlib.new(self.hash_name, data).digest()
+        return _HASHES[self.hash_name](data).digest()
 
     def hmac(self, key: bytes, data: bytes) -> bytes:
         return hmac.digest(key, data, self.hash_name)
@@ -59,6 +59,7 @@ class ScramMechanism:
         return hashlib.pbkdf2_hmac(self.hash_name, password.encode("utf-8"), salt, iterations)
 
 
+_HASHES: Final = {"sha256": hashlib.sha256, "sha512": hashlib.sha512}
 SCRAM_SHA_256: Final = ScramMechanism("SCRAM-SHA-256", "sha256")
 SCRAM_SHA_512: Final = ScramMechanism("SCRAM-SHA-512", "sha512")
 MECHANISMS: Final[Mapping[str, ScramMechanism]] = {m.name: m for m in (SCRAM_SHA_256, SCRAM_SHA_512)}
@@ -243,17 +244,8 @@ def _fake_credential(mechanism: ScramMechanism, username: str, iterations: int) 
 
 
 def default_nonce() -> str:
-    """Kafka's `new BigInteger(130, SecureRandom).toString(36)`-like nonce, printable ASCII."""
-    return _base36(secrets.randbits(130)) or "0"
-
-
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = []
-    while n:
-        n, r = divmod(n, 36)
-        out.append(digits[r])
-    return "".join(reversed(out))
+    """144 random bits as URL-safe base64: printable ASCII without `,` (Kafka uses 130 bits in base 36)."""
+    return secrets.token_urlsafe(18)
 
 
 def _xor(a: bytes, b: bytes) -> bytes:

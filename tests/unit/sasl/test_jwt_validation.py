@@ -235,3 +235,22 @@ def test_private_material_in_jwks_refused() -> None:
     leaky = dict(RSA.public_jwk, d="secret")
     v, _, _ = make(lambda: {"keys": [leaky]})
     rejects(v, sign(), "private key material")
+
+
+def test_verified_token_cache_rechecks_claims_and_forgets_on_refresh() -> None:
+    fetcher, mono, now = Fetcher(RSA), Monotonic(), [float(NOW)]
+    cache = JwksCache(fetcher, refresh_s=3600, unknown_kid_refresh_s=60, monotonic=mono)
+    v = JwtValidator(cache, ValidationPolicy(issuer="kgov", audience="kafka"), now_s=lambda: now[0])
+    token = sign()
+    assert v.validate(token).principal_name == "worker-1"
+    calls = []
+    original = cache.key_for
+    cache.key_for = lambda *a: calls.append(a) or original(*a)  # count signature verifications
+    assert v.validate(token).principal_name == "worker-1"
+    assert calls == []  # served from the verified-token cache
+    now[0] = NOW + 631
+    rejects(v, token, "expired")  # claims are checked on every hit
+    now[0] = NOW
+    fetcher.keys = []  # the provider drops the key; the next refresh forgets verified tokens
+    mono.t += 3601
+    rejects(v, token, "no key in the JWKS")
