@@ -1,9 +1,10 @@
 """Avro schema parsing with the rules and messages of Apache Avro's Java `Schema.Parser`.
 
 Confluent's registry accepts exactly what the Java parser accepts, so this parser follows it:
-names are validated per part, a named type may be defined once, a field's default must match the
-field's type (the first branch for a union), unions may not nest or repeat a type, and every
-property that is not reserved is kept, in source order, for the canonical text.
+simple names (not namespaces) are validated with Java's letter/digit classes, a named type may be
+defined once, a field's default must match the field's type (any branch of a union, as Avro 1.12
+checks it), unions may not nest or repeat a type, invalid logical types are kept but ignored, and
+every property that is not reserved is kept, in source order, for the canonical text.
 
 The result is a graph of `AvroType` nodes; a named type referenced again (recursion, or reuse) is
 the same node, so the compatibility checker can memoise on node identity.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -213,7 +213,7 @@ def _text(node: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _aliases(node: Mapping[str, Any], what: str) -> list[str]:
+def _aliases(node: Mapping[str, Any]) -> list[str]:
     raw = node.get("aliases")
     if raw is None:
         return []
@@ -342,7 +342,7 @@ class _Parser:
                 result.props[key] = value
         self.names.space = saved_space
         if result.is_named:
-            for alias in _aliases(node, "schema"):
+            for alias in _aliases(node):
                 qualified = full_name(alias, result.namespace)
                 if qualified not in result.aliases:
                     result.aliases.append(qualified)
@@ -384,7 +384,7 @@ class _Parser:
                 )
         doc = raw.get("doc")
         f = AvroField(name, field_type, position, doc=doc if isinstance(doc, str) else None,
-                      default=default, order=order, aliases=_aliases(raw, "field"))
+                      default=default, order=order, aliases=_aliases(raw))
         for key, value in raw.items():
             if key not in _FIELD_RESERVED:
                 f.props[key] = value
@@ -525,12 +525,3 @@ def parse_avro(
         model = parse_avro_model(normalized_string(model), references, resolved)
     canonical = canonical_string(model)
     return canonical, fastavro_schema(model), model
-
-
-def finite_or_text(value: float) -> float | str:
-    """Non-finite doubles as the strings Java writes for them."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
