@@ -24,30 +24,42 @@ Modules: `envelope` (the record format, version 1), `kms` (the `Kms` interface, 
 consumer sees), `cli` (`kgov encryption ...`).
 
 Public interface (stable): `LocalKms`, `EncryptingSerializer`, `DecryptingDeserializer`,
-`DecryptionError`; the rest is importable from here as well.
+`DecryptionError`; the rest is importable from here as well. Names load on first use, so the key
+tools (`kms`, `errors`, `cli`) work where confluent-kafka (needed by the serdes) is not installed.
 """
 
-from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
-from encryption.errors import (
-    DecryptionError,
-    EncryptionError,
-    InsecureKeyRingError,
-    KeyNotFoundError,
-    KmsError,
-    KmsUnavailableError,
-)
-from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
-from encryption.kms import Kms, LocalKms, WrappedKey
-from encryption.reencrypt import ReencryptionReport, Reencryptor, reencrypt_topic
-from encryption.retry import RetryPolicy
-from encryption.serdes import (
-    DecryptingDeserializer,
-    EncryptingSerializer,
-    RecordContext,
-    RecordKeyDeserializer,
-    RecordKeySerializer,
-)
-from encryption.signing import Signer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_MODULES = {
+    "DataKeyCache": "encryption.datakeys",
+    "DataKeyIssuer": "encryption.datakeys",
+    "DataKeyPolicy": "encryption.datakeys",
+    "DecryptingDeserializer": "encryption.serdes",
+    "DecryptionError": "encryption.errors",
+    "EncryptingSerializer": "encryption.serdes",
+    "EncryptionError": "encryption.errors",
+    "FieldDecryptingDeserializer": "encryption.fields",
+    "FieldEncryptingSerializer": "encryption.fields",
+    "FieldPolicy": "encryption.fields",
+    "InsecureKeyRingError": "encryption.errors",
+    "KeyNotFoundError": "encryption.errors",
+    "Kms": "encryption.kms",
+    "KmsError": "encryption.errors",
+    "KmsUnavailableError": "encryption.errors",
+    "LocalKms": "encryption.kms",
+    "RecordContext": "encryption.serdes",
+    "RecordKeyDeserializer": "encryption.serdes",
+    "RecordKeySerializer": "encryption.serdes",
+    "ReencryptionReport": "encryption.reencrypt",
+    "Reencryptor": "encryption.reencrypt",
+    "RetryPolicy": "encryption.retry",
+    "Signer": "encryption.signing",
+    "WrappedKey": "encryption.kms",
+    "reencrypt_topic": "encryption.reencrypt",
+}
 
 __all__ = [
     "DataKeyCache",
@@ -76,3 +88,35 @@ __all__ = [
     "WrappedKey",
     "reencrypt_topic",
 ]
+
+if TYPE_CHECKING:
+    from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
+    from encryption.errors import (
+        DecryptionError,
+        EncryptionError,
+        InsecureKeyRingError,
+        KeyNotFoundError,
+        KmsError,
+        KmsUnavailableError,
+    )
+    from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+    from encryption.kms import Kms, LocalKms, WrappedKey
+    from encryption.reencrypt import ReencryptionReport, Reencryptor, reencrypt_topic
+    from encryption.retry import RetryPolicy
+    from encryption.serdes import (
+        DecryptingDeserializer,
+        EncryptingSerializer,
+        RecordContext,
+        RecordKeyDeserializer,
+        RecordKeySerializer,
+    )
+    from encryption.signing import Signer
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'encryption' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -82,7 +82,10 @@ def _run(args: argparse.Namespace, action: str) -> int:
             for name in names:
                 print(f"{name}\tversion {kms.current_version(name)}")
         else:
-            from encryption.reencrypt import Reencryptor, reencrypt_topic
+            try:
+                from encryption.reencrypt import Reencryptor, reencrypt_topic
+            except ImportError as exc:
+                raise EncryptionError(f"`kgov encryption reencrypt` needs confluent-kafka ({exc})") from exc
 
             config: dict[str, str] = {"bootstrap.servers": args.bootstrap}
             for item in args.client_property:

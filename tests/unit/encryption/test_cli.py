@@ -46,3 +46,31 @@ def test_vault_needs_a_token_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("VAULT_TOKEN", raising=False)
     assert main(["encryption", "keys", "list", "--vault-url", "http://127.0.0.1:1"]) == 1
     assert "VAULT_TOKEN" in capsys.readouterr().err
+
+
+def test_kgov_and_the_key_tools_work_without_confluent_kafka(tmp_path: Path) -> None:
+    """confluent-kafka is only needed by the serdes: `kgov` must start without it."""
+    import subprocess
+    import sys
+
+    ring = tmp_path / "ring.json"
+    script = (
+        "import sys; sys.modules['confluent_kafka'] = None\n"  # any import of it now fails
+        "from kgov.cli import main\n"
+        f"code = main(['encryption', 'keys', 'create', 'orders', '--key-ring', {str(ring)!r}])\n"
+        "import encryption; assert encryption.LocalKms and 'encryption.serdes' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert LocalKms(ring).current_version("orders") == 1
+
+
+def test_public_names_resolve() -> None:
+    import encryption
+
+    for name in encryption.__all__:
+        assert getattr(encryption, name) is not None
+    with pytest.raises(AttributeError):
+        encryption.NoSuchThing  # noqa: B018
