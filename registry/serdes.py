@@ -14,15 +14,19 @@ import io
 import json
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import fastavro
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 
 from registry.client import FetchedSchema, RegistryClient
+from registry.model import Reference
 
 MAGIC_BYTE: Final = 0
 HEADER_SIZE: Final = 5
@@ -84,14 +88,35 @@ def topic_record_subject_name_strategy(ctx: SerializationContextLike, record_nam
     return f"{ctx.topic}-{record_subject_name_strategy(ctx, record_name)}"
 
 
+def referenced_schemas(client: RegistryClient, references: Sequence[Reference], depth: int = 0
+                       ) -> list[tuple[str, FetchedSchema]]:
+    """(reference name, schema) of every schema `references` reach, dependencies first."""
+    if depth > 32:
+        raise SerializationError("schema references nested too deeply")
+    out: list[tuple[str, FetchedSchema]] = []
+    for ref in references:
+        referenced = client.version(ref.subject, ref.version).schema
+        out.extend(referenced_schemas(client, referenced.references, depth + 1))
+        out.append((ref.name, referenced))
+    return out
+
+
+def _avro_named(client: RegistryClient, references: Sequence[Reference]) -> dict[str, Any]:
+    named: dict[str, Any] = {}
+    for _, referenced in referenced_schemas(client, references):
+        fastavro.parse_schema(json.loads(referenced.schema), named_schemas=named)
+    return named
+
+
 class _SchemaIds:
     """Which id to frame a subject's values with: registered, looked up, or the subject's latest."""
 
     def __init__(self, client: RegistryClient, schema: str, schema_type: str, *, auto_register: bool,
-                 use_latest_version: bool, normalize: bool) -> None:
+                 use_latest_version: bool, normalize: bool, references: Sequence[Reference] = ()) -> None:
         self.client = client
         self.schema = schema
         self.schema_type = schema_type
+        self.references = tuple(references)
         self.auto_register = auto_register
         self.use_latest_version = use_latest_version
         self.normalize = normalize
@@ -105,27 +130,33 @@ class _SchemaIds:
         if self.use_latest_version:
             found = self.client.version(subject, "latest").id
         elif self.auto_register:
-            found = self.client.register(subject, self.schema, self.schema_type, normalize=self.normalize)
+            found = self.client.register(subject, self.schema, self.schema_type, self.references,
+                                         normalize=self.normalize)
         else:
-            found = self.client.lookup(subject, self.schema, self.schema_type, normalize=self.normalize).id
+            found = self.client.lookup(subject, self.schema, self.schema_type, self.references,
+                                       normalize=self.normalize).id
         with self._lock:
             self._ids[subject] = found
         return found
 
 
 class AvroSerializer:
+    """`references` name registered subject versions whose named types `schema_str` uses."""
+
     def __init__(self, client: RegistryClient, schema_str: str, *,
                  subject_name_strategy: SubjectNameStrategy = topic_subject_name_strategy,
                  auto_register_schemas: bool = True, use_latest_version: bool = False, normalize: bool = False,
+                 references: Sequence[Reference] = (),
                  to_dict: Callable[[Any, SerializationContextLike], Any] | None = None) -> None:
         try:
-            self._parsed = fastavro.parse_schema(json.loads(schema_str))
+            named = _avro_named(client, references)
+            self._parsed = fastavro.parse_schema(json.loads(schema_str), named_schemas=named)
         except (ValueError, fastavro.schema.SchemaParseException) as exc:
             raise SerializationError(f"invalid Avro schema: {exc}") from exc
         self._record_name = self._parsed.get("name") if isinstance(self._parsed, dict) else None
         self._strategy = subject_name_strategy
         self._ids = _SchemaIds(client, schema_str, "AVRO", auto_register=auto_register_schemas,
-                               use_latest_version=use_latest_version, normalize=normalize)
+                               use_latest_version=use_latest_version, normalize=normalize, references=references)
         self._to_dict = to_dict
 
     def __call__(self, value: Any, ctx: SerializationContextLike) -> bytes | None:
@@ -157,19 +188,10 @@ class AvroDeserializer:
             fetched = self._client.schema_by_id(schema_id)
             if fetched.schema_type != "AVRO":
                 raise SerializationError(f"schema {schema_id} is {fetched.schema_type}, not AVRO")
-            named: dict[str, Any] = {}
-            self._load_references(fetched, named, depth=0)
+            named = _avro_named(self._client, fetched.references)
             parsed = fastavro.parse_schema(json.loads(fetched.schema), named_schemas=named)
             self._writers[schema_id] = parsed
         return parsed
-
-    def _load_references(self, schema: FetchedSchema, named: dict[str, Any], depth: int) -> None:
-        if depth > 32:
-            raise SerializationError("schema references nested too deeply")
-        for ref in schema.references:
-            referenced = self._client.version(ref.subject, ref.version).schema
-            self._load_references(referenced, named, depth + 1)
-            fastavro.parse_schema(json.loads(referenced.schema), named_schemas=named)
 
     def __call__(self, data: bytes | None, ctx: SerializationContextLike | None = None) -> Any:
         if data is None:
@@ -182,36 +204,46 @@ class AvroDeserializer:
         return self._from_dict(value, ctx) if self._from_dict else value
 
 
-def _validator(schema: Any) -> Any:
+def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()) -> Any:
+    """A validator for `schema` whose `$ref`s to the referenced schemas resolve by reference name."""
     try:
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
+        resources = [(name, referencing.Resource.from_contents(
+            json.loads(doc.schema), default_specification=referencing.jsonschema.DRAFT7)) for name, doc in referenced]
     except jsonschema.exceptions.SchemaError as exc:
         raise SerializationError(f"invalid JSON Schema: {exc.message}") from exc
-    return cls(schema)
+    except ValueError as exc:
+        raise SerializationError(f"invalid referenced JSON Schema: {exc}") from exc
+    return cls(schema, registry=referencing.Registry().with_resources(resources))
 
 
 def _validate(validator: Any, value: Any) -> None:
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except referencing.exceptions.Unresolvable as exc:
+        raise SerializationError(f"JSON Schema reference cannot be resolved: {exc}") from exc
     if error is not None:
         raise SerializationError(f"value does not match the JSON Schema: {error.message}")
 
 
 class JSONSerializer:
+    """`references` name registered subject versions that `schema_str` reaches with `$ref`."""
+
     def __init__(self, client: RegistryClient, schema_str: str, *,
                  subject_name_strategy: SubjectNameStrategy = topic_subject_name_strategy,
                  auto_register_schemas: bool = True, use_latest_version: bool = False, normalize: bool = False,
-                 validate: bool = True,
+                 validate: bool = True, references: Sequence[Reference] = (),
                  to_dict: Callable[[Any, SerializationContextLike], Any] | None = None) -> None:
         try:
             schema = json.loads(schema_str)
         except ValueError as exc:
             raise SerializationError(f"invalid JSON Schema: {exc}") from exc
-        self._validator = _validator(schema) if validate else None
+        self._validator = _validator(schema, referenced_schemas(client, references)) if validate else None
         self._record_name = schema.get("title") if isinstance(schema, Mapping) else None
         self._strategy = subject_name_strategy
         self._ids = _SchemaIds(client, schema_str, "JSON", auto_register=auto_register_schemas,
-                               use_latest_version=use_latest_version, normalize=normalize)
+                               use_latest_version=use_latest_version, normalize=normalize, references=references)
         self._to_dict = to_dict
 
     def __call__(self, value: Any, ctx: SerializationContextLike) -> bytes | None:
@@ -245,7 +277,8 @@ class JSONDeserializer:
             fetched = self._client.schema_by_id(schema_id)
             if fetched.schema_type != "JSON":
                 raise SerializationError(f"schema {schema_id} is {fetched.schema_type}, not JSON")
-            found = self._validators[schema_id] = _validator(json.loads(fetched.schema))
+            found = self._validators[schema_id] = _validator(
+                json.loads(fetched.schema), referenced_schemas(self._client, fetched.references))
         return found
 
     def __call__(self, data: bytes | None, ctx: SerializationContextLike | None = None) -> Any:

@@ -169,3 +169,43 @@ def test_our_serializers_refuse_bad_values(our_client: RegistryClient) -> None:
     for n, serializer in enumerate(serializers):
         with pytest.raises(SerializationError):
             serializer({"id": 5}, SerializationContext(f"refusals-{n}", MessageField.VALUE))
+
+
+ADDRESS_AVRO = json.dumps({"type": "record", "name": "Address", "namespace": "com.acme",
+                           "fields": [{"name": "street", "type": "string"}]})
+PERSON_AVRO = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                          "fields": [{"name": "home", "type": "com.acme.Address"}]})
+ADDRESS_JSON = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                           "properties": {"street": {"type": "string"}}, "required": ["street"]})
+PERSON_JSON = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "title": "Person", "type": "object",
+                          "properties": {"home": {"$ref": "address.json"}}, "required": ["home"]})
+
+
+def test_serdes_with_schema_references(confluent_client: SchemaRegistryClient, our_client: RegistryClient) -> None:
+    from confluent_kafka.schema_registry import SchemaReference
+
+    from registry.model import Reference
+    from registry.serdes import SerializationError
+
+    tag = uuid.uuid4().hex[:8]
+    person = {"home": {"street": "Main St"}}
+    # Avro: the Address type comes from another subject
+    our_client.register(f"address-{tag}", ADDRESS_AVRO)
+    avro_refs = [Reference("com.acme.Address", f"address-{tag}", 1)]
+    ctx = SerializationContext(f"people-{tag}", MessageField.VALUE)
+    framed = AvroSerializer(our_client, PERSON_AVRO, references=avro_refs)(person, ctx)
+    assert framed is not None
+    assert AvroDeserializer(our_client)(framed, ctx) == person
+    assert ConfluentAvroDeserializer(confluent_client)(framed, ctx) == person
+    # JSON Schema: `$ref: address.json` resolves to the referenced subject version
+    our_client.register(f"address-json-{tag}", ADDRESS_JSON, "JSON")
+    json_refs = [Reference("address.json", f"address-json-{tag}", 1)]
+    jctx = SerializationContext(f"people-json-{tag}", MessageField.VALUE)
+    serializer = JSONSerializer(our_client, PERSON_JSON, references=json_refs)
+    framed = serializer(person, jctx)
+    assert framed is not None
+    assert JSONDeserializer(our_client)(framed, jctx) == person
+    with pytest.raises(SerializationError, match="street"):
+        serializer({"home": {}}, jctx)
+    registered = confluent_client.get_latest_version(f"people-json-{tag}-value")
+    assert registered.schema.references == [SchemaReference("address.json", f"address-json-{tag}", 1)]
