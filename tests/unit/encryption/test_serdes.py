@@ -172,6 +172,7 @@ def test_non_bytes_without_inner_and_key_field_are_refused(kms: LocalKms) -> Non
         serializer("text", ctx("orders", []))
     with pytest.raises(EncryptionError, match="RecordKeySerializer"):
         serializer(b"x", SerializationContext("orders", MessageField.KEY, []))
+    assert serializer(b"x", SerializationContext("orders", "value", [])) is not None  # type: ignore[arg-type]
     with pytest.raises(EncryptionError, match="SerializationContext"):
         serializer(b"x", None)
 
