@@ -216,3 +216,61 @@ def test_enum_field_with_enum_default_missing_in_writer_is_checked_against_the_r
     writer = {"type": "record", "name": "R", "fields": []}
     found = reader_writer_incompatibilities(_root(reader), _root(writer))
     assert [(i.type, i.path) for i in found] == [(T.TYPE_MISMATCH, "/fields/0/type")]
+
+
+def test_schema_compatibility_multiple() -> None:
+    # Apache Avro's TestSchemaCompatibilityMultiple (current version: record names compared
+    # without namespace, so nsA.recordA reads not_nsA.recordA)
+    def sub_record(fields: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"type": "record", "name": "sub_record_type", "fields": fields}
+
+    reader = {"type": "record", "name": "base", "fields": [
+        {"name": "check_enum_symbols_field",
+         "type": {"type": "enum", "name": "check_enum_symbols_type", "symbols": ["A", "C"]}},
+        {"name": "check_enum_name_field",
+         "type": {"type": "enum", "name": "check_enum_name_type", "symbols": ["A", "B", "C", "D"]}},
+        {"name": "type_mismatch_field", "type": "string"},
+        {"name": "sub_record", "type": sub_record([
+            {"name": "identical_1_field", "type": "long", "default": 42},
+            {"name": "extra_no_default_field", "type": "long"},
+            {"name": "fixed_length_mismatch_field",
+             "type": {"type": "fixed", "name": "fixed_length_mismatch_type", "size": 4}},
+            {"name": "union_missing_branches_field", "type": ["boolean"]},
+            {"name": "reader_union_does_not_support_type_field", "type": ["boolean"]},
+            {"name": "record_fqn_mismatch_field", "type": {
+                "type": "record", "name": "recordA", "namespace": "not_nsA", "fields": [
+                    {"name": "A_field_0", "type": "boolean", "default": True},
+                    {"name": "array_type_mismatch_field", "type": {"type": "array", "items": "string"}}]}},
+        ])},
+    ]}
+    writer = {"type": "record", "name": "base", "fields": [
+        {"name": "check_enum_symbols_field",
+         "type": {"type": "enum", "name": "check_enum_symbols_type", "symbols": ["A", "B", "C", "D"]}},
+        {"name": "check_enum_name_field",
+         "type": {"type": "enum", "name": "check_enum_name_type_ERR", "symbols": ["A", "B", "C", "D"]}},
+        {"name": "type_mismatch_field", "type": "long"},
+        {"name": "sub_record", "type": sub_record([
+            {"name": "identical_1_field", "type": "long", "default": 42},
+            {"name": "fixed_length_mismatch_field",
+             "type": {"type": "fixed", "name": "fixed_length_mismatch_type", "size": 8}},
+            {"name": "union_missing_branches_field", "type": ["boolean", "double", "string"]},
+            {"name": "reader_union_does_not_support_type_field", "type": "long"},
+            {"name": "record_fqn_mismatch_field", "type": {
+                "type": "record", "name": "recordA", "namespace": "nsA", "fields": [
+                    {"name": "A_field_0", "type": "boolean", "default": True},
+                    {"name": "array_type_mismatch_field", "type": {"type": "array", "items": "boolean"}}]}},
+        ])},
+    ]}
+    found = reader_writer_incompatibilities(_root(reader), _root(writer))
+    assert [(i.type, i.message, i.path) for i in found] == [
+        (T.MISSING_ENUM_SYMBOLS, "[B, D]", "/fields/0/type/symbols"),
+        (T.NAME_MISMATCH, "expected: check_enum_name_type_ERR", "/fields/1/type/name"),
+        (T.TYPE_MISMATCH, "reader type: STRING not compatible with writer type: LONG", "/fields/2/type"),
+        (T.READER_FIELD_MISSING_DEFAULT_VALUE, "extra_no_default_field", "/fields/3/type/fields/1"),
+        (T.FIXED_SIZE_MISMATCH, "expected: 8, found: 4", "/fields/3/type/fields/2/type/size"),
+        (T.MISSING_UNION_BRANCH, "reader union lacking writer type: DOUBLE", "/fields/3/type/fields/3/type/1"),
+        (T.MISSING_UNION_BRANCH, "reader union lacking writer type: STRING", "/fields/3/type/fields/3/type/2"),
+        (T.MISSING_UNION_BRANCH, "reader union lacking writer type: LONG", "/fields/3/type/fields/4/type"),
+        (T.TYPE_MISMATCH, "reader type: STRING not compatible with writer type: BOOLEAN",
+         "/fields/3/type/fields/5/type/fields/1/type/items"),
+    ]
