@@ -89,8 +89,8 @@ def _fields(line: Column, pattern: str, replacement: str) -> Column:
 
 
 # Stage-1 line shapes, decided by cheap suffix/substring tests before any regular expression runs.
-_JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK, _OTHER = (
-    "json", "authz", "su", "noacl", "detail", "req_text", "req_json", "auth_fail", "auth_ok", "other")
+_JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK, _OTHER, _CONTROL = (
+    "json", "authz", "su", "noacl", "detail", "req_text", "req_json", "auth_fail", "auth_ok", "other", "control")
 
 
 def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Mapping[str, str] | None = None,
@@ -102,7 +102,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     wall-clock time and then moved from each source's zone to UTC.
     """
     v = F.col("value")
-    shape = (F.when(v.contains(K.FIELD_SEP), F.lit(_OTHER))
+    shape = (F.when(v.contains(K.FIELD_SEP), F.lit(_CONTROL))
              .when(v.startswith("{"), F.lit(_JSON))
              .when(v.endswith(K.AUTHORIZER_SUFFIX),
                    F.when(v.contains("] DEBUG principal = ") | v.contains("] TRACE principal = "), F.lit(_SU))

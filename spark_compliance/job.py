@@ -167,7 +167,8 @@ def chart_data(events: DataFrame) -> dict[str, Any]:
 
 def run(opts: JobOptions, spark: SparkSession | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Runs the whole job; returns the summary (also written to summary.json)."""
-    own = spark is None
+    # Stop the session at the end only if this call started it (not a notebook's or a test's).
+    own = spark is None and SparkSession.getActiveSession() is None
     spark = spark or build_session(opts.master)
     progress = progress or Progress(spark)
     progress.start()

@@ -285,9 +285,10 @@ def acl_usage(events: DataFrame, acls: DataFrame, role_bindings: DataFrame, para
     read_only = F.size(F.array_except(F.col("used_operations"), F.array(F.lit("READ"), F.lit("DESCRIBE")))) == 0
     return (rows.withColumn("dormant", dormant)
             .withColumn("excessive", ~dormant & broad & read_only)
-            .withColumn("resource", F.concat_ws(":", resource_label(F.col("resource_type"), F.lit(None)),
-                                                F.coalesce("pattern_type", F.lit("LITERAL")),
-                                                F.coalesce("resource_name", F.lit("*")))))
+            .withColumn("resource", F.when(F.col("resource_type").isNull(), F.lit("Cluster:*"))  # cluster-wide binding
+                        .otherwise(F.concat_ws(":", resource_label(F.col("resource_type"), F.lit(None)),
+                                               F.coalesce("pattern_type", F.lit("LITERAL")),
+                                               F.coalesce("resource_name", F.lit("*"))))))
 
 
 # 8. Out-of-hours access ------------------------------------------------------------------------------------
