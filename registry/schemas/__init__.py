@@ -65,6 +65,18 @@ class ParsedSchema:
         )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
+    def resolved(self) -> str:
+        """The self-contained text, referenced types spelled out (Confluent's `format=resolved`;
+        also what a client sends when it resolved the references itself). For JSON Schema the
+        canonical text (references stay `$ref`s)."""
+        if self.schema_type is SchemaType.AVRO:
+            from registry.schemas.avro import AvroModel
+            from registry.schemas.avro_text import expanded_string
+
+            if isinstance(self.model, AvroModel):
+                return expanded_string(self.model)
+        return self.canonical
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ParsedSchema):
             return NotImplemented

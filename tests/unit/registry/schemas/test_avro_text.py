@@ -158,3 +158,31 @@ def test_names_follow_javas_letter_and_digit_classes() -> None:
     )
     with pytest.raises(InvalidSchemaError, match="Illegal character"):
         parse_schema(SchemaType.AVRO, '{"type":"record","name":"R\u00b2","fields":[]}')  # superscript two
+
+
+def test_confluent_schema_normalization_scenario() -> None:
+    # Confluent's RestApiTest.testSchemaNormalization: the same schema with another spelling,
+    # property order and reference order normalises to the same text and references, and the
+    # client-resolved form (references inlined) resolves to the same text.
+    sub1 = parse_schema(SchemaType.AVRO, '{"type":"record","name":"Subrecord1","namespace":"otherns",'
+                                         '"fields":[{"name":"field1","type":"string"}]}')
+    sub2 = parse_schema(SchemaType.AVRO, '{"type":"record","name":"Subrecord2","namespace":"otherns",'
+                                         '"fields":[{"name":"field2","type":"string"}]}')
+    ref1 = SchemaReference("otherns.Subrecord1", "ref1", 1)
+    ref2 = SchemaReference("otherns.Subrecord2", "ref2", 1)
+    resolved = {"otherns.Subrecord1": sub1, "otherns.Subrecord2": sub2}
+    one = ('{"type":"record","name":"myrecord","fields":[{"type":{"type":"int"},"name":"field0"},'
+           '{"name":"field1","type":"otherns.Subrecord1"},{"name":"field2","type":"otherns.Subrecord2"}],'
+           '"extraMetadata":{"a":1,"b":2}}')
+    two = ('{"type":"record","name":"myrecord","fields":[{"type":"int","name":"field0"},'
+           '{"name":"field1","type":"otherns.Subrecord1"},{"name":"field2","type":"otherns.Subrecord2"}],'
+           '"extraMetadata":{"b":2,"a":1}}')
+    first = parse_schema(SchemaType.AVRO, one, references=[ref1, ref2], resolved=resolved, normalize=True)
+    second = parse_schema(SchemaType.AVRO, two, references=[ref2, ref1], resolved=resolved, normalize=True)
+    assert first.canonical == second.canonical
+    assert first.references == second.references == (ref1, ref2)
+    assert first.fingerprint() == second.fingerprint()
+    inlined = parse_schema(SchemaType.AVRO, second.resolved(), normalize=True)
+    assert inlined.references == ()
+    assert inlined.resolved() == first.resolved()
+    assert '"name":"Subrecord1","namespace":"otherns"' in first.resolved()
