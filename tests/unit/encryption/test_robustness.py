@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from encryption import DataKeyPolicy, DecryptingDeserializer, DecryptionError, EncryptingSerializer, LocalKms
 from encryption.envelope import HEADER, MAGIC, parse_header
-from encryption.fields import FieldDecryptingDeserializer, FieldPolicy
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 
 _RING: dict[str, LocalKms] = {}
 
@@ -140,3 +140,31 @@ def test_a_forked_child_never_reuses_the_parents_data_key(tmp_path: Path) -> Non
     assert after.wrapped.blob == before.wrapped.blob  # the parent keeps its key
     assert child.wrapped.blob != before.wrapped.blob  # the child made its own
     assert (child.wrapped.blob, child.nonce) != (after.wrapped.blob, after.nonce)
+
+
+_PROPERTY_SCHEMA = {"type": "record", "name": "P", "fields": [
+    {"name": "plain", "type": "string"},
+    {"name": "secret", "type": ["null", "string"], "default": None, "confluent:tags": ["PII"]},
+    {"name": "blob", "type": "bytes", "confluent:tags": ["PII"]},
+    {"name": "join", "type": "string", "confluent:tags": ["JOIN"]},
+    {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "I", "fields": [
+        {"name": "note", "type": "string", "confluent:tags": ["PII"]}]}}},
+]}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    plain=st.text(max_size=30), secret=st.none() | st.text(max_size=30), blob=st.binary(max_size=40),
+    join=st.text(max_size=30), notes=st.lists(st.text(max_size=20), max_size=4),
+)
+def test_field_level_round_trip_property(tmp_path_factory: pytest.TempPathFactory, plain: str,
+                                         secret: str | None, blob: bytes, join: str, notes: list[str]) -> None:
+    kms = ring(tmp_path_factory)
+    policy = FieldPolicy.from_avro(_PROPERTY_SCHEMA, tags=["PII"], deterministic_tags=["JOIN"])
+    record = {"plain": plain, "secret": secret, "blob": blob, "join": join, "items": [{"note": n} for n in notes]}
+    ctx = SerializationContext("t", MessageField.VALUE, [])
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx)
+    assert encrypted["plain"] == plain and (secret is None) == (encrypted["secret"] is None)
+    assert encrypted["blob"] != blob and encrypted["join"] != join
+    assert encrypted["join"] == FieldEncryptingSerializer(kms, "orders", policy)(record, ctx)["join"]
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx) == record
