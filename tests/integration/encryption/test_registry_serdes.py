@@ -7,9 +7,6 @@ built from what the registry returns, and a consumer without keys still decodes 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +22,10 @@ from encryption import DecryptingDeserializer, EncryptingSerializer, LocalKms
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 from registry.client import RegistryClient
 from registry.serdes import AvroDeserializer, AvroSerializer
-from tests.support.ports import free_port, wait_for_port
+from tests.e2e.registry.kgov_process import PASSWORD, kgov_serve
 
 pytestmark = pytest.mark.broker
 
-ROOT = Path(__file__).resolve().parents[3]
-PASSWORD = "encryption-test-password"
 SCHEMA = json.dumps({
     "type": "record", "name": "Payment", "namespace": "com.bank",
     "fields": [
@@ -52,24 +47,8 @@ PAYMENT = {"id": "tx-1", "amount": 99.5, "iban": "DE89370400440532013000", "hold
 
 @pytest.fixture(scope="module")
 def registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("kgov-serve")
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KGOV_ADMIN__PASSWORD": PASSWORD, "KGOV_DATA_DIR": str(data),
-           "KGOV_SASL__FAILED_AUTHENTICATION_DELAY_MS": "0"}
-    log = (data / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "kgov", "serve", "--port", str(port), "--log-level", "warning",
-                             "--db", f"sqlite:///{data / 'kgov.db'}"], cwd=data, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        wait_for_port("127.0.0.1", port, timeout=60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with kgov_serve(tmp_path_factory.mktemp("kgov-serve")) as url:
+        yield url
 
 
 def consume(bootstrap: str, topic: str, count: int) -> list:
