@@ -387,26 +387,7 @@ def list_subjects(request: Request, principal: Reader, subjectPrefix: str | None
     return respond(request, _page([s for s in subjects if s in visible], offset, limit))
 
 
-@router.post("/subjects/{subject}", summary="Look up a schema under a subject")
-async def lookup(request: Request, principal: Reader, subject: str, normalize: str | None = None,
-                 deleted: str | None = None, format: str | None = None) -> Response:
-    allow(request, principal, subject, Operation.READ)
-    document = register_request(await read_json(request))
-    found = await run_in_threadpool(
-        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted))
-    )
-    return respond(request, found.to_json())
-
-
-@router.delete("/subjects/{subject}", summary="Delete a subject (soft, or permanent=true)")
-def delete_subject(request: Request, principal: Writer, subject: str, permanent: str | None = None) -> Response:
-    allow(request, principal, subject, Operation.DELETE)
-    deleted, change = _registry(request).delete_subject(subject, permanent=flag(permanent))
-    audit(request, principal, change)
-    return respond(request, deleted)
-
-
-@router.get("/subjects/{subject}/versions", summary="List the versions of a subject")
+@router.get("/subjects/{subject:path}/versions", summary="List the versions of a subject")
 def list_versions(request: Request, principal: Reader, subject: str, deleted: str | None = None,
                   deletedOnly: str | None = None, deletedAsNegative: str | None = None, offset: str | None = None,
                   limit: str | None = None) -> Response:
@@ -419,7 +400,7 @@ def list_versions(request: Request, principal: Reader, subject: str, deleted: st
     return respond(request, _page(found, offset, limit))
 
 
-@router.post("/subjects/{subject}/versions", summary="Register a schema under a subject")
+@router.post("/subjects/{subject:path}/versions", summary="Register a schema under a subject")
 async def register(request: Request, principal: Writer, subject: str, normalize: str | None = None,
                    format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.WRITE)
@@ -439,7 +420,7 @@ def _version(request: Request, principal: Principal | None, subject: str, versio
     return _registry(request).get_version(subject, parse_version(version), deleted=flag(deleted))
 
 
-@router.get("/subjects/{subject}/metadata", summary="Latest version whose metadata properties match")
+@router.get("/subjects/{subject:path}/metadata", summary="Latest version whose metadata properties match")
 def latest_with_metadata(request: Request, principal: Reader, subject: str,
                          key: Annotated[list[str] | None, Query()] = None,
                          value: Annotated[list[str] | None, Query()] = None, deleted: str | None = None,
@@ -453,19 +434,19 @@ def latest_with_metadata(request: Request, principal: Reader, subject: str,
     return respond(request, found.to_json())
 
 
-@router.get("/subjects/{subject}/versions/{version}", summary="Get one version of a subject")
+@router.get("/subjects/{subject:path}/versions/{version}", summary="Get one version of a subject")
 def get_version(request: Request, principal: Reader, subject: str, version: str, deleted: str | None = None,
                 format: str | None = None) -> Response:
     return respond(request, _version(request, principal, subject, version, deleted).to_json())
 
 
-@router.get("/subjects/{subject}/versions/{version}/schema", summary="Get the raw schema of one version")
+@router.get("/subjects/{subject:path}/versions/{version}/schema", summary="Get the raw schema of one version")
 def get_version_schema(request: Request, principal: Reader, subject: str, version: str,
                        deleted: str | None = None, format: str | None = None) -> Response:
     return respond_raw(request, _version(request, principal, subject, version, deleted).schema.schema)
 
 
-@router.get("/subjects/{subject}/versions/{version}/referencedby", summary="Ids of schemas referencing a version")
+@router.get("/subjects/{subject:path}/versions/{version}/referencedby", summary="Ids of schemas referencing a version")
 def referenced_by(request: Request, principal: Reader, subject: str, version: str, deleted: str | None = None,
                   offset: str | None = None, limit: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
@@ -473,12 +454,34 @@ def referenced_by(request: Request, principal: Reader, subject: str, version: st
     return respond(request, _page(ids, offset, limit))
 
 
-@router.delete("/subjects/{subject}/versions/{version}", summary="Delete a version (soft, or permanent=true)")
+@router.delete("/subjects/{subject:path}/versions/{version}", summary="Delete a version (soft, or permanent=true)")
 def delete_version(request: Request, principal: Writer, subject: str, version: str,
                    permanent: str | None = None) -> Response:
     allow(request, principal, subject, Operation.DELETE)
     number = parse_version(version)
     deleted, change = _registry(request).delete_version(subject, number, permanent=flag(permanent))
+    audit(request, principal, change)
+    return respond(request, deleted)
+
+
+# Declared after the longer subject routes: `{subject:path}` would otherwise swallow `.../versions`.
+
+
+@router.post("/subjects/{subject:path}", summary="Look up a schema under a subject")
+async def lookup(request: Request, principal: Reader, subject: str, normalize: str | None = None,
+                 deleted: str | None = None, format: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.READ)
+    document = register_request(await read_json(request))
+    found = await run_in_threadpool(
+        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted))
+    )
+    return respond(request, found.to_json())
+
+
+@router.delete("/subjects/{subject:path}", summary="Delete a subject (soft, or permanent=true)")
+def delete_subject(request: Request, principal: Writer, subject: str, permanent: str | None = None) -> Response:
+    allow(request, principal, subject, Operation.DELETE)
+    deleted, change = _registry(request).delete_subject(subject, permanent=flag(permanent))
     audit(request, principal, change)
     return respond(request, deleted)
 
@@ -500,13 +503,13 @@ async def _compatibility(request: Request, principal: Principal | None, subject:
     return respond(request, body)
 
 
-@router.post("/compatibility/subjects/{subject}/versions/{version}", summary="Test against one version")
+@router.post("/compatibility/subjects/{subject:path}/versions/{version}", summary="Test against one version")
 async def compatibility_with_version(request: Request, principal: Reader, subject: str, version: str,
                                      normalize: str | None = None, verbose: str | None = None) -> Response:
     return await _compatibility(request, principal, subject, parse_version(version), normalize, verbose)
 
 
-@router.post("/compatibility/subjects/{subject}/versions", summary="Test against the versions the level selects")
+@router.post("/compatibility/subjects/{subject:path}/versions", summary="Test against the versions the level selects")
 async def compatibility_with_versions(request: Request, principal: Reader, subject: str,
                                       normalize: str | None = None, verbose: str | None = None) -> Response:
     return await _compatibility(request, principal, subject, None, normalize, verbose)
@@ -537,14 +540,14 @@ def delete_global_config(request: Request, principal: Writer) -> Response:
     return respond(request, previous)
 
 
-@router.get("/config/{subject}", summary="Compatibility configuration of a subject")
+@router.get("/config/{subject:path}", summary="Compatibility configuration of a subject")
 def get_subject_config(request: Request, principal: Reader, subject: str,
                        defaultToGlobal: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
     return respond(request, _registry(request).get_config(subject, default_to_global=flag(defaultToGlobal)))
 
 
-@router.put("/config/{subject}", summary="Set the compatibility configuration of a subject")
+@router.put("/config/{subject:path}", summary="Set the compatibility configuration of a subject")
 async def put_subject_config(request: Request, principal: Writer, subject: str) -> Response:
     allow(request, principal, subject, Operation.ALTER_CONFIGS)
     document = await read_json(request)
@@ -553,7 +556,7 @@ async def put_subject_config(request: Request, principal: Writer, subject: str) 
     return respond(request, echo)
 
 
-@router.delete("/config/{subject}", summary="Remove the compatibility configuration of a subject")
+@router.delete("/config/{subject:path}", summary="Remove the compatibility configuration of a subject")
 def delete_subject_config(request: Request, principal: Writer, subject: str) -> Response:
     allow(request, principal, subject, Operation.ALTER_CONFIGS)
     previous, change = _registry(request).delete_config(subject)
@@ -588,7 +591,7 @@ def delete_global_mode(request: Request, principal: Writer, recursive: str | Non
     return respond(request, {"mode": previous.value})
 
 
-@router.get("/mode/{subject}", summary="Mode of a subject")
+@router.get("/mode/{subject:path}", summary="Mode of a subject")
 def get_subject_mode(request: Request, principal: Reader, subject: str,
                      defaultToGlobal: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
@@ -596,7 +599,7 @@ def get_subject_mode(request: Request, principal: Reader, subject: str,
     return respond(request, {"mode": mode.value})
 
 
-@router.put("/mode/{subject}", summary="Set the mode of a subject")
+@router.put("/mode/{subject:path}", summary="Set the mode of a subject")
 async def put_subject_mode(request: Request, principal: Writer, subject: str, force: str | None = None) -> Response:
     allow(request, principal, subject, Operation.ALTER_CONFIGS)
     document = await read_json(request)
@@ -607,7 +610,7 @@ async def put_subject_mode(request: Request, principal: Writer, subject: str, fo
     return respond(request, {"mode": mode.value})
 
 
-@router.delete("/mode/{subject}", summary="Remove the mode of a subject")
+@router.delete("/mode/{subject:path}", summary="Remove the mode of a subject")
 def delete_subject_mode(request: Request, principal: Writer, subject: str, recursive: str | None = None
                         ) -> Response:
     allow(request, principal, subject, Operation.ALTER_CONFIGS)

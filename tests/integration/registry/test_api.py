@@ -411,3 +411,19 @@ def test_latest_with_metadata_and_deleted_as_negative(client: TestClient) -> Non
     client.delete("/subjects/meta/versions/1")
     assert client.get("/subjects/meta/versions?deleted=true&deletedAsNegative=true").json() == [-1, 2]
     assert client.get("/subjects/meta/versions?deletedAsNegative=true").json() == [2]
+
+
+def test_subject_names_with_slashes(client: TestClient) -> None:
+    # clients percent-encode subject names; `team/orders-value` must round-trip like any other
+    encoded = "team%2Forders-value"
+    created = register(client, encoded, USER_V1)
+    assert client.get("/subjects").json() == ["team/orders-value"]
+    assert client.get(f"/subjects/{encoded}/versions").json() == [1]
+    assert client.get(f"/subjects/{encoded}/versions/latest").json()["subject"] == "team/orders-value"
+    assert client.post(f"/subjects/{encoded}", json={"schema": USER_V1}).json()["id"] == created["id"]
+    assert client.post(f"/compatibility/subjects/{encoded}/versions/latest", json={"schema": USER_V2}).json() == {
+        "is_compatible": True}
+    assert client.put(f"/config/{encoded}", json={"compatibility": "NONE"}).status_code == 200
+    assert client.get(f"/config/{encoded}").json() == {"compatibilityLevel": "NONE"}
+    assert client.delete(f"/subjects/{encoded}/versions/1").json() == 1
+    assert client.delete(f"/subjects/{encoded}?permanent=true").json() == [1]
