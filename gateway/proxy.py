@@ -115,7 +115,7 @@ class Slot:
     started: float
     request_bytes: int
     patches: list[Callable[[Any], None]] = field(default_factory=list)
-    response: bytes | None = None
+    response: tuple[bytes, ...] | None = None  # the frame's parts, written with writelines
     forwarded: bool = False
     throttle_ms: int = 0
     records_bytes: int = 0
@@ -685,7 +685,7 @@ class ClientConnection(asyncio.Protocol):
         except (TimeoutError, OSError, asyncio.IncompleteReadError, CodecError):
             self.abort("upstream unavailable")
             return
-        slot.response = self._api_versions_frame(slot.header)
+        slot.response = (self._api_versions_frame(slot.header),)
         self._flush()
 
     def _api_versions_frame(self, header: RequestHeader) -> bytes:
@@ -749,7 +749,7 @@ class ClientConnection(asyncio.Protocol):
         def fail() -> None:
             if self.closed:
                 return
-            slot.response = response
+            slot.response = (response,)
             self._flush()
             self.close_after_flush()
 
@@ -790,10 +790,9 @@ class ClientConnection(asyncio.Protocol):
             except (CodecError, AuthorizerNotReadyError) as exc:
                 self.abort(str(exc))
                 return
-            frame = encode_response(spec, version, slot.header.correlation_id, response)
+            slot.response = (encode_response(spec, version, slot.header.correlation_id, response),)
         else:
-            frame = len(frame).to_bytes(4, "big") + frame
-        slot.response = frame
+            slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
         self._flush()
 
     def on_upstream_lost(self, exc: Exception | None) -> None:
@@ -803,12 +802,12 @@ class ClientConnection(asyncio.Protocol):
             self.abort("upstream connection lost")
 
     def _complete(self, slot: Slot, response: bytes) -> None:
-        slot.response = response
+        slot.response = (response,)
         self.slots.append(slot)
         self._flush()
 
     def _finish_without_response(self, slot: Slot) -> None:
-        slot.response = b""
+        slot.response = ()
         self.slots.append(slot)
         self._flush()
 
@@ -820,7 +819,7 @@ class ClientConnection(asyncio.Protocol):
         while slots and slots[0].response is not None:
             slot = slots.popleft()
             if slot.response and not self.closed:
-                transport.write(slot.response)
+                transport.writelines(slot.response)
             self._log_request(slot)
         if "in-flight" in self.paused and len(slots) < MAX_IN_FLIGHT // 2:
             self.resume("in-flight")
@@ -838,7 +837,7 @@ class ClientConnection(asyncio.Protocol):
             security_protocol=self.options.security_protocol,
             software_name=self.software[0], software_version=self.software[1],
             total_time_ms=(time.perf_counter() - slot.started) * 1000, throttle_time_ms=slot.throttle_ms,
-            request_bytes=slot.request_bytes + 4, response_bytes=len(slot.response or b""),
+            request_bytes=slot.request_bytes + 4, response_bytes=sum(map(len, slot.response or ())),
             records_bytes=slot.records_bytes, forwarded=slot.forwarded,
         )
         sink.write(request_event(source=self.options.source, time=self.services.clock(), entry=entry))
