@@ -396,10 +396,58 @@ def _client_credentials(request: Request, form: dict[str, str]) -> tuple[list[tu
     raise OAuthError("invalid_client", "client authentication required", 401)
 
 
+_TOKEN_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-www-form-urlencoded": {
+                "schema": {
+                    "type": "object",
+                    "required": ["grant_type"],
+                    "properties": {
+                        "grant_type": {"type": "string", "enum": ["client_credentials"]},
+                        "scope": {"type": "string", "description": "space-separated; default all allowed"},
+                        "client_id": {"type": "string", "description": "when not using HTTP Basic"},
+                        "client_secret": {"type": "string", "description": "when not using HTTP Basic"},
+                    },
+                }
+            }
+        },
+    }
+}
+_OAUTH_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "error_description": {"type": "string"}},
+}
+_TOKEN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "RFC 6749 access token response",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "access_token": {"type": "string"},
+                        "token_type": {"type": "string", "enum": ["Bearer"]},
+                        "expires_in": {"type": "integer"},
+                        "scope": {"type": "string"},
+                    },
+                }
+            }
+        },
+    },
+    400: {
+        "description": "invalid_request, unsupported_grant_type or invalid_scope",
+        "content": {"application/json": {"schema": _OAUTH_ERROR_SCHEMA}},
+    },
+    401: {"description": "invalid_client", "content": {"application/json": {"schema": _OAUTH_ERROR_SCHEMA}}},
+}
+
+
 def _issuer_router() -> APIRouter:
     router = APIRouter(tags=["token issuer"])
 
-    @router.post("/oauth/token")
+    @router.post("/oauth/token", openapi_extra=_TOKEN_OPENAPI, responses=_TOKEN_RESPONSES)
     async def token(request: Request) -> JSONResponse:
         """RFC 6749 §4.4 client-credentials grant; answers a short-lived JWT (RS256/ES256)."""
         service = _service(request)

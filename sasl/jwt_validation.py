@@ -198,8 +198,10 @@ class JwtValidator:
     def validate(self, token: str) -> ValidatedToken:
         if len(token) > MAX_TOKEN_LENGTH:
             raise TokenValidationError("JWT too long")
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         self._keys.ensure_fresh()
+        if self._cache_size <= 0:
+            return self._check_claims(self._verify(token))
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         generation = self._keys.refresh_count
         with self._lock:
             hit = self._verified.get(digest)
@@ -207,12 +209,11 @@ class JwtValidator:
             return self._check_claims(hit[1])
         claims = self._verify(token)
         result = self._check_claims(claims)
-        if self._cache_size > 0:
-            with self._lock:
-                self._verified[digest] = (generation, claims)
-                self._verified.move_to_end(digest)
-                while len(self._verified) > self._cache_size:
-                    self._verified.popitem(last=False)
+        with self._lock:
+            self._verified[digest] = (generation, claims)
+            self._verified.move_to_end(digest)
+            while len(self._verified) > self._cache_size:
+                self._verified.popitem(last=False)
         return result
 
     def _verify(self, token: str) -> dict[str, Any]:
