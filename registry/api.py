@@ -269,8 +269,7 @@ def readable(request: Request, principal: Principal | None, subjects: Sequence[s
     return {s for s, d in zip(unique, decisions, strict=True) if d.allowed}
 
 
-def allow_id(request: Request, principal: Principal | None, registry: SchemaRegistry, schema_id: int,
-             subjects: Sequence[str]) -> None:
+def allow_id(request: Request, principal: Principal | None, schema_id: int, subjects: Sequence[str]) -> None:
     """An id may be read by whoever may read one subject that uses it; unused ids do not exist."""
     if not subjects:
         raise RegistryError(40403, f"Schema {schema_id} not found")
@@ -337,7 +336,7 @@ async def schema_by_id(request: Request, principal: Reader, id: str, subject: st
     subjects = await run_in_threadpool(registry.subjects_using, schema_id)
     if subject:
         subjects = tuple(s for s in subjects if s == subject) or subjects
-    allow_id(request, principal, registry, schema_id, subjects)
+    allow_id(request, principal, schema_id, subjects)
     max_id = await run_in_threadpool(registry.max_id) if flag(fetchMaxId) else None
     return respond(request, _schema_body(schema, max_id))
 
@@ -347,7 +346,7 @@ async def raw_schema_by_id(request: Request, principal: Reader, id: str, subject
     registry = _registry(request)
     schema_id = _schema_id(id)
     schema = await _schema(registry, schema_id)
-    allow_id(request, principal, registry, schema_id, await run_in_threadpool(registry.subjects_using, schema_id))
+    allow_id(request, principal, schema_id, await run_in_threadpool(registry.subjects_using, schema_id))
     return respond_raw(request, schema.schema)
 
 
@@ -357,7 +356,7 @@ def subjects_by_id(request: Request, principal: Reader, id: str, deleted: str | 
     registry = _registry(request)
     schema_id = _schema_id(id)
     usages = registry.id_usages(schema_id, deleted=flag(deleted))
-    allow_id(request, principal, registry, schema_id, [s for s, _ in usages] or registry.subjects_using(schema_id))
+    allow_id(request, principal, schema_id, [s for s, _ in usages] or registry.subjects_using(schema_id))
     visible = readable(request, principal, [s for s, _ in usages])
     subjects = list(dict.fromkeys(s for s, _ in usages if s in visible and (not subject or s == subject)))
     return respond(request, _page(subjects, offset, limit))
@@ -369,7 +368,7 @@ def versions_by_id(request: Request, principal: Reader, id: str, deleted: str | 
     registry = _registry(request)
     schema_id = _schema_id(id)
     usages = registry.id_usages(schema_id, deleted=flag(deleted))
-    allow_id(request, principal, registry, schema_id, [s for s, _ in usages] or registry.subjects_using(schema_id))
+    allow_id(request, principal, schema_id, [s for s, _ in usages] or registry.subjects_using(schema_id))
     visible = readable(request, principal, [s for s, _ in usages])
     return respond(request, _page([{"subject": s, "version": v} for s, v in usages if s in visible], offset, limit))
 
