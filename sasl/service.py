@@ -53,6 +53,7 @@ from sasl.scram import (
     ScramMechanism,
     ScramServer,
     check_iterations,
+    credential_from_salted,
     derive_credential,
 )
 from sasl.session import session_lifetime_ms
@@ -421,24 +422,31 @@ class CredentialService:
         self,
         method: str,
         target: str,
-        details: Mapping[str, Any],
+        details: Callable[[Any], Mapping[str, Any]],
         actor: Principal | str,
         client_address: str | None,
-    ) -> None:
-        if self._audit is None:
-            return
-        self._audit.write(
-            change_event(
-                type=EventType.CREDENTIAL_CHANGE,
-                source=self._source,
-                time=self._clock(),
-                principal=str(actor),
-                method_name=method,
-                target=target,
-                details=details,
-                client_address=client_address,
+    ) -> Callable[[Any], None] | None:
+        """The store's `before_commit` hook: writes the CREDENTIAL_CHANGE event inside the transaction,
+        so a failing audit sink rolls the change back. `details` gets the store method's result."""
+        sink = self._audit
+        if sink is None:
+            return None
+
+        def write(result: Any) -> None:
+            sink.write(
+                change_event(
+                    type=EventType.CREDENTIAL_CHANGE,
+                    source=self._source,
+                    time=self._clock(),
+                    principal=str(actor),
+                    method_name=method,
+                    target=target,
+                    details=details(result),
+                    client_address=client_address,
+                )
             )
-        )
+
+        return write
 
     # -- SCRAM users -----------------------------------------------------------------------------
     def set_scram_credential(
@@ -464,16 +472,59 @@ class CredentialService:
             check_iterations(mech, n)
         except ValueError as exc:
             raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, str(exc)) from None
-        cred = derive_credential(mech, password, iterations=n)
-        replaced = self.store.upsert_scram(name, mech.name, cred, self.now_ms())
-        self.refresh()
-        self._audit_change(
+        return self._store_scram(
+            name, mech, derive_credential(mech, password, iterations=n), actor, client_address
+        )
+
+    def set_scram_salted_credential(
+        self,
+        name: str,
+        mechanism: str,
+        *,
+        salt: bytes,
+        salted_password: bytes,
+        iterations: int,
+        actor: Principal | str,
+        client_address: str | None = None,
+    ) -> bool:
+        """Kafka's AlterUserScramCredentials upsertion as sent on the wire: the client computed the
+        salted password; StoredKey and ServerKey are derived here. True if it replaced a credential."""
+        if not name:
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        mech = MECHANISMS.get(mechanism.upper())
+        if mech is None:
+            raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+        try:
+            check_iterations(mech, iterations)
+        except ValueError as exc:
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, str(exc)) from None
+        if not salt or len(salted_password) != mech.digest_size:
+            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Invalid salt or salted password")
+        cred = credential_from_salted(mech, salted_password, salt, iterations)
+        return self._store_scram(name, mech, cred, actor, client_address)
+
+    def _store_scram(
+        self,
+        name: str,
+        mech: ScramMechanism,
+        cred: ScramCredential,
+        actor: Principal | str,
+        client_address: str | None,
+    ) -> bool:
+        audit = self._audit_change(
             "scram.UpsertCredential",
             f"user={name}",
-            {"user": name, "mechanism": mech.name, "iterations": n, "replaced": replaced},
+            lambda replaced: {
+                "user": name,
+                "mechanism": mech.name,
+                "iterations": cred.iterations,
+                "replaced": replaced,
+            },
             actor,
             client_address,
         )
+        replaced = self.store.upsert_scram(name, mech.name, cred, self.now_ms(), before_commit=audit)
+        self.refresh()
         return replaced
 
     def delete_scram_credential(
@@ -485,19 +536,19 @@ class CredentialService:
             if mech is None:
                 raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
             mech_name = mech.name
-        removed = self.store.delete_scram(name, mech_name)
+        audit = self._audit_change(
+            "scram.DeleteCredential",
+            f"user={name}",
+            lambda removed: {"user": name, "mechanism": mech_name or "ALL", "removed": removed},
+            actor,
+            client_address,
+        )
+        removed = self.store.delete_scram(name, mech_name, before_commit=audit)
         if not removed:
             raise CredentialError(
                 CredentialError.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
             )
         self.refresh()
-        self._audit_change(
-            "scram.DeleteCredential",
-            f"user={name}",
-            {"user": name, "mechanism": mech_name or "ALL", "removed": removed},
-            actor,
-            client_address,
-        )
         return removed
 
     def describe_scram_users(self, names: Iterable[str] | None = None) -> list[ScramUser]:
@@ -537,26 +588,31 @@ class CredentialService:
         scope_list = sorted({s for s in scopes if s})
         if any(not _valid_scope_token(s) for s in scope_list):
             raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "invalid scope value")
-        replaced = self.store.upsert_client(client_id, pbkdf2_sha256.hash(secret), scope_list, self.now_ms())
-        self._audit_change(
+        audit = self._audit_change(
             "oauth.UpsertClient",
             f"client={client_id}",
-            {"client_id": client_id, "scopes": scope_list, "replaced": replaced},
+            lambda replaced: {"client_id": client_id, "scopes": scope_list, "replaced": replaced},
             actor,
             client_address,
         )
-        return replaced
+        return self.store.upsert_client(
+            client_id, pbkdf2_sha256.hash(secret), scope_list, self.now_ms(), before_commit=audit
+        )
 
     def delete_client(
         self, client_id: str, *, actor: Principal | str, client_address: str | None = None
     ) -> None:
-        if not self.store.delete_client(client_id):
+        audit = self._audit_change(
+            "oauth.DeleteClient",
+            f"client={client_id}",
+            lambda _r: {"client_id": client_id},
+            actor,
+            client_address,
+        )
+        if not self.store.delete_client(client_id, before_commit=audit):
             raise CredentialError(
                 CredentialError.RESOURCE_NOT_FOUND, f"OAuth client {client_id} does not exist"
             )
-        self._audit_change(
-            "oauth.DeleteClient", f"client={client_id}", {"client_id": client_id}, actor, client_address
-        )
 
     def list_clients(self) -> list[ServiceAccount]:
         return self.store.list_clients()
@@ -660,12 +716,10 @@ class CredentialService:
             token_authenticated=token_authenticated,
         )
         mac = token_hmac(secret, info.token_id)
-        self.store.insert_token(info, hmac_lookup_key(mac))
-        self.refresh()
-        self._audit_change(
+        audit = self._audit_change(
             "delegationToken.Create",
             f"delegation-token={info.token_id}",
-            {
+            lambda _r: {
                 "token_id": info.token_id,
                 "owner": str(info.owner),
                 "renewers": [str(r) for r in info.renewers],
@@ -675,6 +729,8 @@ class CredentialService:
             requester,
             client_address,
         )
+        self.store.insert_token(info, hmac_lookup_key(mac), before_commit=audit)
+        self.refresh()
         return CreatedToken(info, mac)
 
     def renew_token(
@@ -688,15 +744,15 @@ class CredentialService:
             renew_period_ms=renew_period_ms,
             policy=self._policy,
         )
-        self.store.update_token_expiry(info.token_id, info.expiry_ms)
-        self.refresh()
-        self._audit_change(
+        audit = self._audit_change(
             "delegationToken.Renew",
             f"delegation-token={info.token_id}",
-            {"token_id": info.token_id, "expiry_timestamp_ms": info.expiry_ms},
+            lambda _r: {"token_id": info.token_id, "expiry_timestamp_ms": info.expiry_ms},
             caller,
             client_address,
         )
+        self.store.update_token_expiry(info.token_id, info.expiry_ms, before_commit=audit)
+        self.refresh()
         return info
 
     def expire_token(
@@ -707,20 +763,19 @@ class CredentialService:
         now = self.now_ms()
         before = self._token_by_hmac(hmac_b64)
         after = expired(before, caller=caller, now_ms=now, expiry_period_ms=expiry_period_ms)
-        if after is None:
-            self.store.delete_token(before.token_id)
-            expiry = now
-        else:
-            self.store.update_token_expiry(after.token_id, after.expiry_ms)
-            expiry = after.expiry_ms
-        self.refresh()
-        self._audit_change(
+        expiry = now if after is None else after.expiry_ms
+        audit = self._audit_change(
             "delegationToken.Expire",
             f"delegation-token={before.token_id}",
-            {"token_id": before.token_id, "expiry_timestamp_ms": expiry, "removed": after is None},
+            lambda _r: {"token_id": before.token_id, "expiry_timestamp_ms": expiry, "removed": after is None},
             caller,
             client_address,
         )
+        if after is None:
+            self.store.delete_token(before.token_id, before_commit=audit)
+        else:
+            self.store.update_token_expiry(after.token_id, after.expiry_ms, before_commit=audit)
+        self.refresh()
         return expiry
 
     def describe_tokens(

@@ -12,6 +12,7 @@ Every write bumps the `sasl` change version so other nodes reload their snapshot
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,17 @@ from sasl.delegation import TokenInfo
 from sasl.scram import ScramCredential
 
 COMPONENT = "sasl"
+
+# Called inside the write transaction with the method's result: the audit record is written there,
+# so a failed audit write rolls the change back (no unaudited credential change).
+OnCommit = Callable[[Any], None] | None
+
+
+def _changed(conn: Connection, before_commit: OnCommit, result: Any) -> None:
+    bump_version(conn, COMPONENT)
+    if before_commit is not None:
+        before_commit(result)
+
 
 metadata = sa.MetaData()
 
@@ -120,7 +132,9 @@ class CredentialStore:
         return transaction(self.engine)
 
     # -- SCRAM ----------------------------------------------------------------------------------
-    def upsert_scram(self, name: str, mechanism: str, cred: ScramCredential, now_ms: int) -> bool:
+    def upsert_scram(
+        self, name: str, mechanism: str, cred: ScramCredential, now_ms: int, *, before_commit: OnCommit = None
+    ) -> bool:
         """Stores a credential; True when it replaced an existing one."""
         values = {
             "salt": cred.salt,
@@ -131,21 +145,21 @@ class CredentialStore:
         }
         key = (scram_credentials.c.name == name) & (scram_credentials.c.mechanism == mechanism)
         with self._write() as conn:
-            updated = conn.execute(sa.update(scram_credentials).where(key).values(**values)).rowcount
+            updated = bool(conn.execute(sa.update(scram_credentials).where(key).values(**values)).rowcount)
             if not updated:
                 conn.execute(sa.insert(scram_credentials).values(name=name, mechanism=mechanism, **values))
-            bump_version(conn, COMPONENT)
-        return bool(updated)
+            _changed(conn, before_commit, updated)
+        return updated
 
-    def delete_scram(self, name: str, mechanism: str | None) -> int:
+    def delete_scram(self, name: str, mechanism: str | None, *, before_commit: OnCommit = None) -> int:
         cond = scram_credentials.c.name == name
         if mechanism is not None:
             cond = cond & (scram_credentials.c.mechanism == mechanism)
         with self._write() as conn:
-            n = conn.execute(sa.delete(scram_credentials).where(cond)).rowcount
+            n = int(conn.execute(sa.delete(scram_credentials).where(cond)).rowcount)
             if n:
-                bump_version(conn, COMPONENT)
-        return int(n)
+                _changed(conn, before_commit, n)
+        return n
 
     def all_scram(self) -> dict[tuple[str, str], ScramCredential]:
         with self.engine.connect() as conn:
@@ -158,25 +172,33 @@ class CredentialStore:
         }
 
     # -- service accounts -----------------------------------------------------------------------
-    def upsert_client(self, client_id: str, secret_hash: str, scopes: list[str], now_ms: int) -> bool:
+    def upsert_client(
+        self,
+        client_id: str,
+        secret_hash: str,
+        scopes: list[str],
+        now_ms: int,
+        *,
+        before_commit: OnCommit = None,
+    ) -> bool:
         values = {"secret_hash": secret_hash, "scopes": json.dumps(sorted(set(scopes)))}
         with self._write() as conn:
             cond = service_accounts.c.client_id == client_id
-            updated = conn.execute(sa.update(service_accounts).where(cond).values(**values)).rowcount
+            updated = bool(conn.execute(sa.update(service_accounts).where(cond).values(**values)).rowcount)
             if not updated:
                 conn.execute(
                     sa.insert(service_accounts).values(client_id=client_id, created_ms=now_ms, **values)
                 )
-            bump_version(conn, COMPONENT)
-        return bool(updated)
+            _changed(conn, before_commit, updated)
+        return updated
 
-    def delete_client(self, client_id: str) -> bool:
+    def delete_client(self, client_id: str, *, before_commit: OnCommit = None) -> bool:
         with self._write() as conn:
             n = conn.execute(
                 sa.delete(service_accounts).where(service_accounts.c.client_id == client_id)
             ).rowcount
             if n:
-                bump_version(conn, COMPONENT)
+                _changed(conn, before_commit, n)
         return bool(n)
 
     def get_client(self, client_id: str) -> ServiceAccount | None:
@@ -192,24 +214,24 @@ class CredentialStore:
         return [_account(r) for r in rows]
 
     # -- delegation tokens ----------------------------------------------------------------------
-    def insert_token(self, info: TokenInfo, hmac_sha256: str) -> None:
+    def insert_token(self, info: TokenInfo, hmac_sha256: str, *, before_commit: OnCommit = None) -> None:
         with self._write() as conn:
             conn.execute(sa.insert(delegation_tokens).values(hmac_sha256=hmac_sha256, **_token_values(info)))
-            bump_version(conn, COMPONENT)
+            _changed(conn, before_commit, info)
 
-    def update_token_expiry(self, token_id: str, expiry_ms: int) -> None:
+    def update_token_expiry(self, token_id: str, expiry_ms: int, *, before_commit: OnCommit = None) -> None:
         with self._write() as conn:
             conn.execute(
                 sa.update(delegation_tokens)
                 .where(delegation_tokens.c.token_id == token_id)
                 .values(expiry_ms=expiry_ms)
             )
-            bump_version(conn, COMPONENT)
+            _changed(conn, before_commit, expiry_ms)
 
-    def delete_token(self, token_id: str) -> None:
+    def delete_token(self, token_id: str, *, before_commit: OnCommit = None) -> None:
         with self._write() as conn:
             conn.execute(sa.delete(delegation_tokens).where(delegation_tokens.c.token_id == token_id))
-            bump_version(conn, COMPONENT)
+            _changed(conn, before_commit, token_id)
 
     def token_by_hmac(self, hmac_sha256: str) -> TokenInfo | None:
         with self.engine.connect() as conn:

@@ -303,3 +303,49 @@ def test_ensure_admin(env) -> None:
     assert svc.ensure_admin("admin", "admin-password-long") is True
     assert svc.ensure_admin("admin", "other-password-long") is False
     assert svc.verify_password("admin", "admin-password-long") is not None
+
+
+class FailingSink:
+    """An audit sink whose disk is full: the one fault here we cannot cause with a real sink cheaply."""
+
+    def write(self, event) -> None:
+        from audit.sinks import AuditWriteError
+
+        raise AuditWriteError("disk full")
+
+
+def test_failed_audit_write_rolls_the_change_back(db_url: str) -> None:
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(), audit=FailingSink())
+    with pytest.raises(Exception, match="disk full"):
+        svc.set_scram_credential("mallory", "SCRAM-SHA-512", "pw", actor=ALICE)
+    assert svc.describe_scram_users() == []
+    with pytest.raises(Exception, match="disk full"):
+        svc.create_token(ALICE)
+    assert svc.store.all_tokens() == []
+    with pytest.raises(Exception, match="disk full"):
+        svc.set_client("c", "client-secret-0123456789", [], actor=ALICE)
+    assert svc.list_clients() == []
+    engine.dispose()
+
+
+def test_salted_password_upsert_as_kafka_admin_clients_send_it(env) -> None:
+    svc, _clock, audit, _ = env
+    salt = b"salt-from-the-admin-client"
+    salted = SCRAM_SHA_256.salted_password("wire-pw", salt, 4096)
+    assert (
+        svc.set_scram_salted_credential(
+            "erin", "SCRAM-SHA-256", salt=salt, salted_password=salted, iterations=4096, actor=ALICE
+        )
+        is False
+    )
+    assert isinstance(scram_login(svc, SCRAM_SHA_256, "erin", "wire-pw"), Success)
+    with pytest.raises(CredentialError, match="Invalid salt or salted password"):
+        svc.set_scram_salted_credential(
+            "erin", "SCRAM-SHA-256", salt=salt, salted_password=b"short", iterations=4096, actor=ALICE
+        )
+    with pytest.raises(CredentialError, match="Too few iterations"):
+        svc.set_scram_salted_credential(
+            "erin", "SCRAM-SHA-256", salt=salt, salted_password=salted, iterations=10, actor=ALICE
+        )
+    assert audit.events[-1].data["details"]["mechanism"] == "SCRAM-SHA-256"
