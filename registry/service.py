@@ -305,29 +305,30 @@ class SchemaRegistry:
         return {"compatibilityLevel": DEFAULT_COMPATIBILITY, **(store.get_config(conn, GLOBAL_KEY) or {})}
 
     def _subject_config(self, conn: Connection, subject: str) -> dict[str, Any] | None:
-        found = store.get_config(conn, subject)
-        if found is None:
+        found = store.get_configs(conn, [subject, GLOBAL_KEY])
+        if subject not in found:
             return None
-        if "compatibilityLevel" not in found:
-            found = {"compatibilityLevel": self._global_config(conn)["compatibilityLevel"], **found}
-        return found
+        level = found.get(GLOBAL_KEY, {}).get("compatibilityLevel", DEFAULT_COMPATIBILITY)
+        return {"compatibilityLevel": level, **found[subject]}
 
     def _config(self, conn: Connection, subject: str | None) -> dict[str, Any]:
-        """The effective config: the subject's, else its context's, else the global one, else the default."""
-        if subject is not None:
-            for key in _config_keys(subject):
-                found = self._subject_config(conn, key)
-                if found is not None:
-                    return found
-        return self._global_config(conn)
+        """The effective config: the subject's, else its context's, else the global one, else the default.
+        A level missing from the subject's or context's config comes from the global one."""
+        keys = [*(_config_keys(subject) if subject is not None else ()), GLOBAL_KEY]
+        found = store.get_configs(conn, keys)  # one query: this runs inside every registration
+        effective = {"compatibilityLevel": DEFAULT_COMPATIBILITY, **found.get(GLOBAL_KEY, {})}
+        for key in keys[:-1]:
+            if key in found:
+                return {"compatibilityLevel": effective["compatibilityLevel"], **found[key]}
+        return effective
 
     def _mode(self, conn: Connection, subject: str | None) -> Mode:
-        if subject is not None:
-            for key in _config_keys(subject):
-                found = store.get_mode(conn, key)
-                if found is not None:
-                    return Mode(found)
-        return Mode(store.get_mode(conn, GLOBAL_KEY) or Mode.READWRITE.value)
+        keys = [*(_config_keys(subject) if subject is not None else ()), GLOBAL_KEY]
+        found = store.get_modes(conn, keys)
+        for key in keys:
+            if key in found:
+                return Mode(found[key])
+        return Mode.READWRITE
 
     def get_config(self, subject: str | None, *, default_to_global: bool = False) -> dict[str, Any]:
         with self.engine.connect() as conn:

@@ -273,6 +273,11 @@ def get_config(conn: Connection, key: str) -> dict[str, Any] | None:
     return None if row is None else dict(json.loads(row[0]))
 
 
+def get_configs(conn: Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    rows = conn.execute(sa.select(configs.c.subject, configs.c.body).where(configs.c.subject.in_(list(keys))))
+    return {r.subject: dict(json.loads(r.body)) for r in rows}
+
+
 def put_config(conn: Connection, key: str, body: dict[str, Any]) -> None:
     text = json.dumps(body, separators=(",", ":"))
     if not conn.execute(sa.update(configs).where(configs.c.subject == key).values(body=text)).rowcount:
@@ -286,6 +291,11 @@ def delete_config(conn: Connection, key: str) -> None:
 def get_mode(conn: Connection, key: str) -> str | None:
     row = conn.execute(sa.select(modes.c.mode).where(modes.c.subject == key)).first()
     return None if row is None else str(row[0])
+
+
+def get_modes(conn: Connection, keys: Sequence[str]) -> dict[str, str]:
+    rows = conn.execute(sa.select(modes.c.subject, modes.c.mode).where(modes.c.subject.in_(list(keys))))
+    return {r.subject: str(r.mode) for r in rows}
 
 
 def put_mode(conn: Connection, key: str, mode: str) -> None:
