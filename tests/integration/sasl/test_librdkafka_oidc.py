@@ -1,0 +1,85 @@
+"""librdkafka's built-in OIDC client (`sasl.oauthbearer.method=oidc`) against kgov's token endpoint on a
+real uvicorn server: the token it fetches is one our validator accepts (the gateway issue carries it on
+to a broker connection)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from kgov.app import build_app
+from kgov.settings import Settings
+from tests.support.ports import free_port
+from tests.support.server import serve_app
+
+ADMIN_PW = "admin-password-for-oidc"
+
+
+class TokenResponses:
+    """ASGI wrapper recording what /oauth/token answered (status and body) to librdkafka."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.answers: list[tuple[int, bytes]] = []
+        self.requests: list[dict[str, str]] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/oauth/token":
+            return await self.app(scope, receive, send)
+        self.requests.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        status = [0]
+        body = bytearray()
+
+        async def capture(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            elif message["type"] == "http.response.body":
+                body.extend(message.get("body", b""))
+            await send(message)
+
+        await self.app(scope, receive, capture)
+        self.answers.append((status[0], bytes(body)))
+
+
+def test_librdkafka_fetches_a_valid_token(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW})
+    app = build_app(settings)
+    recorder = TokenResponses(app)
+    with serve_app(recorder) as url:
+        app.state.credentials.set_client(
+            "rdkafka-worker", "rdkafka-secret-0123456789", ["kafka"], actor="test"
+        )
+        errors: list[str] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{free_port()}",  # nothing listens: only the token fetch matters
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.client.id": "rdkafka-worker",
+                "sasl.oauthbearer.client.secret": "rdkafka-secret-0123456789",
+                "sasl.oauthbearer.token.endpoint.url": f"{url}/oauth/token",
+                "sasl.oauthbearer.scope": "kafka",
+                "error_cb": lambda err: errors.append(str(err)),
+                "log_level": 0,
+            }
+        )
+        deadline = time.monotonic() + 20
+        while not recorder.answers and time.monotonic() < deadline:
+            producer.poll(0.1)
+        producer.poll(0.5)
+        assert recorder.answers, "librdkafka never called the token endpoint"
+        status, body = recorder.answers[0]
+        assert status == 200, body
+        assert recorder.requests[0]["authorization"].startswith("Basic ")
+        token = json.loads(body)["access_token"]
+        validated = app.state.credentials.validator.validate(token)
+        assert validated.principal_name == "rdkafka-worker" and validated.scopes == {"kafka"}
+        assert not [e for e in errors if "OAUTHBEARER" in e or "token" in e.lower()], errors
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        assert claims["sub"] == "rdkafka-worker"
+        producer.flush(0)
