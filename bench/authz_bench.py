@@ -478,7 +478,7 @@ def print_summary(cells: list[Cell], metadata: MetadataResult, elapsed: float, c
                        else "Kafka: not published")
         print(f"  deny {deny:g}%: authorize cold {large:,}/{small:,} ratio {ratio:.2f} ({kafka_ratio}); "
               f"miss ratio {by_size[large].miss_us / by_size[small].miss_us:.2f}")
-        verdicts.append(("200k/10k ratio <= 1.5", f"{ratio:.2f} (deny {deny:g}%)", ratio <= TARGET_RATIO))
+        verdicts.append((f"{large // 1000}k/{small // 1000}k ratio <= {TARGET_RATIO:g}", f"{ratio:.2f} (deny {deny:g}%)", ratio <= TARGET_RATIO))
     worst = max((c for c in cells if c.size == large), key=lambda c: c.cold_us)
     verdicts.insert(0, (f"authorize <= {TARGET_AUTHORIZE_US:g} us at {large:,}", f"{worst.cold_us:.2f} us cold",
                         worst.cold_us <= TARGET_AUTHORIZE_US))
