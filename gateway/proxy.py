@@ -404,7 +404,9 @@ class ClientConnection(asyncio.Protocol):
                 loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.options.upstream_ssl),
                 timeout=10,
             )
-        except (TimeoutError, OSError) as exc:
+            if self.options.upstream_sasl is not None:
+                await proto.login(*self.options.upstream_sasl)
+        except (TimeoutError, OSError, CodecError) as exc:
             # The client sees a disconnect (a retriable transport error) and reconnects later.
             log.warning("upstream %s:%d unavailable: %s", host, port, exc)
             self.abort("upstream unavailable")

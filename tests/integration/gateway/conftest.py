@@ -59,6 +59,7 @@ class AuthzFixture:
     """A real AuthorizerService over SQLite, with the audit trail in memory."""
 
     def __init__(self, tmp: Path, **config: Any) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
         self.engine = open_engine(f"sqlite:///{tmp / 'kgov.db'}")
         self.audit = MemorySink()
         self.service = AuthorizerService(self.engine, AuthzConfig(**config), audit=self.audit, source="test")
@@ -80,7 +81,7 @@ def authz_factory(tmp_path: Path) -> Iterator[Callable[..., AuthzFixture]]:
     made: list[AuthzFixture] = []
 
     def make(**config: Any) -> AuthzFixture:
-        fx = AuthzFixture(tmp_path, **config)
+        fx = AuthzFixture(tmp_path / f"authz-{len(made)}", **config)
         made.append(fx)
         return fx
 

@@ -189,3 +189,37 @@ def test_oauthbearer_with_librdkafkas_oidc_client_and_kgovs_token_endpoint(
     assert p.flush(30) == 0 and errors == [None]
     logins = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.authentication"]
     assert logins[-1]["authenticationInfo"] == {"principal": "User:svc-orders", "mechanism": "OAUTHBEARER"}
+
+
+def test_gateway_logs_in_upstream_with_its_own_service_credential(
+    runtime_factory: Callable[..., RunningGateway], authz_factory: Any, kafka_broker: str,
+) -> None:
+    """Gateway A (PLAINTEXT for clients) in front of gateway B (SASL): A authenticates as `svc`."""
+    from dataclasses import replace
+
+    from gateway.proxy import GatewayOptions, Services
+
+    inner = runtime_factory(gateway={"address_mode": "single"}, sasl={"failed_authentication_delay_ms": 0})
+    inner.runtime.credentials.set_scram_credential("svc", "SCRAM-SHA-512", "svc-password-0123", actor=ADMIN)
+    topic = f"chain-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    grant_prefix(inner, "User:svc", "chain-")
+    outer_authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    options = GatewayOptions("127.0.0.1", 0, ("127.0.0.1", inner.gateway.port), address_mode="single",
+                             upstream_sasl=("SCRAM-SHA-512", "svc", "svc-password-0123"))
+    with RunningGateway(options, Services(outer_authz.service)) as outer:
+        p = Producer({"bootstrap.servers": outer.bootstrap})
+        results: list[Any] = []
+        p.produce(topic, b"chained", on_delivery=lambda err, msg: results.append(err))
+        assert p.flush(20) == 0
+        assert results == [None], [str(r) for r in results]
+    principals = {e.data["principal"] for e in inner.memory.events if str(e.type) == "io.kgov.request"
+                  and e.data["requestHeader"]["requestApiKey"] == 0}
+    assert principals == {"User:svc"}
+    # with a wrong service password the outer gateway drops clients instead of forwarding anonymously
+    bad = replace(options, upstream_sasl=("SCRAM-SHA-512", "svc", "wrong-password-999"))
+    with RunningGateway(bad, Services(outer_authz.service)) as outer:
+        raw = RawClient(outer.bootstrap)
+        raw.send(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
+        assert raw.closed_by_peer(timeout=10)
+        raw.close()

@@ -1,0 +1,79 @@
+"""TLS listeners (SSL and SASL_SSL) with Python's ssl, verified by librdkafka against our CA."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from authz.model import Principal
+from tests.integration.gateway.conftest import RunningGateway
+from tests.integration.gateway.test_proxy import create_topics
+from tests.integration.gateway.test_sasl import grant_prefix
+
+pytestmark = [pytest.mark.broker]
+
+
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kgov-gateway-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                        x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp / "gateway.pem", tmp / "gateway.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+def test_sasl_ssl_listener(runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    gw = runtime_factory(gateway={"security_protocol": "SASL_SSL", "tls_cert_file": str(cert),
+                                  "tls_key_file": str(key)}, sasl={"failed_authentication_delay_ms": 0})
+    gw.runtime.credentials.set_scram_credential("alice", "SCRAM-SHA-512", "alice-password-0123",
+                                                actor=Principal("User", "admin"))
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    grant_prefix(gw, "User:alice", "tls-")
+    results: list[object] = []
+    p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": str(cert),
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "alice-password-0123"})
+    p.produce(topic, b"over tls", on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(20) == 0 and results == [None]
+    requests = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.request"]
+    assert {r["securityProtocol"] for r in requests} == {"SASL_SSL"}
+
+
+def test_plaintext_client_cannot_talk_to_a_tls_listener(runtime_factory: Callable[..., RunningGateway],
+                                                         tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(cert), "tls_key_file": str(key)})
+    errors: list[object] = []
+    p = Producer({"bootstrap.servers": gw.bootstrap, "error_cb": errors.append, "message.timeout.ms": 3000})
+    p.produce("x", b"y")
+    p.flush(5)
+    assert errors  # the TLS listener refuses plaintext Kafka
+
+
+def test_tls_settings_are_required_for_tls_listeners() -> None:
+    from gateway.config import GatewayConfig
+
+    with pytest.raises(ValueError, match="tls_cert_file"):
+        GatewayConfig(security_protocol="SASL_SSL")
+    with pytest.raises(ValueError, match="upstream_username"):
+        GatewayConfig(upstream_security_protocol="SASL_PLAINTEXT")
