@@ -73,6 +73,18 @@ class CompatibilityVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class _Prepared:
+    importing: bool
+    config: Mapping[str, Any]
+    parsed: ParsedSchema
+    refs: tuple[Reference, ...]
+    fingerprint: str
+    rows: list[SubjectVersion]
+    existing_id: int | None
+    registered: SubjectVersion | None
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """What a write did, for the audit trail (names and numbers only)."""
 
@@ -500,33 +512,50 @@ class SchemaRegistry:
             return row
         raise schema_not_found()
 
+    def _prepare(self, conn: Connection, subject: str, request: RegisterRequest, *, normalize: bool) -> _Prepared:
+        """Mode gate, parsing and the "already registered here" answer, shared by both phases of `register`."""
+        context = context_of(subject)
+        mode = self._mode(conn, subject)
+        if mode in (Mode.READONLY, Mode.READONLY_OVERRIDE):
+            raise operation_not_permitted(f"Subject {subject} in context {context} is in read-only mode")
+        importing = request.id is not None and request.id >= 0
+        if importing and mode not in (Mode.IMPORT, Mode.FORWARD):
+            raise operation_not_permitted(f"Subject {subject} in context {context} is not in import mode")
+        if not importing and mode is not Mode.READWRITE:
+            raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
+        config = self._config(conn, subject)
+        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+        refs = _references(parsed)
+        fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
+                                       request.rule_set)
+        rows = self._versions(conn, subject)
+        existing_id = store.schema_id_by_fingerprint(conn, fingerprint)
+        registered = None
+        if existing_id is not None:
+            for row in reversed(rows):
+                if not row.deleted and row.schema.id == existing_id and (not importing or request.id == existing_id):
+                    registered = row
+                    break
+        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered)
+
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool) -> tuple[SubjectVersion, Change]:
         validate_subject(subject)
-        context = context_of(subject)
+        # Producers re-register their schema at every start: answer that from a read, without the
+        # writers' lock and without bumping the change counter (which would flush every node's caches).
+        with self.engine.connect() as conn:
+            prepared = self._prepare(conn, subject, request, normalize=normalize)
+        if prepared.registered is not None:
+            return prepared.registered, _unchanged(subject, prepared.registered)
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)  # serialises writers: see the module docstring
-            mode = self._mode(conn, subject)
-            if mode in (Mode.READONLY, Mode.READONLY_OVERRIDE):
-                raise operation_not_permitted(f"Subject {subject} in context {context} is in read-only mode")
-            importing = request.id is not None and request.id >= 0
-            if importing and mode not in (Mode.IMPORT, Mode.FORWARD):
-                raise operation_not_permitted(f"Subject {subject} in context {context} is not in import mode")
-            if not importing and mode is not Mode.READWRITE:
-                raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
-            config = self._config(conn, subject)
-            parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
-            refs = _references(parsed)
+            prepared = self._prepare(conn, subject, request, normalize=normalize)
+            if prepared.registered is not None:  # registered meanwhile by another writer
+                return prepared.registered, _unchanged(subject, prepared.registered)
+            importing, config, parsed, refs = prepared.importing, prepared.config, prepared.parsed, prepared.refs
+            rows, existing_id, fingerprint = prepared.rows, prepared.existing_id, prepared.fingerprint
             schema_type = parsed.schema_type.value
             content_fp = content_fingerprint(schema_type, parsed.canonical, refs)
-            fingerprint = full_fingerprint(schema_type, parsed.canonical, refs, request.metadata, request.rule_set)
-            rows = self._versions(conn, subject)
             live = [r for r in rows if not r.deleted]
-            existing_id = store.schema_id_by_fingerprint(conn, fingerprint)
-            if existing_id is not None:
-                for row in reversed(live):
-                    if row.schema.id == existing_id and (not importing or request.id == existing_id):
-                        return row, Change("schema.register", subject, {"id": row.schema.id,
-                                                                         "version": row.version, "new": False})
             if not importing:
                 level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
                 messages = self._incompatibilities(conn, parsed, live, level)
@@ -663,6 +692,10 @@ class SchemaRegistry:
                 store.forget_subject(conn, subject)
         self._forget_usages()
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _unchanged(subject: str, row: SubjectVersion) -> Change:
+    return Change("schema.register", subject, {"id": row.schema.id, "version": row.version, "new": False})
 
 
 def _config_keys(subject: str) -> tuple[str, ...]:

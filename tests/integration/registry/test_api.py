@@ -427,3 +427,18 @@ def test_subject_names_with_slashes(client: TestClient) -> None:
     assert client.get(f"/config/{encoded}").json() == {"compatibilityLevel": "NONE"}
     assert client.delete(f"/subjects/{encoded}/versions/1").json() == 1
     assert client.delete(f"/subjects/{encoded}?permanent=true").json() == [1]
+
+
+def test_re_registration_writes_nothing(app: FastAPI, client: TestClient) -> None:
+    from authz.database import read_version
+
+    register(client, "again", USER_V1)
+    with app.state.engine.connect() as conn:
+        before = read_version(conn, "registry")
+    for _ in range(3):
+        assert register(client, "again", USER_V1)["version"] == 1
+    with app.state.engine.connect() as conn:
+        assert read_version(conn, "registry") == before
+    assert register(client, "again", USER_V2)["version"] == 2
+    with app.state.engine.connect() as conn:
+        assert read_version(conn, "registry") == before + 1
