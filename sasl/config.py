@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -35,8 +35,35 @@ class SaslConfig(BaseModel):
     delegation_token_max_lifetime_ms: int = Field(default=7 * DAY_MS, gt=0)
     delegation_token_expiry_time_ms: int = Field(default=DAY_MS, gt=0)
 
+    @field_validator("delegation_token_secret_key")
+    @classmethod
+    def _strong_secret(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError(
+                "sasl.delegation_token_secret_key must have at least 16 characters (it keys every token's "
+                "HMAC); set KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY to a long random value, or leave it unset "
+                "to disable delegation tokens"
+            )
+        return v
+
+    @field_validator("enabled_mechanisms")
+    @classmethod
+    def _known_mechanisms(cls, v: list[str]) -> list[str]:
+        known = {"SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER"}
+        unknown = [m for m in v if m.upper() not in known]
+        if unknown:
+            raise ValueError(f"unknown SASL mechanism(s) {unknown}; supported: {sorted(known)}")
+        return [m.upper() for m in v]
+
 
 class OAuthConfig(BaseModel):
+    @field_validator("jwks_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("https://", "http://")):
+            raise ValueError("oauth.jwks_url must be an http(s) URL (file and other schemes are refused)")
+        return v
+
     # Validation of bearer tokens (OAUTHBEARER and HTTP). No jwks_url: kgov's own issuer keys.
     jwks_url: str | None = None
     issuer: str | None = None

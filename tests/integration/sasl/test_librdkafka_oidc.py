@@ -83,3 +83,23 @@ def test_librdkafka_fetches_a_valid_token(tmp_path: Path) -> None:
         claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         assert claims["sub"] == "rdkafka-worker"
         producer.flush(0)
+
+
+def test_external_identity_provider_by_jwks_url(tmp_path: Path) -> None:
+    """A second deployment validates tokens of the first one, fetching its JWKS over real HTTP."""
+    issuer_app = build_app(Settings(data_dir=tmp_path / "idp", admin={"password": ADMIN_PW}))
+    with serve_app(issuer_app) as idp:
+        issuer_app.state.credentials.set_client("ext-worker", "ext-secret-0123456789xx", [], actor="test")
+        account = issuer_app.state.credentials.authenticate_client("ext-worker", "ext-secret-0123456789xx")
+        token = issuer_app.state.credentials.issue_token(account, None).access_token
+        consumer_app = build_app(
+            Settings(
+                data_dir=tmp_path / "rp",
+                admin={"password": ADMIN_PW},
+                oauth={"jwks_url": f"{idp}/.well-known/jwks.json", "issuer": "kgov", "audience": "kgov"},
+            )
+        )
+        validator = consumer_app.state.credentials.validator
+        assert validator.validate(token).principal_name == "ext-worker"
+        assert consumer_app.state.credentials.jwks.refresh_count == 1
+        consumer_app.state.engine.dispose()
