@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from jose import jwt
 
 from sasl.issuer import generate_signing_key, jwks
@@ -254,3 +256,23 @@ def test_verified_token_cache_rechecks_claims_and_forgets_on_refresh() -> None:
     fetcher.keys = []  # the provider drops the key; the next refresh forgets verified tokens
     mono.t += 3601
     rejects(v, token, "no key in the JWKS")
+
+
+@given(st.text(max_size=300))
+def test_validator_only_ever_raises_token_validation_error(token: str) -> None:
+    v, _, _ = make()
+    with pytest.raises(TokenValidationError):
+        v.validate(token)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["alg", "kid", "typ", "jku", "crit", "x5c"]),
+        st.one_of(st.none(), st.integers(), st.text(max_size=20), st.lists(st.integers(), max_size=2)),
+    )
+)
+def test_arbitrary_headers_with_a_real_signature_never_crash(header: dict) -> None:
+    v, _, _ = make()
+    token = raw_token(header, claims(), b"\x00" * 256)
+    with pytest.raises(TokenValidationError):
+        v.validate(token)

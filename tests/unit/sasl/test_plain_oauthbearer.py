@@ -6,6 +6,8 @@ import base64
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from authz.model import Principal
 from sasl.mechanism import Challenge, Failure, Success
@@ -127,3 +129,27 @@ def test_oauthbearer_authzid_must_match_and_expired_session() -> None:
     server = OAuthBearerServer(validator, session=lambda exp: 0)
     assert isinstance(server.step(build_client_initial_response("good")), Challenge)
     assert isinstance(server.step(b"junk"), Failure)
+
+
+@given(st.binary(max_size=300))
+def test_servers_never_raise_on_garbage(data: bytes) -> None:
+    for server in (PlainServer(verify), OAuthBearerServer(validator)):
+        first = server.step(data)
+        assert isinstance(first, Challenge | Failure | Success)
+        assert isinstance(server.step(b"\x01"), Failure)
+
+
+@given(
+    st.text(
+        alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters=","),
+        min_size=1,
+        max_size=40,
+    ),
+    st.text(alphabet="abcdefghijklmnop", min_size=1, max_size=10),
+)
+def test_build_and_parse_round_trip(authzid: str, ext_value: str) -> None:
+    token = "eyJ.abc-_~+/.xyz=="
+    parsed = parse_client_initial_response(
+        build_client_initial_response(token, authzid=authzid, extensions={"ext": ext_value})
+    )
+    assert (parsed.token, parsed.authzid, dict(parsed.extensions)) == (token, authzid, {"ext": ext_value})
