@@ -143,8 +143,9 @@ def _build_pattern(acls: Iterable[Acl], role_rules: Iterable[_RoleRule]) -> _Pat
     acl_set = frozenset(acls)
     role_rules = tuple(role_rules)
     grants: _PatternIndex = {}
-    # Kafka order inside a pattern, so that the first rule recorded is the one Kafka reports.
-    for acl in sorted(acl_set, key=_kafka_order):
+    # Kafka order inside a pattern (type, name and pattern type are the same for all of them),
+    # so that the first rule recorded is the one Kafka reports.
+    for acl in sorted(acl_set, key=lambda a: (a.operation, a.principal, a.host, a.permission)):
         g = grants.setdefault(acl.principal, {}).setdefault(acl.host, _Grants())
         rule: Rule = MatchingAcl(acl)
         if acl.permission is Permission.DENY:
@@ -173,6 +174,20 @@ class _TypeNames:
     deny_literal: set[str] = field(default_factory=set)
     deny_prefixed: set[str] = field(default_factory=set)
 
+    def copy(self) -> _TypeNames:
+        return _TypeNames(set(self.allow_literal), set(self.allow_prefixed), set(self.deny_literal),
+                          set(self.deny_prefixed))
+
+
+def _type_entries(pattern: _Pattern | None) -> set[tuple[str, str, Operation, bool]]:
+    """What a pattern contributes to authorizeByResourceType: (principal, host, ACL operation, deny).
+    The ACLs' own operations (no DESCRIBE implication: Kafka compares `op` or ALL)."""
+    if pattern is None:
+        return set()
+    entries = {(a.principal, a.host, a.operation, a.permission is Permission.DENY) for a in pattern.acls}
+    entries.update((p, WILDCARD_HOST, op, False) for p, op, _rule, _scoped in pattern.role_rules)
+    return entries
+
 
 _PatternKey = tuple[ResourceType, PatternType, str]
 
@@ -186,9 +201,11 @@ class AuthorizerData:
 
     __slots__ = (
         "_by_type",
+        "_by_type_decisions",
         "_decisions",
         "_effective",
         "_literal",
+        "_prefix_counts",
         "_prefix_lengths",
         "_prefixed",
         "allow_everyone_if_no_acl_found",
@@ -208,11 +225,22 @@ class AuthorizerData:
         groups: Mapping[Principal, frozenset[Principal]],
         role_bindings: tuple[RoleBinding, ...],
         cache_size: int,
+        prefix_counts: dict[ResourceType, dict[int, int]] | None = None,
+        by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] | None = None,
     ) -> None:
         self._literal = literal
         self._prefixed = prefixed
+        if prefix_counts is None:
+            prefix_counts = {}
+            for rt, names in prefixed.items():
+                counts = prefix_counts[rt] = {}
+                for name in names:
+                    counts[len(name)] = counts.get(len(name), 0) + 1
+        # How many PREFIXED patterns of each name length exist: kept up to date by `with_acls`
+        # so a change never rescans every prefix.
+        self._prefix_counts = prefix_counts
         self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {
-            rt: tuple(sorted({len(name) for name in names}, reverse=True)) for rt, names in prefixed.items()
+            rt: tuple(sorted(counts, reverse=True)) for rt, counts in prefix_counts.items() if counts
         }
         self.super_users = super_users
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
@@ -221,7 +249,8 @@ class AuthorizerData:
         self.cache_size = cache_size
         self._effective: dict[Principal, tuple[str, ...]] = {}
         self._decisions: dict[tuple[str, str, str, Operation, ResourceType, str], Decision] = {}
-        self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = {}
+        self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = by_type or {}
+        self._by_type_decisions: dict[tuple[str, str, str, Operation, ResourceType], Decision] = {}
 
     # ------------------------------------------------------------------ construction
 
@@ -265,6 +294,8 @@ class AuthorizerData:
             "groups": self.groups,
             "role_bindings": self.role_bindings,
             "cache_size": self.cache_size,
+            "prefix_counts": self._prefix_counts,
+            "by_type": self._by_type,
         }
         fields.update(changes)
         literal = fields.pop("literal")
@@ -273,7 +304,8 @@ class AuthorizerData:
 
     def with_acls(self, added: Iterable[Acl] = (), removed: Iterable[Acl] = ()) -> AuthorizerData:
         """A new snapshot with ACLs added and removed. Only the touched patterns are rebuilt; the
-        per-type dicts are copied, which costs O(patterns of that type) and no more."""
+        per-type dicts are copied (O(patterns of that type)); the prefix-length counts and any
+        by-resource-type index already built are updated in place of being rebuilt."""
         changes: dict[_PatternKey, tuple[set[Acl], set[Acl]]] = {}
         for acl in added:
             changes.setdefault((acl.resource_type, acl.pattern_type, acl.resource_name), (set(), set()))[0].add(acl)
@@ -283,24 +315,59 @@ class AuthorizerData:
             return self
         literal = dict(self._literal)
         prefixed = dict(self._prefixed)
-        copied: set[tuple[int, ResourceType]] = set()
+        prefix_counts = dict(self._prefix_counts)
+        by_type = dict(self._by_type)
+        copied: set[tuple[str, ResourceType]] = set()
+        copied_names: set[tuple[ResourceType, tuple[str, str, Operation]]] = set()
         role_rules = _role_rules(self.role_bindings)
         for (rt, pt, name), (plus, minus) in changes.items():
-            top = literal if pt is PatternType.LITERAL else prefixed
-            if (id(top), rt) not in copied:
+            is_literal = pt is PatternType.LITERAL
+            top = literal if is_literal else prefixed
+            if (pt.name, rt) not in copied:
                 top[rt] = dict(top.get(rt, {}))
-                copied.add((id(top), rt))
+                copied.add((pt.name, rt))
+                if not is_literal:
+                    prefix_counts[rt] = dict(prefix_counts.get(rt, {}))
+                if rt in by_type and ("by_type", rt) not in copied:
+                    by_type[rt] = dict(by_type[rt])
+                    copied.add(("by_type", rt))
             patterns = top[rt]
             old = patterns.get(name)
             acls = (set(old.acls) if old else set()) - minus | plus
             rules = role_rules.get((rt, pt, name), ())
-            if acls or rules:
-                patterns[name] = _build_pattern(acls, rules)
+            new_pattern = _build_pattern(acls, rules) if acls or rules else None
+            if new_pattern is not None:
+                patterns[name] = new_pattern
             else:
                 patterns.pop(name, None)
-                if not patterns:
-                    del top[rt]
-        return self._replace(literal=literal, prefixed=prefixed)
+            if not is_literal and (old is None) != (new_pattern is None):
+                counts = prefix_counts[rt]
+                counts[len(name)] = counts.get(len(name), 0) + (1 if old is None else -1)
+                if not counts[len(name)]:
+                    del counts[len(name)]
+            index = by_type.get(rt)
+            if index is None:
+                continue
+            before = _type_entries(old)
+            after = _type_entries(new_pattern)
+            for entry in before ^ after:
+                principal, host, op, deny = entry
+                key = (principal, host, op)
+                if (rt, key) not in copied_names:
+                    current = index.get(key)
+                    index[key] = current.copy() if current is not None else _TypeNames()
+                    copied_names.add((rt, key))
+                names = index[key]
+                target = (names.deny_literal if is_literal else names.deny_prefixed) if deny else (
+                    names.allow_literal if is_literal else names.allow_prefixed)
+                if entry in after:
+                    target.add(name)
+                else:
+                    target.discard(name)
+        for top in (literal, prefixed):
+            for rt in [rt for rt, patterns in top.items() if not patterns]:
+                del top[rt]
+        return self._replace(literal=literal, prefixed=prefixed, prefix_counts=prefix_counts, by_type=by_type)
 
     def with_memberships(
         self,
@@ -483,6 +550,17 @@ class AuthorizerData:
             raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
         if op is Operation.UNKNOWN:
             raise ValueError("Unknown operation type")
+        key = (ctx.principal.type, ctx.principal.name, ctx.client_address, op, rt)
+        cached = self._by_type_decisions.get(key)
+        if cached is not None:
+            return cached
+        decision = self._by_resource_type(ctx, op, rt)
+        if len(self._by_type_decisions) >= self.cache_size:
+            self._by_type_decisions.clear()
+        self._by_type_decisions[key] = decision
+        return decision
+
+    def _by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
         # Step 1: a plain check on a made-up name covers super users, wildcard allows and the
         # allow-everyone default (Kafka passes "hardcode").
         probe = self.authorize(ctx, [Action(rt, "hardcode", op, log_if_allowed=True, log_if_denied=False)])[0]
@@ -532,10 +610,7 @@ class AuthorizerData:
         for top, pt in ((self._literal, PatternType.LITERAL), (self._prefixed, PatternType.PREFIXED)):
             literal = pt is PatternType.LITERAL
             for name, pattern in top.get(rt, {}).items():
-                # The ACLs' own operations: no DESCRIBE implication here (Kafka compares `op` or ALL).
-                entries = [(a.principal, a.host, a.operation, a.permission is Permission.DENY) for a in pattern.acls]
-                entries += [(p, WILDCARD_HOST, op, False) for p, op, _rule, _scoped in pattern.role_rules]
-                for principal, host, op, deny in entries:
+                for principal, host, op, deny in _type_entries(pattern):
                     names = index.get((principal, host, op))
                     if names is None:
                         names = index[(principal, host, op)] = _TypeNames()
@@ -546,9 +621,9 @@ class AuthorizerData:
         self._by_type[rt] = index
         return index
 
-    def warm(self) -> None:
-        """Builds the by-type indexes ahead of use (the refresh thread calls this before a swap)."""
-        for rt in _CONCRETE_TYPES:
+    def warm(self, types: Iterable[ResourceType] = _CONCRETE_TYPES) -> None:
+        """Builds the by-resource-type indexes of `types` ahead of use; `with_acls` carries them on."""
+        for rt in types:
             self._type_index(rt)
 
 
