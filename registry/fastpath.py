@@ -5,21 +5,38 @@ an id has been served through the full route (which loads it, authorizes it and 
 this ASGI middleware answers repeats without routing, dependency injection or a thread hop: same
 authentication, same authorization, same bytes. Anything it is not sure about (no cached schema,
 usages due for their refresh, a failed authentication, a denial, an unacceptable Accept header,
-any query string) falls through to the full route, which gives the proper answer, error and audit.
+a query parameter that changes the answer) falls through to the full route, which gives the proper answer, error and audit.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from authz.model import Action, Operation, Principal, RequestContext, ResourceType
 
 _PREFIX = "/schemas/ids/"
+_NO_OP_WHEN_EMPTY = frozenset({"format", "referenceFormat", "reference_format"})
 _PRODUCED = (b"application/vnd.schemaregistry.v1+json", b"application/vnd.schemaregistry+json",
              b"application/json")
+
+
+def _plain_query(query: bytes) -> str | None:
+    """The `subject` of a query string that changes nothing else in the answer ("" when absent); None
+    for anything else (`fetchMaxId=true`, a `format`, ...), which the full route handles. Java clients
+    send `?fetchMaxId=false` and often `subject=`; Python clients may send `subject=`."""
+    subject = ""
+    for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if key == "subject":
+            subject = value
+            continue
+        harmless = (key == "fetchMaxId" and value.lower() != "true") or (key in _NO_OP_WHEN_EMPTY and not value)
+        if not harmless:
+            return None
+    return subject
 
 
 def _media_type(accept: bytes | None) -> bytes | None:
@@ -39,10 +56,11 @@ class SchemaByIdFastPath:
         self._bodies: dict[int, bytes] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
+        if scope["type"] == "http" and scope["method"] == "GET":
             path: str = scope["path"]
-            if path.startswith(_PREFIX) and path[len(_PREFIX):].isdigit():
-                answer = await self._answer(scope, int(path[len(_PREFIX):]))
+            subject = _plain_query(scope.get("query_string", b""))
+            if subject is not None and path.startswith(_PREFIX) and path[len(_PREFIX):].isdigit():
+                answer = await self._answer(scope, int(path[len(_PREFIX):]), subject)
                 if answer is not None:
                     body, media_type = answer
                     await send({"type": "http.response.start", "status": 200, "headers": [
@@ -51,7 +69,7 @@ class SchemaByIdFastPath:
                     return
         await self.app(scope, receive, send)
 
-    async def _answer(self, scope: Scope, schema_id: int) -> tuple[bytes, bytes] | None:
+    async def _answer(self, scope: Scope, schema_id: int, subject: str) -> tuple[bytes, bytes] | None:
         registry = getattr(self.state, "schema_registry", None)
         if registry is None:
             return None
@@ -59,6 +77,8 @@ class SchemaByIdFastPath:
         subjects = registry.cached_usages(schema_id)
         if schema is None or not subjects:
             return None
+        if subject in subjects:  # as the full route: `?subject=` narrows the check when it uses the id
+            subjects = (subject,)
         headers = dict(scope["headers"])
         media_type = _media_type(headers.get(b"accept"))
         if media_type is None:

@@ -36,6 +36,11 @@ def test_repeated_lookups_keep_access_control(app: FastAPI) -> None:
         again = alice.get(f"/schemas/ids/{schema_id}")  # answered by the fast path
         assert (again.status_code, again.content, again.headers["content-type"]) == (
             200, first.content, first.headers["content-type"])
+        # what Java and Python deserializers send
+        java = alice.get(f"/schemas/ids/{schema_id}?fetchMaxId=false&subject=fast-value")
+        assert (java.status_code, java.content) == (200, first.content)
+        assert alice.get(f"/schemas/ids/{schema_id}?subject=other").content == first.content
+        assert alice.get(f"/schemas/ids/{schema_id}?fetchMaxId=true").json()["maxId"] == schema_id
         assert alice.get(f"/schemas/ids/{schema_id}", headers={"Accept": "application/json"}).headers[
             "content-type"] == "application/json"
         assert alice.get(f"/schemas/ids/{schema_id}", headers={"Accept": "text/plain"}).status_code == 406
