@@ -120,6 +120,14 @@ class OAuthBearerServer:
         self._state = 0
         self._error_reason = ""
 
+    @property
+    def pending_error(self) -> str | None:
+        """The refusal reason while the JSON error challenge awaits the client's %x01, else None.
+
+        Callers count the failure at this point: a client that disconnects instead of answering
+        must not escape the failed-attempt limit."""
+        return self._error_reason if self._state == 1 else None
+
     def step(self, received: bytes) -> Step:
         if self._state == 1:
             # The client's 0x01 after our JSON error: the exchange fails with the reason kept.

@@ -202,6 +202,7 @@ class _AuditedMechanism:
         self._address = client_address
         self._started = False
         self._done = False
+        self._recorded = False
 
     def __repr__(self) -> str:
         return f"AuditedMechanism({self.name}, client={self._address})"
@@ -221,11 +222,19 @@ class _AuditedMechanism:
         result = self._inner.step(received)
         if isinstance(result, Failure):
             self._done = True
-            self._service.limiter.record_failure(self._address)
-            self._service.audit_authentication(result, self._address, "kafka.Authenticate")
+            if not self._recorded:
+                self._record(result)
         elif isinstance(result, Success):
             self._done = True
+        elif (pending := getattr(self._inner, "pending_error", None)) is not None and not self._recorded:
+            # OAUTHBEARER's error challenge: the attempt has failed already, whatever the client does next.
+            self._record(Failure(pending, mechanism=self.name))
         return result
+
+    def _record(self, failure: Failure) -> None:
+        self._recorded = True
+        self._service.limiter.record_failure(self._address)
+        self._service.audit_authentication(failure, self._address, "kafka.Authenticate")
 
 
 class CredentialService:

@@ -349,3 +349,23 @@ def test_salted_password_upsert_as_kafka_admin_clients_send_it(env) -> None:
             "erin", "SCRAM-SHA-256", salt=salt, salted_password=salted, iterations=10, actor=ALICE
         )
     assert audit.events[-1].data["details"]["mechanism"] == "SCRAM-SHA-256"
+
+
+def test_oauthbearer_failure_counts_even_if_the_client_hangs_up(db_url: str) -> None:
+    engine = open_engine(db_url)
+    audit = MemorySink()
+    svc = CredentialService(engine, settings(max_failed_attempts_per_source=2), audit=audit)
+    for _ in range(2):
+        server = svc.server_mechanism("OAUTHBEARER", "10.7.7.7")
+        assert isinstance(server.step(build_client_initial_response("not.a.jwt")), Challenge)
+        # the client disconnects instead of sending %x01
+    assert [e.data["authenticationInfo"]["mechanism"] for e in audit.events] == ["OAUTHBEARER", "OAUTHBEARER"]
+    blocked = svc.server_mechanism("OAUTHBEARER", "10.7.7.7").step(build_client_initial_response("x.y.z"))
+    assert isinstance(blocked, Failure) and "too many failed" in blocked.reason
+    # a client that does answer %x01 is counted once, not twice
+    svc2 = CredentialService(engine, settings(max_failed_attempts_per_source=2), audit=audit)
+    server = svc2.server_mechanism("OAUTHBEARER", "10.7.7.8")
+    server.step(build_client_initial_response("not.a.jwt"))
+    assert isinstance(server.step(b"\x01"), Failure)
+    assert not svc2.limiter.blocked("10.7.7.8")
+    engine.dispose()
