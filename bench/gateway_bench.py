@@ -12,7 +12,7 @@ report) p50/p99 at half of the gateway's maximum rate, direct and through the ga
 p99. Targets (issue 5): gateway >= 0.6 of direct produce throughput; <= 2 ms added p99 latency.
 Reference measured on this machine class: `tansu proxy` keeps about 0.42 of direct produce throughput.
 
-    .venv/bin/python bench/gateway_bench.py [--records 100000] [--latency-seconds 8]
+    .venv/bin/python bench/gateway_bench.py [--records 100000] [--latency-seconds 4] [--latency-rounds 3]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -185,7 +186,8 @@ def latency_at_rate(conf: dict[str, Any], topic: str, rate: float, seconds: floa
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--latency-seconds", type=float, default=8.0)
+    ap.add_argument("--latency-seconds", type=float, default=4.0)
+    ap.add_argument("--latency-rounds", type=int, default=3)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kgov-gw-bench-"))
     broker_port, proxy_port, gateway_port = free_port(), free_port(), free_port()
@@ -228,11 +230,22 @@ def main() -> int:
                   f"consume {consume[name] / consume['direct']:.2f}")
         print(f"  kgov / tansu-proxy produce {produce['kgov'] / produce['tansu-proxy']:.2f}")
         rate = produce["kgov"] / 2
-        d50, d99 = latency_at_rate(confs["direct"], topics["direct"], rate, args.latency_seconds)
-        g50, g99 = latency_at_rate(confs["kgov"], topics["kgov"], rate, args.latency_seconds)
-        print(f"producer latency at {rate:,.0f} msgs/s (half the gateway's maximum):")
-        print(f"  direct  p50 {d50:.2f} ms  p99 {d99:.2f} ms")
-        print(f"  kgov    p50 {g50:.2f} ms  p99 {g99:.2f} ms   added p99 {g99 - d99:+.2f} ms")
+        # Alternating short rounds, median of each path's p50/p99: the shared 2-core machine's
+        # scheduling noise hits both paths alike instead of whichever ran during a busy spell.
+        rounds: dict[str, list[tuple[float, float]]] = {"direct": [], "kgov": []}
+        for _ in range(args.latency_rounds):
+            for name in ("direct", "kgov"):
+                rounds[name].append(latency_at_rate(confs[name], topics[name], rate, args.latency_seconds))
+        med = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+               for name, rs in rounds.items()}
+        (d50, d99), (g50, g99) = med["direct"], med["kgov"]
+        print(f"producer latency at {rate:,.0f} msgs/s (half the gateway's maximum), median of "
+              f"{args.latency_rounds} alternating rounds of {args.latency_seconds:g} s:")
+        print(f"  direct  p50 {d50:.2f} ms  p99 {d99:.2f} ms   (rounds' p99: "
+              f"{', '.join(f'{r[1]:.1f}' for r in rounds['direct'])})")
+        print(f"  kgov    p50 {g50:.2f} ms  p99 {g99:.2f} ms   (rounds' p99: "
+              f"{', '.join(f'{r[1]:.1f}' for r in rounds['kgov'])})")
+        print(f"  added   p50 {g50 - d50:+.2f} ms  p99 {g99 - d99:+.2f} ms")
         ok = produce["kgov"] / produce["direct"] >= 0.6 and g99 - d99 <= 2.0
         print(f"targets (>= 0.6 of direct produce, <= 2 ms added p99): {'met' if ok else 'NOT met'}")
         events = sum(1 for _ in open(tmp / "audit" / "gateway-events.jsonl", "rb"))  # noqa: SIM115

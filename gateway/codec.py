@@ -113,7 +113,7 @@ class RequestHeader:
     body_offset: int
 
 
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     value = 0
     shift = 0
     while True:
@@ -138,7 +138,7 @@ def write_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
@@ -149,7 +149,7 @@ def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     return pos
 
 
-def parse_request_header(frame: bytes) -> RequestHeader:
+def parse_request_header(frame: bytes | bytearray) -> RequestHeader:
     """Request header v1/v2 (the client id is a classic int16 string even in v2)."""
     if len(frame) < 10:
         raise CodecError("request shorter than its header")
@@ -179,20 +179,20 @@ def _encodable(message: Any) -> Any:
     return message
 
 
-def decode_request(spec: ApiSpec, header: RequestHeader, frame: bytes) -> Any:
+def decode_request(spec: ApiSpec, header: RequestHeader, frame: bytes | bytearray) -> Any:
     try:
         return _encodable(spec.request.decode(memoryview(frame)[header.body_offset :], version=header.api_version))
     except Exception as exc:  # kafka-python raises assorted errors on malformed bodies
         raise CodecError(f"malformed {spec.name} v{header.api_version} request") from exc
 
 
-def response_body_offset(spec: ApiSpec, version: int, frame: bytes) -> int:
+def response_body_offset(spec: ApiSpec, version: int, frame: bytes | bytearray) -> int:
     if spec.key != API_VERSIONS_KEY and spec.response_flexible(version):
         return skip_tagged_fields(frame, 4)
     return 4
 
 
-def decode_response(spec: ApiSpec, version: int, frame: bytes) -> Any:
+def decode_response(spec: ApiSpec, version: int, frame: bytes | bytearray) -> Any:
     try:
         offset = response_body_offset(spec, version, frame)
         return _encodable(spec.response.decode(memoryview(frame)[offset:], version=version))
@@ -223,7 +223,7 @@ def encode_request(spec: ApiSpec, header: RequestHeader, message: Any) -> bytes:
     return (len(head) + len(body)).to_bytes(4, "big") + head + bytes(body)
 
 
-def produce_acks(frame: bytes, header: RequestHeader) -> int:
+def produce_acks(frame: bytes | bytearray, header: RequestHeader) -> int:
     """`acks` of a Produce request without decoding its records (acks=0 means no response)."""
     pos = header.body_offset
     if header.api_version >= 3:

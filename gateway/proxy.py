@@ -1,6 +1,6 @@
 """The gateway's network layer: asyncio Protocols, one upstream connection per client connection.
 
-Hot path (ARCHITECTURE "data flow of one produce request"): `data_received` -> `FrameSplitter` ->
+Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
 hand-parsed request header -> SASL state (before authentication only ApiVersions, SaslHandshake,
 SaslAuthenticate) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
 trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
@@ -54,7 +54,7 @@ from gateway.codec import (
     parse_request_header,
     produce_acks,
 )
-from gateway.framing import FrameError, FrameSplitter
+from gateway.framing import Frame, FrameError, FrameReader
 from gateway.request_authz import PLANNERS, RequestAuthorizer, plan_request
 from gateway.sasl_session import MechanismFactory, SaslSession
 
@@ -115,7 +115,7 @@ class Slot:
     started: float
     request_bytes: int
     patches: list[Callable[[Any], None]] = field(default_factory=list)
-    response: tuple[bytes, ...] | None = None  # the frame's parts, written with writelines
+    response: tuple[Frame, ...] | None = None  # the frame's parts, written with writelines
     forwarded: bool = False
     throttle_ms: int = 0
     records_bytes: int = 0
@@ -255,13 +255,13 @@ class UpstreamLoginError(ConnectionError):
     """The upstream refused the gateway's service credential."""
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection(asyncio.BufferedProtocol):
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
-        self.splitter = FrameSplitter(1 << 30)
+        self.reader = FrameReader(1 << 30)
         # While the gateway logs in upstream, frames go here instead of to the client.
-        self.login_frames: asyncio.Queue[bytes] | None = None
+        self.login_frames: asyncio.Queue[Frame] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -272,9 +272,12 @@ class UpstreamConnection(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.splitter.feed(data)
+            frames = self.reader.buffer_updated(nbytes)
         except FrameError:
             self.client.abort("invalid framing from upstream")
             return
@@ -289,7 +292,7 @@ class UpstreamConnection(asyncio.Protocol):
         from sasl.scram import MECHANISMS, ScramClient, ScramError
 
         assert self.transport is not None
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        queue: asyncio.Queue[Frame] = asyncio.Queue()
         self.login_frames = queue
         correlation = -1
 
@@ -334,7 +337,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.client.resume("upstream")
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(asyncio.BufferedProtocol):
     def __init__(self, gateway: Gateway, node_id: int | None) -> None:
         self.gateway = gateway
         self.options = gateway.options
@@ -342,10 +345,10 @@ class ClientConnection(asyncio.Protocol):
         self.node_id = node_id
         self.transport: asyncio.Transport | None = None
         self.upstream: UpstreamConnection | None = None
-        self.splitter = FrameSplitter(self.options.max_request_bytes)
+        self.reader = FrameReader(self.options.max_request_bytes)
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
-        self.pending_frames: list[bytes] = []
+        self.pending_frames: list[Frame] = []
         self.pending_bytes = 0
         self.paused: set[str] = set()
         self.closed = False
@@ -488,10 +491,13 @@ class ClientConnection(asyncio.Protocol):
 
     # -- requests ----------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_activity = time.monotonic()
         try:
-            frames = self.splitter.feed(data)
+            frames = self.reader.buffer_updated(nbytes)
         except FrameError as exc:
             self.abort(str(exc))
             return
@@ -516,7 +522,7 @@ class ClientConnection(asyncio.Protocol):
         if len(self.slots) >= MAX_IN_FLIGHT:
             self.pause("in-flight")
 
-    def _on_request(self, frame: bytes) -> None:
+    def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
         if self.raw_sasl:
             self._on_raw_sasl_token(frame, now)
@@ -614,7 +620,7 @@ class ClientConnection(asyncio.Protocol):
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
 
-    def _send_upstream(self, *parts: bytes) -> None:
+    def _send_upstream(self, *parts: Frame) -> None:
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.writelines(parts)
@@ -662,7 +668,7 @@ class ClientConnection(asyncio.Protocol):
 
     # -- locally answered protocol -------------------------------------------------------------
 
-    def _answer_api_versions(self, header: RequestHeader, frame: bytes, now: float) -> None:
+    def _answer_api_versions(self, header: RequestHeader, frame: Frame, now: float) -> None:
         spec = SPECS[API_VERSIONS_KEY]
         slot = Slot(header, spec, now, len(frame))
         version = header.api_version
@@ -697,7 +703,7 @@ class ClientConnection(asyncio.Protocol):
         response = spec.response(error_code=0, api_keys=keys, throttle_time_ms=0)
         return encode_response(spec, header.api_version, header.correlation_id, response)
 
-    def _sasl_handshake(self, spec: ApiSpec, header: RequestHeader, frame: bytes, now: float) -> None:
+    def _sasl_handshake(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
         assert self.sasl is not None
         request = decode_request(spec, header, frame)
         code = self.sasl.handshake(request.mechanism, header.api_version, self._now_ms())
@@ -710,7 +716,7 @@ class ClientConnection(asyncio.Protocol):
         elif header.api_version == 0:
             self.raw_sasl = True  # v0: the SASL tokens follow as raw size-prefixed frames
 
-    def _sasl_authenticate(self, spec: ApiSpec, header: RequestHeader, frame: bytes, now: float) -> None:
+    def _sasl_authenticate(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
         assert self.sasl is not None
         request = decode_request(spec, header, frame)
         step = self.sasl.authenticate(bytes(request.auth_bytes), self._now_ms())
@@ -722,9 +728,9 @@ class ClientConnection(asyncio.Protocol):
         response = encode_response(spec, header.api_version, header.correlation_id, spec.response(**kwargs))
         self._after_auth_step(step, slot, response)
 
-    def _on_raw_sasl_token(self, frame: bytes, now: float) -> None:
+    def _on_raw_sasl_token(self, frame: Frame, now: float) -> None:
         assert self.sasl is not None
-        step = self.sasl.authenticate(frame, self._now_ms())
+        step = self.sasl.authenticate(bytes(frame), self._now_ms())
         slot = Slot(RequestHeader(SASL_AUTHENTICATE, 0, 0, None, 0), None, now, len(frame), raw=True)
         if step.done:
             self.raw_sasl = False
@@ -771,7 +777,7 @@ class ClientConnection(asyncio.Protocol):
 
     # -- responses ---------------------------------------------------------------------------
 
-    def on_upstream_frame(self, frame: bytes) -> None:
+    def on_upstream_frame(self, frame: Frame) -> None:
         if not self.awaiting_upstream:
             self.abort("unexpected response from upstream")
             return
