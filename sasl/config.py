@@ -64,6 +64,13 @@ class OAuthConfig(BaseModel):
             raise ValueError("oauth.jwks_url must be an http(s) URL (file and other schemes are refused)")
         return v
 
+    @field_validator("signing_key_secret")
+    @classmethod
+    def _strong_signing_secret(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
+            raise ValueError("oauth.signing_key_secret must have at least 16 characters")
+        return v
+
     # Validation of bearer tokens (OAUTHBEARER and HTTP). No jwks_url: kgov's own issuer keys.
     jwks_url: str | None = None
     issuer: str | None = None
@@ -80,4 +87,6 @@ class OAuthConfig(BaseModel):
     token_audience: str = "kgov"  # noqa: S105 - an audience name
     token_lifetime_s: int = Field(default=900, ge=60, le=86_400)
     signing_algorithm: Literal["RS256", "ES256"] = "RS256"
+    # Encrypts the issuer's private keys at rest (AES-256-GCM); unset stores them as plain PEM.
+    signing_key_secret: SecretStr | None = Field(default=None, repr=False)
     key_rotation_s: int = Field(default=86_400, ge=60)

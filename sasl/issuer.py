@@ -15,13 +15,52 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from jose import jwt
 
 from sasl.store import StoredSigningKey
 
 SUPPORTED_SIGNING_ALGORITHMS = ("RS256", "ES256")
+SEALED_PREFIX = "kgov-aesgcm-v1:"
+
+
+class SealedKeyError(Exception):
+    """A stored private key could not be opened (no or wrong `oauth.signing_key_secret`)."""
+
+
+def _sealing_key(secret: bytes) -> AESGCM:
+    key = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"kgov token-issuer signing keys v1"
+    ).derive(secret)
+    return AESGCM(key)
+
+
+def seal_private_key(pem: str, kid: str, secret: bytes | None) -> str:
+    """The PEM as stored: AES-256-GCM under a key derived from the configured secret (the `kid` is
+    the associated data), or plain PEM when no secret is configured."""
+    if secret is None:
+        return pem
+    nonce = secrets.token_bytes(12)
+    sealed = _sealing_key(secret).encrypt(nonce, pem.encode(), kid.encode())
+    return SEALED_PREFIX + base64.b64encode(nonce + sealed).decode()
+
+
+def open_private_key(stored: str, kid: str, secret: bytes | None) -> str:
+    if not stored.startswith(SEALED_PREFIX):
+        return stored
+    if secret is None:
+        raise SealedKeyError("signing key is encrypted but oauth.signing_key_secret is not set")
+    raw = base64.b64decode(stored[len(SEALED_PREFIX) :])
+    try:
+        return _sealing_key(secret).decrypt(raw[:12], raw[12:], kid.encode()).decode()
+    except InvalidTag:
+        raise SealedKeyError(
+            "signing key cannot be opened with the configured oauth.signing_key_secret"
+        ) from None
 
 
 def _b64url_uint(n: int, length: int | None = None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hmac
 import secrets
 import threading
@@ -261,6 +262,10 @@ class CredentialService:
         self._plain_cache = _PlainCache(self.sasl.plain_cache_size)
         self._token_credentials: dict[tuple[str, str], ScramCredential] = {}
         secret = self.sasl.delegation_token_secret_key
+        signing_secret = self.oauth.signing_key_secret
+        self._signing_secret: bytes | None = (
+            signing_secret.get_secret_value().encode() if signing_secret else None
+        )
         self._token_secret: bytes | None = secret.get_secret_value().encode() if secret else None
         self._policy = TokenPolicy(
             self.sasl.delegation_token_max_lifetime_ms, self.sasl.delegation_token_expiry_time_ms
@@ -303,7 +308,14 @@ class CredentialService:
     def _load(self) -> _Snapshot:
         version = self.store.version()
         tokens = {t.token_id: t for t in self.store.all_tokens()}
-        return _Snapshot(version, self.store.all_scram(), tokens, tuple(self.store.signing_keys()))
+        keys = []
+        for k in self.store.signing_keys():
+            try:
+                pem = issuer_mod.open_private_key(k.private_pem, k.kid, self._signing_secret)
+            except issuer_mod.SealedKeyError:
+                pem = ""  # still published in the JWKS; signing with it fails closed in `_signing_key`
+            keys.append(dataclasses.replace(k, private_pem=pem))
+        return _Snapshot(version, self.store.all_scram(), tokens, tuple(keys))
 
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
@@ -651,8 +663,14 @@ class CredentialService:
                 keep_retired_ms=keep_ms,
                 force=force,
             )
+            sealed = [
+                dataclasses.replace(
+                    k, private_pem=issuer_mod.seal_private_key(k.private_pem, k.kid, self._signing_secret)
+                )
+                for k in plan.add
+            ]
             if plan.empty or self.store.replace_signing_keys(
-                plan.add, plan.retire, plan.remove, expected_active=plan.expected_active
+                sealed, plan.retire, plan.remove, expected_active=plan.expected_active
             ):
                 break
         self.refresh()
@@ -670,6 +688,12 @@ class CredentialService:
             or self.now_ms() - active.created_ms >= self.oauth.key_rotation_s * 1000
         ):
             active = self.rotate_signing_key()
+        if not active.private_pem:
+            raise OAuthError(
+                "server_error",
+                "the token issuer cannot open its signing key (check oauth.signing_key_secret)",
+                500,
+            )
         return active
 
     def issue_token(self, account: ServiceAccount, requested_scope: str | None) -> IssuedToken:

@@ -369,3 +369,26 @@ def test_oauthbearer_failure_counts_even_if_the_client_hangs_up(db_url: str) -> 
     assert isinstance(server.step(b"\x01"), Failure)
     assert not svc2.limiter.blocked("10.7.7.8")
     engine.dispose()
+
+
+def test_signing_keys_encrypted_at_rest(db_url: str) -> None:
+    engine = open_engine(db_url)
+    sealed = Settings(dev_mode=True, oauth={"signing_key_secret": "signing-key-secret-for-tests"})
+    svc = CredentialService(engine, sealed)
+    svc.set_client("sealed", "sealed-secret-0123456789", [], actor=ALICE)
+    account = svc.authenticate_client("sealed", "sealed-secret-0123456789")
+    assert account is not None
+    token = svc.issue_token(account, None).access_token
+    stored = svc.store.signing_keys()
+    assert stored and all(k.private_pem.startswith("kgov-aesgcm-v1:") for k in stored)
+    assert all("PRIVATE KEY" not in k.private_pem for k in stored)
+    # another node without the secret (or with a wrong one) validates, but cannot sign: fails closed
+    for other in (Settings(dev_mode=True), Settings(dev_mode=True, oauth={"signing_key_secret": "x" * 20})):
+        node = CredentialService(engine, other)
+        assert node.validator.validate(token).principal_name == "sealed"
+        with pytest.raises(OAuthError) as err:
+            node.issue_token(account, None)
+        assert err.value.error == "server_error" and err.value.status == 500
+    # the right secret on another node signs
+    assert CredentialService(engine, sealed).issue_token(account, None).access_token
+    engine.dispose()
