@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, http_context
 from authz.model import CLUSTER_RESOURCE_NAME, Action, InvalidAclError, Operation, Principal, ResourceType
-from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo
+from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, token_json
 from sasl.http_auth import CredentialAuthenticator, parse_basic
 from sasl.mechanism import Failure
 from sasl.service import CredentialError, CredentialService, OAuthError
@@ -125,18 +125,6 @@ class CreatedTokenOut(TokenOut):
 
 class ExpiryOut(BaseModel):
     expiry_timestamp_ms: int
-
-
-def _token_out(info: TokenInfo) -> dict[str, Any]:
-    return {
-        "token_id": info.token_id,
-        "owner": str(info.owner),
-        "requester": str(info.requester),
-        "renewers": [str(r) for r in info.renewers],
-        "issue_timestamp_ms": info.issue_ms,
-        "expiry_timestamp_ms": info.expiry_ms,
-        "max_timestamp_ms": info.max_ms,
-    }
 
 
 def _client_out(acct: ServiceAccount) -> OAuthClientOut:
@@ -305,7 +293,7 @@ def _token_router() -> APIRouter:
             )
         except DelegationTokenError as exc:
             raise _token_error(exc) from None
-        return {**_token_out(created.info), "hmac": base64.b64encode(created.hmac).decode()}
+        return {**token_json(created.info), "hmac": base64.b64encode(created.hmac).decode()}
 
     @router.post("/v1/delegation-tokens/renew", response_model=ExpiryOut)
     def renew_token(body: RenewTokenRequest, request: Request, principal: CurrentPrincipal) -> ExpiryOut:
@@ -360,7 +348,7 @@ def _token_router() -> APIRouter:
             tokens = _service(request).describe_tokens(principal, owners=owners, may_describe=may_describe)
         except DelegationTokenError as exc:
             raise _token_error(exc) from None
-        return [_token_out(t) for t in tokens]
+        return [token_json(t) for t in tokens]
 
     return router
 

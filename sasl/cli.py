@@ -18,7 +18,7 @@ from typing import Any
 from audit.sinks import JsonLinesSink
 from authz.database import open_engine
 from authz.model import InvalidAclError, Principal
-from sasl.delegation import DelegationTokenError, TokenInfo, decode_hmac, hmac_lookup_key
+from sasl.delegation import DelegationTokenError, TokenInfo, decode_hmac, hmac_lookup_key, token_json
 from sasl.service import CredentialError, CredentialService
 
 Args = argparse.Namespace
@@ -153,18 +153,6 @@ def _users_remove(args: Args) -> int:
 # ---------------------------------------------------------------------------------- tokens
 
 
-def _token_json(info: TokenInfo) -> dict[str, Any]:
-    return {
-        "token_id": info.token_id,
-        "owner": str(info.owner),
-        "requester": str(info.requester),
-        "renewers": [str(r) for r in info.renewers],
-        "issue_timestamp_ms": info.issue_ms,
-        "expiry_timestamp_ms": info.expiry_ms,
-        "max_timestamp_ms": info.max_ms,
-    }
-
-
 def _token_line(info: TokenInfo) -> str:
     renewers = ",".join(str(r) for r in info.renewers) or "-"
     return f"{info.token_id}\towner={info.owner}\trenewers={renewers}\texpiry={info.expiry_ms}\tmax={info.max_ms}"
@@ -182,7 +170,7 @@ def _tokens_create(args: Args) -> int:
         hmac_b64 = base64.b64encode(created.hmac).decode()
         _print(
             args,
-            {**_token_json(created.info), "hmac": hmac_b64},
+            {**token_json(created.info), "hmac": hmac_b64},
             [_token_line(created.info), f"hmac\t{hmac_b64}"],
         )
         return 0
@@ -225,7 +213,7 @@ def _tokens_describe(args: Args) -> int:
         owners = [_principal(o) for o in args.owner_principal] if args.owner_principal else None
         # The local operator has database access, so sees every token (as a DESCRIBE_TOKENS holder would).
         tokens = s.service.describe_tokens(s.actor, owners=owners, may_describe=lambda _t: True)
-        _print(args, [_token_json(t) for t in tokens], [_token_line(t) for t in tokens])
+        _print(args, [token_json(t) for t in tokens], [_token_line(t) for t in tokens])
         return 0
 
     return _run(args, body)

@@ -68,6 +68,19 @@ class TokenInfo:
         return principal in (self.owner, self.requester) or principal in self.renewers
 
 
+def token_json(info: TokenInfo) -> dict[str, object]:
+    """The token's description as the REST API and `kgov tokens --json` render it (never the HMAC)."""
+    return {
+        "token_id": info.token_id,
+        "owner": str(info.owner),
+        "requester": str(info.requester),
+        "renewers": [str(r) for r in info.renewers],
+        "issue_timestamp_ms": info.issue_ms,
+        "expiry_timestamp_ms": info.expiry_ms,
+        "max_timestamp_ms": info.max_ms,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class TokenPolicy:
     max_lifetime_ms: int
