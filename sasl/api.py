@@ -485,7 +485,7 @@ def _issuer_router() -> APIRouter:
     @router.get("/.well-known/openid-configuration")
     def openid_configuration(request: Request) -> dict[str, Any]:
         service = _service(request)
-        base = str(request.base_url).rstrip("/")
+        base = (service.oauth.public_base_url or str(request.base_url)).rstrip("/")
         return {
             "issuer": service.oauth.token_issuer,
             "token_endpoint": f"{base}/oauth/token",

@@ -85,6 +85,8 @@ class OAuthConfig(BaseModel):
     # kgov's own token issuer (`POST /oauth/token`).
     token_issuer: str = "kgov"  # noqa: S105 - an issuer name
     token_audience: str = "kgov"  # noqa: S105 - an audience name
+    # The control plane's public URL for the discovery document (behind a proxy); default: the request's.
+    public_base_url: str | None = None
     token_lifetime_s: int = Field(default=900, ge=60, le=86_400)
     signing_algorithm: Literal["RS256", "ES256"] = "RS256"
     # Encrypts the issuer's private keys at rest (AES-256-GCM); unset stores them as plain PEM.

@@ -247,6 +247,13 @@ def test_delegation_token_endpoints(app_env) -> None:
     grant(app, "User:eve", ResourceType.USER, "User:alice", Operation.DESCRIBE_TOKENS)
     assert len(client.get("/v1/delegation-tokens", params={"owner": "User:alice"}, headers=eve).json()) == 1
     assert client.get("/v1/delegation-tokens", params={"owner": "User:bob2"}, headers=eve).json() == []
+    client.put("/v1/scram/users/frank", json={"password": "frank-password"}, headers=ADMIN)
+    frank = basic("frank", "frank-password")
+    assert client.get("/v1/delegation-tokens", headers=frank).json() == []
+    grant(app, "User:frank", ResourceType.DELEGATION_TOKEN, tok["token_id"], Operation.DESCRIBE)
+    assert [t["token_id"] for t in client.get("/v1/delegation-tokens", headers=frank).json()] == [
+        tok["token_id"]
+    ]
     # renew: renewer yes, eve no
     r = client.post(
         "/v1/delegation-tokens/renew", json={"hmac": tok["hmac"], "renew_period_ms": 60_000}, headers=bob
