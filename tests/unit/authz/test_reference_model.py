@@ -255,7 +255,11 @@ def test_with_acls_equals_a_fresh_build(
         pool = sorted(current | added)
         removed = set(draw.draw(st.lists(st.sampled_from(pool), max_size=6))) if pool else set()
         removed -= added  # an ACL both added and removed in one step has no defined outcome
-        data.authorize(ctx("User:a", "1.1.1.1"), [Action(TOPIC, "hard", Operation.READ)])  # fill caches
+        # Fill the decision and by-resource-type caches and indexes that with_acls may carry over.
+        data.authorize(ctx("User:a", "1.1.1.1"), [Action(TOPIC, "hard", Operation.READ)])
+        for principal, host, act in probes:
+            for rt in (TOPIC, GROUP):
+                data.authorize_by_resource_type(ctx(principal, host), act.operation, rt)
         data = data.with_acls(added=added, removed=removed)
         current = (current | added) - removed
     fresh = _build(current, config)
