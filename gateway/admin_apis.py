@@ -319,6 +319,106 @@ def matches_components(entity: QuotaEntity, components: list[Any], strict: bool)
     return True
 
 
+class DelegationTokenApis:
+    """KIP-48 over the Kafka protocol, backed by the credential service. kgov keeps only a lookup key
+    of each token's HMAC, so DescribeDelegationToken answers an empty HMAC (creation returns it once)."""
+
+    def __init__(self, authorizer: Authorizer, credentials: Any) -> None:
+        self.authorizer = authorizer
+        self.credentials = credentials
+
+    @staticmethod
+    def _principal(kind: str | None, name: str | None) -> Any:
+        from authz.model import Principal
+
+        return None if kind is None or name is None else Principal(kind, name)
+
+    def _error(self, exc: Exception) -> tuple[int, str]:
+        return int(getattr(exc, "code", INVALID_REQUEST)), str(exc)
+
+    def create(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        from authz.model import Principal
+        from sasl.delegation import DelegationTokenError
+
+        resp = SPECS[38].response
+        requester = ctx.principal
+        owner = self._principal(request.owner_principal_type, request.owner_principal_name) if version >= 3 else None
+        empty = {"principal_type": "", "principal_name": "", "token_requester_principal_type": "",
+                 "token_requester_principal_name": "", "issue_timestamp_ms": -1, "expiry_timestamp_ms": -1,
+                 "max_timestamp_ms": -1, "token_id": "", "hmac": b""}
+        if owner is not None and owner != requester:
+            action = Action(ResourceType.USER, str(owner), Operation.CREATE_TOKENS)
+            if not self.authorizer.authorize(ctx, [action])[0].allowed:
+                return resp(error_code=65, **empty)  # DELEGATION_TOKEN_AUTHORIZATION_FAILED
+        renewers = [Principal(r.principal_type, r.principal_name) for r in request.renewers]
+        try:
+            created = self.credentials.create_token(
+                requester, renewers=renewers, max_lifetime_ms=request.max_lifetime_ms, owner=owner,
+                token_authenticated=ctx.token_authenticated, client_address=ctx.client_address)
+        except DelegationTokenError as exc:
+            return resp(error_code=int(exc.code), **empty)
+        info = created.info
+        return resp(error_code=0, principal_type=info.owner.type, principal_name=info.owner.name,
+                    token_requester_principal_type=info.requester.type,
+                    token_requester_principal_name=info.requester.name, issue_timestamp_ms=info.issue_ms,
+                    expiry_timestamp_ms=info.expiry_ms, max_timestamp_ms=info.max_ms, token_id=info.token_id,
+                    hmac=created.hmac)
+
+    def _by_hmac(self, key: int, ctx: RequestContext, request: Any, period: int, renew: bool) -> Any:
+        import base64
+
+        from sasl.delegation import DelegationTokenError
+
+        resp = SPECS[key].response
+        hmac_b64 = base64.b64encode(bytes(request.hmac)).decode()
+        try:
+            if renew:
+                expiry = self.credentials.renew_token(ctx.principal, hmac_b64, period,
+                                                      client_address=ctx.client_address).expiry_ms
+            else:
+                expiry = self.credentials.expire_token(ctx.principal, hmac_b64, period,
+                                                       client_address=ctx.client_address)
+        except DelegationTokenError as exc:
+            return resp(error_code=int(exc.code), expiry_timestamp_ms=-1)
+        return resp(error_code=0, expiry_timestamp_ms=expiry)
+
+    def renew(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        return self._by_hmac(39, ctx, request, request.renew_period_ms, True)
+
+    def expire(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        return self._by_hmac(40, ctx, request, request.expiry_time_period_ms, False)
+
+    def describe(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        from sasl.delegation import DelegationTokenError
+
+        resp = SPECS[41].response
+        token_cls = resp.fields["tokens"].data_class
+        renewer_cls = token_cls.fields["renewers"].data_class
+        owners = None if request.owners is None else [
+            self._principal(o.principal_type, o.principal_name) for o in request.owners]
+
+        def may_describe(info: Any) -> bool:
+            actions = [
+                Action(ResourceType.DELEGATION_TOKEN, info.token_id, Operation.DESCRIBE, log_if_allowed=False,
+                       log_if_denied=False),
+                Action(ResourceType.USER, str(info.owner), Operation.DESCRIBE_TOKENS, log_if_allowed=False,
+                       log_if_denied=False),
+            ]
+            return any(d.allowed for d in self.authorizer.authorize(ctx, actions))
+
+        try:
+            tokens = self.credentials.describe_tokens(ctx.principal, owners=owners, may_describe=may_describe)
+        except DelegationTokenError as exc:
+            return resp(error_code=int(exc.code), tokens=[])
+        return resp(error_code=0, tokens=[
+            token_cls(principal_type=t.owner.type, principal_name=t.owner.name,
+                      token_requester_principal_type=t.requester.type,
+                      token_requester_principal_name=t.requester.name, issue_timestamp=t.issue_ms,
+                      expiry_timestamp=t.expiry_ms, max_timestamp=t.max_ms, token_id=t.token_id, hmac=b"",
+                      renewers=[renewer_cls(principal_type=r.type, principal_name=r.name) for r in t.renewers])
+            for t in tokens])
+
+
 def admin_handlers(authorizer: Any, credentials: Any, quota_store: QuotaStore | None,
                    quotas: QuotaEnforcer | None) -> dict[int, Any]:
     acl = AclApis(authorizer)
@@ -326,6 +426,8 @@ def admin_handlers(authorizer: Any, credentials: Any, quota_store: QuotaStore | 
     if credentials is not None:
         scram = ScramApis(authorizer, credentials)
         handlers.update({50: scram.describe, 51: scram.alter})
+        tokens = DelegationTokenApis(authorizer, credentials)
+        handlers.update({38: tokens.create, 39: tokens.renew, 40: tokens.expire, 41: tokens.describe})
     if quota_store is not None and quotas is not None:
         q = QuotaApis(authorizer, quota_store, quotas)
         handlers.update({48: q.describe, 49: q.alter})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Callable
@@ -171,3 +172,49 @@ def test_produce_quota_holds_measured_throughput_near_the_byte_rate(gw: RunningG
     throttled = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.request"
                  and e.data["throttleTimeMs"] > 0]
     assert throttled and {t["requestHeader"]["requestApiKeyName"] for t in throttled} == {"PRODUCE"}
+
+
+def test_delegation_token_life_cycle_through_the_kafka_protocol(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = runtime_factory(sasl={"failed_authentication_delay_ms": 0,
+                               "delegation_token_secret_key": "gateway-test-token-secret"})
+    creds = gw.runtime.credentials
+    creds.set_scram_credential("alice", "SCRAM-SHA-512", "alice-password-0123", actor=ADMIN)
+    creds.set_scram_credential("bob", "SCRAM-SHA-512", "bob-password-0123", actor=ADMIN)
+    create = SPECS[38].request[3]
+    alice = RawClient(gw.bootstrap)
+    assert scram_login(alice, "SCRAM-SHA-512", "alice", "alice-password-0123").error_code == 0
+    created = alice.call(38, 3, create(owner_principal_type=None, owner_principal_name=None, max_lifetime_ms=-1,
+                                       renewers=[create.CreatableRenewers(principal_type="User",
+                                                                          principal_name="bob")]))
+    assert created.error_code == 0 and (created.principal_type, created.principal_name) == ("User", "alice")
+    assert created.expiry_timestamp_ms <= created.max_timestamp_ms and len(created.hmac) > 0
+    # someone else's token needs CREATE_TOKENS on that user
+    other = alice.call(38, 3, create(owner_principal_type="User", owner_principal_name="bob", max_lifetime_ms=-1,
+                                     renewers=[]))
+    assert other.error_code == 65
+    described = alice.call(41, 3, SPECS[41].request[3](owners=None))
+    assert [t.token_id for t in described.tokens] == [created.token_id]
+    assert [(r.principal_type, r.principal_name) for r in described.tokens[0].renewers] == [("User", "bob")]
+    alice.close()
+
+    hmac_b64 = base64.b64encode(bytes(created.hmac)).decode()
+    token_login = RawClient(gw.bootstrap)
+    assert scram_login(token_login, "SCRAM-SHA-512", created.token_id, hmac_b64, token=True).error_code == 0
+    # a token-authenticated connection may not create tokens (KIP-48)
+    again = token_login.call(38, 3, create(owner_principal_type=None, owner_principal_name=None,
+                                           max_lifetime_ms=-1, renewers=[]))
+    assert again.error_code == 64
+    token_login.close()
+
+    bob = RawClient(gw.bootstrap)
+    assert scram_login(bob, "SCRAM-SHA-512", "bob", "bob-password-0123").error_code == 0
+    renewed = bob.call(39, 2, SPECS[39].request[2](hmac=bytes(created.hmac), renew_period_ms=60_000))
+    assert renewed.error_code == 0 and renewed.expiry_timestamp_ms > 0
+    expired = bob.call(40, 2, SPECS[40].request[2](hmac=bytes(created.hmac), expiry_time_period_ms=-1))
+    assert expired.error_code == 0
+    bob.close()
+    gone = RawClient(gw.bootstrap)
+    assert scram_login(gone, "SCRAM-SHA-512", created.token_id, hmac_b64, token=True).error_code == 58
+    gone.close()
