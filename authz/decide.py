@@ -15,6 +15,7 @@ never on how many ACLs there are. Inside a pattern, grants are keyed principal -
 from __future__ import annotations
 
 import bisect
+import gc
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -263,6 +264,26 @@ class AuthorizerData:
         groups: Mapping[Principal, frozenset[Principal]] | None = None,
         role_bindings: Iterable[RoleBinding] = (),
         cache_size: int = 200_000,
+    ) -> AuthorizerData:
+        # Millions of small objects and no garbage cycles: the cyclic collector would spend most
+        # of a large build rescanning what was just allocated.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return AuthorizerData._build(acls, super_users, allow_everyone_if_no_acl_found, groups, role_bindings,
+                                         cache_size)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    @staticmethod
+    def _build(
+        acls: Iterable[Acl],
+        super_users: Iterable[Principal],
+        allow_everyone_if_no_acl_found: bool,
+        groups: Mapping[Principal, frozenset[Principal]] | None,
+        role_bindings: Iterable[RoleBinding],
+        cache_size: int,
     ) -> AuthorizerData:
         bindings = tuple(role_bindings)
         by_pattern: dict[_PatternKey, list[Acl]] = {}
