@@ -12,13 +12,17 @@ import argparse
 import base64
 import getpass
 import json
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
+
+import httpx
 
 from audit.sinks import JsonLinesSink
 from authz.database import open_engine
 from authz.model import InvalidAclError, Principal
-from sasl.delegation import DelegationTokenError, TokenInfo, decode_hmac, hmac_lookup_key, token_json
+from sasl.delegation import DelegationTokenError, decode_hmac, hmac_lookup_key, token_json
 from sasl.service import CredentialError, CredentialService
 
 Args = argparse.Namespace
@@ -153,70 +157,146 @@ def _users_remove(args: Args) -> int:
 # ---------------------------------------------------------------------------------- tokens
 
 
-def _token_line(info: TokenInfo) -> str:
-    renewers = ",".join(str(r) for r in info.renewers) or "-"
-    return f"{info.token_id}\towner={info.owner}\trenewers={renewers}\texpiry={info.expiry_ms}\tmax={info.max_ms}"
+def _token_line(t: dict[str, Any]) -> str:
+    renewers = ",".join(t["renewers"]) or "-"
+    return (
+        f"{t['token_id']}\towner={t['owner']}\trenewers={renewers}\texpiry={t['expiry_timestamp_ms']}"
+        f"\tmax={t['max_timestamp_ms']}"
+    )
+
+
+class _DbTokens:
+    """As the local operator on the database: acts for the token's owner (who may always renew it)."""
+
+    def __init__(self, session: _Session) -> None:
+        self.s = session
+
+    def create(self, owner: str | None, renewers: list[str], max_lifetime_ms: int) -> dict[str, Any]:
+        if owner is None:
+            raise CliError("--owner-principal is required without --url")
+        created = self.s.service.create_token(
+            self.s.actor,
+            owner=_principal(owner),
+            renewers=[_principal(r) for r in renewers],
+            max_lifetime_ms=max_lifetime_ms,
+        )
+        return {**token_json(created.info), "hmac": base64.b64encode(created.hmac).decode()}
+
+    def _owner_for(self, hmac_b64: str) -> Principal:
+        info = self.s.service.store.token_by_hmac(hmac_lookup_key(decode_hmac(hmac_b64)))
+        # An unknown HMAC fails in the service with DELEGATION_TOKEN_NOT_FOUND.
+        return info.owner if info else self.s.actor
+
+    def renew(self, hmac_b64: str, period_ms: int) -> int:
+        return self.s.service.renew_token(self._owner_for(hmac_b64), hmac_b64, period_ms).expiry_ms
+
+    def expire(self, hmac_b64: str, period_ms: int) -> int:
+        return self.s.service.expire_token(self._owner_for(hmac_b64), hmac_b64, period_ms)
+
+    def describe(self, owners: list[str] | None) -> list[dict[str, Any]]:
+        parsed = [_principal(o) for o in owners] if owners is not None else None
+        # The local operator has database access, so sees every token (as a DESCRIBE_TOKENS holder would).
+        tokens = self.s.service.describe_tokens(self.s.actor, owners=parsed, may_describe=lambda _t: True)
+        return [token_json(t) for t in tokens]
+
+
+class _HttpTokens:
+    """Through a running control plane as `--user`: the owner is the authenticated principal, as in Kafka."""
+
+    def __init__(self, args: Args) -> None:
+        password = os.environ.get("KGOV_PASSWORD")
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\r\n")
+        if not args.user or not password:
+            raise CliError("--url needs --user and a password (KGOV_PASSWORD or --password-stdin)")
+        self.client = httpx.Client(base_url=args.url, auth=(args.user, password), timeout=30)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            response = self.client.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach the control plane: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("message", response.text)
+            except ValueError:
+                message = response.text
+            raise CliError(f"{response.status_code}: {message}")
+        return response.json()
+
+    def create(self, owner: str | None, renewers: list[str], max_lifetime_ms: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"renewers": renewers, "max_lifetime_ms": max_lifetime_ms}
+        if owner is not None:
+            body["owner"] = owner
+        result: dict[str, Any] = self._call("POST", "/v1/delegation-tokens", json=body)
+        return result
+
+    def renew(self, hmac_b64: str, period_ms: int) -> int:
+        body = {"hmac": hmac_b64, "renew_period_ms": period_ms}
+        return int(self._call("POST", "/v1/delegation-tokens/renew", json=body)["expiry_timestamp_ms"])
+
+    def expire(self, hmac_b64: str, period_ms: int) -> int:
+        body = {"hmac": hmac_b64, "expiry_period_ms": period_ms}
+        return int(self._call("POST", "/v1/delegation-tokens/expire", json=body)["expiry_timestamp_ms"])
+
+    def describe(self, owners: list[str] | None) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call(
+            "GET", "/v1/delegation-tokens", params={"owner": owners or []}
+        )
+        return result
+
+
+def _with_tokens(args: Args, action: Callable[[_DbTokens | _HttpTokens], int]) -> int:
+    if not args.url:
+        return _run(args, lambda s: action(_DbTokens(s)))
+    try:
+        remote = _HttpTokens(args)
+        try:
+            return action(remote)
+        finally:
+            remote.close()
+    except CliError as exc:
+        print(f"kgov: {exc}", file=sys.stderr)
+        return 1
 
 
 def _tokens_create(args: Args) -> int:
-    def body(s: _Session) -> int:
-        owner = _principal(args.owner_principal)
-        created = s.service.create_token(
-            s.actor,
-            owner=owner,
-            renewers=[_principal(r) for r in args.renewer_principal or []],
-            max_lifetime_ms=args.max_life_time_period,
-        )
-        hmac_b64 = base64.b64encode(created.hmac).decode()
-        _print(
-            args,
-            {**token_json(created.info), "hmac": hmac_b64},
-            [_token_line(created.info), f"hmac\t{hmac_b64}"],
-        )
+    def action(backend: _DbTokens | _HttpTokens) -> int:
+        t = backend.create(args.owner_principal, args.renewer_principal or [], args.max_life_time_period)
+        _print(args, t, [_token_line(t), f"hmac\t{t['hmac']}"])
         return 0
 
-    return _run(args, body)
-
-
-def _owner_for(s: _Session, hmac_b64: str) -> Principal:
-    info = s.service.store.token_by_hmac(hmac_lookup_key(decode_hmac(hmac_b64)))
-    # The local operator acts for the owner; an unknown HMAC fails in the service with NOT_FOUND.
-    return info.owner if info else s.actor
+    return _with_tokens(args, action)
 
 
 def _tokens_renew(args: Args) -> int:
-    def body(s: _Session) -> int:
-        hmac_b64 = _read_hmac(args.hmac)
-        info = s.service.renew_token(_owner_for(s, hmac_b64), hmac_b64, args.renew_time_period)
-        _print(
-            args,
-            {"expiry_timestamp_ms": info.expiry_ms},
-            [f"Renewed {info.token_id}: expiry={info.expiry_ms}"],
-        )
+    def action(backend: _DbTokens | _HttpTokens) -> int:
+        expiry = backend.renew(_read_hmac(args.hmac), args.renew_time_period)
+        _print(args, {"expiry_timestamp_ms": expiry}, [f"Renewed: expiry={expiry}"])
         return 0
 
-    return _run(args, body)
+    return _with_tokens(args, action)
 
 
 def _tokens_expire(args: Args) -> int:
-    def body(s: _Session) -> int:
-        hmac_b64 = _read_hmac(args.hmac)
-        expiry = s.service.expire_token(_owner_for(s, hmac_b64), hmac_b64, args.expiry_time_period)
+    def action(backend: _DbTokens | _HttpTokens) -> int:
+        expiry = backend.expire(_read_hmac(args.hmac), args.expiry_time_period)
         _print(args, {"expiry_timestamp_ms": expiry}, [f"Expired: expiry={expiry}"])
         return 0
 
-    return _run(args, body)
+    return _with_tokens(args, action)
 
 
 def _tokens_describe(args: Args) -> int:
-    def body(s: _Session) -> int:
-        owners = [_principal(o) for o in args.owner_principal] if args.owner_principal else None
-        # The local operator has database access, so sees every token (as a DESCRIBE_TOKENS holder would).
-        tokens = s.service.describe_tokens(s.actor, owners=owners, may_describe=lambda _t: True)
-        _print(args, [token_json(t) for t in tokens], [_token_line(t) for t in tokens])
+    def action(backend: _DbTokens | _HttpTokens) -> int:
+        tokens = backend.describe(args.owner_principal)
+        _print(args, tokens, [_token_line(t) for t in tokens])
         return 0
 
-    return _run(args, body)
+    return _with_tokens(args, action)
 
 
 # ---------------------------------------------------------------------------- oauth clients
@@ -309,8 +389,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "tokens", help="delegation tokens (KIP-48), like kafka-delegation-tokens.sh"
     )
     tsub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
-    p = tsub.add_parser("create", help="create a token for an owner")
-    p.add_argument("--owner-principal", required=True, help="User:name")
+    p = tsub.add_parser("create", help="create a token (owner: --user with --url, else --owner-principal)")
+    p.add_argument("--owner-principal", help="User:name (with --url: needs CREATE_TOKENS on that user)")
     p.add_argument("--renewer-principal", action="append", help="User:name (repeatable)")
     p.add_argument("--max-life-time-period", type=int, default=-1, help="ms; -1 = server maximum")
     p.add_argument("--json", action="store_true")
@@ -329,6 +409,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--owner-principal", action="append", help="filter by owner/renewer (repeatable)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_tokens_describe)
+    for child in tsub.choices.values():
+        child.add_argument("--url", help="a running control plane (else the database directly)")
+        child.add_argument("--user", help="with --url: the SCRAM user to authenticate as")
+        child.add_argument(
+            "--password-stdin",
+            action="store_true",
+            help="with --url: read the password from stdin (else KGOV_PASSWORD)",
+        )
 
     clients = subparsers.add_parser(
         "oauth-clients", help="service accounts of the token issuer (POST /oauth/token)"

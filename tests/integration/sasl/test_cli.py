@@ -135,3 +135,42 @@ def test_oauth_clients_and_keys(cli) -> None:
     assert len(keys) == 2 and all("d" not in k for k in keys)
     assert run("oauth-clients", "remove", "etl")[0] == 0
     assert run("oauth-clients", "remove", "etl")[0] == 1
+
+
+def test_tokens_through_a_running_control_plane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--url`: the owner is the authenticated user, as with kafka-delegation-tokens.sh."""
+    from kgov.app import build_app
+    from tests.support.server import serve_app
+
+    app = build_app(
+        Settings(
+            data_dir=tmp_path,
+            admin={"password": "admin-password-cli"},
+            sasl={"delegation_token_secret_key": "cli-delegation-key-remote"},
+        )
+    )
+    with serve_app(app) as url:
+        app.state.credentials.set_scram_credential("gina", "SCRAM-SHA-512", "gina-password", actor="test")
+        monkeypatch.setenv("KGOV_PASSWORD", "gina-password")
+
+        def run(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+            monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+            code = main([*argv, "--url", url, "--user", "gina"])
+            out, err = capsys.readouterr()
+            return code, out, err
+
+        code, out, _ = run("tokens", "create", "--renewer-principal", "User:hank", "--json")
+        assert code == 0
+        token = json.loads(out)
+        assert token["owner"] == "User:gina" and token["requester"] == "User:gina"
+        code, out, _ = run("tokens", "describe", "--json")
+        assert [t["token_id"] for t in json.loads(out)] == [token["token_id"]]
+        assert run("tokens", "renew", "--hmac", "-", stdin=token["hmac"] + "\n")[0] == 0
+        code, _, err = run("tokens", "create", "--owner-principal", "User:admin")
+        assert code == 1 and "403" in err
+        assert run("tokens", "expire", "--hmac", token["hmac"])[0] == 0
+        monkeypatch.setenv("KGOV_PASSWORD", "wrong")
+        code, _, err = run("tokens", "describe")
+        assert code == 1 and "401" in err
