@@ -227,9 +227,24 @@ class Gateway:
             frame = await reader.readexactly(size)
             resp = decode_response(spec, 3, frame)
             self.upstream_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            if self.options.upstream_sasl is None and self.brokers.plan.mode == "per-node":
+                with contextlib.suppress(OSError, asyncio.IncompleteReadError, CodecError, KeyError):
+                    await self._learn_brokers(reader, writer)
             return self.upstream_versions
         finally:
             writer.close()
+
+    async def _learn_brokers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Opens the per-node listeners at start, so clients holding cached metadata (a gateway
+        restart) reach the right broker before any Metadata request flows through."""
+        assert self.upstream_versions is not None
+        version = min(12, self.upstream_versions[3][1])
+        spec = SPECS[3]
+        req = spec.request[version](topics=[], allow_auto_topic_creation=False)
+        req.with_header(correlation_id=1, client_id="kgov-gateway")
+        writer.write(bytes(req.encode(header=True, framed=True)))
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        self.brokers.rewrite_metadata(decode_response(spec, version, await reader.readexactly(size)))
 
     def api_versions(self) -> list[tuple[int, int, int]]:
         """Intersection of what the upstream supports and what the gateway can parse and authorize,

@@ -256,3 +256,33 @@ def test_malformed_input_closes_only_that_connection(open_gateway: tuple[Running
     resp = healthy.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
     assert resp.brokers
     healthy.close()
+
+
+def test_per_node_listeners_open_at_start_for_clients_with_cached_metadata(
+    open_gateway: tuple[RunningGateway, AuthzFixture],
+) -> None:
+    gw, _ = open_gateway
+    ports = dict(gw.gateway._node_ports)
+    assert ports, "the gateway learns the brokers from the upstream at start"
+    [(node, port)] = ports.items()
+    assert port == gw.gateway.brokers.plan.advertised_port(node)
+    raw = RawClient(f"127.0.0.1:{port}")  # straight to the node's port, no bootstrap first
+    resp = raw.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
+    assert [b.port for b in resp.brokers] == [port]
+    raw.close()
+
+
+def test_idle_connections_are_closed(authz_factory: Callable[..., AuthzFixture],
+                                     gateway_factory: Callable[..., RunningGateway]) -> None:
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service), idle_timeout_s=0.5)
+    busy, idle = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    started = time.monotonic()
+    for _ in range(4):
+        busy.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
+        time.sleep(0.2)
+    assert idle.closed_by_peer(timeout=5)
+    assert 0.4 <= time.monotonic() - started < 5
+    busy.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))  # still served
+    busy.close()
+    idle.close()
