@@ -37,6 +37,16 @@ class FrameReader:
         self._big_filled = 0
 
     @property
+    def max_frame_bytes(self) -> int:
+        return self._max
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        if value <= 0:
+            raise ValueError("max_frame_bytes must be positive")
+        self._max = value
+
+    @property
     def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
         return self._big_filled if self._big is not None else self._end - self._start

@@ -67,6 +67,8 @@ UNSUPPORTED_VERSION = 35
 MAX_IN_FLIGHT = 256
 PENDING_BYTES_HIGH = 4 * 1024 * 1024
 SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timing side channels
+# Kafka's sasl.server.max.receive.size: the largest frame a client may send before it authenticated.
+MAX_UNAUTHENTICATED_BYTES = 524_288
 
 
 # An API the gateway answers itself (security admin APIs, quotas): returns the response message.
@@ -403,6 +405,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 enabled=self.options.sasl_mechanisms, factory=self.options.mechanism_factory,
                 client_address=self.peer[0], max_reauth_ms=self.options.max_reauth_ms,
             )
+            self.reader.max_frame_bytes = min(MAX_UNAUTHENTICATED_BYTES, self.options.max_request_bytes)
         quotas = self.services.quotas
         if quotas is not None:
             delay = quotas.connection_delay_s(self.peer[0])
@@ -758,6 +761,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if step.done:
             assert self.sasl.principal is not None
             self.principal = self.sasl.principal
+            self.reader.max_frame_bytes = self.options.max_request_bytes
             self._audit_auth(True, mechanism, None, step.reauthentication)
             self._complete(slot, response)
             return

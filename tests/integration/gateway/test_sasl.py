@@ -223,3 +223,20 @@ def test_gateway_logs_in_upstream_with_its_own_service_credential(
         raw.send(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
         assert raw.closed_by_peer(timeout=10)
         raw.close()
+
+
+def test_unauthenticated_clients_may_not_send_large_frames(sasl_gateway: RunningGateway) -> None:
+    raw = RawClient(sasl_gateway.bootstrap)
+    raw.sock.sendall((600_000).to_bytes(4, "big"))  # above sasl.server.max.receive.size (512 KiB)
+    assert raw.closed_by_peer()
+    raw.close()
+
+
+def test_sasl_handshake_v0_with_raw_tokens(sasl_gateway: RunningGateway) -> None:
+    raw = RawClient(sasl_gateway.bootstrap)
+    assert raw.call(17, 0, SPECS[17].request[0](mechanism="PLAIN")).error_code == 0
+    token = b"\x00alice\x00" + PASSWORD.encode()
+    raw.sock.sendall(len(token).to_bytes(4, "big") + token)  # v0: the SASL bytes, size-prefixed, no header
+    assert raw._exactly(4) == b"\x00\x00\x00\x00"  # PLAIN's (empty) final server message
+    assert raw.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False)).brokers
+    raw.close()
