@@ -96,8 +96,11 @@ class CredentialAuthenticator:
         elif (creds := parse_basic(authorization)) is not None:
             mechanism = "HTTP-BASIC"
             user, password = creds
-            # PBKDF2 on a cache miss: keep it off the event loop.
-            verified = await asyncio.to_thread(service.verify_password, user, password)
+            # A recently verified password is answered from the cache on the loop; PBKDF2 on a
+            # miss runs in a worker thread, off the event loop.
+            verified = service.verify_password_cached(user, password) or await asyncio.to_thread(
+                service.verify_password, user, password
+            )
             if verified is not None:
                 return verified.principal
             reason = "Authentication failed: Invalid username or password"

@@ -393,6 +393,18 @@ class CredentialService:
             info.owner, cred, token_authenticated=True, expiry_ms=min(info.expiry_ms, info.max_ms)
         )
 
+    def verify_password_cached(self, username: str, password: str) -> VerifiedUser | None:
+        """The derivation cache's answer for a password verified recently, or None (meaning: run
+        `verify_password`). Cheap enough for an event loop: no PBKDF2 here."""
+        snap = self._current()
+        for mech in (SCRAM_SHA_512, MECHANISMS["SCRAM-SHA-256"]):
+            cred = snap.scram.get((username, mech.name))
+            if cred is not None:
+                if self._plain_cache.matches(self._plain_cache.key(mech.name, username, password), cred.stored_key):
+                    return VerifiedUser(Principal("User", username))
+                return None
+        return None
+
     def verify_password(self, username: str, password: str) -> VerifiedUser | None:
         """PLAIN / HTTP Basic against the stored SCRAM credential (SHA-512 preferred), constant time."""
         snap = self._current()
