@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, ResourceType
+from authz.model import CLUSTER_RESOURCE_NAME, SUPPORTED_OPERATIONS, Action, Operation, ResourceType
 
 TOPIC_AUTHORIZATION_FAILED: Final = 29
 GROUP_AUTHORIZATION_FAILED: Final = 30
@@ -146,6 +146,13 @@ class RequestAuthorizer:
     def cluster(self, op: Operation, *, log_if_denied: bool = True) -> bool:
         return self._check([_cluster(op, log_if_denied=log_if_denied)])[0]
 
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> set[int]:
+        """KIP-430: the operations the principal may perform on one resource (a filtering check:
+        nothing is logged). ALL is never reported, as in Kafka's AuthorizerUtils."""
+        ops = sorted(SUPPORTED_OPERATIONS[resource_type])
+        actions = [Action(resource_type, name, op, log_if_allowed=False, log_if_denied=False) for op in ops]
+        return {int(op) for op, ok in zip(ops, self._check(actions), strict=True) if ok}
+
     def topics(
         self, request: Any, shape: TopicShape, op: Operation, *, log_if_denied: bool = True
     ) -> Callable[[str], bool]:
@@ -215,6 +222,25 @@ def _plan_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any
 
 
 def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    plan = _plan_metadata_topics(az, version, request, resp_cls)
+    want_topics = version >= 8 and request.include_topic_authorized_operations
+    want_cluster = 8 <= version <= 10 and request.include_cluster_authorized_operations
+    if plan.forward is not None and (want_topics or want_cluster):
+        # The upstream answers for the gateway's own identity: replace with this principal's rights.
+        def authorized_operations(response: Any) -> None:
+            if want_topics:
+                for t in response.topics:
+                    if t.error_code == 0 and t.name is not None:
+                        t.authorized_operations = az.authorized_operations(ResourceType.TOPIC, t.name)
+            if want_cluster:
+                response.authorized_operations = az.authorized_operations(ResourceType.CLUSTER,
+                                                                          CLUSTER_RESOURCE_NAME)
+
+        plan.patches.append(authorized_operations)
+    return plan
+
+
+def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     plan = Plan(forward=request)
     if request.topics is None or (version == 0 and not request.topics):
         # All topics: the response lists only those the principal may describe (no denial logged).
@@ -388,6 +414,25 @@ def _name_list_planner(shape: NameListShape) -> Planner:
 
 
 
+def _describe_groups_planner() -> Planner:
+    inner = _name_list_planner(NameListShape(
+        ResourceType.GROUP, Operation.DESCRIBE, "groups", "groups", "group_id", GROUP_AUTHORIZATION_FAILED,
+        (("group_state", ""), ("protocol_type", ""), ("protocol_data", ""))))
+
+    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+        result = inner(az, version, request, resp_cls)
+        if result.forward is not None and version >= 3 and request.include_authorized_operations:
+            def authorized_operations(response: Any) -> None:
+                for g in response.groups:
+                    if g.error_code == 0:
+                        g.authorized_operations = az.authorized_operations(ResourceType.GROUP, g.group_id)
+
+            result.patches.append(authorized_operations)
+        return result
+
+    return plan
+
+
 def _plan_list_groups(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     if az.cluster(Operation.DESCRIBE, log_if_denied=False):
         return Plan(forward=request)
@@ -489,9 +534,15 @@ def _configs_planner(op: Operation, resp_field: str) -> Planner:
 
 def _cluster_planner(op: Operation) -> Planner:
     def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-        if az.cluster(op):
-            return Plan(forward=request)
-        return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
+        if not az.cluster(op):
+            return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
+        if getattr(request, "include_cluster_authorized_operations", False):
+            def authorized_operations(response: Any) -> None:
+                response.authorized_operations = az.authorized_operations(ResourceType.CLUSTER,
+                                                                          CLUSTER_RESOURCE_NAME)
+
+            return Plan(forward=request, patches=[authorized_operations])
+        return Plan(forward=request)
 
     return plan
 
@@ -517,8 +568,16 @@ def _plan_list_transactions(az: RequestAuthorizer, version: int, request: Any, r
     return Plan(forward=request, patches=[filter_states])
 
 
-def _always(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-    return Plan(forward=request)
+def _describe_topic_partitions(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    plan = _topic_planner(DESCRIBE_TOPIC_PARTITIONS, Operation.DESCRIBE)(az, version, request, resp_cls)
+    if plan.forward is not None:
+        def authorized_operations(response: Any) -> None:
+            for t in response.topics:
+                if t.error_code == 0 and t.name is not None:
+                    t.topic_authorized_operations = az.authorized_operations(ResourceType.TOPIC, t.name)
+
+        plan.patches.append(authorized_operations)
+    return plan
 
 
 PLANNERS: Final[dict[int, Planner]] = {
@@ -533,9 +592,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     12: _group_then(Operation.READ, None),
     13: _group_then(Operation.READ, None),
     14: _group_then(Operation.READ, None),
-    15: _name_list_planner(NameListShape(ResourceType.GROUP, Operation.DESCRIBE, "groups", "groups", "group_id",
-                                         GROUP_AUTHORIZATION_FAILED, (("group_state", ""), ("protocol_type", ""),
-                                                                      ("protocol_data", "")))),
+    15: _describe_groups_planner(),
     16: _plan_list_groups,
     19: _plan_create_topics,
     20: _name_list_planner(NameListShape(ResourceType.TOPIC, Operation.DELETE, "topic_names", "responses", "name",
@@ -561,7 +618,7 @@ PLANNERS: Final[dict[int, Planner]] = {
                                          "transaction_states", "transactional_id",
                                          TRANSACTIONAL_ID_AUTHORIZATION_FAILED, (("transaction_state", ""),))),
     66: _plan_list_transactions,
-    75: _topic_planner(DESCRIBE_TOPIC_PARTITIONS, Operation.DESCRIBE),
+    75: _describe_topic_partitions,
 }
 
 

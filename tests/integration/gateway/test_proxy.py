@@ -286,3 +286,21 @@ def test_idle_connections_are_closed(authz_factory: Callable[..., AuthzFixture],
     busy.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))  # still served
     busy.close()
     idle.close()
+
+
+def test_admin_client_sees_the_principals_authorized_operations(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    authz = authz_factory()
+    topic = f"ops-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    authz.allow(acl(ResourceType.TOPIC, topic, Operation.DESCRIBE), acl(ResourceType.TOPIC, topic, Operation.READ))
+    gw = gateway_factory(Services(authz.service, audit=authz.audit))
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+    [future] = admin.describe_topics(TopicCollection([topic]), request_timeout=10,
+                                     include_authorized_operations=True).values()
+    described = future.result(10)
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}

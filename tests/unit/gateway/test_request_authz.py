@@ -186,3 +186,30 @@ def test_metadata_answer_never_lists_more_than_was_asked_and_allowed() -> None:
     for patch in p.patches:
         patch(response)
     assert [(t.name, t.error_code) for t in response.topics] == [("secret", 29)]
+
+
+def test_kip_430_authorized_operations_are_the_principals_not_the_gateways() -> None:
+    cls = SPECS[3].request[10]
+    request = cls(topics=[cls.MetadataRequestTopic(name="a")], allow_auto_topic_creation=False,
+                  include_cluster_authorized_operations=True, include_topic_authorized_operations=True)
+    rules = Rules((ResourceType.TOPIC, "a", Operation.DESCRIBE), (ResourceType.TOPIC, "a", Operation.READ),
+                  (ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE))
+    p = plan(rules, 3, 10, request)
+    topic = SPECS[3].response.fields["topics"].data_class
+    response = SPECS[3].response(brokers=[], topics=[topic(name="a", error_code=0, partitions=[],
+                                                           authorized_operations=set(range(3, 12)))])
+    for patch in p.patches:
+        patch(response)
+    assert response.topics[0].authorized_operations == {int(Operation.READ), int(Operation.DESCRIBE)}
+    assert response.authorized_operations == {int(Operation.DESCRIBE)}
+    assert not any(a.log_if_denied or a.log_if_allowed for a in rules.asked[1:])
+
+
+def test_describe_cluster_authorized_operations() -> None:
+    request = SPECS[60].request[1](include_cluster_authorized_operations=True)
+    rules = Rules((ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE),
+                  (ResourceType.CLUSTER, "kafka-cluster", Operation.ALTER))
+    p = plan(rules, 60, 1, request)
+    response = SPECS[60].response(brokers=[], authorized_operations=set(range(3, 15)))
+    p.patches[0](response)
+    assert response.authorized_operations == {int(Operation.DESCRIBE), int(Operation.ALTER)}
