@@ -318,10 +318,12 @@ def _plant(w: _Writer, rng: random.Random, expected_fetch_bytes_per_hour: float)
                                              Action("ALTER", "CLUSTER", CLUSTER, "CreateAcls"), cluster_alter))
     p.incident("PRIVILEGED_OPERATION", "User:alice", alice.hosts[0], f"Cluster:{CLUSTER}")
     ts = _at(2, 11, 30)
-    p.add("gateway-1", EVENTS, ts, change_event(
+    ce = change_event(
         type=EventType.CREDENTIAL_CHANGE, source=GATEWAY_SOURCE, time=ts, principal="User:alice",
         method_name="kgov.AlterUserScramCredentials", target="user=billing-svc",
-        details={"mechanism": "SCRAM-SHA-512", "action": "upsert"}, client_address=alice.hosts[0]).to_json())
+        details={"mechanism": "SCRAM-SHA-512", "action": "upsert"}, client_address=alice.hosts[0])
+    # A fixed id instead of a random one: the same seed writes the same bytes.
+    p.add("gateway-1", EVENTS, ts, AuditEvent(ce.type, ce.source, ce.subject, ce.time, ce.data, id="e-change-1").to_json())
     p.incident("PRIVILEGED_OPERATION", "User:alice", alice.hosts[0], "user=billing-svc")
     # BRUTE_FORCE with a success, which is also a NEW_HOST for dave; and one without success.
     bad_ip = "203.0.113.50"

@@ -91,3 +91,19 @@ def test_report_renders_in_headless_chromium(audit_run: tuple[Path, Path], tmp_p
     snap = subprocess.run([*common, "--window-size=1400,1800", f"--screenshot={shot}", page], capture_output=True,
                           text=True, timeout=120)
     assert snap.returncode == 0 and shot.stat().st_size > 50_000
+
+
+def test_spark_ingest_agrees_with_the_pure_python_parser(spark: SparkSession, audit_run: tuple[Path, Path]) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_compliance import ingest, reference_parser
+
+    data, _ = audit_run
+    parsed = ingest.parse_lines(ingest.read_lines(spark, [str(data)]))
+    kind = F.when(F.col("kind") == "excluded", F.lit("event")).otherwise(F.col("kind"))
+    rows = (parsed.groupBy(kind.alias("k"), "event_type", "principal").agg(F.sum("line_weight").alias("n"))
+            .collect())
+    from_spark = {(r["k"], r["event_type"] if r["k"] == "event" else None, r["principal"] if r["k"] == "event"
+                   else None): r["n"] for r in rows}
+    from_python = dict(reference_parser.parse_tree(data))
+    assert from_spark == from_python

@@ -1,0 +1,84 @@
+"""Inventory and classification parsing, the HTML page's escaping, the generator's determinism (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_compliance import generator, html_report
+from spark_compliance.inventory import InventoryError, parse_classification, parse_inventory
+
+
+def test_inventory_export_is_read_with_defaults() -> None:
+    acls, bindings, supers, cluster, exported = parse_inventory({
+        "exported_at": "2024-05-01T00:00:00Z", "cluster_id": "c1",
+        "acls": [{"resource_type": "topic", "resource_name": "orders", "principal": "User:CN=a, O=b",
+                  "operation": "read"}],
+        "role_bindings": [{"principal": "Group:sales", "role": "DeveloperRead", "resource_type": None,
+                           "resource_name": None, "pattern_type": None}],
+        "super_users": ["User:admin"]})
+    assert acls == [("TOPIC", "orders", "LITERAL", "User:CN=a, O=b", "*", "READ", "ALLOW")]
+    assert bindings == [("Group:sales", "DeveloperRead", None, None, None)]
+    assert (supers, cluster, exported) == (("User:admin",), "c1", "2024-05-01T00:00:00Z")
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ([], "expected a JSON object"),
+    ({"acls": [{"resource_type": "TOPIC"}]}, "acls[0]: resource_type, resource_name, principal and operation"),
+    ({"acls": [{"resource_type": 1, "resource_name": "x", "principal": "User:a", "operation": "READ"}]},
+     "'resource_type' must be a string"),
+    ({"role_bindings": [{"role": "x"}]}, "role_bindings[0]: principal and role are required"),
+    ({"super_users": "User:admin"}, "'super_users' must be a list"),
+])
+def test_inventory_errors_name_the_field(doc: object, message: str) -> None:
+    with pytest.raises(InventoryError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_inventory(doc)
+
+
+def test_classification_topics_and_registry_subjects() -> None:
+    rows = parse_classification({
+        "topics": [{"name": "payments.", "pattern_type": "prefixed", "classes": ["pci"],
+                    "approved_principals": ["User:billing"]}],
+        "subjects": [{"subject": "patients-value", "tags": ["PHI"]}, {"subject": "people-key", "tags": ["pii"]}]})
+    assert rows == [("payments.", "PREFIXED", ["PCI"], ["User:billing"]), ("patients", "LITERAL", ["PHI"], []),
+                    ("people", "LITERAL", ["PII"], [])]
+    with pytest.raises(InventoryError, match="pattern_type must be LITERAL or PREFIXED"):
+        parse_classification({"topics": [{"name": "x", "pattern_type": "MATCH"}]})
+
+
+def test_report_escapes_everything_from_the_logs() -> None:
+    evil = "<script>alert(1)</script>"
+    page = html_report.render(
+        summary={"period": {"start": "a", "end": "b"}, "inputs": [evil], "line_quality": [
+            {"source": evil, "kind": "bad", "lines": 1}], "bad_line_sample": [{"source": "s", "reason": "r", "raw": evil}]},
+        findings=[{"rule": "NEW_PRINCIPAL", "severity": "MEDIUM", "principal": f"User:{evil}", "host": evil,
+                   "resource": evil, "count": 1, "first_seen": None, "last_seen": None, "evidence": [evil],
+                   "regulations": ["SOC 2 CC6.2"]}],
+        charts={"denials": [("04-01 10:00", 3.0)], "top_principals": [(evil, 5.0)],
+                "access_heat": [(0, 10, 4.0)], "volume": [(evil, 2048.0)]})
+    assert "<script" not in page and "&lt;script&gt;" in page
+    assert page.count("<svg") == 4 and "2.0 KiB" in page
+
+
+def test_generator_is_deterministic_and_plants_every_rule(tmp_path: Path) -> None:
+    a = generator.generate(tmp_path / "a", generator.MIN_LINES, 5)
+    b = generator.generate(tmp_path / "b", generator.MIN_LINES, 5)
+    assert a == b
+    for f in ("logs/broker-1/kafka-authorizer.log", "logs/broker-4/kafka-request.log", "logs/gateway-1/events.jsonl",
+              "inventory.json", "classification.json", "planted.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+    planted = json.loads((tmp_path / "a" / "planted.json").read_text())
+    assert {p["rule"] for p in planted} == set(generator_rules())
+    assert all(set(p) == {"rule", "principal", "host", "resource"} for p in planted)
+    total = sum(len(f.read_bytes().splitlines()) for f in (tmp_path / "a" / "logs").rglob("*") if f.is_file())
+    assert abs(total - generator.MIN_LINES) < generator.MIN_LINES * 0.02
+    with pytest.raises(ValueError, match="at least"):
+        generator.generate(tmp_path / "c", 10, 1)
+
+
+def generator_rules() -> tuple[str, ...]:
+    from spark_compliance.findings import RULES
+
+    return RULES
