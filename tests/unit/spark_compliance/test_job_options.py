@@ -1,0 +1,40 @@
+"""`kgov audit run` options: times, zones, business hours (pure; no Spark started)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+import pytest
+
+from spark_compliance.job import add_run_arguments, options_from_args
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_defaults_and_explicit_values() -> None:
+    o = options_from_args(_parse("--input", "a", "b", "--input", "c", "--out", "o"))
+    assert (list(o.inputs), o.out, o.master, o.default_zone, o.source_zones, o.exclude_principals) == (
+        ["a", "b", "c"], "o", "local[*]", "UTC", {}, ("User:kafka",))
+    o = options_from_args(_parse(
+        "--input", "a", "--out", "o", "--master", "spark://h:7077", "--since", "2024-04-02T00:00:00",
+        "--until", "2024-04-03T00:00:00+02:00", "--log-timezone", "Europe/Paris", "--log-timezone",
+        "broker-3=America/New_York", "--business-hours", "9-17", "--business-timezone", "Europe/Berlin",
+        "--exclude-principal", "User:broker", "--dormant-days", "90", "--gap-minutes", "15"))
+    assert o.master == "spark://h:7077"
+    assert o.since == datetime(2024, 4, 2, tzinfo=UTC)
+    assert o.until is not None and o.until.astimezone(UTC) == datetime(2024, 4, 2, 22, tzinfo=UTC)
+    assert (o.default_zone, o.source_zones) == ("Europe/Paris", {"broker-3": "America/New_York"})
+    assert (o.params.business_start_hour, o.params.business_end_hour, o.params.business_zone) == (
+        9, 17, "Europe/Berlin")
+    assert (o.exclude_principals, o.params.dormant_days, o.params.gap_minutes) == (("User:broker",), 90, 15)
+
+
+@pytest.mark.parametrize("hours", ["18-8", "x-y", "9", "0-25"])
+def test_business_hours_are_validated(hours: str) -> None:
+    with pytest.raises(SystemExit, match="--business-hours"):
+        options_from_args(_parse("--input", "a", "--out", "o", "--business-hours", hours))
