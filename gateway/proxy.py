@@ -178,10 +178,15 @@ class Gateway:
             s.close()
         for c in list(self._connections):
             c.abort("gateway shutting down")
+        tasks = [t for t in self._tasks if not t.done()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for s in self._servers:
             with contextlib.suppress(Exception):
                 await s.wait_closed()
         self._servers.clear()
+        await asyncio.sleep(0)  # let aborted transports run connection_lost before the loop stops
 
     def _open_node_listener(self, node_id: int, upstream: tuple[str, int]) -> None:
         """Opens the per-node listening socket synchronously (so the advertised port accepts at once)."""
@@ -377,6 +382,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.idle_handle: asyncio.TimerHandle | None = None
         self.connection_id = ""
         self.raw_sasl = False
+        self.held: deque[Frame] = deque()
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
@@ -496,13 +502,19 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.paused.discard(reason)
         if not self.paused and self.transport is not None and not self.closed:
             self.transport.resume_reading()
+            if self.held:
+                asyncio.get_running_loop().call_soon(self._process_held)
 
     def pause_writing(self) -> None:
+        # The client does not read its responses: stop reading its requests (locally answered ones
+        # would otherwise pile up in our write buffer) and stop reading the upstream's answers.
+        self.pause("client-backlog")
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.resume("client-backlog")
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.resume_reading()
@@ -519,10 +531,19 @@ class ClientConnection(asyncio.BufferedProtocol):
         except FrameError as exc:
             self.abort(str(exc))
             return
+        if self.held:
+            self.held.extend(frames)
+        else:
+            self.held = deque(frames)
+        self._process_held()
+
+    def _process_held(self) -> None:
+        """Serves the requests already read, stopping as soon as the connection is paused (quota mute,
+        backlog, too many in flight): what was read but not served waits here, bounded by one read."""
         quotas = self.services.quotas
-        for frame in frames:
-            if self.closed:
-                return
+        held = self.held
+        while held and not self.paused and not self.closed:
+            frame = held.popleft()
             started = time.perf_counter()
             try:
                 self._on_request(frame)
@@ -537,8 +558,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                                                       time.perf_counter() - started)
                 if throttle > 0:
                     self._mute(throttle)
-        if len(self.slots) >= MAX_IN_FLIGHT:
-            self.pause("in-flight")
+            if len(self.slots) >= MAX_IN_FLIGHT:
+                self.pause("in-flight")
 
     def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
@@ -845,9 +866,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         slots = self.slots
         while slots and slots[0].response is not None:
             slot = slots.popleft()
+            # Audit first: once a client has seen an answer, its request-log event exists.
+            self._log_request(slot)
             if slot.response and not self.closed:
                 transport.writelines(slot.response)
-            self._log_request(slot)
         if "in-flight" in self.paused and len(slots) < MAX_IN_FLIGHT // 2:
             self.resume("in-flight")
 

@@ -304,3 +304,29 @@ def test_admin_client_sees_the_principals_authorized_operations(
                                      include_authorized_operations=True).values()
     described = future.result(10)
     assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+
+
+def test_a_client_that_never_reads_cannot_grow_the_gateways_buffers(
+    open_gateway: tuple[RunningGateway, AuthzFixture],
+) -> None:
+    gw, _ = open_gateway
+    raw = RawClient(gw.bootstrap)
+    raw.sock.setblocking(False)
+    request = SPECS[18].request[3](client_software_name="x", client_software_version="1")
+    request.with_header(correlation_id=1, client_id="flood")
+    frame = bytes(request.encode(version=3, header=True, framed=True))
+    burst = frame * 2000
+    sent = 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and sent < 200 * len(burst):
+        try:
+            sent += raw.sock.send(burst)
+        except BlockingIOError:
+            time.sleep(0.01)  # the gateway stopped reading us: TCP pushes back
+    assert sent < 200 * len(burst), "the gateway kept reading a client that never reads"
+
+    async def buffered() -> list[int]:
+        return [c.transport.get_write_buffer_size() for c in gw.gateway._connections if c.transport]
+
+    assert max(gw.call(buffered())) <= 2 * 1024 * 1024
+    raw.close()

@@ -213,9 +213,14 @@ def test_gateway_logs_in_upstream_with_its_own_service_credential(
         p.produce(topic, b"chained", on_delivery=lambda err, msg: results.append(err))
         assert p.flush(20) == 0
         assert results == [None], [str(r) for r in results]
-    principals = {e.data["principal"] for e in inner.memory.events if str(e.type) == "io.kgov.request"
-                  and e.data["requestHeader"]["requestApiKey"] == 0}
-    assert principals == {"User:svc"}
+    def produce_principals() -> set[str]:
+        return {e.data["principal"] for e in inner.memory.events if str(e.type) == "io.kgov.request"
+                and e.data["requestHeader"]["requestApiKey"] == 0}
+
+    deadline = time.monotonic() + 5  # the inner gateway logs right after it answered, on its own thread
+    while not produce_principals() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert produce_principals() == {"User:svc"}
     # with a wrong service password the outer gateway drops clients instead of forwarding anonymously
     bad = replace(options, upstream_sasl=("SCRAM-SHA-512", "svc", "wrong-password-999"))
     with RunningGateway(bad, Services(outer_authz.service)) as outer:
