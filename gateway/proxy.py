@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from audit.request_log import authentication_event, request_event, request_log_entry
-from audit.sinks import AuditSink
+from audit.request_log import authentication_event, request_event, request_log_entry, request_log_line
+from audit.sinks import AuditSink, LineSink
 from authz.model import (
     Action,
     Authorizer,
@@ -107,7 +107,8 @@ class Services:
     auth_audit: AuditSink | None = None  # authentication events (default: `audit`)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     local_handlers: dict[int, LocalHandler] = field(default_factory=dict)
-    quotas: Any = None  # gateway.quota_enforcer.QuotaEnforcer
+    quotas: Any = None  # gateway.quotas.QuotaEnforcer
+    request_lines: LineSink | None = None  # Kafka's `Completed request:` text lines
 
 
 @dataclass(slots=True)
@@ -889,7 +890,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             request_bytes=slot.request_bytes + 4, response_bytes=sum(map(len, slot.response or ())),
             records_bytes=slot.records_bytes, forwarded=slot.forwarded,
         )
-        sink.write(request_event(source=self.options.source, time=self.services.clock(), entry=entry))
+        now = self.services.clock()
+        sink.write(request_event(source=self.options.source, time=now, entry=entry))
+        lines = self.services.request_lines
+        if lines is not None:
+            lines.write_line(request_log_line(now, entry))
 
 
 async def serve_forever(gateway: Gateway, stop: asyncio.Event) -> None:

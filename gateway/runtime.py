@@ -88,6 +88,8 @@ def build_runtime(
                            backups=settings.audit.backups)
     lines = TextLineSink(audit_dir / "gateway-kafka-authorizer.log", max_bytes=settings.audit.max_bytes,
                          backups=settings.audit.backups)
+    request_lines = TextLineSink(audit_dir / "gateway-kafka-request.log", max_bytes=settings.audit.max_bytes,
+                                 backups=settings.audit.backups)
     sink: AuditSink = MultiSink([events, extra_audit]) if extra_audit is not None else events
     source = f"crn:///kafka={settings.cluster_id}"
     authorizer = AuthorizerService(
@@ -130,9 +132,10 @@ def build_runtime(
         clock=now,
         quotas=quotas,
         local_handlers=admin_handlers(authorizer, credentials, quota_store, quotas),
+        request_lines=request_lines if config.request_log else None,
     )
     runtime = GatewayRuntime(Gateway(options, services), authorizer, credentials, quotas, engine)
-    runtime._closers.extend([authorizer.close, quotas.close, events.close, lines.close])
+    runtime._closers.extend([authorizer.close, quotas.close, events.close, lines.close, request_lines.close])
     if own_engine:
         runtime._closers.append(engine.dispose)
     return runtime

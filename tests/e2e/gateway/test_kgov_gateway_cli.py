@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from authz.database import open_engine
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
@@ -49,6 +49,9 @@ def test_kgov_gateway_command(kafka_broker: str, tmp_path: Path) -> None:
                       "sasl.password": "carol-password-0123"})
         p.produce(topic, b"via kgov gateway", on_delivery=lambda err, msg: results.append(err))
         assert p.flush(20) == 0 and results == [None]
+        p.produce(f"{topic}-not-hers", b"x", on_delivery=lambda err, msg: results.append(err))
+        p.flush(20)
+        assert results[1] is not None and results[1].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
@@ -57,6 +60,11 @@ def test_kgov_gateway_command(kafka_broker: str, tmp_path: Path) -> None:
     events = (tmp_path / "audit" / "gateway-events.jsonl").read_text()
     assert '"principal":"User:carol"' in events and "io.kgov.request" in events
     assert "carol-password-0123" not in events + out + err
+    request_lines = (tmp_path / "audit" / "gateway-kafka-request.log").read_text()
+    assert "DEBUG Completed request:" in request_lines and '"requestApiKeyName":"PRODUCE"' in request_lines
+    authorizer_lines = (tmp_path / "audit" / "gateway-kafka-authorizer.log").read_text()
+    assert (f"INFO Principal = User:carol is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = "
+            f"Topic:LITERAL:{topic}-not-hers") in authorizer_lines
 
 
 def test_kgov_gateway_refuses_to_start_without_an_upstream(tmp_path: Path) -> None:
