@@ -115,39 +115,54 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
              .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Successfully "), F.lit(_AUTH_OK))
              .otherwise(F.lit(_OTHER)))
     sh = F.col("shape")
-    joined = (F.when(sh == _AUTHZ, F.coalesce(_fields(v, K.AUTHZ, K.AUTHZ_FIELDS),
-                                               _fields(v, K.AUTHZ_OLD, K.AUTHZ_OLD_FIELDS)))
-              .when(sh == _SU, _fields(v, K.AUTHZ_SUPER_USER, K.SUPER_USER_FIELDS))
-              .when(sh == _NOACL, _fields(v, K.AUTHZ_NO_ACL, K.NO_ACL_FIELDS))
-              .when(sh == _REQ_TEXT, _fields(v, K.REQUEST_TEXT, K.REQUEST_TEXT_FIELDS))
-              .when(sh == _REQ_JSON, _fields(v, K.REQUEST_JSON, K.REQUEST_JSON_FIELDS))
-              .when(sh == _AUTH_FAIL, _fields(v, K.AUTH_FAILURE, K.AUTH_FIELDS))
-              .when(sh == _AUTH_OK, _fields(v, K.AUTH_SUCCESS, K.AUTH_FIELDS)))
-    stage1 = (lines.withColumn("shape", shape)
-              .withColumn("f", F.split(joined, K.FIELD_SEP))
+    # Each full-line pattern runs once per line: `r` is its own projection (referenced several times, so
+    # Spark does not inline it), and a pattern is only tried on lines of its shape.
+    rewritten = (F.when(sh == _AUTHZ, F.regexp_replace(v, K.AUTHZ, K.AUTHZ_FIELDS))
+                 .when(sh == _SU, F.regexp_replace(v, K.AUTHZ_SUPER_USER, K.SUPER_USER_FIELDS))
+                 .when(sh == _NOACL, F.regexp_replace(v, K.AUTHZ_NO_ACL, K.NO_ACL_FIELDS))
+                 .when(sh == _REQ_TEXT, F.regexp_replace(v, K.REQUEST_TEXT, K.REQUEST_TEXT_FIELDS))
+                 .when(sh == _REQ_JSON, F.regexp_replace(v, K.REQUEST_JSON, K.REQUEST_JSON_FIELDS))
+                 .when(sh == _AUTH_FAIL, F.regexp_replace(v, K.AUTH_FAILURE, K.AUTH_FIELDS))
+                 .when(sh == _AUTH_OK, F.regexp_replace(v, K.AUTH_SUCCESS, K.AUTH_FIELDS)))
+    r = F.col("r")
+    stage1 = (lines.withColumn("shape", shape).withColumn("r", rewritten)
+              # 0.9-2.3 authorizer lines: the 2.4+ pattern left them unchanged.
+              .withColumn("r", F.when((sh == _AUTHZ) & (r == v),
+                                      F.regexp_replace(v, K.AUTHZ_OLD, K.AUTHZ_OLD_FIELDS)).otherwise(r))
+              .withColumn("f", F.when(r != v, F.split(r, K.FIELD_SEP)))
               .withColumn("ev", F.from_json(F.when(sh == _JSON, v), S.CLOUD_EVENT_SCHEMA))
-              .withColumn("rj", F.from_json(F.when(sh == _REQ_JSON, F.col("f")[2]), S.EVENT_DATA_SCHEMA)))
-    # Stage 2 reads the stage-1 columns; Spark keeps the projections apart because collapsing them would
-    # re-run the regular expressions once per reference.
+              .withColumn("rj", F.from_json(F.when(sh == _REQ_JSON, F.col("f")[2]), S.EVENT_DATA_SCHEMA))
+              .drop("r"))
     f = F.col("f")
     ev = F.col("ev")
-    d = F.when(sh == _JSON, ev["data"]).otherwise(F.col("rj"))
     # String functions, not regular expressions, on the per-row hot path where they suffice.
-    source = _nonempty(F.substring_index(F.substring_index(F.col("file_path"), "/", -2), "/", 1))
+    source0 = _nonempty(F.substring_index(F.substring_index(F.col("file_path"), "/", -2), "/", 1))
     zone: Column = F.lit(default_zone)
     for src, z in (source_zones or {}).items():
-        zone = F.when(source == src, F.lit(z)).otherwise(zone)
+        zone = F.when(F.col("source") == src, F.lit(z)).otherwise(zone)
     # `2024-05-01 10:00:00,123` -> a cast (Spark's own fast parser) rather than a DateTimeFormatter.
     wall_clock = F.translate(f[0], ",", ".").try_cast("timestamp")
     utc_only = default_zone.upper() in ("UTC", "Z", "ETC/UTC") and not source_zones
-    log_ts = wall_clock if utc_only else F.to_utc_timestamp(wall_clock, zone)
-    ev_type = ev["type"]
-    ev_ts = F.try_to_timestamp(ev["time"])
-    ev_kind = (F.when(ev_type.isin("io.kgov.authorization", "io.confluent.kafka.server/authorization"),
-                      F.lit(S.AUTHORIZATION))
-               .when(ev_type == "io.kgov.request", F.lit(S.REQUEST))
-               .when(ev_type == "io.kgov.authentication", F.lit(S.AUTHENTICATION))
-               .when(ev_type.startswith("io.kgov.") & ev_type.endswith("_change"), F.lit(S.CHANGE)))
+    ev_type0 = ev["type"]
+    ev_kind0 = (F.when(ev_type0.isin("io.kgov.authorization", "io.confluent.kafka.server/authorization"),
+                       F.lit(S.AUTHORIZATION))
+                .when(ev_type0 == "io.kgov.request", F.lit(S.REQUEST))
+                .when(ev_type0 == "io.kgov.authentication", F.lit(S.AUTHENTICATION))
+                .when(ev_type0.startswith("io.kgov.") & ev_type0.endswith("_change"), F.lit(S.CHANGE)))
+    # Stage 2: the values many output columns share, each computed once.
+    stage2 = stage1.select(
+        "value", "file_path", "shape", "f", "ev", "rj", source0.alias("source"),
+        F.when(sh != _JSON, wall_clock).alias("wall_clock"), ev_type0.alias("ev_type"),
+        F.try_to_timestamp(ev["time"]).alias("ev_ts"), ev_kind0.alias("ev_kind"))
+    stage2 = stage2.withColumn("log_ts", F.col("wall_clock") if utc_only
+                               else F.to_utc_timestamp(F.col("wall_clock"), zone))
+    # Not a column: copying the nested struct into every row costs more than reading through the CASE.
+    d = F.when(sh == _JSON, ev["data"]).otherwise(F.col("rj"))
+    source = F.col("source")
+    log_ts = F.col("log_ts")
+    ev_type = F.col("ev_type")
+    ev_ts = F.col("ev_ts")
+    ev_kind = F.col("ev_kind")
     az = d["authorizationInfo"]
     req_api = F.upper(d["requestHeader"]["requestApiKeyName"])
     json_principal = F.coalesce(d["authenticationInfo"]["principal"], d["principal"])
@@ -246,11 +261,9 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     replica = F.coalesce(d["request"]["replicaId"], d["request"]["replicaState"]["replicaId"])
     excluded = (principal.isin(*list(exclude_principals))
                 | (has_topics & (req_api == "FETCH") & F.coalesce(replica >= 0, F.lit(False))))
-    kind = (F.when(is_event & excluded, F.lit(KIND_EXCLUDED)).when(is_event, F.lit(KIND_EVENT))
-            .when(ignored, F.lit(KIND_IGNORED)).otherwise(F.lit(KIND_BAD)))
     ts = F.when(sh == _JSON, ev_ts).otherwise(log_ts)
 
-    stage2 = stage1.select(
+    stage3 = stage2.select(
         ts.alias("ts"), source.alias("source"), stream.alias("stream"), fmt.alias("fmt"), level.alias("level"),
         event_type.alias("event_type"), principal.alias("principal"), host.alias("host"),
         decision.alias("decision"), operation.alias("operation"), resource_type.alias("resource_type"),
@@ -260,10 +273,20 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
         _nonempty(client_id).alias("client_id"), _nonempty(software_name).alias("software_name"),
         _nonempty(software_version).alias("software_version"), text_bytes.alias("bytes"),
         auth_result.alias("auth_result"), mechanism.alias("mechanism"),
-        kind.alias("kind"), F.when(kind == KIND_BAD, reason).alias("reason"),
-        F.when(kind == KIND_BAD, F.substring(v, 1, 500)).alias("raw"), F.col("file_path"),
-        F.when(has_topics & (kind == KIND_EVENT), _topics(d, req_api)).alias("topics"),
+        is_event.alias("_is_event"), excluded.alias("_excluded"), ignored.alias("_ignored"), reason.alias("_reason"),
+        "value", F.col("file_path"),
+        F.when(has_topics, _topics(d, req_api)).alias("topics"),
     )
+    ie = F.col("_is_event")
+    kind = (F.when(ie & F.col("_excluded"), F.lit(KIND_EXCLUDED)).when(ie, F.lit(KIND_EVENT))
+            .when(F.col("_ignored"), F.lit(KIND_IGNORED)).otherwise(F.lit(KIND_BAD)))
+    stage4 = stage3.withColumn("kind", kind)
+    k = F.col("kind")
+    stage2 = stage4.select(
+        *[c for c in stage3.columns if not c.startswith("_") and c not in ("value", "topics")], "kind",
+        F.when(k == KIND_BAD, F.col("_reason")).alias("reason"),
+        F.when(k == KIND_BAD, F.substring(F.col("value"), 1, 500)).alias("raw"),
+        F.when(k == KIND_EVENT, F.col("topics")).alias("topics"))
     exploded = stage2.select("*", F.posexplode_outer("topics").alias("pos", "topic")).drop("topics")
     t = F.col("topic")
     keep = [c for c in stage2.columns if c not in ("topics", "resource_type", "resource_name", "bytes", "rule")]
