@@ -12,7 +12,7 @@ report) p50/p99 at half of the gateway's maximum rate, direct and through the ga
 p99. Targets (issue 5): gateway >= 0.6 of direct produce throughput; <= 2 ms added p99 latency.
 Reference measured on this machine class: `tansu proxy` keeps about 0.42 of direct produce throughput.
 
-    .venv/bin/python bench/gateway_bench.py [--records 100000] [--latency-seconds 4] [--latency-rounds 3]
+    .venv/bin/python bench/gateway_bench.py [--records 100000] [--rounds 2] [--latency-seconds 4] [--latency-rounds 3]
 """
 
 from __future__ import annotations
@@ -104,6 +104,23 @@ def prepare_gateway_database(tmp: Path, topic: str) -> dict[str, str]:
             "KGOV_AUTHZ__LOG_ALLOWED": "true"}
 
 
+def grant(env: dict[str, str], topic: str) -> None:
+    """Literal ACLs for one more topic (the running gateway picks them up within 200 ms)."""
+    from authz.database import open_engine
+    from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
+    from authz.service import AuthorizerService
+    from kgov.settings import Settings
+
+    settings = Settings(db=env["KGOV_DB"], data_dir=env["KGOV_DATA_DIR"])
+    engine = open_engine(env["KGOV_DB"])
+    authz = AuthorizerService(engine, settings.authz)
+    authz.start(background=False)
+    authz.create_acls([Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, f"User:{USER}", "*", op, Permission.ALLOW)
+                       for op in (Operation.WRITE, Operation.READ, Operation.DESCRIBE)], actor=Principal("User", "bench"))
+    engine.dispose()
+    time.sleep(0.5)
+
+
 def produce_throughput(conf: dict[str, Any], topic: str, records: int) -> float:
     p = Producer({**conf, "acks": 1, "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 2_000_000})
@@ -186,6 +203,7 @@ def latency_at_rate(conf: dict[str, Any], topic: str, rate: float, seconds: floa
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--latency-seconds", type=float, default=4.0)
     ap.add_argument("--latency-rounds", type=int, default=3)
     args = ap.parse_args()
@@ -209,21 +227,31 @@ def main() -> int:
                                     log=tmp / "gateway.log"))
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker_port}"})
         for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics.values()]).values():
-            f.result(30)
+            f.result(30)  # the latency runs use these
         confs = {
             "direct": {"bootstrap.servers": f"127.0.0.1:{broker_port}"},
             "tansu-proxy": {"bootstrap.servers": f"127.0.0.1:{proxy_port}"},
             "kgov": {"bootstrap.servers": f"127.0.0.1:{gateway_port}", "security.protocol": "SASL_PLAINTEXT",
                      "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER, "sasl.password": PASSWORD},
         }
-        print(f"gateway benchmark: {args.records} records of 1 KiB, acks=1, linger.ms=5, one partition")
-        produce: dict[str, float] = {}
-        consume: dict[str, float] = {}
-        for name, conf in confs.items():
-            produce[name] = produce_throughput(conf, topics[name], args.records)
-            consume[name] = consume_throughput(conf, topics[name], args.records)
-            print(f"  {name:12s} produce {produce[name]:>10,.0f} msgs/s   consume {consume[name]:>10,.0f} msgs/s",
-                  flush=True)
+        print(f"gateway benchmark: {args.records} records of 1 KiB per run, acks=1, linger.ms=5, one partition, "
+              f"best of {args.rounds} interleaved rounds (the machine is shared: the best round is the one "
+              f"least disturbed by other load)")
+        produce: dict[str, float] = dict.fromkeys(confs, 0.0)
+        consume: dict[str, float] = dict.fromkeys(confs, 0.0)
+        for r in range(args.rounds):
+            for name, conf in confs.items():
+                topic = f"{topics[name]}-{r}"
+                for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                    f.result(30)
+                if name == "kgov":
+                    grant(env, topic)
+                p, c = produce_throughput(conf, topic, args.records), consume_throughput(conf, topic, args.records)
+                produce[name], consume[name] = max(produce[name], p), max(consume[name], c)
+                print(f"  round {r + 1} {name:12s} produce {p:>10,.0f} msgs/s   consume {c:>10,.0f} msgs/s",
+                      flush=True)
+        for name in confs:
+            print(f"  best    {name:12s} produce {produce[name]:>10,.0f} msgs/s   consume {consume[name]:>10,.0f} msgs/s")
         print("ratios to direct:")
         for name in ("tansu-proxy", "kgov"):
             print(f"  {name:12s} produce {produce[name] / produce['direct']:.2f}   "
