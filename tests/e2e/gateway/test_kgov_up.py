@@ -20,11 +20,27 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
 def test_kgov_up_brings_the_platform_up_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    upstream = run_up_and_produce(tmp_path, [])
+    host, port = upstream.rsplit(":", 1)
+    import socket
+
+    with pytest.raises(OSError):  # the embedded broker stopped with it
+        socket.create_connection((host, int(port)), timeout=1).close()
+
+
+def test_kgov_up_fronts_an_existing_cluster(tmp_path: Path, kafka_broker: str) -> None:
+    assert run_up_and_produce(tmp_path, ["--upstream", kafka_broker]) == kafka_broker
+
+
+def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
+    """Runs `kgov up`, produces and consumes with the printed settings, stops it; returns the upstream."""
     gateway_port, http_port = free_port(), free_port()
-    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{gateway_port}"}
+    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{gateway_port}",
+           "KGOV_GATEWAY__NODE_PORT_BASE": str(free_port() - 111)}
     env.pop("KGOV_ADMIN__PASSWORD", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
+        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port),
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )
     lines: list[str] = []
@@ -77,8 +93,4 @@ def test_kgov_up_brings_the_platform_up_and_ctrl_c_stops_it(tmp_path: Path) -> N
             raise
         code = proc.returncode
     assert code == 0
-    host, port = upstream.group(1).rsplit(":", 1)
-    import socket
-
-    with pytest.raises(OSError):  # the embedded broker stopped with it
-        socket.create_connection((host, int(port)), timeout=1).close()
+    return upstream.group(1)
