@@ -20,6 +20,10 @@ class GatewayConfig(BaseModel):
     mechanisms: list[str] | None = None
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    # Kafka's ssl.client.auth: with `required`/`requested`, client certificates are verified against
+    # tls_ca_file and, on an SSL listener, the principal is User:<subject DN> (RFC 2253, as Kafka).
+    tls_client_auth: Literal["none", "requested", "required"] = "none"
+    tls_ca_file: Path | None = None
     # How brokers are advertised: `per-node` (broker n on node_port_base + n) or `single` (all on
     # the listener; right for a one-node upstream such as Tansu, or a load-balanced endpoint).
     address_mode: Literal["per-node", "single"] = "per-node"
@@ -45,6 +49,11 @@ class GatewayConfig(BaseModel):
             raise ValueError(
                 f"gateway.security_protocol={self.security_protocol} needs a certificate: set "
                 "gateway.tls_cert_file and gateway.tls_key_file (PEM files)"
+            )
+        if self.tls_client_auth != "none" and self.tls_ca_file is None:
+            raise ValueError(
+                f"gateway.tls_client_auth={self.tls_client_auth} needs gateway.tls_ca_file: the CA (PEM) that "
+                "signs client certificates"
             )
         if self.upstream_security_protocol.startswith("SASL_") and (
             not self.upstream_username or self.upstream_password is None

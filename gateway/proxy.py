@@ -125,6 +125,31 @@ class Slot:
     raw: bool = False  # a raw SASL v0 token: no Kafka header
 
 
+_DN_NAMES = {
+    "commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O", "localityName": "L",
+    "stateOrProvinceName": "ST", "countryName": "C", "streetAddress": "STREET", "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def _dn_escape(value: str) -> str:
+    out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def subject_dn(subject: Any) -> str:
+    """The certificate subject as Kafka's default principal builder names it (X500Principal,
+    RFC 2253: most specific RDN first, e.g. `CN=alice,OU=eng,O=kgov,C=DE`)."""
+    rdns = []
+    for rdn in reversed(subject):
+        rdns.append("+".join(f"{_DN_NAMES.get(k, k)}={_dn_escape(v)}" for k, v in rdn))
+    return ",".join(rdns)
+
+
 def _sasl_enabled(protocol: str) -> bool:
     return protocol.startswith("SASL_")
 
@@ -404,6 +429,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=1 << 20)
+        if self.options.security_protocol == "SSL":
+            subject = (transport.get_extra_info("peercert") or {}).get("subject")
+            if subject:
+                self.principal = Principal("User", subject_dn(subject))
         if _sasl_enabled(self.options.security_protocol):
             if self.options.mechanism_factory is None:
                 self.abort("SASL listener without mechanisms")

@@ -55,6 +55,10 @@ def server_ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     assert config.tls_cert_file is not None and config.tls_key_file is not None
     ctx.load_cert_chain(str(config.tls_cert_file), str(config.tls_key_file))
+    if config.tls_client_auth != "none":
+        assert config.tls_ca_file is not None
+        ctx.load_verify_locations(cafile=str(config.tls_ca_file))
+        ctx.verify_mode = ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_OPTIONAL
     return ctx
 
 

@@ -77,3 +77,56 @@ def test_tls_settings_are_required_for_tls_listeners() -> None:
         GatewayConfig(security_protocol="SASL_SSL")
     with pytest.raises(ValueError, match="upstream_username"):
         GatewayConfig(upstream_security_protocol="SASL_PLAINTEXT")
+
+
+def _issue_client_cert(tmp: Path) -> tuple[Path, Path, Path]:
+    """A CA and a client certificate it signed (subject O=kgov, OU=payments, CN=alice)."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kgov test CA")])
+    now = datetime.datetime.now(datetime.UTC)
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kgov"),
+                         x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "payments"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, "alice")])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256()))
+    ca_file, cert_file, key_file = tmp / "ca.pem", tmp / "client.pem", tmp / "client.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return ca_file, cert_file, key_file
+
+
+def test_ssl_listener_with_client_certificates_uses_the_subject_as_principal(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    server_cert, server_key = self_signed(tmp_path)
+    ca, client_cert, client_key = _issue_client_cert(tmp_path)
+    gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(server_cert),
+                                  "tls_key_file": str(server_key), "tls_client_auth": "required",
+                                  "tls_ca_file": str(ca)})
+    principal = "User:CN=alice,OU=payments,O=kgov"
+    topic = f"mtls-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    grant_prefix(gw, principal, "mtls-")
+    results: list[object] = []
+    p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(server_cert),
+                  "ssl.certificate.location": str(client_cert), "ssl.key.location": str(client_key)})
+    p.produce(topic, b"mutual tls", on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(20) == 0 and results == [None]
+    produced = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.request"
+                and e.data["requestHeader"]["requestApiKey"] == 0]
+    assert produced and {r["principal"] for r in produced} == {principal}
+    # without a client certificate the handshake fails
+    errors: list[object] = []
+    anonymous = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SSL",
+                          "ssl.ca.location": str(server_cert), "error_cb": errors.append})
+    anonymous.produce(topic, b"x")
+    anonymous.flush(5)
+    assert errors
