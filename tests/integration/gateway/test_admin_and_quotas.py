@@ -219,3 +219,37 @@ def test_delegation_token_life_cycle_through_the_kafka_protocol(
     gone = RawClient(gw.bootstrap)
     assert scram_login(gone, "SCRAM-SHA-512", created.token_id, hmac_b64, token=True).error_code == 58
     gone.close()
+
+
+def test_fetch_over_the_consumer_quota_gets_an_empty_throttled_answer_and_a_mute(
+    gw: RunningGateway, kafka_broker: str,
+) -> None:
+    topic = f"cquota-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    direct = Producer({"bootstrap.servers": kafka_broker})
+    for _ in range(50):
+        direct.produce(topic, b"c" * 1024)
+    assert direct.flush(30) == 0
+    grant_prefix(gw, "User:bob", "cquota-")
+    gw.runtime.quotas._store.alter([(QuotaEntity(EntityPart.of("bob")), [QuotaOp("consumer_byte_rate", 5000.0)])])
+    gw.runtime.quotas.refresh()
+    raw = RawClient(gw.bootstrap)
+    assert scram_login(raw, "SCRAM-SHA-512", "bob", "bob-password-0123").error_code == 0
+    fetch = SPECS[1].request[12]
+    t = fetch.FetchTopic
+    request = fetch(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=10_000_000, isolation_level=0,
+                    session_id=0, session_epoch=-1,
+                    topics=[t(topic=topic, partitions=[t.FetchPartition(partition=0, fetch_offset=0,
+                                                                          partition_max_bytes=10_000_000)])])
+    first = raw.call(1, 12, request)
+    assert first.throttle_time_ms == 0 and len(first.responses[0].partitions[0].records) > 50 * 1024
+    started = time.monotonic()
+    second = raw.call(1, 12, request)
+    # ~52 kB against 5 kB/s over a padded 1 s window (11 x 0.1 s): Kafka's formula gives ~9.4 s
+    assert second.throttle_time_ms > 5000 and second.responses == []
+    assert time.monotonic() - started < 1.0  # answered at once ...
+    raw.send(18, 3, SPECS[18].request[3](client_software_name="t", client_software_version="1"))
+    raw.sock.settimeout(1.5)
+    with pytest.raises(TimeoutError):  # ... and then the connection is not read for the throttle time
+        raw._exactly(4)
+    raw.close()
