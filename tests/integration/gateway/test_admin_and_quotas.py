@@ -253,3 +253,22 @@ def test_fetch_over_the_consumer_quota_gets_an_empty_throttled_answer_and_a_mute
     with pytest.raises(TimeoutError):  # ... and then the connection is not read for the throttle time
         raw._exactly(4)
     raw.close()
+
+
+def test_connection_creation_rate_per_ip(gw: RunningGateway) -> None:
+    from gateway.quota_model import CONNECTION_CREATION_RATE, DEFAULT_PART
+
+    gw.runtime.quotas._store.alter([(QuotaEntity(ip=DEFAULT_PART), [QuotaOp(CONNECTION_CREATION_RATE, 3.0)])])
+    gw.runtime.quotas.refresh()
+    clients = [RawClient(gw.bootstrap) for _ in range(8)]
+    api_versions = SPECS[18].request[3]
+    served = 0
+    for c in clients:
+        try:
+            c.call(18, 3, api_versions(client_software_name="t", client_software_version="1"))
+            served += 1
+        except (ConnectionError, OSError):
+            pass
+        c.close()
+    # 3 per second over a padded 1 s window (11 x 0.1 s): the first three are accepted, the rest closed
+    assert served == 3
