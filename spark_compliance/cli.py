@@ -36,6 +36,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pyspark.errors import AnalysisException
+
     from spark_compliance.inventory import InventoryError
     from spark_compliance.job import options_from_args, run
 
@@ -43,6 +45,9 @@ def _run(args: argparse.Namespace) -> int:
         summary = run(options_from_args(args))
     except InventoryError as e:
         print(f"kgov audit run: {e}", file=sys.stderr)
+        return 2
+    except AnalysisException as e:  # e.g. an input path that does not exist
+        print(f"kgov audit run: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     found = sum(summary["findings_by_rule"].values())
     print(f"{summary['events']} events, {summary['bad_lines']} bad lines, {found} findings: "

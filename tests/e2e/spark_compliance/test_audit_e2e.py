@@ -107,3 +107,16 @@ def test_spark_ingest_agrees_with_the_pure_python_parser(spark: SparkSession, au
                    else None): r["n"] for r in rows}
     from_python = dict(reference_parser.parse_tree(data))
     assert from_spark == from_python
+
+
+def test_missing_input_and_bad_inventory_are_clear_errors(spark: SparkSession, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert kgov_main(["audit", "run", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "kgov audit run:" in capsys.readouterr().err
+    logs = tmp_path / "in" / "broker-1"
+    logs.mkdir(parents=True)
+    (logs / "server.log").write_text("garbage\n")
+    (tmp_path / "inv.json").write_text('{"acls": [{"resource_type": "TOPIC"}]}')
+    assert kgov_main(["audit", "run", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "o"),
+                      "--inventory", str(tmp_path / "inv.json")]) == 2
+    assert "acls[0]: resource_type, resource_name, principal and operation are required" in capsys.readouterr().err
