@@ -456,16 +456,21 @@ class ClientConnection(asyncio.BufferedProtocol):
     async def _connect_upstream(self) -> None:
         host, port = self.gateway.upstream_address(self.node_id)
         loop = asyncio.get_running_loop()
+        created: list[UpstreamConnection] = []
         try:
             _t, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.options.upstream_ssl),
                 timeout=10,
             )
+            created.append(proto)
             if self.options.upstream_sasl is not None:
                 await proto.login(*self.options.upstream_sasl)
         except (TimeoutError, OSError, CodecError) as exc:
             # The client sees a disconnect (a retriable transport error) and reconnects later.
             log.warning("upstream %s:%d unavailable: %s", host, port, exc)
+            for p in created:
+                if p.transport is not None:
+                    p.transport.close()
             self.abort("upstream unavailable")
             return
         if self.closed:
