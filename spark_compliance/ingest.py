@@ -16,9 +16,11 @@ source's zone is given by `source_zones` (default `default_zone`, UTC).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_compliance import kafka_lines as K
 from spark_compliance import schema as S
@@ -93,6 +95,40 @@ _JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK,
     "json", "authz", "su", "noacl", "detail", "req_text", "req_json", "auth_fail", "auth_ok", "other", "control")
 
 
+# Log4j2 JSON layouts (Kafka 4.0 moved to Log4j2; operators may log JSON): JsonLayout and the ECS template.
+_LOG4J2_JSON = StructType([
+    StructField("instant", StructType([StructField("epochSecond", LongType()),
+                                       StructField("nanoOfSecond", LongType())])),
+    StructField("timeMillis", LongType()),
+    StructField("@timestamp", StringType()),
+    StructField("level", StringType()), StructField("log.level", StringType()),
+    StructField("loggerName", StringType()), StructField("log.logger", StringType()),
+    StructField("message", StringType()),
+])
+
+
+def log4j2_json_as_text(lines: DataFrame) -> DataFrame:
+    """Rewrites Log4j2 JSON-layout lines as Kafka's classic `[%d] %p %m (%c)` text (time in UTC) and
+    marks them with `instant` (their time is absolute, so no source zone applies). Other lines pass."""
+    v = F.col("value")
+    is_layout = v.startswith("{") & (v.contains('"loggerName"') | v.contains('"log.logger"'))
+    j = F.from_json(F.when(is_layout, v), _LOG4J2_JSON)
+    instant = F.coalesce(
+        F.timestamp_micros(j["instant"]["epochSecond"] * 1_000_000 + F.floor(j["instant"]["nanoOfSecond"] / 1000)),
+        F.timestamp_millis(j["timeMillis"]), F.try_to_timestamp(j["@timestamp"]))
+    level = F.coalesce(j["level"], j["log.level"])
+    logger = F.coalesce(j["loggerName"], j["log.logger"])
+    text = F.concat(F.lit("["), F.date_format(instant, "yyyy-MM-dd HH:mm:ss,SSS"), F.lit("] "), F.upper(level),
+                    F.lit(" "), j["message"], F.lit(" ("), logger, F.lit(")"))
+    ok = instant.isNotNull() & level.isNotNull() & logger.isNotNull() & j["message"].isNotNull()
+    staged = lines.withColumn("_j", F.when(is_layout, F.struct(text.alias("text"), instant.alias("at"), ok.alias("ok"))))
+    jj = F.col("_j")
+    return staged.select(
+        *[F.when(jj["ok"], jj["text"]).otherwise(v).alias("value") if c == "value" else F.col(c)
+          for c in lines.columns],
+        F.when(jj["ok"], jj["at"]).alias("instant"))
+
+
 def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Mapping[str, str] | None = None,
                 exclude_principals: Iterable[str] = ("User:kafka",)) -> DataFrame:
     """Classify and parse every line. Returns `EVENT_COLUMNS` + `kind`, `reason`, `raw` (bad lines only),
@@ -101,6 +137,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     Needs the session time zone to be UTC (`session.build_session` sets it): log4j stamps are read as
     wall-clock time and then moved from each source's zone to UTC.
     """
+    lines = log4j2_json_as_text(lines)
     v = F.col("value")
     shape = (F.when(v.contains(K.FIELD_SEP), F.lit(_CONTROL))
              .when(v.startswith("{"), F.lit(_JSON))
@@ -151,11 +188,11 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                 .when(ev_type0.startswith("io.kgov.") & ev_type0.endswith("_change"), F.lit(S.CHANGE)))
     # Stage 2: the values many output columns share, each computed once.
     stage2 = stage1.select(
-        "value", "file_path", "shape", "f", "ev", "rj", source0.alias("source"),
+        "value", "file_path", "instant", "shape", "f", "ev", "rj", source0.alias("source"),
         F.when(sh != _JSON, wall_clock).alias("wall_clock"), ev_type0.alias("ev_type"),
         F.try_to_timestamp(ev["time"]).alias("ev_ts"), ev_kind0.alias("ev_kind"))
-    stage2 = stage2.withColumn("log_ts", F.col("wall_clock") if utc_only
-                               else F.to_utc_timestamp(F.col("wall_clock"), zone))
+    stage2 = stage2.withColumn("log_ts", F.coalesce(F.col("instant"), F.col("wall_clock") if utc_only
+                                                    else F.to_utc_timestamp(F.col("wall_clock"), zone)))
     # Not a column: copying the nested struct into every row costs more than reading through the CASE.
     d = F.when(sh == _JSON, ev["data"]).otherwise(F.col("rj"))
     source = F.col("source")
@@ -301,6 +338,18 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
         F.when(F.coalesce(F.col("pos"), F.lit(0)) == 0, F.lit(1)).otherwise(F.lit(0)).alias("line_weight"),
         F.to_date(F.col("ts")).alias("dt"),
     )
+
+
+def within_period(events: DataFrame, since: datetime | None, until: datetime | None) -> DataFrame:
+    """Events at or after `since` and before `until` (aware datetimes; naive ones are taken as UTC)."""
+    def utc(ts: datetime) -> datetime:
+        return (ts if ts.tzinfo is None else ts.astimezone(UTC)).replace(tzinfo=None)
+
+    if since is not None:
+        events = events.filter(F.col("ts") >= F.lit(utc(since)))
+    if until is not None:
+        events = events.filter(F.col("ts") < F.lit(utc(until)))
+    return events
 
 
 def resolve_topic_ids(parsed: DataFrame) -> DataFrame:

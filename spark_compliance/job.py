@@ -193,10 +193,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
     parsed = ingest.parse_lines(lines, default_zone=opts.default_zone, source_zones=opts.source_zones,
                                 exclude_principals=opts.exclude_principals).persist()
     events = ingest.events_of(parsed)
-    if opts.since is not None:
-        events = events.filter(F.col("ts") >= F.lit(opts.since.astimezone(UTC).replace(tzinfo=None)))
-    if opts.until is not None:
-        events = events.filter(F.col("ts") < F.lit(opts.until.astimezone(UTC).replace(tzinfo=None)))
+    events = ingest.within_period(events, opts.since, opts.until)
     progress("[2/5] parsing and writing the event table (Parquet, partitioned by dt)")
     events.write.mode("overwrite").partitionBy("dt").parquet(f"{out}/events")
     quality = [r.asDict() for r in ingest.line_quality(parsed).orderBy("source", "kind").collect()]

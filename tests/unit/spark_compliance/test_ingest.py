@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -251,3 +252,34 @@ INTER_BROKER = case("inter_broker", [_authz("DEBUG", K.authorizer_line_v1(
 
 def test_inter_broker_principal_is_excluded(parsed: dict[str, Rows]) -> None:
     assert [r["kind"] for r in parsed[INTER_BROKER]] == ["excluded"]
+
+
+_MSG = authorizer_log_line(principal=DN, allowed=False, operation="READ", host="10.0.0.1", resource_type="TOPIC",
+                           pattern_type="LITERAL", resource_name="orders", request_name="Fetch", resource_ref_count=1,
+                           rule="DefaultDeny")
+LOG4J2 = case("log4j2_json", [
+    # Log4j2 JsonLayout (compact) and the ECS JSON template: Kafka 4.0 logs through Log4j2.
+    json.dumps({"instant": {"epochSecond": 1714557600, "nanoOfSecond": 123456789}, "thread": "data-plane-1",
+                "level": "INFO", "loggerName": "kafka.authorizer.logger", "message": _MSG, "endOfBatch": False}),
+    json.dumps({"@timestamp": "2024-05-01T10:00:00.250Z", "log.level": "INFO", "message": "started",
+                "log.logger": "kafka.server.KafkaServer"}),
+    json.dumps({"timeMillis": 1714557600500, "level": "INFO", "loggerName": "kafka.authorizer.logger",
+                "message": "Principal = (truncated"}),
+], source="broker-9")
+
+
+def test_log4j2_json_layout_lines(parsed: dict[str, Rows]) -> None:
+    rows = parsed[LOG4J2]
+    assert [r["kind"] for r in rows] == ["event", "ignored", "bad"]
+    first = rows[0]
+    assert (first["principal"], first["decision"], first["resource_name"], first["fmt"]) == (
+        DN, "DENIED", "orders", "kafka-authz-3.3")
+    # An absolute instant: broker-9's configured zone (Europe/Berlin) does not shift it.
+    assert first["ts"] == datetime(2024, 5, 1, 10, 0, 0, 123456)  # microseconds kept
+
+
+def test_within_period(spark: SparkSession) -> None:
+    df = spark.createDataFrame([(datetime(2024, 5, 1, h),) for h in (8, 9, 10, 11)], "ts timestamp")
+    got = ingest.within_period(df, datetime(2024, 5, 1, 11, tzinfo=ZoneInfo("Europe/Berlin")),
+                               datetime(2024, 5, 1, 11))
+    assert [r["ts"].hour for r in got.collect()] == [9, 10]
