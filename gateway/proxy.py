@@ -69,6 +69,7 @@ PENDING_BYTES_HIGH = 4 * 1024 * 1024
 SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timing side channels
 # Kafka's sasl.server.max.receive.size: the largest frame a client may send before it authenticated.
 MAX_UNAUTHENTICATED_BYTES = 524_288
+UPSTREAM_VERSIONS_TTL_S = 300.0
 
 
 # An API the gateway answers itself (security admin APIs, quotas): returns the response message.
@@ -166,6 +167,7 @@ class Gateway:
         )
         self.brokers = BrokerMap(plan, self._open_node_listener)
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
+        self._versions_at = 0.0
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
@@ -260,6 +262,7 @@ class Gateway:
             frame = await reader.readexactly(size)
             resp = decode_response(spec, 3, frame)
             self.upstream_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            self._versions_at = time.monotonic()
             if self.options.upstream_sasl is None and self.brokers.plan.mode == "per-node":
                 with contextlib.suppress(OSError, asyncio.IncompleteReadError, CodecError, KeyError):
                     await self._learn_brokers(reader, writer)
@@ -278,6 +281,18 @@ class Gateway:
         writer.write(bytes(req.encode(header=True, framed=True)))
         size = int.from_bytes(await reader.readexactly(4), "big")
         self.brokers.rewrite_metadata(decode_response(spec, version, await reader.readexactly(size)))
+
+    def maybe_refresh_upstream_versions(self) -> None:
+        """Re-asks the upstream now and then (a rolling upgrade changes its versions); clients get the
+        cached answer meanwhile."""
+        if time.monotonic() - self._versions_at > UPSTREAM_VERSIONS_TTL_S:
+            self._versions_at = time.monotonic()
+
+            async def refresh() -> None:
+                with contextlib.suppress(OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, CodecError):
+                    await self.refresh_upstream_versions()
+
+            self.spawn(refresh())
 
     def api_versions(self) -> list[tuple[int, int, int]]:
         """Intersection of what the upstream supports and what the gateway can parse and authorize,
@@ -760,6 +775,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.slots.append(slot)
             return
         self._complete(slot, self._api_versions_frame(header))
+        self.gateway.maybe_refresh_upstream_versions()
 
     async def _api_versions_after_refresh(self, slot: Slot) -> None:
         try:
