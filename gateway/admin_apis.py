@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from audit.model import EventType, change_event
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
     Acl,
@@ -168,7 +167,6 @@ class ScramApis:
         return resp(error_code=0, error_message=None, results=out)
 
     def alter(self, ctx: RequestContext, version: int, request: Any) -> Any:
-        from sasl.scram import MECHANISMS, check_iterations, credential_from_salted
         from sasl.service import CredentialError
 
         resp = SPECS[51].response
@@ -200,24 +198,16 @@ class ScramApis:
         for u in request.upsertions:
             if u.name in errors:
                 continue
-            mech = MECHANISMS[SCRAM_MECHANISMS[u.mechanism]]
+            # The client sends the salted password (never the password); the credential service
+            # derives the keys and writes the audit record inside the same transaction.
             try:
-                check_iterations(mech, u.iterations)
-            except ValueError as exc:
-                errors[u.name] = (UNACCEPTABLE_CREDENTIAL, str(exc))
-                continue
-            # The client sends the salted password (never the password): store the derived keys.
-            cred = credential_from_salted(mech, bytes(u.salted_password), bytes(u.salt), u.iterations)
-            self.credentials.store.upsert_scram(u.name, mech.name, cred, self.credentials.now_ms())
-            self.credentials.refresh()
-            sink = getattr(self.credentials, "_audit", None)
-            if sink is not None:
-                sink.write(change_event(
-                    type=EventType.CREDENTIAL_CHANGE, source="kgov-gateway", time=self.credentials._clock(),
-                    principal=str(ctx.principal), method_name="scram.UpsertCredential", target=f"user={u.name}",
-                    details={"user": u.name, "mechanism": mech.name, "iterations": u.iterations},
-                    client_address=ctx.client_address,
-                ))
+                self.credentials.set_scram_salted_credential(
+                    u.name, SCRAM_MECHANISMS[u.mechanism], salt=bytes(u.salt),
+                    salted_password=bytes(u.salted_password), iterations=u.iterations,
+                    actor=ctx.principal, client_address=ctx.client_address,
+                )
+            except CredentialError as exc:
+                errors[u.name] = (exc.code, str(exc))
         return resp(results=[
             result(user=n, error_code=errors[n][0] if n in errors else 0,
                    error_message=errors[n][1] if n in errors else None)
