@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import secrets
 import socket
 import subprocess
@@ -91,6 +92,16 @@ def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
         thread.join(timeout=10)
 
 
+def _dev_secret(path: Path) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
+
+
 def client_settings(gateway: str, user: str, password: str | None, token_url: str) -> str:
     secret = password if password is not None else "<admin password>"
     return f"""
@@ -130,6 +141,10 @@ def _run_up(args: argparse.Namespace) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
                              dev_mode=True)
+    if settings.sasl.delegation_token_secret_key is None:
+        # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
+        # so tokens issued by one run stay valid in the next.
+        settings.sasl.delegation_token_secret_key = SecretStr(_dev_secret(data_dir / "delegation-token.key"))
     password = None
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)

@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, Producer
 
@@ -79,6 +80,12 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
                 got = m.value()
         c.close()
         assert got == b"hello from kgov up"
+        # dev mode has a delegation-token master key: the admin can issue tokens to workers
+        token = httpx.post(f"http://127.0.0.1:{http_port}/v1/delegation-tokens", json={},
+                           auth=("admin", password.group(1)), timeout=10)
+        assert token.status_code in (200, 201), token.text
+        assert token.json()["owner"] == "User:admin" and token.json()["hmac"]
+        assert (tmp_path / "data" / "delegation-token.key").stat().st_mode & 0o777 == 0o600
         # the password is not written anywhere on disk
         for f in (tmp_path / "data").rglob("*"):
             if f.is_file():
