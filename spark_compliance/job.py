@@ -1,7 +1,9 @@
 """The audit job: ingest -> event table -> reports -> findings.json, Parquet per report, report.html.
 
-Runs in-process (`kgov audit run`) or under `spark-submit` unchanged:
-    spark-submit --master spark://host:7077 --py-files kgov.zip -m spark_compliance.job --input ... --out ...
+Runs in-process (`kgov audit run`) or under `spark-submit` unchanged (verified with PySpark's own
+spark-submit, `--master local[2]`):
+    zip -r kgov-audit.zip spark_compliance audit
+    spark-submit --master spark://host:7077 --py-files kgov-audit.zip spark_compliance/job.py --input ... --out ...
 (`python -m spark_compliance.job` takes the same arguments as `kgov audit run`.)
 
 Output directory:
