@@ -16,7 +16,7 @@ import json
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Body, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from authz.decide import validate_new_acl
@@ -121,15 +121,16 @@ def _acl_list(request: Request, cluster_id: str, acls: list[Acl]) -> dict[str, A
     }
 
 
-def _filter_from_query(
-    resource_type: str | None,
-    resource_name: str | None,
-    pattern_type: str | None,
-    principal: str | None,
-    host: str | None,
-    operation: str | None,
-    permission: str | None,
+def acl_filter_query(
+    resource_type: str | None = None,
+    resource_name: str | None = None,
+    pattern_type: str | None = None,
+    principal: Annotated[str | None, Query()] = None,
+    host: str | None = None,
+    operation: str | None = None,
+    permission: str | None = None,
 ) -> AclFilter:
+    """The REST v3 query parameters of a search or delete, as Kafka's AclBindingFilter."""
     return AclFilter(
         _enum(ResourceType.parse, resource_type, ResourceType.ANY, "resource_type"),
         resource_name or None,
@@ -139,6 +140,9 @@ def _filter_from_query(
         _enum(Operation.parse, operation, Operation.ANY, "operation"),
         _enum(Permission.parse, permission, Permission.ANY, "permission"),
     )
+
+
+AclFilterQuery = Annotated[AclFilter, Depends(acl_filter_query)]
 
 
 def _create(request: Request, principal: Principal, acls: list[Acl]) -> None:
@@ -183,22 +187,10 @@ def _cluster(request: Request) -> dict[str, Any]:
 
 
 @v3.get("/v3/clusters/{cluster_id}/acls")
-def search_acls(
-    request: Request,
-    cluster_id: str,
-    principal: CurrentPrincipal,
-    resource_type: str | None = None,
-    resource_name: str | None = None,
-    pattern_type: str | None = None,
-    principal_filter: Annotated[str | None, Query(alias="principal")] = None,
-    host: str | None = None,
-    operation: str | None = None,
-    permission: str | None = None,
-) -> dict[str, Any]:
-    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+def search_acls(request: Request, cluster_id: str, caller: CurrentPrincipal, flt: AclFilterQuery
+                ) -> dict[str, Any]:
+    authorize_http(request, caller, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
     _check_cluster(request, cluster_id)
-    flt = _filter_from_query(resource_type, resource_name, pattern_type, principal_filter, host, operation,
-                             permission)
     return _acl_list(request, cluster_id, _service(request).describe_acls(flt))
 
 
@@ -220,27 +212,15 @@ def create_acls_batch(request: Request, cluster_id: str, principal: CurrentPrinc
 
 
 @v3.delete("/v3/clusters/{cluster_id}/acls")
-def delete_acls(
-    request: Request,
-    cluster_id: str,
-    principal: CurrentPrincipal,
-    resource_type: str | None = None,
-    resource_name: str | None = None,
-    pattern_type: str | None = None,
-    principal_filter: Annotated[str | None, Query(alias="principal")] = None,
-    host: str | None = None,
-    operation: str | None = None,
-    permission: str | None = None,
-) -> dict[str, Any]:
-    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+def delete_acls(request: Request, cluster_id: str, caller: CurrentPrincipal, flt: AclFilterQuery
+                ) -> dict[str, Any]:
+    authorize_http(request, caller, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_cluster(request, cluster_id)
-    if not resource_type:
+    if not request.query_params.get("resource_type"):
         # Confluent requires resource_type on delete, so one typo cannot wipe every ACL.
         raise ApiError(400, 400, "resource_type is required to delete ACLs (use ANY to match every type)")
-    flt = _filter_from_query(resource_type, resource_name, pattern_type, principal_filter, host, operation,
-                             permission)
     try:
-        matches = _service(request).delete_acls([flt], actor=principal, client_address=client_address(request))
+        matches = _service(request).delete_acls([flt], actor=caller, client_address=client_address(request))
     except InvalidAclError as exc:
         raise ApiError(400, 400, str(exc)) from None
     return {"data": [_acl_resource(request, cluster_id, a) for a in matches[0]]}
