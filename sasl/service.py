@@ -17,14 +17,15 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from passlib.hash import pbkdf2_sha256
 from sqlalchemy.engine import Engine
 
-from audit.model import AuditEvent, EventType, change_event
+from audit.model import EventType, change_event
+from audit.request_log import authentication_event
 from audit.sinks import AuditSink
 from authz.model import Principal
 from sasl import issuer as issuer_mod
@@ -434,22 +435,11 @@ class CredentialService:
     def audit_authentication(self, failure: Failure, client_address: str, method: str) -> None:
         if self._audit is None:
             return
-        data = {
-            "serviceName": self._source,
-            "methodName": method,
-            "resourceName": f"{self._source}/authentication",
-            "authenticationInfo": {
-                "mechanism": failure.mechanism,
-                "result": "FAILURE",
-                "reason": failure.reason,
-            },
-            "requestMetadata": {"clientAddress": client_address},
-        }
-        self._audit.write(
-            AuditEvent(
-                EventType.AUTHENTICATION, self._source, f"{self._source}/authentication", self._clock(), data
-            )
-        )
+        # One shape for every authentication event (the gateway writes the same builder's events).
+        event = authentication_event(source=self._source, time=self._clock(), principal=None,
+                                     mechanism=failure.mechanism, client_address=client_address, success=False,
+                                     reason=failure.reason)
+        self._audit.write(replace(event, data={**event.data, "methodName": method}))
 
     def _audit_change(
         self,

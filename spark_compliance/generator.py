@@ -35,6 +35,7 @@ from typing import Any
 
 from audit.kafka_format import authorizer_log_line, standard_acl_display
 from audit.model import AuditEvent, EventType, authorization_event, change_event
+from audit.request_log import authentication_event
 from spark_compliance import kafka_lines as K
 
 START = datetime(2024, 4, 1, tzinfo=UTC)  # a Monday
@@ -270,10 +271,10 @@ class _Writer:
 
     def gw_auth(self, ts: datetime, principal: str | None, host: str, ok: bool) -> str:
         self.n += 1
-        data = {"authenticationInfo": {"principal": principal}, "requestMetadata": {"clientAddress": host},
-                "mechanism": "SCRAM-SHA-512", "result": "SUCCESS" if ok else "FAILURE"}
-        return AuditEvent(EventType.AUTHENTICATION, GATEWAY_SOURCE, f"{GATEWAY_SOURCE}/authentication", ts, data,
-                          id=f"e{self.n}").to_json()
+        event = authentication_event(source=GATEWAY_SOURCE, time=ts, principal=principal, mechanism="SCRAM-SHA-512",
+                                     client_address=host, success=ok,
+                                     reason=None if ok else "Authentication failed: invalid credentials")
+        return AuditEvent(event.type, event.source, event.subject, ts, event.data, id=f"e{self.n}").to_json()
 
 
 def _at(day: int, hour: int, minute: int = 0, second: float = 0.0) -> datetime:

@@ -288,10 +288,12 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                                 d["clientInformation"]["softwareVersion"], _null("string"))
     auth_result = by_shape(
         F.when(ev_kind == S.AUTHENTICATION, F.upper(F.coalesce(
-            d["result"], F.when(d["granted"], F.lit("SUCCESS")).when(~d["granted"], F.lit("FAILURE"))))),
+            F.when(d["result"]["success"], F.lit("SUCCESS")).when(~d["result"]["success"], F.lit("FAILURE")),
+            d["result"]["status"],
+            F.when(d["granted"], F.lit("SUCCESS")).when(~d["granted"], F.lit("FAILURE"))))),
         _null("string"), _null("string"), _null("string"), _null("string"), _null("string"),
         F.when(sh == _AUTH_FAIL, F.lit("FAILURE")).otherwise(F.lit("SUCCESS")))
-    mechanism = by_shape(d["mechanism"], _null("string"), _null("string"), _null("string"), _null("string"), _null("string"),
+    mechanism = by_shape(F.coalesce(d["authenticationInfo"]["mechanism"], d["mechanism"]), _null("string"), _null("string"), _null("string"), _null("string"), _null("string"),
                          _nonempty(F.regexp_extract(f[4], K.SASL_MECHANISM, 1)))
     level = F.when(sh != _JSON, _nonempty(f[1]))
     has_topics = (sh == _REQ_JSON) | ((sh == _JSON) & (ev_kind == S.REQUEST))

@@ -95,9 +95,12 @@ REQUEST_LOG_FIELDS: Final[list[StructField]] = [
 
 # CloudEvents `data` of kgov's events and of Confluent's audit log (fields of both spellings).
 EVENT_DATA_SCHEMA: Final = StructType([
-    *_s("methodName", "resourceName", "result", "mechanism"),
+    *_s("methodName", "resourceName", "mechanism"),
     StructField("granted", BooleanType()),
-    StructField("authenticationInfo", StructType(_s("principal"))),
+    # kgov's authentication events (audit.request_log.authentication_event): result.success;
+    # Confluent's: result.status.
+    StructField("result", StructType([StructField("success", BooleanType()), *_s("status", "reason")])),
+    StructField("authenticationInfo", StructType(_s("principal", "mechanism"))),
     StructField("authorizationInfo", StructType([
         *_s("operation", "resourceType", "resourceName", "patternType", "rule"),
         StructField("granted", BooleanType()),

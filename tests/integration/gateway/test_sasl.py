@@ -78,7 +78,7 @@ def test_wrong_password_fails_with_an_audited_authentication_failure(sasl_gatewa
     assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in errors[0].str()
     del p
     failures = [e for e in gw.memory.events if str(e.type) == "io.kgov.authentication"
-                and e.data["authenticationInfo"].get("result") == "FAILURE"]
+                and e.data["result"]["success"] is False]
     assert failures and failures[0].data["requestMetadata"]["clientAddress"] == "127.0.0.1"
     assert "wrong-password" not in str([e.to_json() for e in gw.memory.events])
 

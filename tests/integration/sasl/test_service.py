@@ -253,7 +253,7 @@ def test_client_credentials_flow(env) -> None:
     assert isinstance(server.step(build_client_initial_response(issued.access_token)), Challenge)
     final = server.step(b"\x01")
     assert isinstance(final, Failure) and final.reason == "JWT expired"
-    assert audit.events[-1].data["authenticationInfo"]["reason"] == "JWT expired"
+    assert audit.events[-1].data["result"] == {"success": False, "reason": "JWT expired", "reauthentication": False}
 
 
 def test_key_rotation_keeps_old_tokens_valid_until_they_expire(env) -> None:

@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from audit.kafka_format import authorizer_log_line
 from audit.model import EventType, authorization_event, change_event
+from audit.request_log import authentication_event
 from spark_compliance import ingest
 from spark_compliance import kafka_lines as K
 
@@ -185,10 +186,9 @@ EVENTS = case("events", [
     change_event(type=EventType.CREDENTIAL_CHANGE, source="kgov://gw", time=TS, principal="User:alice",
                  method_name="kgov.AlterUserScramCredentials", target="user=bob", details={"n": 1},
                  client_address="10.2.0.9").to_json(),
-    json.dumps({"specversion": "1.0", "id": "1", "source": "kgov://gw", "type": "io.kgov.authentication",
-                "time": "2024-05-01T10:00:00Z", "data": {
-                    "authenticationInfo": {"principal": "User:dave"}, "mechanism": "PLAIN",
-                    "requestMetadata": {"clientAddress": "/203.0.113.9"}, "result": "SUCCESS"}}),
+    # kgov's authentication event, from the one builder the gateway and sasl use.
+    authentication_event(source="kgov://gw", time=TS, principal="User:dave", mechanism="PLAIN",
+                         client_address="/203.0.113.9", success=True).to_json(),
     # Confluent Platform's event, verbatim shape (shared/reference/audit.md A2).
     '{"data":{"methodName":"kafka.CreateTopics","authenticationInfo":{"principal":"User:producer"},'
     '"authorizationInfo":{"granted":true,"operation":"Create","resourceType":"Topic","resourceName":"bar",'
@@ -208,8 +208,8 @@ def test_kgov_and_confluent_events(parsed: dict[str, Rows]) -> None:
          None, "cli"),
         ("kgov-event", "CHANGE", "User:alice", "10.2.0.9", "ALLOWED", None, None, "user=bob",
          "ALTER_USER_SCRAM_CREDENTIALS", None, None, None),
-        ("kgov-event", "AUTHENTICATION", "User:dave", "203.0.113.9", None, None, None, None, None, None, "SUCCESS",
-         None),
+        ("kgov-event", "AUTHENTICATION", "User:dave", "203.0.113.9", None, None, None, None, "AUTHENTICATE", None,
+         "SUCCESS", None),
         ("confluent-event", "AUTHORIZATION", "User:producer", "172.27.0.3", "ALLOWED", "CREATE", "TOPIC", "bar",
          "CREATE_TOPICS", "SuperUser", None, "adminclient-1"),
     ]
