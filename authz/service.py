@@ -66,6 +66,14 @@ def load_groups_file(path: Path) -> dict[Principal, frozenset[Principal]]:
     return {k: frozenset(v) for k, v in out.items()}
 
 
+def _freeze_if_large(acl_count: int) -> None:
+    """Millions of long-lived index objects would make every full garbage collection pause the
+    process for seconds; after a large load, collect once, then keep them out of the collector's scans."""
+    if acl_count >= LARGE_SNAPSHOT:
+        gc.collect()
+        gc.freeze()
+
+
 def _merge_groups(
     a: Mapping[Principal, frozenset[Principal]], b: Mapping[Principal, frozenset[Principal]]
 ) -> dict[Principal, frozenset[Principal]]:
@@ -129,23 +137,23 @@ class AuthorizerService:
     def reload(self) -> None:
         """Full load from the database (start-up, or when the change log no longer reaches back)."""
         with self._refresh_lock:
-            acl_version, acls = self.store.load_acls()
-            member_version, bindings, groups = self.store.load_memberships()
-            data = AuthorizerData.build(
-                acls,
-                super_users=self.super_users,
-                allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
-                groups=_merge_groups(groups, self._file_groups),
-                role_bindings=bindings,
-                cache_size=self.config.decision_cache_size,
-            )
-            self._data = data
-            self._versions = (acl_version, member_version)
-        if len(acls) >= LARGE_SNAPSHOT:
-            # Millions of long-lived index objects would make every full garbage collection pause
-            # the process for seconds; collect once, then keep them out of the collector's scans.
-            gc.collect()
-            gc.freeze()
+            acl_count = self._load_all()
+        _freeze_if_large(acl_count)
+
+    def _load_all(self) -> int:
+        """Builds and swaps in a snapshot of everything stored; the caller holds the refresh lock."""
+        acl_version, acls = self.store.load_acls()
+        member_version, bindings, groups = self.store.load_memberships()
+        self._data = AuthorizerData.build(
+            acls,
+            super_users=self.super_users,
+            allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+            groups=_merge_groups(groups, self._file_groups),
+            role_bindings=bindings,
+            cache_size=self.config.decision_cache_size,
+        )
+        self._versions = (acl_version, member_version)
+        return len(acls)
 
     def warm(self) -> None:
         """Builds the TOPIC by-resource-type index ahead of the first InitProducerId; `with_acls`
@@ -155,27 +163,29 @@ class AuthorizerService:
     def refresh(self) -> bool:
         """Applies what changed in the database since the last look; True if anything did."""
         with self._refresh_lock:
-            acl_version, member_version = self.store.versions()
-            if (acl_version, member_version) == self._versions:
-                return False
-            data = self.data
-            if acl_version != self._versions[0]:
-                delta = self.store.acl_changes_since(self._versions[0])
-                if not delta.complete:
-                    self._refresh_lock.release()
-                    try:
-                        self.reload()
-                    finally:
-                        self._refresh_lock.acquire()
-                    return True
-                data = data.with_acls(delta.added, delta.removed)
-                acl_version = delta.version
-            if member_version != self._versions[1]:
-                member_version, bindings, groups = self.store.load_memberships()
-                data = data.with_memberships(_merge_groups(groups, self._file_groups), bindings)
-            self._data = data
-            self._versions = (acl_version, member_version)
-            return True
+            changed, reloaded = self._apply_changes()
+        if reloaded is not None:
+            _freeze_if_large(reloaded)
+        return changed
+
+    def _apply_changes(self) -> tuple[bool, int | None]:
+        """(anything changed, ACL count if it took a full reload); the caller holds the refresh lock."""
+        acl_version, member_version = self.store.versions()
+        if (acl_version, member_version) == self._versions:
+            return False, None
+        data = self.data
+        if acl_version != self._versions[0]:
+            delta = self.store.acl_changes_since(self._versions[0])
+            if not delta.complete:
+                return True, self._load_all()
+            data = data.with_acls(delta.added, delta.removed)
+            acl_version = delta.version
+        if member_version != self._versions[1]:
+            member_version, bindings, groups = self.store.load_memberships()
+            data = data.with_memberships(_merge_groups(groups, self._file_groups), bindings)
+        self._data = data
+        self._versions = (acl_version, member_version)
+        return True, None
 
     def _poll(self) -> None:
         try:
