@@ -84,15 +84,13 @@ def _topics(d: Column, api: Column) -> Column:
     return F.when(F.size(arr) > 0, arr).otherwise(none).cast(f"array<{elem}>")
 
 
-def _fields(line: Column, pattern: str, replacement: str) -> Column:
-    """Run `pattern` once; the groups joined by FIELD_SEP, or null when the line does not match."""
-    rewritten = F.regexp_replace(line, pattern, replacement)
-    return F.when(rewritten != line, rewritten)
-
-
-# Stage-1 line shapes, decided by cheap suffix/substring tests before any regular expression runs.
-_JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK, _OTHER, _CONTROL = (
-    "json", "authz", "su", "noacl", "detail", "req_text", "req_json", "auth_fail", "auth_ok", "other", "control")
+# Small integers: the shape is compared in every output column's CASE.
+_JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK, _OTHER = range(10)
+# Fields each pattern's rewrite splits into (a line containing FIELD_SEP itself yields more: bad).
+_FIELD_COUNTS = {_AUTHZ: 12, _SU: 3, _NOACL: 4, _REQ_TEXT: 12, _REQ_JSON: 3, _AUTH_FAIL: 5, _AUTH_OK: 5}
+# Every message shape is told by the first 60 characters (the envelope is at most 32): client-chosen text
+# (resource names, client ids) comes later in the line, so it cannot change how a line is classified.
+_HEAD = 60
 
 
 # Log4j2 JSON layouts (Kafka 4.0 moved to Log4j2; operators may log JSON): JsonLayout and the ECS template.
@@ -111,7 +109,9 @@ def log4j2_json_as_text(lines: DataFrame) -> DataFrame:
     """Rewrites Log4j2 JSON-layout lines as Kafka's classic `[%d] %p %m (%c)` text (time in UTC) and
     marks them with `instant` (their time is absolute, so no source zone applies). Other lines pass."""
     v = F.col("value")
-    is_layout = v.startswith("{") & (v.contains('"loggerName"') | v.contains('"log.logger"'))
+    # (CloudEvents, the bulk of JSON lines, name their `specversion` first: one short search rules them out.)
+    is_layout = (v.startswith("{") & ~v.contains('"specversion"')
+                 & (v.contains('"loggerName"') | v.contains('"log.logger"')))
     j = F.from_json(F.when(is_layout, v), _LOG4J2_JSON)
     instant = F.coalesce(
         F.timestamp_micros(j["instant"]["epochSecond"] * 1_000_000 + F.floor(j["instant"]["nanoOfSecond"] / 1000)),
@@ -139,15 +139,16 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     """
     lines = log4j2_json_as_text(lines)
     v = F.col("value")
-    shape = (F.when(v.contains(K.FIELD_SEP), F.lit(_CONTROL))
-             .when(v.startswith("{"), F.lit(_JSON))
+    hd = F.col("_head")
+    shape = (F.when(v.startswith("{"), F.lit(_JSON))
              .when(v.endswith(K.AUTHORIZER_SUFFIX),
-                   F.when(v.contains("] DEBUG principal = ") | v.contains("] TRACE principal = "), F.lit(_SU))
-                   .when(v.contains(" No acl found for resource "), F.lit(_NOACL))
-                   .when(v.contains(" based on acl = "), F.lit(_DETAIL))
+                   F.when(hd.contains(" Principal = "), F.lit(_AUTHZ))
+                   .when(hd.contains("] DEBUG principal = ") | hd.contains("] TRACE principal = "), F.lit(_SU))
+                   .when(hd.contains(" No acl found for resource "), F.lit(_NOACL))
+                   .when(hd.rlike(K.AUTHZ_ACL_DETAIL_HEAD), F.lit(_DETAIL))
                    .otherwise(F.lit(_AUTHZ)))
              .when(v.endswith(K.REQUEST_SUFFIX),
-                   F.when(v.contains("Completed request:{"), F.lit(_REQ_JSON)).otherwise(F.lit(_REQ_TEXT)))
+                   F.when(hd.contains("Completed request:{"), F.lit(_REQ_JSON)).otherwise(F.lit(_REQ_TEXT)))
              .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Failed "), F.lit(_AUTH_FAIL))
              .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Successfully "), F.lit(_AUTH_OK))
              .otherwise(F.lit(_OTHER)))
@@ -162,11 +163,17 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                  .when(sh == _AUTH_FAIL, F.regexp_replace(v, K.AUTH_FAILURE, K.AUTH_FIELDS))
                  .when(sh == _AUTH_OK, F.regexp_replace(v, K.AUTH_SUCCESS, K.AUTH_FIELDS)))
     r = F.col("r")
-    stage1 = (lines.withColumn("shape", shape).withColumn("r", rewritten)
+    expected: Column = F.lit(0)
+    for code, n in _FIELD_COUNTS.items():
+        expected = F.when(sh == code, F.lit(n)).otherwise(expected)
+    stage1 = (lines.withColumn("_head", F.when(~v.startswith("{"), F.substring(v, 1, _HEAD)))
+              .withColumn("shape", shape).drop("_head").withColumn("r", rewritten)
               # 0.9-2.3 authorizer lines: the 2.4+ pattern left them unchanged.
               .withColumn("r", F.when((sh == _AUTHZ) & (r == v),
                                       F.regexp_replace(v, K.AUTHZ_OLD, K.AUTHZ_OLD_FIELDS)).otherwise(r))
               .withColumn("f", F.when(r != v, F.split(r, K.FIELD_SEP)))
+              .withColumn("ctl", F.col("f").isNotNull() & (F.size("f") != expected))
+              .withColumn("f", F.when(~F.col("ctl"), F.col("f")))
               .withColumn("ev", F.from_json(F.when(sh == _JSON, v), S.CLOUD_EVENT_SCHEMA))
               .withColumn("rj", F.from_json(F.when(sh == _REQ_JSON, F.col("f")[2]), S.EVENT_DATA_SCHEMA))
               .drop("r"))
@@ -188,7 +195,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                 .when(ev_type0.startswith("io.kgov.") & ev_type0.endswith("_change"), F.lit(S.CHANGE)))
     # Stage 2: the values many output columns share, each computed once.
     stage2 = stage1.select(
-        "value", "file_path", "instant", "shape", "f", "ev", "rj", source0.alias("source"),
+        "value", "file_path", "instant", "shape", "f", "ctl", "ev", "rj", source0.alias("source"),
         F.when(sh != _JSON, wall_clock).alias("wall_clock"), ev_type0.alias("ev_type"),
         F.try_to_timestamp(ev["time"]).alias("ev_ts"), ev_kind0.alias("ev_kind"))
     stage2 = stage2.withColumn("log_ts", F.coalesce(F.col("instant"), F.col("wall_clock") if utc_only
@@ -219,7 +226,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                .otherwise(F.lit(False)))
     reason = (F.when((sh == _JSON) & ev.isNull(), F.lit("malformed JSON"))
               .when(sh == _JSON, F.lit("JSON without a known type or time"))
-              .when(v.contains(K.FIELD_SEP), F.lit("control character in line"))
+              .when(F.col("ctl"), F.lit("control character in line"))
               .when(sh.isin(_AUTHZ, _SU, _NOACL), F.lit("unparseable kafka.authorizer.logger line"))
               .when(sh.isin(_REQ_TEXT, _REQ_JSON), F.lit("unparseable kafka.request.logger line"))
               .otherwise(F.lit("unknown line format")))
@@ -232,7 +239,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
 
     fmt = by_shape(F.when(ev_type.startswith("io.confluent."), F.lit("confluent-event"))
                    .otherwise(F.lit("kgov-event")),
-                   F.when(v.contains(" operation = "), F.lit("kafka-authz-3.3"))
+                   F.when(F.upper(f[4]) == f[4], F.lit("kafka-authz-3.3"))  # `operation = READ`
                    .when(f[9] != "", F.lit("kafka-authz-2.4"))
                    .when(f[7] != "", F.lit("kafka-authz-2.0")).otherwise(F.lit("kafka-authz-1.x")),
                    F.lit("kafka-authz-zk-superuser"), F.lit("kafka-authz-zk-noacl"),
@@ -361,6 +368,11 @@ def resolve_topic_ids(parsed: DataFrame) -> DataFrame:
              .groupBy("topic_id").agg(F.max("resource_name").alias("_name")))
     joined = parsed.join(F.broadcast(names), on="topic_id", how="left")
     return joined.withColumn("resource_name", F.coalesce("resource_name", "_name", "topic_id")).drop("_name")
+
+
+def compact(parsed: DataFrame) -> DataFrame:
+    """What the job keeps of `parse_lines`' rows: the file path of bad lines only (for the sample)."""
+    return parsed.withColumn("file_path", F.when(F.col("kind") == KIND_BAD, F.col("file_path")))
 
 
 def events_of(parsed: DataFrame) -> DataFrame:

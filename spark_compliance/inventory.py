@@ -28,10 +28,13 @@ Both files are read through Spark (any Hadoop file system) and parsed on the dri
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StructType, _parse_datatype_string
 
 ACL_DDL = ("resource_type string, resource_name string, pattern_type string, principal string, host string, "
            "operation string, permission string")
@@ -51,6 +54,16 @@ class Inventory:
     super_users: tuple[str, ...]
     cluster_id: str | None
     exported_at: str | None
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], ddl: str) -> DataFrame:
+    """A small driver-side table as a DataFrame computed in the JVM alone: the rows travel as one JSON
+    literal. (`createDataFrame` of a Python list is an RDD that starts a Python worker on every scan,
+    which cost the reports that join the inventory seconds each.)"""
+    schema = _parse_datatype_string(ddl)
+    assert isinstance(schema, StructType)
+    doc = json.dumps([dict(zip(schema.fieldNames(), row, strict=True)) for row in rows])
+    return spark.range(1).select(F.inline(F.from_json(F.lit(doc), ArrayType(schema)))).select(*schema.fieldNames())
 
 
 def read_json_file(spark: SparkSession, path: str) -> Any:
@@ -106,7 +119,7 @@ def load_inventory(spark: SparkSession, path: str | None) -> Inventory:
     cluster_id = exported_at = None
     if path is not None:
         acls, bindings, supers, cluster_id, exported_at = parse_inventory(read_json_file(spark, path))
-    return Inventory(spark.createDataFrame(acls, ACL_DDL), spark.createDataFrame(bindings, BINDING_DDL),
+    return Inventory(local_frame(spark, acls, ACL_DDL), local_frame(spark, bindings, BINDING_DDL),
                      supers, cluster_id, exported_at)
 
 
@@ -140,4 +153,4 @@ def _strings(entry: dict[str, Any], key: str, where: str) -> list[str]:
 
 def load_classification(spark: SparkSession, path: str | None) -> DataFrame:
     rows = parse_classification(read_json_file(spark, path)) if path is not None else []
-    return spark.createDataFrame(rows, CLASSIFICATION_DDL)
+    return local_frame(spark, rows, CLASSIFICATION_DDL)

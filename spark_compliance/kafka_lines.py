@@ -36,11 +36,13 @@ SELECTOR_SUFFIX = " (org.apache.kafka.common.network.Selector)"
 # --- patterns (Java and Python `re` agree on every construct used here) -------------------------------
 # Each full-line pattern is run ONCE per line by `regexp_replace`, which rewrites the line into its
 # groups joined by FIELD_SEP; the ingest splits that. (One `regexp_extract` per field would re-run the
-# pattern for every field.) Lines containing FIELD_SEP are rejected as bad before any of this.
+# pattern for every field.) A line containing FIELD_SEP itself splits into too many fields and is bad.
 FIELD_SEP = "\x01"
-_ENV = r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ([A-Z]+) "
+# `(?s)`: `.` matches every character (Java's and Python's `.` otherwise stop at U+0085, U+2028, ...), so a
+# crafted name containing one is read like any other text, by Spark's patterns and by the reference parser.
+_ENV = r"(?s)^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ([A-Z]+) "
 # Any well-formed log4j line of another logger: counted as ignored, not as bad.
-OTHER_LOGGER = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] [A-Z]+ .* \([\w.$-]+\)$"
+OTHER_LOGGER = r"(?s)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] [A-Z]+ .* \([\w.$-]+\)$"
 
 # Authorizer decision line, 2.4+ (ZooKeeper and KRaft). Fields: ts, level, principal, verdict, operation,
 # host, resource type, pattern type, resource name, request, resourceRefCount, rule.
@@ -66,10 +68,11 @@ SUPER_USER_FIELDS = "$1\x01$2\x01$3"
 # `ResourcePattern(resourceType=TOPIC, name=x, patternType=LITERAL)` (3.x). Fields: ts, level, R, authorized.
 AUTHZ_NO_ACL = _ENV + r"No acl found for resource (.*), authorized = (true|false) \(kafka\.authorizer\.logger\)$"
 NO_ACL_FIELDS = "$1\x01$2\x01$3\x01$4"
-NO_ACL_PATTERN_RESOURCE = r"^ResourcePattern\(resourceType=(\w+), name=(.*), patternType=(\w+)\)$"
-NO_ACL_DISPLAY_RESOURCE = r"^(\w+):(?:(LITERAL|PREFIXED):)?(.*)$"
+NO_ACL_PATTERN_RESOURCE = r"(?s)^ResourcePattern\(resourceType=(\w+), name=(.*), patternType=(\w+)\)$"
+NO_ACL_DISPLAY_RESOURCE = r"(?s)^(\w+):(?:(LITERAL|PREFIXED):)?(.*)$"
 # The ZooKeeper authorizer's per-ACL DEBUG line names no requester: ignored.
-AUTHZ_ACL_DETAIL = r"^\[[^\]]+\] [A-Z]+ operation = \w+ on resource = .* based on acl = "
+# (`operation = READ on resource = ... based on acl = ...`), told by its first 60 characters.
+AUTHZ_ACL_DETAIL_HEAD = r"^\[[^\]]+\] [A-Z]+ operation = \w+ "
 
 # Request log 1.0-2.7. Fields: ts, level, apiKey, apiVersion, clientId, body, connection, protocol,
 # principal, listener, softwareName, softwareVersion. The body is client-influenced, so the connection

@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_compliance import schema as S
+from spark_compliance.inventory import local_frame
 
 # Administrative requests (PCI DSS 10.2.1.2 / .5 / .7); kgov's own change events are privileged too.
 PRIVILEGED_APIS: Final = (
@@ -184,7 +185,7 @@ def super_user_activity(events: DataFrame, super_users: Sequence[str]) -> DataFr
     """Decisions made for super users: by rule SuperUser, or for a principal the inventory or a ZooKeeper
     `is a super user` line names as one."""
     noticed = events.filter(F.col("event_type") == S.SUPER_USER_NOTICE).select("principal").distinct()
-    listed = events.sparkSession.createDataFrame([(p,) for p in super_users], "principal string")
+    listed = local_frame(events.sparkSession, [(p,) for p in super_users], "principal string")
     supers = noticed.unionByName(listed).distinct().withColumn("_su", F.lit(True))
     d = _decisions(events).filter((F.col("decision") == "ALLOWED") & F.col("logged"))
     joined = d.join(F.broadcast(supers), "principal", "left")
@@ -239,11 +240,18 @@ def acl_usage(events: DataFrame, acls: DataFrame, role_bindings: DataFrame, para
             & ((F.col("a.host") == "*") | (F.col("a.host") == F.col("u.host"))) & op_ok & name_ok)
     evaluated = ua.join(F.broadcast(aa), cond, "inner").select(
         "a.acl_id", F.col("u.operation").alias("used_op"), F.col("u.n").alias("n"), F.col("u.last").alias("last"))
+    # Parsed after the aggregation: `counted(...)` depends on the count, so the filters Spark infers from
+    # the join (`isnotnull(regexp_extract(rule_detail, ...))`) cannot be pushed below it onto every event
+    # (they were: 7 regular expressions per allowed decision, most of this report's time).
     r = F.col("rule_detail")
+
+    def counted(c: Column) -> Column:
+        return F.when(F.col("n") > 0, c)
+
     named = (allowed.filter(F.col("rule") == "MatchingAcl")
              .groupBy("rule_detail", F.col("operation").alias("used_op"))
              .agg(F.count(F.lit(1)).alias("n"), F.max("ts").alias("last"))
-             .select(*[F.regexp_extract(r, _ACL_RULE, i).alias(n) for i, n in enumerate(
+             .select(*[counted(F.regexp_extract(r, _ACL_RULE, i)).alias(n) for i, n in enumerate(
                  ["resource_type", "resource_name", "pattern_type", "principal", "host", "operation",
                   "permission"], start=1)], "used_op", "n", "last"))
     named_ids = named.join(F.broadcast(a), on=["resource_type", "resource_name", "pattern_type", "principal",
@@ -263,8 +271,9 @@ def acl_usage(events: DataFrame, acls: DataFrame, role_bindings: DataFrame, para
     bound = (allowed.filter(F.col("rule") == "RoleBinding")
              .groupBy("rule_detail", F.col("operation").alias("used_op"))
              .agg(F.count(F.lit(1)).alias("n"), F.max("ts").alias("last"))
-             .select(F.regexp_extract(r, _BINDING_RULE, 1).alias("_p"), F.regexp_extract(r, _BINDING_RULE, 2).alias("_r"),
-                     F.regexp_extract(r, _BINDING_RULE, 4).alias("_n"), "used_op", "n", "last"))
+             .select(counted(F.regexp_extract(r, _BINDING_RULE, 1)).alias("_p"),
+                     counted(F.regexp_extract(r, _BINDING_RULE, 2)).alias("_r"),
+                     counted(F.regexp_extract(r, _BINDING_RULE, 4)).alias("_n"), "used_op", "n", "last"))
     b_used = (bound.join(F.broadcast(b), (F.col("_p") == F.col("principal")) & (F.col("_r") == F.col("role"))
                          & ((F.col("_n") == F.coalesce(F.col("resource_name"), F.lit("null")))
                             | F.col("resource_name").isNull()), "inner")
@@ -324,14 +333,16 @@ def first_seen(events: DataFrame, params: Params) -> DataFrame:
         S.AUTHORIZATION, S.REQUEST, S.AUTHENTICATION) & (F.coalesce(F.col("auth_result"), F.lit("")) != "FAILURE"))
     start = events.agg(F.min("ts").alias("period_start"))
     baseline_end = F.col("period_start") + F.expr(f"INTERVAL {int(params.baseline_days * 86400)} SECONDS")
-    p = (act.groupBy("principal").agg(F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"),
-                                      F.count(F.lit(1)).alias("count"), F.min_by("host", "ts").alias("host"))
+    # One pass over the events, per (principal, host); the principals are rolled up from that.
+    pairs = act.groupBy("principal", "host").agg(F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"),
+                                                 F.count(F.lit(1)).alias("count"))
+    p = (pairs.groupBy("principal").agg(F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen"),
+                                        F.sum("count").alias("count"), F.min_by("host", "first_seen").alias("host"))
          .crossJoin(start).withColumn("new", F.col("first_seen") >= baseline_end))
     new_p = p.filter("new").select("principal", F.lit("PRINCIPAL").alias("kind"), "host", "first_seen",
                                    "last_seen", "count")
     old_p = p.filter(~F.col("new")).select("principal", "period_start")
-    h = (act.filter(F.col("host").isNotNull()).groupBy("principal", "host")
-         .agg(F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"), F.count(F.lit(1)).alias("count"))
+    h = (pairs.filter(F.col("host").isNotNull())
          .join(old_p, "principal").filter(F.col("first_seen") >= baseline_end)
          .select("principal", F.lit("HOST").alias("kind"), "host", "first_seen", "last_seen", "count"))
     return new_p.unionByName(h)
@@ -372,8 +383,8 @@ def client_inventory(events: DataFrame, params: Params) -> DataFrame:
            .agg(F.count(F.lit(1)).alias("count"), F.min("ts").alias("first_seen"), F.max("ts").alias("last_seen"),
                 F.array_sort(F.collect_set("host")).alias("hosts"),
                 F.array_sort(F.collect_set("client_id")).alias("client_ids")))
-    mins = events.sparkSession.createDataFrame(
-        sorted(params.min_client_versions.items()), "software_name string, min_version string")
+    mins = local_frame(events.sparkSession, sorted(params.min_client_versions.items()),
+                       "software_name string, min_version string")
     joined = inv.join(F.broadcast(mins), "software_name", "left")
     outdated = F.col("min_version").isNotNull() & (
         _version_key(F.col("software_version")) < _version_key(F.col("min_version")))

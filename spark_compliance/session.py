@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pyspark.sql import SparkSession
 
 # Reports and the ingest compute calendar dates and hours in UTC (`ingest.parse_lines`).
@@ -13,7 +15,20 @@ SESSION_CONF: dict[str, str] = {
     # The ingest's row carries two nested JSON structs (~80 leaf fields): above the default of 100 fields
     # Spark gives up whole-stage code generation, which measured 2-3x slower here.
     "spark.sql.codegen.maxFields": "2000",
+    # The event table is written partitioned by date: a writer per date open at once instead of sorting
+    # every row by date first (a week of logs is 7-8 partitions per task; more fall back to the sort).
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
+
+
+def default_driver_memory() -> str:
+    """A local session's heap (driver and executors are one JVM): a quarter of the machine, 1-8 GiB.
+    Spark's own default of 1 GiB makes the ingest cache spill to disk from a few million lines on."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "1g"
+    return f"{max(1, min(8, total // 4 // 2**30))}g"
 
 
 def build_session(master: str | None = None, *, app_name: str = "kgov-audit",
@@ -22,6 +37,10 @@ def build_session(master: str | None = None, *, app_name: str = "kgov-audit",
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    # Only takes effect when this call starts the JVM (not under spark-submit, which sized it already).
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        builder = builder.config("spark.driver.memory",
+                                 os.environ.get("KGOV_AUDIT_DRIVER_MEMORY") or default_driver_memory())
     builder = builder.config("spark.ui.enabled", "true" if ui else "false")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     if shuffle_partitions is not None:

@@ -128,6 +128,29 @@ def test_zookeeper_super_user_and_no_acl_lines(parsed: dict[str, Rows]) -> None:
     ]
 
 
+# Client-chosen names that spell other line shapes: the line is still the decision it is. (Before the
+# shape was read from the first 60 characters, ` based on acl = ` in a group id filed the whole line as
+# an ignored per-ACL detail line: a client could hide its own access from the audit.)
+HIDING = case("hiding", [
+    _authz("INFO", authorizer_log_line(principal="User:mallory", allowed=True, operation="READ", host="10.6.6.6",
+                                       resource_type="GROUP", pattern_type="LITERAL", resource_name=name,
+                                       request_name="JoinGroup", resource_ref_count=1, rule="DefaultAllow"))
+    for name in ("g based on acl = (principal=User:x, host=*)", "g No acl found for resource x, authorized = true",
+                 "g is a super user, allowing operation without checking acls.")
+] + [_req(K.request_line_text(
+    api_key="FETCH", api_version=8, client_id="Completed request:{}", correlation_id=1, body="{}",
+    response="{}", connection="10.0.0.1:9092-10.6.6.6:5000-0", principal="User:mallory", listener="PLAIN",
+    security_protocol="SASL_PLAINTEXT", software=None))])
+
+
+def test_client_chosen_names_cannot_change_a_line_shape(parsed: dict[str, Rows]) -> None:
+    rows = parsed[HIDING]
+    assert [(r["kind"], r["event_type"], r["principal"]) for r in rows] == [
+        ("event", "AUTHORIZATION", "User:mallory")] * 3 + [("event", "REQUEST", "User:mallory")]
+    assert rows[0]["resource_name"] == "g based on acl = (principal=User:x, host=*)"
+    assert rows[3]["client_id"] == "Completed request:{}"
+
+
 _FETCH = _req(K.request_line_json(
     api_key_name="FETCH", api_key=1, api_version=13, client_id="c1", correlation_id=2, request={"replicaId": -1},
     response={"responses": [{"topicId": "AAA", "partitions": [{"recordsSizeInBytes": 100},
