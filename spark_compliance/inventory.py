@@ -34,7 +34,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StructType, _parse_datatype_string
+from pyspark.sql.types import ArrayType, StructType
 
 ACL_DDL = ("resource_type string, resource_name string, pattern_type string, principal string, host string, "
            "operation string, permission string")
@@ -60,8 +60,8 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], ddl: str) ->
     """A small driver-side table as a DataFrame computed in the JVM alone: the rows travel as one JSON
     literal. (`createDataFrame` of a Python list is an RDD that starts a Python worker on every scan,
     which cost the reports that join the inventory seconds each.)"""
-    schema = _parse_datatype_string(ddl)
-    assert isinstance(schema, StructType)
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)  # fromDDL is typed as DataType
     doc = json.dumps([dict(zip(schema.fieldNames(), row, strict=True)) for row in rows])
     return spark.range(1).select(F.inline(F.from_json(F.lit(doc), ArrayType(schema)))).select(*schema.fieldNames())
 

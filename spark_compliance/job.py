@@ -208,7 +208,6 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
     table = spark.read.schema(S.EVENT_SCHEMA).parquet(f"{out}/events")
     stats = table.agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("a"), F.max("ts").alias("b")).first()
     n_events = int(stats["n"]) if stats else 0
-    period = stats
     progress(f"      {n_events:,} events; {sum(q['lines'] for q in quality if q['kind'] == 'bad'):,} bad lines")
 
     progress("[3/5] reports")
@@ -229,7 +228,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "inputs": list(opts.inputs),
         "inventory": inventory_path, "classification": classification_path,
-        "period": {"start": _iso(period["a"]) if period else None, "end": _iso(period["b"]) if period else None},
+        "period": {"start": _iso(stats["a"]) if stats else None, "end": _iso(stats["b"]) if stats else None},
         "lines": int(sum(q["lines"] for q in quality)),
         "events": n_events,
         "bad_lines": int(sum(q["lines"] for q in quality if q["kind"] == ingest.KIND_BAD)),

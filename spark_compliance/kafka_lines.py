@@ -38,8 +38,8 @@ SELECTOR_SUFFIX = " (org.apache.kafka.common.network.Selector)"
 # groups joined by FIELD_SEP; the ingest splits that. (One `regexp_extract` per field would re-run the
 # pattern for every field.) A line containing FIELD_SEP itself splits into too many fields and is bad.
 FIELD_SEP = "\x01"
-# `(?s)`: `.` matches every character (Java's and Python's `.` otherwise stop at U+0085, U+2028, ...), so a
-# crafted name containing one is read like any other text, by Spark's patterns and by the reference parser.
+# `(?s)`: `.` matches every character. Without it Java's `.` stops at U+0085, U+2028 and U+2029 (Python's
+# only at `\n`), so a crafted name containing one would make Spark and the reference parser disagree.
 _ENV = r"(?s)^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ([A-Z]+) "
 # Any well-formed log4j line of another logger: counted as ignored, not as bad.
 OTHER_LOGGER = r"(?s)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] [A-Z]+ .* \([\w.$-]+\)$"
