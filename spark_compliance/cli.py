@@ -40,10 +40,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from spark_compliance.inventory import InventoryError
     from spark_compliance.job import options_from_args, run
+    from spark_compliance.session import SessionError
 
     try:
         summary = run(options_from_args(args))
-    except InventoryError as e:
+    except (InventoryError, SessionError) as e:
         print(f"kgov audit run: {e}", file=sys.stderr)
         return 2
     except AnalysisException as e:  # e.g. an input path that does not exist

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from pyspark.sql import SparkSession
 
@@ -31,6 +32,21 @@ def default_driver_memory() -> str:
     return f"{max(1, min(8, total // 4 // 2**30))}g"
 
 
+class SessionError(ValueError):
+    """A session setting from the environment that Spark could not start with."""
+
+
+def driver_memory() -> str:
+    """`KGOV_AUDIT_DRIVER_MEMORY` (a JVM size such as `12g`) or the default; a malformed value is refused
+    here, with its name, rather than by a JVM that fails to start."""
+    value = os.environ.get("KGOV_AUDIT_DRIVER_MEMORY", "").strip()
+    if not value:
+        return default_driver_memory()
+    if not re.fullmatch(r"[1-9]\d*[kKmMgGtT]?", value):
+        raise SessionError(f"KGOV_AUDIT_DRIVER_MEMORY must be a JVM heap size such as 4g or 12288m, not {value!r}")
+    return value
+
+
 def build_session(master: str | None = None, *, app_name: str = "kgov-audit",
                   shuffle_partitions: int | None = None, ui: bool = False) -> SparkSession:
     """A session with the job's settings. Under `spark-submit`, `master=None` keeps the submitted one."""
@@ -39,8 +55,7 @@ def build_session(master: str | None = None, *, app_name: str = "kgov-audit",
         builder = builder.master(master)
     # Only takes effect when this call starts the JVM (not under spark-submit, which sized it already).
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        builder = builder.config("spark.driver.memory",
-                                 os.environ.get("KGOV_AUDIT_DRIVER_MEMORY") or default_driver_memory())
+        builder = builder.config("spark.driver.memory", driver_memory())
     builder = builder.config("spark.ui.enabled", "true" if ui else "false")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     if shuffle_partitions is not None:

@@ -1,4 +1,4 @@
-"""`kgov audit run` options: times, zones, business hours (pure; no Spark started)."""
+"""`kgov audit run` options: times, zones, business hours, heap size (pure; no Spark started)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from spark_compliance.job import add_run_arguments, options_from_args
+from spark_compliance.session import driver_memory
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -38,3 +39,15 @@ def test_defaults_and_explicit_values() -> None:
 def test_business_hours_are_validated(hours: str) -> None:
     with pytest.raises(SystemExit, match="--business-hours"):
         options_from_args(_parse("--input", "a", "--out", "o", "--business-hours", hours))
+
+
+def test_driver_memory_default_override_and_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KGOV_AUDIT_DRIVER_MEMORY", raising=False)
+    default = driver_memory()
+    assert default.endswith("g") and 1 <= int(default[:-1]) <= 8
+    monkeypatch.setenv("KGOV_AUDIT_DRIVER_MEMORY", "12g")
+    assert driver_memory() == "12g"
+    for bad in ("lots", "0g", "-4g", "4 g"):
+        monkeypatch.setenv("KGOV_AUDIT_DRIVER_MEMORY", bad)
+        with pytest.raises(ValueError, match="KGOV_AUDIT_DRIVER_MEMORY"):
+            driver_memory()
