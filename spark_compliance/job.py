@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -287,6 +290,55 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-days", type=float, default=2.0, metavar="N",
                    help="first days of the period that define known principals and hosts")
     p.add_argument("--gap-minutes", type=int, default=60, metavar="N")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="any other report threshold, e.g. brute-force-threshold=50 or volume-factor=20; "
+                        f"repeatable; names: {', '.join(_TUNABLE)}")
+    p.add_argument("--min-client-version", action="append", default=[], metavar="SOFTWARE=VERSION",
+                   help="oldest acceptable version of a client library (adds to or replaces the defaults: "
+                        f"{', '.join(f'{k}={v}' for k, v in R.DEFAULT_MIN_CLIENT_VERSIONS.items())}); repeatable")
+
+
+# Report thresholds settable with `--param` (the numeric `Params` fields without a flag of their own).
+_FLAGGED = ("business_zone", "business_start_hour", "business_end_hour", "dormant_days", "baseline_days",
+            "gap_minutes")
+_TUNABLE: dict[str, type] = {
+    f.name.replace("_", "-"): type(getattr(R.Params(), f.name))
+    for f in dataclass_fields(R.Params)
+    if f.name not in _FLAGGED and type(getattr(R.Params(), f.name)) in (int, float)
+}
+
+_RANGES: dict[str, tuple[float, float]] = {"off-hours-max-share": (0, 1), "brute-force-window-minutes": (1, math.inf)}
+
+
+def _tuned(values: Sequence[str]) -> dict[str, Any]:
+    """`--param` values as `Params` keyword arguments; a clear SystemExit for anything malformed."""
+    out: dict[str, Any] = {}
+    for item in values:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("_", "-")
+        if not sep or name not in _TUNABLE:
+            raise SystemExit(f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(_TUNABLE)}")
+        kind = _TUNABLE[name]
+        try:
+            value = kind(text.strip())
+        except ValueError:
+            raise SystemExit(f"--param {name}: {text.strip()!r} is not a{'n integer' if kind is int else ' number'}"
+                             ) from None
+        low, high = _RANGES.get(name, (0, math.inf))
+        if not low <= value <= high:  # (NaN fails too)
+            raise SystemExit(f"--param {name}: {text.strip()!r} is out of range ({low} to {high})")
+        out[name.replace("-", "_")] = value
+    return out
+
+
+def _client_versions(values: Sequence[str]) -> dict[str, str]:
+    versions = dict(R.DEFAULT_MIN_CLIENT_VERSIONS)
+    for item in values:
+        software, sep, version = item.partition("=")
+        if not sep or not software.strip() or not re.fullmatch(r"v?\d+(\.\d+){0,2}", version.strip()):
+            raise SystemExit(f"--min-client-version {item!r}: expected SOFTWARE=VERSION such as librdkafka=2.3.0")
+        versions[software.strip()] = version.strip()
+    return versions
 
 
 def options_from_args(args: argparse.Namespace) -> JobOptions:
@@ -296,7 +348,8 @@ def options_from_args(args: argparse.Namespace) -> JobOptions:
     default_zone, per_source = _zones(args.log_timezone)
     params = R.Params(business_zone=args.business_timezone, business_start_hour=int(start),
                       business_end_hour=int(end), dormant_days=args.dormant_days, baseline_days=args.baseline_days,
-                      gap_minutes=args.gap_minutes)
+                      gap_minutes=args.gap_minutes, min_client_versions=_client_versions(args.min_client_version),
+                      **_tuned(args.param))
     # Under spark-submit the JVM started this driver (PYSPARK_GATEWAY_PORT) and owns the master.
     master = args.master or (None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[*]")
     return JobOptions(inputs=args.input, out=args.out, inventory=args.inventory, classification=args.classification,

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from spark_compliance import reports as R
 from spark_compliance.job import add_run_arguments, options_from_args
 from spark_compliance.session import driver_memory
 
@@ -51,3 +52,32 @@ def test_driver_memory_default_override_and_refusal(monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("KGOV_AUDIT_DRIVER_MEMORY", bad)
         with pytest.raises(ValueError, match="KGOV_AUDIT_DRIVER_MEMORY"):
             driver_memory()
+
+
+def test_every_threshold_can_be_set_from_the_command_line() -> None:
+    o = options_from_args(_parse("--input", "a", "--out", "o", "--param", "brute-force-threshold=50",
+                                 "--param", "volume_factor=2.5", "--param", "off-hours-max-share=0.25",
+                                 "--min-client-version", "librdkafka=2.3.0", "--min-client-version", "franz-go=1.15"))
+    assert (o.params.brute_force_threshold, o.params.volume_factor, o.params.off_hours_max_share) == (50, 2.5, 0.25)
+    assert o.params.min_client_versions["librdkafka"] == "2.3.0"
+    assert o.params.min_client_versions["franz-go"] == "1.15"
+    assert o.params.min_client_versions["kafka-python"] == "2.0.2"  # defaults kept
+    assert options_from_args(_parse("--input", "a", "--out", "o")).params == R.Params()
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--param", "no-such-threshold=3", "expected NAME=VALUE"),
+    ("--param", "brute-force-threshold", "expected NAME=VALUE"),
+    ("--param", "brute-force-threshold=many", "not an integer"),
+    ("--param", "volume-factor=fast", "not a number"),
+    ("--param", "volume-factor=nan", "out of range"),
+    ("--param", "denied-spike-min=-1", "out of range"),
+    ("--param", "off-hours-max-share=1.5", "out of range"),
+    ("--param", "brute-force-window-minutes=0", "out of range"),
+    ("--min-client-version", "librdkafka", "SOFTWARE=VERSION"),
+    ("--min-client-version", "librdkafka=latest", "SOFTWARE=VERSION"),
+])
+def test_malformed_thresholds_are_refused_with_the_flag_named(flag: str, value: str, message: str) -> None:
+    with pytest.raises(SystemExit, match=message) as e:
+        options_from_args(_parse("--input", "a", "--out", "o", flag, value))
+    assert flag in str(e.value)
