@@ -39,6 +39,7 @@ from registry.model import (
     StoredSchema,
     SubjectVersion,
     parse_version,
+    schema_not_found,
 )
 from registry.service import SUPPORTED_TYPES, Change, SchemaRegistry
 
@@ -270,12 +271,21 @@ def readable(request: Request, principal: Principal | None, subjects: Sequence[s
 
 
 def allow_id(request: Request, principal: Principal | None, schema_id: int, subjects: Sequence[str]) -> None:
-    """An id may be read by whoever may read one subject that uses it; unused ids do not exist."""
+    """An id may be read by whoever may read one subject that uses it; unused ids do not exist.
+
+    To a caller who may not read it, an id does not exist either: a 403 would tell which ids are in
+    use (and its message would name a subject). The denial is still decided and audited by the
+    authorizer; only its answer is the unused id's 40403, byte for byte."""
     if not subjects:
-        raise RegistryError(40403, f"Schema {schema_id} not found")
+        raise schema_not_found(schema_id)
     if principal is None or readable(request, principal, subjects):
         return
-    allow(request, principal, subjects[0], Operation.READ)  # audited denial, answers 403
+    try:
+        allow(request, principal, subjects[0], Operation.READ)  # audited denial
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        raise schema_not_found(schema_id) from None
 
 
 def audit(request: Request, principal: Principal, change: Change, event_type: EventType = EventType.SCHEMA_CHANGE

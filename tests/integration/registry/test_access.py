@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -34,7 +36,7 @@ def test_a_team_owns_its_prefix_and_nothing_else(app: FastAPI) -> None:
         assert alice.get("/subjects").json() == ["orders-value"]
         assert admin.get("/subjects").json() == ["orders-value", "payments-value"]
         assert alice.get(f"/schemas/ids/{created.json()['id']}").status_code == 200
-        assert alice.get(f"/schemas/ids/{payment_id}").status_code == 403
+        assert alice.get(f"/schemas/ids/{payment_id}").status_code == 404  # as if unused
         assert alice.get("/subjects/payments-value/versions").status_code == 403
         assert [s["subject"] for s in alice.get("/schemas").json()] == ["orders-value"]
         assert alice.delete("/subjects/payments-value").status_code == 403
@@ -85,3 +87,113 @@ def test_anonymous_read_when_switched_on(registry_app_factory: Callable[..., Fas
         # an authenticated caller is still held to the ACLs
         with TestClient(app, headers=basic("alice")) as alice:
             assert alice.get("/subjects").json() == []
+
+
+# Every route that resolves a schema id (`allow_id`), with the query parameters that change its checks.
+ID_ROUTES = ("/schemas/ids/{}", "/schemas/ids/{}?subject=payments-value", "/schemas/ids/{}?fetchMaxId=true",
+             "/schemas/ids/{}/schema", "/schemas/ids/{}/subjects", "/schemas/ids/{}/subjects?deleted=true",
+             "/schemas/ids/{}/versions", "/schemas/ids/{}/versions?deleted=true")
+
+
+def answer(response: Any) -> tuple[int, dict[str, str], bytes]:
+    return response.status_code, dict(response.headers), response.content
+
+
+def denials_of(app: FastAPI, subject: str) -> list[tuple[str, str, str]]:
+    return [(e.data["authenticationInfo"]["principal"], e.data["authorizationInfo"]["operation"],
+             e.data["methodName"]) for e in app.state.audit.events
+            if e.type is EventType.AUTHORIZATION and not e.data["authorizationInfo"]["granted"]
+            and e.data["authorizationInfo"]["resourceType"] == "Subject"
+            and e.data["authorizationInfo"]["resourceName"] == subject]
+
+
+def test_an_id_the_caller_may_not_read_answers_exactly_as_an_unused_id(app: FastAPI) -> None:
+    grant(app, "alice", "orders-", PatternType.PREFIXED, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice:
+        payment_id = admin.post("/subjects/payments-value/versions", json={"schema": OTHER}).json()["id"]
+        admin.get(f"/schemas/ids/{payment_id}")  # warm the fast path's caches: a denial must still fall through
+        denied = {route: answer(alice.get(route.format(payment_id))) for route in ID_ROUTES}
+        unused = {"error_code": 40403, "message": f"Schema {payment_id} not found"}
+        for route, (status, _, body) in denied.items():
+            assert (status, json.loads(body)) == (404, unused), route
+            assert b"payments-value" not in body and b"alice" not in body  # the refusal names no subject
+        # each refusal is still a denial in the audit trail: alice, READ, the subject that uses the id
+        assert denials_of(app, "payments-value") == [
+            ("User:alice", "Read", route.format(payment_id).partition("?")[0]) for route in ID_ROUTES]
+
+        admin.delete("/subjects/payments-value")
+        admin.delete("/subjects/payments-value?permanent=true")
+        for route, before in denied.items():  # the same id, now unused: the same bytes, to anyone
+            assert answer(alice.get(route.format(payment_id))) == before, route
+            assert answer(admin.get(route.format(payment_id))) == before, route
+        never_used = payment_id + 1
+        for route in ID_ROUTES:
+            assert answer(alice.get(route.format(never_used))) == answer(admin.get(route.format(never_used)))
+    assert len(denials_of(app, "payments-value")) == len(ID_ROUTES)  # unused ids deny nothing
+
+
+def test_callers_who_may_read_an_id_see_what_they_saw_before(app: FastAPI) -> None:
+    grant(app, "alice", "orders-", PatternType.PREFIXED, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice:
+        shared = admin.post("/subjects/orders-value/versions", json={"schema": SCHEMA}).json()["id"]
+        assert admin.post("/subjects/payments-value/versions", json={"schema": SCHEMA}).json()["id"] == shared
+        for route in ("/schemas/ids/{}", "/schemas/ids/{}/schema", "/schemas/ids/{}?subject=orders-value"):
+            assert answer(alice.get(route.format(shared))) == answer(admin.get(route.format(shared))), route
+        assert json.loads(alice.get(f"/schemas/ids/{shared}").json()["schema"]) == json.loads(SCHEMA)
+        # one readable subject opens the id; the listings still show only readable subjects
+        assert alice.get(f"/schemas/ids/{shared}/subjects").json() == ["orders-value"]
+        assert admin.get(f"/schemas/ids/{shared}/subjects").json() == ["orders-value", "payments-value"]
+        assert alice.get(f"/schemas/ids/{shared}/versions").json() == [{"subject": "orders-value", "version": 1}]
+    assert denials_of(app, "payments-value") == []  # filtering the listings is not a denial
+
+
+def test_anonymous_id_reads_are_unchanged(registry_app_factory: Callable[..., FastAPI]) -> None:
+    app = registry_app_factory(anonymous_read=True)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app) as anonymous, \
+            TestClient(app, headers=basic("alice")) as alice:
+        schema_id = admin.post("/subjects/open-value/versions", json={"schema": SCHEMA}).json()["id"]
+        for route in ID_ROUTES:
+            assert anonymous.get(route.format(schema_id)).status_code == 200, route
+            for url in (route.format(schema_id), route.format(schema_id + 1)):
+                assert answer(anonymous.get(url)) == answer(admin.get(url)), url
+            # an authenticated caller is still held to the ACLs, and told the id is unused
+            assert error_of(alice.get(route.format(schema_id))) == (404, 40403, f"Schema {schema_id} not found")
+    assert denials_of(app, "open-value") == [("User:alice", "Read", r.format(schema_id).partition("?")[0])
+                                             for r in ID_ROUTES]
+
+
+def error_of(response: Any) -> tuple[int, int, str]:
+    body = response.json()
+    return response.status_code, body["error_code"], body["message"]
+
+
+# Every route that names a subject (reads and writes). The caller chose the name, so a 403 tells them
+# nothing provided it comes before any lookup: the same bytes whether the subject exists or not.
+SCHEMA_BODY = {"schema": SCHEMA}
+SUBJECT_ROUTES = [
+    ("GET", "/subjects/{}/versions", None), ("GET", "/subjects/{}/versions?deleted=true", None),
+    ("GET", "/subjects/{}/versions/1", None), ("GET", "/subjects/{}/versions/latest/schema", None),
+    ("GET", "/subjects/{}/versions/1/referencedby", None), ("GET", "/subjects/{}/metadata?key=a&value=b", None),
+    ("GET", "/config/{}", None), ("GET", "/mode/{}", None), ("POST", "/subjects/{}", SCHEMA_BODY),
+    ("POST", "/compatibility/subjects/{}/versions/latest", SCHEMA_BODY),
+    ("POST", "/compatibility/subjects/{}/versions", SCHEMA_BODY), ("POST", "/subjects/{}/versions", SCHEMA_BODY),
+    ("DELETE", "/subjects/{}/versions/1", None), ("DELETE", "/subjects/{}", None),
+    ("PUT", "/config/{}", {"compatibility": "NONE"}), ("DELETE", "/config/{}", None),
+    ("PUT", "/mode/{}", {"mode": "READONLY"}), ("DELETE", "/mode/{}", None),
+]
+
+
+@pytest.mark.parametrize(("method", "route", "body"), SUBJECT_ROUTES,
+                         ids=[f"{m} {r}" for m, r, _ in SUBJECT_ROUTES])
+def test_a_subject_route_refuses_before_it_looks_the_subject_up(app: FastAPI, method: str, route: str,
+                                                                 body: dict[str, str] | None) -> None:
+    existing, missing = "payments-value", "vanished-value"  # the same length, so Content-Length is comparable
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice:
+        admin.post(f"/subjects/{existing}/versions", json={"schema": OTHER})
+        admin.put(f"/config/{existing}", json={"compatibility": "FULL"})
+        admin.put(f"/mode/{existing}", json={"mode": "READWRITE"})
+        refused = alice.request(method, route.format(existing), json=body)
+        assert refused.status_code == 403 and refused.json()["error_code"] == 40301
+        status, headers, content = answer(alice.request(method, route.format(missing), json=body))
+        assert (status, headers, content.replace(missing.encode(), existing.encode())) == answer(refused)
+    assert len(denials_of(app, existing)) == len(denials_of(app, missing)) == 1
