@@ -43,23 +43,10 @@ def read_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     return df.filter(~F.col("file_name").isin(*NON_LOG_FILES)).drop("file_name")
 
 
-def enum_spelling(c: Column, known: Mapping[str, str] | None = None) -> Column:
-    """`AlterConfigs` / `kafka.AlterConfigs` / `ALTER_CONFIGS` -> `ALTER_CONFIGS`. Spellings in `known`
-    (`kafka_lines.enum_spellings`) are looked up; any other goes through the regular expressions."""
-    slow = F.regexp_replace(c, r"^[a-z]+\.", "")  # `kafka.CreateTopics`, `kgov.AlterUserScramCredentials`
-    slow = F.upper(F.regexp_replace(slow, K.PASCAL_BOUNDARY, "$1_$2"))
-    if not known:
-        return slow
-    (first, first_name), *rest = known.items()
-    cases = F.when(c == first, F.lit(first_name))
-    for spelling, name in rest:
-        cases = cases.when(c == spelling, F.lit(name))
-    return cases.otherwise(slow)
-
-
-_OPERATION_SPELLINGS = K.enum_spellings(K.OPERATIONS)
-_RESOURCE_TYPE_SPELLINGS = K.enum_spellings(K.RESOURCE_TYPES)
-_API_SPELLINGS = K.enum_spellings(K.COMMON_APIS, prefixes=("kafka",))
+def enum_spelling(c: Column) -> Column:
+    """`AlterConfigs` / `kafka.AlterConfigs` / `ALTER_CONFIGS` -> `ALTER_CONFIGS`."""
+    c = F.regexp_replace(c, r"^[a-z]+\.", "")  # `kafka.CreateTopics`, `kgov.AlterUserScramCredentials`
+    return F.upper(F.regexp_replace(c, K.PASCAL_BOUNDARY, "$1_$2"))
 
 
 def client_host(c: Column) -> Column:
@@ -274,7 +261,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
         F.when(f[3] == "true", F.lit("ALLOWED")).otherwise(F.lit("DENIED")),
         _null("string"), _null("string"), _null("string"))
     operation = enum_spelling(by_shape(az["operation"], f[4], _null("string"), _null("string"), _null("string"),
-                                       _null("string"), _null("string")), _OPERATION_SPELLINGS)
+                                       _null("string"), _null("string")))
     na = f[2]
     na_is_pattern = na.startswith("ResourcePattern(")
 
@@ -291,13 +278,12 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
         F.lit(0).cast("long"), lambda a, b: a + b))
     resource_type = enum_spelling(by_shape(az["resourceType"], f[6], _null("string"), no_acl(1, 1),
                                            F.when(text_topic.isNotNull(), F.lit("TOPIC")), _null("string"),
-                                           _null("string")), _RESOURCE_TYPE_SPELLINGS)
+                                           _null("string")))
     pattern_type = _nonempty(by_shape(az["patternType"], f[7], _null("string"), no_acl(3, 2), _null("string"), _null("string"), _null("string")))
     resource_name = by_shape(F.coalesce(az["resourceName"], F.when(ev_kind == S.CHANGE, d["resourceName"])),
                              f[8], _null("string"), no_acl(2, 3), text_topic, _null("string"), _null("string"))
     api = enum_spelling(_nonempty(by_shape(F.coalesce(d["methodName"], d["requestHeader"]["requestApiKeyName"]),
-                                           f[9], _null("string"), _null("string"), f[2], req_api, _null("string"))),
-                        _API_SPELLINGS)
+                                           f[9], _null("string"), _null("string"), f[2], req_api, _null("string"))))
     ref_count = F.when(sh == _AUTHZ, f[10].try_cast("int"))
     rule_detail = _nonempty(by_shape(
         F.coalesce(az["rule"], F.when(az["superUserAuthorization"], F.lit("SuperUser"))),

@@ -105,28 +105,9 @@ CONNECTION_REMOTE_HOST = r"^[^-]+-([^-]+):\d+-\d+$"
 
 # PascalCase (`AlterConfigs`, `TransactionalId`) to Kafka's enum spelling (`ALTER_CONFIGS`).
 PASCAL_BOUNDARY = r"([a-z0-9])([A-Z])"
-
-# The enum names nearly every line carries. Their spellings (`READ`, `Read`, `kafka.Read`) are looked up
-# by the ingest, which is several times cheaper than the two regular expressions any other name goes
-# through (the table and the expressions agree: a unit test runs both over every spelling).
+# Kafka's ACL operations as 3.3+ lines spell them (`operation = READ`).
 OPERATIONS = ("READ", "WRITE", "DESCRIBE", "CREATE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
               "IDEMPOTENT_WRITE", "CLUSTER_ACTION", "CREATE_TOKENS", "DESCRIBE_TOKENS", "ALL")
-RESOURCE_TYPES = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "DELEGATION_TOKEN", "USER")
-COMMON_APIS = ("PRODUCE", "FETCH", "METADATA", "LIST_OFFSETS", "OFFSET_COMMIT", "OFFSET_FETCH",
-               "FIND_COORDINATOR", "JOIN_GROUP", "HEARTBEAT", "SYNC_GROUP", "LEAVE_GROUP", "DESCRIBE_GROUPS",
-               "INIT_PRODUCER_ID", "ADD_PARTITIONS_TO_TXN", "ADD_OFFSETS_TO_TXN", "END_TXN", "TXN_OFFSET_COMMIT",
-               "DESCRIBE_CONFIGS", "CREATE_TOPICS", "DELETE_TOPICS", "CONSUMER_GROUP_HEARTBEAT")
-
-
-def enum_spellings(names: tuple[str, ...], prefixes: tuple[str, ...] = ()) -> dict[str, str]:
-    """`{'READ': 'READ', 'Read': 'READ', 'kafka.Read': 'READ', ...}` for the given enum names."""
-    table: dict[str, str] = {}
-    for name in names:
-        table[name] = name
-        table[_pascal(name)] = name
-        for prefix in prefixes:
-            table[f"{prefix}.{_pascal(name)}"] = name
-    return table
 
 
 # --- writers for the generations `audit` does not produce ---------------------------------------------

@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from audit.kafka_format import authorizer_log_line
 from audit.model import EventType, authorization_event, change_event
@@ -308,16 +307,3 @@ def test_within_period(spark: SparkSession) -> None:
                                datetime(2024, 5, 1, 11))
     assert [r["ts"].hour for r in got.collect()] == [9, 10]
 
-
-@pytest.mark.parametrize("table", [K.enum_spellings(K.OPERATIONS), K.enum_spellings(K.RESOURCE_TYPES),
-                                   K.enum_spellings(K.COMMON_APIS, prefixes=("kafka",))])
-def test_enum_spelling_lookup_agrees_with_the_regular_expressions(spark: SparkSession,
-                                                                  table: dict[str, str]) -> None:
-    # The looked-up spellings and the regex fallback must give the same name; unknown spellings still work.
-    names = [*table, "AlterUserScramCredentials", "kgov.DescribeTopicPartitions", "SOMETHING_NEW", "x.Y"]
-    df = spark.createDataFrame([(n,) for n in names], "s string")
-    got = df.select("s", ingest.enum_spelling(F.col("s"), table).alias("fast"),
-                    ingest.enum_spelling(F.col("s")).alias("slow")).collect()
-    assert all(r["fast"] == r["slow"] for r in got), [r for r in got if r["fast"] != r["slow"]]
-    assert {r["s"]: r["fast"] for r in got}["AlterUserScramCredentials"] == "ALTER_USER_SCRAM_CREDENTIALS"
-    assert all(table[r["s"]] == r["slow"] for r in got if r["s"] in table)
