@@ -13,11 +13,13 @@ default, strict policy). The rules, in Confluent's terms:
 * bounds may only widen (maxLength/maximum/maxItems/maxProperties up or removed, minimums down or
   removed), patterns may only be removed, `integer` may become `number`, enums may only grow;
 * `anyOf`/`oneOf` may gain members, `allOf` may lose them, `not` may only narrow; subschemas of
-  combined schemas are matched pairwise (maximum bipartite matching over compatible pairs).
+  combined schemas are matched pairwise (a maximum bipartite matching over compatible pairs,
+  identical pairs first, then the fewest differences).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -493,32 +495,50 @@ def _criteria_change(original: Node, update: Node) -> Change | None:
     return C.COMBINED_TYPE_CHANGED
 
 
-def _max_matching(edges: dict[int, dict[int, list[Difference]]], left: int) -> dict[int, int]:
-    """Maximum bipartite matching (augmenting paths); returns right index -> left index."""
+def _cheapest_maximum_matching(costs: dict[int, dict[int, int]], left: int) -> dict[int, int]:
+    """A maximum bipartite matching of least total cost (costs are not negative); returns right
+    index -> left index.
+
+    Successive shortest augmenting paths: augmenting a cheapest matching of its size along a
+    cheapest path gives a cheapest matching one larger, and augmenting only stops when no path is
+    left, so the result is maximum. Paths go back along matched pairs at negative cost, hence
+    Bellman-Ford. Pairs that cost nothing are a cheapest start, and spare most of the searches
+    when few subschemas changed.
+    """
+    match_left: dict[int, int] = {}
     match_right: dict[int, int] = {}
-
-    def augment(u: int, seen: set[int]) -> bool:
-        # Any maximum matching gives Confluent's verdict; trying the closest pairs first keeps the
-        # reported differences minimal (identical subschemas pair with each other).
-        candidates = edges.get(u, {})
-        ordered = sorted(candidates, key=lambda v: len(candidates[v]))
-        for v in ordered:  # a free partner first, so that no existing pair is displaced needlessly
-            if v not in match_right and v not in seen:
-                seen.add(v)
-                match_right[v] = u
-                return True
-        for v in ordered:
-            if v in seen:
-                continue
-            seen.add(v)
-            if augment(match_right[v], seen):
-                match_right[v] = u
-                return True
-        return False
-
     for u in range(left):
-        augment(u, set())
-    return match_right
+        free_of_cost = [v for v, cost in costs.get(u, {}).items() if cost == 0 and v not in match_right]
+        if free_of_cost:
+            match_left[u], match_right[free_of_cost[0]] = free_of_cost[0], u
+    while True:
+        to_left: dict[int, float] = {u: 0 for u in range(left) if u not in match_left}
+        to_right: dict[int, float] = {}
+        reached_from: dict[int, int] = {}  # right index -> the left index a cheapest path came from
+        relaxed = True
+        while relaxed:
+            relaxed = False
+            for u, distance in list(to_left.items()):
+                for v, cost in costs.get(u, {}).items():
+                    if match_left.get(u) != v and distance + cost < to_right.get(v, math.inf):
+                        to_right[v], reached_from[v] = distance + cost, u
+                        relaxed = True
+            for v, distance in to_right.items():
+                w = match_right.get(v)
+                if w is not None and distance - costs[w][v] < to_left.get(w, math.inf):
+                    to_left[w] = distance - costs[w][v]
+                    relaxed = True
+        free = [v for v in to_right if v not in match_right]
+        if not free:
+            return match_right
+        v = min(free, key=lambda r: (to_right[r], r))
+        while True:  # flip the path: each left index on it takes the right index after it
+            u = reached_from[v]
+            previous = match_left.get(u)
+            match_left[u], match_right[v] = v, u
+            if previous is None:
+                break
+            v = previous
 
 
 def _compare_combined(ctx: Context, original: Node, update: Node) -> None:
@@ -540,7 +560,15 @@ def _compare_combined(ctx: Context, original: Node, update: Node) -> None:
                 compare(sub, old, new)
                 if sub.compatible:
                     edges.setdefault(i, {})[j] = sub.differences
-    matching = _max_matching(edges, len(olds))
+    # Confluent's verdict only needs some maximum matching, and it reports the differences of
+    # whichever it finds. Of those, take one that pairs identical subschemas (so a schema never
+    # differs from a copy of itself, e.g. `true` from an `anyOf` holding `true`), then the one
+    # with the fewest differences: a pair that is not identical costs more than all of them.
+    not_identical = 1 + sum(len(found) for row in edges.values() for found in row.values())
+    old_keys, new_keys = [n.key for n in olds], [n.key for n in news]
+    costs = {i: {j: len(found) + (0 if old_keys[i] == new_keys[j] else not_identical) for j, found in row.items()}
+             for i, row in edges.items()}
+    matching = _cheapest_maximum_matching(costs, len(olds))
     for j, i in sorted(matching.items(), key=lambda item: item[1]):
         ctx.extend(edges[i][j])
     if len(matching) < min(len(olds), len(news)):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from registry.compat.json_schema import COMPATIBLE_CHANGES, DiffError, diff
+from registry.compat.json_schema import COMPATIBLE_CHANGES, DiffError, _cheapest_maximum_matching, diff
 from registry.schemas import InvalidSchemaError, SchemaType, parse_schema
 from registry.schemas.json_schema import JsonSchemaDocument
 
@@ -65,18 +67,45 @@ def _document(schema: Any, indent: int) -> JsonSchemaDocument:
     return model
 
 
-# Derandomized so CI is deterministic: a random run found {'allOf': [{'anyOf': [True, {'not': True}]}, True]}
-# diffing against itself as SUM_TYPE_EXTENDED at #/allOf/1 (a combined-schema matching bug, noted for an issue).
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(json_schemas())
 def test_a_schema_is_compatible_with_a_separate_parse_of_itself(schema: Any) -> None:
     try:
         first, second = _document(schema, 0), _document(schema, 2)
     except InvalidSchemaError:
         return
+    try:
+        found = diff(first, second)
+    except DiffError as exc:
+        # Confluent's checker throws here too: each member of a combined schema is compared with
+        # every member of the other, and a multipleOf that truncates to 0 divides by zero.
+        assert str(exc) == "/ by zero"
+        return
     # Confluent reports NOT_TYPE_NARROWED even for identical `not` schemas; never anything incompatible
-    assert all(d.type in COMPATIBLE_CHANGES for d in diff(first, second))
-    assert [d for d in diff(first, second) if d.type.value != "NOT_TYPE_NARROWED"] == []
+    assert all(d.type in COMPATIBLE_CHANGES for d in found)
+    assert [d for d in found if d.type.value != "NOT_TYPE_NARROWED"] == []
+
+
+# Anything may become `true`, so a combined member could be paired with the copy's `true` (no
+# difference) and the `true` with the copy of the member (SUM_TYPE_EXTENDED), where pairing each
+# subschema with its own copy reports only NOT_TYPE_NARROWED. The `false` variants never did that
+# (`false` may only replace `false`) and are here so that it stays so.
+SELF_DIFF_REGRESSIONS = [
+    {"allOf": [{"anyOf": [True, {"not": True}]}, True]},
+    {"allOf": [True, {"anyOf": [True, {"not": True}]}]},
+    {"allOf": [{"oneOf": [True, {"not": True}]}, True]},
+    {"allOf": [{"anyOf": [True, {"not": True}, {"not": False}]}, True]},
+    {"anyOf": [{"anyOf": [{}, {"not": {"type": "string"}}]}, {}]},
+    {"oneOf": [{"allOf": [{"anyOf": [True, {"not": True}]}, True]}, {"type": "string"}]},
+    {"allOf": [{"anyOf": [False, {"not": False}]}, False]},
+    {"anyOf": [{"anyOf": [False, {"type": "string"}]}, False, {"not": True}]},
+]
+
+
+@pytest.mark.parametrize("schema", SELF_DIFF_REGRESSIONS, ids=json.dumps)
+def test_a_schema_with_combined_booleans_does_not_differ_from_itself(schema: Any) -> None:
+    first, second = _document(schema, 0), _document(schema, 2)
+    assert {d.type.value for d in diff(first, second)} <= {"NOT_TYPE_NARROWED"}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -104,3 +133,31 @@ def test_anything_may_become_the_empty_schema(schema: Any) -> None:
     except InvalidSchemaError:
         return
     assert all(d.type in COMPATIBLE_CHANGES for d in diff(original, _document({}, 0)))
+
+
+def _matchings(edges: dict[int, dict[int, int]], left: int, start: int = 0,
+               used: frozenset[int] = frozenset()) -> Iterator[dict[int, int]]:
+    """Every matching of the left indices from `start` on (right index -> left index)."""
+    if start == left:
+        yield {}
+        return
+    yield from _matchings(edges, left, start + 1, used)
+    for right in edges.get(start, {}):
+        if right not in used:
+            for rest in _matchings(edges, left, start + 1, used | {right}):
+                yield {right: start, **rest}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 4).flatmap(lambda left: st.tuples(
+    st.just(left),
+    st.dictionaries(st.integers(0, left - 1) if left else st.nothing(),
+                    st.dictionaries(st.integers(0, 3), st.integers(0, 6), max_size=4), max_size=left))))
+def test_subschemas_are_matched_maximally_then_cheaply(graph: tuple[int, dict[int, dict[int, int]]]) -> None:
+    left, costs = graph
+    found = _cheapest_maximum_matching(costs, left)
+    assert all(right in costs[u] for right, u in found.items())
+    assert len(set(found.values())) == len(found)
+    best = min(_matchings(costs, left), key=lambda m: (-len(m), sum(costs[u][v] for v, u in m.items())))
+    assert len(found) == len(best)
+    assert sum(costs[u][v] for v, u in found.items()) == sum(costs[u][v] for v, u in best.items())
