@@ -38,6 +38,7 @@ from registry.model import (
     RegistryError,
     StoredSchema,
     SubjectVersion,
+    contexts_of,
     parse_version,
     schema_not_found,
 )
@@ -270,6 +271,17 @@ def readable(request: Request, principal: Principal | None, subjects: Sequence[s
     return {s for s, d in zip(unique, decisions, strict=True) if d.allowed}
 
 
+def readable_ids(request: Request, principal: Principal | None, schema_ids: Sequence[int]) -> list[int]:
+    """The ids the caller could read through `/schemas/ids/{id}` (`allow_id` over `subjects_using`): a
+    filtering check, never audited as a denial."""
+    if principal is None:
+        return list(schema_ids)
+    registry = _registry(request)
+    users = {i: registry.subjects_using(i) for i in schema_ids}
+    visible = readable(request, principal, [s for subjects in users.values() for s in subjects])
+    return [i for i in schema_ids if visible.intersection(users[i])]
+
+
 def allow_id(request: Request, principal: Principal | None, schema_id: int, subjects: Sequence[str]) -> None:
     """An id may be read by whoever may read one subject that uses it; unused ids do not exist.
 
@@ -460,7 +472,7 @@ def referenced_by(request: Request, principal: Reader, subject: str, version: st
                   offset: str | None = None, limit: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
     ids = _registry(request).referenced_by(subject, parse_version(version), deleted=flag(deleted))
-    return respond(request, _page(ids, offset, limit))
+    return respond(request, _page(readable_ids(request, principal, ids), offset, limit))
 
 
 @router.delete("/subjects/{subject:path}/versions/{version}", summary="Delete a version (soft, or permanent=true)")
@@ -634,7 +646,11 @@ def delete_subject_mode(request: Request, principal: Writer, subject: str, recur
 @router.get("/contexts", summary="List contexts")
 def list_contexts(request: Request, principal: Reader, contextPrefix: str | None = None,
                   offset: str | None = None, limit: str | None = None) -> Response:
-    found = [c for c in _registry(request).contexts() if not contextPrefix or c.startswith(contextPrefix)]
+    # A context exists while it holds a stored version; it is listed to callers who may read one of its
+    # subjects. The default context is always listed: Confluent's clients expect it.
+    stored = _registry(request).list_subjects(deleted=True)
+    visible = contexts_of(readable(request, principal, stored))
+    found = [c for c in visible if not contextPrefix or c.startswith(contextPrefix)]
     return respond(request, _page(found, offset, limit))
 
 

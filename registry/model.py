@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NewType
 
@@ -192,6 +192,11 @@ def context_of(subject: str) -> str:
         if end > 1:
             return subject[1:end]
     return DEFAULT_CONTEXT
+
+
+def contexts_of(subjects: Iterable[str]) -> list[str]:
+    """The contexts `subjects` live in, sorted; the default context `.` always among them."""
+    return sorted({DEFAULT_CONTEXT} | {context_of(s) for s in subjects})
 
 
 def parse_version(text: str) -> int:

@@ -204,11 +204,6 @@ class SchemaRegistry:
             rows = list(latest.values())
         return rows
 
-    def contexts(self) -> list[str]:
-        with self.engine.connect() as conn:
-            states = store.subject_states(conn)
-        return sorted({DEFAULT_CONTEXT} | {context_of(s.subject) for s in states})
-
     def delete_context(self, context: str) -> None:
         with self.engine.connect() as conn:
             states = store.subject_states(conn)

@@ -197,3 +197,96 @@ def test_a_subject_route_refuses_before_it_looks_the_subject_up(app: FastAPI, me
         status, headers, content = answer(alice.request(method, route.format(missing), json=body))
         assert (status, headers, content.replace(missing.encode(), existing.encode())) == answer(refused)
     assert len(denials_of(app, existing)) == len(denials_of(app, missing)) == 1
+
+
+def denials(app: FastAPI) -> list[tuple[str, str, str]]:
+    return [(e.data["authenticationInfo"]["principal"], e.data["authorizationInfo"]["resourceName"],
+             e.data["methodName"]) for e in app.state.audit.events
+            if e.type is EventType.AUTHORIZATION and not e.data["authorizationInfo"]["granted"]]
+
+
+ADDRESS = json.dumps({"type": "record", "name": "Address", "namespace": "com.acme",
+                      "fields": [{"name": "street", "type": "string"}]})
+ADDRESS_REF = [{"name": "com.acme.Address", "subject": "common-value", "version": 1}]
+
+
+def holder(name: str) -> str:
+    """A schema of record `name` whose one field is the referenced `com.acme.Address`."""
+    return json.dumps({"type": "record", "name": name, "namespace": "com.acme",
+                       "fields": [{"name": "address", "type": "com.acme.Address"}]})
+
+
+def register_referrers(admin: TestClient) -> tuple[int, int]:
+    """`common-value` v1, referenced by `payments-value` (its own id) and by one schema that both
+    `orders-value` and `shipments-value` use: (payments' id, the shared id)."""
+    admin.post("/subjects/common-value/versions", json={"schema": ADDRESS})
+    payments = admin.post("/subjects/payments-value/versions",
+                          json={"schema": holder("Payment"), "references": ADDRESS_REF}).json()["id"]
+    shared = admin.post("/subjects/orders-value/versions",
+                        json={"schema": holder("Order"), "references": ADDRESS_REF}).json()["id"]
+    assert admin.post("/subjects/shipments-value/versions",
+                      json={"schema": holder("Order"), "references": ADDRESS_REF}).json()["id"] == shared
+    return payments, shared
+
+
+REFERENCED_BY = ("/subjects/common-value/versions/1/referencedby",
+                 "/subjects/common-value/versions/latest/referencedby?deleted=true",
+                 "/subjects/common-value/versions/1/referencedby?offset=1")
+
+
+def test_referencedby_lists_only_ids_the_caller_may_read(app: FastAPI) -> None:
+    grant(app, "alice", "common-value", PatternType.LITERAL, Operation.READ)
+    grant(app, "alice", "orders-", PatternType.PREFIXED, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice:
+        payments, shared = register_referrers(admin)
+        assert admin.get(REFERENCED_BY[0]).json() == [payments, shared]
+        assert alice.get(REFERENCED_BY[0]).json() == [shared]
+        assert alice.get(REFERENCED_BY[2]).json() == []  # pages are cut from what the caller may see
+        # an id is listed as /schemas/ids/{id} would answer it: a soft-deleted readable subject opens it
+        admin.delete("/subjects/orders-value")
+        assert alice.get(REFERENCED_BY[0]).json() == [shared]  # shipments-value keeps the id live
+        admin.delete("/subjects/shipments-value")
+        assert admin.get(REFERENCED_BY[0]).json() == [payments]
+        assert alice.get(REFERENCED_BY[0]).json() == []
+        assert alice.get(REFERENCED_BY[1]).json() == [shared]
+        assert denials(app) == []  # filtering is not a denial
+        assert alice.get(f"/schemas/ids/{shared}").status_code == 200
+        assert alice.get(f"/schemas/ids/{payments}").status_code == 404
+
+
+def register_in_contexts(admin: TestClient) -> None:
+    for subject in ("default-value", ":.staging:orders-value", ":.secret:payments-value", ":.archive:old-value"):
+        assert admin.post(f"/subjects/{subject}/versions", json={"schema": SCHEMA}).status_code == 200
+    admin.delete("/subjects/:.archive:old-value")  # a context holding only soft-deleted versions is still listed
+
+
+CONTEXTS = ("/contexts", "/contexts?contextPrefix=.s", "/contexts?offset=1&limit=1", "/contexts?contextPrefix=.a")
+
+
+def test_contexts_lists_only_those_holding_a_readable_subject(app: FastAPI) -> None:
+    grant(app, "alice", ":.staging:", PatternType.PREFIXED, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice, \
+            TestClient(app, headers=basic("bob")) as bob:
+        register_in_contexts(admin)
+        assert admin.get("/contexts").json() == [".", ".archive", ".secret", ".staging"]
+        assert [alice.get(route).json() for route in CONTEXTS] == [[".", ".staging"], [".staging"], [".staging"], []]
+        assert bob.get("/contexts").json() == ["."]  # the default context is always there, for clients
+        grant(app, "alice", ":.archive:old-value", PatternType.LITERAL, Operation.READ)
+        assert alice.get("/contexts").json() == [".", ".archive", ".staging"]
+    assert denials(app) == []
+
+
+def test_filtered_listings_are_unchanged_for_callers_who_may_read_every_subject(
+        registry_app_factory: Callable[..., FastAPI]) -> None:
+    app = registry_app_factory(anonymous_read=True)
+    grant(app, "bob", "*", PatternType.LITERAL, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("bob")) as bob, \
+            TestClient(app) as anonymous:
+        payments, shared = register_referrers(admin)
+        register_in_contexts(admin)
+        assert [admin.get(route).json() for route in REFERENCED_BY] == [[payments, shared]] * 2 + [[shared]]
+        assert [admin.get(route).json() for route in CONTEXTS] == [
+            [".", ".archive", ".secret", ".staging"], [".secret", ".staging"], [".archive"], [".archive"]]
+        for route in REFERENCED_BY + CONTEXTS:  # the admin's answers are those of the code before filtering
+            assert answer(bob.get(route)) == answer(admin.get(route)) == answer(anonymous.get(route)), route
+    assert denials(app) == []

@@ -10,6 +10,7 @@ from registry.model import (
     Mode,
     RegistryError,
     context_of,
+    contexts_of,
     parse_compatibility_level,
     parse_version,
     validate_subject,
@@ -52,6 +53,8 @@ def test_contexts() -> None:
     assert context_of(":.staging:orders-value") == ".staging"
     assert context_of(":.:x") == "."
     assert context_of(":.broken") == "."
+    assert contexts_of([":.staging:b", "a", ":.archive:c", ":.staging:d"]) == [".", ".archive", ".staging"]
+    assert contexts_of([]) == ["."]  # the default context is always there
 
 
 def test_levels_and_modes_are_case_insensitive() -> None:
