@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -186,6 +185,14 @@ def run(opts: JobOptions, spark: SparkSession | None = None, progress: Progress 
             spark.stop()
 
 
+def _delete(spark: SparkSession, path: str) -> None:
+    """Removes a directory the job wrote, on whatever file system holds it (Hadoop's API, as Spark wrote it)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(hadoop_path, True)
+
+
 def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str, Any]:
     out = opts.out.rstrip("/")
     local_out = Path(out) if "://" not in out else None
@@ -196,18 +203,24 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
     inv = load_inventory(spark, inventory_path)
     classification = load_classification(spark, classification_path)
     lines = ingest.read_lines(spark, opts.inputs)
-    # Parsed once, into memory (spilling to disk if need be): the event table is written from it and the
-    # line counts come from it. The reports then read the written Parquet: only the columns each needs,
-    # with a small query plan (planning over the ingest's expressions costs about a second per query).
+    # Parsed once, in one pass written to Parquet by kind (memory stays flat however large the input):
+    # the event table (topic ids resolved to names, which needs every line parsed first) and the line
+    # counts are read from that. It is 10-15% faster than caching the parsed rows, which measured 52 s
+    # to build plus 11 s to write from on 2M lines, against 50 s + 7 s. The reports then read the event
+    # table: only the columns each needs, with a small query plan.
     parsed = ingest.compact(ingest.parse_lines(lines, default_zone=opts.default_zone, source_zones=opts.source_zones,
-                                               exclude_principals=opts.exclude_principals)
-                            ).persist(StorageLevel.MEMORY_AND_DISK)
-    progress("[2/5] parsing and writing the event table (Parquet, partitioned by dt)")
-    ingest.within_period(ingest.events_of(parsed), opts.since, opts.until).write.mode(
-        "overwrite").partitionBy("dt").parquet(f"{out}/events")
-    quality = [r.asDict() for r in ingest.line_quality(parsed).orderBy("source", "kind").collect()]
-    bad_sample = [r.asDict() for r in ingest.bad_line_sample(parsed).collect()]
-    parsed.unpersist()
+                                               exclude_principals=opts.exclude_principals))
+    staging = f"{out}/_lines"
+    progress("[2/5] parsing (Parquet by kind), then writing the event table (Parquet, partitioned by dt)")
+    parsed.write.mode("overwrite").partitionBy("kind").parquet(staging)
+    try:
+        lines_table = spark.read.schema(parsed.schema).parquet(staging)  # (an empty input writes no files)
+        ingest.within_period(ingest.events_of(lines_table), opts.since, opts.until).write.mode(
+            "overwrite").partitionBy("dt").parquet(f"{out}/events")
+        quality = [r.asDict() for r in ingest.line_quality(lines_table).orderBy("source", "kind").collect()]
+        bad_sample = [r.asDict() for r in ingest.bad_line_sample(lines_table).collect()]
+    finally:
+        _delete(spark, staging)
     table = spark.read.schema(S.EVENT_SCHEMA).parquet(f"{out}/events")
     stats = table.agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("a"), F.max("ts").alias("b")).first()
     n_events = int(stats["n"]) if stats else 0

@@ -59,6 +59,7 @@ def test_outputs_event_table_reports_and_input_quality(audit_run: tuple[Path, Pa
     _, out = audit_run
     days = sorted(p.name for p in (out / "events").iterdir() if p.name.startswith("dt="))
     assert days == [f"dt=2024-04-0{d}" for d in range(1, 8)]
+    assert not (out / "_lines").exists()  # the parse's staging table is removed
     reports = sorted(p.name for p in (out / "reports").iterdir())
     assert len(reports) == 13 and all(any((out / "reports" / r).glob("*.parquet")) for r in reports)
     summary = json.loads((out / "summary.json").read_text())
@@ -120,3 +121,15 @@ def test_missing_input_and_bad_inventory_are_clear_errors(spark: SparkSession, t
     assert kgov_main(["audit", "run", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "o"),
                       "--inventory", str(tmp_path / "inv.json")]) == 2
     assert "acls[0]: resource_type, resource_name, principal and operation are required" in capsys.readouterr().err
+
+
+def test_input_without_any_event_gives_an_empty_audit(spark: SparkSession, tmp_path: Path) -> None:
+    logs = tmp_path / "in" / "broker-1"
+    logs.mkdir(parents=True)
+    (logs / "server.log").write_text("[2024-05-01 10:00:00,000] INFO started (kafka.server.KafkaServer)\n")
+    (logs / "empty.log").write_text("")
+    assert kgov_main(["audit", "run", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "o")]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert (summary["lines"], summary["events"], summary["bad_lines"]) == (1, 0, 0)
+    assert json.loads((tmp_path / "o" / "findings.json").read_text()) == []
+    assert not (tmp_path / "o" / "_lines").exists()
