@@ -688,7 +688,8 @@ def associations(request: Request, principal: Reader, namespace: str, name: str)
 def install(app: FastAPI) -> None:
     """Adds this package's routes to the control plane. Reads what it needs from `app.state`."""
     store.install_schema(app.state.engine)
-    app.state.schema_registry = SchemaRegistry(app.state.engine)
+    app.state.schema_registry = SchemaRegistry(app.state.engine,
+                                                max_diff_work=app.state.settings.registry.max_diff_work)
     app.include_router(router)
     app.add_middleware(SchemaByIdFastPath, state=app.state)
     app.add_middleware(ContextPathRewrite)

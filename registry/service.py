@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from authz.database import bump_version, read_version, transaction
 from registry import store
-from registry.compat import CompatibilityLevel, check_compatibility
+from registry.compat import DEFAULT_MAX_WORK, CompatibilityLevel, TooComplexError, check_compatibility
 from registry.model import (
     DEFAULT_COMPATIBILITY,
     DEFAULT_CONTEXT,
@@ -95,8 +95,9 @@ class Change:
 
 class SchemaRegistry:
     def __init__(self, engine: Engine, *, poll_interval_s: float = 1.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, max_diff_work: int = DEFAULT_MAX_WORK) -> None:
         self.engine = engine
+        self._max_diff_work = max_diff_work
         self._by_id: dict[int, StoredSchema] = {}
         self._parsed: dict[int, ParsedSchema] = {}
         # Derived from rows that change: valid for one value of the change counter (see `_poll_changes`).
@@ -435,7 +436,13 @@ class SchemaRegistry:
         compat = CompatibilityLevel(level)
         relevant = previous if compat.transitive else previous[-1:]
         olds = [self._parsed_of(conn, p.schema) for p in relevant]
-        messages = check_compatibility(parsed, olds, compat)
+        try:
+            messages = check_compatibility(parsed, olds, compat, max_work=self._max_diff_work)
+        except TooComplexError as exc:
+            # Refused, never taken as compatible; the setting is named so that an operator can raise it.
+            raise invalid_schema(
+                f"Schema is too complex to check for compatibility: {exc} (registry.max_diff_work)"
+            ) from None
         # Confluent names the version that failed just before its text: `{oldSchemaVersion: N}`.
         version_of = {f"{{oldSchema: '{old.canonical}'}}": p.version for p, old in zip(relevant, olds, strict=True)}
         out: list[str] = []
@@ -451,24 +458,29 @@ class SchemaRegistry:
         with self.engine.connect() as conn:
             config = self._config(conn, subject)
             try:
-                parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
-            except RegistryError as exc:
+                return self._test_compatibility(conn, config, subject, version, request, normalize=normalize,
+                                                verbose=verbose)
+            except RegistryError as exc:  # an invalid or too complex schema, answered as Confluent does
                 if verbose and exc.code == 42201:
                     return CompatibilityVerdict(False, (exc.message,))
                 raise
-            live = [r for r in self._versions(conn, subject) if not r.deleted]
-            level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
-            if version is None:
-                previous = live
-            elif version == -1:
-                previous = live[-1:]
-            else:
-                previous = [r for r in live if r.version == version]
-                if not previous:
-                    raise version_not_found(version)
-                # Confluent compares only the named version, whatever the level's transitivity.
-                level = level.removesuffix("_TRANSITIVE")
-            messages = self._incompatibilities(conn, parsed, previous, level)
+
+    def _test_compatibility(self, conn: Connection, config: Mapping[str, Any], subject: str, version: int | None,
+                            request: RegisterRequest, *, normalize: bool, verbose: bool) -> CompatibilityVerdict:
+        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+        live = [r for r in self._versions(conn, subject) if not r.deleted]
+        level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
+        if version is None:
+            previous = live
+        elif version == -1:
+            previous = live[-1:]
+        else:
+            previous = [r for r in live if r.version == version]
+            if not previous:
+                raise version_not_found(version)
+            # Confluent compares only the named version, whatever the level's transitivity.
+            level = level.removesuffix("_TRANSITIVE")
+        messages = self._incompatibilities(conn, parsed, previous, level)
         return CompatibilityVerdict(not messages, tuple(messages) if verbose else ())
 
     # ------------------------------------------------------------------ lookup and register

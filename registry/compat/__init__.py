@@ -8,6 +8,9 @@ Direction (Confluent's `CompatibilityChecker`): BACKWARD reads old data with the
 (reader = new, writer = old); FORWARD reads new data with the old schema; FULL is both. The
 non-transitive levels compare with the latest version only; the transitive ones walk the versions
 newest first and stop at the first that fails, as Confluent's `validateAll` does.
+
+Each comparison of two schemas may spend `max_work` units (`registry.compat.work_budget`); past
+that, `TooComplexError` propagates and the schema must be refused, never taken as compatible.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
+from registry.compat.work_budget import DEFAULT_MAX_WORK, TooComplexError
 from registry.schemas import ParsedSchema, SchemaType
 
 
@@ -37,7 +41,8 @@ _NEW = "new"
 _OLD = "old"
 
 
-def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
+def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
+                             max_work: int = DEFAULT_MAX_WORK) -> list[str]:
     """Why data written with `writer` cannot be read with `reader` (Confluent's
     `isBackwardCompatible(reader, writer)`); the messages still hold `%s` placeholders for the
     reader's and the writer's role ("new"/"old"), filled in by `check_compatibility`."""
@@ -50,11 +55,11 @@ def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list
     if reader.schema_type is SchemaType.AVRO:
         from registry.compat.avro import avro_incompatibilities
 
-        return avro_incompatibilities(reader, writer)
+        return avro_incompatibilities(reader, writer, max_work=max_work)
     if reader.schema_type is SchemaType.JSON:
         from registry.compat.json_schema import json_schema_incompatibilities
 
-        return json_schema_incompatibilities(reader, writer)
+        return json_schema_incompatibilities(reader, writer, max_work=max_work)
     return [f"Compatibility of {reader.schema_type.value} schemas is not supported"]
 
 
@@ -77,17 +82,18 @@ def _old_schema_notes(old: ParsedSchema, version: int | None) -> list[str]:
     return notes
 
 
-def _against(new: ParsedSchema, old: ParsedSchema, version: int | None, level: CompatibilityLevel) -> list[str]:
+def _against(new: ParsedSchema, old: ParsedSchema, version: int | None, level: CompatibilityLevel,
+             max_work: int) -> list[str]:
     messages: list[str] = []
     if level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE,
                  CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
-        forward = _fill(reader_incompatibilities(old, new), _OLD, _NEW)
+        forward = _fill(reader_incompatibilities(old, new, max_work=max_work), _OLD, _NEW)
         messages.extend(forward)
         if forward and level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE):
             messages.extend(_old_schema_notes(old, version))
     if level in (CompatibilityLevel.BACKWARD, CompatibilityLevel.BACKWARD_TRANSITIVE,
                  CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
-        backward = _fill(reader_incompatibilities(new, old), _NEW, _OLD)
+        backward = _fill(reader_incompatibilities(new, old, max_work=max_work), _NEW, _OLD)
         messages.extend(backward)
         if backward:
             messages.extend(_old_schema_notes(old, version))
@@ -100,11 +106,13 @@ def check_compatibility(
     level: CompatibilityLevel,
     *,
     versions: Sequence[int] | None = None,
+    max_work: int = DEFAULT_MAX_WORK,
 ) -> list[str]:
     """[] when compatible; otherwise one message per incompatibility (each naming its path).
 
     `versions`, when given, are the version numbers of `previous` (same order); Confluent names
-    the version that failed (`{oldSchemaVersion: N}`) in its messages.
+    the version that failed (`{oldSchemaVersion: N}`) in its messages. Raises `TooComplexError`
+    when one comparison needs more than `max_work` units.
     """
     level = CompatibilityLevel(str(level).upper())  # as Confluent's CompatibilityLevel.forName
     if level is CompatibilityLevel.NONE or not previous:
@@ -114,11 +122,12 @@ def check_compatibility(
     )
     candidates = list(reversed(numbered)) if level.transitive else [numbered[-1]]
     for old, version in candidates:
-        messages = _against(new, old, version, level)
+        messages = _against(new, old, version, level, max_work)
         if messages:
             messages.append(f"{{validateFields: 'false', compatibility: '{level.value}'}}")
             return messages
     return []
 
 
-__all__ = ["DIFFERENT_SCHEMA_TYPE", "CompatibilityLevel", "check_compatibility", "reader_incompatibilities"]
+__all__ = ["DEFAULT_MAX_WORK", "DIFFERENT_SCHEMA_TYPE", "CompatibilityLevel", "TooComplexError", "check_compatibility",
+           "reader_incompatibilities"]

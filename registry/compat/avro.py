@@ -12,7 +12,9 @@ implementation of the same rules; the details that decide edge cases are kept:
   writer; inside unions the branches are checked in a fresh location, as Avro does;
 * results are memoised per (reader node, writer node); a pair met again while being checked
   counts as compatible (recursive types);
-* logical types, docs, defaults' values, order and custom properties are not compared.
+* logical types, docs, defaults' values, order and custom properties are not compared;
+* a reader union is tried branch by branch against each writer branch, so unions cost the product
+  of their sizes: the check spends from a `WorkBudget` and raises `TooComplexError` when it is spent.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from registry.compat.work_budget import DEFAULT_MAX_WORK, WorkBudget
 from registry.schemas import ParsedSchema
 from registry.schemas.avro import AvroModel, AvroType
 
@@ -106,7 +109,8 @@ def names_match(reader: AvroType, writer: AvroType) -> bool:
 class ReaderWriterChecker:
     """One check: memoises per (reader, writer) node pair, as Avro's checker instance does."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: WorkBudget | None = None) -> None:
+        self._budget = budget if budget is not None else WorkBudget()
         self._memo: dict[tuple[int, int], Result | object] = {}
         self._keep: list[AvroType] = []  # keeps ids stable for the duration of the check
 
@@ -114,6 +118,7 @@ class ReaderWriterChecker:
         return self._get(reader, writer, [])
 
     def _get(self, reader: AvroType, writer: AvroType, location: list[str]) -> Result:
+        self._budget.spend()
         key = (id(reader), id(writer))
         found = self._memo.get(key)
         if found is _IN_PROGRESS:
@@ -164,6 +169,7 @@ class ReaderWriterChecker:
                                                     f"expected: {writer.size}, found: {reader.size}", location))
                     location.pop()
             elif rkind == "enum":
+                self._budget.spend(len(reader.symbols) + len(writer.symbols))
                 result.merge(self._names(reader, writer, location))
                 missing = sorted(set(writer.symbols) - set(reader.symbols))
                 if missing and reader.enum_default is None:
@@ -209,6 +215,7 @@ class ReaderWriterChecker:
             location.pop()
 
     def _fields(self, reader: AvroType, writer: AvroType, location: list[str]) -> Result:
+        self._budget.spend(len(reader.fields))
         result = Result()
         location.append("fields")
         for reader_field in reader.fields:
@@ -244,13 +251,15 @@ def reader_writer_incompatibilities(reader: AvroType, writer: AvroType) -> list[
     return ReaderWriterChecker().check(reader, writer).incompatibilities
 
 
-def avro_incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
-    """Confluent's `AvroSchema.isBackwardCompatible(reader, writer)` messages (with `%s` roles)."""
+def avro_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
+                           max_work: int = DEFAULT_MAX_WORK) -> list[str]:
+    """Confluent's `AvroSchema.isBackwardCompatible(reader, writer)` messages (with `%s` roles).
+    `TooComplexError` is not caught: the caller must refuse the schema."""
     reader_model, writer_model = reader.model, writer.model
     if not isinstance(reader_model, AvroModel) or not isinstance(writer_model, AvroModel):
         return ["Unexpected exception during compatibility check: schema was not parsed as AVRO"]
     try:
-        found = ReaderWriterChecker().check(reader_model.root, writer_model.root)
+        found = ReaderWriterChecker(WorkBudget(max_work)).check(reader_model.root, writer_model.root)
     except AmbiguousFieldError as exc:
         return [f"Unexpected exception during compatibility check: {exc}"]
     return [i.describe() for i in found.incompatibilities]

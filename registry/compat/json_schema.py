@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
+from registry.compat.work_budget import DEFAULT_MAX_WORK, WorkBudget
 from registry.schemas import ParsedSchema
 from registry.schemas.json_model import Loader, Node, SchemaLoadError, pattern_matches
 from registry.schemas.json_schema import JsonSchemaDocument
@@ -250,13 +251,14 @@ class DiffError(Exception):
 
 
 class Context:
-    def __init__(self, path: tuple[str, ...] = (), schemas: frozenset[int] = frozenset()) -> None:
+    def __init__(self, budget: WorkBudget, path: tuple[str, ...] = (), schemas: frozenset[int] = frozenset()) -> None:
+        self.budget = budget  # shared by every sub-context of one diff
         self.path: list[str] = list(path)
         self.schemas: set[int] = set(schemas)
         self.differences: list[Difference] = []
 
     def sub(self) -> Context:
-        return Context(tuple(self.path), frozenset(self.schemas))
+        return Context(self.budget, tuple(self.path), frozenset(self.schemas))
 
     @contextmanager
     def at(self, token: str) -> Iterator[None]:
@@ -279,6 +281,7 @@ class Context:
 
 
 def compare(ctx: Context, original: Node | None, update: Node | None) -> None:
+    ctx.budget.spend()
     if original is None and update is None:
         return
     if original is None:
@@ -495,7 +498,7 @@ def _criteria_change(original: Node, update: Node) -> Change | None:
     return C.COMBINED_TYPE_CHANGED
 
 
-def _cheapest_maximum_matching(costs: dict[int, dict[int, int]], left: int) -> dict[int, int]:
+def _cheapest_maximum_matching(costs: dict[int, dict[int, int]], left: int, budget: WorkBudget) -> dict[int, int]:
     """A maximum bipartite matching of least total cost (costs are not negative); returns right
     index -> left index.
 
@@ -503,7 +506,8 @@ def _cheapest_maximum_matching(costs: dict[int, dict[int, int]], left: int) -> d
     cheapest path gives a cheapest matching one larger, and augmenting only stops when no path is
     left, so the result is maximum. Paths go back along matched pairs at negative cost, hence
     Bellman-Ford. Pairs that cost nothing are a cheapest start, and spare most of the searches
-    when few subschemas changed.
+    when few subschemas changed. Each pass over the pairs spends from `budget`: with many
+    compatible pairs the searches, not the comparisons, are most of the work.
     """
     match_left: dict[int, int] = {}
     match_right: dict[int, int] = {}
@@ -517,6 +521,8 @@ def _cheapest_maximum_matching(costs: dict[int, dict[int, int]], left: int) -> d
         reached_from: dict[int, int] = {}  # right index -> the left index a cheapest path came from
         relaxed = True
         while relaxed:
+            # One unit per about 64 pairs scanned: scanning a pair is that much cheaper than a comparison.
+            budget.spend(1 + (len(to_right) + sum(len(costs.get(u, {})) for u in to_left)) // 64)
             relaxed = False
             for u, distance in list(to_left.items()):
                 for v, cost in costs.get(u, {}).items():
@@ -568,7 +574,7 @@ def _compare_combined(ctx: Context, original: Node, update: Node) -> None:
     old_keys, new_keys = [n.key for n in olds], [n.key for n in news]
     costs = {i: {j: len(found) + (0 if old_keys[i] == new_keys[j] else not_identical) for j, found in row.items()}
              for i, row in edges.items()}
-    matching = _cheapest_maximum_matching(costs, len(olds))
+    matching = _cheapest_maximum_matching(costs, len(olds), ctx.budget)
     for j, i in sorted(matching.items(), key=lambda item: item[1]):
         ctx.extend(edges[i][j])
     if len(matching) < min(len(olds), len(news)):
@@ -755,20 +761,24 @@ def load(document: JsonSchemaDocument) -> Node:
     return Loader(document.root, document.referenced).load()
 
 
-def diff(original: JsonSchemaDocument, update: JsonSchemaDocument) -> list[Difference]:
-    """Every difference from `original` to `update` (Confluent's `SchemaDiff.compare`)."""
-    ctx = Context()
+def diff(original: JsonSchemaDocument, update: JsonSchemaDocument, *, max_work: int = DEFAULT_MAX_WORK
+         ) -> list[Difference]:
+    """Every difference from `original` to `update` (Confluent's `SchemaDiff.compare`); raises
+    `TooComplexError` when that takes more than `max_work` units (see `registry.compat.work_budget`)."""
+    ctx = Context(WorkBudget(max_work))
     compare(ctx, load(original), load(update))
     return ctx.differences
 
 
-def json_schema_incompatibilities(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
+def json_schema_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
+                                  max_work: int = DEFAULT_MAX_WORK) -> list[str]:
     """Confluent's `JsonSchema.isBackwardCompatible`: the writer (previous) is the original, the
-    reader (new) the update; only incompatible differences are reported."""
+    reader (new) the update; only incompatible differences are reported. `TooComplexError` is
+    not caught: the caller must refuse the schema, not report it as a difference."""
     if not isinstance(reader.model, JsonSchemaDocument) or not isinstance(writer.model, JsonSchemaDocument):
         return ["Unexpected exception during compatibility check: schema was not parsed as JSON"]
     try:
-        found = diff(writer.model, reader.model)
+        found = diff(writer.model, reader.model, max_work=max_work)
     except (DiffError, SchemaLoadError, RecursionError) as exc:
         return [f"Unexpected exception during compatibility check: {exc}"]
     return [d.describe() for d in found if d.type not in COMPATIBLE_CHANGES]

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from registry.compat.json_schema import COMPATIBLE_CHANGES, DiffError, _cheapest_maximum_matching, diff
+from registry.compat.work_budget import WorkBudget
 from registry.schemas import InvalidSchemaError, SchemaType, parse_schema
 from registry.schemas.json_schema import JsonSchemaDocument
 
@@ -155,7 +156,7 @@ def _matchings(edges: dict[int, dict[int, int]], left: int, start: int = 0,
                     st.dictionaries(st.integers(0, 3), st.integers(0, 6), max_size=4), max_size=left))))
 def test_subschemas_are_matched_maximally_then_cheaply(graph: tuple[int, dict[int, dict[int, int]]]) -> None:
     left, costs = graph
-    found = _cheapest_maximum_matching(costs, left)
+    found = _cheapest_maximum_matching(costs, left, WorkBudget())
     assert all(right in costs[u] for right, u in found.items())
     assert len(set(found.values())) == len(found)
     best = min(_matchings(costs, left), key=lambda m: (-len(m), sum(costs[u][v] for v, u in m.items())))
