@@ -551,27 +551,23 @@ class SchemaRegistry:
         # writers' lock and without bumping the change counter (which would flush every node's caches).
         with self.engine.connect() as conn:
             prepared = self._prepare(conn, subject, request, normalize=normalize)
-        if prepared.registered is not None:
-            return prepared.registered, _unchanged(subject, prepared.registered)
+            if prepared.registered is not None:
+                return prepared.registered, _unchanged(subject, prepared.registered)
+            # The compatibility check (up to `max_diff_work` of CPU) runs here, before the writers' lock,
+            # so that one slow check does not hold up every writer on every node. Under the lock it is
+            # re-run only if what it judged (the level, the live versions) changed meanwhile.
+            checked = self._check_compatible(conn, subject, prepared)
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)  # serialises writers: see the module docstring
             prepared = self._prepare(conn, subject, request, normalize=normalize)
             if prepared.registered is not None:  # registered meanwhile by another writer
                 return prepared.registered, _unchanged(subject, prepared.registered)
-            importing, config, parsed, refs = prepared.importing, prepared.config, prepared.parsed, prepared.refs
+            if _compatibility_basis(prepared) != checked:
+                self._check_compatible(conn, subject, prepared)
+            importing, parsed, refs = prepared.importing, prepared.parsed, prepared.refs
             rows, existing_id, fingerprint = prepared.rows, prepared.existing_id, prepared.fingerprint
             schema_type = parsed.schema_type.value
             content_fp = content_fingerprint(schema_type, parsed.canonical, refs)
-            live = [r for r in rows if not r.deleted]
-            if not importing:
-                level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
-                messages = self._incompatibilities(conn, parsed, live, level)
-                if messages:
-                    raise RegistryError(
-                        409,
-                        f'Schema being registered is incompatible with an earlier schema for subject "{subject}", '
-                        f"details: [{', '.join(messages)}]",
-                    )
             if importing:
                 assert request.id is not None
                 schema_id = self._import_id(conn, request.id, existing_id, fingerprint)
@@ -591,6 +587,23 @@ class SchemaRegistry:
             "schema.register", subject, {"id": schema_id, "version": version, "new": True,
                                           "schemaType": schema_type}
         )
+
+    def _check_compatible(self, conn: Connection, subject: str, prepared: _Prepared
+                          ) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+        """409 unless `prepared` may be registered under the subject's level; returns what the verdict
+        rested on (`_compatibility_basis`). Imports are not checked (Confluent's IMPORT mode)."""
+        basis = _compatibility_basis(prepared)
+        if basis is None:
+            return None
+        level, _ = basis
+        messages = self._incompatibilities(conn, prepared.parsed, [r for r in prepared.rows if not r.deleted], level)
+        if messages:
+            raise RegistryError(
+                409,
+                f'Schema being registered is incompatible with an earlier schema for subject "{subject}", '
+                f"details: [{', '.join(messages)}]",
+            )
+        return basis
 
     def _import_id(self, conn: Connection, wanted: int, existing_id: int | None, fingerprint: str) -> int:
         if wanted < 1 or wanted > MAX_ID:
@@ -699,6 +712,15 @@ class SchemaRegistry:
                 store.forget_subject(conn, subject)
         self._forget_usages()
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _compatibility_basis(prepared: _Prepared) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+    """What a compatibility verdict depends on besides the new schema: the level and the live versions
+    (schemas are immutable per id). None when importing, which is not checked."""
+    if prepared.importing:
+        return None
+    level = str(prepared.config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
+    return level, tuple((r.version, r.schema.id) for r in prepared.rows if not r.deleted)
 
 
 def _unchanged(subject: str, row: SubjectVersion) -> Change:

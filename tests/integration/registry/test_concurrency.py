@@ -1,4 +1,5 @@
-"""Several kgov processes registering at once against one PostgreSQL: ids unique and stable."""
+"""Concurrent registration: several kgov processes at once (ids unique and stable), and a version arriving
+while a compatibility check runs."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from authz.database import open_engine
+from registry.model import RegisterRequest, RegistryError, SubjectVersion
+from registry.service import SchemaRegistry
+from registry.store import install_schema
 
 WORKER = Path(__file__).with_name("register_worker.py")
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,3 +60,53 @@ def test_concurrent_processes_on_postgres(postgres_url: str) -> None:
 def test_concurrent_processes_on_sqlite(tmp_path: Path) -> None:
     count = 12
     check(run_workers(f"sqlite:///{tmp_path / 'kgov.db'}", 3, count), count)
+
+
+def _record(*fields: dict[str, object]) -> RegisterRequest:
+    return RegisterRequest(json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": "string"},
+                                                                                 *fields]}))
+
+
+def _spy_on_checks(registry: SchemaRegistry, during_first: Callable[[], None] | None = None) -> list[list[int]]:
+    """Records the live versions each compatibility check sees; runs `during_first` inside the first."""
+    seen: list[list[int]] = []
+    check = registry._incompatibilities
+
+    def spy(conn: Any, parsed: Any, previous: Sequence[SubjectVersion], level: str) -> list[str]:
+        seen.append([p.version for p in previous])
+        if len(seen) == 1 and during_first is not None:
+            during_first()
+        return check(conn, parsed, previous, level)
+
+    registry._incompatibilities = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_compatibility_is_checked_before_the_writers_lock_once(tmp_path: Path) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
+    install_schema(engine)
+    registry = SchemaRegistry(engine)
+    registry.register("s", _record(), normalize=False)
+    seen = _spy_on_checks(registry)
+    created, _ = registry.register("s", _record({"name": "g", "type": "int", "default": 0}), normalize=False)
+    assert (created.version, seen) == (2, [[1]])  # not repeated under the lock: nothing changed meanwhile
+    engine.dispose()
+
+
+def test_a_version_registered_during_the_check_is_checked_under_the_lock(tmp_path: Path) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
+    install_schema(engine)
+    registry = SchemaRegistry(engine)
+    registry.register("s", _record(), normalize=False)
+
+    def other_writer() -> None:  # commits while the first check runs: possible only outside the lock
+        SchemaRegistry(engine).register("s", _record({"name": "g", "type": "int", "default": 0}), normalize=False)
+
+    seen = _spy_on_checks(registry, other_writer)
+    # Compatible with version 1 (BACKWARD), not with the version 2 that arrived meanwhile (g: int -> string).
+    with pytest.raises(RegistryError) as refused:
+        registry.register("s", _record({"name": "g", "type": "string", "default": ""}), normalize=False)
+    assert refused.value.code == 409
+    assert seen == [[1], [1, 2]]
+    assert SchemaRegistry(engine).versions("s") == [1, 2]  # nothing stored for the refused schema
+    engine.dispose()
