@@ -314,10 +314,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 # Report thresholds settable with `--param` (the numeric `Params` fields without a flag of their own).
 _FLAGGED = ("business_zone", "business_start_hour", "business_end_hour", "dormant_days", "baseline_days",
             "gap_minutes")
+_DEFAULTS = R.Params()
 _TUNABLE: dict[str, type] = {
-    f.name.replace("_", "-"): type(getattr(R.Params(), f.name))
+    f.name.replace("_", "-"): type(getattr(_DEFAULTS, f.name))
     for f in dataclass_fields(R.Params)
-    if f.name not in _FLAGGED and type(getattr(R.Params(), f.name)) in (int, float)
+    if f.name not in _FLAGGED and type(getattr(_DEFAULTS, f.name)) in (int, float)
 }
 
 _RANGES: dict[str, tuple[float, float]] = {"off-hours-max-share": (0, 1), "brute-force-window-minutes": (1, math.inf)}
@@ -327,19 +328,18 @@ def _tuned(values: Sequence[str]) -> dict[str, Any]:
     """`--param` values as `Params` keyword arguments; a clear SystemExit for anything malformed."""
     out: dict[str, Any] = {}
     for item in values:
-        name, sep, text = item.partition("=")
-        name = name.strip().replace("_", "-")
+        name, sep, text = (part.strip() for part in item.partition("="))
+        name = name.replace("_", "-")
         if not sep or name not in _TUNABLE:
             raise SystemExit(f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(_TUNABLE)}")
         kind = _TUNABLE[name]
         try:
-            value = kind(text.strip())
+            value = kind(text)
         except ValueError:
-            raise SystemExit(f"--param {name}: {text.strip()!r} is not a{'n integer' if kind is int else ' number'}"
-                             ) from None
+            raise SystemExit(f"--param {name}: {text!r} is not a{'n integer' if kind is int else ' number'}") from None
         low, high = _RANGES.get(name, (0, math.inf))
         if not low <= value <= high:  # (NaN fails too)
-            raise SystemExit(f"--param {name}: {text.strip()!r} is out of range ({low} to {high})")
+            raise SystemExit(f"--param {name}: {text!r} is out of range ({low} to {high})")
         out[name.replace("-", "_")] = value
     return out
 

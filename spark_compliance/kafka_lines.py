@@ -105,9 +105,6 @@ CONNECTION_REMOTE_HOST = r"^[^-]+-([^-]+):\d+-\d+$"
 
 # PascalCase (`AlterConfigs`, `TransactionalId`) to Kafka's enum spelling (`ALTER_CONFIGS`).
 PASCAL_BOUNDARY = r"([a-z0-9])([A-Z])"
-# Kafka's ACL operations as 3.3+ lines spell them (`operation = READ`).
-OPERATIONS = ("READ", "WRITE", "DESCRIBE", "CREATE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
-              "IDEMPOTENT_WRITE", "CLUSTER_ACTION", "CREATE_TOKENS", "DESCRIBE_TOKENS", "ALL")
 
 
 # --- writers for the generations `audit` does not produce ---------------------------------------------

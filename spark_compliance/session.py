@@ -23,8 +23,8 @@ SESSION_CONF: dict[str, str] = {
 
 
 def default_driver_memory() -> str:
-    """A local session's heap (driver and executors are one JVM): a quarter of the machine, 1-8 GiB.
-    Spark's own default of 1 GiB makes the ingest cache spill to disk from a few million lines on."""
+    """A local session's heap (driver and executors are one JVM): a quarter of the machine, 1-8 GiB,
+    rather than Spark's own default of 1 GiB, for the reports' aggregations and joins."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
