@@ -42,7 +42,7 @@ from registry.model import (
     parse_version,
     schema_not_found,
 )
-from registry.service import SUPPORTED_TYPES, Change, SchemaRegistry
+from registry.service import SUPPORTED_TYPES, Change, ReadCheck, SchemaRegistry, anyone_may_read
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,19 @@ def allow(request: Request, principal: Principal | None, subject: str, operation
     authorize_http(request, principal, ResourceType.SUBJECT, subject, operation)
 
 
+def reference_reader(request: Request, principal: Principal | None) -> ReadCheck:
+    """READ on each subject the caller's schema references, directly or through the references of the
+    versions it names, decided by the service before it looks that subject up.
+
+    The caller named the direct ones and may read the versions that name the others, so the 403 of a
+    denial (which names the subject) tells it nothing, and it is the same whether or not the version
+    exists. Denials and grants are audited like those of the subject routes. Anonymous readers (when
+    switched on) may read every subject, so they are not checked."""
+    if principal is None:
+        return anyone_may_read
+    return lambda subject: allow(request, principal, subject, Operation.READ)
+
+
 def allow_cluster_alter(request: Request, principal: Principal) -> None:
     authorize_http(request, principal, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
 
@@ -427,7 +440,8 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
     allow(request, principal, subject, Operation.WRITE)
     document = register_request(await read_json(request))
     created, change = await run_in_threadpool(
-        lambda: _registry(request).register(subject, document, normalize=flag(normalize))
+        lambda: _registry(request).register(subject, document, normalize=flag(normalize),
+                                            may_read=reference_reader(request, principal))
     )
     audit(request, principal, change)
     body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
@@ -494,7 +508,8 @@ async def lookup(request: Request, principal: Reader, subject: str, normalize: s
     allow(request, principal, subject, Operation.READ)
     document = register_request(await read_json(request))
     found = await run_in_threadpool(
-        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted))
+        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted),
+                                          may_read=reference_reader(request, principal))
     )
     return respond(request, found.to_json())
 
@@ -516,7 +531,8 @@ async def _compatibility(request: Request, principal: Principal | None, subject:
     document = register_request(await read_json(request))
     verdict = await run_in_threadpool(
         lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
-                                                      verbose=flag(verbose))
+                                                      verbose=flag(verbose),
+                                                      may_read=reference_reader(request, principal))
     )
     body: dict[str, Any] = {"is_compatible": verdict.is_compatible}
     if flag(verbose):

@@ -7,6 +7,11 @@ registry writers across processes (SQLite's BEGIN IMMEDIATE does the same), so t
 registration. Id lookups are served from memory after first use: a schema row never changes once
 written. The subjects that use an id (needed to authorize id lookups) change, so that map is
 cached per change-counter value, polled at most once a second.
+
+The references a caller sends are authorized here, because only here is it known which subjects
+they reach: every operation that resolves them takes `may_read`, which must pass for each subject
+the caller's references name before any of them is looked up, and for each subject reached through
+their stored references before that one is looked up (`_ReferenceWalk`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -65,6 +70,29 @@ CONFIG_KEYS = (
 _MAX_REFERENCE_DEPTH = 32
 _MAX_CACHED_LOOKUPS = 10_000
 
+# Refuses (raises) when the caller may not read the subject; returns when it may.
+ReadCheck = Callable[[str], None]
+
+
+def anyone_may_read(subject: str) -> None:
+    """The `may_read` of trusted callers (tools, tests) and of anonymous reads when they are switched on."""
+
+
+@dataclass(slots=True)
+class _ReferenceWalk:
+    """The read checks of one request's references. A subject is checked once per request (so one
+    decision is audited once), in the order the walk reaches it; `checked` lets a cached lookup answer
+    repeat the same checks without the walk."""
+
+    may_read: ReadCheck
+    checked: list[str] = field(default_factory=list)
+
+    def check(self, subjects: Sequence[str]) -> None:
+        for subject in dict.fromkeys(subjects):
+            if subject not in self.checked:
+                self.may_read(subject)
+                self.checked.append(subject)
+
 
 @dataclass(frozen=True, slots=True)
 class CompatibilityVerdict:
@@ -102,7 +130,8 @@ class SchemaRegistry:
         self._parsed: dict[int, ParsedSchema] = {}
         # Derived from rows that change: valid for one value of the change counter (see `_poll_changes`).
         self._usages: dict[int, tuple[str, ...]] = {}
-        self._lookups: dict[tuple[Any, ...], SubjectVersion] = {}
+        # Lookup answers, with the subjects their references reached (each caller must pass their checks).
+        self._lookups: dict[tuple[Any, ...], tuple[SubjectVersion, tuple[str, ...]]] = {}
         self._usages_version = -1
         self._usages_checked = float("-inf")
         self._poll_interval_s = poll_interval_s
@@ -273,29 +302,57 @@ class SchemaRegistry:
         self._parsed[schema.id] = parsed
         return parsed
 
-    def _resolve(self, conn: Connection, refs: Sequence[Reference], depth: int) -> dict[str, ParsedSchema]:
+    def _resolve(self, conn: Connection, refs: Sequence[Reference], depth: int,
+                 walk: _ReferenceWalk | None = None) -> dict[str, ParsedSchema]:
+        """The referenced schemas by reference name. With `walk` (the caller's own references): every
+        subject they name must pass its read check before any is looked up, and so must the subjects
+        the found versions reference in turn, however deep, before those are looked up."""
         if depth > _MAX_REFERENCE_DEPTH:
             raise invalid_schema(f"Schema references are nested deeper than {_MAX_REFERENCE_DEPTH} levels")
+        if walk is not None:
+            walk.check([r.subject for r in refs])
+        seen: set[tuple[str, int]] = set()
         resolved: dict[str, ParsedSchema] = {}
         for ref in refs:
-            rows = self._versions(conn, ref.subject)
-            match = [r for r in rows if r.version == ref.version] if ref.version != -1 else rows[-1:]
-            if not match:
+            found = _referenced_row(self._versions(conn, ref.subject), ref.version)
+            if found is None:
                 raise invalid_schema(
                     f"Invalid schema: reference '{ref.name}' to subject '{ref.subject}' version {ref.version} "
                     "does not exist"
                 )
-            resolved[ref.name] = self._parsed_of(conn, match[0].schema, depth)
+            if walk is not None:
+                # Walked whether or not the parsed schema is cached: that cache is shared by all callers.
+                self._walk_stored(conn, found.schema.references, depth + 1, walk, seen)
+            resolved[ref.name] = self._parsed_of(conn, found.schema, depth)
         return resolved
 
-    def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool) -> ParsedSchema:
+    def _walk_stored(self, conn: Connection, refs: Sequence[Reference], depth: int, walk: _ReferenceWalk,
+                     seen: set[tuple[str, int]]) -> None:
+        """Read checks for the references of the stored versions a caller's references reach. Their types
+        are in scope for the caller's schema (Avro's named types, JSON Schema's documents), so parse
+        errors and compatibility verdicts would otherwise tell their content to a caller who may not
+        read them. Each level is checked before any of its subjects is looked up."""
+        fresh = [r for r in refs if (r.subject, r.version) not in seen]
+        if not fresh:
+            return
+        if depth > _MAX_REFERENCE_DEPTH:
+            raise invalid_schema(f"Schema references are nested deeper than {_MAX_REFERENCE_DEPTH} levels")
+        walk.check([r.subject for r in fresh])
+        for ref in fresh:
+            seen.add((ref.subject, ref.version))
+            found = _referenced_row(self._versions(conn, ref.subject), ref.version)
+            if found is not None:  # a missing one is reported when the stored schema is parsed
+                self._walk_stored(conn, found.schema.references, depth + 1, walk, seen)
+
+    def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
+                       walk: _ReferenceWalk) -> ParsedSchema:
         if request.schema_type not in SUPPORTED_TYPES:
             if request.schema_type == "PROTOBUF":
                 raise invalid_schema("Invalid schema: PROTOBUF schemas are not supported by this registry")
             raise RegistryError(42201, f"Invalid schema type {request.schema_type}")
         if not request.schema.strip():
             raise invalid_schema("Empty schema")
-        resolved = self._resolve(conn, request.references, 1)
+        resolved = self._resolve(conn, request.references, 1, walk)
         try:
             return parse_schema(
                 SchemaType(request.schema_type),
@@ -453,21 +510,23 @@ class SchemaRegistry:
         return out
 
     def test_compatibility(self, subject: str, version: int | None, request: RegisterRequest, *,
-                           normalize: bool, verbose: bool) -> CompatibilityVerdict:
+                           normalize: bool, verbose: bool, may_read: ReadCheck) -> CompatibilityVerdict:
         """`version` None: against the versions the level selects; -1: the latest; else that version."""
+        walk = _walk_references(request, may_read)
         with self.engine.connect() as conn:
             config = self._config(conn, subject)
             try:
                 return self._test_compatibility(conn, config, subject, version, request, normalize=normalize,
-                                                verbose=verbose)
+                                                verbose=verbose, walk=walk)
             except RegistryError as exc:  # an invalid or too complex schema, answered as Confluent does
                 if verbose and exc.code == 42201:
                     return CompatibilityVerdict(False, (exc.message,))
                 raise
 
     def _test_compatibility(self, conn: Connection, config: Mapping[str, Any], subject: str, version: int | None,
-                            request: RegisterRequest, *, normalize: bool, verbose: bool) -> CompatibilityVerdict:
-        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+                            request: RegisterRequest, *, normalize: bool, verbose: bool, walk: _ReferenceWalk
+                            ) -> CompatibilityVerdict:
+        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
         live = [r for r in self._versions(conn, subject) if not r.deleted]
         level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
         if version is None:
@@ -485,27 +544,33 @@ class SchemaRegistry:
 
     # ------------------------------------------------------------------ lookup and register
 
-    def lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool) -> SubjectVersion:
+    def lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool,
+               may_read: ReadCheck) -> SubjectVersion:
+        walk = _walk_references(request, may_read)
         self._poll_changes()
         key = (subject, request.schema_type, request.schema, request.references, normalize, deleted,
                json.dumps(request.metadata, sort_keys=True), json.dumps(request.rule_set, sort_keys=True))
         cached = self._lookups.get(key)
         if cached is not None:
-            return cached
-        found = self._lookup(subject, request, normalize=normalize, deleted=deleted)
+            found, reached = cached
+            walk.check(reached)  # the answer is shared by all callers; the checks are each caller's own
+            return found
+        found = self._lookup(subject, request, normalize=normalize, deleted=deleted, walk=walk)
         with self._lock:
             if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
                 self._lookups = {}
-            self._lookups[key] = found
+            self._lookups[key] = found, tuple(walk.checked)
         return found
 
-    def _lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool) -> SubjectVersion:
+    def _lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool,
+                walk: _ReferenceWalk) -> SubjectVersion:
         with self.engine.connect() as conn:
             rows = [r for r in self._versions(conn, subject) if deleted or not r.deleted]
             if not rows:
                 raise subject_not_found(subject)
             config = self._config(conn, subject)
-            parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+            parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
+                                         walk=walk)
             refs = _references(parsed)
             wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
             prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
@@ -519,7 +584,8 @@ class SchemaRegistry:
             return row
         raise schema_not_found()
 
-    def _prepare(self, conn: Connection, subject: str, request: RegisterRequest, *, normalize: bool) -> _Prepared:
+    def _prepare(self, conn: Connection, subject: str, request: RegisterRequest, *, normalize: bool,
+                 walk: _ReferenceWalk) -> _Prepared:
         """Mode gate, parsing and the "already registered here" answer, shared by both phases of `register`."""
         context = context_of(subject)
         mode = self._mode(conn, subject)
@@ -531,7 +597,7 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
-        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")))
+        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
         refs = _references(parsed)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
                                        request.rule_set)
@@ -545,12 +611,14 @@ class SchemaRegistry:
                     break
         return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered)
 
-    def register(self, subject: str, request: RegisterRequest, *, normalize: bool) -> tuple[SubjectVersion, Change]:
+    def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
+                 ) -> tuple[SubjectVersion, Change]:
         validate_subject(subject)
+        walk = _walk_references(request, may_read)
         # Producers re-register their schema at every start: answer that from a read, without the
         # writers' lock and without bumping the change counter (which would flush every node's caches).
         with self.engine.connect() as conn:
-            prepared = self._prepare(conn, subject, request, normalize=normalize)
+            prepared = self._prepare(conn, subject, request, normalize=normalize, walk=walk)
             if prepared.registered is not None:
                 return prepared.registered, _unchanged(subject, prepared.registered)
             # The compatibility check (up to `max_diff_work` of CPU) runs here, before the writers' lock,
@@ -559,7 +627,7 @@ class SchemaRegistry:
             checked = self._check_compatible(conn, subject, prepared)
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)  # serialises writers: see the module docstring
-            prepared = self._prepare(conn, subject, request, normalize=normalize)
+            prepared = self._prepare(conn, subject, request, normalize=normalize, walk=walk)
             if prepared.registered is not None:  # registered meanwhile by another writer
                 return prepared.registered, _unchanged(subject, prepared.registered)
             if _compatibility_basis(prepared) != checked:
@@ -712,6 +780,21 @@ class SchemaRegistry:
                 store.forget_subject(conn, subject)
         self._forget_usages()
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _walk_references(request: RegisterRequest, may_read: ReadCheck) -> _ReferenceWalk:
+    """The checks of the subjects a request's references name, made before anything is looked up: a
+    refusal is then the same whether or not the referenced versions exist."""
+    walk = _ReferenceWalk(may_read)
+    walk.check([r.subject for r in request.references])
+    return walk
+
+
+def _referenced_row(rows: Sequence[SubjectVersion], version: int) -> SubjectVersion | None:
+    """The version a reference names (-1: the latest), soft-deleted ones included; None if there is none."""
+    if version == -1:
+        return rows[-1] if rows else None
+    return next((r for r in rows if r.version == version), None)
 
 
 def _compatibility_basis(prepared: _Prepared) -> tuple[str, tuple[tuple[int, int], ...]] | None:

@@ -7,7 +7,7 @@ import sys
 
 from authz.database import open_engine
 from registry.model import RegisterRequest
-from registry.service import SchemaRegistry
+from registry.service import SchemaRegistry, anyone_may_read
 from registry.store import install_schema
 
 
@@ -25,7 +25,8 @@ def main(url: str, worker: int, count: int) -> None:
     for i in range(count):
         n = (i * 7 + worker) % count  # every worker registers every schema, in a different order
         for subject in (f"shared-{n % 3}", f"own-{worker}"):
-            created, _ = registry.register(subject, RegisterRequest(schema(n)), normalize=False)
+            created, _ = registry.register(subject, RegisterRequest(schema(n)), normalize=False,
+                                            may_read=anyone_may_read)
             results.append([subject, n, created.schema.id, created.version])
     engine.dispose()
     print(json.dumps(results))

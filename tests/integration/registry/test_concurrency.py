@@ -16,8 +16,11 @@ import pytest
 
 from authz.database import open_engine
 from registry.model import RegisterRequest, RegistryError, SubjectVersion
-from registry.service import SchemaRegistry
+from registry.service import SchemaRegistry, anyone_may_read
 from registry.store import install_schema
+
+# Registrations by the registry's own callers: no caller ACLs to apply to their references.
+TRUSTED: dict[str, Any] = {"normalize": False, "may_read": anyone_may_read}
 
 WORKER = Path(__file__).with_name("register_worker.py")
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,9 +89,9 @@ def test_compatibility_is_checked_before_the_writers_lock_once(tmp_path: Path) -
     engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
     install_schema(engine)
     registry = SchemaRegistry(engine)
-    registry.register("s", _record(), normalize=False)
+    registry.register("s", _record(), **TRUSTED)
     seen = _spy_on_checks(registry)
-    created, _ = registry.register("s", _record({"name": "g", "type": "int", "default": 0}), normalize=False)
+    created, _ = registry.register("s", _record({"name": "g", "type": "int", "default": 0}), **TRUSTED)
     assert (created.version, seen) == (2, [[1]])  # not repeated under the lock: nothing changed meanwhile
     engine.dispose()
 
@@ -97,15 +100,15 @@ def test_a_version_registered_during_the_check_is_checked_under_the_lock(tmp_pat
     engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
     install_schema(engine)
     registry = SchemaRegistry(engine)
-    registry.register("s", _record(), normalize=False)
+    registry.register("s", _record(), **TRUSTED)
 
     def other_writer() -> None:  # commits while the first check runs: possible only outside the lock
-        SchemaRegistry(engine).register("s", _record({"name": "g", "type": "int", "default": 0}), normalize=False)
+        SchemaRegistry(engine).register("s", _record({"name": "g", "type": "int", "default": 0}), **TRUSTED)
 
     seen = _spy_on_checks(registry, other_writer)
     # Compatible with version 1 (BACKWARD), not with the version 2 that arrived meanwhile (g: int -> string).
     with pytest.raises(RegistryError) as refused:
-        registry.register("s", _record({"name": "g", "type": "string", "default": ""}), normalize=False)
+        registry.register("s", _record({"name": "g", "type": "string", "default": ""}), **TRUSTED)
     assert refused.value.code == 409
     assert seen == [[1], [1, 2]]
     assert SchemaRegistry(engine).versions("s") == [1, 2]  # nothing stored for the refused schema
