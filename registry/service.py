@@ -85,13 +85,13 @@ class _ReferenceWalk:
     repeat the same checks without the walk."""
 
     may_read: ReadCheck
-    checked: list[str] = field(default_factory=list)
+    checked: dict[str, None] = field(default_factory=dict)  # an ordered set
 
     def check(self, subjects: Sequence[str]) -> None:
-        for subject in dict.fromkeys(subjects):
+        for subject in subjects:
             if subject not in self.checked:
                 self.may_read(subject)
-                self.checked.append(subject)
+                self.checked[subject] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,34 @@ def test_references_of_referenced_versions_need_read_too(
         assert alice.post("/subjects/orders-probe/versions", json=probe("com.secret.Hidden")).status_code == 200
 
 
+def json_probe(pointer: str) -> dict[str, Any]:
+    """A JSON schema that references `shared-json` (which references `private-json`) and points into the
+    document of `private-json`: whether it resolves tells the shape of a schema the caller may not read."""
+    schema = json.dumps({"type": "object", "properties": {"x": {"$ref": pointer}}})
+    return {"schemaType": "JSON", "schema": schema, "references": ref("shared-json", 1, "shared.json")}
+
+
+def test_json_documents_reached_through_references_need_read_too(app: FastAPI) -> None:
+    grant(app, "alice", "orders-", PatternType.PREFIXED, Operation.READ, Operation.WRITE)
+    grant(app, "alice", "shared-json", PatternType.LITERAL, Operation.READ)
+    private = json.dumps({"type": "object", "properties": {"pin": {"type": "string", "maxLength": 4}}})
+    shared = json.dumps({"type": "object", "properties": {"p": {"$ref": "private.json"}}})
+    verbose = "/compatibility/subjects/orders-json/versions?verbose=true"
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice:
+        assert admin.post("/subjects/private-json/versions", json={"schemaType": "JSON", "schema": private}
+                          ).status_code == 200
+        assert admin.post("/subjects/shared-json/versions", json={
+            "schemaType": "JSON", "schema": shared, "references": ref("private-json", 1, "private.json")}
+            ).status_code == 200
+        # unchecked, the verdict tells which JSON pointers exist in private-json
+        assert admin.post(verbose, json=json_probe("private.json#/properties/pin")).json()["is_compatible"]
+        assert not admin.post(verbose, json=json_probe("private.json#/properties/nope")).json()["is_compatible"]
+        refused = alice.post(verbose, json=json_probe("private.json#/properties/pin"))
+        assert (refused.status_code, refused.json()["message"]) == (
+            403, "User User:alice is not authorized to READ SUBJECT private-json")
+        assert answer(alice.post(verbose, json=json_probe("private.json#/properties/nope"))) == answer(refused)
+
+
 def test_a_cached_lookup_answer_is_checked_for_each_caller(app: FastAPI) -> None:
     grant(app, "alice", "orders-", PatternType.PREFIXED, Operation.READ)
     grant(app, "alice", "shared-value", PatternType.LITERAL, Operation.READ)
