@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from gateway.config import GatewayConfig
 from gateway.runtime import upstream_oauth_login
 
-SECRET = "gw-secret-7f3a9c"  # noqa: S105 - a test value that must never be echoed
+SECRET = "gw-secret-7f3a9c"
 BASE: dict[str, Any] = {
     "upstream_security_protocol": "SASL_SSL",
     "upstream_sasl_mechanism": "OAUTHBEARER",
