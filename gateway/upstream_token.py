@@ -178,6 +178,7 @@ class UpstreamTokenSource:
         self._failed_until_ms = 0
         self._backoff_s = MIN_BACKOFF_S
         self.fetches = 0  # successful fetches (for tests and metrics)
+        self.attempts = 0
 
     def __repr__(self) -> str:
         return f"UpstreamTokenSource(endpoint={self.endpoint!r}, client_id={self.client_id!r})"
@@ -198,7 +199,7 @@ class UpstreamTokenSource:
                 if usable:
                     assert current is not None
                     return current.value
-                raise self._failure
+                raise UpstreamLoginError(str(self._failure), refused=self._failure.refused)
             try:
                 fresh = await self._fetch()
             except UpstreamLoginError as exc:
@@ -219,6 +220,7 @@ class UpstreamTokenSource:
             return fresh.value
 
     async def _fetch(self) -> UpstreamToken:
+        self.attempts += 1
         try:
             return await self._fetch_unscrubbed()
         except UpstreamLoginError as exc:
@@ -246,8 +248,8 @@ class UpstreamTokenSource:
                         raise UpstreamLoginError(f"{where} answered more than {MAX_RESPONSE_BYTES} bytes",
                                                  refused=False)
                 status = response.status_code
-        except httpx.HTTPError as exc:
-            # httpx's messages name the URL and the network error, never the request's headers.
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            # These messages name the URL and the network error, never the request's headers.
             raise UpstreamLoginError(
                 f"{where} could not be reached: {type(exc).__name__}: {_printable(exc)}",
                 refused=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from urllib.parse import parse_qs
@@ -17,6 +18,7 @@ from gateway.upstream_token import (
     token_request,
 )
 from sasl.issuer import generate_signing_key, mint_access_token
+from tests.support.ports import free_port
 
 ENDPOINT = "https://idp.example.com/oauth2/token"
 NOW_MS = 1_700_000_000_000
@@ -110,3 +112,30 @@ def test_control_characters_from_the_endpoint_do_not_reach_the_message() -> None
 def test_token_source_repr_names_no_secret() -> None:
     source = UpstreamTokenSource(ENDPOINT, "gw", "top-secret-value")
     assert "top-secret-value" not in repr(source) and "gw" in repr(source)
+
+
+def test_unreachable_endpoint_fails_softly_then_backs_off_without_new_attempts() -> None:
+    """A real refused TCP connection; the clock is injected, so the back-off is exact."""
+    now = [NOW_MS]
+    source = UpstreamTokenSource(f"http://127.0.0.1:{free_port()}/token", "gw", "s3cret-value",
+                                 now_ms=lambda: now[0], timeout_s=2)
+
+    async def attempt() -> UpstreamLoginError:
+        with pytest.raises(UpstreamLoginError) as info:
+            await source.token()
+        return info.value
+
+    first = asyncio.run(attempt())
+    assert not first.refused and "could not be reached: ConnectError" in str(first)
+    assert "s3cret-value" not in str(first)
+    again = asyncio.run(attempt())  # within the 0.5 s back-off: the same error, no new request
+    assert str(again) == str(first) and source.attempts == 1
+    now[0] += 600
+    asyncio.run(attempt())
+    assert source.attempts == 2
+    now[0] += 600  # the back-off doubled to 1 s
+    asyncio.run(attempt())
+    assert source.attempts == 2
+    now[0] += 500
+    asyncio.run(attempt())
+    assert source.attempts == 3 and source.fetches == 0
