@@ -515,7 +515,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             created.append(proto)
             if oauth is not None:
                 assert token is not None
-                await proto.login_oauthbearer(token, oauth.extensions)
+                lifetime = await proto.login_oauthbearer(token, oauth.extensions)
+                if lifetime:
+                    # No upstream re-authentication (as for PLAIN/SCRAM): the upstream closes it then.
+                    log.debug("upstream %s:%d granted a session of %d ms", host, port, lifetime)
             elif self.options.upstream_sasl is not None:
                 await proto.login(*self.options.upstream_sasl)
         except (TimeoutError, OSError, CodecError) as exc:

@@ -109,19 +109,23 @@ def gateway_factory(kafka_broker: str) -> Iterator[Callable[..., RunningGateway]
 
 
 @contextlib.contextmanager
-def serve_control_plane(settings: Any) -> Iterator[str]:
-    """`kgov serve` (in-process, on its own thread) over `settings`: the token issuer at `/oauth/token`."""
+def serve_control_plane(settings: Any, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """`kgov serve` (in-process, on its own thread) over `settings`: the token issuer at `/oauth/token`.
+    `tls` = (certificate, key) PEM files serves it over https."""
     import uvicorn
 
     from kgov.app import build_app
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(
+        build_app(settings), host="127.0.0.1", port=port, log_level="warning",
+        ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None,
+    ))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         wait_for_port("127.0.0.1", port)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

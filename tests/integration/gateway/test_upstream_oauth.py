@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,17 +66,18 @@ def token_endpoint(inner: RunningGateway) -> Iterator[str]:
         yield f"{url}/oauth/token"
 
 
+def outer_gateway_section(endpoint: str, secret: str = SECRET) -> dict[str, Any]:
+    return {"security_protocol": "PLAINTEXT", "address_mode": "single",
+            "upstream_security_protocol": "SASL_PLAINTEXT", "upstream_sasl_mechanism": "OAUTHBEARER",
+            "upstream_oauth_token_endpoint": endpoint, "upstream_oauth_client_id": CLIENT_ID,
+            "upstream_oauth_client_secret": secret}
+
+
 def outer_gateway(factory: Callable[..., RunningGateway], inner: RunningGateway, endpoint: str, *,
                   secret: str = SECRET, clock: Clock | None = None, name: str = "a") -> RunningGateway:
     """Gateway A: plain TCP for its clients (everyone allowed), OAUTHBEARER to gateway B."""
-    return factory(name=name, upstream=inner.bootstrap, clock=clock,
-                   authz={"allow_everyone_if_no_acl_found": True},
-                   gateway={"security_protocol": "PLAINTEXT", "address_mode": "single",
-                            "upstream_security_protocol": "SASL_PLAINTEXT",
-                            "upstream_sasl_mechanism": "OAUTHBEARER",
-                            "upstream_oauth_token_endpoint": endpoint,
-                            "upstream_oauth_client_id": CLIENT_ID,
-                            "upstream_oauth_client_secret": secret})
+    return factory(name=name, upstream=inner.bootstrap, clock=clock, authz={"allow_everyone_if_no_acl_found": True},
+                   gateway=outer_gateway_section(endpoint, secret))
 
 
 def tokens_of(gw: RunningGateway) -> Any:
@@ -177,17 +179,33 @@ def test_unreachable_token_endpoint_lets_the_gateway_start_and_drops_clients_mea
     assert not secrets_in(caplog.text)
 
 
+def test_https_token_endpoint_is_verified_against_the_configured_ca(
+    runtime_factory: Callable[..., RunningGateway], inner: RunningGateway, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tests.integration.gateway.test_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    with serve_control_plane(inner.settings, tls=(cert, key)) as url:  # type: ignore[attr-defined]
+        endpoint = f"{url}/oauth/token"
+        trusting = runtime_factory(name="a-ca", upstream=inner.bootstrap, gateway={
+            **outer_gateway_section(endpoint), "upstream_oauth_ca_file": str(cert)})
+        assert tokens_of(trusting).fetches == 1
+        caplog.set_level(logging.WARNING)
+        untrusting = outer_gateway(runtime_factory, inner, endpoint, name="a-system-store")
+        assert tokens_of(untrusting).fetches == 0
+        assert "could not be reached: ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED]" in caplog.text
+
+
 def test_kgov_gateway_command_exits_with_the_error_when_the_secret_is_wrong(
-    inner: RunningGateway, token_endpoint: str, tmp_path: Any, capsys: pytest.CaptureFixture[str],
+    inner: RunningGateway, token_endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     from gateway.cli import run_until_signal
     from gateway.runtime import build_runtime
     from kgov.settings import Settings
 
-    settings = Settings(db=f"sqlite:///{tmp_path / 'cli.db'}", data_dir=tmp_path / "cli", gateway={
-        "security_protocol": "PLAINTEXT", "address_mode": "single", "upstream_security_protocol": "SASL_PLAINTEXT",
-        "upstream_sasl_mechanism": "OAUTHBEARER", "upstream_oauth_token_endpoint": token_endpoint,
-        "upstream_oauth_client_id": CLIENT_ID, "upstream_oauth_client_secret": WRONG_SECRET})
+    settings = Settings(db=f"sqlite:///{tmp_path / 'cli.db'}", data_dir=tmp_path / "cli",
+                        gateway=outer_gateway_section(token_endpoint, WRONG_SECRET))
     runtime = build_runtime(settings, listen="127.0.0.1:0", upstream=inner.bootstrap)
     assert run_until_signal(runtime) == 2
     err = capsys.readouterr().err
