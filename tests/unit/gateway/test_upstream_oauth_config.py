@@ -122,3 +122,14 @@ def test_settings_errors_do_not_echo_secrets_of_any_section() -> None:
     with pytest.raises(ValidationError) as info:
         Settings(gateway={"upstream_security_protocol": "SASL_PLAINTEXT", "upstream_password": SECRET})
     assert "upstream_username" in str(info.value) and SECRET not in str(info.value)
+
+
+def test_the_secret_comes_from_the_environment_variable_the_errors_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kgov.settings import Settings
+
+    monkeypatch.setenv("KGOV_GATEWAY__UPSTREAM_OAUTH_CLIENT_SECRET", SECRET)
+    monkeypatch.setenv("KGOV_GATEWAY__UPSTREAM_OAUTH_EXTENSIONS", '{"logicalCluster": "lkc-1"}')
+    settings = Settings(gateway={k: v for k, v in BASE.items() if k != "upstream_oauth_client_secret"})
+    secret = settings.gateway.upstream_oauth_client_secret
+    assert secret is not None and secret.get_secret_value() == SECRET
+    assert settings.gateway.upstream_oauth_extensions == {"logicalCluster": "lkc-1"}
