@@ -23,6 +23,7 @@ from gateway.quota_model import (
     QuotaError,
 )
 from gateway.quota_store import QuotaOp, QuotaStore
+from gateway.upstream_token import UpstreamLoginError
 
 _RATE_FLAGS = (
     ("--producer-byte-rate", PRODUCER_BYTE_RATE),
@@ -149,7 +150,11 @@ def run_until_signal(runtime: Any, *, announce: Any = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await runtime.start()
+        try:
+            await runtime.start()
+        except UpstreamLoginError:
+            await runtime.stop()
+            raise
         if announce is not None:
             announce()
         try:
@@ -157,5 +162,9 @@ def run_until_signal(runtime: Any, *, announce: Any = None) -> int:
         finally:
             await runtime.stop()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except UpstreamLoginError as exc:  # the upstream's token endpoint refused the gateway's credential
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
+UpstreamMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+# KIP-342 SASL extensions (Kafka's OAuthBearerClientInitialResponse): names are letters only and
+# `auth` is reserved; values are printable ASCII, space, tab, CR or LF.
+_EXTENSION_NAME = re.compile(r"[A-Za-z]+")
+_EXTENSION_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")
 
 
 class GatewayConfig(BaseModel):
+    # A validation error would otherwise echo the whole section, upstream secrets included.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     listen: str = "127.0.0.1:9192"
     upstream: str | None = None
     # The client-facing listener. Default: SASL over plain TCP with every enabled mechanism.
@@ -32,9 +43,21 @@ class GatewayConfig(BaseModel):
     # Upstream connection: optional TLS (CA file, or the system store) and a service credential.
     upstream_security_protocol: SecurityProtocol = "PLAINTEXT"
     upstream_ca_file: Path | None = None
-    upstream_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    upstream_sasl_mechanism: UpstreamMechanism = "SCRAM-SHA-512"
     upstream_username: str | None = None
     upstream_password: SecretStr | None = Field(default=None, repr=False)
+    # OAUTHBEARER upstream (librdkafka's sasl.oauthbearer.method=oidc): an OIDC client-credentials
+    # token from this endpoint, the client secret sent in HTTP Basic, refreshed at 80% of its life.
+    upstream_oauth_token_endpoint: str | None = None
+    upstream_oauth_client_id: str | None = None
+    upstream_oauth_client_secret: SecretStr | None = Field(default=None, repr=False)
+    upstream_oauth_scope: str | None = None
+    # CA (PEM) for an https token endpoint; default: the system store.
+    upstream_oauth_ca_file: Path | None = None
+    # Kafka's sasl.oauthbearer.header.urlencode: form-encode client id and secret inside HTTP Basic.
+    upstream_oauth_header_urlencode: bool = False
+    # KIP-342 SASL extensions sent with the token (e.g. Confluent Cloud's logicalCluster, identityPoolId).
+    upstream_oauth_extensions: dict[str, str] = {}
     max_request_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     idle_timeout_s: float = Field(default=600.0, gt=0)
     # One request-log event per request (Kafka's kafka.request.logger, JSON shape).
@@ -55,14 +78,83 @@ class GatewayConfig(BaseModel):
                 f"gateway.tls_client_auth={self.tls_client_auth} needs gateway.tls_ca_file: the CA (PEM) that "
                 "signs client certificates"
             )
-        if self.upstream_security_protocol.startswith("SASL_") and (
-            not self.upstream_username or self.upstream_password is None
-        ):
+        upstream_sasl = self.upstream_security_protocol.startswith("SASL_")
+        if upstream_sasl and self.upstream_sasl_mechanism == "OAUTHBEARER":
+            self._check_upstream_oauth()
+        elif upstream_sasl and (not self.upstream_username or self.upstream_password is None):
             raise ValueError(
                 "gateway.upstream_security_protocol uses SASL: set gateway.upstream_username and "
                 "KGOV_GATEWAY__UPSTREAM_PASSWORD (the gateway's own service credential)"
             )
+        elif not (upstream_sasl and self.upstream_sasl_mechanism == "OAUTHBEARER") and (
+            self.upstream_oauth_token_endpoint is not None or self.upstream_oauth_client_id is not None
+        ):
+            raise ValueError(
+                "gateway.upstream_oauth_* is set but the gateway does not log in upstream with OAUTHBEARER: set "
+                "gateway.upstream_sasl_mechanism = \"OAUTHBEARER\" and gateway.upstream_security_protocol = "
+                "\"SASL_SSL\" (or SASL_PLAINTEXT), or remove the upstream_oauth_* settings"
+            )
         return self
+
+    def _check_upstream_oauth(self) -> None:
+        missing = [name for name, value in (
+            ("gateway.upstream_oauth_token_endpoint", self.upstream_oauth_token_endpoint),
+            ("gateway.upstream_oauth_client_id", self.upstream_oauth_client_id),
+            ("KGOV_GATEWAY__UPSTREAM_OAUTH_CLIENT_SECRET", self.upstream_oauth_client_secret),
+        ) if not value]
+        if missing:
+            raise ValueError(
+                "gateway.upstream_sasl_mechanism=OAUTHBEARER fetches its token with the OIDC client-credentials "
+                f"grant: set {', '.join(missing)}"
+            )
+        assert self.upstream_oauth_token_endpoint is not None
+        check_token_endpoint(self.upstream_oauth_token_endpoint)
+        for name, value in self.upstream_oauth_extensions.items():
+            if name == "auth" or not _EXTENSION_NAME.fullmatch(name):
+                raise ValueError(
+                    f"gateway.upstream_oauth_extensions: invalid extension name {name!r} (letters only; "
+                    "`auth` is reserved)"
+                )
+            if not _EXTENSION_VALUE.fullmatch(value):
+                raise ValueError(
+                    f"gateway.upstream_oauth_extensions: the value of {name!r} must be printable ASCII"
+                )
+
+
+def check_token_endpoint(url: str) -> None:
+    """An http(s) URL; plain http only to a loopback address (the client secret travels in the
+    request, so it must not cross a network in clear text)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if host is None:
+        raise ValueError("gateway.upstream_oauth_token_endpoint must be an https:// URL with a host name")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "gateway.upstream_oauth_token_endpoint must not carry credentials: set "
+            "gateway.upstream_oauth_client_id and KGOV_GATEWAY__UPSTREAM_OAUTH_CLIENT_SECRET instead"
+        )
+    if parts.scheme not in ("https", "http"):
+        raise ValueError(
+            "gateway.upstream_oauth_token_endpoint must be an https:// URL (other schemes are refused), "
+            f"got scheme {parts.scheme!r}"
+        )
+    if parts.scheme == "http" and not _is_loopback(host):
+        raise ValueError(
+            "gateway.upstream_oauth_token_endpoint uses http:// to a non-loopback host, which would send "
+            "the client secret in clear text: use https:// (with gateway.upstream_oauth_ca_file for a private CA)"
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:

@@ -24,7 +24,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +57,8 @@ from gateway.codec import (
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.request_authz import PLANNERS, RequestAuthorizer, plan_request
 from gateway.sasl_session import MechanismFactory, SaslSession
+from gateway.upstream_login import Authenticated, OAuthBearerExchange, OAuthBearerLogin
+from gateway.upstream_token import UpstreamLoginError as UpstreamLoginError  # re-exported
 
 log = logging.getLogger("kgov.gateway")
 
@@ -96,8 +98,9 @@ class GatewayOptions:
     sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
     # False when the mechanisms audit their own failures (sasl.service.CredentialService does).
     audit_auth_failures: bool = True
-    # The gateway's own login to the upstream: (mechanism, username, password).
+    # The gateway's own login to the upstream: (mechanism, username, password), or OAUTHBEARER.
     upstream_sasl: tuple[str, str, str] | None = field(default=None, repr=False)
+    upstream_oauth: OAuthBearerLogin | None = field(default=None, repr=False)
     source: str = "kgov-gateway"
 
 
@@ -198,8 +201,25 @@ class Gateway:
                 self.options.node_port_base,
             )
         self._servers.append(server)
+        if self.options.upstream_oauth is not None:
+            await self._first_upstream_token(self.options.upstream_oauth)
         with contextlib.suppress(OSError):
             await self.refresh_upstream_versions()
+
+    async def _first_upstream_token(self, login: OAuthBearerLogin) -> None:
+        """Fetches the upstream token at start: a refused client credential stops the start with a
+        clear error; an unreachable endpoint is only logged (connections retry it)."""
+        try:
+            await login.tokens.token()
+        except UpstreamLoginError as exc:
+            if exc.refused:
+                await self.close()
+                raise
+            log.warning("%s; clients are refused until it answers", exc)
+
+    @property
+    def logs_in_upstream(self) -> bool:
+        return self.options.upstream_sasl is not None or self.options.upstream_oauth is not None
 
     async def close(self) -> None:
         for s in self._servers:
@@ -263,7 +283,7 @@ class Gateway:
             resp = decode_response(spec, 3, frame)
             self.upstream_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
             self._versions_at = time.monotonic()
-            if self.options.upstream_sasl is None and self.brokers.plan.mode == "per-node":
+            if not self.logs_in_upstream and self.brokers.plan.mode == "per-node":
                 with contextlib.suppress(OSError, asyncio.IncompleteReadError, CodecError, KeyError):
                     await self._learn_brokers(reader, writer)
             return self.upstream_versions
@@ -314,10 +334,6 @@ class Gateway:
         return (SASL_HANDSHAKE, SASL_AUTHENTICATE) if _sasl_enabled(self.options.security_protocol) else ()
 
 
-class UpstreamLoginError(ConnectionError):
-    """The upstream refused the gateway's service credential."""
-
-
 class UpstreamConnection(asyncio.BufferedProtocol):
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
@@ -325,6 +341,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.reader = FrameReader(1 << 30)
         # While the gateway logs in upstream, frames go here instead of to the client.
         self.login_frames: asyncio.Queue[Frame] | None = None
+        self._login_correlation = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -350,37 +367,37 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             else:
                 self.client.on_upstream_frame(frame)
 
+    async def _login_call(self, key: int, request: Any) -> Any:
+        """One SASL request of the gateway's own login (v1, negative correlation ids)."""
+        assert self.transport is not None and self.login_frames is not None
+        self._login_correlation -= 1
+        request.with_header(correlation_id=self._login_correlation, client_id="kgov-gateway")
+        self.transport.write(bytes(request.encode(version=1, header=True, framed=True)))
+        frame = await asyncio.wait_for(self.login_frames.get(), timeout=10)
+        return decode_response(SPECS[key], 1, frame)
+
+    async def _login_handshake(self, mechanism: str) -> None:
+        self.login_frames = asyncio.Queue()
+        self._login_correlation = -1
+        handshake = await self._login_call(SASL_HANDSHAKE, SPECS[SASL_HANDSHAKE].request[1](mechanism=mechanism))
+        if handshake.error_code:
+            raise UpstreamLoginError(f"upstream refused SASL mechanism {mechanism}")
+
     async def login(self, mechanism: str, username: str, password: str) -> None:
         """SaslHandshake v1 + SaslAuthenticate v1 with the gateway's own credential."""
         from sasl.scram import MECHANISMS, ScramClient, ScramError
 
-        assert self.transport is not None
-        queue: asyncio.Queue[Frame] = asyncio.Queue()
-        self.login_frames = queue
-        correlation = -1
-
-        async def call(key: int, request: Any) -> Any:
-            nonlocal correlation
-            correlation -= 1
-            request.with_header(correlation_id=correlation, client_id="kgov-gateway")
-            assert self.transport is not None
-            self.transport.write(bytes(request.encode(version=1, header=True, framed=True)))
-            frame = await asyncio.wait_for(queue.get(), timeout=10)
-            return decode_response(SPECS[key], 1, frame)
-
-        handshake = await call(SASL_HANDSHAKE, SPECS[SASL_HANDSHAKE].request[1](mechanism=mechanism))
-        if handshake.error_code:
-            raise UpstreamLoginError(f"upstream refused SASL mechanism {mechanism}")
+        await self._login_handshake(mechanism)
         auth = SPECS[SASL_AUTHENTICATE].request[1]
         if mechanism == "PLAIN":
             messages = [b"\x00" + username.encode() + b"\x00" + password.encode()]
-            response = await call(SASL_AUTHENTICATE, auth(auth_bytes=messages[0]))
+            response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=messages[0]))
         else:
             client = ScramClient(MECHANISMS[mechanism], username, password)
-            response = await call(SASL_AUTHENTICATE, auth(auth_bytes=client.first_message()))
+            response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=client.first_message()))
             if not response.error_code:
                 final = client.final_message(bytes(response.auth_bytes))
-                response = await call(SASL_AUTHENTICATE, auth(auth_bytes=final))
+                response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=final))
                 if not response.error_code:
                     try:
                         client.verify_server_final(bytes(response.auth_bytes))
@@ -389,6 +406,22 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if response.error_code:
             raise UpstreamLoginError(f"upstream authentication failed (error {response.error_code})")
         self.login_frames = None
+
+    async def login_oauthbearer(self, token: str, extensions: Mapping[str, str]) -> int:
+        """SaslHandshake v1 + SaslAuthenticate v1 with an OAuth bearer token; answers the session
+        lifetime the upstream granted (KIP-368, 0 = unlimited)."""
+        await self._login_handshake("OAUTHBEARER")
+        auth = SPECS[SASL_AUTHENTICATE].request[1]
+        exchange = OAuthBearerExchange(token, extensions)
+        message = exchange.first_message()
+        while True:
+            response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=message))
+            step = exchange.on_response(response.error_code, response.error_message, bytes(response.auth_bytes),
+                                        response.session_lifetime_ms)
+            if isinstance(step, Authenticated):
+                self.login_frames = None
+                return step.session_lifetime_ms
+            message = step.data
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.on_upstream_lost(exc)
@@ -472,13 +505,21 @@ class ClientConnection(asyncio.BufferedProtocol):
         host, port = self.gateway.upstream_address(self.node_id)
         loop = asyncio.get_running_loop()
         created: list[UpstreamConnection] = []
+        oauth = self.options.upstream_oauth
         try:
+            token = await oauth.tokens.token() if oauth is not None else None
             _t, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.options.upstream_ssl),
                 timeout=10,
             )
             created.append(proto)
-            if self.options.upstream_sasl is not None:
+            if oauth is not None:
+                assert token is not None
+                lifetime = await proto.login_oauthbearer(token, oauth.extensions)
+                if lifetime:
+                    # No upstream re-authentication (as for PLAIN/SCRAM): the upstream closes it then.
+                    log.debug("upstream %s:%d granted a session of %d ms", host, port, lifetime)
+            elif self.options.upstream_sasl is not None:
                 await proto.login(*self.options.upstream_sasl)
         except (TimeoutError, OSError, CodecError) as exc:
             # The client sees a disconnect (a retriable transport error) and reconnects later.

@@ -26,6 +26,8 @@ from gateway.config import GatewayConfig, parse_host_port
 from gateway.proxy import Gateway, GatewayOptions, Services
 from gateway.quota_store import QuotaStore
 from gateway.quotas import QuotaEnforcer
+from gateway.upstream_login import OAuthBearerLogin
+from gateway.upstream_token import UpstreamTokenSource
 from sasl.service import CredentialService
 
 
@@ -128,6 +130,7 @@ def build_runtime(
         audit_auth_failures=False,
         source=source,
         upstream_sasl=_upstream_login(config),
+        upstream_oauth=upstream_oauth_login(config, now_ms=lambda: int(now().timestamp() * 1000)),
     )
     services = Services(
         authorizer=authorizer,
@@ -146,10 +149,28 @@ def build_runtime(
 
 
 def _upstream_login(config: GatewayConfig) -> tuple[str, str, str] | None:
-    if not config.upstream_security_protocol.startswith("SASL_"):
+    if not config.upstream_security_protocol.startswith("SASL_") or config.upstream_sasl_mechanism == "OAUTHBEARER":
         return None
     assert config.upstream_username is not None and config.upstream_password is not None
     return config.upstream_sasl_mechanism, config.upstream_username, config.upstream_password.get_secret_value()
+
+
+def upstream_oauth_login(config: GatewayConfig, *, now_ms: Callable[[], int]) -> OAuthBearerLogin | None:
+    """The gateway's OAUTHBEARER login to its upstream, when configured (`GatewayConfig` validated it)."""
+    if not config.upstream_security_protocol.startswith("SASL_") or config.upstream_sasl_mechanism != "OAUTHBEARER":
+        return None
+    endpoint, client_id = config.upstream_oauth_token_endpoint, config.upstream_oauth_client_id
+    secret = config.upstream_oauth_client_secret
+    assert endpoint is not None and client_id is not None and secret is not None
+    ctx = ssl.create_default_context(
+        cafile=str(config.upstream_oauth_ca_file) if config.upstream_oauth_ca_file else None
+    )
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    tokens = UpstreamTokenSource(
+        endpoint, client_id, secret.get_secret_value(), scope=config.upstream_oauth_scope,
+        urlencode_header=config.upstream_oauth_header_urlencode, ssl_context=ctx, now_ms=now_ms,
+    )
+    return OAuthBearerLogin(tokens, dict(config.upstream_oauth_extensions))
 
 
 async def serve(runtime: GatewayRuntime, stop: asyncio.Event) -> None:

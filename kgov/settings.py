@@ -28,7 +28,9 @@ DEFAULT_CONFIG_FILE = Path("kgov.toml")
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="KGOV_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix="KGOV_", env_nested_delimiter="__", extra="forbid", validate_default=True,
+        # A validation error would otherwise echo the inputs, secrets included (admin.password, ...).
+        hide_input_in_errors=True,
     )
 
     cluster_id: str = Field(default="kgov-cluster", min_length=1)

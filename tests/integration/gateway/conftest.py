@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -18,7 +19,7 @@ from authz.database import open_engine
 from authz.model import Acl
 from authz.service import AuthorizerService
 from gateway.proxy import Gateway, GatewayOptions, Services
-from tests.support.ports import free_port
+from tests.support.ports import free_port, wait_for_port
 
 
 class RunningGateway:
@@ -107,6 +108,29 @@ def gateway_factory(kafka_broker: str) -> Iterator[Callable[..., RunningGateway]
         gw.__exit__(None, None, None)
 
 
+@contextlib.contextmanager
+def serve_control_plane(settings: Any, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """`kgov serve` (in-process, on its own thread) over `settings`: the token issuer at `/oauth/token`.
+    `tls` = (certificate, key) PEM files serves it over https."""
+    import uvicorn
+
+    from kgov.app import build_app
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        build_app(settings), host="127.0.0.1", port=port, log_level="warning",
+        ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None,
+    ))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port("127.0.0.1", port)
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 class RawClient:
     """A bare Kafka connection speaking through kafka-python's message classes."""
 
@@ -154,23 +178,34 @@ class RawClient:
 
 @pytest.fixture
 def runtime_factory(kafka_broker: str, tmp_path: Path) -> Iterator[Callable[..., RunningGateway]]:
-    """The production assembly (`gateway.runtime.build_runtime`) over SQLite, in front of Tansu."""
+    """The production assembly (`gateway.runtime.build_runtime`) over SQLite, in front of Tansu.
+
+    `upstream` puts it in front of something else (another gateway); `name` gives it a database of
+    its own (default: the one shared by every gateway of the test); `clock` is build_runtime's."""
     from gateway.runtime import build_runtime
     from kgov.settings import Settings
 
     running: list[RunningGateway] = []
 
-    def make(**sections: Any) -> RunningGateway:
+    def make(*, upstream: str | None = None, name: str | None = None, clock: Any = None,
+             **sections: Any) -> RunningGateway:
         gateway_section = {"security_protocol": "SASL_PLAINTEXT", "node_port_base": free_port() - 111,
                            **sections.pop("gateway", {})}
-        settings = Settings(db=f"sqlite:///{tmp_path / 'kgov.db'}", data_dir=tmp_path, gateway=gateway_section,
+        data_dir = tmp_path / name if name else tmp_path
+        data_dir.mkdir(parents=True, exist_ok=True)
+        settings = Settings(db=f"sqlite:///{data_dir / 'kgov.db'}", data_dir=data_dir, gateway=gateway_section,
                             **sections)
         memory = MemorySink()
-        runtime = build_runtime(settings, listen="127.0.0.1:0", upstream=kafka_broker, extra_audit=memory)
+        runtime = build_runtime(settings, listen="127.0.0.1:0", upstream=upstream or kafka_broker,
+                                extra_audit=memory, clock=clock)
         gw = RunningGateway(None, None, runtime=runtime)
         gw.memory = memory  # type: ignore[attr-defined]
         gw.settings = settings  # type: ignore[attr-defined]
-        gw.__enter__()
+        try:
+            gw.__enter__()
+        except BaseException:
+            gw.__exit__(None, None, None)  # a refused start still stops the runtime and the loop
+            raise
         running.append(gw)
         return gw
 

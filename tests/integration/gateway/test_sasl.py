@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,9 +14,8 @@ from confluent_kafka import KafkaError, Producer
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
 from gateway.codec import SPECS
 from sasl.scram import MECHANISMS, ScramClient
-from tests.integration.gateway.conftest import RawClient, RunningGateway
+from tests.integration.gateway.conftest import RawClient, RunningGateway, serve_control_plane
 from tests.integration.gateway.test_proxy import consume, create_topics
-from tests.support.ports import free_port, wait_for_port
 
 pytestmark = [pytest.mark.broker]
 
@@ -156,19 +154,8 @@ def test_session_expiry_closes_a_connection_that_did_not_reauthenticate(
 @pytest.fixture
 def control_plane(sasl_gateway: RunningGateway) -> Iterator[str]:
     """`kgov serve` on the gateway's database: the OAuth token endpoint librdkafka fetches from."""
-    import uvicorn
-
-    from kgov.app import build_app
-
-    app = build_app(sasl_gateway.settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for_port("127.0.0.1", port)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_control_plane(sasl_gateway.settings) as url:
+        yield url
 
 
 def test_oauthbearer_with_librdkafkas_oidc_client_and_kgovs_token_endpoint(
