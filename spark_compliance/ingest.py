@@ -283,7 +283,8 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                              f[8], _null("string"), no_acl(2, 3), text_topic, _null("string"), _null("string"))
     api = enum_spelling(_nonempty(by_shape(F.coalesce(d["methodName"], d["requestHeader"]["requestApiKeyName"]),
                                            f[9], _null("string"), _null("string"), f[2], req_api, _null("string"))))
-    ref_count = F.when(sh == _AUTHZ, f[10].try_cast("int"))
+    # (An empty field is skipped: Spark's try_cast builds, then drops, an exception for each one it refuses.)
+    ref_count = F.when((sh == _AUTHZ) & (f[10] != ""), f[10].try_cast("int"))
     rule_detail = _nonempty(by_shape(
         F.coalesce(az["rule"], F.when(az["superUserAuthorization"], F.lit("SuperUser"))),
         f[11], F.lit("SuperUser"),
