@@ -81,3 +81,18 @@ def test_malformed_thresholds_are_refused_with_the_flag_named(flag: str, value: 
     with pytest.raises(SystemExit, match=message) as e:
         options_from_args(_parse("--input", "a", "--out", "o", flag, value))
     assert flag in str(e.value)
+
+
+def test_every_report_parameter_has_exactly_one_way_to_be_set() -> None:
+    """A `Params` field has its own flag (`_FLAGGED`) or a `--param` name, never neither or both."""
+    from dataclasses import fields
+
+    from spark_compliance.job import _FLAGGED, _TUNABLE
+    by_param = {name.replace("-", "_") for name in _TUNABLE}
+    assert not by_param & set(_FLAGGED)
+    not_numeric = {"gap_streams", "min_client_versions"}  # a tuple (fixed) and `--min-client-version`
+    assert {f.name for f in fields(R.Params)} == by_param | set(_FLAGGED) | not_numeric
+    o = options_from_args(_parse("--input", "a", "--out", "o", "--business-hours", "9-17", "--business-timezone",
+                                 "Europe/Berlin", "--dormant-days", "90", "--baseline-days", "3.5",
+                                 "--gap-minutes", "15"))
+    assert [f for f in _FLAGGED if getattr(o.params, f) == getattr(R.Params(), f)] == []
