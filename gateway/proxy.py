@@ -13,6 +13,11 @@ upstream answers (upstream answers in order too), and slots are flushed from the
 Backpressure: client reads pause while the upstream transport is above its write high-water mark,
 while too many requests are in flight, while the upstream is still connecting with a full buffer,
 and while the client is muted by a quota; upstream reads pause while the client cannot take more.
+
+Upstream sessions (KIP-368): when the upstream grants a session lifetime, the gateway re-authenticates
+the upstream connection at 85-95% of it: client reads pause, in-flight requests complete, a new
+SaslHandshake + SaslAuthenticate runs on the connection, then reads resume
+(`ClientConnection._reauthenticate_upstream`).
 """
 
 from __future__ import annotations
