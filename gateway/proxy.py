@@ -607,12 +607,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed or up is None:
             return
         host, port = self.gateway.upstream_address(self.node_id)
+        # Hold first: fetching a due OAuth token takes a round trip to the endpoint, and a request
+        # forwarded meanwhile could reach the upstream after the session ended (it would close the
+        # connection). In-flight requests complete while the token is fetched.
+        self.pause("upstream-reauth")
         try:
-            token = await self._upstream_token()  # may call the token endpoint: fetched before holding
+            token = await self._upstream_token()
+            await self._in_flight_drained()
             if self.closed or self.upstream is not up:
                 return
-            self.pause("upstream-reauth")
-            await self._in_flight_drained()
             lifetime = await self._login_upstream(up, token)
         except (TimeoutError, OSError, CodecError) as exc:
             if self.closed and self.close_reason != UPSTREAM_LOST:
