@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.broker]
 
 # Kafka's clients re-authenticate at 85-95% of the session; a broker (and B) refuses a second
 # re-authentication within one second of the previous one, so the lifetime must exceed ~1.2 s.
-LIFETIME_MS = 1500
+LIFETIME_MS = 2000
 SVC, SVC_PASSWORD = "svc-reauth", "svc-reauth-password-7f3a"
 
 
