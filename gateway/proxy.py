@@ -13,6 +13,11 @@ upstream answers (upstream answers in order too), and slots are flushed from the
 Backpressure: client reads pause while the upstream transport is above its write high-water mark,
 while too many requests are in flight, while the upstream is still connecting with a full buffer,
 and while the client is muted by a quota; upstream reads pause while the client cannot take more.
+
+Upstream sessions (KIP-368): when the upstream grants a session lifetime, the gateway re-authenticates
+the upstream connection at 85-95% of it: client reads pause, in-flight requests complete, a new
+SaslHandshake + SaslAuthenticate runs on the connection, then reads resume
+(`ClientConnection._reauthenticate_upstream`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import ssl
 import time
@@ -57,7 +63,12 @@ from gateway.codec import (
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.request_authz import PLANNERS, RequestAuthorizer, plan_request
 from gateway.sasl_session import MechanismFactory, SaslSession
-from gateway.upstream_login import Authenticated, OAuthBearerExchange, OAuthBearerLogin
+from gateway.upstream_login import (
+    Authenticated,
+    OAuthBearerExchange,
+    OAuthBearerLogin,
+    reauthentication_delay_s,
+)
 from gateway.upstream_token import UpstreamLoginError as UpstreamLoginError  # re-exported
 
 log = logging.getLogger("kgov.gateway")
@@ -72,6 +83,7 @@ SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timi
 # Kafka's sasl.server.max.receive.size: the largest frame a client may send before it authenticated.
 MAX_UNAUTHENTICATED_BYTES = 524_288
 UPSTREAM_VERSIONS_TTL_S = 300.0
+UPSTREAM_LOST = "upstream connection lost"
 
 
 # An API the gateway answers itself (security admin APIs, quotas): returns the response message.
@@ -113,6 +125,7 @@ class Services:
     local_handlers: dict[int, LocalHandler] = field(default_factory=dict)
     quotas: Any = None  # gateway.quotas.QuotaEnforcer
     request_lines: LineSink | None = None  # Kafka's `Completed request:` text lines
+    rand: Callable[[], float] = field(default=random.random)  # the jitter of upstream re-authentication
 
 
 @dataclass(slots=True)
@@ -177,6 +190,9 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.connection_counter = 0
+        # KIP-368 re-authentications of upstream connections (for tests and metrics)
+        self.upstream_reauthentications = 0
+        self.upstream_reauthentication_failures = 0
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -334,6 +350,9 @@ class Gateway:
         return (SASL_HANDSHAKE, SASL_AUTHENTICATE) if _sasl_enabled(self.options.security_protocol) else ()
 
 
+_CLOSED: Frame = bytearray()  # put in `login_frames` when the upstream closes (compared by identity)
+
+
 class UpstreamConnection(asyncio.BufferedProtocol):
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
@@ -374,6 +393,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         request.with_header(correlation_id=self._login_correlation, client_id="kgov-gateway")
         self.transport.write(bytes(request.encode(version=1, header=True, framed=True)))
         frame = await asyncio.wait_for(self.login_frames.get(), timeout=10)
+        if frame is _CLOSED:
+            raise UpstreamLoginError("the upstream closed the connection during the SASL exchange", refused=False)
         return decode_response(SPECS[key], 1, frame)
 
     async def _login_handshake(self, mechanism: str) -> None:
@@ -383,8 +404,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if handshake.error_code:
             raise UpstreamLoginError(f"upstream refused SASL mechanism {mechanism}")
 
-    async def login(self, mechanism: str, username: str, password: str) -> None:
-        """SaslHandshake v1 + SaslAuthenticate v1 with the gateway's own credential."""
+    async def login(self, mechanism: str, username: str, password: str) -> int:
+        """SaslHandshake v1 + SaslAuthenticate v1 with the gateway's own credential; answers the
+        session lifetime the upstream granted (KIP-368, 0 = unlimited)."""
         from sasl.scram import MECHANISMS, ScramClient, ScramError
 
         await self._login_handshake(mechanism)
@@ -404,8 +426,14 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                     except ScramError as exc:
                         raise UpstreamLoginError("upstream server signature did not verify") from exc
         if response.error_code:
-            raise UpstreamLoginError(f"upstream authentication failed (error {response.error_code})")
+            detail = ""
+            if response.error_message:
+                text = response.error_message.replace(password, "***") if password else response.error_message
+                detail = ": " + "".join(c if c.isprintable() else "?" for c in text[:300])
+            raise UpstreamLoginError(f"upstream {mechanism} authentication failed (error {response.error_code}){detail}")
         self.login_frames = None
+        lifetime: int = response.session_lifetime_ms
+        return max(lifetime, 0)
 
     async def login_oauthbearer(self, token: str, extensions: Mapping[str, str]) -> int:
         """SaslHandshake v1 + SaslAuthenticate v1 with an OAuth bearer token; answers the session
@@ -424,6 +452,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             message = step.data
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.login_frames is not None:
+            self.login_frames.put_nowait(_CLOSED)  # wakes a SASL exchange waiting for its answer
         self.client.on_upstream_lost(exc)
 
     def pause_writing(self) -> None:
@@ -460,6 +490,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
+        # KIP-368: when the upstream session is next re-authenticated, and the wait for in-flight
+        # requests to complete before it.
+        self.reauth_handle: asyncio.TimerHandle | None = None
+        self._upstream_drained: asyncio.Future[None] | None = None
+        self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -501,26 +536,34 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.gateway.spawn(self._connect_upstream())
         self.idle_handle = asyncio.get_running_loop().call_later(self.options.idle_timeout_s, self._check_idle)
 
+    async def _upstream_token(self) -> str | None:
+        """The current OAuth token for an upstream OAUTHBEARER login (cached or refreshed), else None."""
+        oauth = self.options.upstream_oauth
+        return await oauth.tokens.token() if oauth is not None else None
+
+    async def _login_upstream(self, proto: UpstreamConnection, token: str | None) -> int:
+        """The gateway's own SASL exchange on `proto`, first login and re-authentication alike;
+        answers the session lifetime the upstream granted (0: unlimited, or no SASL upstream)."""
+        oauth = self.options.upstream_oauth
+        if oauth is not None:
+            assert token is not None
+            return await proto.login_oauthbearer(token, oauth.extensions)
+        if self.options.upstream_sasl is not None:
+            return await proto.login(*self.options.upstream_sasl)
+        return 0
+
     async def _connect_upstream(self) -> None:
         host, port = self.gateway.upstream_address(self.node_id)
         loop = asyncio.get_running_loop()
         created: list[UpstreamConnection] = []
-        oauth = self.options.upstream_oauth
         try:
-            token = await oauth.tokens.token() if oauth is not None else None
+            token = await self._upstream_token()  # before connecting: a dead token endpoint opens nothing
             _t, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.options.upstream_ssl),
                 timeout=10,
             )
             created.append(proto)
-            if oauth is not None:
-                assert token is not None
-                lifetime = await proto.login_oauthbearer(token, oauth.extensions)
-                if lifetime:
-                    # No upstream re-authentication (as for PLAIN/SCRAM): the upstream closes it then.
-                    log.debug("upstream %s:%d granted a session of %d ms", host, port, lifetime)
-            elif self.options.upstream_sasl is not None:
-                await proto.login(*self.options.upstream_sasl)
+            lifetime = await self._login_upstream(proto, token)
         except (TimeoutError, OSError, CodecError) as exc:
             # The client sees a disconnect (a retriable transport error) and reconnects later.
             log.warning("upstream %s:%d unavailable: %s", host, port, exc)
@@ -535,11 +578,72 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self.upstream = proto
         assert proto.transport is not None
+        self._schedule_upstream_reauth(lifetime)
         if self.pending_frames:
             proto.transport.writelines(self.pending_frames)
             self.pending_frames = []
             self.pending_bytes = 0
         self.resume("upstream-connecting")
+
+    def _schedule_upstream_reauth(self, lifetime_ms: int) -> None:
+        """KIP-368: re-authenticates the upstream session before it ends, as Kafka's clients do."""
+        delay = reauthentication_delay_s(lifetime_ms, self.services.rand())
+        if delay is None:
+            return
+        host, port = self.gateway.upstream_address(self.node_id)
+        log.debug("upstream %s:%d granted %s a session of %d ms; re-authenticating in %.3f s",
+                  host, port, self.connection_id, lifetime_ms, delay)
+        self.reauth_handle = asyncio.get_running_loop().call_later(
+            delay, lambda: self.gateway.spawn(self._reauthenticate_upstream()))
+
+    async def _reauthenticate_upstream(self) -> None:
+        """A new SaslHandshake + SaslAuthenticate on the open upstream connection. Nothing may be
+        interleaved with it (the upstream would read our request as the next SASL message, and the
+        answers would mix with the exchange's): new requests are held (the client is not read),
+        in-flight ones complete, then the exchange runs and the held requests are released. If it
+        fails, the upstream connection and its client are closed, as after a failed first login."""
+        self.reauth_handle = None
+        up = self.upstream
+        if self.closed or up is None:
+            return
+        host, port = self.gateway.upstream_address(self.node_id)
+        # Hold first: fetching a due OAuth token takes a round trip to the endpoint, and a request
+        # forwarded meanwhile could reach the upstream after the session ended (it would close the
+        # connection). In-flight requests complete while the token is fetched.
+        self.pause("upstream-reauth")
+        try:
+            token = await self._upstream_token()
+            await self._in_flight_drained()
+            if self.closed or self.upstream is not up:
+                return
+            lifetime = await self._login_upstream(up, token)
+        except (TimeoutError, OSError, CodecError) as exc:
+            if self.closed and self.close_reason != UPSTREAM_LOST:
+                return  # the client left, or the gateway is shutting down
+            self.gateway.upstream_reauthentication_failures += 1
+            log.warning("re-authentication to upstream %s:%d failed; closing client connection %s: %s",
+                        host, port, self.connection_id, str(exc) or type(exc).__name__)
+            self.close_after_flush()
+            return
+        if self.closed or self.upstream is not up:
+            return
+        self.gateway.upstream_reauthentications += 1
+        self._schedule_upstream_reauth(lifetime)
+        self.resume("upstream-reauth")
+
+    async def _in_flight_drained(self, timeout_s: float = 30.0) -> None:
+        """Returns once every request forwarded upstream has its answer (they come in order)."""
+        if not self.awaiting_upstream:
+            return
+        self._upstream_drained = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._upstream_drained, timeout=timeout_s)
+        except TimeoutError:
+            raise UpstreamLoginError(
+                f"requests in flight to the upstream were not answered within {timeout_s:.0f} s"
+            ) from None
+        finally:
+            self._upstream_drained = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._close_upstream()
@@ -553,6 +657,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
+        self.close_reason = reason
         log.debug("closing %s: %s", self.connection_id, reason)
         if self.transport is not None:
             self.transport.abort()
@@ -565,6 +670,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._close_upstream()
 
     def _close_upstream(self) -> None:
+        if self.reauth_handle is not None:
+            self.reauth_handle.cancel()
+            self.reauth_handle = None
+        drained = self._upstream_drained
+        if drained is not None and not drained.done():
+            drained.set_exception(ConnectionError("upstream connection closed"))
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()
         self.upstream = None
@@ -934,12 +1045,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
         self._flush()
+        drained = self._upstream_drained
+        if drained is not None and not self.awaiting_upstream and not drained.done():
+            drained.set_result(None)
 
     def on_upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             # In-flight requests cannot be answered: disconnecting is the retriable signal every
             # client handles (it reconnects, refreshes metadata and retries).
-            self.abort("upstream connection lost")
+            self.abort(UPSTREAM_LOST)
 
     def _complete(self, slot: Slot, response: bytes) -> None:
         slot.response = (response,)

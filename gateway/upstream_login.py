@@ -9,6 +9,8 @@
    sends the %x01 too); the refusal is reported with the server's status;
 4. an error code: refused, with the broker's message.
 Messages never contain the token.
+
+`reauthentication_delay_s` says when an established upstream session is re-authenticated (KIP-368).
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ class OAuthBearerLogin:
 
     tokens: UpstreamTokenSource
     extensions: Mapping[str, str] = field(default_factory=dict)
+
+
+# Kafka's SaslClientAuthenticator re-authenticates at a random point of this window of the session
+# lifetime: the 85% leaves room for latency and clock drift, the 10% jitter spreads the
+# re-authentications of many connections opened together.
+REAUTH_WINDOW_START = 0.85
+REAUTH_WINDOW_JITTER = 0.10
+
+
+def reauthentication_delay_s(session_lifetime_ms: int, rand: float) -> float | None:
+    """Seconds from a successful (re-)authentication to the next re-authentication of that session,
+    for `rand` uniform in [0, 1); None when the upstream granted an unlimited session (0)."""
+    if session_lifetime_ms <= 0:
+        return None
+    return session_lifetime_ms * (REAUTH_WINDOW_START + REAUTH_WINDOW_JITTER * rand) / 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.upstream_login import Authenticated, OAuthBearerExchange, Send
+from gateway.upstream_login import Authenticated, OAuthBearerExchange, Send, reauthentication_delay_s
 from gateway.upstream_token import UpstreamLoginError
 from sasl.mechanism import Challenge, Failure, Success
 from sasl.oauthbearer import (
@@ -87,3 +87,14 @@ def test_nothing_is_accepted_after_the_exchange_ended() -> None:
     assert isinstance(client.on_response(0, None, b""), Authenticated)
     with pytest.raises(UpstreamLoginError, match="after it ended"):
         client.on_response(0, None, b"")
+
+
+def test_reauthentication_falls_between_85_and_95_percent_of_the_session() -> None:
+    """Kafka's SaslClientAuthenticator: 0.85 + rand * 0.10 of the session lifetime."""
+    assert reauthentication_delay_s(60_000, 0.0) == pytest.approx(51.0)
+    assert reauthentication_delay_s(60_000, 0.5) == pytest.approx(54.0)
+    assert reauthentication_delay_s(60_000, 0.999999) == pytest.approx(57.0, abs=1e-3)
+    assert reauthentication_delay_s(1500, 0.0) == pytest.approx(1.275)
+    # an unlimited session (0, or a nonsensical negative lifetime) is never re-authenticated
+    assert reauthentication_delay_s(0, 0.5) is None
+    assert reauthentication_delay_s(-5, 0.5) is None

@@ -1,0 +1,160 @@
+"""KIP-368 upstream re-authentication is never interleaved with forwarded requests.
+
+The upstream is a small scripted Kafka server on a real socket: it answers ApiVersions, PLAIN
+SaslHandshake/SaslAuthenticate (granting a short session) and Metadata, records what it received and
+sent in order, and withholds one Metadata answer until the test releases it, so that the
+re-authentication falls due while a request is in flight and another request arrives meanwhile.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gateway.codec import API_VERSIONS_KEY, SPECS, encode_response, parse_request_header
+from gateway.proxy import ClientConnection, GatewayOptions, Services
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway
+
+LIFETIME_MS = 400
+SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA = 17, 36, 3
+
+
+class ScriptedUpstream:
+    """Serves every connection on its own thread; `events` is the SASL connection's transcript."""
+
+    def __init__(self, hold_first_metadata: threading.Event) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.release = hold_first_metadata
+        self.events: list[tuple[str, int, int]] = []  # (recv|sent, api key, correlation id)
+        self.readable_while_held: bool | None = None
+        self.auth_bytes: list[bytes] = []
+        self._threads: list[threading.Thread] = []
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    @staticmethod
+    def _read(conn: socket.socket, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = conn.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError
+            buf += chunk
+        return buf
+
+    def _serve(self, conn: socket.socket) -> None:
+        held = False
+        try:
+            while True:
+                frame = self._read(conn, int.from_bytes(self._read(conn, 4), "big"))
+                h = parse_request_header(frame)
+                sasl = h.api_key != API_VERSIONS_KEY
+                if sasl:
+                    self.events.append(("recv", h.api_key, h.correlation_id))
+                spec = SPECS[h.api_key]
+                if h.api_key == API_VERSIONS_KEY:
+                    keys = [spec.response.ApiVersion(api_key=k, min_version=0, max_version=v)
+                            for k, v in ((METADATA, 12), (SASL_HANDSHAKE, 1), (SASL_AUTHENTICATE, 2))]
+                    body = spec.response(error_code=0, api_keys=keys, throttle_time_ms=0)
+                elif h.api_key == SASL_HANDSHAKE:
+                    body = spec.response(error_code=0, mechanisms=["PLAIN"])
+                elif h.api_key == SASL_AUTHENTICATE:
+                    self.auth_bytes.append(bytes(spec.request[h.api_version].decode(
+                        memoryview(frame)[h.body_offset:], version=h.api_version).auth_bytes))
+                    body = spec.response(error_code=0, error_message=None, auth_bytes=b"",
+                                         session_lifetime_ms=LIFETIME_MS)
+                else:
+                    assert h.api_key == METADATA
+                    if not held:
+                        held = True
+                        assert self.release.wait(10)
+                        # the gateway must have sent nothing while this request was in flight
+                        self.readable_while_held = bool(select.select([conn], [], [], 0)[0])
+                    body = spec.response(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1,
+                                         topics=[])
+                conn.sendall(encode_response(spec, h.api_version, h.correlation_id, body))
+                if sasl:
+                    self.events.append(("sent", h.api_key, h.correlation_id))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        for c in self._conns:
+            c.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream(threading.Event())
+    yield server
+    server.release.set()
+    server.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_reauthentication_waits_for_in_flight_requests_and_holds_new_ones(
+    upstream: ScriptedUpstream, authz_factory: Callable[..., AuthzFixture],
+) -> None:
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    options = GatewayOptions("127.0.0.1", 0, ("127.0.0.1", upstream.port), address_mode="single",
+                             upstream_sasl=("PLAIN", "svc", "svc-password"))
+    with RunningGateway(options, Services(authz.service, rand=lambda: 0.0)) as gw:
+        raw = RawClient(gw.bootstrap)
+        metadata = SPECS[METADATA].request[12](topics=[], allow_auto_topic_creation=False)
+        first = raw.send(METADATA, 12, metadata)
+        wait_until(lambda: ("recv", METADATA, first) in upstream.events)
+
+        def reauth_holding() -> bool:
+            async def paused() -> bool:
+                conns: list[ClientConnection] = list(gw.gateway._connections)
+                return len(conns) == 1 and "upstream-reauth" in conns[0].paused
+
+            result: Any = gw.call(paused())
+            return bool(result)
+
+        # due at 85% of the session (rand = 0): the gateway holds its client while the answer is pending
+        wait_until(reauth_holding)
+        second = raw.send(METADATA, 12, metadata)  # arrives during the re-authentication: held
+        time.sleep(0.2)
+        upstream.release.set()
+        assert raw.receive(METADATA, 12) is not None
+        assert raw.receive(METADATA, 12) is not None
+        raw.close()
+    assert upstream.readable_while_held is False
+    sasl = [(d, k) for d, k, _ in upstream.events]
+    assert sasl[:12] == [
+        ("recv", SASL_HANDSHAKE), ("sent", SASL_HANDSHAKE), ("recv", SASL_AUTHENTICATE), ("sent", SASL_AUTHENTICATE),
+        ("recv", METADATA), ("sent", METADATA),  # the in-flight request completes first ...
+        ("recv", SASL_HANDSHAKE), ("sent", SASL_HANDSHAKE), ("recv", SASL_AUTHENTICATE), ("sent", SASL_AUTHENTICATE),
+        ("recv", METADATA), ("sent", METADATA),  # ... and the held one goes after the exchange
+    ], upstream.events
+    assert [c for d, k, c in upstream.events if k == METADATA and d == "recv"][:2] == [first, second]
+    assert upstream.auth_bytes[:2] == [b"\x00svc\x00svc-password"] * 2
+    assert gw.gateway.upstream_reauthentications >= 1
