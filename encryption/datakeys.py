@@ -11,8 +11,8 @@ time-to-live), so reading a million records costs one KMS call per data key, not
 
 from __future__ import annotations
 
-import itertools
 import os
+import struct
 import threading
 import time
 import weakref
@@ -28,6 +28,8 @@ from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 
 _MAX_GCM_INVOCATIONS = 1 << 32
+# A GCM nonce: the record counter as 12 big-endian bytes (counters stay below 2**32).
+_NONCE = struct.Struct(">8xI")
 
 # A forked child inherits its parent's active data keys and nonce counters: encrypting with both would
 # repeat nonces under one key. Everything holding an active key registers here and forgets it in the child.
@@ -69,7 +71,7 @@ class DataKeyPolicy:
 class ActiveDataKey:
     """One data key in use by a producer. `next_nonce()` returns None once the key is spent."""
 
-    __slots__ = ("aead", "counter", "expires", "limit", "now", "prefixes", "wrapped")
+    __slots__ = ("aead", "expires", "nonces", "now", "prefixes", "wrapped")
 
     def __init__(
         self, data_key: bytes, wrapped: WrappedKey, policy: DataKeyPolicy, now: Callable[[], float]
@@ -78,9 +80,11 @@ class ActiveDataKey:
         self.wrapped = wrapped
         part = key_part(wrapped)
         self.prefixes = tuple(header_prefix(flags, part) for flags in range(4))
-        # Public for the serializer's inlined hot path (`EncryptingSerializer.__call__`).
-        self.counter = itertools.count()
-        self.limit = policy.max_records
+        # Public for the serializer's inlined hot path (`EncryptingSerializer.__call__`). The nonces
+        # 0, 1, ... max_records - 1 as 12-byte big-endian counters; exhausted = the key is spent. One
+        # `next()` draws a nonce entirely in C, atomically under the GIL: concurrent producers get
+        # distinct nonces.
+        self.nonces = map(_NONCE.pack, range(policy.max_records))
         self.now = now
         self.expires = now() + policy.max_age_seconds
 
@@ -88,10 +92,10 @@ class ActiveDataKey:
         return f"ActiveDataKey(kek={self.wrapped.key_name!r}, version={self.wrapped.version})"
 
     def next_nonce(self) -> bytes | None:
-        n = next(self.counter)  # atomic under the GIL: concurrent producers get distinct nonces
-        if n >= self.limit or self.now() >= self.expires:
+        nonce = next(self.nonces, None)
+        if nonce is None or self.now() >= self.expires:
             return None
-        return n.to_bytes(12, "big")
+        return nonce
 
 
 class DataKeyIssuer(ForgetsKeysOnFork):
