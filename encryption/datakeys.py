@@ -12,24 +12,22 @@ time-to-live), so reading a million records costs one KMS call per data key, not
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from encryption.envelope import header_prefix, key_part
+from encryption.envelope import NONCE_SIZE, header_prefix, key_part
 from encryption.errors import EncryptionError
 from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 
 _MAX_GCM_INVOCATIONS = 1 << 32
-# A GCM nonce: the record counter as 12 big-endian bytes (counters stay below 2**32).
-_NONCE = struct.Struct(">8xI")
 
 # A forked child inherits its parent's active data keys and nonce counters: encrypting with both would
 # repeat nonces under one key. Everything holding an active key registers here and forgets it in the child.
@@ -84,7 +82,7 @@ class ActiveDataKey:
         # 0, 1, ... max_records - 1 as 12-byte big-endian counters; exhausted = the key is spent. One
         # `next()` draws a nonce entirely in C, atomically under the GIL: concurrent producers get
         # distinct nonces.
-        self.nonces = map(_NONCE.pack, range(policy.max_records))
+        self.nonces = map(int.to_bytes, range(policy.max_records), repeat(NONCE_SIZE))  # big-endian (default)
         self.now = now
         self.expires = now() + policy.max_age_seconds
 
