@@ -335,8 +335,11 @@ class EncryptingSerializer:
                 key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN) if self.bind_key else _UNKNOWN
                 nonces, now, expires, prefixes, encrypt, suffixes = hot
                 nonce = next(nonces, None)
-                suffix = suffixes.get(ctx.topic)
-                if nonce is not None and suffix is not None and now() < expires:
+                try:
+                    suffix = suffixes[ctx.topic]
+                except KeyError:  # first record of a topic
+                    return self._encrypt(data, ctx)
+                if nonce is not None and now() < expires:
                     if key is _UNKNOWN:
                         header = prefixes[0] + nonce
                         aad = header + suffix
