@@ -11,7 +11,6 @@ time-to-live), so reading a million records costs one KMS call per data key, not
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -19,10 +18,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from encryption.envelope import header_prefix, key_part
+from encryption.envelope import NONCE_SIZE, header_prefix, key_part
 from encryption.errors import EncryptionError
 from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
@@ -69,7 +69,7 @@ class DataKeyPolicy:
 class ActiveDataKey:
     """One data key in use by a producer. `next_nonce()` returns None once the key is spent."""
 
-    __slots__ = ("aead", "counter", "expires", "limit", "now", "prefixes", "wrapped")
+    __slots__ = ("aead", "expires", "nonces", "now", "prefixes", "wrapped")
 
     def __init__(
         self, data_key: bytes, wrapped: WrappedKey, policy: DataKeyPolicy, now: Callable[[], float]
@@ -78,9 +78,11 @@ class ActiveDataKey:
         self.wrapped = wrapped
         part = key_part(wrapped)
         self.prefixes = tuple(header_prefix(flags, part) for flags in range(4))
-        # Public for the serializer's inlined hot path (`EncryptingSerializer.__call__`).
-        self.counter = itertools.count()
-        self.limit = policy.max_records
+        # Public for the serializer's inlined hot path (`EncryptingSerializer.__call__`). The nonces
+        # 0, 1, ... max_records - 1 as 12-byte big-endian counters; exhausted = the key is spent. One
+        # `next()` draws a nonce entirely in C, atomically under the GIL: concurrent producers get
+        # distinct nonces.
+        self.nonces = map(int.to_bytes, range(policy.max_records), repeat(NONCE_SIZE))  # big-endian (default)
         self.now = now
         self.expires = now() + policy.max_age_seconds
 
@@ -88,10 +90,10 @@ class ActiveDataKey:
         return f"ActiveDataKey(kek={self.wrapped.key_name!r}, version={self.wrapped.version})"
 
     def next_nonce(self) -> bytes | None:
-        n = next(self.counter)  # atomic under the GIL: concurrent producers get distinct nonces
-        if n >= self.limit or self.now() >= self.expires:
+        nonce = next(self.nonces, None)
+        if nonce is None or self.now() >= self.expires:
             return None
-        return n.to_bytes(12, "big")
+        return nonce
 
 
 class DataKeyIssuer(ForgetsKeysOnFork):

@@ -90,6 +90,20 @@ def test_replay_into_another_topic_fails(kms: LocalKms) -> None:
     assert "authentication failed" in info.value.reason
 
 
+def test_one_serializer_across_topics_binds_each_record_to_its_own(kms: LocalKms) -> None:
+    """A topic's first record takes the general path, later ones the inlined one; both bind the topic."""
+    serializer = EncryptingSerializer(kms, "orders")
+    deserializer = DecryptingDeserializer(kms)
+    for i in range(3):
+        for topic in ("orders", "payments", "refunds"):
+            value, headers = produce(serializer, b"%s %d" % (topic.encode(), i), topic=topic)
+            assert deserializer(value, ctx(topic, headers)) == b"%s %d" % (topic.encode(), i)
+            other = "orders" if topic != "orders" else "payments"
+            with pytest.raises(DecryptionError, match="authentication failed"):
+                deserializer(value, ctx(other, headers))
+    assert serializer.issuer.kms_calls == 1
+
+
 @pytest.mark.parametrize("where", ["value", "nonce", "wrapped-key", "flags", "kek-version"])
 def test_tampering_anywhere_fails_with_decryption_error(kms: LocalKms, where: str) -> None:
     value, headers = produce(EncryptingSerializer(kms, "orders"), b"payload")
