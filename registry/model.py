@@ -244,8 +244,8 @@ def written_forms(target: str) -> tuple[str, ...]:
     forms = [target, CONTEXT_PREFIX + ":" + target]  # `x` (or `:.ctx:x`) itself; `:.:x` from the default context
     if context != DEFAULT_CONTEXT:
         forms.append(name)  # `x` from a referrer in `.ctx`
-        if not name:
-            forms.append(f":{context}")  # `:.ctx`, which Confluent reads as `:.ctx:`
+    if not name:
+        forms.append(f":{context}")  # `:.ctx` (or `:.`), which Confluent reads as `:.ctx:` (or ``)
     return tuple(dict.fromkeys(forms))
 
 
