@@ -11,7 +11,9 @@ cached per change-counter value, polled at most once a second.
 The references a caller sends are authorized here, because only here is it known which subjects
 they reach: every operation that resolves them takes `may_read`, which must pass for each subject
 the caller's references name before any of them is looked up, and for each subject reached through
-their stored references before that one is looked up (`_ReferenceWalk`).
+their stored references before that one is looked up (`_ReferenceWalk`). A reference names the
+subject `registry.model.reference_subject` gives in the context of the subject holding it (Confluent's
+rule): everything here that looks a reference up, checks it or compares it goes through that function.
 """
 
 from __future__ import annotations
