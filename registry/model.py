@@ -172,9 +172,15 @@ def full_fingerprint(
     references: Sequence[Reference],
     metadata: Mapping[str, Any] | None,
     rule_set: Mapping[str, Any] | None,
+    resolved: Sequence[Reference] | None = None,
 ) -> str:
-    """What makes two registrations share one global id: content plus metadata and rule set."""
-    doc = [content_fingerprint(schema_type, canonical, references), metadata, rule_set]
+    """What makes two registrations share one global id: content plus metadata and rule set, and the
+    subjects the references resolve to (`resolved`) where they differ from `references` as written:
+    ids are global, so `x` written in two contexts (`:.a:x`, `:.b:x`) must not share one. Where
+    nothing differs the value is the one stored before references were resolved by context."""
+    doc: list[object] = [content_fingerprint(schema_type, canonical, references), metadata, rule_set]
+    if resolved is not None and tuple(resolved) != tuple(references):
+        doc.append([r.to_json() for r in resolved])
     return hashlib.sha256(json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
 
 
@@ -192,6 +198,55 @@ def context_of(subject: str) -> str:
         if end > 1:
             return subject[1:end]
     return DEFAULT_CONTEXT
+
+
+def _split_qualified(subject: str) -> tuple[str, str]:
+    """(context, name) as Confluent's `QualifiedSubject` parses a subject without tenant: `:.ctx:name`
+    -> (`.ctx`, `name`), the name running to the end (it may hold `:`); `:.ctx` -> (`.ctx`, ``);
+    `:*:name` -> (`*`, `name`); anything else, `:.:name` included, is in the default context."""
+    if subject.startswith(CONTEXT_PREFIX):
+        end = subject.find(":", len(CONTEXT_PREFIX))
+        if end < 0:
+            return subject[1:], ""
+        return subject[1:end], subject[end + 1:]
+    if subject.startswith(":*:"):
+        return "*", subject[3:]
+    return DEFAULT_CONTEXT, subject
+
+
+def reference_subject(referrer: str, subject: str) -> str:
+    """The subject a reference to `subject` in a version of `referrer` is looked up under: Confluent's
+    `QualifiedSubject.qualifySubjectWithParent(tenant, referrer, subject).toQualifiedSubject()`.
+
+    A reference naming a context other than the default one (`:.other:x`) stays as written. Any other
+    (`x`, and also `:.:x`) takes the referrer's context, written as it stands: `x` from `:.ctx:orders`
+    is `:.ctx:x`, and `:.:x` is `:.ctx::.:x` (so a schema in a context cannot reach the default
+    context's subjects through a reference, in Confluent as here); from the default context `x` is
+    `x` and `:.:x` is `x`."""
+    context, name = _split_qualified(subject)
+    if context != DEFAULT_CONTEXT:
+        return f":{context}:{name}"
+    parent, _ = _split_qualified(referrer)
+    if parent != DEFAULT_CONTEXT:
+        return f":{parent}:{subject}"
+    return name
+
+
+def reference_context(referrer: str) -> str:
+    """What `reference_subject(referrer, ...)` depends on: the referrer's context (`.` for the default)."""
+    return _split_qualified(referrer)[0]
+
+
+def written_forms(target: str) -> tuple[str, ...]:
+    """Every reference subject, as written, that `reference_subject` may map onto `target` from some
+    referrer (which ones do depends on the referrer's context: filter with `reference_subject`)."""
+    context, name = _split_qualified(target)
+    forms = [target, CONTEXT_PREFIX + ":" + target]  # `x` (or `:.ctx:x`) itself; `:.:x` from the default context
+    if context != DEFAULT_CONTEXT:
+        forms.append(name)  # `x` from a referrer in `.ctx`
+    if not name:
+        forms.append(f":{context}")  # `:.ctx` (or `:.`), which Confluent reads as `:.ctx:` (or ``)
+    return tuple(dict.fromkeys(forms))
 
 
 def contexts_of(subjects: Iterable[str]) -> list[str]:

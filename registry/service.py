@@ -11,7 +11,9 @@ cached per change-counter value, polled at most once a second.
 The references a caller sends are authorized here, because only here is it known which subjects
 they reach: every operation that resolves them takes `may_read`, which must pass for each subject
 the caller's references name before any of them is looked up, and for each subject reached through
-their stored references before that one is looked up (`_ReferenceWalk`).
+their stored references before that one is looked up (`_ReferenceWalk`). A reference names the
+subject `registry.model.reference_subject` gives in the context of the subject holding it (Confluent's
+rule): everything here that looks a reference up, checks it or compares it goes through that function.
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ from registry.model import (
     invalid_schema,
     operation_not_permitted,
     parse_compatibility_level,
+    reference_context,
+    reference_subject,
     schema_not_found,
     subject_not_found,
     validate_subject,
     version_not_found,
+    written_forms,
 )
 from registry.schemas import InvalidSchemaError, ParsedSchema, SchemaReference, SchemaType, parse_schema
 
@@ -80,10 +85,12 @@ def anyone_may_read(subject: str) -> None:
 
 @dataclass(slots=True)
 class _ReferenceWalk:
-    """The read checks of one request's references. A subject is checked once per request (so one
-    decision is audited once), in the order the walk reaches it; `checked` lets a cached lookup answer
-    repeat the same checks without the walk."""
+    """The read checks of one request's references, sent for a schema of `referrer` (the subject of
+    the request, whose context unqualified references take). A subject is checked once per request
+    (so one decision is audited once), in the order the walk reaches it; `checked` lets a cached
+    lookup answer repeat the same checks without the walk."""
 
+    referrer: str
     may_read: ReadCheck
     checked: dict[str, None] = field(default_factory=dict)  # an ordered set
 
@@ -127,7 +134,8 @@ class SchemaRegistry:
         self.engine = engine
         self._max_diff_work = max_diff_work
         self._by_id: dict[int, StoredSchema] = {}
-        self._parsed: dict[int, ParsedSchema] = {}
+        # By (id, context of the referring subject): a stored reference's subject depends on that context.
+        self._parsed: dict[tuple[int, str], ParsedSchema] = {}
         # Derived from rows that change: valid for one value of the change counter (see `_poll_changes`).
         self._usages: dict[int, tuple[str, ...]] = {}
         # Lookup answers, with the subjects their references reached (each caller must pass their checks).
@@ -281,39 +289,44 @@ class SchemaRegistry:
     def referenced_by(self, subject: str, version: int, *, deleted: bool = False) -> list[int]:
         with self.engine.connect() as conn:
             target = _pick_version(subject, self._versions(conn, subject), version, deleted=True)
-            return store.referrers(conn, subject, target.version, include_deleted=deleted)
+            return _referrers(conn, subject, target.version, include_deleted=deleted)
 
     # ------------------------------------------------------------------ parsing
 
-    def _parsed_of(self, conn: Connection, schema: StoredSchema, depth: int = 0) -> ParsedSchema:
-        cached = self._parsed.get(schema.id)
+    def _parsed_of(self, conn: Connection, schema: StoredSchema, depth: int = 0, *, subject: str) -> ParsedSchema:
+        """`schema` as a version of `subject`, whose context its references are resolved in."""
+        key = (schema.id, reference_context(subject))
+        cached = self._parsed.get(key)
         if cached is not None:
             return cached
-        resolved = self._resolve(conn, schema.references, depth + 1)
+        resolved = self._resolve(conn, schema.references, depth + 1, referrer=subject)
         try:
             parsed = parse_schema(
                 SchemaType(schema.schema_type),
                 schema.schema,
-                references=[SchemaReference(r.name, r.subject, r.version) for r in schema.references],
+                references=_schema_references(subject, schema.references),
                 resolved=resolved,
             )
         except InvalidSchemaError as exc:  # a stored schema that no longer parses: a bug, not user input
             raise RegistryError(50001, f"Stored schema {schema.id} cannot be parsed: {exc}") from exc
-        self._parsed[schema.id] = parsed
+        self._parsed[key] = parsed
         return parsed
 
     def _resolve(self, conn: Connection, refs: Sequence[Reference], depth: int,
-                 walk: _ReferenceWalk | None = None) -> dict[str, ParsedSchema]:
-        """The referenced schemas by reference name. With `walk` (the caller's own references): every
-        subject they name must pass its read check before any is looked up, and so must the subjects
-        the found versions reference in turn, however deep, before those are looked up."""
+                 walk: _ReferenceWalk | None = None, *, referrer: str) -> dict[str, ParsedSchema]:
+        """The referenced schemas by reference name; `refs` are those of a version of `referrer` (or of
+        a schema sent for it), looked up under `reference_subject(referrer, ...)`. With `walk` (the
+        caller's own references): every subject they resolve to must pass its read check before any is
+        looked up, and so must the subjects the found versions reference in turn, however deep, before
+        those are looked up."""
         if depth > _MAX_REFERENCE_DEPTH:
             raise invalid_schema(f"Schema references are nested deeper than {_MAX_REFERENCE_DEPTH} levels")
+        targets = _resolved(referrer, refs)
         if walk is not None:
-            walk.check([r.subject for r in refs])
+            walk.check([r.subject for r in targets])
         seen: set[tuple[str, int]] = set()
         resolved: dict[str, ParsedSchema] = {}
-        for ref in refs:
+        for ref in targets:
             found = _referenced_row(self._versions(conn, ref.subject), ref.version)
             if found is None:
                 raise invalid_schema(
@@ -322,17 +335,18 @@ class SchemaRegistry:
                 )
             if walk is not None:
                 # Walked whether or not the parsed schema is cached: that cache is shared by all callers.
-                self._walk_stored(conn, found.schema.references, depth + 1, walk, seen)
-            resolved[ref.name] = self._parsed_of(conn, found.schema, depth)
+                self._walk_stored(conn, found.schema.references, depth + 1, walk, seen, referrer=found.subject)
+            resolved[ref.name] = self._parsed_of(conn, found.schema, depth, subject=found.subject)
         return resolved
 
     def _walk_stored(self, conn: Connection, refs: Sequence[Reference], depth: int, walk: _ReferenceWalk,
-                     seen: set[tuple[str, int]]) -> None:
-        """Read checks for the references of the stored versions a caller's references reach. Their types
-        are in scope for the caller's schema (Avro's named types, JSON Schema's documents), so parse
-        errors and compatibility verdicts would otherwise tell their content to a caller who may not
-        read them. Each level is checked before any of its subjects is looked up."""
-        fresh = [r for r in refs if (r.subject, r.version) not in seen]
+                     seen: set[tuple[str, int]], *, referrer: str) -> None:
+        """Read checks for the references of the stored versions a caller's references reach (`refs`:
+        those of a version of `referrer`, resolved in its context). Their types are in scope for the
+        caller's schema (Avro's named types, JSON Schema's documents), so parse errors and
+        compatibility verdicts would otherwise tell their content to a caller who may not read them.
+        Each level is checked before any of its subjects is looked up."""
+        fresh = [r for r in _resolved(referrer, refs) if (r.subject, r.version) not in seen]
         if not fresh:
             return
         if depth > _MAX_REFERENCE_DEPTH:
@@ -342,7 +356,7 @@ class SchemaRegistry:
             seen.add((ref.subject, ref.version))
             found = _referenced_row(self._versions(conn, ref.subject), ref.version)
             if found is not None:  # a missing one is reported when the stored schema is parsed
-                self._walk_stored(conn, found.schema.references, depth + 1, walk, seen)
+                self._walk_stored(conn, found.schema.references, depth + 1, walk, seen, referrer=found.subject)
 
     def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
                        walk: _ReferenceWalk) -> ParsedSchema:
@@ -352,12 +366,12 @@ class SchemaRegistry:
             raise RegistryError(42201, f"Invalid schema type {request.schema_type}")
         if not request.schema.strip():
             raise invalid_schema("Empty schema")
-        resolved = self._resolve(conn, request.references, 1, walk)
+        resolved = self._resolve(conn, request.references, 1, walk, referrer=walk.referrer)
         try:
             return parse_schema(
                 SchemaType(request.schema_type),
                 request.schema,
-                references=[SchemaReference(r.name, r.subject, r.version) for r in request.references],
+                references=_schema_references(walk.referrer, request.references),
                 resolved=resolved,
                 normalize=normalize,
             )
@@ -492,7 +506,7 @@ class SchemaRegistry:
             return []
         compat = CompatibilityLevel(level)
         relevant = previous if compat.transitive else previous[-1:]
-        olds = [self._parsed_of(conn, p.schema) for p in relevant]
+        olds = [self._parsed_of(conn, p.schema, subject=p.subject) for p in relevant]
         try:
             messages = check_compatibility(parsed, olds, compat, max_work=self._max_diff_work)
         except TooComplexError as exc:
@@ -512,7 +526,7 @@ class SchemaRegistry:
     def test_compatibility(self, subject: str, version: int | None, request: RegisterRequest, *,
                            normalize: bool, verbose: bool, may_read: ReadCheck) -> CompatibilityVerdict:
         """`version` None: against the versions the level selects; -1: the latest; else that version."""
-        walk = _walk_references(request, may_read)
+        walk = _walk_references(subject, request, may_read)
         with self.engine.connect() as conn:
             config = self._config(conn, subject)
             try:
@@ -546,7 +560,7 @@ class SchemaRegistry:
 
     def lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool,
                may_read: ReadCheck) -> SubjectVersion:
-        walk = _walk_references(request, may_read)
+        walk = _walk_references(subject, request, may_read)
         self._poll_changes()
         key = (subject, request.schema_type, request.schema, request.references, normalize, deleted,
                json.dumps(request.metadata, sort_keys=True), json.dumps(request.rule_set, sort_keys=True))
@@ -571,7 +585,8 @@ class SchemaRegistry:
             config = self._config(conn, subject)
             parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
                                          walk=walk)
-            refs = _references(parsed)
+            # As written: the subject's versions all resolve their references in its context.
+            refs = _as_written(parsed, request.references, subject)
             wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
             prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
         for row in reversed(rows):
@@ -598,23 +613,29 @@ class SchemaRegistry:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
         parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
-        refs = _references(parsed)
+        refs = _as_written(parsed, request.references, subject)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
-                                       request.rule_set)
+                                       request.rule_set, resolved=_references(parsed))
         rows = self._versions(conn, subject)
         existing_id = store.schema_id_by_fingerprint(conn, fingerprint)
+        same = {existing_id}
+        legacy = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata, request.rule_set)
+        if legacy != fingerprint:
+            # Stored before references took the context of their subject: the same schema if this
+            # subject has it (its versions resolve references as this request does), not elsewhere.
+            same.add(store.schema_id_by_fingerprint(conn, legacy))
+        same.discard(None)
         registered = None
-        if existing_id is not None:
-            for row in reversed(rows):
-                if not row.deleted and row.schema.id == existing_id and (not importing or request.id == existing_id):
-                    registered = row
-                    break
+        for row in reversed(rows):
+            if not row.deleted and row.schema.id in same and (not importing or request.id == row.schema.id):
+                registered = row
+                break
         return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered)
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
                  ) -> tuple[SubjectVersion, Change]:
         validate_subject(subject)
-        walk = _walk_references(request, may_read)
+        walk = _walk_references(subject, request, may_read)
         # Producers re-register their schema at every start: answer that from a read, without the
         # writers' lock and without bumping the change counter (which would flush every node's caches).
         with self.engine.connect() as conn:
@@ -649,7 +670,7 @@ class SchemaRegistry:
             version = self._next_version(conn, subject, rows, request.version if importing else None)
             store.insert_version(conn, subject, version, schema_id)
         self._by_id.setdefault(schema_id, stored)
-        self._parsed.setdefault(schema_id, parsed)
+        self._parsed.setdefault((schema_id, reference_context(subject)), parsed)
         self._forget_usages()
         return SubjectVersion(subject, version, stored), Change(
             "schema.register", subject, {"id": schema_id, "version": version, "new": True,
@@ -733,7 +754,7 @@ class SchemaRegistry:
                         f"Subject '{subject}' Version {target.version} was soft deleted.Set permanent=true to "
                         "delete permanently",
                     )
-                if store.referrers(conn, subject, target.version, include_deleted=False):
+                if _referrers(conn, subject, target.version, include_deleted=False):
                     raise _reference_exists(subject, target.version)
                 store.mark_deleted(conn, subject, [target.version])
             else:
@@ -743,7 +764,7 @@ class SchemaRegistry:
                         f"Subject '{subject}' Version {target.version} was not deleted first before being "
                         "permanently deleted",
                     )
-                if store.referrers(conn, subject, target.version, include_deleted=True):
+                if _referrers(conn, subject, target.version, include_deleted=True):
                     raise _reference_exists(subject, target.version)
                 store.remove_versions(conn, subject, [target.version])
                 if len(rows) == 1:
@@ -763,7 +784,7 @@ class SchemaRegistry:
                         40404, f"Subject '{subject}' was soft deleted.Set permanent=true to delete permanently"
                     )
                 for number in live:
-                    if store.referrers(conn, subject, number, include_deleted=False):
+                    if _referrers(conn, subject, number, include_deleted=False):
                         raise _reference_exists(subject, number)
                 store.mark_deleted(conn, subject, live)
                 deleted = live
@@ -774,7 +795,7 @@ class SchemaRegistry:
                     )
                 deleted = [r.version for r in rows]
                 for number in deleted:
-                    if store.referrers(conn, subject, number, include_deleted=True):
+                    if _referrers(conn, subject, number, include_deleted=True):
                         raise _reference_exists(subject, number)
                 store.remove_versions(conn, subject, deleted)
                 store.forget_subject(conn, subject)
@@ -782,12 +803,39 @@ class SchemaRegistry:
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
 
 
-def _walk_references(request: RegisterRequest, may_read: ReadCheck) -> _ReferenceWalk:
-    """The checks of the subjects a request's references name, made before anything is looked up: a
-    refusal is then the same whether or not the referenced versions exist."""
-    walk = _ReferenceWalk(may_read)
-    walk.check([r.subject for r in request.references])
+def _walk_references(subject: str, request: RegisterRequest, may_read: ReadCheck) -> _ReferenceWalk:
+    """The checks of the subjects a request for `subject` references, made before anything is looked
+    up: a refusal is then the same whether or not the referenced versions exist."""
+    walk = _ReferenceWalk(subject, may_read)
+    walk.check([r.subject for r in _resolved(subject, request.references)])
     return walk
+
+
+def _resolved(referrer: str, refs: Sequence[Reference]) -> tuple[Reference, ...]:
+    """`refs` (of a version of `referrer`, or sent for it) naming the subjects they are looked up under."""
+    return tuple(Reference(r.name, reference_subject(referrer, r.subject), r.version) for r in refs)
+
+
+def _schema_references(referrer: str, refs: Sequence[Reference]) -> list[SchemaReference]:
+    """What the parser records: the subjects looked up, so that a parse (and the parser's cache, keyed by
+    the fingerprints of referenced parses) tells `x` in one context from `x` in another."""
+    return [SchemaReference(r.name, r.subject, r.version) for r in _resolved(referrer, refs)]
+
+
+def _as_written(parsed: ParsedSchema, refs: Sequence[Reference], referrer: str) -> tuple[Reference, ...]:
+    """The references of `parsed` (parsed from `refs`, resolved for `referrer`) as the caller wrote them,
+    in the parser's order: what is stored and what fingerprints of content are computed over."""
+    written: dict[Reference, Reference] = {}
+    for ref, target in zip(refs, _resolved(referrer, refs), strict=True):
+        written.setdefault(target, ref)
+    return tuple(written[Reference(r.name, r.subject, r.version)] for r in parsed.references)
+
+
+def _referrers(conn: Connection, subject: str, version: int, *, include_deleted: bool) -> list[int]:
+    """Ids of schemas with a (live, unless `include_deleted`) version whose references resolve to
+    `subject` `version`, whatever the context of that version's subject."""
+    rows = store.references_to(conn, written_forms(subject), version, include_deleted=include_deleted)
+    return sorted({schema_id for schema_id, written, referrer in rows if reference_subject(referrer, written) == subject})
 
 
 def _referenced_row(rows: Sequence[SubjectVersion], version: int) -> SubjectVersion | None:

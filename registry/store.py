@@ -216,18 +216,22 @@ def usages_of_id(conn: Connection, schema_id: int) -> list[tuple[str, int, bool]
     return [(r.subject, int(r.version), bool(r.deleted)) for r in rows]
 
 
-def referrers(conn: Connection, subject: str, version: int, *, include_deleted: bool) -> list[int]:
-    """Ids of schemas that reference `subject` version `version` and still have a (live) version."""
+def references_to(conn: Connection, written: Sequence[str], version: int, *, include_deleted: bool
+                  ) -> list[tuple[int, str, str]]:
+    """(schema id, reference subject as written, referring subject) for each stored version (live ones
+    only unless `include_deleted`) of a schema with a reference to one of the `written` subject names
+    at `version`. Which subject a reference names depends on the referring subject's context
+    (`registry.model.reference_subject`): the caller filters."""
     query = (
-        sa.select(references.c.schema_id)
+        sa.select(references.c.schema_id, references.c.subject, versions.c.subject.label("referrer"))
         .distinct()
         .join(versions, versions.c.schema_id == references.c.schema_id)
-        .where(references.c.subject == subject, references.c.version == version)
+        .where(references.c.subject.in_(list(written)), references.c.version == version)
         .order_by(references.c.schema_id)
     )
     if not include_deleted:
         query = query.where(versions.c.deleted.is_(False))
-    return [int(r[0]) for r in conn.execute(query)]
+    return [(int(r.schema_id), str(r.subject), str(r.referrer)) for r in conn.execute(query)]
 
 
 def high_water(conn: Connection, subject: str) -> int:

@@ -262,14 +262,14 @@ def test_a_reference_is_checked_under_the_subject_name_it_resolves_to(app: FastA
         refused = alice.post("/subjects/:.staging:orders-value/versions", json=order(":.secret:common-value"))
         assert (refused.status_code, refused.json()["message"]) == (
             403, "User User:alice is not authorized to READ SUBJECT :.secret:common-value")
-        # A context base URL qualifies the subject of the path, not the subjects the body references: an
-        # unqualified reference names the default context's subject (and is checked as that).
+        # An unqualified reference names the subject in the context of the referring subject (as in
+        # Confluent), and is checked as that: `:.staging:common-value`, which alice may read, not the
+        # default context's `common-value`, which she may not. It is stored as written.
         via_context = alice.post("/contexts/.staging/subjects/orders-value/versions", json=order("common-value"))
-        assert (via_context.status_code, via_context.json()["message"]) == (
-            403, "User User:alice is not authorized to READ SUBJECT common-value")
-        assert admin.post("/contexts/.staging/subjects/orders-value/versions",
-                          json=order("common-value")).json()["references"] == ref("common-value")
-    assert [d[0] for d in denials_of(app, "common-value")] == ["User:alice"]
+        assert (via_context.status_code, via_context.json()["version"]) == (200, 2)
+        assert alice.get("/subjects/:.staging:orders-value/versions/2").json()["references"] == ref("common-value")
+    assert denials_of(app, "common-value") == []
+    assert [d[0] for d in denials_of(app, ":.secret:common-value")] == ["User:alice"]
 
 
 def test_anonymous_reads_with_references_are_unchanged(registry_app_factory: Callable[..., FastAPI]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from authz.http import ApiError
 from registry.api import flag, media_type_for
@@ -13,7 +15,10 @@ from registry.model import (
     contexts_of,
     parse_compatibility_level,
     parse_version,
+    reference_context,
+    reference_subject,
     validate_subject,
+    written_forms,
 )
 
 
@@ -91,3 +96,47 @@ def test_nothing_acceptable_is_406() -> None:
     with pytest.raises(ApiError) as err:
         media_type_for("text/html, application/xml")
     assert err.value.status == 406
+
+
+# Confluent's QualifiedSubject.qualifySubjectWithParent(tenant, referrer, subject).toQualifiedSubject(),
+# worked through from its source (client/.../utils/QualifiedSubject.java).
+@pytest.mark.parametrize(("referrer", "subject", "expected"), [
+    ("orders", "x", "x"),                              # default context: as written
+    ("orders", ":.other:x", ":.other:x"),
+    ("orders", ":.:x", "x"),                           # the default context, spelled out
+    (":.ctx:orders", "x", ":.ctx:x"),                  # unqualified: the referrer's context
+    (":.ctx:orders", ":.other:x", ":.other:x"),        # qualified: stays
+    (":.ctx:orders", ":.ctx:x", ":.ctx:x"),
+    (":.ctx:orders", ":.:x", ":.ctx::.:x"),            # `:.:x` counts as unqualified and is kept whole
+    (":.ctx:orders", "a:b", ":.ctx:a:b"),
+    (":.ctx:orders", ":ctx:x", ":.ctx::ctx:x"),        # no dot: not a context
+    (":.ctx", "x", ":.ctx:x"),                         # a referrer without the closing colon
+    (":.ctx:orders", ":.other", ":.other:"),
+    (":.a:b:c", "x", ":.a:x"),                         # the context ends at the first colon
+    ("orders", ":.::.ctx:x", ":.ctx:x"),
+    ("orders", ":.", ""),                              # `:.` reads as the default context, empty name
+])
+def test_reference_subjects_take_the_referrers_context_unless_qualified(referrer: str, subject: str,
+                                                                         expected: str) -> None:
+    assert reference_subject(referrer, subject) == expected
+    assert subject in written_forms(expected)  # referencedby and the delete checks find it
+
+
+def test_what_resolution_depends_on() -> None:
+    assert reference_context("orders") == reference_context(":.:orders") == "."
+    assert reference_context(":.ctx:orders") == reference_context(":.ctx:other") == ".ctx"
+    assert written_forms("x") == ("x", ":.:x")
+    assert written_forms(":.ctx:x") == (":.ctx:x", ":.::.ctx:x", "x")
+
+
+# Subjects built from the characters that matter to contexts (and a letter), so that collisions are common.
+_NAMES = st.text(alphabet=":.*ab", max_size=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(referrer=_NAMES, subject=_NAMES)
+def test_every_written_reference_is_among_the_written_forms_of_what_it_resolves_to(referrer: str,
+                                                                                    subject: str) -> None:
+    """What `referencedby` and the 42206 checks rely on to find every reference to a subject."""
+    target = reference_subject(referrer, subject)
+    assert subject in written_forms(target)
