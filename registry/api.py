@@ -221,6 +221,8 @@ def register_request(document: dict[str, Any]) -> RegisterRequest:
                 and isinstance(ref.get("version"), int) and not isinstance(ref.get("version"), bool)):
             raise RegistryError(422, "Each reference must be an object with string name and subject and an "
                                      "integer version")
+        if any(r.name == ref["name"] for r in refs):  # (ambiguous: which one would an import mean?)
+            raise RegistryError(42201, f"Invalid schema: the reference name '{ref['name']}' is given twice")
         refs.append(Reference(ref["name"], ref["subject"], ref["version"]))
     metadata, rule_set = document.get("metadata"), document.get("ruleSet")
     for name, value in (("metadata", metadata), ("ruleSet", rule_set)):

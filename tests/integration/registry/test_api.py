@@ -326,6 +326,8 @@ def test_schema_listing(client: TestClient) -> None:
     (b'{"schema": "{\\"type\\": \\"nope\\"}"}', 422, 42201),
     (b'{"schema": "{}", "references": {}}', 422, 422),
     (b'{"schema": "{}", "schemaType": "PROTOBUF"}', 422, 42201),
+    (b'{"schema": "{}", "references": [{"name": "a", "subject": "s", "version": 1}, '
+     b'{"name": "a", "subject": "t", "version": 1}]}', 422, 42201),
     (b"\xff\xfe", 400, 400),
 ])
 def test_bad_input_never_500(client: TestClient, body: bytes, status: int, code: int) -> None:
@@ -442,3 +444,13 @@ def test_re_registration_writes_nothing(app: FastAPI, client: TestClient) -> Non
     assert register(client, "again", USER_V2)["version"] == 2
     with app.state.engine.connect() as conn:
         assert read_version(conn, "registry") == before + 1
+
+
+def test_a_reference_name_given_twice_is_refused(client: TestClient) -> None:
+    register(client, "ref-a", record("A", ("a", "string")))
+    register(client, "ref-b", record("B", ("b", "string")))
+    refs = [{"name": "dup", "subject": "ref-a", "version": 1}, {"name": "dup", "subject": "ref-b", "version": 1}]
+    r = client.post("/subjects/uses-refs/versions", json={"schema": USER_V1, "references": refs})
+    assert error(r) == (422, 42201)
+    assert "'dup' is given twice" in r.json()["message"]
+    assert client.get("/subjects/uses-refs/versions").status_code == 404  # nothing stored
