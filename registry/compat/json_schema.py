@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
-from registry.compat.work_budget import DEFAULT_MAX_WORK, WorkBudget
+from registry.compat.work_budget import WorkBudget
 from registry.schemas import ParsedSchema
 from registry.schemas.json_model import Loader, Node, SchemaLoadError, pattern_matches
 from registry.schemas.json_schema import JsonSchemaDocument
@@ -763,24 +763,25 @@ def load(document: JsonSchemaDocument) -> Node:
     return Loader(document.root, document.referenced).load()
 
 
-def diff(original: JsonSchemaDocument, update: JsonSchemaDocument, *, max_work: int = DEFAULT_MAX_WORK
+def diff(original: JsonSchemaDocument, update: JsonSchemaDocument, *, budget: WorkBudget | None = None
          ) -> list[Difference]:
     """Every difference from `original` to `update` (Confluent's `SchemaDiff.compare`); raises
-    `TooComplexError` when that takes more than `max_work` units (see `registry.compat.work_budget`)."""
-    ctx = Context(WorkBudget(max_work))
+    `TooComplexError` when that spends all of `budget` (a default one if None; see
+    `registry.compat.work_budget`)."""
+    ctx = Context(budget if budget is not None else WorkBudget())
     compare(ctx, load(original), load(update))
     return ctx.differences
 
 
 def json_schema_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
-                                  max_work: int = DEFAULT_MAX_WORK) -> list[str]:
+                                  budget: WorkBudget | None = None) -> list[str]:
     """Confluent's `JsonSchema.isBackwardCompatible`: the writer (previous) is the original, the
     reader (new) the update; only incompatible differences are reported. `TooComplexError` is
     not caught: the caller must refuse the schema, not report it as a difference."""
     if not isinstance(reader.model, JsonSchemaDocument) or not isinstance(writer.model, JsonSchemaDocument):
         return ["Unexpected exception during compatibility check: schema was not parsed as JSON"]
     try:
-        found = diff(writer.model, reader.model, max_work=max_work)
+        found = diff(writer.model, reader.model, budget=budget)
     except (DiffError, SchemaLoadError, RecursionError) as exc:
         return [f"Unexpected exception during compatibility check: {exc}"]
     return [d.describe() for d in found if d.type not in COMPATIBLE_CHANGES]
