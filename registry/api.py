@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata as importlib_metadata
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +29,7 @@ from authz.database import StorageError
 from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http, http_context
 from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, Principal, ResourceType
 from registry import store
+from registry.check_slots import ChecksBusy, CheckSlots, ChecksTimedOut
 from registry.config import RegistryConfig
 from registry.contexts import ContextPathRewrite
 from registry.fastpath import SchemaByIdFastPath
@@ -172,6 +173,27 @@ def _registry(request: Request) -> SchemaRegistry:
 def _config(request: Request) -> RegistryConfig:
     config: RegistryConfig = request.app.state.settings.registry
     return config
+
+
+_T = TypeVar("_T")
+
+
+async def run_comparing(request: Request, work: Callable[[], _T]) -> _T:
+    """`work` (a registration or a compatibility test) in the thread pool. If it must compare schemas and
+    every check slot is taken, it stops before doing anything (`ChecksBusy`); it then waits for a slot
+    here, in the event loop, holding no thread, and runs again holding it (see `registry.check_slots`)."""
+    try:
+        return await run_in_threadpool(work)
+    except ChecksBusy:
+        pass
+    slots: CheckSlots = request.app.state.registry_check_slots
+    try:
+        async with slots.waited():
+            return await run_in_threadpool(work)
+    except ChecksTimedOut:
+        raise RegistryError(50002, f"Operation timed out: no compatibility check could start within "
+                                   f"{slots.wait_s:g} s; {slots.limit} run at a time "
+                                   "(registry.max_concurrent_checks, registry.check_wait_s)") from None
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -426,8 +448,8 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
                    format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.WRITE)
     document = register_request(await read_json(request))
-    created, change = await run_in_threadpool(
-        lambda: _registry(request).register(subject, document, normalize=flag(normalize))
+    created, change = await run_comparing(
+        request, lambda: _registry(request).register(subject, document, normalize=flag(normalize))
     )
     audit(request, principal, change)
     body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
@@ -514,9 +536,9 @@ async def _compatibility(request: Request, principal: Principal | None, subject:
                          normalize: str | None, verbose: str | None) -> Response:
     allow(request, principal, subject, Operation.READ)
     document = register_request(await read_json(request))
-    verdict = await run_in_threadpool(
-        lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
-                                                      verbose=flag(verbose))
+    verdict = await run_comparing(
+        request, lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
+                                                               verbose=flag(verbose))
     )
     body: dict[str, Any] = {"is_compatible": verdict.is_compatible}
     if flag(verbose):
@@ -688,8 +710,10 @@ def associations(request: Request, principal: Reader, namespace: str, name: str)
 def install(app: FastAPI) -> None:
     """Adds this package's routes to the control plane. Reads what it needs from `app.state`."""
     store.install_schema(app.state.engine)
-    app.state.schema_registry = SchemaRegistry(app.state.engine,
-                                                max_diff_work=app.state.settings.registry.max_diff_work)
+    config: RegistryConfig = app.state.settings.registry
+    app.state.registry_check_slots = CheckSlots(config.max_concurrent_checks, config.check_wait_s)
+    app.state.schema_registry = SchemaRegistry(app.state.engine, max_diff_work=config.max_diff_work,
+                                                checks=app.state.registry_check_slots)
     app.include_router(router)
     app.add_middleware(SchemaByIdFastPath, state=app.state)
     app.add_middleware(ContextPathRewrite)

@@ -15,6 +15,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from authz.database import bump_version, read_version, transaction
 from registry import store
+from registry.check_slots import CheckSlots
 from registry.compat import (
     DEFAULT_MAX_WORK,
     CompatibilityLevel,
@@ -101,9 +103,11 @@ class Change:
 
 class SchemaRegistry:
     def __init__(self, engine: Engine, *, poll_interval_s: float = 1.0,
-                 monotonic: Callable[[], float] = time.monotonic, max_diff_work: int = DEFAULT_MAX_WORK) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, max_diff_work: int = DEFAULT_MAX_WORK,
+                 checks: CheckSlots | None = None) -> None:
         self.engine = engine
         self._max_diff_work = max_diff_work
+        self._checks = checks  # None: no bound on concurrent checks (callers outside the HTTP layer)
         self._by_id: dict[int, StoredSchema] = {}
         self._parsed: dict[int, ParsedSchema] = {}
         # Derived from rows that change: valid for one value of the change counter (see `_poll_changes`).
@@ -436,10 +440,12 @@ class SchemaRegistry:
     # ------------------------------------------------------------------ compatibility
 
     def _incompatibilities(self, conn: Connection, parsed: ParsedSchema, previous: Sequence[SubjectVersion],
-                           level: str, budget: WorkBudget, *, judged: Collection[tuple[int, int]] = ()
-                           ) -> list[str]:
+                           level: str, budget: WorkBudget, *, judged: Collection[tuple[int, int]] = (),
+                           take_slot: bool = True) -> list[str]:
         """Spends from `budget`, which covers every comparison of one request; skips the versions
-        (version, id) in `judged`, found compatible at this level earlier in the same request."""
+        (version, id) in `judged`, found compatible at this level earlier in the same request. Takes a
+        check slot (`registry.check_slots`) before comparing anything, unless `take_slot` is false;
+        raises `ChecksBusy` when none is free."""
         if level == "NONE" or not previous:
             return []
         compat = CompatibilityLevel(level)
@@ -449,7 +455,8 @@ class SchemaRegistry:
             return []
         olds = [self._parsed_of(conn, p.schema) for p in relevant]
         try:
-            messages = check_compatibility(parsed, olds, compat, budget=budget)
+            with self._checks.held() if self._checks is not None and take_slot else nullcontext():
+                messages = check_compatibility(parsed, olds, compat, budget=budget)
         except TooComplexError as exc:
             # Refused, never taken as compatible; the setting is named so that an operator can raise it.
             raise invalid_schema(
@@ -579,9 +586,11 @@ class SchemaRegistry:
                 return prepared.registered, _unchanged(subject, prepared.registered)
             basis = _compatibility_basis(prepared)
             if basis != checked:
+                # Without a check slot: re-checks are rare, run one at a time (under the writers' lock)
+                # and spend only what this request's budget has left.
                 same_level = basis is not None and checked is not None and basis[0] == checked[0]
                 self._check_compatible(conn, subject, prepared, budget,
-                                       judged=_judged(checked) if same_level else ())
+                                       judged=_judged(checked) if same_level else (), take_slot=False)
             importing, parsed, refs = prepared.importing, prepared.parsed, prepared.refs
             rows, existing_id, fingerprint = prepared.rows, prepared.existing_id, prepared.fingerprint
             schema_type = parsed.schema_type.value
@@ -607,7 +616,8 @@ class SchemaRegistry:
         )
 
     def _check_compatible(self, conn: Connection, subject: str, prepared: _Prepared, budget: WorkBudget, *,
-                          judged: Collection[tuple[int, int]] = ()) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+                          judged: Collection[tuple[int, int]] = (), take_slot: bool = True
+                          ) -> tuple[str, tuple[tuple[int, int], ...]] | None:
         """409 unless `prepared` may be registered under the subject's level; returns what the verdict
         rested on (`_compatibility_basis`). Imports are not checked (Confluent's IMPORT mode)."""
         basis = _compatibility_basis(prepared)
@@ -615,7 +625,7 @@ class SchemaRegistry:
             return None
         level, _ = basis
         messages = self._incompatibilities(conn, prepared.parsed, [r for r in prepared.rows if not r.deleted], level,
-                                           budget, judged=judged)
+                                           budget, judged=judged, take_slot=take_slot)
         if messages:
             raise RegistryError(
                 409,
