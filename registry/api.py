@@ -178,22 +178,31 @@ def _config(request: Request) -> RegistryConfig:
 _T = TypeVar("_T")
 
 
-async def run_comparing(request: Request, work: Callable[[], _T]) -> _T:
-    """`work` (a registration or a compatibility test) in the thread pool. If it must compare schemas and
-    every check slot is taken, it stops before doing anything (`ChecksBusy`); it then waits for a slot
-    here, in the event loop, holding no thread, and runs again holding it (see `registry.check_slots`)."""
-    try:
-        return await run_in_threadpool(work)
-    except ChecksBusy:
-        pass
+# Bodies above this parse in more than about 0.1 s and take over 5 MiB of memory once parsed (about
+# 90 times their size): they take a check slot for the whole request, so that concurrent large bodies
+# cannot take every core or gigabytes of memory either. Real schemas are rarely this large.
+LARGE_BODY_BYTES = 64 * 1024
+
+
+async def run_schema_work(request: Request, work: Callable[[], _T]) -> _T:
+    """`work` (a registration, compatibility test or lookup) in the thread pool. If it must compare
+    schemas and every check slot is taken, it stops before doing anything (`ChecksBusy`); it then
+    waits for a slot here, in the event loop, holding no thread, and runs again holding it (see
+    `registry.check_slots`). A large body waits for a slot before it is parsed."""
+    if getattr(request.state, "body_bytes", 0) <= LARGE_BODY_BYTES:
+        try:
+            return await run_in_threadpool(work)
+        except ChecksBusy:
+            pass
     slots: CheckSlots = request.app.state.registry_check_slots
     try:
         async with slots.waited():
             return await run_in_threadpool(work)
     except ChecksTimedOut:
-        raise RegistryError(50002, f"Operation timed out: no compatibility check could start within "
-                                   f"{slots.wait_s:g} s; {slots.limit} run at a time "
-                                   "(registry.max_concurrent_checks, registry.check_wait_s)") from None
+        raise RegistryError(50002, f"Operation timed out: the registry is busy comparing or parsing large "
+                                   f"schemas ({slots.limit} at a time) and this request could not start within "
+                                   f"{slots.wait_s:g} s (registry.max_concurrent_checks, registry.check_wait_s)"
+                            ) from None
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -214,6 +223,7 @@ async def read_json(request: Request) -> dict[str, Any]:
         if size > limit:
             raise ApiError(413, too_large.code, too_large.message)
         chunks.append(chunk)
+    request.state.body_bytes = size
     try:
         document = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -448,7 +458,7 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
                    format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.WRITE)
     document = register_request(await read_json(request))
-    created, change = await run_comparing(
+    created, change = await run_schema_work(
         request, lambda: _registry(request).register(subject, document, normalize=flag(normalize))
     )
     audit(request, principal, change)
@@ -515,8 +525,8 @@ async def lookup(request: Request, principal: Reader, subject: str, normalize: s
                  deleted: str | None = None, format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
     document = register_request(await read_json(request))
-    found = await run_in_threadpool(
-        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted))
+    found = await run_schema_work(
+        request, lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted))
     )
     return respond(request, found.to_json())
 
@@ -536,7 +546,7 @@ async def _compatibility(request: Request, principal: Principal | None, subject:
                          normalize: str | None, verbose: str | None) -> Response:
     allow(request, principal, subject, Operation.READ)
     document = register_request(await read_json(request))
-    verdict = await run_comparing(
+    verdict = await run_schema_work(
         request, lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
                                                                verbose=flag(verbose))
     )

@@ -8,8 +8,9 @@ So a check takes one of `registry.max_concurrent_checks` slots before it compare
 A worker thread never waits for a slot: `held()` takes a free one or raises `ChecksBusy` before any
 work or write is done. The HTTP layer then waits for a slot in the event loop (`waited()`, first
 come first served, holding no thread) for at most `registry.check_wait_s` and runs the request again
-holding it; past the wait, `ChecksTimedOut`. Requests that compare nothing (GETs, re-registering a
-registered schema, a first version, level NONE, imports) never take a slot.
+holding it; past the wait, `ChecksTimedOut`. Requests that compare nothing (GETs, lookups,
+re-registering a registered schema, a first version, level NONE, imports) never take a slot, unless
+their body is large: the HTTP layer makes those wait for a slot before parsing (`registry.api`).
 
 Slots are handed over across threads and event loops (each TestClient and each server worker runs
 its own loop), so the state is guarded by a thread lock, not by an asyncio primitive.

@@ -1,6 +1,7 @@
 """`registry.max_concurrent_checks` through HTTP, with real threads: while slow checks hold every slot,
-a further check waits `registry.check_wait_s` and fails with Confluent's timeout (HTTP 500, 50002), and
-requests that compare nothing (id lookups, listings, re-registrations, first versions) answer at once."""
+a further check (or any request with a large body) waits `registry.check_wait_s` and fails with
+Confluent's timeout (HTTP 500, 50002), and requests that compare nothing (id lookups, listings,
+lookups, re-registrations, first versions) answer at once."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from registry import service
+from registry.api import LARGE_BODY_BYTES
 from tests.integration.registry.conftest import basic
 
 WAIT_S = 0.5
@@ -84,13 +86,21 @@ def test_a_check_beyond_the_slots_waits_then_times_out_while_cheap_requests_answ
         refused, took = timed(lambda: client.post("/subjects/s3/versions", json=record("b")))
         assert refused.status_code == 500
         assert refused.json()["error_code"] == 50002
-        assert refused.json()["message"].startswith("Operation timed out: no compatibility check could start "
-                                                    f"within {WAIT_S:g} s; 2 run at a time")
-        assert refused.json()["message"].endswith("(registry.max_concurrent_checks, registry.check_wait_s)")
+        assert refused.json()["message"] == (
+            "Operation timed out: the registry is busy comparing or parsing large schemas (2 at a time) and this "
+            f"request could not start within {WAIT_S:g} s (registry.max_concurrent_checks, registry.check_wait_s)")
         assert WAIT_S <= took < WAIT_S + 2
         assert slow.running == 2  # the refused request never started comparing
         tested, _ = timed(lambda: client.post("/compatibility/subjects/s3/versions", json=record("b")))
         assert (tested.status_code, tested.json()["error_code"]) == (500, 50002)
+        # A large body takes a slot before it is parsed, even when it compares nothing.
+        large = record(*(f"x{i}" for i in range(3000)))
+        assert len(json.dumps(large)) > LARGE_BODY_BYTES
+        for call in (lambda: client.post("/subjects/s3", json=large), lambda: client.post("/subjects/other/versions",
+                                                                                         json=large)):
+            answer, took = timed(call)
+            assert (answer.status_code, answer.json()["error_code"]) == (500, 50002)
+            assert took >= WAIT_S
 
         # Requests that compare nothing do not queue behind the checks.
         for call in (lambda: client.get("/schemas/ids/1"), lambda: client.get("/subjects"),
@@ -105,8 +115,10 @@ def test_a_check_beyond_the_slots_waits_then_times_out_while_cheap_requests_answ
         slow.release.set()
         assert [h.result(10).status_code for h in holders] == [200, 200]
     assert client.get("/subjects/s3/versions").json() == [1]  # nothing stored for the refused one
-    # The slots came back: the refused registration now goes through.
+    # The slots came back: the refused requests now go through.
     assert client.post("/subjects/s3/versions", json=record("b")).json()["version"] == 2
+    assert client.post("/subjects/s3", json=large).json()["error_code"] == 40403  # looked up: not there
+    assert client.post("/subjects/other/versions", json=large).json()["version"] == 1
 
 
 def test_a_waiting_check_runs_as_soon_as_a_slot_frees(registry_app_factory: Callable[..., FastAPI],

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from registry import schemas
 from registry.schemas import InvalidSchemaError, SchemaType, parse_schema
 from registry.schemas.avro import AvroModel
 
@@ -84,3 +85,29 @@ def test_an_invalid_default_deep_in_such_a_chain_is_still_refused() -> None:
     # `{}` does not fit the innermost record: its field has no default.
     with pytest.raises(InvalidSchemaError, match="Invalid default for field a"):
         parse_schema(SchemaType.AVRO, json.dumps(defaults_chain(30, leaf_has_default=False)))
+
+
+def sized_avro_record(tag: int, size: int) -> str:
+    """A distinct Avro record whose text is a little under `size` bytes (at least 1,000)."""
+    fields = [{"name": f"f{i}", "type": "int", "doc": "x" * 100} for i in range(size // 150)]
+    return json.dumps({"type": "record", "name": f"R{tag}", "fields": fields})
+
+
+def test_the_parse_cache_does_not_keep_a_text_larger_than_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A parsed schema takes up to about 90 times its text in memory: a cache of 1,024 large ones
+    # could hold tens of gigabytes.
+    monkeypatch.setattr(schemas, "_MAX_CACHED_TEXTS", 50 * 1024)
+    small = sized_avro_record(0, 1000)
+    assert parse_schema(SchemaType.AVRO, small) is parse_schema(SchemaType.AVRO, small)
+    large = sized_avro_record(1, 60 * 1024)
+    assert parse_schema(SchemaType.AVRO, large) is not parse_schema(SchemaType.AVRO, large)
+    assert parse_schema(SchemaType.AVRO, small) is parse_schema(SchemaType.AVRO, small)
+
+
+def test_the_parse_cache_is_bounded_by_the_size_of_its_texts() -> None:
+    first = sized_avro_record(100, 60 * 1024)
+    kept = parse_schema(SchemaType.AVRO, first)
+    assert parse_schema(SchemaType.AVRO, first) is kept
+    for tag in range(101, 180):  # 79 more of 60 KiB: past 4 MiB of text, far below 1,024 entries
+        parse_schema(SchemaType.AVRO, sized_avro_record(tag, 60 * 1024))
+    assert parse_schema(SchemaType.AVRO, first) is not kept  # evicted, oldest first
