@@ -126,8 +126,7 @@ def parse_schema(
             _CACHE.move_to_end(key)
             return cached[0]
     parsed = _parse(kind, text, refs, resolved, normalize)
-    if len(text) <= _MAX_CACHED_TEXTS:  # also spares a large registration its second parse (under the lock)
-        _remember(key, parsed, len(text))
+    _remember(key, parsed, len(text))
     return parsed
 
 
@@ -139,7 +138,9 @@ def _remember(key: tuple[object, ...], parsed: ParsedSchema, size: int) -> None:
             _cached_text -= previous[1]
         _CACHE[key] = (parsed, size)
         _cached_text += size
-        while len(_CACHE) > _CACHE_SIZE or _cached_text > _MAX_CACHED_TEXTS:
+        # The newest entry stays even when larger than the bound: a registration parses its schema
+        # twice (before and under the writers' lock), and large ones are those worth keeping.
+        while len(_CACHE) > 1 and (len(_CACHE) > _CACHE_SIZE or _cached_text > _MAX_CACHED_TEXTS):
             _, (_, evicted_size) = _CACHE.popitem(last=False)
             _cached_text -= evicted_size
 
