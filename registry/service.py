@@ -578,7 +578,7 @@ class SchemaRegistry:
             # only against what changed. Both spend from one budget: a request never does more than
             # `max_diff_work` in all, however the versions move under it.
             budget = WorkBudget(self._max_diff_work)
-            checked = self._check_compatible(conn, subject, prepared, budget)
+            checked, checked_schema = self._check_compatible(conn, subject, prepared, budget), prepared.parsed
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)  # serialises writers: see the module docstring
             prepared = self._prepare(conn, subject, request, normalize=normalize)
@@ -588,9 +588,12 @@ class SchemaRegistry:
             if basis != checked:
                 # Without a check slot: re-checks are rare, run one at a time (under the writers' lock)
                 # and spend only what this request's budget has left.
-                same_level = basis is not None and checked is not None and basis[0] == checked[0]
+                # The versions judged before count only for the same level and the same parse (the
+                # parse cache returns the same object only if the references resolved alike).
+                same = (basis is not None and checked is not None and basis[0] == checked[0]
+                        and prepared.parsed is checked_schema)
                 self._check_compatible(conn, subject, prepared, budget,
-                                       judged=_judged(checked) if same_level else (), take_slot=False)
+                                       judged=_judged(checked) if same else (), take_slot=False)
             importing, parsed, refs = prepared.importing, prepared.parsed, prepared.refs
             rows, existing_id, fingerprint = prepared.rows, prepared.existing_id, prepared.fingerprint
             schema_type = parsed.schema_type.value
