@@ -2,7 +2,7 @@
 50-field record against K earlier versions, all differing in their docs only (so every comparison
 runs, both ways, and finds them compatible).
 
-    .venv/bin/python bench/registry_check_work_bench.py avro|json K
+    .venv/bin/python bench/registry_check_work_bench.py [avro|json K]   (default: both, K = 100)
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ def json_schema(version: int) -> ParsedSchema:
 
 
 def main() -> None:
-    kind, count = sys.argv[1], int(sys.argv[2])
+    runs = [(sys.argv[1], int(sys.argv[2]))] if len(sys.argv) == 3 else [("avro", 100), ("json", 100)]
+    for kind, count in runs:
+        measure(kind, count)
+
+
+def measure(kind: str, count: int) -> None:
     make = avro if kind == "avro" else json_schema
     versions = [make(v) for v in range(count)]
     budget = WorkBudget(10**9)

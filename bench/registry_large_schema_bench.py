@@ -1,6 +1,6 @@
 """What one large-schema request costs through the registry's HTTP app (in process, SQLite).
 
-    .venv/bin/python bench/registry_large_schema_bench.py SHAPE MIB [--max-body-mib N]
+    .venv/bin/python bench/registry_large_schema_bench.py [SHAPE MIB] [--max-body-mib N]
 
 SHAPE: `avro-record` (optional string fields with docs), `json-object` (the same as JSON Schema),
 `avro-enum` (one enum, many symbols), `json-enum` (a draft-04 `enum` of small objects). Registers
@@ -8,7 +8,8 @@ a first version of about MIB MiB of schema text (parse, meta-schema check, canon
 fingerprint, store), then a second version differing in one member (parse again and a BACKWARD
 check), and prints the HTTP status, wall and CPU seconds of each. The body limit is raised to
 `--max-body-mib` (default 64) so that parsing, not the limit, is measured; with `--max-body-mib 0`
-the configured default applies. CPU is the process's (client and server share it).
+the configured default applies. CPU is the process's (client and server share it). Without
+SHAPE and MIB: every shape at 1 MiB.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 from fastapi.testclient import TestClient  # noqa: E402
 
 from tests.integration.registry.conftest import basic, build_registry_app  # noqa: E402
+
+SHAPES = ("avro-record", "json-object", "avro-enum", "json-enum")
 
 
 def schema(shape: str, n: int, changed: bool) -> dict[str, Any]:
@@ -59,30 +62,35 @@ def members_for(shape: str, size: int) -> int:
     return high
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("shape")
-    parser.add_argument("mib", type=float)
-    parser.add_argument("--max-body-mib", type=float, default=64)
-    args = parser.parse_args()
-    n = members_for(args.shape, int(args.mib * 1024 * 1024))
-    schema_type = "AVRO" if args.shape.startswith("avro") else "JSON"
-    bodies = [json.dumps({"schema": json.dumps(schema(args.shape, n, changed)), "schemaType": schema_type})
+def measure(shape: str, mib: float, max_body_mib: float) -> str:
+    n = members_for(shape, int(mib * 1024 * 1024))
+    schema_type = "AVRO" if shape.startswith("avro") else "JSON"
+    bodies = [json.dumps({"schema": json.dumps(schema(shape, n, changed)), "schemaType": schema_type})
               for changed in (False, True)]
-    settings = {"max_body_bytes": int(args.max_body_mib * 1024 * 1024)} if args.max_body_mib else {}
+    settings = {"max_body_bytes": int(max_body_mib * 1024 * 1024)} if max_body_mib else {}
+    line = [f"{shape} members={n} body={len(bodies[0])}B"]
     with tempfile.TemporaryDirectory() as data:
         app = build_registry_app(f"sqlite:///{data}/kgov.db", **settings)
         headers = {**basic("admin"), "content-type": "application/vnd.schemaregistry.v1+json"}
         with TestClient(app, headers=headers) as client:
             client.put("/config/big", json={"compatibility": "BACKWARD"})
-            line = [f"{args.shape} members={n} body={len(bodies[0])}B"]
             for name, body in zip(("first", "second"), bodies, strict=True):
                 wall, cpu = time.perf_counter(), time.process_time()
                 answer = client.post("/subjects/big/versions", content=body)
                 line.append(f"{name}: HTTP {answer.status_code} {time.perf_counter() - wall:.2f}s wall "
                             f"{time.process_time() - cpu:.2f}s CPU")
         app.state.engine.dispose()
-    print("  ".join(line), flush=True)
+    return "  ".join(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shape", nargs="?", choices=SHAPES)
+    parser.add_argument("mib", nargs="?", type=float, default=1.0)
+    parser.add_argument("--max-body-mib", type=float, default=64)
+    args = parser.parse_args()
+    for shape in [args.shape] if args.shape else SHAPES:
+        print(measure(shape, args.mib, args.max_body_mib), flush=True)
 
 
 if __name__ == "__main__":
