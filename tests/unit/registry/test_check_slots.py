@@ -4,12 +4,15 @@ the bound, and slots pass between threads and event loops without being lost or 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
 import pytest
+from pydantic import ValidationError
 
 from registry.check_slots import ChecksBusy, CheckSlots, ChecksTimedOut
+from registry.config import RegistryConfig
 
 
 def in_another_request(slots: CheckSlots) -> tuple[str, float]:
@@ -162,3 +165,13 @@ def test_a_cancelled_waiter_leaves_the_queue() -> None:
         assert slots.free == 1
 
     asyncio.run(scenario())
+
+
+def test_the_settings_default_to_the_cores_and_refuse_nonsense() -> None:
+    config = RegistryConfig()
+    assert config.max_concurrent_checks == (os.cpu_count() or 1)
+    assert config.check_wait_s == 10
+    assert config.max_body_bytes == 2 * 1024 * 1024
+    for wrong in ({"max_concurrent_checks": 0}, {"check_wait_s": 0}, {"check_wait_s": 301}):
+        with pytest.raises(ValidationError):
+            RegistryConfig.model_validate(wrong)
