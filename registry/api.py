@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata as importlib_metadata
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +29,7 @@ from authz.database import StorageError
 from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http, http_context
 from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, Principal, ResourceType
 from registry import store
+from registry.check_slots import ChecksBusy, CheckSlots, ChecksTimedOut
 from registry.config import RegistryConfig
 from registry.contexts import ContextPathRewrite
 from registry.fastpath import SchemaByIdFastPath
@@ -174,6 +175,36 @@ def _config(request: Request) -> RegistryConfig:
     return config
 
 
+_T = TypeVar("_T")
+
+
+# Bodies above this parse in more than about 0.1 s and take over 5 MiB of memory once parsed (about
+# 90 times their size): they take a check slot for the whole request, so that concurrent large bodies
+# cannot take every core or gigabytes of memory either. Real schemas are rarely this large.
+LARGE_BODY_BYTES = 64 * 1024
+
+
+async def run_schema_work(request: Request, work: Callable[[], _T]) -> _T:
+    """`work` (a registration, compatibility test or lookup) in the thread pool. If it must compare
+    schemas and every check slot is taken, it stops before doing anything (`ChecksBusy`); it then
+    waits for a slot here, in the event loop, holding no thread, and runs again holding it (see
+    `registry.check_slots`). A large body waits for a slot before it is parsed."""
+    if getattr(request.state, "body_bytes", 0) <= LARGE_BODY_BYTES:
+        try:
+            return await run_in_threadpool(work)
+        except ChecksBusy:
+            pass
+    slots: CheckSlots = request.app.state.registry_check_slots
+    try:
+        async with slots.waited():
+            return await run_in_threadpool(work)
+    except ChecksTimedOut:
+        raise RegistryError(50002, f"Operation timed out: the registry is busy comparing or parsing large "
+                                   f"schemas ({slots.limit} at a time) and this request could not start within "
+                                   f"{slots.wait_s:g} s (registry.max_concurrent_checks, registry.check_wait_s)"
+                            ) from None
+
+
 async def read_json(request: Request) -> dict[str, Any]:
     """The request body as a JSON object: 415 for a foreign type, 413/42209 when too large, 400/422 when not
     an object of JSON."""
@@ -192,6 +223,7 @@ async def read_json(request: Request) -> dict[str, Any]:
         if size > limit:
             raise ApiError(413, too_large.code, too_large.message)
         chunks.append(chunk)
+    request.state.body_bytes = size
     try:
         document = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -215,7 +247,7 @@ def register_request(document: dict[str, Any]) -> RegisterRequest:
     raw_refs = [] if raw_refs is None else raw_refs
     if not isinstance(raw_refs, list):
         raise RegistryError(422, "Field 'references' must be a list")
-    refs = []
+    refs: list[Reference] = []
     for ref in raw_refs:
         if not (isinstance(ref, dict) and isinstance(ref.get("name"), str) and isinstance(ref.get("subject"), str)
                 and isinstance(ref.get("version"), int) and not isinstance(ref.get("version"), bool)):
@@ -441,9 +473,9 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
                    format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.WRITE)
     document = register_request(await read_json(request))
-    created, change = await run_in_threadpool(
-        lambda: _registry(request).register(subject, document, normalize=flag(normalize),
-                                            may_read=reference_reader(request, principal))
+    created, change = await run_schema_work(
+        request, lambda: _registry(request).register(subject, document, normalize=flag(normalize),
+                                                     may_read=reference_reader(request, principal))
     )
     audit(request, principal, change)
     body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
@@ -509,9 +541,9 @@ async def lookup(request: Request, principal: Reader, subject: str, normalize: s
                  deleted: str | None = None, format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.READ)
     document = register_request(await read_json(request))
-    found = await run_in_threadpool(
-        lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted),
-                                          may_read=reference_reader(request, principal))
+    found = await run_schema_work(
+        request, lambda: _registry(request).lookup(subject, document, normalize=flag(normalize), deleted=flag(deleted),
+                                                   may_read=reference_reader(request, principal))
     )
     return respond(request, found.to_json())
 
@@ -531,10 +563,10 @@ async def _compatibility(request: Request, principal: Principal | None, subject:
                          normalize: str | None, verbose: str | None) -> Response:
     allow(request, principal, subject, Operation.READ)
     document = register_request(await read_json(request))
-    verdict = await run_in_threadpool(
-        lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
-                                                      verbose=flag(verbose),
-                                                      may_read=reference_reader(request, principal))
+    verdict = await run_schema_work(
+        request, lambda: _registry(request).test_compatibility(subject, version, document, normalize=flag(normalize),
+                                                               verbose=flag(verbose),
+                                                               may_read=reference_reader(request, principal))
     )
     body: dict[str, Any] = {"is_compatible": verdict.is_compatible}
     if flag(verbose):
@@ -706,8 +738,10 @@ def associations(request: Request, principal: Reader, namespace: str, name: str)
 def install(app: FastAPI) -> None:
     """Adds this package's routes to the control plane. Reads what it needs from `app.state`."""
     store.install_schema(app.state.engine)
-    app.state.schema_registry = SchemaRegistry(app.state.engine,
-                                                max_diff_work=app.state.settings.registry.max_diff_work)
+    config: RegistryConfig = app.state.settings.registry
+    app.state.registry_check_slots = CheckSlots(config.max_concurrent_checks, config.check_wait_s)
+    app.state.schema_registry = SchemaRegistry(app.state.engine, max_diff_work=config.max_diff_work,
+                                                checks=app.state.registry_check_slots)
     app.include_router(router)
     app.add_middleware(SchemaByIdFastPath, state=app.state)
     app.add_middleware(ContextPathRewrite)

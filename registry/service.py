@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from authz.database import bump_version, read_version, transaction
 from registry import store
-from registry.compat import DEFAULT_MAX_WORK, CompatibilityLevel, TooComplexError, check_compatibility
+from registry.check_slots import CheckSlots
+from registry.compat import (
+    DEFAULT_MAX_WORK,
+    CompatibilityLevel,
+    TooComplexError,
+    WorkBudget,
+    check_compatibility,
+)
 from registry.model import (
     DEFAULT_COMPATIBILITY,
     DEFAULT_CONTEXT,
@@ -130,9 +138,11 @@ class Change:
 
 class SchemaRegistry:
     def __init__(self, engine: Engine, *, poll_interval_s: float = 1.0,
-                 monotonic: Callable[[], float] = time.monotonic, max_diff_work: int = DEFAULT_MAX_WORK) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, max_diff_work: int = DEFAULT_MAX_WORK,
+                 checks: CheckSlots | None = None) -> None:
         self.engine = engine
         self._max_diff_work = max_diff_work
+        self._checks = checks  # None: no bound on concurrent checks (callers outside the HTTP layer)
         self._by_id: dict[int, StoredSchema] = {}
         # By (id, context of the referring subject): a stored reference's subject depends on that context.
         self._parsed: dict[tuple[int, str], ParsedSchema] = {}
@@ -501,14 +511,23 @@ class SchemaRegistry:
     # ------------------------------------------------------------------ compatibility
 
     def _incompatibilities(self, conn: Connection, parsed: ParsedSchema, previous: Sequence[SubjectVersion],
-                           level: str) -> list[str]:
+                           level: str, budget: WorkBudget, *, judged: Collection[tuple[int, int]] = (),
+                           take_slot: bool = True) -> list[str]:
+        """Spends from `budget`, which covers every comparison of one request; skips the versions
+        (version, id) in `judged`, found compatible at this level earlier in the same request. Takes a
+        check slot (`registry.check_slots`) before comparing anything, unless `take_slot` is false;
+        raises `ChecksBusy` when none is free."""
         if level == "NONE" or not previous:
             return []
         compat = CompatibilityLevel(level)
         relevant = previous if compat.transitive else previous[-1:]
+        relevant = [p for p in relevant if (p.version, p.schema.id) not in judged]
+        if not relevant:
+            return []
         olds = [self._parsed_of(conn, p.schema, subject=p.subject) for p in relevant]
         try:
-            messages = check_compatibility(parsed, olds, compat, max_work=self._max_diff_work)
+            with self._checks.held() if self._checks is not None and take_slot else nullcontext():
+                messages = check_compatibility(parsed, olds, compat, budget=budget)
         except TooComplexError as exc:
             # Refused, never taken as compatible; the setting is named so that an operator can raise it.
             raise invalid_schema(
@@ -553,7 +572,7 @@ class SchemaRegistry:
                 raise version_not_found(version)
             # Confluent compares only the named version, whatever the level's transitivity.
             level = level.removesuffix("_TRANSITIVE")
-        messages = self._incompatibilities(conn, parsed, previous, level)
+        messages = self._incompatibilities(conn, parsed, previous, level, WorkBudget(self._max_diff_work))
         return CompatibilityVerdict(not messages, tuple(messages) if verbose else ())
 
     # ------------------------------------------------------------------ lookup and register
@@ -644,15 +663,26 @@ class SchemaRegistry:
                 return prepared.registered, _unchanged(subject, prepared.registered)
             # The compatibility check (up to `max_diff_work` of CPU) runs here, before the writers' lock,
             # so that one slow check does not hold up every writer on every node. Under the lock it is
-            # re-run only if what it judged (the level, the live versions) changed meanwhile.
-            checked = self._check_compatible(conn, subject, prepared)
+            # re-run only if what it judged (the level, the live versions) changed meanwhile, and then
+            # only against what changed. Both spend from one budget: a request never does more than
+            # `max_diff_work` in all, however the versions move under it.
+            budget = WorkBudget(self._max_diff_work)
+            checked, checked_schema = self._check_compatible(conn, subject, prepared, budget), prepared.parsed
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)  # serialises writers: see the module docstring
             prepared = self._prepare(conn, subject, request, normalize=normalize, walk=walk)
             if prepared.registered is not None:  # registered meanwhile by another writer
                 return prepared.registered, _unchanged(subject, prepared.registered)
-            if _compatibility_basis(prepared) != checked:
-                self._check_compatible(conn, subject, prepared)
+            basis = _compatibility_basis(prepared)
+            if basis != checked:
+                # Without a check slot: re-checks are rare, run one at a time (under the writers' lock)
+                # and spend only what this request's budget has left.
+                # The versions judged before count only for the same level and the same parse (the
+                # parse cache returns the same object only if the references resolved alike).
+                same = (basis is not None and checked is not None and basis[0] == checked[0]
+                        and prepared.parsed is checked_schema)
+                self._check_compatible(conn, subject, prepared, budget,
+                                       judged=_judged(checked) if same else (), take_slot=False)
             importing, parsed, refs = prepared.importing, prepared.parsed, prepared.refs
             rows, existing_id, fingerprint = prepared.rows, prepared.existing_id, prepared.fingerprint
             schema_type = parsed.schema_type.value
@@ -677,7 +707,8 @@ class SchemaRegistry:
                                           "schemaType": schema_type}
         )
 
-    def _check_compatible(self, conn: Connection, subject: str, prepared: _Prepared
+    def _check_compatible(self, conn: Connection, subject: str, prepared: _Prepared, budget: WorkBudget, *,
+                          judged: Collection[tuple[int, int]] = (), take_slot: bool = True
                           ) -> tuple[str, tuple[tuple[int, int], ...]] | None:
         """409 unless `prepared` may be registered under the subject's level; returns what the verdict
         rested on (`_compatibility_basis`). Imports are not checked (Confluent's IMPORT mode)."""
@@ -685,7 +716,8 @@ class SchemaRegistry:
         if basis is None:
             return None
         level, _ = basis
-        messages = self._incompatibilities(conn, prepared.parsed, [r for r in prepared.rows if not r.deleted], level)
+        messages = self._incompatibilities(conn, prepared.parsed, [r for r in prepared.rows if not r.deleted], level,
+                                           budget, judged=judged, take_slot=take_slot)
         if messages:
             raise RegistryError(
                 409,
@@ -852,6 +884,15 @@ def _compatibility_basis(prepared: _Prepared) -> tuple[str, tuple[tuple[int, int
         return None
     level = str(prepared.config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
     return level, tuple((r.version, r.schema.id) for r in prepared.rows if not r.deleted)
+
+
+def _judged(basis: tuple[str, tuple[tuple[int, int], ...]] | None) -> tuple[tuple[int, int], ...]:
+    """The versions a check that passed on `basis` compared with: all live ones for the transitive
+    levels, else the latest only."""
+    if basis is None:
+        return ()
+    level, live = basis
+    return live if CompatibilityLevel(level).transitive else live[-1:]
 
 
 def _unchanged(subject: str, row: SubjectVersion) -> Change:

@@ -9,8 +9,9 @@ Direction (Confluent's `CompatibilityChecker`): BACKWARD reads old data with the
 non-transitive levels compare with the latest version only; the transitive ones walk the versions
 newest first and stop at the first that fails, as Confluent's `validateAll` does.
 
-Each comparison of two schemas may spend `max_work` units (`registry.compat.work_budget`); past
-that, `TooComplexError` propagates and the schema must be refused, never taken as compatible.
+All the comparisons of one check (every version, both directions) spend from one `WorkBudget`
+(`registry.compat.work_budget`), of `max_work` units unless the caller passes its own; when it is
+spent, `TooComplexError` propagates and the schema must be refused, never taken as compatible.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from registry.compat.work_budget import DEFAULT_MAX_WORK, TooComplexError
+from registry.compat.work_budget import DEFAULT_MAX_WORK, TooComplexError, WorkBudget
 from registry.schemas import ParsedSchema, SchemaType
 
 
@@ -42,7 +43,7 @@ _OLD = "old"
 
 
 def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
-                             max_work: int = DEFAULT_MAX_WORK) -> list[str]:
+                             budget: WorkBudget | None = None) -> list[str]:
     """Why data written with `writer` cannot be read with `reader` (Confluent's
     `isBackwardCompatible(reader, writer)`); the messages still hold `%s` placeholders for the
     reader's and the writer's role ("new"/"old"), filled in by `check_compatibility`."""
@@ -55,11 +56,11 @@ def reader_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
     if reader.schema_type is SchemaType.AVRO:
         from registry.compat.avro import avro_incompatibilities
 
-        return avro_incompatibilities(reader, writer, max_work=max_work)
+        return avro_incompatibilities(reader, writer, budget=budget)
     if reader.schema_type is SchemaType.JSON:
         from registry.compat.json_schema import json_schema_incompatibilities
 
-        return json_schema_incompatibilities(reader, writer, max_work=max_work)
+        return json_schema_incompatibilities(reader, writer, budget=budget)
     return [f"Compatibility of {reader.schema_type.value} schemas is not supported"]
 
 
@@ -83,17 +84,17 @@ def _old_schema_notes(old: ParsedSchema, version: int | None) -> list[str]:
 
 
 def _against(new: ParsedSchema, old: ParsedSchema, version: int | None, level: CompatibilityLevel,
-             max_work: int) -> list[str]:
+             budget: WorkBudget) -> list[str]:
     messages: list[str] = []
     if level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE,
                  CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
-        forward = _fill(reader_incompatibilities(old, new, max_work=max_work), _OLD, _NEW)
+        forward = _fill(reader_incompatibilities(old, new, budget=budget), _OLD, _NEW)
         messages.extend(forward)
         if forward and level in (CompatibilityLevel.FORWARD, CompatibilityLevel.FORWARD_TRANSITIVE):
             messages.extend(_old_schema_notes(old, version))
     if level in (CompatibilityLevel.BACKWARD, CompatibilityLevel.BACKWARD_TRANSITIVE,
                  CompatibilityLevel.FULL, CompatibilityLevel.FULL_TRANSITIVE):
-        backward = _fill(reader_incompatibilities(new, old, max_work=max_work), _NEW, _OLD)
+        backward = _fill(reader_incompatibilities(new, old, budget=budget), _NEW, _OLD)
         messages.extend(backward)
         if backward:
             messages.extend(_old_schema_notes(old, version))
@@ -107,12 +108,14 @@ def check_compatibility(
     *,
     versions: Sequence[int] | None = None,
     max_work: int = DEFAULT_MAX_WORK,
+    budget: WorkBudget | None = None,
 ) -> list[str]:
     """[] when compatible; otherwise one message per incompatibility (each naming its path).
 
     `versions`, when given, are the version numbers of `previous` (same order); Confluent names
     the version that failed (`{oldSchemaVersion: N}`) in its messages. Raises `TooComplexError`
-    when one comparison needs more than `max_work` units.
+    when all the comparisons together need more than `max_work` units, or more than `budget` has
+    left when one is given (a caller that checks more than once per request shares one).
     """
     level = CompatibilityLevel(str(level).upper())  # as Confluent's CompatibilityLevel.forName
     if level is CompatibilityLevel.NONE or not previous:
@@ -121,13 +124,14 @@ def check_compatibility(
         zip(previous, versions if versions is not None else [None] * len(previous), strict=True)
     )
     candidates = list(reversed(numbered)) if level.transitive else [numbered[-1]]
+    shared = budget if budget is not None else WorkBudget(max_work)
     for old, version in candidates:
-        messages = _against(new, old, version, level, max_work)
+        messages = _against(new, old, version, level, shared)
         if messages:
             messages.append(f"{{validateFields: 'false', compatibility: '{level.value}'}}")
             return messages
     return []
 
 
-__all__ = ["DEFAULT_MAX_WORK", "DIFFERENT_SCHEMA_TYPE", "CompatibilityLevel", "TooComplexError", "check_compatibility",
-           "reader_incompatibilities"]
+__all__ = ["DEFAULT_MAX_WORK", "DIFFERENT_SCHEMA_TYPE", "CompatibilityLevel", "TooComplexError", "WorkBudget",
+           "check_compatibility", "reader_incompatibilities"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from registry.compat.work_budget import DEFAULT_MAX_WORK, WorkBudget
+from registry.compat.work_budget import WorkBudget
 from registry.schemas import ParsedSchema
 from registry.schemas.avro import AvroModel, AvroType
 
@@ -252,14 +252,15 @@ def reader_writer_incompatibilities(reader: AvroType, writer: AvroType) -> list[
 
 
 def avro_incompatibilities(reader: ParsedSchema, writer: ParsedSchema, *,
-                           max_work: int = DEFAULT_MAX_WORK) -> list[str]:
-    """Confluent's `AvroSchema.isBackwardCompatible(reader, writer)` messages (with `%s` roles).
-    `TooComplexError` is not caught: the caller must refuse the schema."""
+                           budget: WorkBudget | None = None) -> list[str]:
+    """Confluent's `AvroSchema.isBackwardCompatible(reader, writer)` messages (with `%s` roles),
+    spending from `budget` (a default one if None). `TooComplexError` is not caught: the caller must
+    refuse the schema."""
     reader_model, writer_model = reader.model, writer.model
     if not isinstance(reader_model, AvroModel) or not isinstance(writer_model, AvroModel):
         return ["Unexpected exception during compatibility check: schema was not parsed as AVRO"]
     try:
-        found = ReaderWriterChecker(WorkBudget(max_work)).check(reader_model.root, writer_model.root)
+        found = ReaderWriterChecker(budget).check(reader_model.root, writer_model.root)
     except AmbiguousFieldError as exc:
         return [f"Unexpected exception during compatibility check: {exc}"]
     return [i.describe() for i in found.incompatibilities]

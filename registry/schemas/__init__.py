@@ -124,18 +124,34 @@ def parse_schema(
         cached = _CACHE.get(key)
         if cached is not None:
             _CACHE.move_to_end(key)
-            return cached
+            return cached[0]
     parsed = _parse(kind, text, refs, resolved, normalize)
-    with _CACHE_LOCK:
-        _CACHE[key] = parsed
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+    _remember(key, parsed, len(text))
     return parsed
 
 
+def _remember(key: tuple[object, ...], parsed: ParsedSchema, size: int) -> None:
+    global _cached_text
+    with _CACHE_LOCK:
+        previous = _CACHE.pop(key, None)
+        if previous is not None:
+            _cached_text -= previous[1]
+        _CACHE[key] = (parsed, size)
+        _cached_text += size
+        # The newest entry stays even when larger than the bound: a registration parses its schema
+        # twice (before and under the writers' lock), and large ones are those worth keeping.
+        while len(_CACHE) > 1 and (len(_CACHE) > _CACHE_SIZE or _cached_text > _MAX_CACHED_TEXTS):
+            _, (_, evicted_size) = _CACHE.popitem(last=False)
+            _cached_text -= evicted_size
+
+
+# A parsed schema takes up to about 90 times its text in memory (a 1.6 MB JSON schema: 140 MiB), so
+# the cache is bounded by the total size of its texts too (about 360 MiB at worst).
 _CACHE_SIZE = 1024
-_CACHE: OrderedDict[tuple[object, ...], ParsedSchema] = OrderedDict()
+_MAX_CACHED_TEXTS = 4 * 1024 * 1024
+_CACHE: OrderedDict[tuple[object, ...], tuple[ParsedSchema, int]] = OrderedDict()  # -> (parsed, len(text))
 _CACHE_LOCK = threading.Lock()
+_cached_text = 0
 
 
 def _parse(

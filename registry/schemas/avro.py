@@ -99,10 +99,15 @@ class AvroType:
         return self.type in ("record", "error")
 
     def field_named(self, name: str) -> AvroField | None:
-        for f in self.fields:
-            if f.name == name:
-                return f
-        return None
+        # An index, built at first use (after parsing): the checker looks up every reader field in
+        # the writer, so a scan per lookup made comparing two 40,000-field records take a minute.
+        index = self.__dict__.get("_fields_by_name")
+        if index is None or len(index) != len(self.fields):
+            index = {}
+            for f in self.fields:
+                index.setdefault(f.name, f)
+            self.__dict__["_fields_by_name"] = index
+        return index.get(name)
 
 
 @dataclass(eq=False)
@@ -219,13 +224,12 @@ def _aliases(node: Mapping[str, Any]) -> list[str]:
         return []
     if not isinstance(raw, list):
         raise InvalidSchemaError(f"aliases not an array: {dumps(node)}")
-    out: list[str] = []
+    out: dict[str, None] = {}  # ordered and duplicate-free in linear time
     for alias in raw:
         if not isinstance(alias, str):
             raise InvalidSchemaError(f"alias not a string: {dumps(alias)}")
-        if alias not in out:
-            out.append(alias)
-    return out
+        out[alias] = None
+    return list(out)
 
 
 class _Parser:
@@ -299,16 +303,18 @@ class _Parser:
             raw_symbols = node.get("symbols")
             if not isinstance(raw_symbols, list):
                 raise InvalidSchemaError(f"Enum has no symbols: {dumps(node)}")
+            symbols: set[str] = set()  # a list scan per symbol was quadratic: 40,000 symbols took 8 s
             for symbol in raw_symbols:
                 if not isinstance(symbol, str):
                     raise InvalidSchemaError(f"Enum symbol is not a string: {dumps(symbol)}")
                 validate_name(symbol)
-                if symbol in result.symbols:
+                if symbol in symbols:
                     raise InvalidSchemaError(f"Duplicate enum symbol: {symbol}")
+                symbols.add(symbol)
                 result.symbols.append(symbol)
             if "default" in node:
                 default = node["default"]
-                if not isinstance(default, str) or default not in result.symbols:
+                if not isinstance(default, str) or default not in symbols:
                     raise InvalidSchemaError(
                         f"The Enum Default: {default if isinstance(default, str) else dumps(default)} "
                         f"is not in the enum symbol set: [{', '.join(result.symbols)}]"
@@ -342,10 +348,10 @@ class _Parser:
                 result.props[key] = value
         self.names.space = saved_space
         if result.is_named:
+            qualified_aliases = dict.fromkeys(result.aliases)
             for alias in _aliases(node):
-                qualified = full_name(alias, result.namespace)
-                if qualified not in result.aliases:
-                    result.aliases.append(qualified)
+                qualified_aliases[full_name(alias, result.namespace)] = None
+            result.aliases = list(qualified_aliases)
         return result
 
     def _parse_field(self, raw: Any, position: int, depth: int) -> AvroField:
@@ -404,7 +410,8 @@ def type_summary(t: AvroType) -> str:
     return dumps(t.type)
 
 
-def is_valid_default(t: AvroType, value: Any, depth: int = 0) -> bool:
+def is_valid_default(t: AvroType, value: Any, depth: int = 0,
+                     _memo: dict[tuple[int, int, int], bool] | None = None) -> bool:
     """Avro Java's `Schema.isValidDefault` (1.12): the JSON value fits the type."""
     if depth > _MAX_DEPTH:
         return False
@@ -425,23 +432,31 @@ def is_valid_default(t: AvroType, value: Any, depth: int = 0) -> bool:
         return isinstance(value, bool)
     if kind == "null":
         return value is None
+    # A record's missing fields are checked against their own defaults, which may be records again:
+    # records whose fields default to `{}` and refer twice to the next record make 2**depth walks
+    # of a few-KB schema (25 levels took minutes). Each (type, value object, depth) is judged once.
+    memo = {} if _memo is None else _memo
+    key = (id(t), id(value), depth)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    verdict = False
     if kind == "array":
-        return isinstance(value, list) and t.items is not None and \
-            all(is_valid_default(t.items, v, depth + 1) for v in value)
-    if kind == "map":
-        return isinstance(value, dict) and t.values is not None and \
-            all(is_valid_default(t.values, v, depth + 1) for v in value.values())
-    if kind == "union":
+        verdict = isinstance(value, list) and t.items is not None and \
+            all(is_valid_default(t.items, v, depth + 1, memo) for v in value)
+    elif kind == "map":
+        verdict = isinstance(value, dict) and t.values is not None and \
+            all(is_valid_default(t.values, v, depth + 1, memo) for v in value.values())
+    elif kind == "union":
         # Avro 1.12 (Confluent 8): a default may match any branch; Avro 1.11 only took the first.
-        return any(is_valid_default(b, value, depth + 1) for b in t.branches)
-    if t.is_record:
-        if not isinstance(value, dict):
-            return False
-        return all(
-            is_valid_default(f.type, value.get(f.name, f.default), depth + 1)
+        verdict = any(is_valid_default(b, value, depth + 1, memo) for b in t.branches)
+    elif t.is_record:
+        verdict = isinstance(value, dict) and all(
+            is_valid_default(f.type, value.get(f.name, f.default), depth + 1, memo)
             for f in t.fields
         )
-    return False
+    memo[key] = verdict
+    return verdict
 
 
 def iter_named(root: AvroType) -> Iterator[AvroType]:

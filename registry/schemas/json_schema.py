@@ -86,6 +86,50 @@ def _sorted(value: Any) -> Any:
     return value
 
 
+def _equality_key(value: Any) -> Any:
+    """A hashable stand-in equal for exactly the JSON values JSON Schema calls equal (1 == 1.0, true != 1,
+    objects whatever their key order)."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, (int, float, Decimal)):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("l", tuple(_equality_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((k, _equality_key(v)) for k, v in value.items()))
+    return ("z", None)
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    """The meta-schemas' `uniqueItems` in linear time. jsonschema falls back on comparing every pair when
+    the items cannot be sorted (objects): a 100 KB draft-04 `enum` of 8,000 objects took a minute."""
+    from jsonschema.exceptions import ValidationError
+
+    if unique and validator.is_type(instance, "array"):
+        seen: set[Any] = set()
+        for item in instance:
+            key = _equality_key(item)
+            if key in seen:
+                yield ValidationError(f"{instance!r} has non-unique elements")
+                return
+            seen.add(key)
+
+
+_META_CHECKERS: dict[type, Any] = {}
+
+
+def _meta_checker(validator: Any) -> Any:
+    """`validator`'s own meta-schema check (as `check_schema` does it), with the linear `uniqueItems`."""
+    from jsonschema.validators import extend
+
+    checker = _META_CHECKERS.get(validator)
+    if checker is None:
+        checker = _META_CHECKERS[validator] = extend(validator, {"uniqueItems": _unique_items})
+    return checker(schema=validator.META_SCHEMA, format_checker=validator.FORMAT_CHECKER)
+
+
 def _check_against_metaschema(document: Any) -> None:
     import jsonschema
     from jsonschema.exceptions import SchemaError
@@ -98,7 +142,8 @@ def _check_against_metaschema(document: Any) -> None:
     validator = validator_for(document, default=jsonschema.Draft7Validator) if isinstance(document, dict) \
         else jsonschema.Draft7Validator
     try:
-        validator.check_schema(document)
+        for error in _meta_checker(validator).iter_errors(document):
+            raise SchemaError.create_from(error)
     except SchemaError as exc:
         location = "/".join(str(p) for p in exc.absolute_path)
         where = f" at '#/{location}'" if location else ""

@@ -75,11 +75,12 @@ def _spy_on_checks(registry: SchemaRegistry, during_first: Callable[[], None] | 
     seen: list[list[int]] = []
     check = registry._incompatibilities
 
-    def spy(conn: Any, parsed: Any, previous: Sequence[SubjectVersion], level: str) -> list[str]:
+    def spy(conn: Any, parsed: Any, previous: Sequence[SubjectVersion], level: str, *args: Any, **kwargs: Any
+            ) -> list[str]:
         seen.append([p.version for p in previous])
         if len(seen) == 1 and during_first is not None:
             during_first()
-        return check(conn, parsed, previous, level)
+        return check(conn, parsed, previous, level, *args, **kwargs)
 
     registry._incompatibilities = spy  # type: ignore[method-assign]
     return seen

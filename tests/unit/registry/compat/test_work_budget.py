@@ -1,4 +1,4 @@
-"""The work bound of one schema comparison: pathological schemas stop quickly with a clear error,
+"""The work bound of one compatibility check: pathological schemas stop quickly with a clear error,
 realistic ones are checked as before, and "too complex" is never a verdict of compatible."""
 
 from __future__ import annotations
@@ -121,14 +121,38 @@ def test_too_complex_is_never_compatible(level: CompatibilityLevel) -> None:
         check_compatibility(new, [old], level, max_work=50)
 
 
-def test_the_bound_is_per_comparison_and_configurable() -> None:
+def test_the_bound_is_configurable() -> None:
     old = json_parsed(json_union(20, changed=False))
     new = json_parsed(json_union(20, changed=True))
     with pytest.raises(TooComplexError):
         check_compatibility(new, [old], CompatibilityLevel.BACKWARD, max_work=400)
     check_compatibility(new, [old], CompatibilityLevel.BACKWARD, max_work=1000)
-    # Transitive levels give each earlier version its own budget.
-    check_compatibility(new, [old, old, old], CompatibilityLevel.BACKWARD_TRANSITIVE, max_work=1000)
+
+
+def grown_union() -> ParsedSchema:
+    """json_union(20) with a null member added: compatible BACKWARD, so every version is compared."""
+    return json_parsed({"anyOf": [*json_union(20, changed=False)["anyOf"], {"type": "null"}]})
+
+
+def test_the_bound_covers_every_version_and_direction_of_one_check() -> None:
+    # One comparison of these costs 842 units. The bound was once per comparison: a transitive check
+    # against k versions, both ways under FULL_TRANSITIVE, could spend 2k times the bound.
+    old, new = json_parsed(json_union(20, changed=False)), grown_union()
+    assert check_compatibility(new, [old], CompatibilityLevel.BACKWARD_TRANSITIVE, max_work=1000) == []
+    with pytest.raises(TooComplexError, match="more than 1000 subschema comparisons"):
+        check_compatibility(new, [old, old], CompatibilityLevel.BACKWARD_TRANSITIVE, max_work=1000)
+    assert check_compatibility(new, [old, old, old], CompatibilityLevel.BACKWARD_TRANSITIVE, max_work=2600) == []
+    with pytest.raises(TooComplexError):  # FULL compares both ways: twice the work of BACKWARD
+        check_compatibility(old, [old, new], CompatibilityLevel.FULL, max_work=1000)
+
+
+def test_a_caller_may_share_one_budget_between_checks() -> None:
+    old, new = json_parsed(json_union(20, changed=False)), grown_union()
+    budget = WorkBudget(1000)
+    check_compatibility(new, [old], CompatibilityLevel.BACKWARD, budget=budget)
+    assert 0 < budget.spent <= 1000
+    with pytest.raises(TooComplexError):  # what the first check spent is gone
+        check_compatibility(new, [old], CompatibilityLevel.BACKWARD, budget=budget)
 
 
 def test_a_budget_must_be_positive() -> None:
