@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from registry.compat.work_budget import WorkBudget
 from registry.schemas import ParsedSchema
-from registry.schemas.json_model import Loader, Node, SchemaLoadError, pattern_matches
+from registry.schemas.json_model import Loader, Node, SchemaLoadError, compile_pattern
 from registry.schemas.json_schema import JsonSchemaDocument
 
 
@@ -585,9 +585,17 @@ def _is_open_object(node: Node) -> bool:
     return not node.pattern_properties and node.additional_properties_schema is None and node.additional_properties
 
 
-def _partial_object_schema(node: Node, name: str) -> Node | None:
+def _partial_object_schema(ctx: Context, node: Node, name: str) -> Node | None:
+    # Each match spends its worst case from the budget: thousands of patterns against thousands of
+    # added properties are millions of matches, each linear but none free. A pattern that cannot be
+    # evaluated raises `UnsupportedPatternError`, and the whole check answers incompatible with a
+    # message naming the pattern (`json_schema_incompatibilities`): not matching it instead (as a
+    # pattern `re` could not compile once did) could fall back to a laxer `additionalProperties`
+    # schema and call an incompatible change compatible, and matching it cannot be done safely.
     for regex, schema in node.pattern_properties:
-        if pattern_matches(regex, name):
+        pattern = compile_pattern(regex)
+        ctx.budget.spend(pattern.cost(name))
+        if pattern.matches(name):
             return schema
     return node.additional_properties_schema
 
@@ -666,7 +674,7 @@ def _property_removed(ctx: Context, old: Node, update: Node, name: str) -> None:
     if _is_open_object(update):
         ctx.add(C.PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL)
         return
-    partial = _partial_object_schema(update, name)
+    partial = _partial_object_schema(ctx, update, name)
     if partial is not None:
         sub = ctx.sub()
         compare(sub, old, partial)
@@ -685,7 +693,7 @@ def _property_added(ctx: Context, new: Node, original: Node, update: Node, name:
         ctx.add(C.PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL if new.is_empty_like()
                 else C.PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL)
         return
-    partial = _partial_object_schema(original, name)
+    partial = _partial_object_schema(ctx, original, name)
     if partial is not None:
         sub = ctx.sub()
         compare(sub, partial, new)

@@ -15,12 +15,13 @@ many verdicts, so this module reproduces it:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import unquote, urljoin
+
+import re2
 
 _MISSING = object()
 
@@ -353,9 +354,117 @@ def _number(value: Any) -> Decimal | None:
         return None
 
 
-def pattern_matches(regex: str, name: str) -> bool:
-    """`Pattern.matcher(name).find()`; a pattern Python cannot compile never matches."""
+# `patternProperties` regexes and the property names they are matched against both come from
+# callers' schemas. Python's `re` backtracks while holding the interpreter lock (`^(a+)+$` against a
+# 40-character name would stall the whole process for days), so they are matched with RE2: linear in
+# the name for a given pattern, and the lock is released while it searches. RE2 refuses what it
+# cannot do in linear time (backreferences, lookaround) and patterns over `max_mem`; its errors are
+# not logged (a caller could otherwise write a stderr line per request).
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.max_mem = 1 << 20  # 8 MiB by default; re2's own cache keeps up to 128 compiled patterns
+# Worst case of an RE2 search (its NFA): about 5 ns per byte of the name and instruction of the
+# program; one unit of the work budget (`registry.compat.work_budget`) is about 9 us, 2,000 steps.
+_STEPS_PER_UNIT = 2_000
+_COMPILE_BYTES_PER_UNIT = 4_000
+_QUOTED = 120  # characters of a pattern quoted in an error
+
+
+class UnsupportedPatternError(SchemaLoadError):
+    """A `patternProperties` regex the registry cannot evaluate safely, or a property name it cannot
+    be matched against. A compatibility check that needs it cannot decide, and must not guess."""
+
+
+def _quote(regex: str) -> str:
+    text = regex if len(regex) <= _QUOTED else regex[:_QUOTED] + "..."
+    return json.dumps(text)
+
+
+def _unsupported(regex: str, why: str) -> UnsupportedPatternError:
+    return UnsupportedPatternError(f"patternProperties pattern {_quote(regex)} cannot be evaluated: {why}")
+
+
+def _for_re2(regex: str) -> str:
+    """`regex` in RE2's syntax with Java's meaning, or `UnsupportedPatternError` where Java, RE2 and
+    Python read the same text differently (each would give its own verdict, so none is taken)."""
+    out: list[str] = []
+    i, n, in_class, class_start = 0, len(regex), False, 0
+    while i < n:
+        c = regex[i]
+        if c == "\\" and i + 1 < n:
+            nxt = regex[i + 1]
+            if nxt == "Q":  # \Q...\E quotes literally, in a class too; RE2 reads it as Java does
+                end = regex.find("\\E", i + 2)
+                stop = n if end < 0 else end + 2
+                out.append(regex[i:stop])
+                i = stop
+                continue
+            digits = regex[i + 2:i + 6]
+            if nxt == "u" and len(digits) == 4 and all(d in "0123456789abcdefABCDEF" for d in digits):
+                out.append(f"\\x{{{digits}}}")  # Java's (and Python's) \uXXXX; RE2 spells it \x{XXXX}
+                i += 6
+                continue
+            out.append(regex[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]" and i > class_start:
+                in_class = False
+            elif c == "[":
+                raise _unsupported(regex, "'[' inside a character class is a nested class in Java, a POSIX "
+                                          "class in RE2 and a literal in Python")
+            elif c == "&" and regex.startswith("&&", i):
+                raise _unsupported(regex, "'&&' inside a character class is an intersection in Java only")
+        elif c == "[":
+            in_class = True
+            class_start = i + 2 if regex.startswith("^", i + 1) else i + 1  # a first ']' is literal
+        elif c == "{" and regex.startswith(",", i + 1):
+            raise _unsupported(regex, "'{,n}' is a repetition in Python, a literal in RE2 and an error in Java")
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPattern:
+    """A `patternProperties` regex compiled for `Pattern.matcher(name).find()`."""
+
+    regex: str
+    compiled: Any = field(repr=False)
+    compile_cost: int
+
+    def cost(self, name: str) -> int:
+        """Units of the compatibility work budget one `matches(name)` may take at worst."""
+        steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.programsize)
+        return self.compile_cost + steps // _STEPS_PER_UNIT
+
+    def matches(self, name: str) -> bool:
+        try:
+            if self.compiled.search(name) is not None:
+                return True
+            # Java's and Python's `$` (without MULTILINE) also match before a final "\n"; RE2's only at
+            # the very end. A match that ends there is a match in the name without that "\n".
+            return name.endswith("\n") and self.compiled.search(name[:-1]) is not None
+        except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
+            raise _unsupported(self.regex, "a property name it is matched against is not valid Unicode "
+                                           "(a lone surrogate)") from None
+
+
+def compile_pattern(regex: str) -> CompiledPattern:
+    """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
+    in linear time with Java's meaning."""
     try:
-        return re.search(regex, name) is not None
-    except re.error:
-        return False
+        compiled = re2.compile(_for_re2(regex), _RE2_OPTIONS)
+    except UnicodeEncodeError:
+        raise _unsupported(regex, "it is not valid Unicode (a lone surrogate)") from None
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else "rejected"
+        text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+        raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}") from None
+    return CompiledPattern(regex, compiled, 1 + len(regex) // _COMPILE_BYTES_PER_UNIT)
+
+
+def pattern_matches(regex: str, name: str) -> bool:
+    """`Pattern.matcher(name).find()` in linear time; raises `UnsupportedPatternError` for a pattern
+    `compile_pattern` refuses. Callers that match caller-supplied names spend `CompiledPattern.cost` first."""
+    return compile_pattern(regex).matches(name)
