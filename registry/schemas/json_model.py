@@ -384,10 +384,11 @@ def _unsupported(regex: str, why: str) -> UnsupportedPatternError:
     return UnsupportedPatternError(f"patternProperties pattern {_quote(regex)} cannot be evaluated: {why}")
 
 
-def _for_re2(regex: str) -> str:
-    """`regex` in RE2's syntax with Java's meaning, or `UnsupportedPatternError` where Java, RE2 and
-    Python read the same text differently (each would give its own verdict, so none is taken)."""
-    out: list[str] = []
+def _for_re2(regex: str) -> tuple[str, str | None]:
+    """`regex` in RE2's syntax with Java's meaning, and the same with each `$` written `(?m:$)` (None
+    when it has no `$`); `UnsupportedPatternError` where Java, RE2 and Python read the same text
+    differently (each would give its own verdict, so none is taken)."""
+    out: list[str | None] = []  # None: a `$`
     i, n, in_class, class_start = 0, len(regex), False, 0
     while i < n:
         c = regex[i]
@@ -420,9 +421,16 @@ def _for_re2(regex: str) -> str:
             class_start = i + 2 if regex.startswith("^", i + 1) else i + 1  # a first ']' is literal
         elif c == "{" and regex.startswith(",", i + 1):
             raise _unsupported(regex, "'{,n}' is a repetition in Python, a literal in RE2 and an error in Java")
+        elif c == "$":
+            out.append(None)
+            i += 1
+            continue
         out.append(c)
         i += 1
-    return "".join(out)
+    plain = "".join("$" if part is None else part for part in out)
+    if None not in out:
+        return plain, None
+    return plain, "".join("(?m:$)" if part is None else part for part in out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,37 +439,48 @@ class CompiledPattern:
 
     regex: str
     compiled: Any = field(repr=False)
+    before_final_newline: str | None  # for a name ending in its only "\n": see `matches`
     compile_cost: int
 
     def cost(self, name: str) -> int:
         """Units of the compatibility work budget one `matches(name)` may take at worst."""
         steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.programsize)
-        return self.compile_cost + steps // _STEPS_PER_UNIT
+        return self.compile_cost * 2 + steps // _STEPS_PER_UNIT
 
     def matches(self, name: str) -> bool:
+        compiled = self.compiled
+        if self.before_final_newline is not None and name.endswith("\n"):
+            # Java's and Python's `$` (without MULTILINE) also match just before a final "\n", RE2's
+            # only at the very end. While that "\n" is the name's only one, RE2's multi-line `$` is
+            # exactly theirs; with others before it, nothing in RE2 is.
+            if "\n" in name[:-1]:
+                raise _unsupported(self.regex, "'$' against a property name with several line breaks "
+                                               "ending in one")
+            compiled = _compile(self.regex, self.before_final_newline)
         try:
-            if self.compiled.search(name) is not None:
-                return True
-            # Java's and Python's `$` (without MULTILINE) also match before a final "\n"; RE2's only at
-            # the very end. A match that ends there is a match in the name without that "\n".
-            return name.endswith("\n") and self.compiled.search(name[:-1]) is not None
+            return compiled.search(name) is not None
         except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
             raise _unsupported(self.regex, "a property name it is matched against is not valid Unicode "
                                            "(a lone surrogate)") from None
 
 
-def compile_pattern(regex: str) -> CompiledPattern:
-    """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
-    in linear time with Java's meaning."""
+def _compile(regex: str, translated: str) -> Any:
     try:
-        compiled = re2.compile(_for_re2(regex), _RE2_OPTIONS)
+        return re2.compile(translated, _RE2_OPTIONS)
     except UnicodeEncodeError:
         raise _unsupported(regex, "it is not valid Unicode (a lone surrogate)") from None
     except re2.error as exc:
         reason = exc.args[0] if exc.args else "rejected"
         text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
         raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}") from None
-    return CompiledPattern(regex, compiled, 1 + len(regex) // _COMPILE_BYTES_PER_UNIT)
+
+
+def compile_pattern(regex: str) -> CompiledPattern:
+    """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
+    in linear time with Java's meaning."""
+    plain, before_final_newline = _for_re2(regex)
+    return CompiledPattern(regex, _compile(regex, plain), before_final_newline,
+                           1 + len(regex) // _COMPILE_BYTES_PER_UNIT)
 
 
 def pattern_matches(regex: str, name: str) -> bool:

@@ -1,0 +1,150 @@
+"""`patternProperties` regexes are matched in linear time (RE2) with Java's `find()` meaning; a pattern
+that cannot be evaluated so is refused with its name and the reason, never taken as "no match"."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from registry.schemas.json_model import UnsupportedPatternError, compile_pattern, pattern_matches
+
+# Generous for a loaded, shared CI machine; with backtracking these would take longer than the universe.
+FAST_S = 2.0
+
+
+@pytest.mark.parametrize(("name", "expected"), [("a" * 10_000, True), ("a" * 10_000 + "!", False),
+                                                ("b" + "a" * 10_000, False)])
+def test_catastrophic_backtracking_pattern_answers_in_linear_time(name: str, expected: bool) -> None:
+    started = time.perf_counter()
+    assert pattern_matches("^(a+)+$", name) is expected
+    assert time.perf_counter() - started < FAST_S
+
+
+def test_other_exponential_patterns_answer_quickly() -> None:
+    started = time.perf_counter()
+    assert pattern_matches("^(a|aa)+$", "a" * 5_000 + "b") is False
+    assert pattern_matches("^(a|a?)+$", "a" * 5_000 + "b") is False
+    assert pattern_matches("(x+x+)+y", "x" * 5_000) is False
+    assert pattern_matches("^([a-z0-9]+)*@", "a" * 5_000 + "!") is False
+    assert time.perf_counter() - started < FAST_S
+
+
+# (pattern, name, find()) in Java's reading; the ones marked "Java" were read otherwise by Python's `re`.
+JAVA_CASES = [
+    ("^S_", "S_1", True),
+    ("^S_", "xS_1", False),
+    ("I_", "xI_1", True),  # find(), not matches(): unanchored
+    ("^[a-z]+_id$", "customer_id", True),
+    ("^[a-z]+_id$", "customer_id2", False),
+    ("^(?i)ab$", "AB", True),
+    ("a|b", "xxb", True),
+    ("^a.c$", "a\nc", False),
+    ("(?s)^a.c$", "a\nc", True),
+    ("(?m)^b$", "a\nb\nc", True),
+    ("^a$", "a\n", True),  # `$` before a final line break, in Java and Python alike
+    ("^a$", "a\nb", False),
+    ("a$\\n?", "a\n", True),
+    ("[$]", "$", True),
+    ("\\$", "a$", True),
+    ("^\\d+$", "123", True),
+    ("^\\d+$", "\u0663", False),  # Java: ASCII digits only (Python's `re` said True)
+    ("^\\w+$", "\u00e9t\u00e9", False),  # Java: ASCII word characters only (Python's `re` said True)
+    ("^\\p{L}+$", "\u00e9t\u00e9", True),  # Java (Python's `re` could not compile it: never matched)
+    ("^\\u00e9$", "\u00e9", True),
+    ("^\\x{e9}$", "\u00e9", True),  # Java
+    ("^\\Qa.b\\E$", "a.b", True),  # Java
+    ("^\\Qa.b\\E$", "axb", False),
+    ("^a\\z", "a", True),  # Java
+    ("^[^]a]$", "b", True),
+    ("^[]a]$", "]", True),
+    ("(?:x){2,3}", "xx", True),
+    ("x{2,3}$", "xax", False),
+]
+
+
+@pytest.mark.parametrize(("regex", "name", "expected"), JAVA_CASES)
+def test_patterns_have_javas_meaning(regex: str, name: str, expected: bool) -> None:
+    assert pattern_matches(regex, name) is expected
+
+
+@pytest.mark.parametrize(("regex", "reason"), [
+    ("^(a)\\1$", "RE2) rejects it: invalid escape sequence: \\1"),
+    ("^(?=x)", "RE2) rejects it: invalid perl operator: (?="),
+    ("(?<!x)y", "RE2) rejects it"),
+    ("a*+", "RE2) rejects it"),
+    ("[", "RE2) rejects it: missing ]"),
+    ("a\\Z", "RE2) rejects it"),
+    ("x{1001}", "RE2) rejects it: invalid repetition size"),
+    ("x" * 100_000, "RE2) rejects it: pattern too large"),
+    ("^[[:alpha:]]+$", "'[' inside a character class"),
+    ("^[a-z&&[^e]]$", "'&&' inside a character class"),
+    ("^[a-z&&def]$", "'&&' inside a character class"),
+    ("^a{,3}$", "'{,n}'"),
+    ("\ud800", "not valid Unicode"),
+])
+def test_patterns_that_cannot_be_evaluated_are_refused_by_name(regex: str, reason: str) -> None:
+    with pytest.raises(UnsupportedPatternError) as refused:
+        compile_pattern(regex)
+    message = str(refused.value)
+    assert message.startswith('patternProperties pattern "')
+    assert " cannot be evaluated: " in message
+    assert reason in message
+    assert len(message) < 400  # a huge pattern is quoted in part
+
+
+def test_a_name_that_is_not_unicode_is_refused_not_skipped() -> None:
+    with pytest.raises(UnsupportedPatternError, match="lone surrogate"):
+        pattern_matches("^a", "a\ud800")
+
+
+def test_dollar_against_a_name_with_several_line_breaks_is_refused() -> None:
+    assert pattern_matches("a", "a\nb\n") is True  # no `$`: evaluated
+    with pytest.raises(UnsupportedPatternError, match="several line breaks"):
+        pattern_matches("b$", "a\nb\n")
+
+
+def test_cost_grows_with_the_name_and_the_pattern() -> None:
+    small, large = compile_pattern("^S_"), compile_pattern("a[ab]{500}c")
+    assert small.cost("S_1") == 2
+    assert large.cost("a" * 100_000) > 100 * small.cost("a" * 100_000)
+    assert large.cost("a" * 100_000) > 10 * large.cost("a" * 1_000)
+    # The budget charge covers RE2's worst case (its NFA, for a pattern whose DFA is too large).
+    name = "ab" * 50_000
+    started = time.perf_counter()
+    assert large.matches(name) is False
+    elapsed = time.perf_counter() - started
+    assert elapsed < large.cost(name) * 9e-6 * 10  # 9 us a unit, with room for a loaded machine
+
+
+# Simple generated patterns that Python's `re`, RE2 and Java read alike, over ASCII names: the
+# answers are the ones the registry gave with `re`.
+ATOMS = st.sampled_from(["a", "b", "-", "_", "\\.", ".", "[ab]", "[^a]", "[a-c_]", "\\d", "\\w", "\\W", "\\s",
+                         "\\b", "(?:a|b)", "(a)", "(b|)", "x"])
+QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "{2}", "{1,3}", "*?", "+?"])
+
+
+@st.composite
+def patterns(draw: st.DrawFn) -> str:
+    pieces = [draw(ATOMS) + draw(QUANTIFIERS) for _ in range(draw(st.integers(1, 5)))]
+    body = "".join(pieces)
+    if draw(st.booleans()):
+        body = body + "|" + draw(ATOMS) + draw(QUANTIFIERS)
+    return draw(st.sampled_from(["", "^"])) + body + draw(st.sampled_from(["", "$"]))
+
+
+NAMES = st.text(alphabet="ab_-.1 x\n", max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(patterns(), NAMES)
+def test_simple_patterns_answer_as_pythons_re_did(regex: str, name: str) -> None:
+    assume(not ("$" in regex and name.endswith("\n") and "\n" in name[:-1]))  # refused: see above
+    try:
+        expected = re.search(regex, name) is not None
+    except re.error:  # e.g. a quantified `\b`: not a pattern both engines accept
+        assume(False)
+    assert pattern_matches(regex, name) is expected
