@@ -384,6 +384,10 @@ def _unsupported(regex: str, why: str) -> UnsupportedPatternError:
     return UnsupportedPatternError(f"patternProperties pattern {_quote(regex)} cannot be evaluated: {why}")
 
 
+_SPACE = {("s", False): "[[:space:]]", ("s", True): "[:space:]", ("S", False): "[^[:space:]]",
+          ("S", True): "[:^space:]"}
+
+
 def _for_re2(regex: str) -> tuple[str, str | None]:
     """`regex` in RE2's syntax with Java's meaning, and the same with each `$` written `(?m:$)` (None
     when it has no `$`); `UnsupportedPatternError` where Java, RE2 and Python read the same text
@@ -405,7 +409,10 @@ def _for_re2(regex: str) -> tuple[str, str | None]:
                 out.append(f"\\x{{{digits}}}")  # Java's (and Python's) \uXXXX; RE2 spells it \x{XXXX}
                 i += 6
                 continue
-            out.append(regex[i:i + 2])
+            if nxt in "sS":  # Java's (and Python's) \s has \x0B, RE2's not; its POSIX [:space:] has
+                out.append(_SPACE[nxt, in_class])
+            else:
+                out.append(regex[i:i + 2])
             i += 2
             continue
         if in_class:

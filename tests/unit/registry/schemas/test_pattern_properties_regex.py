@@ -52,6 +52,10 @@ JAVA_CASES = [
     ("\\$", "a$", True),
     ("^\\d+$", "123", True),
     ("^\\d+$", "\u0663", False),  # Java: ASCII digits only (Python's `re` said True)
+    ("^\\s$", "\x0b", True),  # Java, Python and RE2's POSIX class (RE2's own \s has no vertical tab)
+    ("^[a\\s]+$", "a\x0b", True),
+    ("^[^\\S]$", "\x0b", True),
+    ("^\\S$", "\x0b", False),
     ("^\\w+$", "\u00e9t\u00e9", False),  # Java: ASCII word characters only (Python's `re` said True)
     ("^\\p{L}+$", "\u00e9t\u00e9", True),  # Java (Python's `re` could not compile it: never matched)
     ("^\\u00e9$", "\u00e9", True),
@@ -123,7 +127,7 @@ def test_cost_grows_with_the_name_and_the_pattern() -> None:
 # Simple generated patterns that Python's `re`, RE2 and Java read alike, over ASCII names: the
 # answers are the ones the registry gave with `re`.
 ATOMS = st.sampled_from(["a", "b", "-", "_", "\\.", ".", "[ab]", "[^a]", "[a-c_]", "\\d", "\\w", "\\W", "\\s",
-                         "\\b", "(?:a|b)", "(a)", "(b|)", "x"])
+                         "\\S", "[a\\s]", "[^\\s]", "[\\S-]", "\\b", "(?:a|b)", "(a)", "(b|)", "x"])
 QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "{2}", "{1,3}", "*?", "+?"])
 
 
@@ -136,7 +140,7 @@ def patterns(draw: st.DrawFn) -> str:
     return draw(st.sampled_from(["", "^"])) + body + draw(st.sampled_from(["", "$"]))
 
 
-NAMES = st.text(alphabet="ab_-.1 x\n", max_size=12)
+NAMES = st.text(alphabet="ab_-.1 x\n\t\x0b", max_size=12)
 
 
 @settings(max_examples=400, deadline=None)
