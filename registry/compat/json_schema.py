@@ -28,7 +28,14 @@ from enum import StrEnum
 
 from registry.compat.work_budget import WorkBudget
 from registry.schemas import ParsedSchema
-from registry.schemas.json_model import Loader, Node, SchemaLoadError, compile_pattern
+from registry.schemas.json_model import (
+    CompiledPattern,
+    Loader,
+    Node,
+    SchemaLoadError,
+    compile_cost,
+    compile_pattern,
+)
 from registry.schemas.json_schema import JsonSchemaDocument
 
 
@@ -251,14 +258,24 @@ class DiffError(Exception):
 
 
 class Context:
-    def __init__(self, budget: WorkBudget, path: tuple[str, ...] = (), schemas: frozenset[int] = frozenset()) -> None:
+    def __init__(self, budget: WorkBudget, path: tuple[str, ...] = (), schemas: frozenset[int] = frozenset(),
+                 patterns: dict[str, CompiledPattern] | None = None) -> None:
         self.budget = budget  # shared by every sub-context of one diff
+        self.patterns = patterns if patterns is not None else {}  # so is this: each regex compiled once
         self.path: list[str] = list(path)
         self.schemas: set[int] = set(schemas)
         self.differences: list[Difference] = []
 
     def sub(self) -> Context:
-        return Context(self.budget, tuple(self.path), frozenset(self.schemas))
+        return Context(self.budget, tuple(self.path), frozenset(self.schemas), self.patterns)
+
+    def pattern(self, regex: str) -> CompiledPattern:
+        """`regex` compiled, paid from the budget the first time this diff needs it."""
+        found = self.patterns.get(regex)
+        if found is None:
+            self.budget.spend(compile_cost(regex))
+            found = self.patterns[regex] = compile_pattern(regex)
+        return found
 
     @contextmanager
     def at(self, token: str) -> Iterator[None]:
@@ -593,7 +610,7 @@ def _partial_object_schema(ctx: Context, node: Node, name: str) -> Node | None:
     # pattern `re` could not compile once did) could fall back to a laxer `additionalProperties`
     # schema and call an incompatible change compatible, and matching it cannot be done safely.
     for regex, schema in node.pattern_properties:
-        pattern = compile_pattern(regex)
+        pattern = ctx.pattern(regex)
         ctx.budget.spend(pattern.cost(name))
         if pattern.matches(name):
             return schema

@@ -366,7 +366,7 @@ _RE2_OPTIONS.max_mem = 1 << 20  # 8 MiB by default; re2's own cache keeps up to 
 # Worst case of an RE2 search (its NFA): about 5 ns per byte of the name and instruction of the
 # program; one unit of the work budget (`registry.compat.work_budget`) is about 9 us, 2,000 steps.
 _STEPS_PER_UNIT = 2_000
-_COMPILE_BYTES_PER_UNIT = 4_000
+_COMPILE_CHARACTERS_PER_UNIT = 20  # checking and compiling a pattern: about 0.4 us a character
 _QUOTED = 120  # characters of a pattern quoted in an error
 
 
@@ -447,12 +447,14 @@ class CompiledPattern:
     regex: str
     compiled: Any = field(repr=False)
     before_final_newline: str | None  # for a name ending in its only "\n": see `matches`
-    compile_cost: int
 
     def cost(self, name: str) -> int:
-        """Units of the compatibility work budget one `matches(name)` may take at worst."""
+        """Units of the compatibility work budget one `matches(name)` may take at worst (two searches
+        for a name ending in "\n"; the other form of the pattern is compiled then, and cached by re2)."""
         steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.programsize)
-        return self.compile_cost * 2 + steps // _STEPS_PER_UNIT
+        if self.before_final_newline is not None and name.endswith("\n"):
+            return 1 + compile_cost(self.regex) + steps // _STEPS_PER_UNIT
+        return 1 + steps // _STEPS_PER_UNIT
 
     def matches(self, name: str) -> bool:
         compiled = self.compiled
@@ -486,8 +488,12 @@ def compile_pattern(regex: str) -> CompiledPattern:
     """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
     in linear time with Java's meaning."""
     plain, before_final_newline = _for_re2(regex)
-    return CompiledPattern(regex, _compile(regex, plain), before_final_newline,
-                           1 + len(regex) // _COMPILE_BYTES_PER_UNIT)
+    return CompiledPattern(regex, _compile(regex, plain), before_final_newline)
+
+
+def compile_cost(regex: str) -> int:
+    """Units of the compatibility work budget `compile_pattern(regex)` may take."""
+    return 1 + len(regex) // _COMPILE_CHARACTERS_PER_UNIT
 
 
 def pattern_matches(regex: str, name: str) -> bool:

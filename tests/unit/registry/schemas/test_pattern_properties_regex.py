@@ -10,7 +10,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from registry.schemas.json_model import UnsupportedPatternError, compile_pattern, pattern_matches
+from registry.schemas.json_model import (
+    UnsupportedPatternError,
+    compile_cost,
+    compile_pattern,
+    pattern_matches,
+)
 
 # Generous for a loaded, shared CI machine; with backtracking these would take longer than the universe.
 FAST_S = 2.0
@@ -113,7 +118,7 @@ def test_dollar_against_a_name_with_several_line_breaks_is_refused() -> None:
 
 def test_cost_grows_with_the_name_and_the_pattern() -> None:
     small, large = compile_pattern("^S_"), compile_pattern("a[ab]{500}c")
-    assert small.cost("S_1") == 2
+    assert small.cost("S_1") == 1
     assert large.cost("a" * 100_000) > 100 * small.cost("a" * 100_000)
     assert large.cost("a" * 100_000) > 10 * large.cost("a" * 1_000)
     # The budget charge covers RE2's worst case (its NFA, for a pattern whose DFA is too large).
@@ -122,6 +127,18 @@ def test_cost_grows_with_the_name_and_the_pattern() -> None:
     assert large.matches(name) is False
     elapsed = time.perf_counter() - started
     assert elapsed < large.cost(name) * 9e-6 * 10  # 9 us a unit, with room for a loaded machine
+
+
+def test_compile_cost_covers_checking_and_compiling() -> None:
+    regex = "ab(c|d)" * 5_000
+    started = time.perf_counter()
+    compile_pattern(regex)
+    elapsed = time.perf_counter() - started
+    assert compile_cost("^S_") == 1
+    assert elapsed < compile_cost(regex) * 9e-6 * 10  # 9 us a unit, with room for a loaded machine
+    # A name ending in a line break may need the pattern's second form (`$` before it) compiled too.
+    assert compile_pattern("a$").cost("a\n") == 1 + compile_cost("a$")
+    assert compile_pattern("a").cost("a\n") == 1
 
 
 # Simple generated patterns that Python's `re`, RE2 and Java read alike, over ASCII names: the
