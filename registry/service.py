@@ -674,7 +674,9 @@ class SchemaRegistry:
             if prepared.registered is not None:  # registered meanwhile by another writer
                 return prepared.registered, _unchanged(subject, prepared.registered)
             basis = _compatibility_basis(prepared)
-            if basis != checked:
+            # Also when the schema itself parsed differently: a reference to "latest" resolves again here
+            # and may name a version committed since the check.
+            if basis != checked or prepared.parsed is not checked_schema:
                 # Without a check slot: re-checks are rare, run one at a time (under the writers' lock)
                 # and spend only what this request's budget has left.
                 # The versions judged before count only for the same level and the same parse (the

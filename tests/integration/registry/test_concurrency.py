@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from authz.database import open_engine
-from registry.model import RegisterRequest, RegistryError, SubjectVersion
+from registry.model import Reference, RegisterRequest, RegistryError, SubjectVersion
 from registry.service import SchemaRegistry, anyone_may_read
 from registry.store import install_schema
 
@@ -113,4 +113,31 @@ def test_a_version_registered_during_the_check_is_checked_under_the_lock(tmp_pat
     assert refused.value.code == 409
     assert seen == [[1], [1, 2]]
     assert SchemaRegistry(engine).versions("s") == [1, 2]  # nothing stored for the refused schema
+    engine.dispose()
+
+
+def _dep(field_type: str) -> RegisterRequest:
+    return RegisterRequest(json.dumps({"type": "record", "name": "Dep", "fields": [{"name": "x", "type": field_type}]}))
+
+
+def test_a_latest_reference_that_moves_during_the_check_is_checked_again_under_the_lock(tmp_path: Path) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
+    install_schema(engine)
+    registry = SchemaRegistry(engine)
+    registry.set_config("r", {"compatibility": "NONE"})
+    registry.register("r", _dep("int"), **TRUSTED)
+    uses_dep = json.dumps({"type": "record", "name": "S", "fields": [{"name": "d", "type": "Dep"}]})
+    registry.register("s", RegisterRequest(uses_dep, references=(Reference("Dep", "r", 1),)), **TRUSTED)
+
+    def other_writer() -> None:  # `r`'s latest changes while the check of `s` runs, outside the lock
+        SchemaRegistry(engine).register("r", _dep("string"), **TRUSTED)
+
+    seen = _spy_on_checks(registry, other_writer)
+    # Against r version 1 (before the lock) the schema equals s version 1; against r version 2 (what the
+    # reference to "latest" resolves to when it is stored) it changes `x` from int to string: not BACKWARD.
+    with pytest.raises(RegistryError) as refused:
+        registry.register("s", RegisterRequest(uses_dep, references=(Reference("Dep", "r", -1),)), **TRUSTED)
+    assert refused.value.code == 409
+    assert seen == [[1], [1]]  # the same live versions, checked again because the schema resolved differently
+    assert SchemaRegistry(engine).versions("s") == [1]
     engine.dispose()
