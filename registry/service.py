@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -368,6 +368,18 @@ class SchemaRegistry:
             if found is not None:  # a missing one is reported when the stored schema is parsed
                 self._walk_stored(conn, found.schema.references, depth + 1, walk, seen, referrer=found.subject)
 
+    def _pinned(self, conn: Connection, referrer: str, request: RegisterRequest) -> RegisterRequest:
+        """`request` with each reference to "latest" (version -1) naming the version that is the latest
+        now, as Confluent does before it stores or looks up a schema: a stored schema then keeps its
+        meaning when the referenced subject moves on. (Called after the request's READ checks.)"""
+        if all(r.version != -1 for r in request.references):
+            return request
+        pinned = []
+        for ref in request.references:
+            latest = _referenced_row(self._versions(conn, reference_subject(referrer, ref.subject)), ref.version)
+            pinned.append(ref if ref.version != -1 or latest is None else replace(ref, version=latest.version))
+        return replace(request, references=tuple(pinned))
+
     def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
                        walk: _ReferenceWalk) -> ParsedSchema:
         if request.schema_type not in SUPPORTED_TYPES:
@@ -559,6 +571,7 @@ class SchemaRegistry:
     def _test_compatibility(self, conn: Connection, config: Mapping[str, Any], subject: str, version: int | None,
                             request: RegisterRequest, *, normalize: bool, verbose: bool, walk: _ReferenceWalk
                             ) -> CompatibilityVerdict:
+        request = self._pinned(conn, subject, request)
         parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
         live = [r for r in self._versions(conn, subject) if not r.deleted]
         level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
@@ -602,6 +615,7 @@ class SchemaRegistry:
             if not rows:
                 raise subject_not_found(subject)
             config = self._config(conn, subject)
+            request = self._pinned(conn, subject, request)
             parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
                                          walk=walk)
             # As written: the subject's versions all resolve their references in its context.
@@ -631,6 +645,7 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
+        request = self._pinned(conn, subject, request)
         parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
         refs = _as_written(parsed, request.references, subject)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,

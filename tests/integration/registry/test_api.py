@@ -454,3 +454,21 @@ def test_a_reference_name_given_twice_is_refused(client: TestClient) -> None:
     assert error(r) == (422, 42201)
     assert "'dup' is given twice" in r.json()["message"]
     assert client.get("/subjects/uses-refs/versions").status_code == 404  # nothing stored
+
+
+def test_a_reference_to_latest_is_pinned_to_the_version_that_was_latest(client: TestClient) -> None:
+    register(client, "dep", record("Dep", ("x", "int")))
+    uses = json.dumps({"type": "record", "name": "U", "fields": [{"name": "d", "type": "Dep"}]})
+    latest = [{"name": "Dep", "subject": "dep", "version": -1}]
+    created = register(client, "uses-dep", uses, references=latest)
+    pinned = [{"name": "Dep", "subject": "dep", "version": 1}]
+    assert client.get("/subjects/uses-dep/versions/1").json()["references"] == pinned
+    dep_v2 = json.dumps({"type": "record", "name": "Dep", "fields": [
+        {"name": "x", "type": "int"}, {"name": "y", "type": "int", "default": 0}]})
+    register(client, "dep", dep_v2)
+    # The stored schema keeps meaning dep version 1 once dep moves on (Confluent pins "latest" too) ...
+    assert client.get(f"/schemas/ids/{created['id']}").json()["references"] == pinned
+    assert client.post("/subjects/uses-dep", json={"schema": uses, "references": pinned}).status_code == 200
+    # ... and "latest" now means version 2: a different schema, not registered under the subject.
+    r = client.post("/subjects/uses-dep", json={"schema": uses, "references": latest})
+    assert error(r) == (404, 40403)

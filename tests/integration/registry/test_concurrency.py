@@ -133,10 +133,13 @@ def test_a_latest_reference_that_moves_during_the_check_is_checked_again_under_t
         SchemaRegistry(engine).register("r", _dep("string"), **TRUSTED)
 
     seen = _spy_on_checks(registry, other_writer)
-    # Against r version 1 (before the lock) the schema equals s version 1; against r version 2 (what the
-    # reference to "latest" resolves to when it is stored) it changes `x` from int to string: not BACKWARD.
+    # With r version 1 (latest before the lock) the new schema only adds a field with a default; with r
+    # version 2 (latest under the lock, what would be stored) it also changes `x` from int to string: not
+    # BACKWARD.
+    adds_e = json.dumps({"type": "record", "name": "S", "fields": [
+        {"name": "d", "type": "Dep"}, {"name": "e", "type": "int", "default": 0}]})
     with pytest.raises(RegistryError) as refused:
-        registry.register("s", RegisterRequest(uses_dep, references=(Reference("Dep", "r", -1),)), **TRUSTED)
+        registry.register("s", RegisterRequest(adds_e, references=(Reference("Dep", "r", -1),)), **TRUSTED)
     assert refused.value.code == 409
     assert seen == [[1], [1]]  # the same live versions, checked again because the schema resolved differently
     assert SchemaRegistry(engine).versions("s") == [1]
