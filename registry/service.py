@@ -381,7 +381,9 @@ class SchemaRegistry:
         return replace(request, references=tuple(pinned))
 
     def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
-                       walk: _ReferenceWalk) -> ParsedSchema:
+                       walk: _ReferenceWalk) -> tuple[RegisterRequest, ParsedSchema]:
+        """The request with its references to "latest" pinned (`_pinned`, for `walk.referrer`), and its parse."""
+        request = self._pinned(conn, walk.referrer, request)
         if request.schema_type not in SUPPORTED_TYPES:
             if request.schema_type == "PROTOBUF":
                 raise invalid_schema("Invalid schema: PROTOBUF schemas are not supported by this registry")
@@ -390,7 +392,7 @@ class SchemaRegistry:
             raise invalid_schema("Empty schema")
         resolved = self._resolve(conn, request.references, 1, walk, referrer=walk.referrer)
         try:
-            return parse_schema(
+            return request, parse_schema(
                 SchemaType(request.schema_type),
                 request.schema,
                 references=_schema_references(walk.referrer, request.references),
@@ -571,8 +573,7 @@ class SchemaRegistry:
     def _test_compatibility(self, conn: Connection, config: Mapping[str, Any], subject: str, version: int | None,
                             request: RegisterRequest, *, normalize: bool, verbose: bool, walk: _ReferenceWalk
                             ) -> CompatibilityVerdict:
-        request = self._pinned(conn, subject, request)
-        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
+        _, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
         live = [r for r in self._versions(conn, subject) if not r.deleted]
         level = str(config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
         if version is None:
@@ -615,9 +616,8 @@ class SchemaRegistry:
             if not rows:
                 raise subject_not_found(subject)
             config = self._config(conn, subject)
-            request = self._pinned(conn, subject, request)
-            parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
-                                         walk=walk)
+            request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
+                                                  walk=walk)
             # As written: the subject's versions all resolve their references in its context.
             refs = _as_written(parsed, request.references, subject)
             wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
@@ -645,8 +645,8 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
-        request = self._pinned(conn, subject, request)
-        parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")), walk=walk)
+        request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
+                                              walk=walk)
         refs = _as_written(parsed, request.references, subject)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
                                        request.rule_set, resolved=_references(parsed))
