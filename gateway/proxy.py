@@ -70,6 +70,7 @@ from gateway.upstream_login import (
     reauthentication_delay_s,
 )
 from gateway.upstream_token import UpstreamLoginError as UpstreamLoginError  # re-exported
+from gateway.upstream_token import printable
 
 log = logging.getLogger("kgov.gateway")
 
@@ -429,7 +430,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             detail = ""
             if response.error_message:
                 text = response.error_message.replace(password, "***") if password else response.error_message
-                detail = ": " + "".join(c if c.isprintable() else "?" for c in text[:300])
+                detail = ": " + printable(text, 300)
             raise UpstreamLoginError(f"upstream {mechanism} authentication failed (error {response.error_code}){detail}")
         self.login_frames = None
         lifetime: int = response.session_lifetime_ms

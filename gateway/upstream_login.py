@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gateway.upstream_token import UpstreamLoginError, UpstreamTokenSource
+from gateway.upstream_token import UpstreamLoginError, UpstreamTokenSource, printable
 from sasl.oauthbearer import SEPARATOR, build_client_initial_response
 
 
@@ -65,10 +65,10 @@ def _status_of(data: bytes) -> str:
     status = body.get("status") if isinstance(body, dict) else None
     if not isinstance(status, str):
         return "an error without status"
-    text = "".join(c if c.isprintable() else "?" for c in status[:64])
+    text = printable(status, 64)
     scope = body.get("scope")
     if isinstance(scope, str) and scope:
-        text += f" (scope {''.join(c if c.isprintable() else '?' for c in scope[:200])})"
+        text += f" (scope {printable(scope)})"
     return text
 
 
@@ -109,4 +109,4 @@ class OAuthBearerExchange:
 
     def _scrub(self, message: str) -> str:
         text = message.replace(self._token, "<token>") if self._token else message
-        return "".join(c if c.isprintable() else "?" for c in text[:300])
+        return printable(text, 300)

@@ -103,9 +103,9 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _printable(value: object, limit: int = 200) -> str:
-    text = str(value)
-    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+def printable(value: object, limit: int = 200) -> str:
+    """`value` as text for a log line or an error: at most `limit` characters, control characters as `?`."""
+    return "".join(c if c.isprintable() else "?" for c in str(value)[:limit])
 
 
 def parse_token_response(status: int, body: bytes, *, now_ms: int, endpoint: str, client_id: str) -> UpstreamToken:
@@ -116,9 +116,9 @@ def parse_token_response(status: int, body: bytes, *, now_ms: int, endpoint: str
         refused = 400 <= status < 500
         detail = f"HTTP {status}"
         if data is not None and isinstance(data.get("error"), str):
-            detail = f"{_printable(data['error'], 64)} (HTTP {status})"
+            detail = f"{printable(data['error'], 64)} (HTTP {status})"
             if isinstance(data.get("error_description"), str):
-                detail += f": {_printable(data['error_description'])}"
+                detail += f": {printable(data['error_description'])}"
         verb = "refused" if refused else "failed for"
         raise UpstreamLoginError(f"{where} {verb} client {client_id!r}: {detail}", refused=refused)
     if data is None:
@@ -128,7 +128,7 @@ def parse_token_response(status: int, body: bytes, *, now_ms: int, endpoint: str
         raise UpstreamLoginError(f"{where} answered without an access_token", refused=False)
     token_type = data.get("token_type")
     if token_type is not None and (not isinstance(token_type, str) or token_type.lower() != "bearer"):
-        raise UpstreamLoginError(f"{where} answered token_type {_printable(token_type, 32)!r}, not Bearer",
+        raise UpstreamLoginError(f"{where} answered token_type {printable(token_type, 32)!r}, not Bearer",
                                  refused=False)
     expires_ms = jwt_expiry_ms(token)
     if expires_ms is None:
@@ -251,7 +251,7 @@ class UpstreamTokenSource:
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             # These messages name the URL and the network error, never the request's headers.
             raise UpstreamLoginError(
-                f"{where} could not be reached: {type(exc).__name__}: {_printable(exc)}",
+                f"{where} could not be reached: {type(exc).__name__}: {printable(exc)}",
                 refused=False,
             ) from None
         return parse_token_response(status, body, now_ms=self._now_ms(), endpoint=self.endpoint,
