@@ -248,13 +248,15 @@ def register_request(document: dict[str, Any]) -> RegisterRequest:
     if not isinstance(raw_refs, list):
         raise RegistryError(422, "Field 'references' must be a list")
     refs: list[Reference] = []
+    names: set[str] = set()
     for ref in raw_refs:
         if not (isinstance(ref, dict) and isinstance(ref.get("name"), str) and isinstance(ref.get("subject"), str)
                 and isinstance(ref.get("version"), int) and not isinstance(ref.get("version"), bool)):
             raise RegistryError(422, "Each reference must be an object with string name and subject and an "
                                      "integer version")
-        if any(r.name == ref["name"] for r in refs):  # (ambiguous: which one would an import mean?)
+        if ref["name"] in names:  # (ambiguous: which one would an import mean?)
             raise RegistryError(42201, f"Invalid schema: the reference name '{ref['name']}' is given twice")
+        names.add(ref["name"])
         refs.append(Reference(ref["name"], ref["subject"], ref["version"]))
     metadata, rule_set = document.get("metadata"), document.get("ruleSet")
     for name, value in (("metadata", metadata), ("ruleSet", rule_set)):
