@@ -78,23 +78,26 @@ class GatewayConfig(BaseModel):
                 f"gateway.tls_client_auth={self.tls_client_auth} needs gateway.tls_ca_file: the CA (PEM) that "
                 "signs client certificates"
             )
-        upstream_sasl = self.upstream_security_protocol.startswith("SASL_")
-        if upstream_sasl and self.upstream_sasl_mechanism == "OAUTHBEARER":
+        login = self.upstream_login
+        if login == "OAUTHBEARER":
             self._check_upstream_oauth()
-        elif upstream_sasl and (not self.upstream_username or self.upstream_password is None):
+        elif login is not None and (not self.upstream_username or self.upstream_password is None):
             raise ValueError(
                 "gateway.upstream_security_protocol uses SASL: set gateway.upstream_username and "
                 "KGOV_GATEWAY__UPSTREAM_PASSWORD (the gateway's own service credential)"
             )
-        elif not (upstream_sasl and self.upstream_sasl_mechanism == "OAUTHBEARER") and (
-            self.upstream_oauth_token_endpoint is not None or self.upstream_oauth_client_id is not None
-        ):
+        elif self.upstream_oauth_token_endpoint is not None or self.upstream_oauth_client_id is not None:
             raise ValueError(
                 "gateway.upstream_oauth_* is set but the gateway does not log in upstream with OAUTHBEARER: set "
                 "gateway.upstream_sasl_mechanism = \"OAUTHBEARER\" and gateway.upstream_security_protocol = "
                 "\"SASL_SSL\" (or SASL_PLAINTEXT), or remove the upstream_oauth_* settings"
             )
         return self
+
+    @property
+    def upstream_login(self) -> UpstreamMechanism | None:
+        """The mechanism of the gateway's own login to the upstream; None when the upstream is not SASL."""
+        return self.upstream_sasl_mechanism if self.upstream_security_protocol.startswith("SASL_") else None
 
     def _check_upstream_oauth(self) -> None:
         missing = [name for name, value in (

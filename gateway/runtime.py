@@ -149,7 +149,7 @@ def build_runtime(
 
 
 def _upstream_login(config: GatewayConfig) -> tuple[str, str, str] | None:
-    if not config.upstream_security_protocol.startswith("SASL_") or config.upstream_sasl_mechanism == "OAUTHBEARER":
+    if config.upstream_login in (None, "OAUTHBEARER"):
         return None
     assert config.upstream_username is not None and config.upstream_password is not None
     return config.upstream_sasl_mechanism, config.upstream_username, config.upstream_password.get_secret_value()
@@ -157,7 +157,7 @@ def _upstream_login(config: GatewayConfig) -> tuple[str, str, str] | None:
 
 def upstream_oauth_login(config: GatewayConfig, *, now_ms: Callable[[], int]) -> OAuthBearerLogin | None:
     """The gateway's OAUTHBEARER login to its upstream, when configured (`GatewayConfig` validated it)."""
-    if not config.upstream_security_protocol.startswith("SASL_") or config.upstream_sasl_mechanism != "OAUTHBEARER":
+    if config.upstream_login != "OAUTHBEARER":
         return None
     endpoint, client_id = config.upstream_oauth_token_endpoint, config.upstream_oauth_client_id
     secret = config.upstream_oauth_client_secret
