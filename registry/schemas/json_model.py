@@ -494,9 +494,3 @@ def compile_pattern(regex: str) -> CompiledPattern:
 def compile_cost(regex: str) -> int:
     """Units of the compatibility work budget `compile_pattern(regex)` may take."""
     return 1 + len(regex) // _COMPILE_CHARACTERS_PER_UNIT
-
-
-def pattern_matches(regex: str, name: str) -> bool:
-    """`Pattern.matcher(name).find()` in linear time; raises `UnsupportedPatternError` for a pattern
-    `compile_pattern` refuses. Callers that match caller-supplied names spend `CompiledPattern.cost` first."""
-    return compile_pattern(regex).matches(name)
