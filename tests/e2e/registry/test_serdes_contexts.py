@@ -16,7 +16,10 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
+from sqlalchemy import Engine
 
+from authz.database import bump_version, open_engine, transaction
+from registry import store
 from registry.client import RegistryClient
 from registry.model import Reference
 from registry.serdes import (
@@ -26,6 +29,7 @@ from registry.serdes import (
     JSONSerializer,
     SerializationContextLike,
     SerializationError,
+    frame,
     topic_subject_name_strategy,
     unframe,
 )
@@ -49,9 +53,20 @@ ORDER = {".": {"customer": {"name": "Ada"}}, ".ctx": {"customer": {"id": 7}}}
 
 
 @pytest.fixture(scope="module")
-def kgov_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with kgov_serve(tmp_path_factory.mktemp("kgov-serve")) as url:
-        yield url
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Engine]]:
+    """The URL of `kgov serve` and an engine on its database, to write what an older kgov node wrote."""
+    data = tmp_path_factory.mktemp("kgov-serve")
+    with kgov_serve(data) as url:
+        engine = open_engine(f"sqlite:///{data / 'kgov.db'}")
+        try:
+            yield url, engine
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def kgov_url(served: tuple[str, Engine]) -> str:
+    return served[0]
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +190,61 @@ def test_nested_references_resolve_in_the_context_of_the_version_holding_them(
     assert framed is not None
     assert AvroDeserializer(clients["."])(framed, ctx) == value
     assert AvroDeserializer(clients[".ctx"])(framed, ctx) == value
+
+
+def register_with_refs(url: str, subject: str, schema: dict[str, Any], references: list[tuple[str, str]]) -> int:
+    response = httpx.post(f"{url}/subjects/{subject}/versions", auth=AUTH, timeout=10, json={
+        "schema": json.dumps(schema), "references": [{"name": n, "subject": s, "version": 1} for n, s in references]})
+    assert response.status_code == 200, response.text
+    return int(response.json()["id"])
+
+
+def add_as_older_kgov_did(engine: Engine, subject: str, schema_id: int) -> None:
+    """Version 1 of `subject` using `schema_id`: an older kgov shared one id between subjects of several
+    contexts when the text and the references as written were the same."""
+    with transaction(engine) as conn:
+        bump_version(conn, store.COMPONENT)
+        store.insert_version(conn, subject, 1, schema_id)
+        store.set_high_water(conn, subject, 1)
+
+
+def test_an_id_shared_across_contexts_reads_as_the_clients_context_or_not_at_all(
+        served: tuple[str, Engine], kgov_url: str) -> None:
+    """An older kgov gave `:.a:orders` and `:.b:orders` one id. Each reads its reference `customer` in its
+    own context (the server does too), so a client bound to `.a` decodes with `:.a:customer`, one bound to
+    `.b` with `:.b:customer`, and a client bound to neither is told so instead of picking one."""
+    tag = uuid.uuid4().hex[:8]
+    register(kgov_url, f":.a:customer-{tag}", CUSTOMER_AVRO["."], "AVRO")
+    register(kgov_url, f":.b:customer-{tag}", CUSTOMER_AVRO[".ctx"], "AVRO")
+    shared = register_with_refs(kgov_url, f":.a:orders-{tag}", json.loads(ORDER_AVRO),
+                                [("com.acme.Customer", f"customer-{tag}")])
+    add_as_older_kgov_did(served[1], f":.b:orders-{tag}", shared)
+    ctx = SerializationContext(f"orders-{tag}", MessageField.VALUE)
+    with RegistryClient(f"{kgov_url}/contexts/.a", basic_auth=AUTH) as in_a, \
+            RegistryClient(f"{kgov_url}/contexts/.b", basic_auth=AUTH) as in_b, \
+            RegistryClient(kgov_url, basic_auth=AUTH) as root:
+        assert AvroDeserializer(in_a)(frame(shared, b"\x06Ada"), ctx) == ORDER["."]
+        assert AvroDeserializer(in_b)(frame(shared, b"\x0e"), ctx) == ORDER[".ctx"]
+        with pytest.raises(SerializationError, match=f"several contexts .*:.a:orders-{tag}, :.b:orders-{tag}"):
+            AvroDeserializer(root)(frame(shared, b"\x06Ada"), ctx)
+
+
+def test_references_that_loop_are_refused_not_followed(served: tuple[str, Engine], kgov_url: str,
+                                                       clients: dict[str, RegistryClient]) -> None:
+    """Read in `.ctx`, versions an older kgov stored there loop: `:.ctx:a` -> `b` = `:.ctx:b` -> `a` =
+    `:.ctx:a`. Each was registered in the default context, where `a` -> `b` -> nothing."""
+    tag = uuid.uuid4().hex[:8]
+    leaf = {"type": "record", "name": "Leaf", "namespace": "com.acme", "fields": []}
+    register(kgov_url, f"b-{tag}", leaf, "AVRO")
+    a = register_with_refs(kgov_url, f"a-{tag}", {"type": "record", "name": "A", "namespace": "com.acme",
+                                                  "fields": [{"name": "b", "type": "com.acme.Leaf"}]},
+                           [("com.acme.Leaf", f"b-{tag}")])
+    b = register_with_refs(kgov_url, f"bb-{tag}", {"type": "record", "name": "B", "namespace": "com.acme",
+                                                   "fields": [{"name": "a", "type": "com.acme.A"}]},
+                           [("com.acme.A", f"a-{tag}")])
+    add_as_older_kgov_did(served[1], f":.ctx:a-{tag}", a)
+    add_as_older_kgov_did(served[1], f":.ctx:b-{tag}", b)
+    ctx = SerializationContext(f"loop-{tag}", MessageField.VALUE)
+    with pytest.raises(SerializationError, match=f"cycle through subject ':.ctx:[ab]-{tag}' version 1"):
+        AvroDeserializer(clients[".ctx"])(frame(a, b""), ctx)
+    assert AvroDeserializer(clients["."])(frame(a, b""), ctx) == {"b": {}}  # in the default context nothing loops
