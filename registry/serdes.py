@@ -184,13 +184,17 @@ class _PerContext(Generic[_T]):
         self._references = tuple(references)
         self._build = build
         self._built: dict[str, _T] = {}
+        self._by_subject: dict[str, _T] = {}
 
     def for_subject(self, subject: str) -> _T:
+        if subject in self._by_subject:
+            return self._by_subject[subject]
         referrer = self._client.qualified(subject)
         key = reference_context(referrer) if self._references else ""
         if key not in self._built:
             self._built[key] = self._build(referenced_schemas(self._client, self._references, referrer))
-        return self._built[key]
+        found = self._by_subject[subject] = self._built[key]
+        return found
 
 
 def _avro_record_name(schema: Any) -> str | None:
