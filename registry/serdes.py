@@ -116,8 +116,8 @@ def _collect(client: RegistryClient, references: Sequence[Reference], referrer: 
         raise SerializationError(f"schema references nested more than {MAX_REFERENCE_DEPTH} deep")
     for ref in references:
         key = (reference_subject(referrer, ref.subject), ref.version)
-        # A version cannot reference itself when it is registered, but a reference read in another context
-        # than it was written for (a schema stored before kgov resolved references by context) can close a loop.
+        # A version cannot reach itself when it is registered, but schemas an older kgov stored can close a
+        # loop: a reference read in another context than it was written for, or one to version -1 (latest).
         if key in chain:
             raise SerializationError(f"schema references form a cycle through subject '{key[0]}' version {key[1]}")
         schema = found.get(key)
