@@ -1,7 +1,9 @@
 """A small synchronous client of the Confluent-compatible REST API, for `registry.serdes`.
 
 Talks to kgov or to any Confluent-compatible registry. Ids are immutable, so schemas fetched by id
-and ids obtained for (subject, schema) are cached for the life of the client.
+and ids obtained for (subject, schema) are cached for the life of the client. A URL ending in
+`/contexts/<ctx>` (Confluent's context base URL) binds the client to that context: the server reads
+the subjects it names as `:.<ctx>:<subject>` (`qualified`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 import httpx
 
-from registry.model import Reference
+from registry.contexts import qualifier, qualify
+from registry.model import DEFAULT_CONTEXT, Reference
 
 _ACCEPT = "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json, application/json"
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -32,9 +35,13 @@ class RegistryClientError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class FetchedSchema:
+    """`subject` is the subject the registry says it found the schema under, when it says one (by id,
+    Confluent's newer servers do; kgov does not)."""
+
     schema: str
     schema_type: str = "AVRO"
     references: tuple[Reference, ...] = ()
+    subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +64,14 @@ class RegistryClient:
     _ids: dict[tuple[str, str, str, tuple[Reference, ...]], int] = field(init=False, default_factory=dict,
                                                                          repr=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+    context: str = field(init=False, default=DEFAULT_CONTEXT)
+    _root: str = field(init=False, default="", repr=False)
 
     def __post_init__(self) -> None:
-        self._http = httpx.Client(base_url=self.url.rstrip("/"), auth=self.basic_auth, timeout=self.timeout_s,
+        base = self.url.rstrip("/")
+        self._http = httpx.Client(base_url=base, auth=self.basic_auth, timeout=self.timeout_s,
                                   headers={"Accept": _ACCEPT})
+        self.context, self._root = _bound_context(base)
 
     def close(self) -> None:
         self._http.close()
@@ -116,17 +127,44 @@ class RegistryClient:
             self._by_id[schema_id] = fetched
         return fetched
 
-    def version(self, subject: str, version: int | str = "latest") -> RegisteredVersion:
-        return _version(self._request("GET", f"/subjects/{_quote(subject)}/versions/{version}"))
+    def qualified(self, subject: str) -> str:
+        """The subject the registry reads for `subject` sent through this client's URL."""
+        return qualify(qualifier(self.context), subject)
+
+    def version(self, subject: str, version: int | str = "latest", *, qualified: bool = False) -> RegisteredVersion:
+        """With `qualified`, `subject` is the registry's own name for it (`qualified`), asked of the
+        registry's root: a client bound to a context can reach the default context's subjects too."""
+        path = f"/subjects/{_quote(subject)}/versions/{version}"
+        return _version(self._request("GET", self._root + path if qualified else path))
+
+    def id_usages(self, schema_id: int) -> list[tuple[str, int]]:
+        """(subject, version) of the versions, soft-deleted ones included, that use `schema_id` and
+        that the caller may read."""
+        doc = self._request("GET", f"/schemas/ids/{int(schema_id)}/versions?deleted=true")
+        return [(str(d["subject"]), int(d["version"])) for d in doc or []]
 
 
 def _quote(subject: str) -> str:
     return urllib.parse.quote(subject, safe="")
 
 
+def _bound_context(base_url: str) -> tuple[str, str]:
+    """(context, root URL) of a base URL: `http://h/contexts/.ctx` -> (`.ctx`, `http://h`); a URL without
+    a context suffix is bound to the default context and is its own root."""
+    parts = urllib.parse.urlsplit(base_url)
+    head, sep, name = parts.path.rpartition("/contexts/")
+    if not sep or not name or "/" in name:
+        return DEFAULT_CONTEXT, base_url
+    prefix = qualifier(urllib.parse.unquote(name))
+    context = prefix[1:-1] if prefix else DEFAULT_CONTEXT
+    return context, urllib.parse.urlunsplit(parts._replace(path=head))
+
+
 def _fetched(doc: dict[str, Any]) -> FetchedSchema:
     refs = tuple(Reference(r["name"], r["subject"], int(r["version"])) for r in doc.get("references") or [])
-    return FetchedSchema(doc["schema"], doc.get("schemaType") or "AVRO", refs)
+    subject = doc.get("subject")
+    return FetchedSchema(doc["schema"], doc.get("schemaType") or "AVRO", refs,
+                         subject if isinstance(subject, str) else None)
 
 
 def _version(doc: dict[str, Any]) -> RegisteredVersion:

@@ -24,7 +24,9 @@ def qualifier(context: str) -> str:
     return "" if name == DEFAULT_CONTEXT else f":{name}:"
 
 
-def _qualify(prefix: str, subject: str) -> str:
+def qualify(prefix: str, subject: str) -> str:
+    """The subject a request names through a context base URL (`prefix` from `qualifier`); names that
+    start with a context (`:.other:x`, `:.:x`) are left as they are."""
     return subject if subject.startswith(":.") or not prefix else prefix + subject
 
 
@@ -39,15 +41,15 @@ def rewrite(path: str, query: str) -> tuple[str, str] | None:
     parts = tail.split("/")
     head = parts[0]
     if head in _SUBJECT_ROUTES and len(parts) >= 2 and parts[1]:
-        parts[1] = _qualify(prefix, parts[1])
+        parts[1] = qualify(prefix, parts[1])
     elif head == "compatibility" and len(parts) >= 3 and parts[1] == "subjects":
-        parts[2] = _qualify(prefix, parts[2])
+        parts[2] = qualify(prefix, parts[2])
     elif head in ("config", "mode") and len(parts) == 1:
         if prefix:
             parts.append(prefix)  # the context's own level, consulted before the global one
     elif head in ("subjects", "schemas") and len(parts) == 1:
         params = dict(parse_qsl(query, keep_blank_values=True))
-        params["subjectPrefix"] = _qualify(prefix, params.get("subjectPrefix", ""))
+        params["subjectPrefix"] = qualify(prefix, params.get("subjectPrefix", ""))
         query = urlencode(params)
     elif head != "schemas":
         return None

@@ -192,12 +192,21 @@ def validate_subject(subject: str) -> str:
 
 
 def context_of(subject: str) -> str:
-    """`:.ctx:name` lives in context `.ctx`; everything else in the default context `.`."""
-    if subject.startswith(CONTEXT_PREFIX):
-        end = subject.find(":", 1)
-        if end > 1:
-            return subject[1:end]
-    return DEFAULT_CONTEXT
+    """The context a stored subject lives in: `:.ctx:name` (and `:.ctx:`) in `.ctx`, anything else in
+    the default context `.`: the config and mode rows it follows, the context `/contexts` lists it under
+    and `DELETE /contexts/...` counts it in.
+
+    This is Confluent's parse (`_split_qualified`, used for references) except for two subject names a
+    caller may register: `:.ctx` without a closing `:` and `:*:x`. Confluent reads them as the context
+    `.ctx` (the empty name) and the wildcard `*`; kgov has always stored them as names of the default
+    context, with that context's level and mode. Reading them Confluent's way would move such stored
+    subjects into another context's config and mode, and list `*` as a context, so stored subjects keep
+    this reading; references keep Confluent's (a reference can never reach such a subject, as in
+    Confluent, where they do not exist)."""
+    context, name = _split_qualified(subject)
+    if context == "*" or (not name and not subject.endswith(":")):
+        return DEFAULT_CONTEXT
+    return context
 
 
 def _split_qualified(subject: str) -> tuple[str, str]:

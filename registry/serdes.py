@@ -6,6 +6,10 @@ UTF-8 JSON text). Serializers and deserializers are callables `(value, ctx) -> b
 `(bytes, ctx) -> value`, where `ctx` has `.topic` and `.field` ("key" or "value"): the shape of
 confluent-kafka's `SerializationContext`, so they plug into its `SerializingProducer` and
 `DeserializingConsumer` (or are called around `Producer.produce` / `Consumer.poll`) unchanged.
+
+References are fetched as the registry resolves them (`registry.model.reference_subject`): in the
+context of the subject that holds them. A serializer's references belong to the subject it frames
+with, so a serializer whose subjects fall in several contexts parses its schema once per context.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import fastavro
 import jsonschema
@@ -25,8 +29,8 @@ import referencing
 import referencing.exceptions
 import referencing.jsonschema
 
-from registry.client import FetchedSchema, RegistryClient
-from registry.model import Reference
+from registry.client import FetchedSchema, RegistryClient, RegistryClientError
+from registry.model import Reference, reference_context, reference_subject
 
 MAGIC_BYTE: Final = 0
 HEADER_SIZE: Final = 5
@@ -88,24 +92,117 @@ def topic_record_subject_name_strategy(ctx: SerializationContextLike, record_nam
     return f"{ctx.topic}-{record_subject_name_strategy(ctx, record_name)}"
 
 
-def referenced_schemas(client: RegistryClient, references: Sequence[Reference], depth: int = 0
+MAX_REFERENCE_DEPTH: Final = 32
+_Found = dict[tuple[str, int], FetchedSchema]
+
+
+def referenced_schemas(client: RegistryClient, references: Sequence[Reference], referrer: str
                        ) -> list[tuple[str, FetchedSchema]]:
-    """(reference name, schema) of every schema `references` reach, dependencies first."""
-    if depth > 32:
-        raise SerializationError("schema references nested too deeply")
+    """(reference name, schema) of every schema `references` reach, dependencies first, each subject
+    version once per name.
+
+    `referrer` is the registry's name of the subject holding `references` (`RegistryClient.qualified`).
+    Each reference is looked up where the registry stores it, `reference_subject(referrer, subject)`,
+    and the references of what it finds in the context of that subject, as Confluent's
+    `AbstractSchemaProvider.resolveReferences` does."""
     out: list[tuple[str, FetchedSchema]] = []
+    _collect(client, references, referrer, (), {}, out)
+    return list(dict.fromkeys(out))
+
+
+def _collect(client: RegistryClient, references: Sequence[Reference], referrer: str,
+             chain: tuple[tuple[str, int], ...], found: _Found, out: list[tuple[str, FetchedSchema]]) -> None:
+    if len(chain) > MAX_REFERENCE_DEPTH:
+        raise SerializationError(f"schema references nested more than {MAX_REFERENCE_DEPTH} deep")
     for ref in references:
-        referenced = client.version(ref.subject, ref.version).schema
-        out.extend(referenced_schemas(client, referenced.references, depth + 1))
-        out.append((ref.name, referenced))
-    return out
+        key = (reference_subject(referrer, ref.subject), ref.version)
+        # A version cannot reach itself when it is registered, but schemas an older kgov stored can close a
+        # loop: a reference read in another context than it was written for, or one to version -1 (latest).
+        if key in chain:
+            raise SerializationError(f"schema references form a cycle through subject '{key[0]}' version {key[1]}")
+        schema = found.get(key)
+        if schema is None:
+            schema = found[key] = client.version(key[0], key[1], qualified=True).schema
+            _collect(client, schema.references, key[0], (*chain, key), found, out)
+        out.append((ref.name, schema))
 
 
-def _avro_named(client: RegistryClient, references: Sequence[Reference]) -> dict[str, Any]:
+def id_referrer(client: RegistryClient, schema_id: int, fetched: FetchedSchema) -> str:
+    """The subject in whose context the references of schema `schema_id` (`fetched`) resolve.
+
+    The registry's answer when it gives one (`fetched.subject`); else, as kgov numbers ids across
+    contexts, a subject that uses the id (`id_usages`), one of the client's own context if there is
+    one; else the client's context itself, which is how Confluent's Python and Go clients read them
+    (as written, through the client's URL). Subjects of several contexts reading the references
+    differently (an id stored before kgov resolved references by context) make the answer ambiguous:
+    refused rather than guessed."""
+    bound = client.qualified("")
+    if not fetched.references:
+        return bound
+    if fetched.subject is not None:
+        return fetched.subject
+    try:
+        usages = client.id_usages(schema_id)
+    except RegistryClientError as exc:
+        if exc.status != 404:
+            raise
+        usages = []
+    subjects = list(dict.fromkeys(subject for subject, _ in usages))
+    candidates = [s for s in subjects if reference_context(s) == client.context] or subjects
+    readings = {tuple(reference_subject(s, r.subject) for r in fetched.references): s for s in candidates}
+    if len(readings) > 1:
+        raise SerializationError(
+            f"schema {schema_id} is used in several contexts that resolve its references differently "
+            f"({', '.join(sorted(readings.values()))}): read it through a client bound to one of them")
+    return next(iter(readings.values()), bound)
+
+
+def _avro_named(referenced: Sequence[tuple[str, FetchedSchema]]) -> dict[str, Any]:
     named: dict[str, Any] = {}
-    for _, referenced in referenced_schemas(client, references):
-        fastavro.parse_schema(json.loads(referenced.schema), named_schemas=named)
+    for _, schema in referenced:
+        fastavro.parse_schema(json.loads(schema.schema), named_schemas=named)
     return named
+
+
+def _parse_avro(schema: str, referenced: Sequence[tuple[str, FetchedSchema]]) -> Any:
+    try:
+        return fastavro.parse_schema(json.loads(schema), named_schemas=_avro_named(referenced))
+    except (ValueError, fastavro.schema.SchemaParseException) as exc:
+        raise SerializationError(f"invalid Avro schema: {exc}") from exc
+
+
+_T = TypeVar("_T")
+
+
+class _PerContext(Generic[_T]):
+    """What a serializer builds from its schema and the schemas its references reach: once for all
+    subjects when it has no references, else once per context they resolve in."""
+
+    def __init__(self, client: RegistryClient, references: Sequence[Reference],
+                 build: Callable[[list[tuple[str, FetchedSchema]]], _T]) -> None:
+        self._client = client
+        self._references = tuple(references)
+        self._build = build
+        self._built: dict[str, _T] = {}
+        self._by_subject: dict[str, _T] = {}
+
+    def for_subject(self, subject: str) -> _T:
+        if subject in self._by_subject:
+            return self._by_subject[subject]
+        referrer = self._client.qualified(subject)
+        key = reference_context(referrer) if self._references else ""
+        if key not in self._built:
+            self._built[key] = self._build(referenced_schemas(self._client, self._references, referrer))
+        found = self._by_subject[subject] = self._built[key]
+        return found
+
+
+def _avro_record_name(schema: Any) -> str | None:
+    """The full name of a named schema, as fastavro gives it (`namespace.name`), for the subject strategies."""
+    if not isinstance(schema, Mapping) or not isinstance(schema.get("name"), str):
+        return None
+    name, namespace = schema["name"], schema.get("namespace")
+    return f"{namespace}.{name}" if "." not in name and isinstance(namespace, str) and namespace else name
 
 
 class _SchemaIds:
@@ -149,11 +246,12 @@ class AvroSerializer:
                  references: Sequence[Reference] = (),
                  to_dict: Callable[[Any, SerializationContextLike], Any] | None = None) -> None:
         try:
-            named = _avro_named(client, references)
-            self._parsed = fastavro.parse_schema(json.loads(schema_str), named_schemas=named)
-        except (ValueError, fastavro.schema.SchemaParseException) as exc:
+            self._record_name = _avro_record_name(json.loads(schema_str))
+        except ValueError as exc:
             raise SerializationError(f"invalid Avro schema: {exc}") from exc
-        self._record_name = self._parsed.get("name") if isinstance(self._parsed, dict) else None
+        self._parsed = _PerContext(client, references, lambda referenced: _parse_avro(schema_str, referenced))
+        if not references:
+            self._parsed.for_subject("")  # a bad schema fails here, not at the first value
         self._strategy = subject_name_strategy
         self._ids = _SchemaIds(client, schema_str, "AVRO", auto_register=auto_register_schemas,
                                use_latest_version=use_latest_version, normalize=normalize, references=references)
@@ -162,11 +260,13 @@ class AvroSerializer:
     def __call__(self, value: Any, ctx: SerializationContextLike) -> bytes | None:
         if value is None:
             return None
-        schema_id = self._ids.id_for(self._strategy(ctx, self._record_name))
+        subject = self._strategy(ctx, self._record_name)
+        schema_id = self._ids.id_for(subject)
+        parsed = self._parsed.for_subject(subject)
         record = self._to_dict(value, ctx) if self._to_dict else value
         out = io.BytesIO()
         try:
-            fastavro.schemaless_writer(out, self._parsed, record)
+            fastavro.schemaless_writer(out, parsed, record)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SerializationError(f"value does not match the Avro schema: {exc}") from exc
         return frame(schema_id, out.getvalue())
@@ -188,8 +288,8 @@ class AvroDeserializer:
             fetched = self._client.schema_by_id(schema_id)
             if fetched.schema_type != "AVRO":
                 raise SerializationError(f"schema {schema_id} is {fetched.schema_type}, not AVRO")
-            named = _avro_named(self._client, fetched.references)
-            parsed = fastavro.parse_schema(json.loads(fetched.schema), named_schemas=named)
+            referrer = id_referrer(self._client, schema_id, fetched)
+            parsed = _parse_avro(fetched.schema, referenced_schemas(self._client, fetched.references, referrer))
             self._writers[schema_id] = parsed
         return parsed
 
@@ -239,7 +339,10 @@ class JSONSerializer:
             schema = json.loads(schema_str)
         except ValueError as exc:
             raise SerializationError(f"invalid JSON Schema: {exc}") from exc
-        self._validator = _validator(schema, referenced_schemas(client, references)) if validate else None
+        self._validators = _PerContext(client, references, lambda referenced: _validator(schema, referenced))
+        if validate and not references:
+            self._validators.for_subject("")  # a bad schema fails here, not at the first value
+        self._validating = validate
         self._record_name = schema.get("title") if isinstance(schema, Mapping) else None
         self._strategy = subject_name_strategy
         self._ids = _SchemaIds(client, schema_str, "JSON", auto_register=auto_register_schemas,
@@ -249,10 +352,11 @@ class JSONSerializer:
     def __call__(self, value: Any, ctx: SerializationContextLike) -> bytes | None:
         if value is None:
             return None
-        schema_id = self._ids.id_for(self._strategy(ctx, self._record_name))
+        subject = self._strategy(ctx, self._record_name)
+        schema_id = self._ids.id_for(subject)
         document = self._to_dict(value, ctx) if self._to_dict else value
-        if self._validator is not None:
-            _validate(self._validator, document)
+        if self._validating:
+            _validate(self._validators.for_subject(subject), document)
         return frame(schema_id, json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
 
 
@@ -277,8 +381,9 @@ class JSONDeserializer:
             fetched = self._client.schema_by_id(schema_id)
             if fetched.schema_type != "JSON":
                 raise SerializationError(f"schema {schema_id} is {fetched.schema_type}, not JSON")
+            referrer = id_referrer(self._client, schema_id, fetched)
             found = self._validators[schema_id] = _validator(
-                json.loads(fetched.schema), referenced_schemas(self._client, fetched.references))
+                json.loads(fetched.schema), referenced_schemas(self._client, fetched.references, referrer))
         return found
 
     def __call__(self, data: bytes | None, ctx: SerializationContextLike | None = None) -> Any:

@@ -62,6 +62,32 @@ def test_contexts() -> None:
     assert contexts_of([]) == ["."]  # the default context is always there
 
 
+def _stored_context_before(subject: str) -> str:
+    """`context_of` as it was written before it was built on `_split_qualified`: the stored reading."""
+    if subject.startswith(":."):
+        end = subject.find(":", 1)
+        if end > 1:
+            return subject[1:end]
+    return "."
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.text(alphabet=":.*ab", max_size=8), st.text(max_size=12)))
+def test_context_of_keeps_every_stored_subject_in_its_context(subject: str) -> None:
+    assert context_of(subject) == _stored_context_before(subject)
+    if not subject.startswith(":*:") and not (subject.startswith(":.") and ":" not in subject[2:]):
+        assert context_of(subject) == reference_context(subject)  # the one parse, where Confluent's fits
+
+
+def test_where_stored_subjects_and_references_read_a_subject_differently() -> None:
+    # Confluent's QualifiedSubject: `:.ctx` is the context `.ctx` with an empty name, `:*:x` the wildcard.
+    # As stored subject names they stay in the default context (their level, mode and listing).
+    assert (reference_context(":.ctx"), context_of(":.ctx")) == (".ctx", ".")
+    assert (reference_context(":*:x"), context_of(":*:x")) == ("*", ".")
+    assert reference_subject("orders", ":.ctx") == ":.ctx:"  # never the stored subject `:.ctx`
+    assert context_of(":.ctx:") == reference_context(":.ctx:") == ".ctx"
+
+
 def test_levels_and_modes_are_case_insensitive() -> None:
     assert parse_compatibility_level("full_transitive") == "FULL_TRANSITIVE"
     assert Mode.parse("readonly") is Mode.READONLY
