@@ -82,6 +82,9 @@ class OAuthConfig(BaseModel):
     jwks_refresh_s: int = Field(default=3600, ge=1)
     # An unknown `kid` triggers at most one JWKS refresh per this interval (Kafka: 60 s).
     jwks_unknown_kid_refresh_s: int = Field(default=60, ge=1)
+    # ... and all unknown-kid refreshes together at most once per this interval (a client inventing
+    # a new kid per attempt must not turn every attempt into a fetch from the identity provider).
+    jwks_unknown_kid_min_interval_s: int = Field(default=10, ge=1)
     # kgov's own token issuer (`POST /oauth/token`).
     token_issuer: str = "kgov"  # noqa: S105 - an issuer name
     token_audience: str = "kgov"  # noqa: S105 - an audience name

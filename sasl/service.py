@@ -280,6 +280,7 @@ class CredentialService:
             fetch,
             refresh_s=self.oauth.jwks_refresh_s,
             unknown_kid_refresh_s=self.oauth.jwks_unknown_kid_refresh_s,
+            unknown_kid_min_interval_s=self.oauth.jwks_unknown_kid_min_interval_s,
         )
         self.validator = JwtValidator(
             self.jwks,
