@@ -34,6 +34,7 @@ from sasl.delegation import (
     TokenErrorCode,
     TokenInfo,
     TokenPolicy,
+    check_request_allowed,
     decode_hmac,
     expired,
     hmac_lookup_key,
@@ -738,7 +739,12 @@ class CredentialService:
         token_authenticated: bool = False,
         client_address: str | None = None,
     ) -> CreatedToken:
-        """KIP-48 create. The caller has already checked CREATE_TOKENS on User:<owner> when owner != requester."""
+        """KIP-48 create. The caller has already checked CREATE_TOKENS on User:<owner> when owner != requester.
+
+        `token_authenticated`: the caller's session authenticated with a delegation token; create,
+        renew, expire and describe then all answer DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (Kafka's
+        `allowTokenRequests`, checked before anything else)."""
+        check_request_allowed(token_authenticated)
         secret = self._secret()
         now = self.now_ms()
         self.store.delete_expired_tokens(now)
@@ -770,8 +776,15 @@ class CredentialService:
         return CreatedToken(info, mac)
 
     def renew_token(
-        self, caller: Principal, hmac_b64: str, renew_period_ms: int, *, client_address: str | None = None
+        self,
+        caller: Principal,
+        hmac_b64: str,
+        renew_period_ms: int,
+        *,
+        token_authenticated: bool = False,
+        client_address: str | None = None,
     ) -> TokenInfo:
+        check_request_allowed(token_authenticated)
         self._secret()
         info = renewed(
             self._token_by_hmac(hmac_b64),
@@ -792,9 +805,16 @@ class CredentialService:
         return info
 
     def expire_token(
-        self, caller: Principal, hmac_b64: str, expiry_period_ms: int, *, client_address: str | None = None
+        self,
+        caller: Principal,
+        hmac_b64: str,
+        expiry_period_ms: int,
+        *,
+        token_authenticated: bool = False,
+        client_address: str | None = None,
     ) -> int:
         """Returns the new expiry timestamp; a negative period removes the token at once."""
+        check_request_allowed(token_authenticated)
         self._secret()
         now = self.now_ms()
         before = self._token_by_hmac(hmac_b64)
@@ -820,8 +840,10 @@ class CredentialService:
         *,
         owners: list[Principal] | None,
         may_describe: Callable[[TokenInfo], bool],
+        token_authenticated: bool = False,
     ) -> list[TokenInfo]:
         """Tokens the caller may see (Kafka's filterToken). HMACs are never returned after creation."""
+        check_request_allowed(token_authenticated)
         self._secret()
         if owners is not None and not owners:
             return []

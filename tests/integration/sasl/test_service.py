@@ -218,6 +218,25 @@ def test_token_expires_by_time_and_removal(env) -> None:
     assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND
 
 
+def test_token_authenticated_sessions_may_not_manage_tokens(env) -> None:
+    """Kafka's allowTokenRequests gates renew, expire and describe as well as create: otherwise a
+    leaked token could keep itself alive to its maximum lifetime or expire its owner's other tokens."""
+    svc, *_ = env
+    created = svc.create_token(ALICE, renewers=[BOB])
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    calls = [
+        lambda: svc.renew_token(ALICE, hmac_b64, 60_000, token_authenticated=True),
+        lambda: svc.expire_token(ALICE, hmac_b64, -1, token_authenticated=True),
+        lambda: svc.describe_tokens(ALICE, owners=None, may_describe=lambda t: True, token_authenticated=True),
+        lambda: svc.create_token(ALICE, token_authenticated=True),
+    ]
+    for call in calls:
+        with pytest.raises(DelegationTokenError) as err:
+            call()
+        assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    assert [t.expiry_ms for t in svc.store.all_tokens()] == [created.info.expiry_ms]  # nothing changed
+
+
 def test_tokens_disabled_without_secret(db_url: str) -> None:
     engine = open_engine(db_url)
     svc = CredentialService(engine, Settings(dev_mode=True))
