@@ -51,16 +51,19 @@ from sasl.plain import PlainServer, VerifiedUser
 from sasl.scram import (
     MECHANISMS,
     SCRAM_SHA_512,
+    FakeCredentialShape,
     ScramCredential,
     ScramIdentity,
     ScramMechanism,
     ScramServer,
     check_iterations,
+    commonest_shape,
     credential_from_salted,
     derive_credential,
+    fake_credential,
 )
 from sasl.session import session_lifetime_ms
-from sasl.store import CredentialStore, ServiceAccount, StoredSigningKey
+from sasl.store import SCRAM_UNKNOWN_USER_SECRET, CredentialStore, ServiceAccount, StoredSigningKey
 
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
@@ -113,6 +116,8 @@ class _Snapshot:
     scram: Mapping[tuple[str, str], ScramCredential]
     tokens: Mapping[str, TokenInfo]
     keys: tuple[StoredSigningKey, ...]
+    # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
+    unknown_shapes: Mapping[str, FakeCredentialShape]
 
 
 class FailureLimiter:
@@ -272,6 +277,7 @@ class CredentialService:
         self._policy = TokenPolicy(
             self.sasl.delegation_token_max_lifetime_ms, self.sasl.delegation_token_expiry_time_ms
         )
+        self._unknown_key = self.store.server_secret(SCRAM_UNKNOWN_USER_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
         self._snapshot = self._load()
@@ -318,7 +324,13 @@ class CredentialService:
             except issuer_mod.SealedKeyError:
                 pem = ""  # still published in the JWKS; signing with it fails closed in `_signing_key`
             keys.append(dataclasses.replace(k, private_pem=pem))
-        return _Snapshot(version, self.store.all_scram(), tokens, tuple(keys))
+        scram = self.store.all_scram()
+        default = FakeCredentialShape(iterations=self.sasl.scram_iterations)
+        shapes = {
+            name: commonest_shape((c for (_u, m), c in scram.items() if m == name), default)
+            for name in MECHANISMS
+        }
+        return _Snapshot(version, scram, tokens, tuple(keys), shapes)
 
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
@@ -356,7 +368,7 @@ class CredentialService:
                 lambda user, token_auth: self.scram_identity(mech, user, token_auth),
                 now_ms=self.now_ms,
                 max_session_ms=self.sasl.connections_max_reauth_ms or None,
-                fake_iterations=self.sasl.scram_iterations,
+                unknown=lambda user, token_auth: self.unknown_scram_credential(mech, user, token_auth),
             )
         elif upper == "PLAIN":
             inner = PlainServer(self.verify_password, session=self._session)
@@ -386,15 +398,31 @@ class CredentialService:
         key = (info.token_id, mechanism.name)
         cred = self._token_credentials.get(key)
         if cred is None:
-            # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations.
+            # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations. Kafka
+            # salts randomly per broker; here the salt is keyed by the secret and the id, so every
+            # node shows the same salt, as it does for a user (and for an unknown name).
             password = base64.b64encode(token_hmac(self._token_secret, info.token_id)).decode()
-            cred = derive_credential(mechanism, password, iterations=mechanism.min_iterations)
+            salt = hmac.digest(self._token_secret, b"scram-salt\x00" + info.token_id.encode(), "sha256")[:24]
+            cred = derive_credential(mechanism, password, iterations=mechanism.min_iterations, salt=salt)
             if len(self._token_credentials) > 10_000:
                 self._token_credentials.clear()
             self._token_credentials[key] = cred
         return ScramIdentity(
             info.owner, cred, token_authenticated=True, expiry_ms=min(info.expiry_ms, info.max_ms)
         )
+
+    def unknown_scram_credential(
+        self, mechanism: ScramMechanism, username: str, token_auth: bool
+    ) -> ScramCredential:
+        """What SCRAM shows for a name without a credential, so that a probe cannot tell it from a
+        real user by its salt or iteration count: keyed by the database's shared secret (the same on
+        every node and after restarts), shaped like most stored credentials of that mechanism, or
+        like a delegation token's (minimum iterations) for `tokenauth`."""
+        if token_auth:
+            shape = FakeCredentialShape(iterations=mechanism.min_iterations)
+        else:
+            shape = self._current().unknown_shapes[mechanism.name]
+        return fake_credential(mechanism, username, key=self._unknown_key, shape=shape)
 
     def verify_password_cached(self, username: str, password: str) -> VerifiedUser | None:
         """The derivation cache's answer for a password verified recently, or None (meaning: run

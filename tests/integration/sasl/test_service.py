@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import scramp
@@ -411,3 +412,71 @@ def test_signing_keys_encrypted_at_rest(db_url: str) -> None:
     # the right secret on another node signs
     assert CredentialService(engine, sealed).issue_token(account, None).access_token
     engine.dispose()
+
+
+def server_first(svc: CredentialService, mech, name: str, *, token: bool = False) -> dict[str, str]:
+    """The salt and iterations a client sees for `name` (the server-first message's s= and i=)."""
+    server = svc.server_mechanism(mech.name, "10.0.0.9")
+    reply = server.step(ScramClient(mech, name, "x", token_auth=token).first_message())
+    assert isinstance(reply, Challenge)
+    return dict(item.split("=", 1) for item in reply.data.decode().split(",")[1:])
+
+
+def test_unknown_names_look_like_the_commonest_stored_credential(db_url: str) -> None:
+    """Users made by Kafka's tools have 4096 iterations and a base-36 text salt; a fake with kgov's
+    defaults (8192, random bytes) would have marked every such user as real."""
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(scram_iterations=8192))
+    for i in range(3):  # as kafka-configs.sh sends them through AlterUserScramCredentials
+        salt = f"{i}k7x0q2m9zt4c1v8b5n3j6h0gz".encode()  # 26 base-36 characters
+        salted = SCRAM_SHA_512.salted_password("pw", salt, 4096)
+        svc.set_scram_salted_credential(
+            f"kafka-user-{i}", "SCRAM-SHA-512", salt=salt, salted_password=salted, iterations=4096, actor=ALICE
+        )
+    svc.set_scram_credential("kgov-user", "SCRAM-SHA-512", "pw", actor=ALICE)  # 8192, 24 random bytes
+    real = server_first(svc, SCRAM_SHA_512, "kafka-user-0")
+    fake = server_first(svc, SCRAM_SHA_512, "no-such-user")
+    assert real["i"] == fake["i"] == "4096"
+    fake_salt = base64.b64decode(fake["s"])
+    assert len(fake_salt) == 26 and fake_salt.decode().isalnum() and fake_salt.decode() == fake_salt.decode().lower()
+    # SCRAM-SHA-256 has no stored credential: the configured default shape.
+    assert server_first(svc, SCRAM_SHA_256, "no-such-user")["i"] == "8192"
+    # A token id that does not exist looks like a token (minimum iterations), not like a user.
+    assert server_first(svc, SCRAM_SHA_512, "no-such-token", token=True)["i"] == "4096"
+    engine.dispose()
+
+
+def test_every_node_shows_the_same_salt_for_a_name(db_url: str) -> None:
+    """Real users and tokens show one salt whichever node answers; so must unknown names, or asking
+    two nodes (or one node before and after a restart) tells them apart."""
+    engine_a, engine_b = open_engine(db_url), open_engine(db_url)
+    a = CredentialService(engine_a, settings())
+    created = a.create_token(ALICE)
+    b = CredentialService(engine_b, settings())
+    token_id = created.info.token_id
+    assert server_first(a, SCRAM_SHA_256, token_id, token=True) == server_first(b, SCRAM_SHA_256, token_id, token=True)
+    assert server_first(a, SCRAM_SHA_512, "ghost") == server_first(b, SCRAM_SHA_512, "ghost")
+    engine_a.dispose()
+    engine_b.dispose()
+
+
+def test_unknown_name_salt_survives_a_restart(tmp_path) -> None:
+    """A new process (fresh module state) on the same database shows the same fake salt."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'kgov.db'}"
+    engine = open_engine(url)
+    here = server_first(CredentialService(engine, settings()), SCRAM_SHA_512, "ghost")
+    engine.dispose()
+    script = (
+        "import sys; sys.path.insert(0, '.');"
+        "from tests.integration.sasl.test_service import CredentialService, open_engine, settings, server_first;"
+        "from sasl.scram import SCRAM_SHA_512;"
+        f"print(server_first(CredentialService(open_engine({url!r}), settings()), SCRAM_SHA_512, 'ghost')['s'])"
+    )
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True, cwd=root
+    )
+    assert out.stdout.strip() == here["s"]
