@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -71,8 +73,30 @@ class OAuthConfig(BaseModel):
             raise ValueError("oauth.signing_key_secret must have at least 16 characters")
         return v
 
+    @model_validator(mode="after")
+    def _external_provider_is_pinned(self) -> OAuthConfig:
+        if self.jwks_url is None:
+            return self
+        if self.issuer is None:
+            raise ValueError(
+                "oauth.jwks_url needs oauth.issuer: without it every token signed with that provider's "
+                "keys is accepted, including tokens of its other tenants (multi-tenant providers share "
+                "their keys); set KGOV_OAUTH__ISSUER to the provider's exact `iss` value"
+            )
+        if urlsplit(self.jwks_url).scheme == "http" and not (
+            self.jwks_allow_http or _loopback(urlsplit(self.jwks_url).hostname or "")
+        ):
+            raise ValueError(
+                "oauth.jwks_url is plain http to a remote host: whoever can alter that traffic can hand "
+                "kgov their own keys and sign any token; use https, or set oauth.jwks_allow_http = true "
+                "if the network path is trusted"
+            )
+        return self
+
     # Validation of bearer tokens (OAUTHBEARER and HTTP). No jwks_url: kgov's own issuer keys.
     jwks_url: str | None = None
+    # Plain-http JWKS URLs are accepted for loopback hosts only, unless this says the path is trusted.
+    jwks_allow_http: bool = False
     issuer: str | None = None
     audience: str | None = None
     principal_claim: str = "sub"
@@ -95,3 +119,12 @@ class OAuthConfig(BaseModel):
     # Encrypts the issuer's private keys at rest (AES-256-GCM); unset stores them as plain PEM.
     signing_key_secret: SecretStr | None = Field(default=None, repr=False)
     key_rotation_s: int = Field(default=86_400, ge=60)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
