@@ -10,6 +10,7 @@ What is refused, each with its own reason for the audit trail (the client only s
   under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
 - a bad signature; missing or expired `exp`, future `nbf`/`iat` (all with the configured skew);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
+- a principal with surrounding whitespace or control characters (line-based logs print it as is);
 - JSON numbers that are not finite (`NaN`, `Infinity`, `1e400`): Python's json would read them, and a
   NaN `exp` compares false with everything, so it would never expire.
 
@@ -29,6 +30,7 @@ import json
 import math
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -339,6 +341,12 @@ class JwtValidator:
         principal = claims.get(p.principal_claim)
         if not isinstance(principal, str) or not principal.strip():
             raise TokenValidationError(f"JWT has no principal claim {p.principal_claim!r}")
+        if principal != principal.strip() or any(unicodedata.category(c) == "Cc" for c in principal):
+            # Kafka trims (so " admin" would become User:admin); a control character would let the
+            # name forge lines in the line-based authorizer log. Neither is a name worth accepting.
+            raise TokenValidationError(
+                f"JWT principal claim {p.principal_claim!r} has surrounding spaces or control characters"
+            )
         raw_scope = claims.get(p.scope_claim)
         if isinstance(raw_scope, str):
             scopes = frozenset(raw_scope.split())

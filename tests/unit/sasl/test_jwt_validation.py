@@ -362,3 +362,11 @@ def test_rsassa_pss_tokens_verify() -> None:
     head, _payload, sig = pss(32).split(".")
     rejects(v, f"{head}.{b64(json.dumps(claims(sub='admin')).encode())}.{sig}", "signature verification failed")
     rejects(v, pss(0), "signature verification failed")  # RFC 7518 §3.5: salt = hash length
+
+
+@pytest.mark.parametrize("name", [" admin", "admin ", "bob\nPrincipal = User:admin is Allowed", "x\x00y", "a\x85b"])
+def test_principal_with_spaces_or_control_characters_refused(name: str) -> None:
+    """Kafka would trim " admin" into User:admin; a newline would forge a line in the authorizer log."""
+    v, _, _ = make(principal_claim="preferred_username")
+    rejects(v, sign(preferred_username=name), "control characters")
+    assert v.validate(sign(preferred_username="Zoë Smith")).principal_name == "Zoë Smith"
