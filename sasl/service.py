@@ -118,6 +118,8 @@ class _Snapshot:
     keys: tuple[StoredSigningKey, ...]
     # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
     unknown_shapes: Mapping[str, FakeCredentialShape]
+    # The mechanism PLAIN / HTTP Basic checks most names against (SHA-512 when any user has it).
+    plain_mechanism: ScramMechanism = SCRAM_SHA_512
 
 
 class FailureLimiter:
@@ -330,7 +332,9 @@ class CredentialService:
             name: commonest_shape((c for (_u, m), c in scram.items() if m == name), default)
             for name in MECHANISMS
         }
-        return _Snapshot(version, scram, tokens, tuple(keys), shapes)
+        has_512 = any(m == SCRAM_SHA_512.name for (_u, m) in scram)
+        plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
+        return _Snapshot(version, scram, tokens, tuple(keys), shapes, plain)
 
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
@@ -446,10 +450,10 @@ class CredentialService:
                 found = (mech, cred)
                 break
         if found is None:
-            # Same work as a real check, so timing does not reveal whether the user exists.
-            derive_credential(
-                SCRAM_SHA_512, password, iterations=self.sasl.scram_iterations, salt=b"kgov-none"
-            )
+            # The same work as checking most users (their hash and iteration count), so the time
+            # taken does not tell whether the name exists.
+            mech = snap.plain_mechanism
+            mech.salted_password(password, b"kgov-none", snap.unknown_shapes[mech.name].iterations)
             return None
         mech, cred = found
         cache_key = self._plain_cache.key(mech.name, username, password)

@@ -480,3 +480,25 @@ def test_unknown_name_salt_survives_a_restart(tmp_path) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True, cwd=root
     )
     assert out.stdout.strip() == here["s"]
+
+
+def test_plain_unknown_user_costs_what_a_real_check_costs(db_url: str, monkeypatch) -> None:
+    """PLAIN / HTTP Basic: an unknown name runs PBKDF2 with the hash and iteration count most users
+    have (Kafka-made users: 4096), not always kgov's default, so timing does not single out real names."""
+    import hashlib
+
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(scram_iterations=8192))
+    for i in range(2):
+        salt = f"{i}salt".encode()
+        svc.set_scram_salted_credential(
+            f"k{i}", "SCRAM-SHA-512", salt=salt, salted_password=SCRAM_SHA_512.salted_password("pw", salt, 4096),
+            iterations=4096, actor=ALICE,
+        )
+    calls: list[tuple[str, int]] = []
+    real = hashlib.pbkdf2_hmac
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", lambda h, p, s, n, *a: calls.append((h, n)) or real(h, p, s, n, *a))
+    assert svc.verify_password("k0", "wrong") is None
+    assert svc.verify_password("nobody", "wrong") is None
+    assert calls == [("sha512", 4096), ("sha512", 4096)]
+    engine.dispose()
