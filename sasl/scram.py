@@ -455,6 +455,12 @@ class ScramClient:
         self._extensions = dict(extensions or {})
         if token_auth:
             self._extensions[TOKEN_AUTH_EXTENSION] = "true"
+        # A `,` in a value (or a bad name) would add attributes of its own to client-first.
+        for key, value in self._extensions.items():
+            if not re.fullmatch(r"[A-Za-z]+", key) or not re.fullmatch(_VALUE, value):
+                raise ScramError(f"Invalid SCRAM extension {key!r}")
+        if not re.fullmatch(_PRINTABLE, self._nonce):
+            raise ScramError("Invalid SCRAM client nonce")
         self._bare = ""
         self._server_signature = b""
 

@@ -332,3 +332,17 @@ def test_unknown_user_audit_reason_does_not_depend_on_the_proof_length() -> None
     result = server.step(f"c=biws,r={nonce},p=YWJj".encode())
     assert isinstance(result, Failure) and result.data == b"e=invalid-proof"
     assert "Invalid user credentials" in result.reason
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"extensions": {"x": "1,tokenauth=true"}},
+        {"extensions": {"bad-key": "1"}},
+        {"extensions": {"x": ""}},
+        {"nonce": "abc,r=forged"},
+    ],
+)
+def test_client_refuses_extensions_or_nonce_that_would_add_attributes(kwargs) -> None:
+    with pytest.raises(ScramError):
+        ScramClient(SCRAM_SHA_256, "user", "pw", **kwargs)
