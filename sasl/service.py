@@ -517,8 +517,7 @@ class CredentialService:
         client_address: str | None = None,
     ) -> bool:
         """Creates or replaces a credential (Kafka's AlterUserScramCredentials upsertion); True if replaced."""
-        if not name:
-            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        _check_username(name)
         mech = MECHANISMS.get(mechanism.upper())
         if mech is None:
             raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -546,8 +545,7 @@ class CredentialService:
     ) -> bool:
         """Kafka's AlterUserScramCredentials upsertion as sent on the wire: the client computed the
         salted password; StoredKey and ServerKey are derived here. True if it replaced a credential."""
-        if not name:
-            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        _check_username(name)
         mech = MECHANISMS.get(mechanism.upper())
         if mech is None:
             raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -634,9 +632,10 @@ class CredentialService:
         actor: Principal | str,
         client_address: str | None = None,
     ) -> bool:
-        if not client_id or ":" in client_id:
+        if not client_id or ":" in client_id or len(client_id) > MAX_NAME_LENGTH:
             raise CredentialError(
-                CredentialError.UNACCEPTABLE_CREDENTIAL, "client_id must be non-empty, without ':'"
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':'",
             )
         if len(secret) < 16:
             raise CredentialError(
@@ -885,6 +884,20 @@ class CredentialService:
             for t in self.store.all_tokens()
             if not t.is_expired(now) and visible(t, caller=caller, owners=owners, may_describe=may_describe)
         ]
+
+
+MAX_NAME_LENGTH: Final = 255  # the name columns of sasl/store.py
+
+
+def _check_username(name: str) -> None:
+    # Kafka's wording for the empty name; the length is the store's column (PostgreSQL would refuse
+    # a longer one with a database error, SQLite would keep it).
+    if not name:
+        raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise CredentialError(
+            CredentialError.UNACCEPTABLE_CREDENTIAL, f"Username must be at most {MAX_NAME_LENGTH} characters"
+        )
 
 
 def _valid_scope_token(s: str) -> bool:

@@ -502,3 +502,21 @@ def test_plain_unknown_user_costs_what_a_real_check_costs(db_url: str, monkeypat
     assert svc.verify_password("nobody", "wrong") is None
     assert calls == [("sha512", 4096), ("sha512", 4096)]
     engine.dispose()
+
+
+def test_overlong_names_get_a_clear_error(env) -> None:
+    """PostgreSQL used to answer a 256-character name with a database error (HTTP 500)."""
+    svc, *_ = env
+    salt = b"s"
+    for call in (
+        lambda: svc.set_scram_credential("u" * 256, "SCRAM-SHA-512", "pw", actor=ALICE),
+        lambda: svc.set_scram_salted_credential(
+            "u" * 256, "SCRAM-SHA-256", salt=salt, salted_password=b"x" * 32, iterations=4096, actor=ALICE
+        ),
+        lambda: svc.set_client("c" * 256, "client-secret-0123456789", [], actor=ALICE),
+    ):
+        with pytest.raises(CredentialError) as err:
+            call()
+        assert err.value.code == CredentialError.UNACCEPTABLE_CREDENTIAL and "at most 255" in str(err.value)
+    assert svc.set_scram_credential("u" * 255, "SCRAM-SHA-512", "pw", actor=ALICE) is False
+    assert svc.describe_scram_users() != [] and svc.list_clients() == []
