@@ -371,11 +371,13 @@ class ScramServer:
                 "Authentication failed: Client requested an authorization id that is different from username"
             )
         identity = self._lookup(first.username, first.token_auth)
+        # Derived for every name, found or not, so the first answer takes as long either way.
+        fake = self._unknown(first.username, first.token_auth)
         credential: ScramCredential
         if identity is None:
             # Carry on with a fake credential: the client fails at the proof, as with a wrong password.
             self._failure = "Authentication failed: Invalid user credentials"
-            credential = self._unknown(first.username, first.token_auth)
+            credential = fake
         elif identity.credential.iterations < self._mechanism.min_iterations:
             return self._fail(
                 f"Iterations {identity.credential.iterations} is less than the minimum "

@@ -346,3 +346,19 @@ def test_unknown_user_audit_reason_does_not_depend_on_the_proof_length() -> None
 def test_client_refuses_extensions_or_nonce_that_would_add_attributes(kwargs) -> None:
     with pytest.raises(ScramError):
         ScramClient(SCRAM_SHA_256, "user", "pw", **kwargs)
+
+
+def test_the_fake_credential_is_derived_for_known_names_too() -> None:
+    """The first answer does the same work whether or not the name exists."""
+    cred = derive_credential(SCRAM_SHA_256, "pw", iterations=4096)
+    asked: list[tuple[str, bool]] = []
+
+    def unknown(name: str, token_auth: bool) -> ScramCredential:
+        asked.append((name, token_auth))
+        return cred
+
+    for name in ("known", "ghost"):
+        ScramServer(SCRAM_SHA_256, lookup_for({"known": cred}), unknown=unknown).step(
+            f"n,,n={name},r=abc".encode()
+        )
+    assert asked == [("known", False), ("ghost", False)]
