@@ -98,6 +98,7 @@ class OAuthConfig(BaseModel):
     # Plain-http JWKS URLs are accepted for loopback hosts only, unless this says the path is trusted.
     jwks_allow_http: bool = False
     issuer: str | None = None
+    # Comma-separated, as Kafka's sasl.oauthbearer.expected.audience: the token's `aud` must hold one.
     audience: str | None = None
     principal_claim: str = "sub"
     scope_claim: str = "scope"

@@ -336,7 +336,9 @@ class JwtValidator:
         if p.audience is not None:
             aud = claims.get("aud")
             audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
-            if p.audience not in audiences:
+            # Kafka's sasl.oauthbearer.expected.audience is a list: any one of them will do.
+            expected = {a.strip() for a in p.audience.split(",") if a.strip()}
+            if not expected.intersection(a for a in audiences if isinstance(a, str)):
                 raise TokenValidationError("JWT audience does not match")
         principal = claims.get(p.principal_claim)
         if not isinstance(principal, str) or not principal.strip():

@@ -370,3 +370,11 @@ def test_principal_with_spaces_or_control_characters_refused(name: str) -> None:
     v, _, _ = make(principal_claim="preferred_username")
     rejects(v, sign(preferred_username=name), "control characters")
     assert v.validate(sign(preferred_username="Zoë Smith")).principal_name == "Zoë Smith"
+
+
+def test_expected_audience_is_a_comma_separated_list_as_kafka() -> None:
+    v, _, _ = make(audience="kafka, kgov-gateway")
+    assert v.validate(sign(aud="kgov-gateway")).principal_name == "worker-1"
+    assert v.validate(sign(aud=["x", "kafka"])).principal_name == "worker-1"
+    rejects(v, sign(aud="kafka, kgov-gateway"), "audience does not match")
+    rejects(v, sign(aud=["x", 7]), "audience does not match")
