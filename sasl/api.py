@@ -353,9 +353,11 @@ def _token_router() -> APIRouter:
     return router
 
 
-def _oauth_error(exc: OAuthError, *, basic: bool = False) -> JSONResponse:
+def _oauth_error(exc: OAuthError, *, authorization_header: bool = False) -> JSONResponse:
     headers = {"Cache-Control": "no-store", "Pragma": "no-cache"}
-    if exc.status == 401 and basic:
+    if exc.status == 401 and authorization_header:
+        # RFC 6749 §5.2: a client that tried the Authorization header gets a challenge, whatever it
+        # sent there (Basic is the only scheme this endpoint takes).
         headers["WWW-Authenticate"] = 'Basic realm="kgov"'
     return JSONResponse(
         status_code=exc.status,
@@ -364,7 +366,7 @@ def _oauth_error(exc: OAuthError, *, basic: bool = False) -> JSONResponse:
     )
 
 
-def _client_credentials(request: Request, form: dict[str, str]) -> tuple[list[tuple[str, str]], bool]:
+def _client_credentials(request: Request, form: dict[str, str]) -> list[tuple[str, str]]:
     """Candidate (client_id, secret) pairs: HTTP Basic (raw, then RFC 6749 §2.3.1 form-decoded) or form."""
     header = request.headers.get("authorization")
     basic = parse_basic(header)
@@ -378,9 +380,9 @@ def _client_credentials(request: Request, form: dict[str, str]) -> tuple[list[tu
         decoded = (unquote_plus(cid), unquote_plus(secret))
         if decoded != (cid, secret):
             candidates.append(decoded)
-        return candidates, True
+        return candidates
     if "client_id" in form and "client_secret" in form:
-        return [(form["client_id"], form["client_secret"])], False
+        return [(form["client_id"], form["client_secret"])]
     raise OAuthError("invalid_client", "client authentication required", 401)
 
 
@@ -432,6 +434,22 @@ _TOKEN_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+# A client-credentials request is a few hundred bytes; the form is read whole, so it is capped.
+MAX_TOKEN_REQUEST_BYTES = 16 * 1024
+
+
+async def _bounded_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_TOKEN_REQUEST_BYTES:
+        raise OAuthError("invalid_request", "request body too large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_TOKEN_REQUEST_BYTES:
+            raise OAuthError("invalid_request", "request body too large")
+    return bytes(body)
+
+
 def _issuer_router() -> APIRouter:
     router = APIRouter(tags=["token issuer"])
 
@@ -440,13 +458,13 @@ def _issuer_router() -> APIRouter:
         """RFC 6749 §4.4 client-credentials grant; answers a short-lived JWT (RS256/ES256)."""
         service = _service(request)
         address = client_address(request)
-        basic = False
+        authorization_header = "authorization" in request.headers
         try:
             if "application/x-www-form-urlencoded" not in request.headers.get("content-type", ""):
                 raise OAuthError("invalid_request", "expected application/x-www-form-urlencoded")
             try:
                 pairs = parse_qsl(
-                    (await request.body()).decode("utf-8"), keep_blank_values=True, strict_parsing=False
+                    (await _bounded_body(request)).decode("utf-8"), keep_blank_values=True, strict_parsing=False
                 )
             except UnicodeDecodeError:
                 raise OAuthError("invalid_request", "body is not UTF-8") from None
@@ -455,8 +473,10 @@ def _issuer_router() -> APIRouter:
                 if key in form:
                     raise OAuthError("invalid_request", f"parameter {key} repeated")
                 form[key] = value
-            candidates, basic = _client_credentials(request, form)
-            if form.get("grant_type") != "client_credentials":
+            candidates = _client_credentials(request, form)
+            if not form.get("grant_type"):
+                raise OAuthError("invalid_request", "grant_type is required")
+            if form["grant_type"] != "client_credentials":
                 raise OAuthError("unsupported_grant_type", "only grant_type=client_credentials is supported")
             if service.limiter.blocked(address):
                 raise OAuthError("invalid_client", "client authentication failed", 401)
@@ -476,7 +496,7 @@ def _issuer_router() -> APIRouter:
                 raise OAuthError("invalid_client", "client authentication failed", 401)
             issued = await asyncio.to_thread(service.issue_token, account, form.get("scope") or None)
         except OAuthError as exc:
-            return _oauth_error(exc, basic=basic)
+            return _oauth_error(exc, authorization_header=authorization_header)
         body = {"access_token": issued.access_token, "token_type": "Bearer", "expires_in": issued.expires_in}
         if issued.scope:
             body["scope"] = issued.scope

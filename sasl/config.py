@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -71,9 +73,32 @@ class OAuthConfig(BaseModel):
             raise ValueError("oauth.signing_key_secret must have at least 16 characters")
         return v
 
+    @model_validator(mode="after")
+    def _external_provider_is_pinned(self) -> OAuthConfig:
+        if self.jwks_url is None:
+            return self
+        if self.issuer is None:
+            raise ValueError(
+                "oauth.jwks_url needs oauth.issuer: without it every token signed with that provider's "
+                "keys is accepted, including tokens of its other tenants (multi-tenant providers share "
+                "their keys); set KGOV_OAUTH__ISSUER to the provider's exact `iss` value"
+            )
+        if urlsplit(self.jwks_url).scheme == "http" and not (
+            self.jwks_allow_http or _loopback(urlsplit(self.jwks_url).hostname or "")
+        ):
+            raise ValueError(
+                "oauth.jwks_url is plain http to a remote host: whoever can alter that traffic can hand "
+                "kgov their own keys and sign any token; use https, or set oauth.jwks_allow_http = true "
+                "if the network path is trusted"
+            )
+        return self
+
     # Validation of bearer tokens (OAUTHBEARER and HTTP). No jwks_url: kgov's own issuer keys.
     jwks_url: str | None = None
+    # Plain-http JWKS URLs are accepted for loopback hosts only, unless this says the path is trusted.
+    jwks_allow_http: bool = False
     issuer: str | None = None
+    # Comma-separated, as Kafka's sasl.oauthbearer.expected.audience: the token's `aud` must hold one.
     audience: str | None = None
     principal_claim: str = "sub"
     scope_claim: str = "scope"
@@ -82,6 +107,9 @@ class OAuthConfig(BaseModel):
     jwks_refresh_s: int = Field(default=3600, ge=1)
     # An unknown `kid` triggers at most one JWKS refresh per this interval (Kafka: 60 s).
     jwks_unknown_kid_refresh_s: int = Field(default=60, ge=1)
+    # ... and all unknown-kid refreshes together at most once per this interval (a client inventing
+    # a new kid per attempt must not turn every attempt into a fetch from the identity provider).
+    jwks_unknown_kid_min_interval_s: int = Field(default=10, ge=1)
     # kgov's own token issuer (`POST /oauth/token`).
     token_issuer: str = "kgov"  # noqa: S105 - an issuer name
     token_audience: str = "kgov"  # noqa: S105 - an audience name
@@ -92,3 +120,12 @@ class OAuthConfig(BaseModel):
     # Encrypts the issuer's private keys at rest (AES-256-GCM); unset stores them as plain PEM.
     signing_key_secret: SecretStr | None = Field(default=None, repr=False)
     key_rotation_s: int = Field(default=86_400, ge=60)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

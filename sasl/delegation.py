@@ -104,6 +104,14 @@ def decode_hmac(text: str) -> bytes:
         raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND) from None
 
 
+def check_request_allowed(token_authenticated: bool) -> None:
+    """Kafka's `allowTokenRequests` for create, renew, expire and describe alike: a session that
+    authenticated with a delegation token may not manage tokens (else a leaked token could renew
+    itself up to its maximum lifetime, or expire its owner's other tokens)."""
+    if token_authenticated:
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+
+
 def new_token(
     *,
     now_ms: int,
@@ -115,8 +123,7 @@ def new_token(
     token_authenticated: bool,
     token_id: Callable[[], str] = lambda: str(uuid.uuid4()),
 ) -> TokenInfo:
-    if token_authenticated:
-        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+    check_request_allowed(token_authenticated)
     renewer_list = tuple(dict.fromkeys(renewers))
     if any(r.type != "User" for r in renewer_list) or owner.type != "User":
         raise DelegationTokenError(TokenErrorCode.INVALID_PRINCIPAL_TYPE)
@@ -138,25 +145,30 @@ def _allowed_to_renew(info: TokenInfo, caller: Principal) -> bool:
     return caller == info.owner or caller in info.renewers
 
 
+def _check_renewable(info: TokenInfo, caller: Principal, now_ms: int) -> None:
+    # Kafka's DelegationTokenControlManager order: EXPIRED before OWNER_MISMATCH (the caller holds
+    # the HMAC either way).
+    if info.is_expired(now_ms):
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_EXPIRED)
+    if not _allowed_to_renew(info, caller):
+        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
+
+
 def renewed(
     info: TokenInfo, *, caller: Principal, now_ms: int, renew_period_ms: int, policy: TokenPolicy
 ) -> TokenInfo:
-    if not _allowed_to_renew(info, caller):
-        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
-    if info.is_expired(now_ms):
-        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_EXPIRED)
+    _check_renewable(info, caller, now_ms)
     period = min(policy.expiry_time_ms, renew_period_ms) if renew_period_ms > 0 else policy.expiry_time_ms
     return replace(info, expiry_ms=min(info.max_ms, now_ms + period))
 
 
 def expired(info: TokenInfo, *, caller: Principal, now_ms: int, expiry_period_ms: int) -> TokenInfo | None:
-    """The token after an expire request; None means remove it now (a negative period, as Kafka)."""
-    if not _allowed_to_renew(info, caller):
-        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
+    """The token after an expire request; None means remove it now (a negative period, as Kafka).
+    An already expired token is refused with DELEGATION_TOKEN_EXPIRED even then, as Kafka does; the
+    expiry sweep removes it."""
+    _check_renewable(info, caller, now_ms)
     if expiry_period_ms < 0:
         return None
-    if info.is_expired(now_ms):
-        raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_EXPIRED)
     return replace(info, expiry_ms=min(info.max_ms, now_ms + expiry_period_ms))
 
 

@@ -6,13 +6,20 @@ What is refused, each with its own reason for the audit trail (the client only s
 - header parameters that point at keys (`jku`, `x5u`, `jwk`, `x5c`) or demand extensions (`crit`):
   keys come only from the configured JWKS, never from the token;
 - a `kid` that is not a short string, or that the JWKS does not hold after at most one
-  rate-limited refresh; a JWK whose `kty`/`alg`/`use` does not fit the token's `alg`;
+  rate-limited refresh; a JWK whose `kty`/`alg`/`use` does not fit the token's `alg`, and RSA keys
+  under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
 - a bad signature; missing or expired `exp`, future `nbf`/`iat` (all with the configured skew);
-  wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes.
+  wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
+- a principal with surrounding whitespace or control characters (line-based logs print it as is);
+- JSON numbers that are not finite (`NaN`, `Infinity`, `1e400`): Python's json would read them, and a
+  NaN `exp` compares false with everything, so it would never expire.
 
 The JWKS cache refreshes hourly; an unknown `kid` triggers at most one refresh per
 `unknown_kid_refresh_s` per kid (Kafka's RefreshingHttpsJwks: 60 s, at most 16 kids remembered,
-kids over 1000 characters ignored).
+kids over 1000 characters ignored). Kafka schedules that refresh in the background; here it runs in
+the validating thread, so on top of the per-kid limit all unknown-kid refreshes together are spaced
+at least `unknown_kid_min_interval_s` apart: a client inventing a new `kid` per attempt cannot make
+every attempt cost a fetch from the identity provider. Fetches never overlap.
 """
 
 from __future__ import annotations
@@ -20,16 +27,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import httpx
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from jose import jwk as jose_jwk
-from jose.backends.base import Key
 from jose.exceptions import JOSEError
 from jose.utils import base64url_decode
 
@@ -44,6 +55,7 @@ _FORBIDDEN_HEADERS: Final = ("jku", "x5u", "jwk", "x5c", "crit")
 MAX_KID_LENGTH: Final = 1000
 MAX_REMEMBERED_MISSING_KIDS: Final = 16
 MAX_TOKEN_LENGTH: Final = 16 * 1024
+MIN_RSA_BITS: Final = 2048
 
 
 JwksFetcher = Callable[[], Mapping[str, Any]]
@@ -66,10 +78,37 @@ def http_jwks_fetcher(url: str, *, timeout_s: float = 10.0) -> JwksFetcher:
     return fetch
 
 
-@dataclass(frozen=True, slots=True)
-class _CachedKey:
-    jwk: Mapping[str, Any]
-    keys: Mapping[str, Key]  # constructed per algorithm, lazily filled
+class _Verifier(Protocol):
+    def verify(self, msg: bytes, sig: bytes) -> bool: ...
+
+
+class _PssKey:
+    """RSASSA-PSS (PS256/384/512, RFC 7518 §3.5), which python-jose does not implement: MGF1 with
+    the same hash, salt as long as the hash output."""
+
+    def __init__(self, jwk: Mapping[str, Any], alg: str) -> None:
+        self._alg = alg
+        self._key = rsa.RSAPublicNumbers(_b64_uint(jwk.get("e")), _b64_uint(jwk.get("n"))).public_key()
+
+    def _hash(self) -> hashes.HashAlgorithm:
+        if self._alg == "PS384":
+            return hashes.SHA384()
+        return hashes.SHA512() if self._alg == "PS512" else hashes.SHA256()
+
+    def verify(self, msg: bytes, sig: bytes) -> bool:
+        algorithm = self._hash()
+        pss = padding.PSS(mgf=padding.MGF1(self._hash()), salt_length=algorithm.digest_size)
+        try:
+            self._key.verify(sig, msg, pss, algorithm)
+        except InvalidSignature:
+            return False
+        return True
+
+
+def _b64_uint(value: Any) -> int:
+    if not isinstance(value, str) or not value:
+        raise ValueError("JWK integer member missing")
+    return int.from_bytes(base64url_decode(value.encode("ascii")), "big")
 
 
 class JwksCache:
@@ -81,17 +120,22 @@ class JwksCache:
         *,
         refresh_s: float = 3600,
         unknown_kid_refresh_s: float = 60,
+        unknown_kid_min_interval_s: float = 10,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fetch = fetch
         self._refresh_s = refresh_s
         self._unknown_kid_refresh_s = unknown_kid_refresh_s
+        self._unknown_kid_min_interval_s = unknown_kid_min_interval_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
+        # Held for the whole of a fetch: concurrent validations never fetch the same JWKS twice.
+        self._fetch_lock = threading.Lock()
         self._keys: dict[str, dict[str, Any]] = {}
-        self._constructed: dict[tuple[str, str], Key] = {}
+        self._constructed: dict[tuple[str, str], _Verifier] = {}
         self._loaded_at: float | None = None
         self._missing: OrderedDict[str, float] = OrderedDict()
+        self._last_expedited: float | None = None
         self.refresh_count = 0
 
     def refresh(self) -> None:
@@ -111,24 +155,35 @@ class JwksCache:
             self._loaded_at = self._monotonic()
             self.refresh_count += 1
 
+    def _stale(self) -> bool:
+        return self._loaded_at is None or self._monotonic() - self._loaded_at >= self._refresh_s
+
     def ensure_fresh(self) -> None:
-        if self._loaded_at is None or self._monotonic() - self._loaded_at >= self._refresh_s:
-            with contextlib.suppress(Exception):  # a failed refresh leaves the cached keys in place
-                self.refresh()
+        if self._stale():
+            with self._fetch_lock:
+                if self._stale():  # another thread may have fetched while we waited
+                    with contextlib.suppress(Exception):  # a failed refresh keeps the cached keys
+                        self.refresh()
 
     def _expedite(self, kid: str) -> bool:
-        """At most one refresh per kid per interval, remembering a bounded number of kids."""
+        """At most one refresh per kid per interval (remembering a bounded number of kids), and at
+        most one for all unknown kids together per `unknown_kid_min_interval_s`."""
         now = self._monotonic()
         with self._lock:
             last = self._missing.get(kid)
             if last is not None and now - last < self._unknown_kid_refresh_s:
                 return False
+            recent = self._last_expedited
+            if recent is not None and now - recent < self._unknown_kid_min_interval_s:
+                return False  # not remembered: this kid may trigger the next allowed refresh
+            self._last_expedited = now
             self._missing[kid] = now
             self._missing.move_to_end(kid)
             while len(self._missing) > MAX_REMEMBERED_MISSING_KIDS:
                 self._missing.popitem(last=False)
         try:
-            self.refresh()
+            with self._fetch_lock:
+                self.refresh()
         except Exception:
             return False
         return True
@@ -140,17 +195,32 @@ class JwksCache:
             found = self._keys.get(kid)
         return found
 
-    def key_for(self, kid: str, alg: str, jwk: Mapping[str, Any]) -> Key:
+    def key_for(self, kid: str, alg: str, jwk: Mapping[str, Any]) -> _Verifier:
         cached = self._constructed.get((kid, alg))
         if cached is None:
-            cached = jose_jwk.construct(dict(jwk), alg)
+            cached = _PssKey(jwk, alg) if alg.startswith("PS") else jose_jwk.construct(dict(jwk), alg)
             self._constructed[(kid, alg)] = cached
         return cached
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-finite JSON number {name}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("non-finite JSON number")
+    return value
+
+
 def _b64json(segment: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(base64url_decode(segment.encode("ascii")))
+        value = json.loads(
+            base64url_decode(segment.encode("ascii")),
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+        )
     except (ValueError, UnicodeError, TypeError):
         raise TokenValidationError(f"malformed JWT {what}") from None
     if not isinstance(value, dict):
@@ -266,11 +336,19 @@ class JwtValidator:
         if p.audience is not None:
             aud = claims.get("aud")
             audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
-            if p.audience not in audiences:
+            # Kafka's sasl.oauthbearer.expected.audience is a list: any one of them will do.
+            expected = {a.strip() for a in p.audience.split(",") if a.strip()}
+            if not expected.intersection(a for a in audiences if isinstance(a, str)):
                 raise TokenValidationError("JWT audience does not match")
         principal = claims.get(p.principal_claim)
         if not isinstance(principal, str) or not principal.strip():
             raise TokenValidationError(f"JWT has no principal claim {p.principal_claim!r}")
+        if principal != principal.strip() or any(unicodedata.category(c) == "Cc" for c in principal):
+            # Kafka trims (so " admin" would become User:admin); a control character would let the
+            # name forge lines in the line-based authorizer log. Neither is a name worth accepting.
+            raise TokenValidationError(
+                f"JWT principal claim {p.principal_claim!r} has surrounding spaces or control characters"
+            )
         raw_scope = claims.get(p.scope_claim)
         if isinstance(raw_scope, str):
             scopes = frozenset(raw_scope.split())
@@ -304,3 +382,10 @@ def _check_key_fits(jwk: Mapping[str, Any], alg: str) -> None:
         raise TokenValidationError(f"JWK curve does not fit algorithm {alg}")
     if any(k in jwk for k in ("d", "p", "q", "k")):
         raise TokenValidationError("JWKS holds private key material; refusing it")
+    if kty == "RSA":
+        try:
+            bits = _b64_uint(jwk.get("n")).bit_length()
+        except (ValueError, UnicodeError):
+            raise TokenValidationError("JWK has no usable RSA modulus") from None
+        if bits < MIN_RSA_BITS:
+            raise TokenValidationError(f"JWK RSA modulus of {bits} bits is under {MIN_RSA_BITS}")

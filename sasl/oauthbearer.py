@@ -23,6 +23,9 @@ _CLIENT_FIRST = re.compile(
     rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,\x01(?P<kvpairs>(?:[A-Za-z]+=[\x21-\x7E \t\r\n]+\x01)*)\x01"
 )
 _AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)")
+_TOKEN = re.compile(r"[-_~+/.a-zA-Z0-9]+=*")
+_EXTENSION_KEY = re.compile(r"[A-Za-z]+")
+_EXTENSION_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")
 
 
 class OAuthBearerError(ValueError):
@@ -89,7 +92,16 @@ def parse_client_initial_response(data: bytes) -> ClientInitialResponse:
 def build_client_initial_response(
     token: str, *, authzid: str = "", extensions: Mapping[str, str] | None = None
 ) -> bytes:
-    """Kafka's OAuthBearerClientInitialResponse.toBytes layout."""
+    """Kafka's OAuthBearerClientInitialResponse.toBytes layout, with its checks: the token in RFC 6750's
+    charset, extension names letters only and not `auth`, values printable ASCII or space/tab/CR/LF.
+    A token or value carrying 0x01 would otherwise add fields of its own choosing."""
+    if not _TOKEN.fullmatch(token):
+        raise OAuthBearerError("Invalid OAUTHBEARER token: not in the RFC 6750 token charset")
+    for key, value in (extensions or {}).items():
+        if key == "auth" or not _EXTENSION_KEY.fullmatch(key):
+            raise OAuthBearerError(f"Extension name {key} is invalid")
+        if not _EXTENSION_VALUE.fullmatch(value):
+            raise OAuthBearerError(f"Extension value for {key} is invalid")
     ext = "".join(f"{SEPARATOR}{k}={v}" for k, v in (extensions or {}).items())
     a = f"a={authzid.replace('=', '=3D').replace(',', '=2C')}" if authzid else ""
     return f"n,{a},{SEPARATOR}auth=Bearer {token}{ext}{SEPARATOR}{SEPARATOR}".encode()

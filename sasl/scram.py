@@ -8,7 +8,10 @@ Deliberate differences from Kafka's server, both stricter and invisible to real 
 - `c=` must equal base64 of the client's gs2 header (RFC 5802; Kafka only mixes it into AuthMessage);
 - an unknown user gets a server-first message built from a fake credential that is stable per
   name, so unknown users and wrong passwords fail at the same step (Kafka fails unknown users at
-  the first message, which tells an attacker the user does not exist).
+  the first message, which tells an attacker the user does not exist). The credential service keys
+  it with a secret shared through the database (same salt on every node and after a restart) and
+  gives it the commonest iteration count and salt form of the stored credentials
+  (`FakeCredentialShape`), so neither the salt's stability nor its shape gives a name away.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -229,18 +233,70 @@ class ScramIdentity:
 # Looks a name up: `(username, tokenauth) -> identity or None`. Must not raise for unknown names.
 CredentialLookup = Callable[[str, bool], "ScramIdentity | None"]
 
-_FAKE_KEY: Final = secrets.token_bytes(32)
+# Only for servers built without a shared key (tests, tools); the credential service passes the
+# database's `scram-unknown-user` secret so all nodes and restarts agree.
+_PROCESS_FAKE_KEY: Final = secrets.token_bytes(32)
+BASE36: Final = b"0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-def _fake_credential(mechanism: ScramMechanism, username: str, iterations: int) -> ScramCredential:
-    """Stable per name for the life of the process, so repeated probes see a consistent salt."""
-    seed = f"{mechanism.name}\x00{username}".encode()
-    return ScramCredential(
-        salt=mechanism.hmac(_FAKE_KEY, b"salt\x00" + seed)[:24],
-        stored_key=mechanism.hmac(_FAKE_KEY, b"stored\x00" + seed),
-        server_key=mechanism.hmac(_FAKE_KEY, b"server\x00" + seed),
-        iterations=iterations,
+@dataclass(frozen=True, slots=True)
+class FakeCredentialShape:
+    """How the credential shown for an unknown name looks: what most real credentials look like.
+
+    Kafka's tools make 4096-iteration credentials whose salt is a base-36 string (AlterUserScramCredentials
+    from `kafka-configs.sh`); kgov's own are 8192 by default with 24 random bytes. A fake that always
+    had kgov's shape would mark every Kafka-made user as real, and the reverse.
+    """
+
+    iterations: int = DEFAULT_ITERATIONS
+    salt_length: int = 24
+    salt_alphabet: bytes | None = None  # None: any byte; else the salt is text over these characters
+
+
+def salt_alphabet_of(salt: bytes) -> bytes | None:
+    return BASE36 if salt and all(b in BASE36 for b in salt) else None
+
+
+def commonest_shape(credentials: Iterable[ScramCredential], default: FakeCredentialShape) -> FakeCredentialShape:
+    """The most frequent (iterations, salt length, salt alphabet) among `credentials`; ties go to the
+    larger count of iterations, then the longer salt, so the answer does not depend on order."""
+    counts: Counter[FakeCredentialShape] = Counter(
+        FakeCredentialShape(c.iterations, len(c.salt), salt_alphabet_of(c.salt)) for c in credentials
     )
+    if not counts:
+        return default
+    return max(counts, key=lambda s: (counts[s], s.iterations, s.salt_length, s.salt_alphabet is None))
+
+
+def _keyed_bytes(mechanism: ScramMechanism, key: bytes, label: bytes, length: int) -> bytes:
+    out = b""
+    counter = 0
+    while len(out) < length:
+        out += mechanism.hmac(key, label + counter.to_bytes(4, "big"))
+        counter += 1
+    return out[:length]
+
+
+def fake_credential(
+    mechanism: ScramMechanism, username: str, *, key: bytes, shape: FakeCredentialShape
+) -> ScramCredential:
+    """The credential shown for a name that has none: keyed by a server secret and the name, so the
+    salt is the same on every attempt (as a real user's) and unpredictable without the key. Its
+    StoredKey is random too, so no proof can ever match it."""
+    seed = f"{mechanism.name}\x00{username}".encode()
+    salt = _keyed_bytes(mechanism, key, b"salt\x00" + seed, shape.salt_length)
+    if shape.salt_alphabet is not None:
+        salt = bytes(shape.salt_alphabet[b % len(shape.salt_alphabet)] for b in salt)
+    return ScramCredential(
+        salt=salt,
+        stored_key=mechanism.hmac(key, b"stored\x00" + seed),
+        server_key=mechanism.hmac(key, b"server\x00" + seed),
+        iterations=shape.iterations,
+    )
+
+
+# `(username, tokenauth) -> the credential to show for a name the lookup did not find`.
+UnknownCredential = Callable[[str, bool], ScramCredential]
 
 
 def default_nonce() -> str:
@@ -268,6 +324,7 @@ class ScramServer:
         now_ms: Callable[[], int] | None = None,
         max_session_ms: int | None = None,
         fake_iterations: int = DEFAULT_ITERATIONS,
+        unknown: UnknownCredential | None = None,
     ) -> None:
         self.name = mechanism.name
         self._mechanism = mechanism
@@ -275,7 +332,11 @@ class ScramServer:
         self._nonce = nonce
         self._now_ms = now_ms
         self._max_session_ms = max_session_ms
-        self._fake_iterations = fake_iterations
+        self._unknown = unknown or (
+            lambda name, _token_auth: fake_credential(
+                mechanism, name, key=_PROCESS_FAKE_KEY, shape=FakeCredentialShape(iterations=fake_iterations)
+            )
+        )
         self._state = 0
         self._first: ClientFirst | None = None
         self._server_first = ""
@@ -310,11 +371,13 @@ class ScramServer:
                 "Authentication failed: Client requested an authorization id that is different from username"
             )
         identity = self._lookup(first.username, first.token_auth)
+        # Derived for every name, found or not, so the first answer takes as long either way.
+        fake = self._unknown(first.username, first.token_auth)
         credential: ScramCredential
         if identity is None:
             # Carry on with a fake credential: the client fails at the proof, as with a wrong password.
             self._failure = "Authentication failed: Invalid user credentials"
-            credential = _fake_credential(self._mechanism, first.username, self._fake_iterations)
+            credential = fake
         elif identity.credential.iterations < self._mechanism.min_iterations:
             return self._fail(
                 f"Iterations {identity.credential.iterations} is less than the minimum "
@@ -346,7 +409,7 @@ class ScramServer:
         mech = self._mechanism
         signature = mech.hmac(credential.stored_key, auth_message)
         if len(proof) != len(signature):
-            return self._fail("Invalid client credentials", "invalid-proof")
+            return self._fail(self._failure or "Invalid client credentials", "invalid-proof")
         ok = hmac.compare_digest(mech.hash(_xor(proof, signature)), credential.stored_key)
         if not ok or self._identity is None:
             return self._fail(self._failure or "Invalid client credentials", "invalid-proof")
@@ -394,6 +457,12 @@ class ScramClient:
         self._extensions = dict(extensions or {})
         if token_auth:
             self._extensions[TOKEN_AUTH_EXTENSION] = "true"
+        # A `,` in a value (or a bad name) would add attributes of its own to client-first.
+        for key, value in self._extensions.items():
+            if not re.fullmatch(r"[A-Za-z]+", key) or not re.fullmatch(_VALUE, value):
+                raise ScramError(f"Invalid SCRAM extension {key!r}")
+        if not re.fullmatch(_PRINTABLE, self._nonce):
+            raise ScramError("Invalid SCRAM client nonce")
         self._bare = ""
         self._server_signature = b""
 

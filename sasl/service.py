@@ -34,6 +34,7 @@ from sasl.delegation import (
     TokenErrorCode,
     TokenInfo,
     TokenPolicy,
+    check_request_allowed,
     decode_hmac,
     expired,
     hmac_lookup_key,
@@ -50,16 +51,19 @@ from sasl.plain import PlainServer, VerifiedUser
 from sasl.scram import (
     MECHANISMS,
     SCRAM_SHA_512,
+    FakeCredentialShape,
     ScramCredential,
     ScramIdentity,
     ScramMechanism,
     ScramServer,
     check_iterations,
+    commonest_shape,
     credential_from_salted,
     derive_credential,
+    fake_credential,
 )
 from sasl.session import session_lifetime_ms
-from sasl.store import CredentialStore, ServiceAccount, StoredSigningKey
+from sasl.store import SCRAM_UNKNOWN_USER_SECRET, CredentialStore, ServiceAccount, StoredSigningKey
 
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
@@ -112,6 +116,10 @@ class _Snapshot:
     scram: Mapping[tuple[str, str], ScramCredential]
     tokens: Mapping[str, TokenInfo]
     keys: tuple[StoredSigningKey, ...]
+    # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
+    unknown_shapes: Mapping[str, FakeCredentialShape]
+    # The mechanism PLAIN / HTTP Basic checks most names against (SHA-512 when any user has it).
+    plain_mechanism: ScramMechanism = SCRAM_SHA_512
 
 
 class FailureLimiter:
@@ -271,6 +279,7 @@ class CredentialService:
         self._policy = TokenPolicy(
             self.sasl.delegation_token_max_lifetime_ms, self.sasl.delegation_token_expiry_time_ms
         )
+        self._unknown_key = self.store.server_secret(SCRAM_UNKNOWN_USER_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
         self._snapshot = self._load()
@@ -280,6 +289,7 @@ class CredentialService:
             fetch,
             refresh_s=self.oauth.jwks_refresh_s,
             unknown_kid_refresh_s=self.oauth.jwks_unknown_kid_refresh_s,
+            unknown_kid_min_interval_s=self.oauth.jwks_unknown_kid_min_interval_s,
         )
         self.validator = JwtValidator(
             self.jwks,
@@ -316,7 +326,15 @@ class CredentialService:
             except issuer_mod.SealedKeyError:
                 pem = ""  # still published in the JWKS; signing with it fails closed in `_signing_key`
             keys.append(dataclasses.replace(k, private_pem=pem))
-        return _Snapshot(version, self.store.all_scram(), tokens, tuple(keys))
+        scram = self.store.all_scram()
+        default = FakeCredentialShape(iterations=self.sasl.scram_iterations)
+        shapes = {
+            name: commonest_shape((c for (_u, m), c in scram.items() if m == name), default)
+            for name in MECHANISMS
+        }
+        has_512 = any(m == SCRAM_SHA_512.name for (_u, m) in scram)
+        plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
+        return _Snapshot(version, scram, tokens, tuple(keys), shapes, plain)
 
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
@@ -354,7 +372,7 @@ class CredentialService:
                 lambda user, token_auth: self.scram_identity(mech, user, token_auth),
                 now_ms=self.now_ms,
                 max_session_ms=self.sasl.connections_max_reauth_ms or None,
-                fake_iterations=self.sasl.scram_iterations,
+                unknown=lambda user, token_auth: self.unknown_scram_credential(mech, user, token_auth),
             )
         elif upper == "PLAIN":
             inner = PlainServer(self.verify_password, session=self._session)
@@ -384,15 +402,31 @@ class CredentialService:
         key = (info.token_id, mechanism.name)
         cred = self._token_credentials.get(key)
         if cred is None:
-            # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations.
+            # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations. Kafka
+            # salts randomly per broker; here the salt is keyed by the secret and the id, so every
+            # node shows the same salt, as it does for a user (and for an unknown name).
             password = base64.b64encode(token_hmac(self._token_secret, info.token_id)).decode()
-            cred = derive_credential(mechanism, password, iterations=mechanism.min_iterations)
+            salt = hmac.digest(self._token_secret, b"scram-salt\x00" + info.token_id.encode(), "sha256")[:24]
+            cred = derive_credential(mechanism, password, iterations=mechanism.min_iterations, salt=salt)
             if len(self._token_credentials) > 10_000:
                 self._token_credentials.clear()
             self._token_credentials[key] = cred
         return ScramIdentity(
             info.owner, cred, token_authenticated=True, expiry_ms=min(info.expiry_ms, info.max_ms)
         )
+
+    def unknown_scram_credential(
+        self, mechanism: ScramMechanism, username: str, token_auth: bool
+    ) -> ScramCredential:
+        """What SCRAM shows for a name without a credential, so that a probe cannot tell it from a
+        real user by its salt or iteration count: keyed by the database's shared secret (the same on
+        every node and after restarts), shaped like most stored credentials of that mechanism, or
+        like a delegation token's (minimum iterations) for `tokenauth`."""
+        if token_auth:
+            shape = FakeCredentialShape(iterations=mechanism.min_iterations)
+        else:
+            shape = self._current().unknown_shapes[mechanism.name]
+        return fake_credential(mechanism, username, key=self._unknown_key, shape=shape)
 
     def verify_password_cached(self, username: str, password: str) -> VerifiedUser | None:
         """The derivation cache's answer for a password verified recently, or None (meaning: run
@@ -416,10 +450,10 @@ class CredentialService:
                 found = (mech, cred)
                 break
         if found is None:
-            # Same work as a real check, so timing does not reveal whether the user exists.
-            derive_credential(
-                SCRAM_SHA_512, password, iterations=self.sasl.scram_iterations, salt=b"kgov-none"
-            )
+            # The same work as checking most users (their hash and iteration count), so the time
+            # taken does not tell whether the name exists.
+            mech = snap.plain_mechanism
+            mech.salted_password(password, b"kgov-none", snap.unknown_shapes[mech.name].iterations)
             return None
         mech, cred = found
         cache_key = self._plain_cache.key(mech.name, username, password)
@@ -483,8 +517,7 @@ class CredentialService:
         client_address: str | None = None,
     ) -> bool:
         """Creates or replaces a credential (Kafka's AlterUserScramCredentials upsertion); True if replaced."""
-        if not name:
-            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        _check_username(name)
         mech = MECHANISMS.get(mechanism.upper())
         if mech is None:
             raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -512,8 +545,7 @@ class CredentialService:
     ) -> bool:
         """Kafka's AlterUserScramCredentials upsertion as sent on the wire: the client computed the
         salted password; StoredKey and ServerKey are derived here. True if it replaced a credential."""
-        if not name:
-            raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+        _check_username(name)
         mech = MECHANISMS.get(mechanism.upper())
         if mech is None:
             raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -600,9 +632,10 @@ class CredentialService:
         actor: Principal | str,
         client_address: str | None = None,
     ) -> bool:
-        if not client_id or ":" in client_id:
+        if not client_id or ":" in client_id or len(client_id) > MAX_NAME_LENGTH:
             raise CredentialError(
-                CredentialError.UNACCEPTABLE_CREDENTIAL, "client_id must be non-empty, without ':'"
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':'",
             )
         if len(secret) < 16:
             raise CredentialError(
@@ -737,7 +770,12 @@ class CredentialService:
         token_authenticated: bool = False,
         client_address: str | None = None,
     ) -> CreatedToken:
-        """KIP-48 create. The caller has already checked CREATE_TOKENS on User:<owner> when owner != requester."""
+        """KIP-48 create. The caller has already checked CREATE_TOKENS on User:<owner> when owner != requester.
+
+        `token_authenticated`: the caller's session authenticated with a delegation token; create,
+        renew, expire and describe then all answer DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (Kafka's
+        `allowTokenRequests`, checked before anything else)."""
+        check_request_allowed(token_authenticated)
         secret = self._secret()
         now = self.now_ms()
         self.store.delete_expired_tokens(now)
@@ -769,8 +807,15 @@ class CredentialService:
         return CreatedToken(info, mac)
 
     def renew_token(
-        self, caller: Principal, hmac_b64: str, renew_period_ms: int, *, client_address: str | None = None
+        self,
+        caller: Principal,
+        hmac_b64: str,
+        renew_period_ms: int,
+        *,
+        token_authenticated: bool = False,
+        client_address: str | None = None,
     ) -> TokenInfo:
+        check_request_allowed(token_authenticated)
         self._secret()
         info = renewed(
             self._token_by_hmac(hmac_b64),
@@ -791,9 +836,16 @@ class CredentialService:
         return info
 
     def expire_token(
-        self, caller: Principal, hmac_b64: str, expiry_period_ms: int, *, client_address: str | None = None
+        self,
+        caller: Principal,
+        hmac_b64: str,
+        expiry_period_ms: int,
+        *,
+        token_authenticated: bool = False,
+        client_address: str | None = None,
     ) -> int:
         """Returns the new expiry timestamp; a negative period removes the token at once."""
+        check_request_allowed(token_authenticated)
         self._secret()
         now = self.now_ms()
         before = self._token_by_hmac(hmac_b64)
@@ -819,8 +871,10 @@ class CredentialService:
         *,
         owners: list[Principal] | None,
         may_describe: Callable[[TokenInfo], bool],
+        token_authenticated: bool = False,
     ) -> list[TokenInfo]:
         """Tokens the caller may see (Kafka's filterToken). HMACs are never returned after creation."""
+        check_request_allowed(token_authenticated)
         self._secret()
         if owners is not None and not owners:
             return []
@@ -830,6 +884,20 @@ class CredentialService:
             for t in self.store.all_tokens()
             if not t.is_expired(now) and visible(t, caller=caller, owners=owners, may_describe=may_describe)
         ]
+
+
+MAX_NAME_LENGTH: Final = 255  # the name columns of sasl/store.py
+
+
+def _check_username(name: str) -> None:
+    # Kafka's wording for the empty name; the length is the store's column (PostgreSQL would refuse
+    # a longer one with a database error, SQLite would keep it).
+    if not name:
+        raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise CredentialError(
+            CredentialError.UNACCEPTABLE_CREDENTIAL, f"Username must be at most {MAX_NAME_LENGTH} characters"
+        )
 
 
 def _valid_scope_token(s: str) -> bool:

@@ -6,12 +6,16 @@ Tables (component `sasl`):
 - `sasl_delegation_tokens`: KIP-48 token information; the HMAC itself is not stored (as Kafka), only
   SHA-256 of it to find a token by the HMAC a client presents.
 - `sasl_signing_keys`: the token issuer's keys (private PEM, public JWK), with retirement times.
+- `sasl_server_secrets`: random keys the nodes must share, created once (v2): `scram-unknown-user`
+  keys the fake SCRAM salts shown for unknown user names, so every node and every restart shows the
+  same salt for the same name, as it would for a real user.
 Every write bumps the `sasl` change version so other nodes reload their snapshot.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from authz.database import Migration, bump_version, migrate, read_version, transaction
+from authz.database import Migration, bump_version, lock_component, migrate, read_version, transaction
 from authz.model import Principal
 from sasl.delegation import TokenInfo
 from sasl.scram import ScramCredential
@@ -85,11 +89,31 @@ signing_keys = sa.Table(
 )
 
 
+server_secrets = sa.Table(
+    "sasl_server_secrets",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+)
+
+SCRAM_UNKNOWN_USER_SECRET = "scram-unknown-user"  # noqa: S105 - the name of a secret, not a secret
+
+
 def _create_v1(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
 
 
-MIGRATIONS = [Migration(1, "credential tables", _create_v1)]
+def _create_v2(conn: Connection) -> None:
+    server_secrets.create(conn, checkfirst=True)
+    name = SCRAM_UNKNOWN_USER_SECRET
+    if conn.execute(sa.select(server_secrets.c.name).where(server_secrets.c.name == name)).first() is None:
+        conn.execute(sa.insert(server_secrets).values(name=name, value=secrets.token_bytes(32)))
+
+
+MIGRATIONS = [
+    Migration(1, "credential tables", _create_v1),
+    Migration(2, "shared server secrets", _create_v2),
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +154,23 @@ class CredentialStore:
 
     def _write(self) -> Any:
         return transaction(self.engine)
+
+    # -- shared secrets -------------------------------------------------------------------------
+    def server_secret(self, name: str) -> bytes:
+        """A random key shared by every node, created on first use (never rotated, never shown)."""
+        select = sa.select(server_secrets.c.value).where(server_secrets.c.name == name)
+        with self.engine.connect() as conn:
+            row = conn.execute(select).first()
+        if row is not None:
+            return bytes(row[0])
+        with self._write() as conn:
+            lock_component(conn, COMPONENT)
+            row = conn.execute(select).first()
+            if row is None:
+                value = secrets.token_bytes(32)
+                conn.execute(sa.insert(server_secrets).values(name=name, value=value))
+                return value
+        return bytes(row[0])
 
     # -- SCRAM ----------------------------------------------------------------------------------
     def upsert_scram(

@@ -220,6 +220,31 @@ def test_client_credentials_and_bearer(app_env) -> None:
     assert client.delete("/v1/oauth/clients/spark-job", headers=ADMIN).status_code == 404
 
 
+def test_token_endpoint_rfc6749_edges(app_env) -> None:
+    """RFC 6749 §5.2: a missing grant_type is invalid_request; a client that tried the Authorization
+    header gets 401 with WWW-Authenticate whatever it sent there; an oversized form is refused
+    before it is read whole."""
+    client, _app, _clock, _ = app_env
+    client.post(
+        "/v1/oauth/clients",
+        json={"client_id": "job", "client_secret": "job-secret-0123456789", "scopes": []},
+        headers=ADMIN,
+    )
+    r = client.post("/oauth/token", data={"scope": "kafka"}, headers=basic("job", "job-secret-0123456789"))
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_request")
+    for header in ("Digest abc", "Basic !!!not-base64", "Bearer x.y.z"):
+        r = client.post("/oauth/token", data={"grant_type": "client_credentials"}, headers={"Authorization": header})
+        assert (r.status_code, r.json()["error"]) == (401, "invalid_client")
+        assert r.headers["WWW-Authenticate"].startswith("Basic"), header
+    r = client.post(
+        "/oauth/token",
+        content=b"grant_type=client_credentials&pad=" + b"x" * 20_000,
+        headers={"Content-Type": "application/x-www-form-urlencoded", **basic("job", "job-secret-0123456789")},
+    )
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_request")
+    assert "too large" in r.json()["error_description"]
+
+
 def test_delegation_token_endpoints(app_env) -> None:
     client, app, _clock, _ = app_env
     for user in ("alice", "bob", "eve"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import scramp
@@ -218,6 +219,25 @@ def test_token_expires_by_time_and_removal(env) -> None:
     assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND
 
 
+def test_token_authenticated_sessions_may_not_manage_tokens(env) -> None:
+    """Kafka's allowTokenRequests gates renew, expire and describe as well as create: otherwise a
+    leaked token could keep itself alive to its maximum lifetime or expire its owner's other tokens."""
+    svc, *_ = env
+    created = svc.create_token(ALICE, renewers=[BOB])
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    calls = [
+        lambda: svc.renew_token(ALICE, hmac_b64, 60_000, token_authenticated=True),
+        lambda: svc.expire_token(ALICE, hmac_b64, -1, token_authenticated=True),
+        lambda: svc.describe_tokens(ALICE, owners=None, may_describe=lambda t: True, token_authenticated=True),
+        lambda: svc.create_token(ALICE, token_authenticated=True),
+    ]
+    for call in calls:
+        with pytest.raises(DelegationTokenError) as err:
+            call()
+        assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    assert [t.expiry_ms for t in svc.store.all_tokens()] == [created.info.expiry_ms]  # nothing changed
+
+
 def test_tokens_disabled_without_secret(db_url: str) -> None:
     engine = open_engine(db_url)
     svc = CredentialService(engine, Settings(dev_mode=True))
@@ -391,4 +411,131 @@ def test_signing_keys_encrypted_at_rest(db_url: str) -> None:
         assert err.value.error == "server_error" and err.value.status == 500
     # the right secret on another node signs
     assert CredentialService(engine, sealed).issue_token(account, None).access_token
+    engine.dispose()
+
+
+def server_first(svc: CredentialService, mech, name: str, *, token: bool = False) -> dict[str, str]:
+    """The salt and iterations a client sees for `name` (the server-first message's s= and i=)."""
+    server = svc.server_mechanism(mech.name, "10.0.0.9")
+    reply = server.step(ScramClient(mech, name, "x", token_auth=token).first_message())
+    assert isinstance(reply, Challenge)
+    return dict(item.split("=", 1) for item in reply.data.decode().split(",")[1:])
+
+
+def test_unknown_names_look_like_the_commonest_stored_credential(db_url: str) -> None:
+    """Users made by Kafka's tools have 4096 iterations and a base-36 text salt; a fake with kgov's
+    defaults (8192, random bytes) would have marked every such user as real."""
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(scram_iterations=8192))
+    for i in range(3):  # as kafka-configs.sh sends them through AlterUserScramCredentials
+        salt = f"{i}k7x0q2m9zt4c1v8b5n3j6h0gz".encode()  # 26 base-36 characters
+        salted = SCRAM_SHA_512.salted_password("pw", salt, 4096)
+        svc.set_scram_salted_credential(
+            f"kafka-user-{i}", "SCRAM-SHA-512", salt=salt, salted_password=salted, iterations=4096, actor=ALICE
+        )
+    svc.set_scram_credential("kgov-user", "SCRAM-SHA-512", "pw", actor=ALICE)  # 8192, 24 random bytes
+    real = server_first(svc, SCRAM_SHA_512, "kafka-user-0")
+    fake = server_first(svc, SCRAM_SHA_512, "no-such-user")
+    assert real["i"] == fake["i"] == "4096"
+    fake_salt = base64.b64decode(fake["s"])
+    assert len(fake_salt) == 26 and fake_salt.decode().isalnum() and fake_salt.decode() == fake_salt.decode().lower()
+    # SCRAM-SHA-256 has no stored credential: the configured default shape.
+    assert server_first(svc, SCRAM_SHA_256, "no-such-user")["i"] == "8192"
+    # A token id that does not exist looks like a token (minimum iterations), not like a user.
+    assert server_first(svc, SCRAM_SHA_512, "no-such-token", token=True)["i"] == "4096"
+    engine.dispose()
+
+
+def test_every_node_shows_the_same_salt_for_a_name(db_url: str) -> None:
+    """Real users and tokens show one salt whichever node answers; so must unknown names, or asking
+    two nodes (or one node before and after a restart) tells them apart."""
+    engine_a, engine_b = open_engine(db_url), open_engine(db_url)
+    a = CredentialService(engine_a, settings())
+    created = a.create_token(ALICE)
+    b = CredentialService(engine_b, settings())
+    token_id = created.info.token_id
+    assert server_first(a, SCRAM_SHA_256, token_id, token=True) == server_first(b, SCRAM_SHA_256, token_id, token=True)
+    assert server_first(a, SCRAM_SHA_512, "ghost") == server_first(b, SCRAM_SHA_512, "ghost")
+    engine_a.dispose()
+    engine_b.dispose()
+
+
+def test_unknown_name_salt_survives_a_restart(tmp_path) -> None:
+    """A new process (fresh module state) on the same database shows the same fake salt."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'kgov.db'}"
+    engine = open_engine(url)
+    here = server_first(CredentialService(engine, settings()), SCRAM_SHA_512, "ghost")
+    engine.dispose()
+    script = (
+        "import sys; sys.path.insert(0, '.');"
+        "from tests.integration.sasl.test_service import CredentialService, open_engine, settings, server_first;"
+        "from sasl.scram import SCRAM_SHA_512;"
+        f"print(server_first(CredentialService(open_engine({url!r}), settings()), SCRAM_SHA_512, 'ghost')['s'])"
+    )
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True, cwd=root
+    )
+    assert out.stdout.strip() == here["s"]
+
+
+def test_plain_unknown_user_costs_what_a_real_check_costs(db_url: str, monkeypatch) -> None:
+    """PLAIN / HTTP Basic: an unknown name runs PBKDF2 with the hash and iteration count most users
+    have (Kafka-made users: 4096), not always kgov's default, so timing does not single out real names."""
+    import hashlib
+
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(scram_iterations=8192))
+    for i in range(2):
+        salt = f"{i}salt".encode()
+        svc.set_scram_salted_credential(
+            f"k{i}", "SCRAM-SHA-512", salt=salt, salted_password=SCRAM_SHA_512.salted_password("pw", salt, 4096),
+            iterations=4096, actor=ALICE,
+        )
+    calls: list[tuple[str, int]] = []
+    real = hashlib.pbkdf2_hmac
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", lambda h, p, s, n, *a: calls.append((h, n)) or real(h, p, s, n, *a))
+    assert svc.verify_password("k0", "wrong") is None
+    assert svc.verify_password("nobody", "wrong") is None
+    assert calls == [("sha512", 4096), ("sha512", 4096)]
+    engine.dispose()
+
+
+def test_overlong_names_get_a_clear_error(env) -> None:
+    """PostgreSQL used to answer a 256-character name with a database error (HTTP 500)."""
+    svc, *_ = env
+    salt = b"s"
+    for call in (
+        lambda: svc.set_scram_credential("u" * 256, "SCRAM-SHA-512", "pw", actor=ALICE),
+        lambda: svc.set_scram_salted_credential(
+            "u" * 256, "SCRAM-SHA-256", salt=salt, salted_password=b"x" * 32, iterations=4096, actor=ALICE
+        ),
+        lambda: svc.set_client("c" * 256, "client-secret-0123456789", [], actor=ALICE),
+    ):
+        with pytest.raises(CredentialError) as err:
+            call()
+        assert err.value.code == CredentialError.UNACCEPTABLE_CREDENTIAL and "at most 255" in str(err.value)
+    assert svc.set_scram_credential("u" * 255, "SCRAM-SHA-512", "pw", actor=ALICE) is False
+    assert svc.describe_scram_users() != [] and svc.list_clients() == []
+
+
+def test_store_upgrade_from_v1_creates_the_shared_secret_once(db_url: str) -> None:
+    import sqlalchemy as sa
+
+    from authz.database import migrate
+    from sasl.store import COMPONENT, MIGRATIONS, SCRAM_UNKNOWN_USER_SECRET, CredentialStore, server_secrets
+
+    engine = open_engine(db_url)
+    assert migrate(engine, COMPONENT, MIGRATIONS[:1]) == 1
+    with engine.begin() as conn:  # as a kgov that only knew schema version 1 left it
+        server_secrets.drop(conn, checkfirst=True)
+    first = CredentialStore(engine).server_secret(SCRAM_UNKNOWN_USER_SECRET)
+    assert len(first) == 32 and CredentialStore(engine).server_secret(SCRAM_UNKNOWN_USER_SECRET) == first
+    with engine.begin() as conn:  # lost somehow: made again on first use, then stable
+        conn.execute(sa.delete(server_secrets))
+    again = CredentialStore(engine).server_secret(SCRAM_UNKNOWN_USER_SECRET)
+    assert again == CredentialStore(engine).server_secret(SCRAM_UNKNOWN_USER_SECRET)
     engine.dispose()

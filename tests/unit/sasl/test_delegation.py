@@ -108,3 +108,17 @@ def test_describe_visibility() -> None:
     assert visible(t, caller=EVE, owners=None, may_describe=lambda _t: True)
     assert visible(t, caller=ALICE, owners=[BOB], may_describe=never)  # bob is a renewer
     assert not visible(t, caller=ALICE, owners=[EVE], may_describe=never)
+
+
+def test_expired_is_answered_before_owner_mismatch_as_kafka() -> None:
+    """KRaft's DelegationTokenControlManager checks expiry first, for renew and expire alike, and
+    refuses to expire (even with a negative period) a token that has already expired."""
+    t = make()
+    for call in (
+        lambda: renewed(t, caller=EVE, now_ms=5_000, renew_period_ms=-1, policy=POLICY),
+        lambda: expired(t, caller=EVE, now_ms=5_000, expiry_period_ms=10),
+        lambda: expired(t, caller=ALICE, now_ms=5_000, expiry_period_ms=-1),
+    ):
+        with pytest.raises(DelegationTokenError) as info:
+            call()
+        assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED

@@ -276,3 +276,105 @@ def test_arbitrary_headers_with_a_real_signature_never_crash(header: dict) -> No
     token = raw_token(header, claims(), b"\x00" * 256)
     with pytest.raises(TokenValidationError):
         v.validate(token)
+
+
+# -- review fixes (rev-sasl) --------------------------------------------------------------------
+
+
+def test_a_new_kid_per_attempt_does_not_fetch_per_attempt() -> None:
+    """Kafka limits expedited refreshes per kid only; an attacker inventing kids must not turn every
+    attempt into a fetch from the identity provider."""
+    fetcher = Fetcher(RSA)
+    mono = Monotonic()
+    cache = JwksCache(
+        fetcher, refresh_s=3600, unknown_kid_refresh_s=60, unknown_kid_min_interval_s=10, monotonic=mono
+    )
+    v = JwtValidator(cache, ValidationPolicy(issuer="kgov", audience="kafka"), now_s=lambda: NOW)
+    for i in range(40):
+        rejects(v, sign(headers={"kid": f"invented-{i}"}), "no key in the JWKS")
+    assert fetcher.calls == 2  # the start-up load and one expedited refresh
+    mono.t += 10
+    fetcher.keys.append(OTHER)  # a real rotation still gets through once the interval has passed
+    assert v.validate(sign(OTHER)).principal_name == "worker-1"
+    assert fetcher.calls == 3
+
+
+def _rsa_jwk_key(bits: int, kid: str, alg: str = "RS256") -> tuple[Any, dict[str, Any]]:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+    numbers = private.public_key().public_numbers()
+
+    def uint(n: int) -> str:
+        return b64(n.to_bytes((n.bit_length() + 7) // 8, "big"))
+
+    return private, {"kty": "RSA", "kid": kid, "alg": alg, "use": "sig", "n": uint(numbers.n), "e": uint(numbers.e)}
+
+
+def test_rsa_keys_under_2048_bits_refused() -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    private, jwk = _rsa_jwk_key(1024, "weak")
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    v, _, _ = make(lambda: {"keys": [jwk]})
+    rejects(v, jwt.encode(claims(), pem, algorithm="RS256", headers={"kid": "weak"}), "under 2048")
+    v2, _, _ = make(lambda: {"keys": [dict(jwk, n="")]})
+    rejects(v2, jwt.encode(claims(), pem, algorithm="RS256", headers={"kid": "weak"}), "RSA modulus")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"iss":"kgov","aud":"kafka","sub":"w","iat":1800000000,"exp":NaN}',
+        b'{"iss":"kgov","aud":"kafka","sub":"w","iat":1800000000,"exp":Infinity}',
+        b'{"iss":"kgov","aud":"kafka","sub":"w","iat":1800000000,"exp":1e400}',
+        b'{"iss":"kgov","aud":"kafka","sub":"w","iat":NaN,"exp":1800000600}',
+    ],
+)
+def test_non_finite_numbers_refused(payload: bytes) -> None:
+    """A NaN `exp` compares false with everything: it would never expire (and crashed the lifetime)."""
+    from jose import jws
+
+    v, _, _ = make()
+    token = jws.sign(payload, RSA.private_pem, headers={"kid": RSA.kid}, algorithm="RS256")
+    rejects(v, token, "malformed JWT payload")
+
+
+def test_rsassa_pss_tokens_verify() -> None:
+    """PS256 is on the allow-list (jose4j accepts it); python-jose cannot verify it, so every PS token
+    used to fail as a bad signature."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    private, jwk = _rsa_jwk_key(2048, "pss", alg="PS256")
+    v, _, _ = make(lambda: {"keys": [jwk]})
+    signing_input = f"{b64(json.dumps({'alg': 'PS256', 'kid': 'pss'}).encode())}.{b64(json.dumps(claims()).encode())}"
+
+    def pss(salt: int) -> str:
+        signature = private.sign(
+            signing_input.encode(), padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=salt), hashes.SHA256()
+        )
+        return f"{signing_input}.{b64(signature)}"
+
+    assert v.validate(pss(32)).principal_name == "worker-1"
+    head, _payload, sig = pss(32).split(".")
+    rejects(v, f"{head}.{b64(json.dumps(claims(sub='admin')).encode())}.{sig}", "signature verification failed")
+    rejects(v, pss(0), "signature verification failed")  # RFC 7518 §3.5: salt = hash length
+
+
+@pytest.mark.parametrize("name", [" admin", "admin ", "bob\nPrincipal = User:admin is Allowed", "x\x00y", "a\x85b"])
+def test_principal_with_spaces_or_control_characters_refused(name: str) -> None:
+    """Kafka would trim " admin" into User:admin; a newline would forge a line in the authorizer log."""
+    v, _, _ = make(principal_claim="preferred_username")
+    rejects(v, sign(preferred_username=name), "control characters")
+    assert v.validate(sign(preferred_username="Zoë Smith")).principal_name == "Zoë Smith"
+
+
+def test_expected_audience_is_a_comma_separated_list_as_kafka() -> None:
+    v, _, _ = make(audience="kafka, kgov-gateway")
+    assert v.validate(sign(aud="kgov-gateway")).principal_name == "worker-1"
+    assert v.validate(sign(aud=["x", "kafka"])).principal_name == "worker-1"
+    rejects(v, sign(aud="kafka, kgov-gateway"), "audience does not match")
+    rejects(v, sign(aud=["x", 7]), "audience does not match")

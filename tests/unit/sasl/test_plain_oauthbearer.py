@@ -153,3 +153,21 @@ def test_build_and_parse_round_trip(authzid: str, ext_value: str) -> None:
         build_client_initial_response(token, authzid=authzid, extensions={"ext": ext_value})
     )
     assert (parsed.token, parsed.authzid, dict(parsed.extensions)) == (token, authzid, {"ext": ext_value})
+
+
+@pytest.mark.parametrize(
+    ("token", "extensions", "message"),
+    [
+        ("abc\x01auth=Bearer forged", {}, "token charset"),
+        ("abc def", {}, "token charset"),
+        ("abc", {"auth": "Bearer other"}, "Extension name auth is invalid"),
+        ("abc", {"bad-key": "v"}, "Extension name bad-key is invalid"),
+        ("abc", {"ok": "v\x01auth=Bearer forged"}, "Extension value for ok is invalid"),
+        ("abc", {"ok": ""}, "Extension value for ok is invalid"),
+    ],
+)
+def test_client_initial_response_refuses_what_would_inject_fields(token, extensions, message) -> None:
+    """Kafka's OAuthBearerClientInitialResponse validates what it sends; a 0x01 in a token or value
+    would add fields (a second `auth`) of the sender's choosing."""
+    with pytest.raises(OAuthBearerError, match=message):
+        build_client_initial_response(token, extensions=extensions)

@@ -13,16 +13,20 @@ from hypothesis import strategies as st
 from authz.model import Principal
 from sasl.mechanism import Challenge, Failure, Success
 from sasl.scram import (
+    BASE36,
     SCRAM_SHA_256,
     SCRAM_SHA_512,
+    FakeCredentialShape,
     ScramClient,
     ScramCredential,
     ScramError,
     ScramIdentity,
     ScramServer,
+    commonest_shape,
     decode_sasl_name,
     derive_credential,
     encode_sasl_name,
+    fake_credential,
     mechanism_named,
     parse_client_first,
 )
@@ -296,3 +300,65 @@ def test_server_never_raises_on_garbage(data: bytes) -> None:
     server = ScramServer(SCRAM_SHA_256, lookup_for({}))
     assert isinstance(server.step(data), Challenge | Failure)
     assert isinstance(server.step(data), Failure)
+
+
+# -- review fixes (rev-sasl) --------------------------------------------------------------------
+
+
+def test_commonest_shape_follows_the_stored_credentials() -> None:
+    kafka_made = ScramCredential(b"3kq9z0x1c7v2b8n4m6l5j0h9gf", b"k" * 64, b"s" * 64, 4096)
+    kgov_made = derive_credential(SCRAM_SHA_512, "pw", iterations=8192)
+    default = FakeCredentialShape(iterations=8192)
+    assert commonest_shape([], default) == default
+    shape = commonest_shape([kafka_made, kafka_made, kgov_made], default)
+    assert shape == FakeCredentialShape(4096, 26, BASE36)
+    # Ties do not depend on the order the database returned the rows in.
+    assert commonest_shape([kafka_made, kgov_made], default) == commonest_shape([kgov_made, kafka_made], default)
+    fake = fake_credential(SCRAM_SHA_512, "ghost", key=b"k" * 32, shape=shape)
+    assert fake.iterations == 4096 and len(fake.salt) == 26 and all(b in BASE36 for b in fake.salt)
+    long_salt = fake_credential(SCRAM_SHA_512, "ghost", key=b"k" * 32, shape=FakeCredentialShape(4096, 100))
+    assert len(long_salt.salt) == 100
+    assert fake_credential(SCRAM_SHA_512, "ghost", key=b"k" * 32, shape=shape) == fake  # stable per name and key
+    assert fake_credential(SCRAM_SHA_512, "ghost", key=b"j" * 32, shape=shape).salt != fake.salt
+
+
+def test_unknown_user_audit_reason_does_not_depend_on_the_proof_length() -> None:
+    """The audit trail says "unknown user" whatever the client sent as proof (it used to say
+    "Invalid client credentials" when the proof had the wrong length)."""
+    server = ScramServer(SCRAM_SHA_256, lookup_for({}))
+    first = server.step(b"n,,n=ghost,r=abc")
+    assert isinstance(first, Challenge)
+    nonce = first.data.decode().split(",")[0][2:]
+    result = server.step(f"c=biws,r={nonce},p=YWJj".encode())
+    assert isinstance(result, Failure) and result.data == b"e=invalid-proof"
+    assert "Invalid user credentials" in result.reason
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"extensions": {"x": "1,tokenauth=true"}},
+        {"extensions": {"bad-key": "1"}},
+        {"extensions": {"x": ""}},
+        {"nonce": "abc,r=forged"},
+    ],
+)
+def test_client_refuses_extensions_or_nonce_that_would_add_attributes(kwargs) -> None:
+    with pytest.raises(ScramError):
+        ScramClient(SCRAM_SHA_256, "user", "pw", **kwargs)
+
+
+def test_the_fake_credential_is_derived_for_known_names_too() -> None:
+    """The first answer does the same work whether or not the name exists."""
+    cred = derive_credential(SCRAM_SHA_256, "pw", iterations=4096)
+    asked: list[tuple[str, bool]] = []
+
+    def unknown(name: str, token_auth: bool) -> ScramCredential:
+        asked.append((name, token_auth))
+        return cred
+
+    for name in ("known", "ghost"):
+        ScramServer(SCRAM_SHA_256, lookup_for({"known": cred}), unknown=unknown).step(
+            f"n,,n={name},r=abc".encode()
+        )
+    assert asked == [("known", False), ("ghost", False)]
