@@ -113,6 +113,7 @@ class SaslSession:
         if state is State.AUTHENTICATED:
             if api_key == SASL_HANDSHAKE and self._reauth_refusal(now_ms) is None:
                 return Admission.SASL
+            # Kafka compares nanoseconds (now > expiry); in milliseconds `>=` errs toward closing.
             if self.session_expires_ms is not None and now_ms >= self.session_expires_ms:
                 return Admission.SESSION_EXPIRED
             return Admission.SASL if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) else Admission.SERVE

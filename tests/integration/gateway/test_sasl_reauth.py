@@ -25,14 +25,18 @@ ADMIN = Principal("User", "admin")
 DELAY_MS = 300
 
 
-class ShiftedClock:
-    """Wall time plus an offset the test moves forward (sessions expire without sleeping)."""
+class FrozenClock:
+    """The gateway's time, moved only by the test (sessions expire without sleeping, and a slow
+    machine cannot push two steps a second apart)."""
 
     def __init__(self) -> None:
-        self.offset = timedelta()
+        self.now = datetime.now(UTC)
 
     def __call__(self) -> datetime:
-        return datetime.now(UTC) + self.offset
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 def gateway(factory: Callable[..., RunningGateway], max_reauth_ms: int = 60_000, **kwargs: Any) -> RunningGateway:
@@ -119,15 +123,19 @@ def test_a_reauthentication_handshake_without_an_expiring_session_is_refused_and
 def test_a_second_reauthentication_within_a_second_is_refused_without_closing(
     runtime_factory: Callable[..., RunningGateway],
 ) -> None:
-    gw = gateway(runtime_factory)
+    clock = FrozenClock()
+    gw = gateway(runtime_factory, clock=clock)
     raw = logged_in(gw)
     assert scram_login(raw, "SCRAM-SHA-512", "alice", PASSWORD).error_code == 0  # re-authenticated
+    clock.advance(0.999)
     assert handshake(raw) == 34
     assert raw.call(3, 12, metadata([])).brokers
+    clock.advance(0.001)
+    assert scram_login(raw, "SCRAM-SHA-512", "alice", PASSWORD).error_code == 0
     raw.close()
     events = auth_events(gw)
-    assert [(e["result"]["success"], e["result"]["reauthentication"]) for e in events[-3:]] == [
-        (True, False), (True, True), (False, True)]
+    assert [(e["result"]["success"], e["result"]["reauthentication"]) for e in events[-4:]] == [
+        (True, False), (True, True), (False, True), (True, True)]
 
 
 def test_a_failed_reauthentication_is_audited_as_one_for_the_sessions_principal(
@@ -198,12 +206,13 @@ def test_a_reauthentication_with_a_mechanism_not_enabled_is_33_delayed_and_audit
 def test_any_request_on_an_expired_session_closes_at_once_with_a_log_line(
     runtime_factory: Callable[..., RunningGateway], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = ShiftedClock()
+    clock = FrozenClock()
     gw = gateway(runtime_factory, max_reauth_ms=5_000, clock=clock)
     caplog.set_level(logging.INFO, logger="kgov.gateway")
     raw = logged_in(gw)
+    clock.advance(4.999)
     assert raw.call(18, 3, SPECS[18].request[3](client_software_name="t", client_software_version="1")).api_keys
-    clock.offset = timedelta(seconds=6)
+    clock.advance(0.001)
     raw.send(18, 3, SPECS[18].request[3](client_software_name="t", client_software_version="1"))
     assert raw.closed_by_peer(timeout=2)
     raw.close()
@@ -213,7 +222,7 @@ def test_any_request_on_an_expired_session_closes_at_once_with_a_log_line(
     assert PASSWORD not in caplog.text
     # An expired session may still re-authenticate (its SaslHandshake is the one request admitted).
     raw = logged_in(gw)
-    clock.offset = timedelta(seconds=12)
+    clock.advance(6)
     assert scram_login(raw, "SCRAM-SHA-512", "alice", PASSWORD).error_code == 0
     assert raw.call(3, 12, metadata([])).brokers
     raw.close()
