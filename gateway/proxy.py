@@ -962,8 +962,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         response = spec.response(error_code=step.error_code, mechanisms=list(self.sasl.enabled))
         slot = Slot(header, spec, now, len(frame))
         encoded = encode_response(spec, header.api_version, header.correlation_id, response)
-        if step.error_code == 0 and header.api_version == 0:
-            self.raw_sasl = True  # v0: the SASL tokens follow as raw size-prefixed frames
+        if step.error_code == 0:
+            # Kafka reads every frame of an exchange, re-authentications too, under
+            # sasl.server.max.receive.size (SaslServerAuthenticator.authenticate).
+            self.reader.max_frame_bytes = min(MAX_UNAUTHENTICATED_BYTES, self.options.max_request_bytes)
+            if header.api_version == 0:
+                self.raw_sasl = True  # v0: the SASL tokens follow as raw size-prefixed frames
         self._after_auth_step(step, slot, encoded, mechanism=request.mechanism)
 
     def _refuse_during_authentication(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:

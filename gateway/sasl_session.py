@@ -118,9 +118,11 @@ class SaslSession:
                 return Admission.SESSION_EXPIRED
             return Admission.SASL if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) else Admission.SERVE
         if state is State.AWAIT_HANDSHAKE:
-            if api_key in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE):
-                return Admission.SASL if api_key != API_VERSIONS else Admission.SERVE
-            return Admission.UNAUTHENTICATED
+            # Kafka's handleKafkaRequest: anything but ApiVersions and SaslHandshake (SaslAuthenticate
+            # included) closes the connection, unanswered.
+            if api_key == API_VERSIONS:
+                return Admission.SERVE
+            return Admission.SASL if api_key == SASL_HANDSHAKE else Admission.UNAUTHENTICATED
         if state is State.FAILED:
             return Admission.UNAUTHENTICATED
         # AWAIT_AUTHENTICATE or REAUTH_BAD_MECHANISM: only SaslAuthenticate belongs here (a second

@@ -87,6 +87,31 @@ def test_a_request_during_reauthentication_is_answered_illegal_sasl_state_and_cl
     assert failure["authenticationInfo"] == {"principal": "User:alice", "mechanism": "SCRAM-SHA-512"}
 
 
+def test_frames_of_a_reauthentication_are_bounded_like_those_of_a_first_login(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = gateway(runtime_factory)
+    raw = logged_in(gw)
+    raw.sock.sendall((600_000).to_bytes(4, "big"))  # allowed once authenticated: the rest is awaited
+    assert _waits(raw)
+    raw.close()
+    raw = logged_in(gw)
+    assert handshake(raw) == 0
+    raw.sock.sendall((600_000).to_bytes(4, "big"))  # over sasl.server.max.receive.size (512 KiB)
+    assert raw.closed_by_peer(timeout=2)
+    raw.close()
+
+
+def _waits(raw: RawClient) -> bool:
+    """True when the gateway neither answers nor closes within half a second."""
+    raw.sock.settimeout(0.5)
+    try:
+        raw.sock.recv(1)
+    except TimeoutError:
+        return True
+    return False
+
+
 def test_a_request_during_the_first_exchange_is_refused_the_same_way(
     runtime_factory: Callable[..., RunningGateway],
 ) -> None:
