@@ -1,8 +1,8 @@
 """The gateway's network layer: asyncio Protocols, one upstream connection per client connection.
 
 Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
-hand-parsed request header -> SASL state (before authentication only ApiVersions, SaslHandshake,
-SaslAuthenticate) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
+hand-parsed request header -> SASL state (`SaslSession.admit`: before authentication only ApiVersions,
+SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
 trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
 client, in request order -> one request-log event.
 
@@ -77,7 +77,6 @@ log = logging.getLogger("kgov.gateway")
 
 ANONYMOUS = Principal("User", "ANONYMOUS")
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-PRE_AUTH_APIS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 UNSUPPORTED_VERSION = 35
 MAX_IN_FLIGHT = 256
 PENDING_BYTES_HIGH = 4 * 1024 * 1024
