@@ -272,3 +272,32 @@ def test_librdkafka_whose_credential_is_deleted_fails_its_reauthentication_audit
     failures = [e for e in auth_events(gw) if not e["result"]["success"]]
     assert failures and failures[0]["result"]["reauthentication"] is True
     assert failures[0]["authenticationInfo"] == {"principal": "User:alice", "mechanism": "SCRAM-SHA-512"}
+
+
+def test_kafka_python_reauthenticates_and_a_refused_renewal_is_audited_as_one(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    from kafka import KafkaProducer
+
+    gw = gateway(runtime_factory, max_reauth_ms=1500)
+    grant_prefix(gw, "User:alice", "reauth-")
+    producer = KafkaProducer(bootstrap_servers=gw.bootstrap, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
+                             sasl_plain_password=PASSWORD, acks=1, linger_ms=0)
+    try:
+        deadline = time.monotonic() + 3.5  # past two re-authentications of the 1.5 s session
+        while time.monotonic() < deadline:
+            producer.send("reauth-kafka-python", b"x").get(timeout=10)
+            time.sleep(0.2)
+        renewed = [e for e in auth_events(gw) if e["result"]["reauthentication"]]
+        assert len(renewed) >= 2 and all(e["result"]["success"] for e in renewed)
+        gw.runtime.credentials.delete_scram_credential("alice", None, actor=ADMIN)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and all(e["result"]["success"] for e in auth_events(gw)):
+            time.sleep(0.1)
+    finally:
+        producer.close(timeout=2)
+    failures = [e for e in auth_events(gw) if not e["result"]["success"]]
+    assert failures and failures[0]["result"]["reauthentication"] is True
+    assert failures[0]["authenticationInfo"]["principal"] == "User:alice"
+    assert gw.gateway.expired_connections_killed == 0  # every session was renewed in time
