@@ -1,8 +1,8 @@
 """The gateway's network layer: asyncio Protocols, one upstream connection per client connection.
 
 Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
-hand-parsed request header -> SASL state (before authentication only ApiVersions, SaslHandshake,
-SaslAuthenticate) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
+hand-parsed request header -> SASL state (`SaslSession.admit`: before authentication only ApiVersions,
+SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
 trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
 client, in request order -> one request-log event.
 
@@ -53,6 +53,7 @@ from gateway.codec import (
     ApiSpec,
     CodecError,
     RequestHeader,
+    api_name,
     decode_request,
     decode_response,
     encode_request,
@@ -61,8 +62,8 @@ from gateway.codec import (
     produce_acks,
 )
 from gateway.framing import Frame, FrameError, FrameReader
-from gateway.request_authz import PLANNERS, RequestAuthorizer, plan_request
-from gateway.sasl_session import MechanismFactory, SaslSession
+from gateway.request_authz import PLANNERS, RequestAuthorizer, error_response, plan_request
+from gateway.sasl_session import Admission, AuthStep, MechanismFactory, SaslSession
 from gateway.upstream_login import (
     Authenticated,
     OAuthBearerExchange,
@@ -76,7 +77,6 @@ log = logging.getLogger("kgov.gateway")
 
 ANONYMOUS = Principal("User", "ANONYMOUS")
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-PRE_AUTH_APIS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 UNSUPPORTED_VERSION = 35
 MAX_IN_FLIGHT = 256
 PENDING_BYTES_HIGH = 4 * 1024 * 1024
@@ -194,6 +194,9 @@ class Gateway:
         # KIP-368 re-authentications of upstream connections (for tests and metrics)
         self.upstream_reauthentications = 0
         self.upstream_reauthentication_failures = 0
+        # Client connections closed because their KIP-368 session expired un-renewed (Kafka's
+        # expired-connections-killed-count).
+        self.expired_connections_killed = 0
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -773,23 +776,28 @@ class ClientConnection(asyncio.BufferedProtocol):
         key, version = header.api_key, header.api_version
         self._last_client_id = header.client_id or ""
         spec = SPECS.get(key)
-        if key == API_VERSIONS_KEY:
+        sasl = self.sasl
+        admission = sasl.admit(key, self._now_ms()) if sasl is not None else Admission.SERVE
+        if admission is Admission.SESSION_EXPIRED:
+            self._close_expired(api_name(key))
+            return
+        if admission is Admission.UNAUTHENTICATED:
+            raise CodecError(f"{api_name(key)} before authentication")
+        if key == API_VERSIONS_KEY and admission is Admission.SERVE:
             self._answer_api_versions(header, frame, now)
             return
         if spec is None or not spec.supports(version):
             raise CodecError(f"unsupported api key {key} version {version}")
-        sasl = self.sasl
-        if sasl is not None:
+        if admission is Admission.DURING_AUTHENTICATION:
+            self._refuse_during_authentication(spec, header, frame, now)
+            return
+        if admission is Admission.SASL:
             if key == SASL_HANDSHAKE:
                 self._sasl_handshake(spec, header, frame, now)
-                return
-            if key == SASL_AUTHENTICATE:
+            else:
                 self._sasl_authenticate(spec, header, frame, now)
-                return
-            if not sasl.may_serve(self._now_ms()):
-                # Before authentication, or a KIP-368 session expired un-renewed: close (as Kafka).
-                raise CodecError(f"{spec.name} before (re-)authentication")
-        elif key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            return
+        if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             raise CodecError("SASL request on a listener without SASL")
         slot = Slot(header, spec, now, len(frame))
         ctx = self._context(header)
@@ -949,15 +957,40 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _sasl_handshake(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
         assert self.sasl is not None
         request = decode_request(spec, header, frame)
-        code = self.sasl.handshake(request.mechanism, header.api_version, self._now_ms())
-        response = spec.response(error_code=code, mechanisms=list(self.sasl.enabled))
+        step = self.sasl.handshake(request.mechanism, header.api_version, self._now_ms())
+        response = spec.response(error_code=step.error_code, mechanisms=list(self.sasl.enabled))
         slot = Slot(header, spec, now, len(frame))
-        self._complete(slot, encode_response(spec, header.api_version, header.correlation_id, response))
-        if code:
-            self._audit_auth(False, request.mechanism, f"handshake error {code}", False)
-            self.close_after_flush()
-        elif header.api_version == 0:
-            self.raw_sasl = True  # v0: the SASL tokens follow as raw size-prefixed frames
+        encoded = encode_response(spec, header.api_version, header.correlation_id, response)
+        if step.error_code == 0:
+            # Kafka reads every frame of an exchange, re-authentications too, under
+            # sasl.server.max.receive.size (SaslServerAuthenticator.authenticate).
+            self.reader.max_frame_bytes = min(MAX_UNAUTHENTICATED_BYTES, self.options.max_request_bytes)
+            if header.api_version == 0:
+                self.raw_sasl = True  # v0: the SASL tokens follow as raw size-prefixed frames
+        self._after_auth_step(step, slot, encoded, mechanism=request.mechanism)
+
+    def _refuse_during_authentication(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
+        """Kafka's SaslServerAuthenticator.handleSaslToken: a request other than SaslAuthenticate
+        during an exchange gets its own error response with ILLEGAL_SASL_STATE, and the exchange fails."""
+        assert self.sasl is not None
+        step = self.sasl.refuse_during_authentication(spec.name)
+        slot = Slot(header, spec, now, len(frame))
+        response = b""
+        if not step.silent:
+            request = decode_request(spec, header, frame)
+            message = error_response(spec.key, request, spec.response, step.error_code)
+            response = encode_response(spec, header.api_version, header.correlation_id, message)
+        self._after_auth_step(step, slot, response)
+
+    def _close_expired(self, api: str) -> None:
+        """Kafka's SocketServer: a request on a channel whose KIP-368 session expired, other than a
+        SaslHandshake that begins a re-authentication, closes it at once, unanswered."""
+        assert self.sasl is not None and self.sasl.session_expires_ms is not None
+        self.gateway.expired_connections_killed += 1
+        late_ms = self._now_ms() - self.sasl.session_expires_ms
+        log.info("closing %s: the session of %s expired %d ms ago without re-authentication (KIP-368); "
+                 "%s refused", self.connection_id, self.principal, late_ms, api)
+        self.abort("session expired")
 
     def _sasl_authenticate(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
         assert self.sasl is not None
@@ -980,9 +1013,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         response = b"" if step.failed else len(step.data).to_bytes(4, "big") + step.data
         self._after_auth_step(step, slot, response)
 
-    def _after_auth_step(self, step: Any, slot: Slot, response: bytes) -> None:
+    def _after_auth_step(self, step: AuthStep, slot: Slot, response: bytes, *, mechanism: str | None = None) -> None:
         assert self.sasl is not None
-        mechanism = self.sasl.mechanism_name or ""
+        mechanism = mechanism if mechanism is not None else self.sasl.mechanism_name or ""
         if step.done:
             assert self.sasl.principal is not None
             self.principal = self.sasl.principal
@@ -991,9 +1024,15 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._complete(slot, response)
             return
         if not step.failed:
+            if step.reason is not None:  # refused, the connection goes on (a re-authentication too early)
+                self._audit_auth(False, mechanism, step.reason, step.reauthentication)
             self._complete(slot, response)
             return
-        self._audit_auth(False, mechanism, step.reason, step.reauthentication, from_mechanism=True)
+        self._audit_auth(False, mechanism, step.reason, step.reauthentication, from_mechanism=step.mechanism_failure)
+        # Kafka's Selector log line; the client's error message, never the audit reason (it may tell
+        # whether a user exists).
+        log.info("Failed %sauthentication with %s (%s)", "re-" if step.reauthentication else "",
+                 self.connection_id, step.error_message or f"error code {step.error_code}")
         # Failure: hold the answer for a fixed delay (no timing side channel), then close.
         self.pause("sasl-failed")
         self.slots.append(slot)
@@ -1001,7 +1040,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         def fail() -> None:
             if self.closed:
                 return
-            slot.response = (response,)
+            slot.response = () if step.silent else (response,)
             self._flush()
             self.close_after_flush()
 

@@ -624,3 +624,30 @@ PLANNERS: Final[dict[int, Planner]] = {
 
 def plan_request(az: RequestAuthorizer, api_key: int, version: int, request: Any, resp_cls: Any) -> Plan:
     return PLANNERS[api_key](az, version, request, resp_cls)
+
+
+METADATA = TopicShape("topics", "name", None, None, "topics", "name", None, "")
+
+# Where each API that lists topics (and partitions) answers them one by one: an error that fails a
+# whole request (Kafka's AbstractRequest.getErrorResponse) is repeated on every one it names.
+_ERROR_SHAPES: Final[dict[int, TopicShape]] = {
+    0: PRODUCE, 1: FETCH, 2: LIST_OFFSETS, 3: METADATA, 8: OFFSET_COMMIT, 9: OFFSET_FETCH, 19: CREATE_TOPICS,
+    21: DELETE_RECORDS, 23: LEADER_EPOCH, 24: ADD_PARTITIONS, 28: TXN_SHAPE, 37: CREATE_PARTITIONS,
+    47: OFFSET_DELETE, 61: DESCRIBE_PRODUCERS, 75: DESCRIBE_TOPIC_PARTITIONS,
+}
+
+
+def error_response(api_key: int, request: Any, resp_cls: Any, code: int) -> Any:
+    """The response failing all of `request` with `code`: at the top level where the response has an
+    error code, and on every topic (partition) the request names where it answers them one by one.
+    Other parts keep their schema defaults (empty lists), so a client reads nothing but the error."""
+    values: dict[str, Any] = {}
+    if "error_code" in resp_cls.fields:
+        values["error_code"] = code
+    shape = _ERROR_SHAPES.get(api_key)
+    if shape is not None and shape.req_topics in type(request).fields and shape.resp_topics in resp_cls.fields:
+        values[shape.resp_topics] = [
+            _denied_entry(resp_cls, shape, getattr(t, shape.req_name) or "", _partition_ids(t, shape), code)
+            for t in getattr(request, shape.req_topics) or []
+        ]
+    return resp_cls(**values)

@@ -2,15 +2,29 @@
 
 Drives a `sasl.mechanism.ServerMechanism` through SaslHandshake (v0/v1) and SaslAuthenticate and
 keeps the KIP-368 session: lifetime = min(credential expiry, `max_reauth_ms`), re-authentication
-with the same mechanism and principal, at most once a second. The caller owns the socket, the
-failure delay and the audit trail; it asks `may_serve(now)` before every non-SASL request.
+with the same mechanism and principal, at most one start a second. The caller owns the socket, the
+failure delay and the audit trail; it asks `admit(api_key, now)` about every request first.
+
+What Kafka's broker does, and so this session (apache/kafka `SocketServer.Processor.
+processCompletedReceives`, `KafkaChannel.maybeBeginServerReauthentication`, `SaslServerAuthenticator`):
+- between a SaslHandshake and the SaslAuthenticate that completes the exchange, first login and
+  re-authentication alike, any other request is answered with its own error response carrying
+  ILLEGAL_SASL_STATE and fails the exchange (close after the failure delay);
+- a SaslHandshake on an authenticated connection begins a re-authentication only if the session
+  expires and the last re-authentication began at least a second ago; otherwise it is answered
+  ILLEGAL_SASL_STATE and the connection goes on (until its session expires);
+- once the session has expired, every request except a SaslHandshake that begins a re-authentication
+  closes the connection at once, unanswered;
+- a re-authentication that names another enabled mechanism gets a successful SaslHandshake answer,
+  then the next request fails the exchange unanswered; one that proves another principal fails.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from authz.model import Principal
 from sasl.mechanism import Challenge, Failure, ServerMechanism, Success, UnsupportedMechanismError
@@ -18,20 +32,41 @@ from sasl.mechanism import Challenge, Failure, ServerMechanism, Success, Unsuppo
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+MIN_REAUTH_INTERVAL_MS = 1000  # Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS
 
-MechanismFactory = Callable[[str, str], ServerMechanism]
+
+class MechanismFactory(Protocol):
+    """A fresh server mechanism for one exchange. `reauthenticating` is the principal whose session a
+    re-authentication renews (None for a first login), so the mechanism's own audit can say so."""
+
+    def __call__(
+        self, name: str, client_address: str, *, reauthenticating: Principal | None = None
+    ) -> ServerMechanism: ...
 
 
 class State(enum.Enum):
     AWAIT_HANDSHAKE = "await-handshake"
     AWAIT_AUTHENTICATE = "await-authenticate"
+    REAUTH_BAD_MECHANISM = "reauth-bad-mechanism"  # Kafka's state of the same name
     AUTHENTICATED = "authenticated"
     FAILED = "failed"
 
 
+class Admission(enum.Enum):
+    """What the caller does with one request, before looking at it further."""
+
+    SERVE = "serve"  # an authenticated, unexpired session: serve it (ApiVersions included)
+    SASL = "sasl"  # a SaslHandshake or SaslAuthenticate: `handshake()` / `authenticate()` answer it
+    UNAUTHENTICATED = "unauthenticated"  # before any SaslHandshake: close at once, unanswered
+    DURING_AUTHENTICATION = "during-authentication"  # `refuse_during_authentication()` answers it
+    SESSION_EXPIRED = "session-expired"  # close at once, unanswered (Kafka: "Disconnecting expired channel")
+
+
 @dataclass(frozen=True, slots=True)
 class AuthStep:
-    """What to answer to one SaslAuthenticate (or raw v0 token)."""
+    """What to answer to one SaslHandshake, SaslAuthenticate (or raw v0 token), or to a request that
+    arrived during an exchange; and whether it is an authentication outcome to audit."""
 
     error_code: int
     error_message: str | None
@@ -39,8 +74,10 @@ class AuthStep:
     session_lifetime_ms: int = 0
     done: bool = False  # authenticated (the connection may now serve requests)
     failed: bool = False  # close the connection after answering (after the failure delay)
-    reason: str | None = None  # for the audit trail only
+    reason: str | None = None  # for the audit trail only; set on every refusal worth an audit event
     reauthentication: bool = False
+    silent: bool = False  # close without answering at all
+    mechanism_failure: bool = False  # the mechanism itself refused (and audits that itself, if it does)
 
 
 class SaslSession:
@@ -58,47 +95,106 @@ class SaslSession:
         self._max_reauth_ms = max_reauth_ms
         self.state = State.AWAIT_HANDSHAKE
         self.mechanism_name: str | None = None
-        self.principal: Principal | None = None
+        self.principal: Principal | None = None  # during a re-authentication: the session's, until it succeeds
         self.token_authenticated = False
         self.handshake_version = 1
+        self.session_expires_ms: int | None = None
         self._mechanism: ServerMechanism | None = None
-        self._session_expires_ms: int | None = None
         self._reauthenticating = False
         self._last_reauth_start_ms: int | None = None
+        self._bad_mechanism_message = ""
 
-    def may_serve(self, now_ms: int) -> bool:
-        """A non-SASL request may be served: authenticated and the session not expired (KIP-368)."""
-        if self.principal is None or self.state is State.FAILED:
-            return False
-        if self.state is State.AWAIT_AUTHENTICATE and not self._reauthenticating:
-            return False
-        return self._session_expires_ms is None or now_ms < self._session_expires_ms
+    @property
+    def reauthenticating(self) -> bool:
+        return self._reauthenticating
 
-    def handshake(self, mechanism: str, version: int, now_ms: int) -> int:
-        """Answers a SaslHandshake: 0, UNSUPPORTED_SASL_MECHANISM or ILLEGAL_SASL_STATE."""
+    def admit(self, api_key: int, now_ms: int) -> Admission:
+        state = self.state
+        if state is State.AUTHENTICATED:
+            if api_key == SASL_HANDSHAKE and self._reauth_refusal(now_ms) is None:
+                return Admission.SASL
+            # Kafka compares nanoseconds (now > expiry); in milliseconds `>=` errs toward closing.
+            if self.session_expires_ms is not None and now_ms >= self.session_expires_ms:
+                return Admission.SESSION_EXPIRED
+            return Admission.SASL if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) else Admission.SERVE
+        if state is State.AWAIT_HANDSHAKE:
+            # Kafka's handleKafkaRequest: anything but ApiVersions and SaslHandshake (SaslAuthenticate
+            # included) closes the connection, unanswered.
+            if api_key == API_VERSIONS:
+                return Admission.SERVE
+            return Admission.SASL if api_key == SASL_HANDSHAKE else Admission.UNAUTHENTICATED
+        if state is State.FAILED:
+            return Admission.UNAUTHENTICATED
+        # AWAIT_AUTHENTICATE or REAUTH_BAD_MECHANISM: only SaslAuthenticate belongs here (a second
+        # SaslHandshake too is refused by `handshake`, as Kafka's handleSaslToken refuses it).
+        return Admission.SASL if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) else Admission.DURING_AUTHENTICATION
+
+    def _reauth_refusal(self, now_ms: int) -> str | None:
+        """Why a SaslHandshake on this authenticated connection may not begin a re-authentication."""
+        if self.session_expires_ms is None:
+            return "re-authentication refused: the session does not expire"
+        last = self._last_reauth_start_ms
+        if last is not None and now_ms - last < MIN_REAUTH_INTERVAL_MS:
+            return "re-authentication refused: less than a second after the previous one began"
+        return None
+
+    def handshake(self, mechanism: str, version: int, now_ms: int) -> AuthStep:
+        """Answers a SaslHandshake: error 0, UNSUPPORTED_SASL_MECHANISM or ILLEGAL_SASL_STATE."""
         if self.state is State.AUTHENTICATED:
-            # KIP-368 re-authentication: only when the session expires, same mechanism, once a second.
-            if self._session_expires_ms is None or mechanism != self.mechanism_name:
-                return ILLEGAL_SASL_STATE
-            if self._last_reauth_start_ms is not None and now_ms - self._last_reauth_start_ms < 1000:
-                return ILLEGAL_SASL_STATE
+            refusal = self._reauth_refusal(now_ms)
+            if refusal is not None:
+                # Kafka's KafkaApis answers this handshake itself; the session goes on unchanged.
+                return AuthStep(ILLEGAL_SASL_STATE, None, b"", reason=refusal, reauthentication=True)
             self._last_reauth_start_ms = now_ms
             self._reauthenticating = True
         elif self.state is not State.AWAIT_HANDSHAKE:
-            return ILLEGAL_SASL_STATE
+            return self.refuse_during_authentication("SASL_HANDSHAKE")
+        reauth = self._reauthenticating
         try:
             if mechanism not in self.enabled:
                 raise UnsupportedMechanismError(mechanism)
-            self._mechanism = self._factory(mechanism, self._client_address)
+            if reauth and mechanism != self.mechanism_name:
+                # Kafka answers this handshake with success and fails on the next request, unanswered.
+                self._bad_mechanism_message = (
+                    f"SASL mechanism '{mechanism}' requested by client is not supported for re-authentication "
+                    f"of mechanism '{self.mechanism_name}'")
+                self.state = State.REAUTH_BAD_MECHANISM
+                return AuthStep(0, None, b"", reauthentication=True)
+            self._mechanism = self._factory(
+                mechanism, self._client_address, reauthenticating=self.principal if reauth else None)
         except UnsupportedMechanismError:
             self.state = State.FAILED
-            return UNSUPPORTED_SASL_MECHANISM
+            return AuthStep(UNSUPPORTED_SASL_MECHANISM, None, b"", failed=True, reason="unsupported SASL mechanism",
+                            reauthentication=reauth)
         self.mechanism_name = mechanism
         self.handshake_version = version
         self.state = State.AWAIT_AUTHENTICATE
-        return 0
+        return AuthStep(0, None, b"", reauthentication=reauth)
+
+    def refuse_during_authentication(self, api_name: str) -> AuthStep:
+        """A request other than SaslAuthenticate between SaslHandshake and the end of the exchange:
+        the exchange fails (Kafka's IllegalSaslStateException; the caller answers the request with its
+        own error response carrying `error_code`)."""
+        reauth = self._reauthenticating
+        if self.state is State.REAUTH_BAD_MECHANISM:
+            return self._fail_bad_mechanism()
+        self.state = State.FAILED
+        message = f"Unexpected Kafka request of type {api_name} during SASL authentication."
+        return AuthStep(ILLEGAL_SASL_STATE, message, b"", failed=True, reason=message, reauthentication=reauth)
+
+    def _fail_bad_mechanism(self) -> AuthStep:
+        self.state = State.FAILED
+        message = self._bad_mechanism_message
+        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, silent=True, reason=message,
+                        reauthentication=True)
 
     def authenticate(self, data: bytes, now_ms: int) -> AuthStep:
+        if self.state is State.AUTHENTICATED:
+            # KafkaApis' answer; not an authentication attempt, and the session goes on.
+            return AuthStep(ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication",
+                            b"")
+        if self.state is State.REAUTH_BAD_MECHANISM:
+            return self._fail_bad_mechanism()
         if self.state is not State.AWAIT_AUTHENTICATE or self._mechanism is None:
             self.state = State.FAILED
             return AuthStep(ILLEGAL_SASL_STATE, "Unexpected SASL authenticate request", b"", failed=True,
@@ -107,20 +203,25 @@ class SaslSession:
             step = self._mechanism.step(data)
         except Exception as exc:  # a mechanism must never take the gateway down; garbage fails closed
             step = Failure(reason=f"mechanism error: {type(exc).__name__}")
+            crashed = True
+        else:
+            crashed = False
         reauth = self._reauthenticating
         if isinstance(step, Challenge):
             return AuthStep(0, None, step.data, reauthentication=reauth)
         if isinstance(step, Success):
-            if reauth and step.principal != self.principal:
+            old = self.principal
+            if reauth and old is not None and step.principal != old:
                 self.state = State.FAILED
-                return AuthStep(SASL_AUTHENTICATION_FAILED, "Cannot change principals during re-authentication",
-                                b"", failed=True, reason="principal changed during re-authentication",
+                message = (f"Cannot change principals during re-authentication from {old.type}.{old.name}: "
+                           f"{step.principal.type}.{step.principal.name}")
+                return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, reason=message,
                                 reauthentication=True)
-            lifetime = step.session_lifetime_ms or 0
-            if self._max_reauth_ms > 0:
-                lifetime = min(lifetime, self._max_reauth_ms) if lifetime > 0 else self._max_reauth_ms
-            lifetime = max(lifetime, 0)
-            self._session_expires_ms = now_ms + lifetime if lifetime > 0 else None
+            # A credential lifetime of 0 (expired) is a session that has already expired, as in Kafka:
+            # mechanisms refuse such credentials, and if one did not, no request could be served.
+            limits = [x for x in (step.session_lifetime_ms, self._max_reauth_ms or None) if x is not None]
+            lifetime = max(min(limits), 0) if limits else 0
+            self.session_expires_ms = now_ms + lifetime if limits else None
             self.principal = step.principal
             self.token_authenticated = step.token_authenticated
             self.state = State.AUTHENTICATED
@@ -132,4 +233,4 @@ class SaslSession:
             f"credentials with SASL mechanism {self.mechanism_name}"
         )
         return AuthStep(SASL_AUTHENTICATION_FAILED, message, step.data, failed=True, reason=step.reason,
-                        reauthentication=reauth)
+                        reauthentication=reauth, mechanism_failure=not crashed)

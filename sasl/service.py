@@ -205,11 +205,18 @@ class _PlainCache:
 class _AuditedMechanism:
     """Wraps a server mechanism: refuses blocked sources, records and audits failures."""
 
-    def __init__(self, inner: ServerMechanism, service: CredentialService, client_address: str) -> None:
+    def __init__(
+        self,
+        inner: ServerMechanism,
+        service: CredentialService,
+        client_address: str,
+        reauthenticating: Principal | None = None,
+    ) -> None:
         self.name = inner.name
         self._inner = inner
         self._service = service
         self._address = client_address
+        self._reauthenticating = reauthenticating
         self._started = False
         self._done = False
         self._recorded = False
@@ -227,7 +234,8 @@ class _AuditedMechanism:
                 failure = Failure(
                     "too many failed authentication attempts from this address", mechanism=self.name
                 )
-                self._service.audit_authentication(failure, self._address, "kafka.Authenticate")
+                self._service.audit_authentication(failure, self._address, "kafka.Authenticate",
+                                                   reauthenticating=self._reauthenticating)
                 return failure
         result = self._inner.step(received)
         if isinstance(result, Failure):
@@ -244,7 +252,8 @@ class _AuditedMechanism:
     def _record(self, failure: Failure) -> None:
         self._recorded = True
         self._service.limiter.record_failure(self._address)
-        self._service.audit_authentication(failure, self._address, "kafka.Authenticate")
+        self._service.audit_authentication(failure, self._address, "kafka.Authenticate",
+                                           reauthenticating=self._reauthenticating)
 
 
 class CredentialService:
@@ -351,7 +360,9 @@ class CredentialService:
         return self._snapshot
 
     # -- mechanisms ------------------------------------------------------------------------------
-    def server_mechanism(self, name: str, client_address: str) -> ServerMechanism:
+    def server_mechanism(
+        self, name: str, client_address: str, *, reauthenticating: Principal | None = None
+    ) -> ServerMechanism:
         """A fresh server state machine for one SASL exchange from `client_address` (IP literal).
 
         `name` is the mechanism the client asked for in SaslHandshake: SCRAM-SHA-256, SCRAM-SHA-512,
@@ -360,6 +371,8 @@ class CredentialService:
         The returned machine audits and counts its own failures and refuses a source that exceeded
         the failure limit; the caller applies `failure_delay_s` before sending a failure.
         `Success.session_lifetime_ms` is the KIP-368 session lifetime (None = unlimited).
+        `reauthenticating` is the principal whose session a KIP-368 re-authentication renews (None for
+        a first login): its failures are audited as that principal's failed re-authentication.
         """
         upper = name.upper()
         if upper not in ALL_MECHANISMS or upper not in {m.upper() for m in self.sasl.enabled_mechanisms}:
@@ -378,7 +391,7 @@ class CredentialService:
             inner = PlainServer(self.verify_password, session=self._session)
         else:
             inner = OAuthBearerServer(self.validator, session=self._session)
-        return _AuditedMechanism(inner, self, client_address)
+        return _AuditedMechanism(inner, self, client_address, reauthenticating)
 
     def _session(self, expiry_ms: int | None) -> int | None:
         return session_lifetime_ms(self.now_ms(), expiry_ms, self.sasl.connections_max_reauth_ms or None)
@@ -466,13 +479,17 @@ class CredentialService:
         return VerifiedUser(Principal("User", username))
 
     # -- audit -----------------------------------------------------------------------------------
-    def audit_authentication(self, failure: Failure, client_address: str, method: str) -> None:
+    def audit_authentication(
+        self, failure: Failure, client_address: str, method: str, *, reauthenticating: Principal | None = None
+    ) -> None:
         if self._audit is None:
             return
         # One shape for every authentication event (the gateway writes the same builder's events).
-        event = authentication_event(source=self._source, time=self._clock(), principal=None,
+        # A failed re-authentication names the session's principal, as the gateway's own events do.
+        event = authentication_event(source=self._source, time=self._clock(),
+                                     principal=str(reauthenticating) if reauthenticating else None,
                                      mechanism=failure.mechanism, client_address=client_address, success=False,
-                                     reason=failure.reason)
+                                     reason=failure.reason, reauthentication=reauthenticating is not None)
         self._audit.write(replace(event, data={**event.data, "methodName": method}))
 
     def _audit_change(

@@ -149,6 +149,10 @@ def test_session_expiry_closes_a_connection_that_did_not_reauthenticate(
     reauths = [e for e in gw.memory.events if str(e.type) == "io.kgov.authentication"
                and e.data["result"]["reauthentication"]]
     assert reauths, "librdkafka should have re-authenticated"
+    # ... without a request during its re-authentications (the gateway would fail them) and without
+    # letting a session expire: only the raw connection above was closed for expiry.
+    assert all(e.data["result"]["success"] for e in reauths)
+    assert gw.gateway.expired_connections_killed == 1
 
 
 @pytest.fixture

@@ -220,8 +220,9 @@ def test_a_failed_reauthentication_drops_the_client_with_a_clear_log(
     assert ("upstream SCRAM-SHA-512 authentication failed (error 58): Authentication failed during "
             "re-authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512") in caplog.text
     assert SVC_PASSWORD not in caplog.text
-    # B audited the refusal (its credential service writes failures; it does not know the exchange
-    # was a re-authentication, so `reauthentication` is not set on B's failure events)
+    # B audited the refusal as a failed re-authentication of A's session (its credential service is
+    # told which principal's session the exchange renews)
     failed = [e for e in auth_events(inner) if not e["result"]["success"]]
-    assert [e["authenticationInfo"]["mechanism"] for e in failed] == ["SCRAM-SHA-512"]
-    assert reauths(inner) == 0 and first_logins(inner) == 2  # A's login, then the refused attempt
+    assert [(e["authenticationInfo"]["mechanism"], e["result"]["reauthentication"]) for e in failed] == [
+        ("SCRAM-SHA-512", True)]
+    assert reauths(inner) == 0 and first_logins(inner) == 1  # A's login; the refused attempt renewed it

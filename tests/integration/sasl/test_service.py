@@ -146,6 +146,17 @@ def test_plain_uses_scram_credential_and_cache(env) -> None:
     assert svc.verify_password("bob", "bob-pw") is None  # the cache never outlives a password change
 
 
+def test_a_failed_reauthentication_is_audited_as_one_for_the_sessions_principal(env) -> None:
+    svc, _clock, audit, _engine = env
+    svc.set_scram_credential("bob", "SCRAM-SHA-512", "bob-pw", actor=ALICE)
+    assert isinstance(svc.server_mechanism("PLAIN", "10.0.0.4").step(b"\x00bob\x00nope"), Failure)
+    renewing = svc.server_mechanism("PLAIN", "10.0.0.4", reauthenticating=BOB)
+    assert isinstance(renewing.step(b"\x00bob\x00nope"), Failure)
+    failures = [e.data for e in audit.events if e.type == EventType.AUTHENTICATION]
+    assert [(f["authenticationInfo"]["principal"], f["result"]["reauthentication"]) for f in failures] == [
+        (None, False), ("User:bob", True)]
+
+
 def test_failure_limit_per_source(db_url: str) -> None:
     engine = open_engine(db_url)
     svc = CredentialService(engine, settings(max_failed_attempts_per_source=3))

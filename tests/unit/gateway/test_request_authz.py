@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from authz.model import Action, Operation, ResourceType
-from gateway.codec import SPECS
-from gateway.request_authz import RequestAuthorizer, plan_request
+from gateway.codec import SPECS, decode_response, encode_response
+from gateway.request_authz import RequestAuthorizer, error_response, plan_request
 
 
 class Rules:
@@ -213,3 +213,30 @@ def test_describe_cluster_authorized_operations() -> None:
     response = SPECS[60].response(brokers=[], authorized_operations=set(range(3, 15)))
     p.patches[0](response)
     assert response.authorized_operations == {int(Operation.DESCRIBE), int(Operation.ALTER)}
+
+
+def test_error_response_fails_every_partition_a_produce_names() -> None:
+    response = error_response(0, produce(), SPECS[0].response, 34)
+    answered = {(t.name, p.index): (p.error_code, p.base_offset) for t in response.responses
+                for p in t.partition_responses}
+    assert answered == {(n, i): (34, -1) for n in ("a", "b") for i in range(2)}
+
+
+def test_error_response_sets_the_top_level_code_and_the_named_topics() -> None:
+    cls = SPECS[3].request[12]
+    metadata = cls(topics=[cls.MetadataRequestTopic(name="x")], allow_auto_topic_creation=False)
+    assert [(t.name, t.error_code) for t in error_response(3, metadata, SPECS[3].response, 34).topics] == [("x", 34)]
+    assert error_response(10, SPECS[10].request[3](key="g"), SPECS[10].response, 34).error_code == 34
+
+
+def test_error_response_encodes_for_every_api_and_version() -> None:
+    """An error answer must never be what breaks a connection: every API the codec knows, every version."""
+    for key, spec in SPECS.items():
+        message = error_response(key, spec.request(), spec.response, 34)
+        for version in range(spec.min_version, spec.max_version + 1):
+            frame = encode_response(spec, version, 7, message)
+            if key == 18 and version >= 3:
+                continue  # Kafka's clients (and kafka-python) read an ApiVersions error as v0
+            decoded = decode_response(spec, version, frame[4:])
+            if "error_code" in spec.response.fields and spec.response.fields["error_code"].for_version_q(version):
+                assert decoded.error_code == 34, (spec.name, version)

@@ -10,9 +10,13 @@ from hypothesis import strategies as st
 
 from authz.model import Principal
 from gateway.sasl_session import (
+    API_VERSIONS,
     ILLEGAL_SASL_STATE,
+    SASL_AUTHENTICATE,
     SASL_AUTHENTICATION_FAILED,
+    SASL_HANDSHAKE,
     UNSUPPORTED_SASL_MECHANISM,
+    Admission,
     SaslSession,
 )
 from sasl.mechanism import Challenge, Failure, Step, Success
@@ -38,19 +42,35 @@ class EchoPlain:
         return Success(Principal("User", user), session_lifetime_ms=self.lifetime_ms)
 
 
-def session(lifetime: int | None = None, max_reauth: int = 0) -> SaslSession:
-    return SaslSession(enabled=["TEST"], factory=lambda name, addr: EchoPlain(lifetime_ms=lifetime),
-                       client_address="10.0.0.1", max_reauth_ms=max_reauth)
+def session(lifetime: int | None = None, max_reauth: int = 0, made: list[Principal | None] | None = None,
+            enabled: tuple[str, ...] = ("TEST",)) -> SaslSession:
+    def factory(name: str, addr: str, *, reauthenticating: Principal | None = None) -> EchoPlain:
+        if made is not None:
+            made.append(reauthenticating)
+        return EchoPlain(name=name, lifetime_ms=lifetime)
+
+    return SaslSession(enabled=enabled, factory=factory, client_address="10.0.0.1", max_reauth_ms=max_reauth)
+
+
+METADATA, PRODUCE = 3, 0
+
+
+def logged_in(s: SaslSession, at: int = 0, user: str = "alice", mechanism: str = "TEST") -> SaslSession:
+    assert s.handshake(mechanism, 1, at).error_code == 0
+    assert s.authenticate(f"{user}:pw".encode(), at).done
+    return s
 
 
 def test_successful_login_then_requests_may_be_served() -> None:
     s = session()
-    assert not s.may_serve(0)
-    assert s.handshake("TEST", 1, 0) == 0
-    assert not s.may_serve(0)
+    assert s.admit(METADATA, 0) is Admission.UNAUTHENTICATED
+    assert s.admit(API_VERSIONS, 0) is Admission.SERVE and s.admit(SASL_HANDSHAKE, 0) is Admission.SASL
+    assert s.admit(SASL_AUTHENTICATE, 0) is Admission.UNAUTHENTICATED  # Kafka: before a handshake, a close
+    assert s.handshake("TEST", 1, 0).error_code == 0
+    assert s.admit(METADATA, 0) is Admission.DURING_AUTHENTICATION
     step = s.authenticate(b"alice:pw", 0)
     assert step.done and step.error_code == 0 and step.session_lifetime_ms == 0
-    assert s.principal == Principal("User", "alice") and s.may_serve(10**12)
+    assert s.principal == Principal("User", "alice") and s.admit(METADATA, 10**12) is Admission.SERVE
 
 
 def test_multi_round_exchange() -> None:
@@ -63,19 +83,21 @@ def test_multi_round_exchange() -> None:
 
 def test_unsupported_mechanism_is_33_and_the_session_is_over() -> None:
     s = session()
-    assert s.handshake("PLAIN", 1, 0) == UNSUPPORTED_SASL_MECHANISM
-    assert s.handshake("TEST", 1, 0) == ILLEGAL_SASL_STATE
+    step = s.handshake("PLAIN", 1, 0)
+    assert step.error_code == UNSUPPORTED_SASL_MECHANISM and step.failed and not step.reauthentication
+    assert s.handshake("TEST", 1, 0).error_code == ILLEGAL_SASL_STATE
+    assert s.admit(METADATA, 0) is Admission.UNAUTHENTICATED
 
 
 def test_wrong_password_is_58_with_kafkas_message_and_no_reason_leak() -> None:
     s = session()
     s.handshake("TEST", 1, 0)
     step = s.authenticate(b"alice:nope", 0)
-    assert step.failed and step.error_code == SASL_AUTHENTICATION_FAILED
+    assert step.failed and step.error_code == SASL_AUTHENTICATION_FAILED and step.mechanism_failure
     assert step.error_message == ("Authentication failed during authentication due to invalid credentials with "
                                   "SASL mechanism TEST")
     assert "password" not in (step.error_message or "") and step.reason == "bad password"
-    assert not s.may_serve(0)
+    assert s.admit(METADATA, 0) is Admission.UNAUTHENTICATED
 
 
 def test_authenticate_before_handshake_is_illegal() -> None:
@@ -83,11 +105,12 @@ def test_authenticate_before_handshake_is_illegal() -> None:
     assert step.failed and step.error_code == ILLEGAL_SASL_STATE
 
 
-def test_a_crashing_mechanism_fails_closed() -> None:
+def test_a_crashing_mechanism_fails_closed_and_is_not_a_mechanism_refusal() -> None:
     s = session()
     s.handshake("TEST", 1, 0)
     step = s.authenticate(b"boom:pw", 0)
     assert step.failed and step.error_code == SASL_AUTHENTICATION_FAILED and "RuntimeError" in (step.reason or "")
+    assert not step.mechanism_failure  # the mechanism did not audit it: the gateway must
 
 
 @pytest.mark.parametrize(("credential", "max_reauth", "expected"), [
@@ -97,28 +120,136 @@ def test_session_lifetime_is_the_smaller_limit(credential: int | None, max_reaut
     s.handshake("TEST", 1, 0)
     assert s.authenticate(b"alice:pw", 1000).session_lifetime_ms == expected
     if expected:
-        assert s.may_serve(1000 + expected - 1) and not s.may_serve(1000 + expected)
+        assert s.admit(METADATA, 1000 + expected - 1) is Admission.SERVE
+        assert s.admit(METADATA, 1000 + expected) is Admission.SESSION_EXPIRED
+
+
+def test_an_expired_credential_is_a_session_that_has_already_expired() -> None:
+    s = logged_in(session(lifetime=0))
+    assert s.admit(METADATA, 0) is Admission.SESSION_EXPIRED
 
 
 def test_reauthentication_renews_the_session_same_principal_only() -> None:
-    s = session(max_reauth=3000)
-    s.handshake("TEST", 1, 0)
-    s.authenticate(b"alice:pw", 0)
-    assert s.handshake("TEST", 1, 2500) == 0
-    assert s.may_serve(2600)  # still serving in-flight traffic while re-authenticating
+    made: list[Principal | None] = []
+    s = logged_in(session(max_reauth=3000, made=made))
+    assert s.handshake("TEST", 1, 2500).error_code == 0
+    assert made == [None, Principal("User", "alice")]  # the mechanism knows it renews alice's session
     renewed = s.authenticate(b"alice:pw", 2700)
-    assert renewed.done and renewed.reauthentication and s.may_serve(5600)
-    assert s.handshake("TEST", 1, 3000) == ILLEGAL_SASL_STATE  # at most one start per second
-    assert s.handshake("TEST", 1, 4000) == 0
+    assert renewed.done and renewed.reauthentication and s.admit(METADATA, 5600) is Admission.SERVE
+    assert s.handshake("TEST", 1, 4000).error_code == 0
     other = s.authenticate(b"bob:pw", 4100)
-    assert other.failed and "Cannot change principals" in (other.error_message or "")
+    assert other.failed and other.error_code == SASL_AUTHENTICATION_FAILED and other.reauthentication
+    assert other.error_message == "Cannot change principals during re-authentication from User.alice: User.bob"
+    assert other.reason == other.error_message and not other.mechanism_failure
+    assert s.admit(METADATA, 4100) is Admission.UNAUTHENTICATED
+
+
+def test_no_request_is_served_between_a_reauthentication_handshake_and_its_end() -> None:
+    s = logged_in(session(max_reauth=3000))
+    assert s.handshake("TEST", 1, 2500).error_code == 0
+    # Kafka's SaslServerAuthenticator: the re-authentication owns the connection until it ends.
+    for key in (METADATA, PRODUCE, API_VERSIONS):
+        assert s.admit(key, 2600) is Admission.DURING_AUTHENTICATION
+    assert s.admit(SASL_AUTHENTICATE, 2600) is Admission.SASL
+    refused = s.refuse_during_authentication("PRODUCE")
+    assert refused.error_code == ILLEGAL_SASL_STATE and refused.failed and refused.reauthentication
+    assert refused.error_message == "Unexpected Kafka request of type PRODUCE during SASL authentication."
+    assert not refused.silent and refused.reason == refused.error_message
+    assert s.admit(METADATA, 2600) is Admission.UNAUTHENTICATED
+    assert s.authenticate(b"alice:pw", 2700).failed
+
+
+def test_a_request_during_a_first_login_fails_it_the_same_way() -> None:
+    s = session()
+    s.handshake("TEST", 1, 0)
+    refused = s.refuse_during_authentication("METADATA")
+    assert refused.failed and refused.error_code == ILLEGAL_SASL_STATE and not refused.reauthentication
+
+
+def test_a_second_handshake_during_an_exchange_fails_it() -> None:
+    s = logged_in(session(max_reauth=3000))
+    s.handshake("TEST", 1, 2500)
+    again = s.handshake("TEST", 1, 3600)
+    assert again.failed and again.error_code == ILLEGAL_SASL_STATE and again.reauthentication
+    assert "SASL_HANDSHAKE" in (again.error_message or "")
+
+
+def test_reauthentication_at_most_one_start_a_second_refused_without_closing() -> None:
+    s = logged_in(session(max_reauth=3000))
+    s.handshake("TEST", 1, 1000)
+    assert s.authenticate(b"alice:pw", 1100).done  # session now ends at 4100
+    early = s.handshake("TEST", 1, 1999)
+    assert early.error_code == ILLEGAL_SASL_STATE and not early.failed and early.reauthentication
+    assert early.reason is not None and "second" in early.reason
+    assert s.admit(METADATA, 1999) is Admission.SERVE  # the session goes on, as on a broker
+    assert s.admit(SASL_HANDSHAKE, 2000) is Admission.SASL and s.handshake("TEST", 1, 2000).error_code == 0
+
+
+def test_an_early_handshake_on_an_expired_session_closes() -> None:
+    s = logged_in(session(max_reauth=1000))
+    s.handshake("TEST", 1, 900)
+    assert s.authenticate(b"alice:pw", 900).done  # expires at 1900; next start allowed from 1900
+    assert s.admit(SASL_HANDSHAKE, 1899) is Admission.SASL  # early, session still valid: answered 34
+    s2 = logged_in(session(max_reauth=500))
+    s2.handshake("TEST", 1, 400)
+    assert s2.authenticate(b"alice:pw", 400).done  # expires at 900, next start allowed from 1400
+    assert s2.admit(SASL_HANDSHAKE, 1000) is Admission.SESSION_EXPIRED
+    assert s2.admit(SASL_HANDSHAKE, 1400) is Admission.SASL  # an expired session may still re-authenticate
 
 
 def test_reauthentication_needs_an_expiring_session() -> None:
-    s = session()
-    s.handshake("TEST", 1, 0)
-    s.authenticate(b"alice:pw", 0)
-    assert s.handshake("TEST", 1, 5000) == ILLEGAL_SASL_STATE
+    s = logged_in(session())
+    refused = s.handshake("TEST", 1, 5000)
+    assert refused.error_code == ILLEGAL_SASL_STATE and not refused.failed and refused.reauthentication
+    assert refused.reason is not None and s.admit(METADATA, 5000) is Admission.SERVE
+
+
+def test_after_expiry_only_a_reauthentication_handshake_is_admitted() -> None:
+    s = logged_in(session(max_reauth=3000))
+    for key in (METADATA, API_VERSIONS, SASL_AUTHENTICATE):
+        assert s.admit(key, 3000) is Admission.SESSION_EXPIRED
+    assert s.admit(SASL_HANDSHAKE, 3000) is Admission.SASL
+    assert s.handshake("TEST", 1, 3000).error_code == 0
+    assert s.authenticate(b"alice:pw", 3001).done and s.admit(METADATA, 3002) is Admission.SERVE
+
+
+def test_sasl_authenticate_after_login_is_answered_and_the_session_goes_on() -> None:
+    s = logged_in(session())
+    step = s.authenticate(b"alice:pw", 10)
+    assert step.error_code == ILLEGAL_SASL_STATE and not step.failed and step.reason is None
+    assert step.error_message == "SaslAuthenticate request received after successful authentication"
+    assert s.admit(METADATA, 10) is Admission.SERVE
+
+
+def test_reauthentication_with_another_mechanism_fails_unanswered_on_the_next_request() -> None:
+    made: list[Principal | None] = []
+    s = logged_in(session(max_reauth=3000, made=made, enabled=("TEST", "OTHER")))
+    step = s.handshake("OTHER", 1, 2000)
+    assert step.error_code == 0 and not step.failed  # as Kafka: the handshake itself succeeds
+    assert len(made) == 1  # no mechanism was created for it
+    refused = s.authenticate(b"alice:pw", 2100)
+    assert refused.failed and refused.silent and refused.reauthentication
+    assert refused.reason == ("SASL mechanism 'OTHER' requested by client is not supported for re-authentication "
+                              "of mechanism 'TEST'")
+    s2 = logged_in(session(max_reauth=3000, enabled=("TEST", "OTHER")))
+    s2.handshake("OTHER", 1, 2000)
+    assert s2.admit(METADATA, 2000) is Admission.DURING_AUTHENTICATION
+    assert s2.refuse_during_authentication("METADATA").silent
+
+
+def test_reauthentication_with_a_mechanism_not_enabled_is_33() -> None:
+    s = logged_in(session(max_reauth=3000))
+    step = s.handshake("GSSAPI", 1, 2000)
+    assert step.error_code == UNSUPPORTED_SASL_MECHANISM and step.failed and step.reauthentication
+
+
+def test_a_failed_reauthentication_says_so() -> None:
+    s = logged_in(session(max_reauth=3000))
+    s.handshake("TEST", 1, 2000)
+    step = s.authenticate(b"alice:nope", 2100)
+    assert step.failed and step.reauthentication and step.mechanism_failure
+    assert step.error_message == ("Authentication failed during re-authentication due to invalid credentials with "
+                                  "SASL mechanism TEST")
 
 
 @settings(max_examples=200, deadline=None)
