@@ -39,6 +39,7 @@ class GatewayRuntime:
     quotas: QuotaEnforcer
     engine: Engine
     _closers: list[Callable[[], None]] = field(default_factory=list)
+    _stopped: bool = False
 
     @property
     def upstream_tokens(self) -> UpstreamTokenSource | None:
@@ -57,6 +58,9 @@ class GatewayRuntime:
         await self.gateway.start()
 
     async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         await self.gateway.close()
         tokens = self.upstream_tokens
         if tokens is not None:

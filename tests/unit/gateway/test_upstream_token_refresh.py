@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +25,7 @@ from gateway.upstream_token import (
     refresh_due_ms,
     retry_delay_ms,
 )
+from tests.support.hanging import HangingEndpoint
 from tests.support.ports import free_port
 
 CLIENT_ID = "gw-refresh"
@@ -174,38 +173,6 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> N
 
 def no_other_tasks() -> bool:
     return asyncio.all_tasks() == {asyncio.current_task()}
-
-
-class HangingEndpoint:
-    """Accepts connections and reads, but never answers: an identity provider that hangs."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.02)
-        self.accepted: list[socket.socket] = []
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/oauth/token"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.accepted.append(conn)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-        for conn in self.accepted:
-            conn.close()
 
 
 @pytest.fixture
