@@ -90,11 +90,12 @@ def refresh_due_ms(token: UpstreamToken, now_ms: int, rand: float, policy: Refre
     At `window_factor` plus up to `window_jitter` of the lifetime (0.8-0.85 by default), but no
     later than `buffer_ms` before expiry and no sooner than `min_period_ms` from now. When what is
     left of the token is shorter than the two buffers together, both are ignored and the factor
-    applies to what is left. (librdkafka refreshes at 80% of what is left, without jitter or
-    buffers: `buffer_ms = 0, window_jitter = 0` gives its schedule for a fresh token.)"""
+    applies to what is left (never past expiry). librdkafka refreshes at 80% of what is left,
+    without jitter or buffers: `buffer_ms = 0, window_jitter = 0` give its schedule."""
     pct = policy.window_factor + policy.window_jitter * rand
     if now_ms + policy.min_period_ms + policy.buffer_ms > token.expires_ms:
-        return now_ms + int(max(token.expires_ms - now_ms, 0) * pct)
+        # Kafka lets factor + jitter reach 1.25, which would refresh after expiry: not past it here.
+        return now_ms + int(max(token.expires_ms - now_ms, 0) * min(pct, 1.0))
     proposed = token.obtained_ms + int((token.expires_ms - token.obtained_ms) * pct)
     return max(min(proposed, token.expires_ms - policy.buffer_ms), now_ms + policy.min_period_ms)
 

@@ -64,6 +64,9 @@ def test_short_token_ignores_both_buffers_and_uses_the_factor_on_what_is_left() 
     assert refresh_due_ms(token(0, 300), 100 * S, 1.0, RefreshPolicy()) == 100 * S + 170 * S
     # an already expired token: refresh now
     assert refresh_due_ms(token(0, 300), 400 * S, 0.0, RefreshPolicy()) == 400 * S
+    # Kafka's largest factor and jitter (1.0 + 0.25) would land after expiry: capped at it
+    late = RefreshPolicy(window_factor=1.0, window_jitter=0.25)
+    assert refresh_due_ms(token(0, 300), 0, 0.99, late) == 300 * S
 
 
 def test_without_buffer_and_jitter_it_is_librdkafkas_80_percent() -> None:
