@@ -598,7 +598,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed or up is None:
             return
         host, port = self.gateway.upstream_address(self.node_id)
-        # Hold first: fetching a due OAuth token takes a round trip to the endpoint, and a request
+        # Hold first: when no OAuth token is valid, getting one takes a round trip to the endpoint
+        # (a valid one is answered at once: it is refreshed in the background), and a request
         # forwarded meanwhile could reach the upstream after the session ended (it would close the
         # connection). In-flight requests complete while the token is fetched.
         self.pause("upstream-reauth")
