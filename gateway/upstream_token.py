@@ -383,6 +383,14 @@ class UpstreamTokenSource:
             if self._secret and self._secret in message:
                 raise UpstreamLoginError(message.replace(self._secret, "***"), refused=exc.refused) from None
             raise
+        except Exception as exc:
+            # A bug or an answer nobody foresaw must not stop the refresher: it is a failed fetch
+            # like any other, retried later. Only the type is said: the text could quote the answer.
+            raise UpstreamLoginError(
+                f"the upstream OAuth token endpoint {self.endpoint}'s answer could not be used "
+                f"({type(exc).__name__})",
+                refused=False,
+            ) from None
 
     async def _fetch_unscrubbed(self) -> UpstreamToken:
         import httpx

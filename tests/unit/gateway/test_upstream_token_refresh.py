@@ -387,3 +387,33 @@ def test_close_stops_the_sleeping_refresher(issuer: tuple[Issuer, str], clock: M
 
     asyncio.run(scenario())
     # a closed loop with a pending task would have warned ("Task was destroyed but it is pending")
+
+
+def test_an_unforeseen_error_is_a_failed_fetch_that_is_retried(
+    issuer: tuple[Issuer, str], clock: ManualClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fault injection: reading the endpoint's (real) answer raises something unexpected."""
+    import gateway.upstream_token as module
+
+    real_parse = module.parse_token_response
+
+    def broken(*args: object, **kwargs: object) -> UpstreamToken:
+        raise KeyError(SECRET)  # its text must not reach the message
+
+    monkeypatch.setattr(module, "parse_token_response", broken)
+    source = source_for(issuer[1], clock)
+
+    async def scenario() -> None:
+        await source.start()  # not a refusal: the gateway starts, the refresher retries
+        assert source.failures == 1 and source.fetches == 0
+        with pytest.raises(UpstreamLoginError) as info:
+            await source.token()
+        assert str(info.value) == (f"the upstream OAuth token endpoint {issuer[1]}'s answer could not be used "
+                                   "(KeyError)")
+        monkeypatch.setattr(module, "parse_token_response", real_parse)
+        await clock.advance(source.next_attempt_ms - clock.ms)
+        await eventually(lambda: source.fetches == 1)
+        await source.close()
+        assert no_other_tasks()
+
+    asyncio.run(scenario())
