@@ -47,7 +47,7 @@ class GatewayConfig(BaseModel):
     upstream_username: str | None = None
     upstream_password: SecretStr | None = Field(default=None, repr=False)
     # OAUTHBEARER upstream (librdkafka's sasl.oauthbearer.method=oidc): an OIDC client-credentials
-    # token from this endpoint, the client secret sent in HTTP Basic, refreshed at 80% of its life.
+    # token from this endpoint, the client secret sent in HTTP Basic, refreshed in the background.
     upstream_oauth_token_endpoint: str | None = None
     upstream_oauth_client_id: str | None = None
     upstream_oauth_client_secret: SecretStr | None = Field(default=None, repr=False)
@@ -58,6 +58,15 @@ class GatewayConfig(BaseModel):
     upstream_oauth_header_urlencode: bool = False
     # KIP-342 SASL extensions sent with the token (e.g. Confluent Cloud's logicalCluster, identityPoolId).
     upstream_oauth_extensions: dict[str, str] = {}
+    # When the token is refreshed in the background, and how failed fetches are retried: Kafka's
+    # sasl.login.refresh.window.factor/.window.jitter/.min.period.seconds/.buffer.seconds and
+    # sasl.login.retry.backoff.ms/.max.ms, with Kafka's defaults and legal ranges.
+    upstream_oauth_refresh_window_factor: float = Field(default=0.8, ge=0.5, le=1.0)
+    upstream_oauth_refresh_window_jitter: float = Field(default=0.05, ge=0.0, le=0.25)
+    upstream_oauth_refresh_min_period_s: int = Field(default=60, ge=0, le=900)
+    upstream_oauth_refresh_buffer_s: int = Field(default=300, ge=0, le=3600)
+    upstream_oauth_retry_backoff_ms: int = Field(default=100, ge=1, le=3_600_000)
+    upstream_oauth_retry_backoff_max_ms: int = Field(default=10_000, ge=1, le=3_600_000)
     max_request_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     idle_timeout_s: float = Field(default=600.0, gt=0)
     # One request-log event per request (Kafka's kafka.request.logger, JSON shape).
@@ -109,6 +118,11 @@ class GatewayConfig(BaseModel):
             raise ValueError(
                 "gateway.upstream_sasl_mechanism=OAUTHBEARER fetches its token with the OIDC client-credentials "
                 f"grant: set {', '.join(missing)}"
+            )
+        if self.upstream_oauth_retry_backoff_max_ms < self.upstream_oauth_retry_backoff_ms:
+            raise ValueError(
+                "gateway.upstream_oauth_retry_backoff_max_ms must be at least gateway.upstream_oauth_retry_backoff_ms "
+                f"({self.upstream_oauth_retry_backoff_max_ms} < {self.upstream_oauth_retry_backoff_ms})"
             )
         assert self.upstream_oauth_token_endpoint is not None
         check_token_endpoint(self.upstream_oauth_token_endpoint)

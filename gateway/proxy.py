@@ -221,21 +221,10 @@ class Gateway:
                 self.options.node_port_base,
             )
         self._servers.append(server)
-        if self.options.upstream_oauth is not None:
-            await self._first_upstream_token(self.options.upstream_oauth)
+        # The upstream OAuth token is fetched and kept fresh by its source's background refresher,
+        # which `gateway.runtime.GatewayRuntime` starts before this and stops after `close`.
         with contextlib.suppress(OSError):
             await self.refresh_upstream_versions()
-
-    async def _first_upstream_token(self, login: OAuthBearerLogin) -> None:
-        """Fetches the upstream token at start: a refused client credential stops the start with a
-        clear error; an unreachable endpoint is only logged (connections retry it)."""
-        try:
-            await login.tokens.token()
-        except UpstreamLoginError as exc:
-            if exc.refused:
-                await self.close()
-                raise
-            log.warning("%s; clients are refused until it answers", exc)
 
     @property
     def logs_in_upstream(self) -> bool:
@@ -541,7 +530,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.idle_handle = asyncio.get_running_loop().call_later(self.options.idle_timeout_s, self._check_idle)
 
     async def _upstream_token(self) -> str | None:
-        """The current OAuth token for an upstream OAUTHBEARER login (cached or refreshed), else None."""
+        """The current OAuth token for an upstream OAUTHBEARER login, else None. Answers at once while
+        the token is valid (it is refreshed in the background); see `UpstreamTokenSource.token`."""
         oauth = self.options.upstream_oauth
         return await oauth.tokens.token() if oauth is not None else None
 
@@ -611,7 +601,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed or up is None:
             return
         host, port = self.gateway.upstream_address(self.node_id)
-        # Hold first: fetching a due OAuth token takes a round trip to the endpoint, and a request
+        # Hold first: when no OAuth token is valid, getting one takes a round trip to the endpoint
+        # (a valid one is answered at once: it is refreshed in the background), and a request
         # forwarded meanwhile could reach the upstream after the session ended (it would close the
         # connection). In-flight requests complete while the token is fetched.
         self.pause("upstream-reauth")

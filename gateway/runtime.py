@@ -27,7 +27,7 @@ from gateway.proxy import Gateway, GatewayOptions, Services
 from gateway.quota_store import QuotaStore
 from gateway.quotas import QuotaEnforcer
 from gateway.upstream_login import OAuthBearerLogin
-from gateway.upstream_token import UpstreamTokenSource
+from gateway.upstream_token import RefreshPolicy, UpstreamTokenSource
 from sasl.service import CredentialService
 
 
@@ -39,12 +39,32 @@ class GatewayRuntime:
     quotas: QuotaEnforcer
     engine: Engine
     _closers: list[Callable[[], None]] = field(default_factory=list)
+    _stopped: bool = False
+
+    @property
+    def upstream_tokens(self) -> UpstreamTokenSource | None:
+        """The gateway's upstream OAUTHBEARER token source, whose refresher this runtime runs."""
+        login = self.gateway.options.upstream_oauth
+        return login.tokens if login is not None else None
 
     async def start(self) -> None:
+        """Fetches the upstream token (if the gateway logs in with OAUTHBEARER) and starts its
+        background refresher, then opens the listener. A client credential the token endpoint
+        refuses raises `UpstreamLoginError`; an endpoint that is down only delays the token (it is
+        retried in the background and logins fail meanwhile)."""
+        tokens = self.upstream_tokens
+        if tokens is not None:
+            await tokens.start()
         await self.gateway.start()
 
     async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         await self.gateway.close()
+        tokens = self.upstream_tokens
+        if tokens is not None:
+            await tokens.close()
         for close in reversed(self._closers):
             with contextlib.suppress(Exception):
                 close()
@@ -166,9 +186,17 @@ def upstream_oauth_login(config: GatewayConfig, *, now_ms: Callable[[], int]) ->
         cafile=str(config.upstream_oauth_ca_file) if config.upstream_oauth_ca_file else None
     )
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    policy = RefreshPolicy(
+        window_factor=config.upstream_oauth_refresh_window_factor,
+        window_jitter=config.upstream_oauth_refresh_window_jitter,
+        min_period_ms=config.upstream_oauth_refresh_min_period_s * 1000,
+        buffer_ms=config.upstream_oauth_refresh_buffer_s * 1000,
+        retry_backoff_ms=config.upstream_oauth_retry_backoff_ms,
+        retry_backoff_max_ms=config.upstream_oauth_retry_backoff_max_ms,
+    )
     tokens = UpstreamTokenSource(
         endpoint, client_id, secret.get_secret_value(), scope=config.upstream_oauth_scope,
-        urlencode_header=config.upstream_oauth_header_urlencode, ssl_context=ctx, now_ms=now_ms,
+        urlencode_header=config.upstream_oauth_header_urlencode, ssl_context=ctx, now_ms=now_ms, policy=policy,
     )
     return OAuthBearerLogin(tokens, dict(config.upstream_oauth_extensions))
 

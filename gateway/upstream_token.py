@@ -1,15 +1,18 @@
-"""The gateway's own OAUTHBEARER token for the upstream cluster: OIDC client credentials, cached.
+"""The gateway's own OAUTHBEARER token for the upstream cluster: OIDC client credentials, kept fresh
+in the background.
 
 Behaves like librdkafka's `sasl.oauthbearer.method=oidc`: POST `grant_type=client_credentials`
 (plus `scope`) as a form to the token endpoint, the client id and secret in HTTP Basic (RFC 6749
 §2.3.1; raw unless `urlencode`, as Kafka's `sasl.oauthbearer.header.urlencode`), and take
 `access_token` from the JSON answer. The token's end of life is the JWT's `exp` claim (what the
-broker enforces; librdkafka reads it too), else `expires_in`; it is refreshed at 80% of its life
-(librdkafka's refresh point). Nothing else is read from the token: the broker validates it.
+broker enforces; librdkafka reads it too), else `expires_in`. Nothing else is read from the token:
+the broker validates it.
 
-The request and the answer are pure functions (`token_request`, `parse_token_response`);
-`UpstreamTokenSource` adds HTTP, the cache and a back-off after failures. Error messages name the
-endpoint and the client id, never the secret or a token.
+When to refresh and how to retry are pure functions (`refresh_due_ms`, `retry_delay_ms`) of a
+`RefreshPolicy` whose defaults are Kafka's `sasl.login.refresh.*` and `sasl.login.retry.backoff.*`.
+`UpstreamTokenSource` adds HTTP, the current token, a single-flight fetch and the background
+refresher that the gateway's runtime starts and stops. Error messages name the endpoint and the
+client id, never the secret or a token.
 """
 
 from __future__ import annotations
@@ -17,20 +20,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
+import math
+import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote_plus, urlencode
 
 log = logging.getLogger("kgov.gateway.upstream")
 
-REFRESH_AT = 0.8  # of the token's lifetime, as librdkafka
-MIN_BACKOFF_S = 0.5
-MAX_BACKOFF_S = 30.0
 MAX_RESPONSE_BYTES = 1 << 20
 
 
@@ -56,9 +59,58 @@ class UpstreamToken:
     obtained_ms: int
     expires_ms: int
 
-    @property
-    def refresh_ms(self) -> int:
-        return self.obtained_ms + int((self.expires_ms - self.obtained_ms) * REFRESH_AT)
+
+@dataclass(frozen=True, slots=True)
+class RefreshPolicy:
+    """When the token is refreshed and how failed fetches are retried.
+
+    The defaults are Kafka's client defaults (`SaslConfigs`): `sasl.login.refresh.window.factor`
+    0.8 (legal 0.5-1.0), `sasl.login.refresh.window.jitter` 0.05 (0-0.25),
+    `sasl.login.refresh.min.period.seconds` 60 (0-900), `sasl.login.refresh.buffer.seconds` 300
+    (0-3600), `sasl.login.retry.backoff.ms` 100 and `sasl.login.retry.backoff.max.ms` 10000.
+    `GatewayConfig` validates the same ranges."""
+
+    window_factor: float = 0.8
+    window_jitter: float = 0.05
+    min_period_ms: int = 60_000
+    buffer_ms: int = 300_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 10_000
+
+
+# Kafka's ExponentialBackoff (used by its clients for retry.backoff.ms/retry.backoff.max.ms) spreads
+# each wait uniformly over ±20%, so that many gateways started together do not retry in step.
+RETRY_JITTER = 0.2
+
+
+def refresh_due_ms(token: UpstreamToken, now_ms: int, rand: float, policy: RefreshPolicy) -> int:
+    """When to fetch the next token, for `rand` uniform in [0, 1): Kafka's
+    ExpiringCredentialRefreshingLogin.refreshMs with the token's start = when it was obtained.
+
+    At `window_factor` plus up to `window_jitter` of the lifetime (0.8-0.85 by default), but no
+    later than `buffer_ms` before expiry and no sooner than `min_period_ms` from now. When what is
+    left of the token is shorter than the two buffers together, both are ignored and the factor
+    applies to what is left (never past expiry). librdkafka refreshes at 80% of what is left,
+    without jitter or buffers: `buffer_ms = 0, window_jitter = 0` give its schedule."""
+    pct = policy.window_factor + policy.window_jitter * rand
+    if now_ms + policy.min_period_ms + policy.buffer_ms > token.expires_ms:
+        # Kafka lets factor + jitter reach 1.25, which would refresh after expiry: not past it here.
+        return now_ms + int(max(token.expires_ms - now_ms, 0) * min(pct, 1.0))
+    proposed = token.obtained_ms + int((token.expires_ms - token.obtained_ms) * pct)
+    return max(min(proposed, token.expires_ms - policy.buffer_ms), now_ms + policy.min_period_ms)
+
+
+def retry_delay_ms(failures: int, rand: float, policy: RefreshPolicy) -> int:
+    """The wait after `failures` consecutive failed fetches (1 or more), for `rand` uniform in
+    [0, 1): `retry_backoff_ms` doubling per failure up to `retry_backoff_max_ms`, times 0.8-1.2.
+
+    Kafka retries a failed token request from `sasl.login.retry.backoff.ms` doubling up to
+    `sasl.login.retry.backoff.max.ms` (its oauthbearer `Retry`), and both Kafka's refreshing login
+    and librdkafka retry a failed refresh every 10 s: with the defaults the gateway retries
+    quickly at first and settles at about that 10 s."""
+    exponent = min(max(failures, 1) - 1, 62)
+    base = min(policy.retry_backoff_ms * (1 << exponent), policy.retry_backoff_max_ms)
+    return max(1, int(base * (1 + RETRY_JITTER * (2 * rand - 1))))
 
 
 def token_request(client_id: str, client_secret: str, scope: str | None, *, urlencode_header: bool = False) -> TokenRequest:
@@ -90,9 +142,15 @@ def jwt_expiry_ms(token: str) -> int | None:
     except (ValueError, binascii.Error):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
-    if isinstance(exp, bool) or not isinstance(exp, int | float):
+    if not _is_finite_number(exp):
         return None
     return int(exp * 1000)
+
+
+def _is_finite_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number usable as a time: Python's json reads `Infinity` and `NaN` too."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) \
+        and abs(value) < 1e15
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:
@@ -133,7 +191,7 @@ def parse_token_response(status: int, body: bytes, *, now_ms: int, endpoint: str
     expires_ms = jwt_expiry_ms(token)
     if expires_ms is None:
         expires_in = data.get("expires_in")
-        if isinstance(expires_in, bool) or not isinstance(expires_in, int | float):
+        if not _is_finite_number(expires_in):
             raise UpstreamLoginError(f"{where} answered a token whose lifetime is unknown (neither a JWT `exp` "
                                      "claim nor `expires_in`)", refused=False)
         expires_ms = now_ms + int(expires_in * 1000)
@@ -147,11 +205,20 @@ def _wall_clock_ms() -> int:
 
 
 class UpstreamTokenSource:
-    """The current upstream token: fetched on first use, reused until 80% of its life, then
-    refetched (one fetch at a time; concurrent logins wait for it). If a refresh fails while the
-    old token is still valid, the old token is used and the failure logged. After a failure with
-    no usable token, further logins fail at once for a back-off (0.5 s doubling to 30 s) instead of
-    hammering the endpoint."""
+    """The gateway's current upstream token, kept fresh by a background refresher.
+
+    `start()` fetches the first token (a refused client credential raises: it will not pass by
+    itself; an unreachable or failing endpoint is logged and retried in the background) and starts
+    the refresher; `close()` stops it and any fetch in flight. The refresher fetches a new token at
+    `refresh_due_ms` and retries failures after `retry_delay_ms`; until a new token arrives, the
+    current one is served for as long as it is valid (as Kafka's refreshing login and librdkafka
+    keep the old credential while a refresh fails).
+
+    `token()` is what a login calls: it answers the current token at once while one is valid, so
+    logins never wait for the endpoint then. Without a valid token it joins the fetch in flight (one
+    at a time, shared by every caller), fails at once with the last error while a retry is pending,
+    or else starts a fetch. The refresher reads `now_ms` at least every `tick_s` (librdkafka checks
+    its refresh time on a 1 s timer too), so a wall clock that jumps is noticed within a tick."""
 
     def __init__(
         self,
@@ -164,6 +231,10 @@ class UpstreamTokenSource:
         ssl_context: ssl.SSLContext | None = None,
         now_ms: Callable[[], int] = _wall_clock_ms,
         timeout_s: float = 10.0,
+        policy: RefreshPolicy | None = None,
+        rand: Callable[[], float] = random.random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tick_s: float = 1.0,
     ) -> None:
         self.endpoint = endpoint
         self.client_id = client_id
@@ -172,63 +243,154 @@ class UpstreamTokenSource:
         self._ssl = ssl_context or ssl.create_default_context()
         self._now_ms = now_ms
         self._timeout_s = timeout_s
+        self.policy = policy or RefreshPolicy()
+        self._rand = rand
+        self._sleep = sleep
+        self._tick_s = tick_s
         self._token: UpstreamToken | None = None
-        self._lock: asyncio.Lock | None = None
         self._failure: UpstreamLoginError | None = None
-        self._failed_until_ms = 0
-        self._backoff_s = MIN_BACKOFF_S
+        self._failures = 0  # consecutive failed fetches
+        self.next_attempt_ms = 0  # when the refresher fetches next (refresh or retry)
+        self._in_flight: asyncio.Task[UpstreamToken] | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self._closed = False
         self.fetches = 0  # successful fetches (for tests and metrics)
         self.attempts = 0
 
     def __repr__(self) -> str:
         return f"UpstreamTokenSource(endpoint={self.endpoint!r}, client_id={self.client_id!r})"
 
-    async def token(self) -> str:
+    @property
+    def failures(self) -> int:
+        """Consecutive failed fetches, counted once each has ended (0 after a success)."""
+        return self._failures
+
+    def _valid(self, now_ms: int) -> UpstreamToken | None:
         current = self._token
-        if current is not None and self._now_ms() < current.refresh_ms:
+        return current if current is not None and now_ms < current.expires_ms else None
+
+    async def token(self) -> str:
+        """The token for a login now; raises `UpstreamLoginError` when there is no valid one."""
+        current = self._valid(self._now_ms())
+        if current is not None:
             return current.value
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            now = self._now_ms()
-            current = self._token
-            if current is not None and now < current.refresh_ms:
-                return current.value
-            usable = current is not None and now < current.expires_ms
-            if self._failure is not None and now < self._failed_until_ms:
-                if usable:
-                    assert current is not None
-                    return current.value
-                raise UpstreamLoginError(str(self._failure), refused=self._failure.refused)
-            try:
-                fresh = await self._fetch()
-            except UpstreamLoginError as exc:
-                self._failure = exc
-                self._failed_until_ms = self._now_ms() + int(self._backoff_s * 1000)
-                self._backoff_s = min(self._backoff_s * 2, MAX_BACKOFF_S)
-                if usable:
-                    assert current is not None
-                    log.warning("%s; using the current token until it expires", exc)
-                    return current.value
+        if self._in_flight is None and self._failure is not None and self._now_ms() < self.next_attempt_ms:
+            raise UpstreamLoginError(str(self._failure), refused=self._failure.refused)
+        return (await self._shared_fetch()).value
+
+    async def start(self) -> None:
+        """Fetches the first token and starts the refresher. Raises `UpstreamLoginError` only when
+        the endpoint refused the client (nothing is left running then)."""
+        if self._refresher is not None:
+            return
+        self._closed = False
+        try:
+            await self._shared_fetch()
+        except UpstreamLoginError as exc:
+            if exc.refused:
                 raise
-            self._failure = None
-            self._backoff_s = MIN_BACKOFF_S
-            self._token = fresh
-            self.fetches += 1
-            log.info("fetched an upstream OAuth token for client %r from %s (expires in %d s)",
-                     self.client_id, self.endpoint, (fresh.expires_ms - fresh.obtained_ms) // 1000)
-            return fresh.value
+        if self._closed:  # closed while the first fetch ran
+            return
+        self._refresher = asyncio.get_running_loop().create_task(
+            self._refresh_loop(), name=f"upstream-token-refresher {self.client_id}")
+
+    async def close(self) -> None:
+        """Stops the refresher and any fetch in flight; waits until both have ended."""
+        self._closed = True
+        tasks = [t for t in (self._refresher, self._in_flight) if t is not None]
+        self._refresher = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, UpstreamLoginError):
+                await task
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            now = self._now_ms()
+            if now >= self.next_attempt_ms:
+                with contextlib.suppress(UpstreamLoginError):  # logged by _attempt; retried at next_attempt_ms
+                    await self._shared_fetch()
+                continue
+            await self._sleep(min((self.next_attempt_ms - now) / 1000, self._tick_s))
+
+    async def _shared_fetch(self) -> UpstreamToken:
+        """Joins the fetch in flight, or starts one: concurrent callers share a single request."""
+        if self._closed:
+            raise UpstreamLoginError("the gateway is shutting down", refused=False)
+        task = self._in_flight
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._attempt())
+            self._in_flight = task
+            task.add_done_callback(self._fetch_done)
+        try:
+            # shielded: a caller that gives up (its client left) does not cancel the others' fetch
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                raise UpstreamLoginError("the gateway is shutting down", refused=False) from None
+            raise
+
+    def _fetch_done(self, task: asyncio.Task[UpstreamToken]) -> None:
+        if self._in_flight is task:
+            self._in_flight = None
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every caller may have gone
+
+    async def _attempt(self) -> UpstreamToken:
+        """One fetch; records its outcome and when the refresher fetches next."""
+        try:
+            fresh = await self._fetch()
+        except UpstreamLoginError as exc:
+            self._failure = exc
+            self._failures += 1
+            now = self._now_ms()
+            delay = retry_delay_ms(self._failures, self._rand(), self.policy)
+            self.next_attempt_ms = now + delay
+            current = self._valid(now)
+            if current is not None:
+                log.warning("%s; using the current token until it expires in %d s; retrying in %.1f s",
+                            exc, (current.expires_ms - now) // 1000, delay / 1000)
+            else:
+                log.warning("%s; upstream logins fail until a token is fetched; retrying in %.1f s",
+                            exc, delay / 1000)
+            raise
+        self._failure = None
+        self._failures = 0
+        self._token = fresh
+        self.fetches += 1
+        self.next_attempt_ms = refresh_due_ms(fresh, fresh.obtained_ms, self._rand(), self.policy)
+        log.info("fetched an upstream OAuth token for client %r from %s (expires in %d s, refreshed in %d s)",
+                 self.client_id, self.endpoint, (fresh.expires_ms - fresh.obtained_ms) // 1000,
+                 (self.next_attempt_ms - fresh.obtained_ms) // 1000)
+        return fresh
 
     async def _fetch(self) -> UpstreamToken:
         self.attempts += 1
         try:
-            return await self._fetch_unscrubbed()
+            # One deadline for the whole exchange: httpx's timeout applies to each read, so an
+            # endpoint that trickles its answer would otherwise hold the fetch much longer.
+            return await asyncio.wait_for(self._fetch_unscrubbed(), self._timeout_s)
+        except TimeoutError:
+            raise UpstreamLoginError(
+                f"the upstream OAuth token endpoint {self.endpoint} did not answer within {self._timeout_s:g} s",
+                refused=False,
+            ) from None
         except UpstreamLoginError as exc:
             # The endpoint's error_description is its own text: make sure it cannot echo our secret.
             message = str(exc)
             if self._secret and self._secret in message:
                 raise UpstreamLoginError(message.replace(self._secret, "***"), refused=exc.refused) from None
             raise
+        except Exception as exc:
+            # A bug or an answer nobody foresaw must not stop the refresher: it is a failed fetch
+            # like any other, retried later. Only the type is said: the text could quote the answer.
+            raise UpstreamLoginError(
+                f"the upstream OAuth token endpoint {self.endpoint}'s answer could not be used "
+                f"({type(exc).__name__})",
+                refused=False,
+            ) from None
 
     async def _fetch_unscrubbed(self) -> UpstreamToken:
         import httpx

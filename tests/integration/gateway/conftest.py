@@ -33,7 +33,7 @@ class RunningGateway:
 
     def __enter__(self) -> RunningGateway:
         self.thread.start()
-        self.call(self.gateway.start())
+        self.call(self.runtime.start() if self.runtime is not None else self.gateway.start())
         return self
 
     def call(self, coro: Any, timeout: float = 30) -> Any:
@@ -109,16 +109,16 @@ def gateway_factory(kafka_broker: str) -> Iterator[Callable[..., RunningGateway]
 
 
 @contextlib.contextmanager
-def serve_control_plane(settings: Any, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+def serve_control_plane(settings: Any, tls: tuple[Path, Path] | None = None, clock: Any = None) -> Iterator[str]:
     """`kgov serve` (in-process, on its own thread) over `settings`: the token issuer at `/oauth/token`.
-    `tls` = (certificate, key) PEM files serves it over https."""
+    `tls` = (certificate, key) PEM files serves it over https; `clock` is build_app's."""
     import uvicorn
 
     from kgov.app import build_app
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(
-        build_app(settings), host="127.0.0.1", port=port, log_level="warning",
+        build_app(settings, clock=clock), host="127.0.0.1", port=port, log_level="warning",
         ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None,
     ))
     thread = threading.Thread(target=server.run, daemon=True)

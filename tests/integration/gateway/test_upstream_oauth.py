@@ -8,8 +8,10 @@ produces and consumes through A.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +26,7 @@ from gateway.upstream_token import UpstreamLoginError
 from tests.integration.gateway.conftest import RawClient, RunningGateway, serve_control_plane
 from tests.integration.gateway.test_proxy import consume, create_topics
 from tests.integration.gateway.test_sasl import ADMIN, grant_prefix
+from tests.support.hanging import HangingEndpoint
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.broker]
@@ -79,6 +82,13 @@ def outer_gateway(factory: Callable[..., RunningGateway], inner: RunningGateway,
                    gateway=outer_gateway_section(endpoint, secret))
 
 
+def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 def tokens_of(gw: RunningGateway) -> Any:
     login = gw.gateway.options.upstream_oauth
     assert login is not None
@@ -122,13 +132,17 @@ def test_produce_and_consume_through_a_gateway_that_logs_in_with_oauthbearer(
     assert produced == {f"User:{CLIENT_ID}"}
 
 
-def test_token_is_refreshed_at_80_percent_of_its_life_and_traffic_continues(
+def test_token_is_refreshed_in_the_background_at_80_percent_of_its_life_and_traffic_continues(
     runtime_factory: Callable[..., RunningGateway], inner: RunningGateway, token_endpoint: str, kafka_broker: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)  # httpx and httpcore included
     clock = Clock()
-    outer = outer_gateway(runtime_factory, inner, token_endpoint, clock=clock)
+    # librdkafka's schedule (80%, no jitter, no buffer before expiry), so the refresh point is exact
+    outer = runtime_factory(name="a", upstream=inner.bootstrap, clock=clock,
+                            authz={"allow_everyone_if_no_acl_found": True},
+                            gateway={**outer_gateway_section(token_endpoint),
+                                     "upstream_oauth_refresh_window_jitter": 0, "upstream_oauth_refresh_buffer_s": 0})
     source = tokens_of(outer)
     first = source._token
     lifetime_s = inner.settings.oauth.token_lifetime_s  # type: ignore[attr-defined]
@@ -138,16 +152,51 @@ def test_token_is_refreshed_at_80_percent_of_its_life_and_traffic_continues(
     assert source.fetches == 1
     clock.offset = timedelta(seconds=lifetime_s * 0.8 - 5)  # just before the refresh point: still cached
     produce(outer.bootstrap, topic, b"cached")
+    time.sleep(1.2)  # more than the refresher's 1 s look at the clock
     assert source.fetches == 1
-    clock.offset = timedelta(seconds=lifetime_s * 0.8 + 5)  # past it: the next upstream login fetches anew
+    clock.offset = timedelta(seconds=lifetime_s * 0.8 + 5)  # past it: refreshed without any client
+    wait_until(lambda: source.fetches == 2, timeout=5)
+    assert source._token.value != first.value
     produce(outer.bootstrap, topic, b"after")
-    assert source.fetches == 2 and source._token.value != first.value
     assert sorted(consume(outer.bootstrap, topic, 3)) == [b"after", b"before", b"cached"]
     assert source.fetches == 2
     fetched = [r.getMessage() for r in caplog.records if "fetched an upstream OAuth token" in r.getMessage()]
     assert len(fetched) == 2
     assert "HTTP Request: POST" in caplog.text  # httpx's own log lines are in what was searched
     assert not secrets_in(caplog.text) and first.value not in caplog.text
+
+
+def test_new_clients_do_not_wait_for_a_hanging_token_endpoint_while_the_token_is_valid(
+    runtime_factory: Callable[..., RunningGateway], inner: RunningGateway, token_endpoint: str, kafka_broker: str,
+) -> None:
+    """The identity provider hangs at the refresh point: A's refresh waits up to its 10 s deadline,
+    but clients connecting meanwhile are logged in upstream with the current token at once; and the
+    runtime stops promptly with that fetch in flight, leaving no task behind."""
+    clock = Clock()
+    outer = outer_gateway(runtime_factory, inner, token_endpoint, clock=clock)
+    source = tokens_of(outer)
+    topic = f"upoauth-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    hanging = HangingEndpoint()
+    try:
+        source.endpoint = hanging.url
+        clock.offset = timedelta(seconds=inner.settings.oauth.token_lifetime_s * 0.9)  # type: ignore[attr-defined]
+        wait_until(lambda: len(hanging.accepted) == 1)  # the refresh is in flight and hangs
+        started = time.monotonic()
+        produce(outer.bootstrap, topic, b"while-the-idp-hangs")
+        assert sorted(consume(outer.bootstrap, topic, 1)) == [b"while-the-idp-hangs"]
+        assert time.monotonic() - started < 5, "a client waited for the token endpoint"
+        assert source.fetches == 1 and source.attempts == 2 and len(hanging.accepted) == 1
+        started = time.monotonic()
+        outer.call(outer.runtime.stop(), timeout=5)
+        assert time.monotonic() - started < 2
+
+        async def other_tasks() -> list[str]:
+            return [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+        assert outer.call(other_tasks()) == []
+    finally:
+        hanging.close()
 
 
 def test_wrong_client_secret_stops_the_start_with_a_clear_error_without_the_secret(
@@ -163,7 +212,7 @@ def test_wrong_client_secret_stops_the_start_with_a_clear_error_without_the_secr
     assert not secrets_in(caplog.text)
 
 
-def test_unreachable_token_endpoint_lets_the_gateway_start_and_drops_clients_meanwhile(
+def test_unreachable_token_endpoint_lets_the_gateway_start_drops_clients_and_is_retried_in_the_background(
     runtime_factory: Callable[..., RunningGateway], inner: RunningGateway, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -175,6 +224,9 @@ def test_unreachable_token_endpoint_lets_the_gateway_start_and_drops_clients_mea
     assert raw.closed_by_peer(timeout=10)
     raw.close()
     assert tokens_of(outer).fetches == 0 and not oauth_logins(inner)
+    # retried with nobody asking: after about 0.1 s, 0.2 s, 0.4 s (Kafka's sasl.login.retry.backoff.ms doubling)
+    wait_until(lambda: tokens_of(outer).attempts >= 4, timeout=5)
+    assert "upstream logins fail until a token is fetched; retrying in 0.1 s" in caplog.text
     assert not secrets_in(caplog.text)
 
 
@@ -225,9 +277,9 @@ def test_revoked_client_keeps_the_valid_token_then_clients_are_dropped_with_a_cl
     lifetime_s = inner.settings.oauth.token_lifetime_s  # type: ignore[attr-defined]
     # due for refresh, the endpoint refuses, the current token is still valid: it keeps being used
     clock.offset = timedelta(seconds=lifetime_s * 0.9)
-    produce(outer.bootstrap, topic, b"on-the-old-token")
+    wait_until(lambda: "using the current token until it expires" in caplog.text)  # the refresher's attempt
     assert "refused client 'gw-upstream': invalid_client (HTTP 401)" in caplog.text
-    assert "using the current token until it expires" in caplog.text
+    produce(outer.bootstrap, topic, b"on-the-old-token")
     # expired in A's eyes: nothing to log in with, so clients are dropped (never forwarded anonymously)
     clock.offset = timedelta(seconds=lifetime_s + 60)
     raw = RawClient(outer.bootstrap)

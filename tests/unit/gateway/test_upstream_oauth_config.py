@@ -133,3 +133,34 @@ def test_the_secret_comes_from_the_environment_variable_the_errors_name(monkeypa
     secret = settings.gateway.upstream_oauth_client_secret
     assert secret is not None and secret.get_secret_value() == SECRET
     assert settings.gateway.upstream_oauth_extensions == {"logicalCluster": "lkc-1"}
+
+
+def test_refresh_and_retry_settings_default_to_kafkas_client_defaults_and_reach_the_token_source() -> None:
+    from gateway.upstream_token import RefreshPolicy
+
+    default = upstream_oauth_login(config(), now_ms=lambda: 0)
+    assert default is not None and default.tokens.policy == RefreshPolicy(
+        window_factor=0.8, window_jitter=0.05, min_period_ms=60_000, buffer_ms=300_000,
+        retry_backoff_ms=100, retry_backoff_max_ms=10_000)
+    tuned = upstream_oauth_login(config(
+        upstream_oauth_refresh_window_factor=0.6, upstream_oauth_refresh_window_jitter=0,
+        upstream_oauth_refresh_min_period_s=10, upstream_oauth_refresh_buffer_s=0,
+        upstream_oauth_retry_backoff_ms=250, upstream_oauth_retry_backoff_max_ms=2000), now_ms=lambda: 0)
+    assert tuned is not None and tuned.tokens.policy == RefreshPolicy(0.6, 0.0, 10_000, 0, 250, 2000)
+
+
+@pytest.mark.parametrize(("setting", "value"), [
+    # Kafka's legal ranges for sasl.login.refresh.*
+    ("upstream_oauth_refresh_window_factor", 0.49), ("upstream_oauth_refresh_window_factor", 1.01),
+    ("upstream_oauth_refresh_window_jitter", -0.01), ("upstream_oauth_refresh_window_jitter", 0.26),
+    ("upstream_oauth_refresh_min_period_s", -1), ("upstream_oauth_refresh_min_period_s", 901),
+    ("upstream_oauth_refresh_buffer_s", -1), ("upstream_oauth_refresh_buffer_s", 3601),
+    ("upstream_oauth_retry_backoff_ms", 0), ("upstream_oauth_retry_backoff_max_ms", 0),
+])
+def test_refresh_settings_outside_kafkas_ranges_are_refused(setting: str, value: float) -> None:
+    assert setting in refusal(**{setting: value})
+
+
+def test_retry_backoff_max_below_the_initial_backoff_is_refused() -> None:
+    text = refusal(upstream_oauth_retry_backoff_ms=5000, upstream_oauth_retry_backoff_max_ms=1000)
+    assert "gateway.upstream_oauth_retry_backoff_max_ms must be at least gateway.upstream_oauth_retry_backoff_ms" in text

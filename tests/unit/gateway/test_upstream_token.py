@@ -58,21 +58,25 @@ def test_expiry_comes_from_the_jwt_exp_claim_of_a_real_kgov_token() -> None:
     assert jwt_expiry_ms(issued.access_token) == NOW_MS + 600_000
     # the JWT's exp wins over a disagreeing expires_in: it is what the broker enforces
     token = parse(200, {"access_token": issued.access_token, "token_type": "Bearer", "expires_in": 3600})
-    assert token.expires_ms == NOW_MS + 600_000
-    assert token.refresh_ms == NOW_MS + 480_000  # 80% of the lifetime
+    assert (token.obtained_ms, token.expires_ms) == (NOW_MS, NOW_MS + 600_000)
     assert issued.access_token not in repr(token)
 
 
-@pytest.mark.parametrize("value", ["opaque-token", "a.b", "a.!!!.c", "a." + base64.urlsafe_b64encode(b'{"exp":"x"}')
-                                   .decode().rstrip("=") + ".c", "a." + base64.urlsafe_b64encode(b"[1]").decode() + ".c",
-                                   "a." + base64.urlsafe_b64encode(b'{"exp":true}').decode() + ".c"])
+def jws_with(payload: bytes) -> str:
+    return "a." + base64.urlsafe_b64encode(payload).decode().rstrip("=") + ".c"
+
+
+@pytest.mark.parametrize("value", ["opaque-token", "a.b", "a.!!!.c", jws_with(b'{"exp":"x"}'), jws_with(b"[1]"),
+                                   jws_with(b'{"exp":true}'),
+                                   # Python's json reads these; a time cannot be made of them
+                                   jws_with(b'{"exp":Infinity}'), jws_with(b'{"exp":NaN}'), jws_with(b'{"exp":1e300}')])
 def test_no_jwt_expiry_in_opaque_or_odd_tokens(value: str) -> None:
     assert jwt_expiry_ms(value) is None
 
 
 def test_opaque_token_lives_for_expires_in() -> None:
     token = parse(200, {"access_token": "opaque-abc", "token_type": "bearer", "expires_in": 100})
-    assert (token.value, token.expires_ms, token.refresh_ms) == ("opaque-abc", NOW_MS + 100_000, NOW_MS + 80_000)
+    assert (token.value, token.obtained_ms, token.expires_ms) == ("opaque-abc", NOW_MS, NOW_MS + 100_000)
 
 
 def test_refused_client_is_a_definitive_refusal_naming_endpoint_and_client() -> None:
@@ -95,6 +99,8 @@ def test_refused_client_is_a_definitive_refusal_naming_endpoint_and_client() -> 
     (200, {"access_token": "t", "token_type": "mac", "expires_in": 5}, "token_type 'mac', not Bearer", False),
     (200, {"access_token": "t"}, "lifetime is unknown", False),
     (200, {"access_token": "t", "expires_in": "60"}, "lifetime is unknown", False),
+    (200, b'{"access_token": "t", "expires_in": Infinity}', "lifetime is unknown", False),
+    (200, b'{"access_token": "t", "expires_in": NaN}', "lifetime is unknown", False),
     (200, {"access_token": "t", "expires_in": 0}, "answered an expired token", False),
 ])
 def test_bad_answers_say_what_is_wrong(status: int, body: object, expected: str, refused: bool) -> None:
@@ -114,11 +120,12 @@ def test_token_source_repr_names_no_secret() -> None:
     assert "top-secret-value" not in repr(source) and "gw" in repr(source)
 
 
-def test_unreachable_endpoint_fails_softly_then_backs_off_without_new_attempts() -> None:
-    """A real refused TCP connection; the clock is injected, so the back-off is exact."""
+def test_unreachable_endpoint_fails_softly_then_logins_fail_at_once_until_the_retry() -> None:
+    """A real refused TCP connection; the clock and the jitter are injected, so the retry time is exact.
+    (The background retries themselves: tests/unit/gateway/test_upstream_token_refresh.py.)"""
     now = [NOW_MS]
     source = UpstreamTokenSource(f"http://127.0.0.1:{free_port()}/token", "gw", "s3cret-value",
-                                 now_ms=lambda: now[0], timeout_s=2)
+                                 now_ms=lambda: now[0], timeout_s=2, rand=lambda: 0.5)
 
     async def attempt() -> UpstreamLoginError:
         with pytest.raises(UpstreamLoginError) as info:
@@ -128,14 +135,13 @@ def test_unreachable_endpoint_fails_softly_then_backs_off_without_new_attempts()
     first = asyncio.run(attempt())
     assert not first.refused and "could not be reached: ConnectError" in str(first)
     assert "s3cret-value" not in str(first)
-    again = asyncio.run(attempt())  # within the 0.5 s back-off: the same error, no new request
+    assert source.next_attempt_ms == NOW_MS + 100  # sasl.login.retry.backoff.ms
+    again = asyncio.run(attempt())  # before the retry time: the same error, no new request
     assert str(again) == str(first) and source.attempts == 1
-    now[0] += 600
+    now[0] += 100
     asyncio.run(attempt())
-    assert source.attempts == 2
-    now[0] += 600  # the back-off doubled to 1 s
+    assert source.attempts == 2 and source.failures == 2
+    assert source.next_attempt_ms == now[0] + 200  # doubled
+    now[0] += 199
     asyncio.run(attempt())
-    assert source.attempts == 2
-    now[0] += 500
-    asyncio.run(attempt())
-    assert source.attempts == 3 and source.fetches == 0
+    assert source.attempts == 2 and source.fetches == 0
