@@ -27,7 +27,7 @@ from gateway.codec import SPECS
 from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, Part, QuotaEntity, QuotaError
 from gateway.quota_store import QuotaOp, QuotaStore
 from gateway.quotas import QuotaEnforcer
-from gateway.request_authz import CLUSTER_AUTHORIZATION_FAILED
+from gateway.request_authz import ANONYMOUS, CLUSTER_AUTHORIZATION_FAILED
 
 INVALID_REQUEST: Final = 42
 SECURITY_DISABLED: Final = 54
@@ -36,6 +36,7 @@ RESOURCE_NOT_FOUND: Final = 91
 DUPLICATE_RESOURCE: Final = 92
 UNACCEPTABLE_CREDENTIAL: Final = 93
 INVALID_CONFIG: Final = 40
+DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: Final = 64
 SCRAM_MECHANISMS: Final = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 SCRAM_CODES: Final = {v: k for k, v in SCRAM_MECHANISMS.items()}
 
@@ -326,6 +327,16 @@ class DelegationTokenApis:
     def _error(self, exc: Exception) -> tuple[int, str]:
         return int(getattr(exc, "code", INVALID_REQUEST)), str(exc)
 
+    @staticmethod
+    def _allowed(ctx: RequestContext) -> bool:
+        """Kafka's `KafkaApis.allowTokenRequests`, for all four token APIs: not over a session that logged
+        in with a delegation token, not over PLAINTEXT, not over SSL without a client certificate (the
+        anonymous principal). Anyone reaching such a listener would otherwise manage tokens of its
+        principal (on PLAINTEXT, User:ANONYMOUS: everyone's)."""
+        protocol = ctx.security_protocol
+        return not (ctx.token_authenticated or protocol == "PLAINTEXT"
+                    or (protocol == "SSL" and ctx.principal == ANONYMOUS))
+
     def create(self, ctx: RequestContext, version: int, request: Any) -> Any:
         from authz.model import Principal
         from sasl.delegation import DelegationTokenError
@@ -336,6 +347,8 @@ class DelegationTokenApis:
         empty = {"principal_type": "", "principal_name": "", "token_requester_principal_type": "",
                  "token_requester_principal_name": "", "issue_timestamp_ms": -1, "expiry_timestamp_ms": -1,
                  "max_timestamp_ms": -1, "token_id": "", "hmac": b""}
+        if not self._allowed(ctx):
+            return resp(error_code=DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, **empty)
         if owner is not None and owner != requester:
             action = Action(ResourceType.USER, str(owner), Operation.CREATE_TOKENS)
             if not self.authorizer.authorize(ctx, [action])[0].allowed:
@@ -360,13 +373,17 @@ class DelegationTokenApis:
         from sasl.delegation import DelegationTokenError
 
         resp = SPECS[key].response
+        if not self._allowed(ctx):
+            return resp(error_code=DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, expiry_timestamp_ms=-1)
         hmac_b64 = base64.b64encode(bytes(request.hmac)).decode()
         try:
             if renew:
                 expiry = self.credentials.renew_token(ctx.principal, hmac_b64, period,
+                                                      token_authenticated=ctx.token_authenticated,
                                                       client_address=ctx.client_address).expiry_ms
             else:
                 expiry = self.credentials.expire_token(ctx.principal, hmac_b64, period,
+                                                       token_authenticated=ctx.token_authenticated,
                                                        client_address=ctx.client_address)
         except DelegationTokenError as exc:
             return resp(error_code=int(exc.code), expiry_timestamp_ms=-1)
@@ -396,8 +413,11 @@ class DelegationTokenApis:
             ]
             return any(d.allowed for d in self.authorizer.authorize(ctx, actions))
 
+        if not self._allowed(ctx):
+            return resp(error_code=DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, tokens=[])
         try:
-            tokens = self.credentials.describe_tokens(ctx.principal, owners=owners, may_describe=may_describe)
+            tokens = self.credentials.describe_tokens(ctx.principal, owners=owners, may_describe=may_describe,
+                                                      token_authenticated=ctx.token_authenticated)
         except DelegationTokenError as exc:
             return resp(error_code=int(exc.code), tokens=[])
         return resp(error_code=0, tokens=[

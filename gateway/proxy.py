@@ -62,7 +62,7 @@ from gateway.codec import (
     produce_acks,
 )
 from gateway.framing import Frame, FrameError, FrameReader
-from gateway.request_authz import PLANNERS, RequestAuthorizer, error_response, plan_request
+from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
 from gateway.sasl_session import Admission, AuthStep, MechanismFactory, SaslSession
 from gateway.upstream_login import (
     Authenticated,
@@ -75,7 +75,6 @@ from gateway.upstream_token import printable
 
 log = logging.getLogger("kgov.gateway")
 
-ANONYMOUS = Principal("User", "ANONYMOUS")
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 UNSUPPORTED_VERSION = 35
 MAX_IN_FLIGHT = 256

@@ -14,7 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from authz.model import CLUSTER_RESOURCE_NAME, SUPPORTED_OPERATIONS, Action, Operation, ResourceType
+from authz.model import (
+    CLUSTER_RESOURCE_NAME,
+    SUPPORTED_OPERATIONS,
+    Action,
+    Operation,
+    Principal,
+    ResourceType,
+)
+
+# Kafka's `KafkaPrincipal.ANONYMOUS`: the principal of a connection that did not authenticate.
+ANONYMOUS: Final = Principal("User", "ANONYMOUS")
 
 TOPIC_AUTHORIZATION_FAILED: Final = 29
 GROUP_AUTHORIZATION_FAILED: Final = 30

@@ -207,6 +207,12 @@ def test_delegation_token_life_cycle_through_the_kafka_protocol(
     again = token_login.call(38, 3, create(owner_principal_type=None, owner_principal_name=None,
                                            max_lifetime_ms=-1, renewers=[]))
     assert again.error_code == 64
+    # ... nor renew, expire or describe them (Kafka's allowTokenRequests): a leaked token could otherwise
+    # renew itself up to its maximum lifetime
+    renew = token_login.call(39, 2, SPECS[39].request[2](hmac=bytes(created.hmac), renew_period_ms=60_000))
+    expire = token_login.call(40, 2, SPECS[40].request[2](hmac=bytes(created.hmac), expiry_time_period_ms=-1))
+    describe = token_login.call(41, 3, SPECS[41].request[3](owners=None))
+    assert (renew.error_code, expire.error_code, describe.error_code, describe.tokens) == (64, 64, 64, [])
     token_login.close()
 
     bob = RawClient(gw.bootstrap)
@@ -274,3 +280,27 @@ def test_connection_creation_rate_per_ip(gw: RunningGateway) -> None:
     # closed (on a slow machine the window may slide by the end and admit one more)
     assert served[:3] == [True, True, True]
     assert served[3:].count(False) >= 3, served
+
+
+def test_delegation_tokens_are_refused_on_a_plaintext_listener(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    """Kafka refuses every token request on PLAINTEXT: every client there is User:ANONYMOUS, so anyone
+    could create, renew or expire the tokens of everyone."""
+    gw = runtime_factory(gateway={"security_protocol": "PLAINTEXT"},
+                         sasl={"delegation_token_secret_key": "gateway-test-token-secret"})
+    existing = gw.runtime.credentials.create_token(Principal("User", "ANONYMOUS"), max_lifetime_ms=3_600_000)
+    raw = RawClient(gw.bootstrap)
+    create = SPECS[38].request[3]
+    created = raw.call(38, 3, create(owner_principal_type=None, owner_principal_name=None, max_lifetime_ms=-1,
+                                     renewers=[]))
+    renew = raw.call(39, 2, SPECS[39].request[2](hmac=bytes(existing.hmac), renew_period_ms=60_000))
+    expire = raw.call(40, 2, SPECS[40].request[2](hmac=bytes(existing.hmac), expiry_time_period_ms=-1))
+    describe = raw.call(41, 3, SPECS[41].request[3](owners=None))
+    raw.close()
+    assert (created.error_code, created.hmac, renew.error_code, expire.error_code) == (64, b"", 64, 64)
+    assert (describe.error_code, describe.tokens) == (64, [])
+    # nothing changed: the token still exists, unexpired
+    [info] = gw.runtime.credentials.describe_tokens(Principal("User", "ANONYMOUS"), owners=None,
+                                                    may_describe=lambda _: True)
+    assert info.token_id == existing.info.token_id and info.expiry_ms == existing.info.expiry_ms
