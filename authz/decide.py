@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from authz.host_address import java_host_address
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
     DEFAULT_ALLOW_RULE,
@@ -486,6 +487,8 @@ class AuthorizerData:
         pname = principal.name
         ptype = principal.type
         host = ctx.client_address
+        if ":" in host:
+            host = java_host_address(host)  # Kafka compares ACL hosts with Java's text of the IP
         cache = self._decisions
         out = []
         for action in actions:
@@ -571,7 +574,7 @@ class AuthorizerData:
             raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
         if op is Operation.UNKNOWN:
             raise ValueError("Unknown operation type")
-        key = (ctx.principal.type, ctx.principal.name, ctx.client_address, op, rt)
+        key = (ctx.principal.type, ctx.principal.name, java_host_address(ctx.client_address), op, rt)
         cached = self._by_type_decisions.get(key)
         if cached is not None:
             return cached
@@ -589,7 +592,8 @@ class AuthorizerData:
             return probe
         index = self._type_index(rt)
         principals = self.effective_principals(ctx.principal)
-        hosts = (ctx.client_address, WILDCARD_HOST) if ctx.client_address != WILDCARD_HOST else (WILDCARD_HOST,)
+        host = java_host_address(ctx.client_address)
+        hosts = (host, WILDCARD_HOST) if host != WILDCARD_HOST else (WILDCARD_HOST,)
         groups = [
             names
             for p in principals

@@ -22,6 +22,7 @@ from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
 from authz.config import AuthzConfig
 from authz.decide import SUPER_USER_DECISION, AuthorizerData, validate_new_acl
+from authz.host_address import java_host_address
 from authz.model import (
     Acl,
     AclFilter,
@@ -252,7 +253,7 @@ class AuthorizerService:
             principal=str(ctx.principal),
             allowed=allowed,
             operation=action.operation.name,
-            host=ctx.client_address,
+            host=java_host_address(ctx.client_address),  # Kafka logs getHostAddress()
             resource_type=action.resource_type.name,
             pattern_type=action.pattern_type.name,
             resource_name=action.resource_name,
