@@ -77,16 +77,13 @@ def validate_new_acl(acl: Acl) -> None:
         raise InvalidAclError("Resource name should not be empty")
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
-    kind, sep, _ = acl.principal.partition(":")
-    if not sep:
+    # Kafka checks only for the colon: `:alice` (empty type) and an empty host are stored, and
+    # simply match no caller. Refusing them would break importing a Kafka cluster's ACLs.
+    if ":" not in acl.principal:
         raise InvalidAclError(
             f"Could not parse principal from `{acl.principal}` (no colon is present separating the principal "
             "type from the principal name)"
         )
-    if not kind:
-        raise InvalidAclError(f"Could not parse principal from `{acl.principal}` (the principal type is empty)")
-    if not acl.host:
-        raise InvalidAclError("Invalid empty host")
 
 
 def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, str, str, int]:
@@ -612,7 +609,8 @@ class AuthorizerData:
             wildcard_allow = wildcard_allow or WILDCARD_RESOURCE in names.allow_literal
         if wildcard_allow:
             return Decision(ALLOWED, DEFAULT_ALLOW_RULE)
-        deny_lengths = sorted({len(p) for p in deny_prefixed})
+        # Kafka tests the allowed name one character at a time, so a "" deny prefix never dominates.
+        deny_lengths = sorted({len(p) for p in deny_prefixed if p})
 
         def prefix_denied(name: str) -> bool:
             stop = bisect.bisect_right(deny_lengths, len(name))
