@@ -138,29 +138,40 @@ class _Pattern:
 _RoleRule = tuple[str, Operation, Rule, bool]
 
 
+def scan_key(rule: Rule) -> tuple[int, int, str, str]:
+    """Where a rule sits in Kafka's scan of one resource pattern: StandardAcl.compareTo orders the
+    ACLs of a pattern by operation, principal, host, then permission. Role-binding grants (a kgov
+    extension) come after every ACL. Kafka reports the FIRST matching DENY in scan order and the
+    LAST matching ALLOW (MatchingRuleBuilder.allowAcl is overwritten at every ALLOW)."""
+    if isinstance(rule, MatchingAcl):
+        acl = rule.acl
+        return 0, acl.operation, acl.principal, acl.host
+    return 1, 0, str(rule), ""
+
+
 def _build_pattern(acls: Iterable[Acl], role_rules: Iterable[_RoleRule]) -> _Pattern:
     acl_set = frozenset(acls)
     role_rules = tuple(role_rules)
     grants: _PatternIndex = {}
-    # Kafka order inside a pattern (type, name and pattern type are the same for all of them),
-    # so that the first rule recorded is the one Kafka reports.
+    # Kafka's order inside a pattern (type, name and pattern type are the same for all of them):
+    # per (principal, host) the first DENY and the last ALLOW recorded are the ones Kafka would
+    # report; `_decide` then compares across principals and hosts with `scan_key`.
     for acl in sorted(acl_set, key=lambda a: (a.operation, a.principal, a.host, a.permission)):
         g = grants.setdefault(acl.principal, {}).setdefault(acl.host, _Grants())
         rule: Rule = MatchingAcl(acl)
         if acl.permission is Permission.DENY:
             g.deny.setdefault(acl.operation, rule)
         elif acl.operation is Operation.ALL:
-            g.allow.setdefault(Operation.ALL, rule)
+            g.allow[Operation.ALL] = rule
         else:
             for op in _GRANTS[acl.operation]:
-                g.allow.setdefault(op, rule)
+                g.allow[op] = rule
     for principal, op, rule, _scoped in role_rules:
         g = grants.setdefault(principal, {}).setdefault(WILDCARD_HOST, _Grants())
-        if op is Operation.ALL:
-            g.allow.setdefault(Operation.ALL, rule)
-        else:
-            for granted in _GRANTS[op]:
-                g.allow.setdefault(granted, rule)
+        for granted in (Operation.ALL,) if op is Operation.ALL else _GRANTS[op]:
+            current = g.allow.get(granted)
+            if current is None or scan_key(rule) > scan_key(current):
+                g.allow[granted] = rule
     return _Pattern(grants, acl_set, bool(acl_set) or any(scoped for *_, scoped in role_rules), role_rules)
 
 
@@ -517,6 +528,8 @@ class AuthorizerData:
         for pattern in self._matching_patterns(rt, name):
             if pattern.governed:
                 has_acls = True
+            deny_rule: Rule | None = None
+            pattern_allow: Rule | None = None
             for p in principals:
                 by_host = pattern.grants.get(p)
                 if by_host is None:
@@ -525,11 +538,16 @@ class AuthorizerData:
                     g = by_host.get(h)
                     if g is None:
                         continue
-                    deny = g.deny.get(op) or g.deny.get(Operation.ALL)
-                    if deny is not None:
-                        return Decision(DENIED, deny)
-                    if allow_rule is None:
-                        allow_rule = g.allow.get(op) or g.allow.get(Operation.ALL)
+                    for found in (g.deny.get(op), g.deny.get(Operation.ALL)):
+                        if found is not None and (deny_rule is None or scan_key(found) < scan_key(deny_rule)):
+                            deny_rule = found
+                    for found in (g.allow.get(op), g.allow.get(Operation.ALL)):
+                        if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
+                            pattern_allow = found
+            if deny_rule is not None:
+                return Decision(DENIED, deny_rule)  # Kafka stops at the first DENY it meets
+            if pattern_allow is not None:
+                allow_rule = pattern_allow  # ... and reports the last ALLOW it met
         if allow_rule is not None:
             return Decision(ALLOWED, allow_rule)
         if not has_acls and self.allow_everyone_if_no_acl_found:

@@ -98,3 +98,34 @@ def test_wildcard_acl_applies_to_every_name_including_those_starting_with_a_star
     ])
     (decision,) = data.authorize(ctx("User:bob"), [action(READ, GROUP, name)])
     assert not decision.allowed
+
+
+# --------------------------------------------------------------------------- which rule is reported
+
+DESCRIBE, ALL = Operation.DESCRIBE, Operation.ALL
+
+
+@pytest.mark.parametrize(("acls", "principal", "operation", "name", "reported"), [
+    # Inside a pattern Kafka scans by operation first: READ(3) before DESCRIBE(8); the last ALLOW wins.
+    ([acl(TOPIC, "t", LITERAL, "User:bob", "*", READ, ALLOW), acl(TOPIC, "t", LITERAL, "User:bob", "*", DESCRIBE, ALLOW)],
+     "User:bob", DESCRIBE, "t", 1),
+    # Across patterns: the exact LITERAL first, then the prefixes; the last ALLOW met is the prefix.
+    ([acl(TOPIC, "orders", LITERAL, "User:bob", "*", READ, ALLOW), acl(TOPIC, "ord", PREFIXED, "User:bob", "*", READ, ALLOW)],
+     "User:bob", READ, "orders", 1),
+    # The first DENY met: ALL(2) sorts before READ(3) ...
+    ([acl(TOPIC, "t", LITERAL, "User:bob", "*", READ, DENY), acl(TOPIC, "t", LITERAL, "User:bob", "*", ALL, DENY)],
+     "User:bob", READ, "t", 1),
+    # ... and, for one operation, principal `User:*` sorts before `User:bob` ('*' < 'b').
+    ([acl(TOPIC, "t", LITERAL, "User:bob", "*", READ, DENY), acl(TOPIC, "t", LITERAL, "User:*", "*", READ, DENY)],
+     "User:bob", READ, "t", 1),
+    # A host-specific DENY sorts after `*` for the same principal ('*' < '1').
+    ([acl(TOPIC, "t", LITERAL, "User:bob", "127.0.0.1", READ, DENY), acl(TOPIC, "t", LITERAL, "User:bob", "*", READ, DENY)],
+     "User:bob", READ, "t", 1),
+])
+def test_reported_rule_is_the_one_kafka_names(
+    acls: list[Acl], principal: str, operation: Operation, name: str, reported: int
+) -> None:
+    """StandardAuthorizerData.checkSection returns at the first matching DENY and overwrites
+    `allowAcl` at every matching ALLOW; the audit line names that ACL (`based on rule MatchingAcl(...)`)."""
+    (decision,) = AuthorizerData.build(acls).authorize(ctx(principal), [action(operation, TOPIC, name)])
+    assert str(decision.rule) == f"MatchingAcl(acl={acls[reported]})"
