@@ -9,6 +9,8 @@ AccessControlEntryFilter matching). `test_reference_model.py` compares `Authoriz
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cmp_to_key
@@ -112,6 +114,22 @@ def entries(acls: Iterable[Acl], bindings: Iterable[RoleBinding] = ()) -> list[E
     return out
 
 
+def kafka_host_text(address: str) -> str:
+    """What Java's `InetAddress.getHostAddress()` says for a client at `address` (the host Kafka
+    compares ACL hosts with): IPv6 as eight `%x` groups, IPv4-mapped IPv6 as dotted IPv4."""
+    if ":" not in address:
+        return address
+    literal, _, zone = address.partition("%")
+    try:
+        raw = socket.inet_pton(socket.AF_INET6, literal)
+    except OSError:
+        return address
+    if raw[:12] == bytes(10) + b"\xff\xff":
+        return socket.inet_ntop(socket.AF_INET, raw[12:])
+    text = ":".join(f"{group:x}" for group in struct.unpack("!8H", raw))
+    return f"{text}%{zone}" if zone else text
+
+
 def effective_principals(principal: str, groups: Iterable[str], bindings: Iterable[RoleBinding]) -> set[str]:
     """Kafka: the caller and `User:*`. kgov adds the caller's groups and `Role:<r>` for every role
     bound to any of those."""
@@ -179,6 +197,7 @@ def reference_authorize(
         raise ValueError(f"Only literal resources are supported. Got: {act.pattern_type.name}")
     if principal in set(super_users):
         return Expected(True, "SuperUser")
+    host = kafka_host_text(host)
     bindings = list(bindings)
     effective = effective_principals(principal, groups, bindings)
     on_resource = [e for e in entries(acls, bindings) if pattern_applies(e.acl, act.resource_type, act.resource_name)]
@@ -240,6 +259,7 @@ def reference_authorize_by_resource_type(
     )
     if probe.allowed:
         return True
+    host = kafka_host_text(host)
     effective = effective_principals(principal, groups, bindings)
     relevant = [
         e.acl
