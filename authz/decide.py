@@ -86,6 +86,18 @@ def validate_new_acl(acl: Acl) -> None:
         )
 
 
+def check_by_resource_type_args(op: Operation, rt: ResourceType) -> None:
+    """SecurityUtils.authorizeByResourceTypeCheckArgs, the first thing authorizeByResourceType does."""
+    if rt is ResourceType.ANY:
+        raise ValueError("Must specify a non-filter resource type for authorizeByResourceType")
+    if rt is ResourceType.UNKNOWN:
+        raise ValueError("Unknown resource type")
+    if op is Operation.ANY:
+        raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
+    if op is Operation.UNKNOWN:
+        raise ValueError("Unknown operation type")
+
+
 def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, str, str, int]:
     """StandardAcl.compareTo: type, REVERSE name, pattern type, operation, principal, host, permission."""
     return (
@@ -581,14 +593,7 @@ class AuthorizerData:
 
     def authorize_by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
         """May the caller do `op` on at least one resource of type `rt`? (Authorizer's default method.)"""
-        if rt is ResourceType.ANY:
-            raise ValueError("Must specify a non-filter resource type for authorizeByResourceType")
-        if rt is ResourceType.UNKNOWN:
-            raise ValueError("Unknown resource type")
-        if op is Operation.ANY:
-            raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
-        if op is Operation.UNKNOWN:
-            raise ValueError("Unknown operation type")
+        check_by_resource_type_args(op, rt)
         key = (ctx.principal.type, ctx.principal.name, java_host_address(ctx.client_address), op, rt)
         cached = self._by_type_decisions.get(key)
         if cached is not None:
