@@ -2,9 +2,11 @@
 
 Semantics (shared/reference/authz-sasl.md section 1.3): only LITERAL actions; super users first;
 the matching principals are the caller and `User:*` (plus, in kgov, the caller's groups and the
-roles bound to any of them); host is `*` or the exact client IP; an ALLOW of READ/WRITE/DELETE/ALTER
-implies DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS, a DENY implies nothing; a matching DENY
-wins; `allow.everyone.if.no.acl.found` applies only when no ACL of any principal matches the resource.
+roles bound to any of them); host is `*` or the client IP as Java writes it (`host_address`); an
+ALLOW of READ/WRITE/DELETE/ALTER implies DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS, a DENY
+implies nothing; a matching DENY wins; `allow.everyone.if.no.acl.found` applies only when no ACL of
+any principal matches the resource. The reported rule is Kafka's (`scan_key`). docs/authorizer.md
+has the full rules and the deliberate differences (LITERAL `*` also applies to names starting with `*`).
 
 Index: per resource type, one dict of LITERAL patterns and one of PREFIXED patterns keyed by name,
 plus the sorted set of distinct PREFIXED name lengths. A lookup probes the exact name, `*`, and
