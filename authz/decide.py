@@ -49,6 +49,7 @@ from authz.model import (
 from authz.roles import RoleBinding, role_grants
 
 LITERAL: Final = PatternType.LITERAL
+_ALL: Final = Operation.ALL
 ALLOWED: Final = AuthorizationResult.ALLOWED
 DENIED: Final = AuthorizationResult.DENIED
 
@@ -509,8 +510,6 @@ class AuthorizerData:
         pname = principal.name
         ptype = principal.type
         host = ctx.client_address
-        if ":" in host:
-            host = java_host_address(host)  # Kafka compares ACL hosts with Java's text of the IP
         cache = self._decisions
         out = []
         for action in actions:
@@ -519,8 +518,9 @@ class AuthorizerData:
             key = (pname, host, action.resource_name, action.operation, action.resource_type, ptype)
             decision = cache.get(key)
             if decision is None:
-                decision = self._decide(principal, host, action.resource_type, action.resource_name,
-                                        action.operation)
+                # Kafka compares ACL hosts with Java's text of the IP; the cache keys the raw text.
+                decision = self._decide(principal, java_host_address(host), action.resource_type,
+                                        action.resource_name, action.operation)
                 if len(cache) >= self.cache_size:
                     cache.clear()
                 cache[key] = decision
@@ -552,12 +552,18 @@ class AuthorizerData:
                     g = by_host.get(h)
                     if g is None:
                         continue
-                    for found in (g.deny.get(op), g.deny.get(Operation.ALL)):
-                        if found is not None and (deny_rule is None or scan_key(found) < scan_key(deny_rule)):
-                            deny_rule = found
-                    for found in (g.allow.get(op), g.allow.get(Operation.ALL)):
-                        if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
-                            pattern_allow = found
+                    deny = g.deny
+                    if deny:
+                        for found in (deny.get(op), deny.get(_ALL)):
+                            if found is not None and (deny_rule is None or scan_key(found) < scan_key(deny_rule)):
+                                deny_rule = found
+                    allow = g.allow
+                    found = allow.get(op)
+                    if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
+                        pattern_allow = found
+                    found = allow.get(_ALL)
+                    if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
+                        pattern_allow = found
             if deny_rule is not None:
                 return Decision(DENIED, deny_rule)  # Kafka stops at the first DENY it meets
             if pattern_allow is not None:
