@@ -25,6 +25,7 @@ from authz.model import (
     Principal,
     ResourceType,
 )
+from authz.roles import RoleBinding
 from authz.service import AuthorizerService
 from tests.unit.authz.reference_model import acl, action, ctx
 
@@ -129,3 +130,18 @@ def test_reported_rule_is_the_one_kafka_names(
     `allowAcl` at every matching ALLOW; the audit line names that ACL (`based on rule MatchingAcl(...)`)."""
     (decision,) = AuthorizerData.build(acls).authorize(ctx(principal), [action(operation, TOPIC, name)])
     assert str(decision.rule) == f"MatchingAcl(acl={acls[reported]})"
+
+
+# --------------------------------------------------------------------------- kgov extensions and User:*
+
+
+def test_user_wildcard_holds_role_bindings_but_is_no_group_member() -> None:
+    """docs/authorizer.md: a role bound to `User:*` is everyone's; `User:*` listed in a group is not."""
+    data = AuthorizerData.build(
+        [acl(TOPIC, "t", LITERAL, "Group:all", "*", READ, ALLOW)],
+        groups={Principal("User", "*"): frozenset({Principal("Group", "all")})},
+        role_bindings=[RoleBinding("User:*", "DeveloperRead", TOPIC, "r", LITERAL)],
+    )
+    carol = ctx("User:carol")
+    assert data.authorize(carol, [action(READ, TOPIC, "r")])[0].allowed
+    assert not data.authorize(carol, [action(READ, TOPIC, "t")])[0].allowed
