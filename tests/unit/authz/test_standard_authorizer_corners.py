@@ -145,3 +145,15 @@ def test_user_wildcard_holds_role_bindings_but_is_no_group_member() -> None:
     carol = ctx("User:carol")
     assert data.authorize(carol, [action(READ, TOPIC, "r")])[0].allowed
     assert not data.authorize(carol, [action(READ, TOPIC, "t")])[0].allowed
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("true", True), (" TRUE ", True), ("True", True),
+    ("false", False), ("yes", False), ("on", False), ("1", False), ("", False),
+])
+def test_allow_everyone_is_read_as_kafkas_parse_boolean(text: str, expected: bool) -> None:
+    """`allow.everyone.if.no.acl.found` is `Boolean.parseBoolean(value.trim())`: only "true"."""
+    assert AuthzConfig(allow_everyone_if_no_acl_found=text).allow_everyone_if_no_acl_found is expected  # type: ignore[arg-type]
