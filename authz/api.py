@@ -446,32 +446,60 @@ class OpaInputError(ValueError):
     pass
 
 
+def _field(doc: Any, key: str, kind: type[_T], default: _T | None = None) -> _T:
+    """`doc[key]`, which must be a `kind` (JSON: a bool is not a number); `default` when absent."""
+    if not isinstance(doc, dict):
+        raise OpaInputError(f"expected a JSON object holding {key!r}")
+    if key not in doc and default is not None:
+        return default
+    value = doc.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise OpaInputError(f"{key!r} must be a {'string' if kind is str else kind.__name__}")
+    return value
+
+
+def _opa_client_address(value: str) -> str:
+    """The plugin sends Java's `InetAddress.toString()`: `hostname/ip`, or `/ip` when no name is
+    known. Only the IP counts (Kafka matches ACL hosts against `getHostAddress()`); anything that
+    does not end in an IP literal is refused, so a host-specific DENY can never be bypassed by an
+    address that matches no ACL host."""
+    literal = value.rpartition("/")[2]
+    try:
+        ipaddress.ip_address(literal.partition("%")[0])
+    except ValueError:
+        raise OpaInputError("clientAddress must end in an IP address ([hostname]/ip)") from None
+    return literal
+
+
 def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
-    """One decision for the input document the opa-kafka-plugin sends (fail closed on anything odd)."""
+    """One decision for the input document the opa-kafka-plugin sends (fail closed on anything odd:
+    a field of the wrong type or a missing one is a 400, which the plugin reads as a denial)."""
     try:
         if not isinstance(doc, dict):
             raise OpaInputError("each input document must be a JSON object")
-        action = doc["action"]
-        ctx_doc = doc["requestContext"]
-        pattern = action["resourcePattern"]
-        principal = Principal(str(ctx_doc["principal"]["principalType"]), str(ctx_doc["principal"]["name"]))
-        header = (ctx_doc.get("header") or {})
-        header_data = header.get("name") or header.get("data") or {}
-        address = str(ctx_doc.get("clientAddress", "")).lstrip("/")
+        action = _field(doc, "action", dict)
+        ctx_doc = _field(doc, "requestContext", dict)
+        pattern = _field(action, "resourcePattern", dict)
+        principal_doc = _field(ctx_doc, "principal", dict)
+        principal = Principal(_field(principal_doc, "principalType", str), _field(principal_doc, "name", str))
+        header = ctx_doc.get("header") or {}
+        header_data = (header.get("name") or header.get("data") or {}) if isinstance(header, dict) else {}
+        if not isinstance(header_data, dict):
+            raise OpaInputError("'header' must hold an object")
         ctx = RequestContext(
             principal=principal,
-            client_address=address,
+            client_address=_opa_client_address(_field(ctx_doc, "clientAddress", str)),
             listener=str(ctx_doc.get("listenerName", "")),
             security_protocol=str(ctx_doc.get("securityProtocol", "")),
-            client_id=str(header_data.get("clientId", "")),
-            api_key=int(header_data.get("requestApiKey", -1)),
-            api_version=int(header_data.get("requestApiVersion", -1)),
-            correlation_id=int(header_data.get("correlationId", 0)),
+            client_id=str(header_data.get("clientId") or ""),
+            api_key=_field(header_data, "requestApiKey", int, -1),
+            api_version=_field(header_data, "requestApiVersion", int, -1),
+            correlation_id=_field(header_data, "correlationId", int, 0),
         )
-        rt = ResourceType.parse(str(pattern["resourceType"]))
-        op = Operation.parse(str(action["operation"]))
-        pt = PatternType.parse(str(pattern.get("patternType", "LITERAL")))
-        name = str(pattern.get("name", ""))
+        rt = ResourceType.parse(_field(pattern, "resourceType", str))
+        op = Operation.parse(_field(action, "operation", str))
+        pt = PatternType.parse(_field(pattern, "patternType", str, "LITERAL"))
+        name = _field(pattern, "name", str)
         if pt is PatternType.PREFIXED and name == "":
             # The plugin maps authorizeByResourceType to PREFIXED "" (its README).
             return service.authorize_by_resource_type(ctx, op, rt).allowed
@@ -479,11 +507,13 @@ def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
             raise OpaInputError(f"Only literal resources are supported. Got: {pt.name}")
         act = Action(
             rt, name, op,
-            resource_ref_count=int(action.get("resourceReferenceCount", 1)),
-            log_if_allowed=bool(action.get("logIfAllowed", True)),
-            log_if_denied=bool(action.get("logIfDenied", True)),
+            resource_ref_count=_field(action, "resourceReferenceCount", int, 1),
+            log_if_allowed=_field(action, "logIfAllowed", bool, True),
+            log_if_denied=_field(action, "logIfDenied", bool, True),
         )
         return service.authorize(ctx, [act])[0].allowed
+    except OpaInputError:
+        raise
     except (KeyError, TypeError, AttributeError, InvalidAclError) as exc:
         raise OpaInputError(f"malformed input document: {type(exc).__name__}: {exc}") from None
     except ValueError as exc:

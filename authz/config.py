@@ -33,9 +33,11 @@ class AuthzConfig(BaseModel):
 
     @field_validator("allow_everyone_if_no_acl_found", mode="before")
     @classmethod
-    def _trim_boolean(cls, v: object) -> object:
-        # Kafka: Boolean.parseBoolean(value.trim()).
-        return v.strip() if isinstance(v, str) else v
+    def _kafka_boolean(cls, v: object) -> object:
+        # Kafka: Boolean.parseBoolean(value.trim()), true only for "true" in any case. pydantic
+        # alone would also read "yes", "on", "1" as true: opening every ACL-less resource where
+        # Kafka keeps it closed.
+        return v.strip().lower() == "true" if isinstance(v, str) else v
 
     @field_validator("super_users")
     @classmethod

@@ -2,9 +2,11 @@
 
 Semantics (shared/reference/authz-sasl.md section 1.3): only LITERAL actions; super users first;
 the matching principals are the caller and `User:*` (plus, in kgov, the caller's groups and the
-roles bound to any of them); host is `*` or the exact client IP; an ALLOW of READ/WRITE/DELETE/ALTER
-implies DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS, a DENY implies nothing; a matching DENY
-wins; `allow.everyone.if.no.acl.found` applies only when no ACL of any principal matches the resource.
+roles bound to any of them); host is `*` or the client IP as Java writes it (`host_address`); an
+ALLOW of READ/WRITE/DELETE/ALTER implies DESCRIBE and ALTER_CONFIGS implies DESCRIBE_CONFIGS, a DENY
+implies nothing; a matching DENY wins; `allow.everyone.if.no.acl.found` applies only when no ACL of
+any principal matches the resource. The reported rule is Kafka's (`scan_key`). docs/authorizer.md
+has the full rules and the deliberate differences (LITERAL `*` also applies to names starting with `*`).
 
 Index: per resource type, one dict of LITERAL patterns and one of PREFIXED patterns keyed by name,
 plus the sorted set of distinct PREFIXED name lengths. A lookup probes the exact name, `*`, and
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from authz.host_address import java_host_address
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
     DEFAULT_ALLOW_RULE,
@@ -46,6 +49,7 @@ from authz.model import (
 from authz.roles import RoleBinding, role_grants
 
 LITERAL: Final = PatternType.LITERAL
+_ALL: Final = Operation.ALL
 ALLOWED: Final = AuthorizationResult.ALLOWED
 DENIED: Final = AuthorizationResult.DENIED
 
@@ -76,16 +80,25 @@ def validate_new_acl(acl: Acl) -> None:
         raise InvalidAclError("Resource name should not be empty")
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
-    kind, sep, _ = acl.principal.partition(":")
-    if not sep:
+    # Kafka checks only for the colon: `:alice` (empty type) and an empty host are stored, and
+    # simply match no caller. Refusing them would break importing a Kafka cluster's ACLs.
+    if ":" not in acl.principal:
         raise InvalidAclError(
             f"Could not parse principal from `{acl.principal}` (no colon is present separating the principal "
             "type from the principal name)"
         )
-    if not kind:
-        raise InvalidAclError(f"Could not parse principal from `{acl.principal}` (the principal type is empty)")
-    if not acl.host:
-        raise InvalidAclError("Invalid empty host")
+
+
+def check_by_resource_type_args(op: Operation, rt: ResourceType) -> None:
+    """SecurityUtils.authorizeByResourceTypeCheckArgs, the first thing authorizeByResourceType does."""
+    if rt is ResourceType.ANY:
+        raise ValueError("Must specify a non-filter resource type for authorizeByResourceType")
+    if rt is ResourceType.UNKNOWN:
+        raise ValueError("Unknown resource type")
+    if op is Operation.ANY:
+        raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
+    if op is Operation.UNKNOWN:
+        raise ValueError("Unknown operation type")
 
 
 def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, str, str, int]:
@@ -140,29 +153,40 @@ class _Pattern:
 _RoleRule = tuple[str, Operation, Rule, bool]
 
 
+def scan_key(rule: Rule) -> tuple[int, int, str, str]:
+    """Where a rule sits in Kafka's scan of one resource pattern: StandardAcl.compareTo orders the
+    ACLs of a pattern by operation, principal, host, then permission. Role-binding grants (a kgov
+    extension) come after every ACL. Kafka reports the FIRST matching DENY in scan order and the
+    LAST matching ALLOW (MatchingRuleBuilder.allowAcl is overwritten at every ALLOW)."""
+    if isinstance(rule, MatchingAcl):
+        acl = rule.acl
+        return 0, acl.operation, acl.principal, acl.host
+    return 1, 0, str(rule), ""
+
+
 def _build_pattern(acls: Iterable[Acl], role_rules: Iterable[_RoleRule]) -> _Pattern:
     acl_set = frozenset(acls)
     role_rules = tuple(role_rules)
     grants: _PatternIndex = {}
-    # Kafka order inside a pattern (type, name and pattern type are the same for all of them),
-    # so that the first rule recorded is the one Kafka reports.
+    # Kafka's order inside a pattern (type, name and pattern type are the same for all of them):
+    # per (principal, host) the first DENY and the last ALLOW recorded are the ones Kafka would
+    # report; `_decide` then compares across principals and hosts with `scan_key`.
     for acl in sorted(acl_set, key=lambda a: (a.operation, a.principal, a.host, a.permission)):
         g = grants.setdefault(acl.principal, {}).setdefault(acl.host, _Grants())
         rule: Rule = MatchingAcl(acl)
         if acl.permission is Permission.DENY:
             g.deny.setdefault(acl.operation, rule)
         elif acl.operation is Operation.ALL:
-            g.allow.setdefault(Operation.ALL, rule)
+            g.allow[Operation.ALL] = rule
         else:
             for op in _GRANTS[acl.operation]:
-                g.allow.setdefault(op, rule)
+                g.allow[op] = rule
     for principal, op, rule, _scoped in role_rules:
         g = grants.setdefault(principal, {}).setdefault(WILDCARD_HOST, _Grants())
-        if op is Operation.ALL:
-            g.allow.setdefault(Operation.ALL, rule)
-        else:
-            for granted in _GRANTS[op]:
-                g.allow.setdefault(granted, rule)
+        for granted in (Operation.ALL,) if op is Operation.ALL else _GRANTS[op]:
+            current = g.allow.get(granted)
+            if current is None or scan_key(rule) > scan_key(current):
+                g.allow[granted] = rule
     return _Pattern(grants, acl_set, bool(acl_set) or any(scoped for *_, scoped in role_rules), role_rules)
 
 
@@ -494,8 +518,9 @@ class AuthorizerData:
             key = (pname, host, action.resource_name, action.operation, action.resource_type, ptype)
             decision = cache.get(key)
             if decision is None:
-                decision = self._decide(principal, host, action.resource_type, action.resource_name,
-                                        action.operation)
+                # Kafka compares ACL hosts with Java's text of the IP; the cache keys the raw text.
+                decision = self._decide(principal, java_host_address(host), action.resource_type,
+                                        action.resource_name, action.operation)
                 if len(cache) >= self.cache_size:
                     cache.clear()
                 cache[key] = decision
@@ -517,6 +542,8 @@ class AuthorizerData:
         for pattern in self._matching_patterns(rt, name):
             if pattern.governed:
                 has_acls = True
+            deny_rule: Rule | None = None
+            pattern_allow: Rule | None = None
             for p in principals:
                 by_host = pattern.grants.get(p)
                 if by_host is None:
@@ -525,11 +552,22 @@ class AuthorizerData:
                     g = by_host.get(h)
                     if g is None:
                         continue
-                    deny = g.deny.get(op) or g.deny.get(Operation.ALL)
-                    if deny is not None:
-                        return Decision(DENIED, deny)
-                    if allow_rule is None:
-                        allow_rule = g.allow.get(op) or g.allow.get(Operation.ALL)
+                    deny = g.deny
+                    if deny:
+                        for found in (deny.get(op), deny.get(_ALL)):
+                            if found is not None and (deny_rule is None or scan_key(found) < scan_key(deny_rule)):
+                                deny_rule = found
+                    allow = g.allow
+                    found = allow.get(op)
+                    if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
+                        pattern_allow = found
+                    found = allow.get(_ALL)
+                    if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
+                        pattern_allow = found
+            if deny_rule is not None:
+                return Decision(DENIED, deny_rule)  # Kafka stops at the first DENY it meets
+            if pattern_allow is not None:
+                allow_rule = pattern_allow  # ... and reports the last ALLOW it met
         if allow_rule is not None:
             return Decision(ALLOWED, allow_rule)
         if not has_acls and self.allow_everyone_if_no_acl_found:
@@ -563,15 +601,8 @@ class AuthorizerData:
 
     def authorize_by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
         """May the caller do `op` on at least one resource of type `rt`? (Authorizer's default method.)"""
-        if rt is ResourceType.ANY:
-            raise ValueError("Must specify a non-filter resource type for authorizeByResourceType")
-        if rt is ResourceType.UNKNOWN:
-            raise ValueError("Unknown resource type")
-        if op is Operation.ANY:
-            raise ValueError("Must specify a non-filter operation type for authorizeByResourceType")
-        if op is Operation.UNKNOWN:
-            raise ValueError("Unknown operation type")
-        key = (ctx.principal.type, ctx.principal.name, ctx.client_address, op, rt)
+        check_by_resource_type_args(op, rt)
+        key = (ctx.principal.type, ctx.principal.name, java_host_address(ctx.client_address), op, rt)
         cached = self._by_type_decisions.get(key)
         if cached is not None:
             return cached
@@ -589,7 +620,8 @@ class AuthorizerData:
             return probe
         index = self._type_index(rt)
         principals = self.effective_principals(ctx.principal)
-        hosts = (ctx.client_address, WILDCARD_HOST) if ctx.client_address != WILDCARD_HOST else (WILDCARD_HOST,)
+        host = java_host_address(ctx.client_address)
+        hosts = (host, WILDCARD_HOST) if host != WILDCARD_HOST else (WILDCARD_HOST,)
         groups = [
             names
             for p in principals
@@ -608,7 +640,8 @@ class AuthorizerData:
             wildcard_allow = wildcard_allow or WILDCARD_RESOURCE in names.allow_literal
         if wildcard_allow:
             return Decision(ALLOWED, DEFAULT_ALLOW_RULE)
-        deny_lengths = sorted({len(p) for p in deny_prefixed})
+        # Kafka tests the allowed name one character at a time, so a "" deny prefix never dominates.
+        deny_lengths = sorted({len(p) for p in deny_prefixed if p})
 
         def prefix_denied(name: str) -> bool:
             stop = bisect.bisect_right(deny_lengths, len(name))

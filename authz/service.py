@@ -21,7 +21,8 @@ from audit.kafka_format import AUTHORIZER_LOGGER, authorizer_log_line, log4j_env
 from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
 from authz.config import AuthzConfig
-from authz.decide import SUPER_USER_DECISION, AuthorizerData, validate_new_acl
+from authz.decide import SUPER_USER_DECISION, AuthorizerData, check_by_resource_type_args, validate_new_acl
+from authz.host_address import java_host_address
 from authz.model import (
     Acl,
     AclFilter,
@@ -200,23 +201,36 @@ class AuthorizerService:
 
     # ------------------------------------------------------------------ decisions
 
+    def _ready_data(self, ctx: RequestContext) -> AuthorizerData | None:
+        """The snapshot, or None for a super user before the first load (StandardAuthorizerData
+        answers super users before anything else, even before loading); anyone else then gets
+        Kafka's AuthorizerNotReadyException."""
+        data = self._data
+        if data is None and Principal(ctx.principal.type, ctx.principal.name) not in self.super_users:
+            raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
+        return data
+
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
         data = self._data
-        if data is None:
-            # Before the first load only super users are decided (Kafka's AuthorizerNotReadyException).
-            if ctx.principal in self.super_users:
+        if data is None:  # hot path: one attribute read once loaded
+            if self._ready_data(ctx) is None:
                 return [SUPER_USER_DECISION] * len(actions)
-            raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
+            data = self.data
         decisions = data.authorize(ctx, actions)
         if self.audit is None and self.lines is None:
             return decisions
         return self._audit_decisions(ctx, actions, decisions, request_name(ctx.api_key))
 
     def authorize_by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
-        return self.data.authorize_by_resource_type(ctx, op, rt)
+        check_by_resource_type_args(op, rt)
+        data = self._ready_data(ctx)
+        # The Authorizer default method starts with authorize() on a made-up name: a super user is
+        # allowed whatever the ACLs, and whether they are loaded.
+        return SUPER_USER_DECISION if data is None else data.authorize_by_resource_type(ctx, op, rt)
 
     def authorize_http(self, ctx: RequestContext, action: Action, method_name: str) -> Decision:
-        decision = self.data.authorize(ctx, [action])[0]
+        data = self._ready_data(ctx)
+        decision = SUPER_USER_DECISION if data is None else data.authorize(ctx, [action])[0]
         return self._audit_decisions(ctx, [action], [decision], method_name)[0]
 
     def _audit_decisions(
@@ -252,7 +266,7 @@ class AuthorizerService:
             principal=str(ctx.principal),
             allowed=allowed,
             operation=action.operation.name,
-            host=ctx.client_address,
+            host=java_host_address(ctx.client_address),  # Kafka logs getHostAddress()
             resource_type=action.resource_type.name,
             pattern_type=action.pattern_type.name,
             resource_name=action.resource_name,

@@ -9,6 +9,8 @@ AccessControlEntryFilter matching). `test_reference_model.py` compares `Authoriz
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cmp_to_key
@@ -85,8 +87,7 @@ def action(
 @dataclass(frozen=True)
 class Expected:
     """What Kafka decides: the verdict, the kind of rule, and (for MatchingAcl or a role binding)
-    every rule that could legitimately be reported. Which of several matching ACLs Kafka names
-    depends on its scan order, so the model keeps them all."""
+    the rule Kafka reports, as a one-element set (`scan_order` says which one)."""
 
     allowed: bool
     rule: str  # "SuperUser" | "DefaultAllow" | "DefaultDeny" | "Matching"
@@ -111,6 +112,22 @@ def entries(acls: Iterable[Acl], bindings: Iterable[RoleBinding] = ()) -> list[E
         for rt, name, pt, op, rule in role_grants(b):
             out.append(Entry(Acl(rt, name, pt, b.principal, "*", op, Permission.ALLOW), rule, not b.cluster_wide))
     return out
+
+
+def kafka_host_text(address: str) -> str:
+    """What Java's `InetAddress.getHostAddress()` says for a client at `address` (the host Kafka
+    compares ACL hosts with): IPv6 as eight `%x` groups, IPv4-mapped IPv6 as dotted IPv4."""
+    if ":" not in address:
+        return address
+    literal, _, zone = address.partition("%")
+    try:
+        raw = socket.inet_pton(socket.AF_INET6, literal)
+    except OSError:
+        return address
+    if raw[:12] == bytes(10) + b"\xff\xff":
+        return socket.inet_ntop(socket.AF_INET, raw[12:])
+    text = ":".join(f"{group:x}" for group in struct.unpack("!8H", raw))
+    return f"{text}%{zone}" if zone else text
 
 
 def effective_principals(principal: str, groups: Iterable[str], bindings: Iterable[RoleBinding]) -> set[str]:
@@ -145,6 +162,26 @@ def operation_matches(a: Acl, requested: Operation) -> bool:
     return a.permission is Permission.ALLOW and a.operation in _ALLOW_IMPLIED_BY.get(requested, set())
 
 
+def scan_order(applicable: Iterable[Entry], name: str) -> list[Entry]:
+    """The order StandardAuthorizerData.findAclRule meets the entries that apply to resource `name`
+    (its comments, and StandardAcl.compareTo): first the patterns named `name` or a prefix of it,
+    longest name first (the set is sorted by REVERSE name, and a prefix sorts before what it
+    prefixes), LITERAL before PREFIXED for one name; then, in a second pass, the LITERAL `*`
+    patterns. Inside one pattern: operation, principal, host, permission. kgov's role grants come
+    after the ACLs of their pattern, ordered by their text."""
+
+    def key(e: Entry) -> tuple[bool, int, int, tuple[object, ...]]:
+        a = e.acl
+        second_pass = a.pattern_type is PatternType.LITERAL and a.resource_name == "*" and name != "*"
+        if isinstance(e.rule, MatchingAcl):
+            inside: tuple[object, ...] = (0, int(a.operation), a.principal, a.host, int(a.permission))
+        else:
+            inside = (1, 0, str(e.rule), "", 0)
+        return second_pass, -len(a.resource_name), int(a.pattern_type), inside
+
+    return sorted(applicable, key=key)
+
+
 def reference_authorize(
     acls: Iterable[Acl],
     *,
@@ -160,6 +197,7 @@ def reference_authorize(
         raise ValueError(f"Only literal resources are supported. Got: {act.pattern_type.name}")
     if principal in set(super_users):
         return Expected(True, "SuperUser")
+    host = kafka_host_text(host)
     bindings = list(bindings)
     effective = effective_principals(principal, groups, bindings)
     on_resource = [e for e in entries(acls, bindings) if pattern_applies(e.acl, act.resource_type, act.resource_name)]
@@ -168,12 +206,13 @@ def reference_authorize(
         for e in on_resource
         if e.acl.principal in effective and e.acl.host in ("*", host) and operation_matches(e.acl, act.operation)
     ]
-    denies = frozenset(e.rule for e in applicable if e.acl.permission is Permission.DENY)
+    ordered = scan_order(applicable, act.resource_name)
+    denies = [e.rule for e in ordered if e.acl.permission is Permission.DENY]
     if denies:
-        return Expected(False, "Matching", denies)
-    allows = frozenset(e.rule for e in applicable if e.acl.permission is Permission.ALLOW)
+        return Expected(False, "Matching", frozenset(denies[:1]))  # Kafka returns at the first DENY
+    allows = [e.rule for e in ordered if e.acl.permission is Permission.ALLOW]
     if allows:
-        return Expected(True, "Matching", allows)
+        return Expected(True, "Matching", frozenset(allows[-1:]))  # allowAcl is overwritten at each ALLOW
     if not any(e.governs for e in on_resource) and allow_everyone_if_no_acl_found:
         return Expected(True, "DefaultAllow")
     return Expected(False, "DefaultDeny")
@@ -220,6 +259,7 @@ def reference_authorize_by_resource_type(
     )
     if probe.allowed:
         return True
+    host = kafka_host_text(host)
     effective = effective_principals(principal, groups, bindings)
     relevant = [
         e.acl

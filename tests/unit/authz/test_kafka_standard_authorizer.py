@@ -429,6 +429,16 @@ def test_authorization_prior_to_complete_initial_load(service_parts: tuple[Autho
         service.authorize(ctx("User:bob"), batch)
     superman = service.authorize(ctx("User:superman"), [action(READ, TOPIC, "green1"), action(WRITE, GROUP, "wheel")])
     assert [d.result for d in superman] == [ALLOWED, ALLOWED]
+    # authorizeByResourceType starts with authorize() (after checking its arguments), and the HTTP
+    # surface decides like authorize: both answer a super user before the load too.
+    assert service.authorize_by_resource_type(ctx("User:superman"), WRITE, TOPIC).allowed
+    with pytest.raises(ValueError, match="non-filter operation"):
+        service.authorize_by_resource_type(ctx("User:superman"), Operation.ANY, TOPIC)
+    assert service.authorize_http(ctx("User:superman"), action(WRITE, GROUP, "wheel"), "POST /x").allowed
+    for not_yet in (lambda: service.authorize_by_resource_type(ctx("User:bob"), WRITE, TOPIC),
+                    lambda: service.authorize_http(ctx("User:bob"), action(WRITE, GROUP, "wheel"), "POST /x")):
+        with pytest.raises(AuthorizerNotReadyError):
+            not_yet()
     service.start(background=False)
     assert [d.result for d in service.authorize(ctx("User:bob"), batch)] == [DENIED, DENIED]
 

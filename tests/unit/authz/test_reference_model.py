@@ -1,9 +1,10 @@
 """Property tests: the indexed `AuthorizerData` against a naive scan (`reference_model.py`).
 
 Random ACL sets use small alphabets so that names, prefixes, `*` and the `hardcode` probe of
-authorizeByResourceType collide often: principals User:a / User:b / User:*, hosts * / 1.1.1.1 /
-2.2.2.2, every concrete operation, LITERAL (including `*`) and PREFIXED (including one-letter)
-patterns. Also transcribed: Kafka's `StandardAuthorizerPropertyTest` invariants (metadata,
+authorizeByResourceType collide often: principals User:a / User:b / User:*; hosts `*`, IPv4 and
+IPv6 (ACL hosts in Java's and in Python's spelling; clients over IPv4, IPv6 and IPv4-mapped IPv6);
+every concrete operation; LITERAL (including `*` and names starting with `*`) and PREFIXED
+(including one-letter) patterns. Also transcribed: Kafka's `StandardAuthorizerPropertyTest` invariants (metadata,
 org.apache.kafka.metadata.authorizer), and a check that incremental snapshots (`with_acls`) equal a
 fresh `build`.
 
@@ -68,9 +69,13 @@ ALLOW, DENY = Permission.ALLOW, Permission.DENY
 
 names = st.one_of(
     st.text(alphabet="abh", min_size=1, max_size=3),
-    st.sampled_from(["*", "h", "ha", "hard", "hardcode", "hardcoded"]),
+    st.sampled_from(["*", "*a", "h", "ha", "hard", "hardcode", "hardcoded"]),
 )
-resource_names = st.one_of(st.text(alphabet="abh", max_size=4), st.sampled_from(["*", "hardcode", "hardcoded"]))
+# Names starting with `*` are legal for groups, transactional ids and users; see docs/authorizer.md.
+resource_names = st.one_of(st.text(alphabet="abh", max_size=4),
+                           st.sampled_from(["*", "*a", "*ab", "hardcode", "hardcoded"]))
+# ACL hosts as Kafka stores them (Java's text of an IP) and as a Python user might write them.
+ACL_HOSTS = ["*", "1.1.1.1", "2.2.2.2", "0:0:0:0:0:0:0:1", "::1", "2001:db8:0:0:0:0:0:1"]
 # Half the time one of a few operations, so that implications (READ -> DESCRIBE) and ALL collide.
 operations = st.one_of(
     st.sampled_from([Operation.READ, Operation.DESCRIBE, Operation.ALL, Operation.ALTER_CONFIGS]),
@@ -92,7 +97,7 @@ def acl_sets(
     entries = draw(st.lists(st.tuples(
         st.sampled_from(pool),
         st.sampled_from(acl_principals),
-        st.sampled_from(["*", "1.1.1.1", "2.2.2.2"]),
+        st.sampled_from(ACL_HOSTS),
         ops,
         st.sampled_from([ALLOW, DENY]),
     ), max_size=24))
@@ -100,7 +105,8 @@ def acl_sets(
 
 
 principals = st.sampled_from(["User:a", "User:b", "User:c"])
-hosts = st.sampled_from(["1.1.1.1", "2.2.2.2", "3.3.3.3"])
+# Client addresses as Python's sockets give them (compressed IPv6, IPv4-mapped on dual-stack).
+hosts = st.sampled_from(["1.1.1.1", "2.2.2.2", "3.3.3.3", "::1", "::ffff:1.1.1.1", "2001:db8::1"])
 actions = st.builds(
     Action,
     resource_type=st.sampled_from([TOPIC, GROUP]),

@@ -1,0 +1,42 @@
+"""The client address as Kafka compares it with an ACL's host: `InetAddress.getHostAddress()`.
+
+Kafka matches an ACL host by plain string equality with the Java text form of the client's IP
+(StandardAuthorizerData.authorize and the Authorizer.authorizeByResourceType default both call
+`clientAddress().getHostAddress()`). Python's sockets give a different text for the same IPv6
+address, so without this an ACL written for Kafka (`0:0:0:0:0:0:0:1`) would not match here and one
+written as `::1` would match here but never in Kafka. Java's form:
+
+- IPv6: eight groups of lower-case hex without leading zeros and without `::` compression
+  (`2001:db8:0:0:0:0:0:1`); a zone suffix (`%eth0`) is kept as given;
+- an IPv4-mapped IPv6 address (`::ffff:10.0.0.5`, what a dual-stack socket reports for an IPv4
+  client) is an `Inet4Address` in Java, so it reads `10.0.0.5`;
+- IPv4 is unchanged. Anything that is not an IP literal is returned unchanged (it cannot be
+  produced by a socket; it will simply match only an identical ACL host or `*`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+
+
+def java_host_address(address: str) -> str:
+    """`address` as Java's `InetAddress.getHostAddress()` writes it (see the module docstring)."""
+    if ":" not in address:
+        return address  # IPv4 (or not an IP): already what Java writes
+    return _ipv6_text(address)
+
+
+@lru_cache(maxsize=4096)
+def _ipv6_text(address: str) -> str:
+    literal, sep, zone = address.partition("%")
+    try:
+        ip = ipaddress.IPv6Address(literal)
+    except ValueError:
+        return address
+    mapped = ip.ipv4_mapped
+    if mapped is not None:
+        return str(mapped)
+    packed = ip.packed
+    text = ":".join(format(int.from_bytes(packed[i:i + 2], "big"), "x") for i in range(0, 16, 2))
+    return text + sep + zone
