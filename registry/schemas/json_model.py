@@ -14,6 +14,7 @@ many verdicts, so this module reproduces it:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -362,7 +363,12 @@ def _number(value: Any) -> Decimal | None:
 # not logged (a caller could otherwise write a stderr line per request).
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
-_RE2_OPTIONS.max_mem = 1 << 20  # 8 MiB by default; re2's own cache keeps up to 128 compiled patterns
+_MAX_MEM = 1 << 20
+_RE2_OPTIONS.max_mem = _MAX_MEM  # 8 MiB by default
+# One RE2 object grows to about `max_mem` (its programs, then the DFA states its searches add), so
+# `compile_pattern` keeps this many bytes' worth of compiled patterns, least recently used first out,
+# and bypasses re2's module cache (128 patterns whatever their size).
+PATTERN_CACHE_BYTES = 64 << 20
 # Worst case of an RE2 search (its NFA): about 5 ns per byte of the name and instruction of the
 # program; one unit of the work budget (`registry.compat.work_budget`) is about 9 us, 2,000 steps.
 _STEPS_PER_UNIT = 2_000
@@ -372,16 +378,23 @@ _QUOTED = 120  # characters of a pattern quoted in an error
 
 class UnsupportedPatternError(SchemaLoadError):
     """A `patternProperties` regex the registry cannot evaluate safely, or a property name it cannot
-    be matched against. A compatibility check that needs it cannot decide, and must not guess."""
+    be matched against. A compatibility check that needs it cannot decide, and must not guess.
+    `regex` and `reason` let other users of `compile_pattern` name the keyword the pattern came from."""
+
+    def __init__(self, regex: str, reason: str) -> None:
+        super().__init__(f"patternProperties pattern {quote_pattern(regex)} cannot be evaluated: {reason}")
+        self.regex = regex
+        self.reason = reason
 
 
-def _quote(regex: str) -> str:
+def quote_pattern(regex: str) -> str:
+    """`regex` as a JSON string for an error message, cut short when long."""
     text = regex if len(regex) <= _QUOTED else regex[:_QUOTED] + "..."
     return json.dumps(text)
 
 
 def _unsupported(regex: str, why: str) -> UnsupportedPatternError:
-    return UnsupportedPatternError(f"patternProperties pattern {_quote(regex)} cannot be evaluated: {why}")
+    return UnsupportedPatternError(regex, why)
 
 
 _SPACE = {("s", False): "[[:space:]]", ("s", True): "[:space:]", ("S", False): "[^[:space:]]",
@@ -450,32 +463,34 @@ class CompiledPattern:
 
     def cost(self, name: str) -> int:
         """Units of the compatibility work budget one `matches(name)` may take at worst (two searches
-        for a name ending in "\n"; the other form of the pattern is compiled then, and cached by re2)."""
+        for a name ending in "\n"; the other form of the pattern is compiled then, and not kept)."""
         steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.programsize)
         if self.before_final_newline is not None and name.endswith("\n"):
             return 1 + compile_cost(self.regex) + steps // _STEPS_PER_UNIT
         return 1 + steps // _STEPS_PER_UNIT
 
-    def matches(self, name: str) -> bool:
+    def matches(self, name: str, *, text_kind: str = "a property name") -> bool:
+        """Whether `regex` is found in `name`; `text_kind` says what `name` is in a refusal."""
         compiled = self.compiled
         if self.before_final_newline is not None and name.endswith("\n"):
             # Java's and Python's `$` (without MULTILINE) also match just before a final "\n", RE2's
             # only at the very end. While that "\n" is the name's only one, RE2's multi-line `$` is
             # exactly theirs; with others before it, nothing in RE2 is.
             if "\n" in name[:-1]:
-                raise _unsupported(self.regex, "'$' against a property name with several line breaks "
-                                               "ending in one")
+                raise _unsupported(self.regex, f"'$' against {text_kind} with several line breaks ending in one")
             compiled = _compile(self.regex, self.before_final_newline)
         try:
             return compiled.search(name) is not None
         except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
-            raise _unsupported(self.regex, "a property name it is matched against is not valid Unicode "
+            raise _unsupported(self.regex, f"{text_kind} it is matched against is not valid Unicode "
                                            "(a lone surrogate)") from None
 
 
 def _compile(regex: str, translated: str) -> Any:
     try:
-        return re2.compile(translated, _RE2_OPTIONS)
+        # `re2._Regexp` is what `re2.compile` returns, made without entering re2's module cache: only
+        # `compile_pattern`'s own (bounded) cache keeps compiled patterns alive.
+        return re2._Regexp(translated, _RE2_OPTIONS)
     except UnicodeEncodeError:
         raise _unsupported(regex, "it is not valid Unicode (a lone surrogate)") from None
     except re2.error as exc:
@@ -484,9 +499,10 @@ def _compile(regex: str, translated: str) -> Any:
         raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}") from None
 
 
+@functools.lru_cache(maxsize=PATTERN_CACHE_BYTES // _MAX_MEM)
 def compile_pattern(regex: str) -> CompiledPattern:
     """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
-    in linear time with Java's meaning."""
+    in linear time with Java's meaning. Recently used patterns are cached (refusals are not)."""
     plain, before_final_newline = _for_re2(regex)
     return CompiledPattern(regex, _compile(regex, plain), before_final_newline)
 
