@@ -7,10 +7,12 @@ import re
 import time
 
 import pytest
+import re2
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from registry.schemas.json_model import (
+    PATTERN_CACHE_BYTES,
     UnsupportedPatternError,
     compile_cost,
     compile_pattern,
@@ -138,6 +140,24 @@ def test_compile_cost_covers_checking_and_compiling() -> None:
     # A name ending in a line break may need the pattern's second form (`$` before it) compiled too.
     assert compile_pattern("a$").cost("a\n") == 1 + compile_cost("a$")
     assert compile_pattern("a").cost("a\n") == 1
+
+
+def test_compiled_patterns_are_kept_within_the_memory_budget() -> None:
+    # Each RE2 object may grow to its `max_mem` (1 MiB): its programs, then the DFA states searches add.
+    kept = PATTERN_CACHE_BYTES // (1 << 20)
+    assert 16 <= kept <= 64
+    in_re2_cache = re2._Regexp._make.cache_info().currsize
+    compile_pattern.cache_clear()
+    with pytest.raises(UnsupportedPatternError):
+        compile_pattern("(?=x)")
+    assert compile_pattern.cache_info().currsize == 0  # a refusal takes no room
+    first = compile_pattern("^k0_[a-z]+$")
+    assert compile_pattern("^k0_[a-z]+$") is first  # cached
+    for i in range(1, kept + 40):
+        assert compile_pattern(f"^k{i}_[a-z]+$").matches(f"k{i}_ab")
+    assert compile_pattern.cache_info().currsize == kept
+    assert compile_pattern("^k0_[a-z]+$") is not first  # the least recently used went first
+    assert re2._Regexp._make.cache_info().currsize == in_re2_cache  # re2's own cache keeps none of them
 
 
 # Simple generated patterns that Python's `re`, RE2 and Java read alike, over ASCII names: the
