@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin
 
 import re2
+from re2 import _re2
 
 _MISSING = object()
 
@@ -363,12 +364,14 @@ def _number(value: Any) -> Decimal | None:
 # not logged (a caller could otherwise write a stderr line per request).
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.never_capture = True  # only "found or not" is asked: groups would cost a slower engine
 _MAX_MEM = 1 << 20
 _RE2_OPTIONS.max_mem = _MAX_MEM  # 8 MiB by default
 # One RE2 object grows to about `max_mem` (its programs, then the DFA states its searches add), so
-# `compile_pattern` keeps this many bytes' worth of compiled patterns, least recently used first out,
-# and bypasses re2's module cache (128 patterns whatever their size).
+# `compile_pattern` keeps this many bytes' worth of compiled patterns, least recently used first out.
 PATTERN_CACHE_BYTES = 64 << 20
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+_NO_MATCH = (-1, -1)
 # Worst case of an RE2 search (its NFA): about 5 ns per byte of the name and instruction of the
 # program; one unit of the work budget (`registry.compat.work_budget`) is about 9 us, 2,000 steps.
 _STEPS_PER_UNIT = 2_000
@@ -464,7 +467,7 @@ class CompiledPattern:
     def cost(self, name: str) -> int:
         """Units of the compatibility work budget one `matches(name)` may take at worst (two searches
         for a name ending in "\n"; the other form of the pattern is compiled then, and not kept)."""
-        steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.programsize)
+        steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.ProgramSize())
         if self.before_final_newline is not None and name.endswith("\n"):
             return 1 + compile_cost(self.regex) + steps // _STEPS_PER_UNIT
         return 1 + steps // _STEPS_PER_UNIT
@@ -480,23 +483,26 @@ class CompiledPattern:
                 raise _unsupported(self.regex, f"'$' against {text_kind} with several line breaks ending in one")
             compiled = _compile(self.regex, self.before_final_newline)
         try:
-            return compiled.search(name) is not None
+            text = name.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
             raise _unsupported(self.regex, f"{text_kind} it is matched against is not valid Unicode "
                                            "(a lone surrogate)") from None
+        return bool(compiled.Match(_UNANCHORED, text, 0, len(text))[0] != _NO_MATCH)
 
 
 def _compile(regex: str, translated: str) -> Any:
+    # The RE2 object itself, as `re2.compile` makes it inside: so that re2's module cache (128 patterns
+    # whatever their size) keeps none alive beyond `compile_pattern`'s bounded one, and so that a search
+    # is one call answering spans (re2's Python match objects cost ten times an ordinary search).
     try:
-        # `re2._Regexp` is what `re2.compile` returns, made without entering re2's module cache: only
-        # `compile_pattern`'s own (bounded) cache keeps compiled patterns alive.
-        return re2._Regexp(translated, _RE2_OPTIONS)
+        compiled = _re2.RE2(translated.encode("utf-8"), _RE2_OPTIONS)
     except UnicodeEncodeError:
         raise _unsupported(regex, "it is not valid Unicode (a lone surrogate)") from None
-    except re2.error as exc:
-        reason = exc.args[0] if exc.args else "rejected"
+    if not compiled.ok():
+        reason = compiled.error()
         text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-        raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}") from None
+        raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}")
+    return compiled
 
 
 @functools.lru_cache(maxsize=PATTERN_CACHE_BYTES // _MAX_MEM)

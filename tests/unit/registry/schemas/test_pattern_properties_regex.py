@@ -158,6 +158,7 @@ def test_compiled_patterns_are_kept_within_the_memory_budget() -> None:
     assert compile_pattern.cache_info().currsize == kept
     assert compile_pattern("^k0_[a-z]+$") is not first  # the least recently used went first
     assert re2._Regexp._make.cache_info().currsize == in_re2_cache  # re2's own cache keeps none of them
+    assert first.compiled.ProgramSize() > 0  # RE2 objects themselves, not re2's Python wrappers
 
 
 # Simple generated patterns that Python's `re`, RE2 and Java read alike, over ASCII names: the
