@@ -404,16 +404,20 @@ _SPACE = {("s", False): "[[:space:]]", ("s", True): "[:space:]", ("S", False): "
           ("S", True): "[:^space:]"}
 
 
-def _for_re2(regex: str) -> tuple[str, str | None]:
-    """`regex` in RE2's syntax with Java's meaning, and the same with each `$` written `(?m:$)` (None
-    when it has no `$`); `UnsupportedPatternError` where Java, RE2 and Python read the same text
-    differently (each would give its own verdict, so none is taken)."""
+def _for_re2(regex: str) -> tuple[str, str | None, bool]:
+    """`regex` in RE2's syntax with Java's meaning, the same with each `$` written `(?m:$)` (None
+    when it has no `$`), and whether each `$` ends an alternative of the whole pattern (with no `\\z`
+    anywhere); `UnsupportedPatternError` where Java, RE2 and Python read the same text differently
+    (each would give its own verdict, so none is taken)."""
     out: list[str | None] = []  # None: a `$`
     i, n, in_class, class_start = 0, len(regex), False, 0
+    depth, dollars_end_alternatives = 0, True
     while i < n:
         c = regex[i]
         if c == "\\" and i + 1 < n:
             nxt = regex[i + 1]
+            if nxt == "z":
+                dollars_end_alternatives = False
             if nxt == "Q":  # \Q...\E quotes literally, in a class too; RE2 reads it as Java does
                 end = regex.find("\\E", i + 2)
                 stop = n if end < 0 else end + 2
@@ -444,16 +448,19 @@ def _for_re2(regex: str) -> tuple[str, str | None]:
             class_start = i + 2 if regex.startswith("^", i + 1) else i + 1  # a first ']' is literal
         elif c == "{" and regex.startswith(",", i + 1):
             raise _unsupported(regex, "'{,n}' is a repetition in Python, a literal in RE2 and an error in Java")
+        elif c in "()":
+            depth += 1 if c == "(" else -1
         elif c == "$":
             out.append(None)
+            dollars_end_alternatives &= depth == 0 and (i + 1 == n or regex[i + 1] == "|")
             i += 1
             continue
         out.append(c)
         i += 1
     plain = "".join("$" if part is None else part for part in out)
     if None not in out:
-        return plain, None
-    return plain, "".join("(?m:$)" if part is None else part for part in out)
+        return plain, None, False
+    return plain, "".join("(?m:$)" if part is None else part for part in out), dollars_end_alternatives
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,31 +470,44 @@ class CompiledPattern:
     regex: str
     compiled: Any = field(repr=False)
     before_final_newline: str | None  # for a name ending in its only "\n": see `matches`
+    dollars_end_alternatives: bool = False  # for a name ending in "\n": see `matches`
 
     def cost(self, name: str) -> int:
-        """Units of the compatibility work budget one `matches(name)` may take at worst (two searches
-        for a name ending in "\n"; the other form of the pattern is compiled then, and not kept)."""
+        """Units of the compatibility work budget one `matches(name)` may take at worst (for a name
+        ending in "\n", two searches, or one with the other form of the pattern, compiled then and
+        not kept)."""
         steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.ProgramSize())
         if self.before_final_newline is not None and name.endswith("\n"):
+            if self.dollars_end_alternatives:
+                return 1 + 2 * steps // _STEPS_PER_UNIT
             return 1 + compile_cost(self.regex) + steps // _STEPS_PER_UNIT
         return 1 + steps // _STEPS_PER_UNIT
 
     def matches(self, name: str, *, text_kind: str = "a property name") -> bool:
         """Whether `regex` is found in `name`; `text_kind` says what `name` is in a refusal."""
         compiled = self.compiled
-        if self.before_final_newline is not None and name.endswith("\n"):
-            # Java's and Python's `$` (without MULTILINE) also match just before a final "\n", RE2's
-            # only at the very end. While that "\n" is the name's only one, RE2's multi-line `$` is
-            # exactly theirs; with others before it, nothing in RE2 is.
-            if "\n" in name[:-1]:
-                raise _unsupported(self.regex, f"'$' against {text_kind} with several line breaks ending in one")
-            compiled = _compile(self.regex, self.before_final_newline)
         try:
             text = name.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
             raise _unsupported(self.regex, f"{text_kind} it is matched against is not valid Unicode "
                                            "(a lone surrogate)") from None
-        return bool(compiled.Match(_UNANCHORED, text, 0, len(text))[0] != _NO_MATCH)
+        if self.before_final_newline is not None and name.endswith("\n"):
+            # Java's and Python's `$` (without MULTILINE) also match just before a final "\n", RE2's
+            # only at the very end. When each `$` ends an alternative of the whole pattern, a match
+            # using one before that "\n" ends there: it is a match of the pattern in the name without
+            # its "\n" (nothing else in the match can tell the two apart, `\z` aside). Otherwise, while
+            # that "\n" is the name's only one, RE2's multi-line `$` is exactly theirs; with others
+            # before it, nothing in RE2 is.
+            if self.dollars_end_alternatives:
+                return _found(compiled, text) or _found(compiled, text[:-1])
+            if "\n" in name[:-1]:
+                raise _unsupported(self.regex, f"'$' against {text_kind} with several line breaks ending in one")
+            compiled = _compile(self.regex, self.before_final_newline)
+        return _found(compiled, text)
+
+
+def _found(compiled: Any, text: bytes) -> bool:
+    return bool(compiled.Match(_UNANCHORED, text, 0, len(text))[0] != _NO_MATCH)
 
 
 def _compile(regex: str, translated: str) -> Any:
@@ -509,8 +529,8 @@ def _compile(regex: str, translated: str) -> Any:
 def compile_pattern(regex: str) -> CompiledPattern:
     """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
     in linear time with Java's meaning. Recently used patterns are cached (refusals are not)."""
-    plain, before_final_newline = _for_re2(regex)
-    return CompiledPattern(regex, _compile(regex, plain), before_final_newline)
+    plain, before_final_newline, dollars_end_alternatives = _for_re2(regex)
+    return CompiledPattern(regex, _compile(regex, plain), before_final_newline, dollars_end_alternatives)
 
 
 def compile_cost(regex: str) -> int:
