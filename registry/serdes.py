@@ -29,7 +29,7 @@ from registry.client import FetchedSchema, RegistryClient
 from registry.json_validation import (
     UnevaluablePatternError,
     check_patterns,
-    schema_format_checker,
+    check_schema,
     validator_class_for,
 )
 from registry.model import Reference
@@ -216,13 +216,13 @@ def _unevaluable(exc: UnevaluablePatternError) -> SerializationError:
 
 
 def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()) -> Any:
-    """A validator for `schema` whose `$ref`s to the referenced schemas resolve by reference name; its
-    regexes are matched in linear time (`registry.json_validation`), and one that cannot be is
-    refused here, naming the pattern."""
+    """A validator for `schema` whose `$ref`s to the referenced schemas resolve by reference name; it
+    takes linear time (`registry.json_validation`: regexes on RE2, `uniqueItems` by hashing), and a
+    pattern that cannot be matched so is refused here, naming it."""
     try:
         cls = validator_class_for(schema)
         check_patterns(schema, referencing.jsonschema.DRAFT202012)
-        cls.check_schema(schema, format_checker=schema_format_checker(cls))
+        check_schema(cls, schema)
         resources = [(name, referencing.Resource.from_contents(
             json.loads(doc.schema), default_specification=referencing.jsonschema.DRAFT7)) for name, doc in referenced]
         for _, resource in resources:

@@ -222,3 +222,32 @@ def test_unevaluated_properties_answer_as_jsonschema_did(draft: str, schema: dic
         root["$ref"] = "#/$defs/d"
     root.setdefault("unevaluatedProperties", False)
     same_answer(root, value)
+
+
+def test_unique_items_takes_linear_time() -> None:
+    # jsonschema compares every pair of items it cannot sort: 20 s for 4,000 objects.
+    schema = {"$schema": DRAFT7, "type": "array", "uniqueItems": True}
+    _validate(_validator(schema), [{"k": i} for i in range(20_000)])
+    assert "has non-unique elements" in refusal(schema, [{"k": i} for i in range(20_000)] + [{"k": 0}])
+
+
+def test_the_meta_schema_check_takes_linear_time_and_keeps_its_messages() -> None:
+    started = time.perf_counter()
+    _validator({"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"k": i} for i in range(20_000)]})
+    assert time.perf_counter() - started < FAST_S
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: .* has non-unique elements"):
+        _validator({"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"k": 1}, {"k": 1}]})
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: 5 is not valid under any of the given"):
+        _validator({"type": 5})
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([0.0, 1.0, 1.5])
+                           | st.sampled_from(["", "a", "1"]),
+                           lambda children: st.lists(children, max_size=2)
+                           | st.dictionaries(st.sampled_from(["a", "b"]), children, max_size=2), max_leaves=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(JSON_VALUES, max_size=5))
+def test_unique_items_answers_as_jsonschema_did(value: list[Any]) -> None:
+    same_answer({"$schema": DRAFT7, "uniqueItems": True}, value)
