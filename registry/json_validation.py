@@ -1,4 +1,4 @@
-"""jsonschema validators that take linear time over hostile schemas and values, for the JSON serdes.
+"""jsonschema validators whose regexes and `uniqueItems` take linear time, for the JSON serdes.
 
 jsonschema evaluates `pattern` and `patternProperties` (in that keyword, in `additionalProperties`
 and in `unevaluatedProperties`) with Python's `re`, which backtracks while holding the interpreter
@@ -11,7 +11,8 @@ Confluent's Java serdes and the registry's compatibility checks do). A pattern R
 (backreferences, lookaround) is refused with `UnevaluablePatternError`, never taken as an answer.
 `uniqueItems` is jsonschema's meaning in linear time too (jsonschema compares every pair of items
 that cannot be sorted: 20 s for a 40 KB array of 4,000 objects), and `check_schema` checks a schema
-against its meta-schema with these keywords.
+against its meta-schema with these keywords. Not bounded: the work of a schema whose `$ref`s fan out
+(jsonschema evaluates each path through them, 2**depth).
 """
 
 from __future__ import annotations
