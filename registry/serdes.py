@@ -30,6 +30,12 @@ import referencing.exceptions
 import referencing.jsonschema
 
 from registry.client import FetchedSchema, RegistryClient, RegistryClientError
+from registry.json_validation import (
+    UnevaluablePatternError,
+    check_patterns,
+    check_schema,
+    validator_class_for,
+)
 from registry.model import Reference, reference_context, reference_subject
 
 MAGIC_BYTE: Final = 0
@@ -304,13 +310,25 @@ class AvroDeserializer:
         return self._from_dict(value, ctx) if self._from_dict else value
 
 
+def _unevaluable(exc: UnevaluablePatternError) -> SerializationError:
+    return SerializationError(f"{exc}; the serdes match patterns in linear time only (validate=False turns "
+                              "validation off)")
+
+
 def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()) -> Any:
-    """A validator for `schema` whose `$ref`s to the referenced schemas resolve by reference name."""
+    """A validator for `schema` whose `$ref`s to the referenced schemas resolve by reference name; it
+    takes linear time (`registry.json_validation`: regexes on RE2, `uniqueItems` by hashing), and a
+    pattern that cannot be matched so is refused here, naming it."""
     try:
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)
+        cls = validator_class_for(schema)
+        check_patterns(schema, referencing.jsonschema.DRAFT202012)
+        check_schema(cls, schema)
         resources = [(name, referencing.Resource.from_contents(
             json.loads(doc.schema), default_specification=referencing.jsonschema.DRAFT7)) for name, doc in referenced]
+        for _, resource in resources:
+            check_patterns(resource.contents, referencing.jsonschema.DRAFT7)
+    except UnevaluablePatternError as exc:
+        raise _unevaluable(exc) from None
     except jsonschema.exceptions.SchemaError as exc:
         raise SerializationError(f"invalid JSON Schema: {exc.message}") from exc
     except ValueError as exc:
@@ -323,6 +341,8 @@ def _validate(validator: Any, value: Any) -> None:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except referencing.exceptions.Unresolvable as exc:
         raise SerializationError(f"JSON Schema reference cannot be resolved: {exc}") from exc
+    except UnevaluablePatternError as exc:
+        raise _unevaluable(exc) from None
     if error is not None:
         raise SerializationError(f"value does not match the JSON Schema: {error.message}")
 

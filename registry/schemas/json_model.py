@@ -14,6 +14,7 @@ many verdicts, so this module reproduces it:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin
 
 import re2
+from re2 import _re2
 
 _MISSING = object()
 
@@ -362,7 +364,14 @@ def _number(value: Any) -> Decimal | None:
 # not logged (a caller could otherwise write a stderr line per request).
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
-_RE2_OPTIONS.max_mem = 1 << 20  # 8 MiB by default; re2's own cache keeps up to 128 compiled patterns
+_RE2_OPTIONS.never_capture = True  # only "found or not" is asked: groups would cost a slower engine
+_MAX_MEM = 1 << 20
+_RE2_OPTIONS.max_mem = _MAX_MEM  # 8 MiB by default
+# One RE2 object grows to about `max_mem` (its programs, then the DFA states its searches add), so
+# `compile_pattern` keeps this many bytes' worth of compiled patterns, least recently used first out.
+PATTERN_CACHE_BYTES = 64 << 20
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+_NO_MATCH = (-1, -1)
 # Worst case of an RE2 search (its NFA): about 5 ns per byte of the name and instruction of the
 # program; one unit of the work budget (`registry.compat.work_budget`) is about 9 us, 2,000 steps.
 _STEPS_PER_UNIT = 2_000
@@ -372,32 +381,43 @@ _QUOTED = 120  # characters of a pattern quoted in an error
 
 class UnsupportedPatternError(SchemaLoadError):
     """A `patternProperties` regex the registry cannot evaluate safely, or a property name it cannot
-    be matched against. A compatibility check that needs it cannot decide, and must not guess."""
+    be matched against. A compatibility check that needs it cannot decide, and must not guess.
+    `regex` and `reason` let other users of `compile_pattern` name the keyword the pattern came from."""
+
+    def __init__(self, regex: str, reason: str) -> None:
+        super().__init__(f"patternProperties pattern {quote_pattern(regex)} cannot be evaluated: {reason}")
+        self.regex = regex
+        self.reason = reason
 
 
-def _quote(regex: str) -> str:
+def quote_pattern(regex: str) -> str:
+    """`regex` as a JSON string for an error message, cut short when long."""
     text = regex if len(regex) <= _QUOTED else regex[:_QUOTED] + "..."
     return json.dumps(text)
 
 
 def _unsupported(regex: str, why: str) -> UnsupportedPatternError:
-    return UnsupportedPatternError(f"patternProperties pattern {_quote(regex)} cannot be evaluated: {why}")
+    return UnsupportedPatternError(regex, why)
 
 
 _SPACE = {("s", False): "[[:space:]]", ("s", True): "[:space:]", ("S", False): "[^[:space:]]",
           ("S", True): "[:^space:]"}
 
 
-def _for_re2(regex: str) -> tuple[str, str | None]:
-    """`regex` in RE2's syntax with Java's meaning, and the same with each `$` written `(?m:$)` (None
-    when it has no `$`); `UnsupportedPatternError` where Java, RE2 and Python read the same text
-    differently (each would give its own verdict, so none is taken)."""
+def _for_re2(regex: str) -> tuple[str, str | None, bool]:
+    """`regex` in RE2's syntax with Java's meaning, the same with each `$` written `(?m:$)` (None
+    when it has no `$`), and whether each `$` ends an alternative of the whole pattern (with no `\\z`
+    anywhere); `UnsupportedPatternError` where Java, RE2 and Python read the same text differently
+    (each would give its own verdict, so none is taken)."""
     out: list[str | None] = []  # None: a `$`
     i, n, in_class, class_start = 0, len(regex), False, 0
+    depth, dollars_end_alternatives = 0, True
     while i < n:
         c = regex[i]
         if c == "\\" and i + 1 < n:
             nxt = regex[i + 1]
+            if nxt == "z":
+                dollars_end_alternatives = False
             if nxt == "Q":  # \Q...\E quotes literally, in a class too; RE2 reads it as Java does
                 end = regex.find("\\E", i + 2)
                 stop = n if end < 0 else end + 2
@@ -428,16 +448,19 @@ def _for_re2(regex: str) -> tuple[str, str | None]:
             class_start = i + 2 if regex.startswith("^", i + 1) else i + 1  # a first ']' is literal
         elif c == "{" and regex.startswith(",", i + 1):
             raise _unsupported(regex, "'{,n}' is a repetition in Python, a literal in RE2 and an error in Java")
+        elif c in "()":
+            depth += 1 if c == "(" else -1
         elif c == "$":
             out.append(None)
+            dollars_end_alternatives &= depth == 0 and (i + 1 == n or regex[i + 1] == "|")
             i += 1
             continue
         out.append(c)
         i += 1
     plain = "".join("$" if part is None else part for part in out)
     if None not in out:
-        return plain, None
-    return plain, "".join("(?m:$)" if part is None else part for part in out)
+        return plain, None, False
+    return plain, "".join("(?m:$)" if part is None else part for part in out), dollars_end_alternatives
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,48 +470,67 @@ class CompiledPattern:
     regex: str
     compiled: Any = field(repr=False)
     before_final_newline: str | None  # for a name ending in its only "\n": see `matches`
+    dollars_end_alternatives: bool = False  # for a name ending in "\n": see `matches`
 
     def cost(self, name: str) -> int:
-        """Units of the compatibility work budget one `matches(name)` may take at worst (two searches
-        for a name ending in "\n"; the other form of the pattern is compiled then, and cached by re2)."""
-        steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.programsize)
+        """Units of the compatibility work budget one `matches(name)` may take at worst (for a name
+        ending in "\n", two searches, or one with the other form of the pattern, compiled then and
+        not kept)."""
+        steps = (len(name.encode("utf-8", "surrogatepass")) + 2) * int(self.compiled.ProgramSize())
         if self.before_final_newline is not None and name.endswith("\n"):
+            if self.dollars_end_alternatives:
+                return 1 + 2 * steps // _STEPS_PER_UNIT
             return 1 + compile_cost(self.regex) + steps // _STEPS_PER_UNIT
         return 1 + steps // _STEPS_PER_UNIT
 
-    def matches(self, name: str) -> bool:
+    def matches(self, name: str, *, text_kind: str = "a property name") -> bool:
+        """Whether `regex` is found in `name`; `text_kind` says what `name` is in a refusal."""
         compiled = self.compiled
+        try:
+            text = name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
+            raise _unsupported(self.regex, f"{text_kind} it is matched against is not valid Unicode "
+                                           "(a lone surrogate)") from None
         if self.before_final_newline is not None and name.endswith("\n"):
             # Java's and Python's `$` (without MULTILINE) also match just before a final "\n", RE2's
-            # only at the very end. While that "\n" is the name's only one, RE2's multi-line `$` is
-            # exactly theirs; with others before it, nothing in RE2 is.
+            # only at the very end. When each `$` ends an alternative of the whole pattern, a match
+            # using one before that "\n" ends there: it is a match of the pattern in the name without
+            # its "\n" (nothing else in the match can tell the two apart, `\z` aside). Otherwise, while
+            # that "\n" is the name's only one, RE2's multi-line `$` is exactly theirs; with others
+            # before it, nothing in RE2 is.
+            if self.dollars_end_alternatives:
+                return _found(compiled, text) or _found(compiled, text[:-1])
             if "\n" in name[:-1]:
-                raise _unsupported(self.regex, "'$' against a property name with several line breaks "
-                                               "ending in one")
+                raise _unsupported(self.regex, f"'$' against {text_kind} with several line breaks ending in one")
             compiled = _compile(self.regex, self.before_final_newline)
-        try:
-            return compiled.search(name) is not None
-        except UnicodeEncodeError:  # a lone surrogate: RE2 matches UTF-8 only
-            raise _unsupported(self.regex, "a property name it is matched against is not valid Unicode "
-                                           "(a lone surrogate)") from None
+        return _found(compiled, text)
+
+
+def _found(compiled: Any, text: bytes) -> bool:
+    return bool(compiled.Match(_UNANCHORED, text, 0, len(text))[0] != _NO_MATCH)
 
 
 def _compile(regex: str, translated: str) -> Any:
+    # The RE2 object itself, as `re2.compile` makes it inside: so that re2's module cache (128 patterns
+    # whatever their size) keeps none alive beyond `compile_pattern`'s bounded one, and so that a search
+    # is one call answering spans (re2's Python match objects cost ten times an ordinary search).
     try:
-        return re2.compile(translated, _RE2_OPTIONS)
+        compiled = _re2.RE2(translated.encode("utf-8"), _RE2_OPTIONS)
     except UnicodeEncodeError:
         raise _unsupported(regex, "it is not valid Unicode (a lone surrogate)") from None
-    except re2.error as exc:
-        reason = exc.args[0] if exc.args else "rejected"
+    if not compiled.ok():
+        reason = compiled.error()
         text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-        raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}") from None
+        raise _unsupported(regex, f"the linear-time engine (RE2) rejects it: {text}")
+    return compiled
 
 
+@functools.lru_cache(maxsize=PATTERN_CACHE_BYTES // _MAX_MEM)
 def compile_pattern(regex: str) -> CompiledPattern:
     """The compiled `regex`; `UnsupportedPatternError` (naming it and why) when it cannot be evaluated
-    in linear time with Java's meaning."""
-    plain, before_final_newline = _for_re2(regex)
-    return CompiledPattern(regex, _compile(regex, plain), before_final_newline)
+    in linear time with Java's meaning. Recently used patterns are cached (refusals are not)."""
+    plain, before_final_newline, dollars_end_alternatives = _for_re2(regex)
+    return CompiledPattern(regex, _compile(regex, plain), before_final_newline, dollars_end_alternatives)
 
 
 def compile_cost(regex: str) -> int:

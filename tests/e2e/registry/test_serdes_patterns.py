@@ -1,0 +1,92 @@
+"""The JSON serdes against a real `kgov serve`: a schema anyone with WRITE on one subject registers
+with a catastrophic pattern cannot stall a producer or a consumer (it is fetched by the id a record
+carries), and a pattern the serdes cannot evaluate in linear time is refused by name."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from registry.client import RegistryClient
+from registry.model import Reference
+from registry.serdes import JSONDeserializer, JSONSerializer, SerializationError, frame
+from tests.e2e.registry.kgov_process import PASSWORD, kgov_serve
+
+# Generous for a loaded, shared machine; with Python's `re` each refusal below would take millennia.
+FAST_S = 2.0
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+EVIL = "^(a+)+$"
+HOSTILE = "a" * 5_000 + "!"
+ACCOUNT = json.dumps({"$schema": DRAFT7, "title": "Account", "type": "object",
+                      "properties": {"handle": {"type": "string", "pattern": EVIL}},
+                      "patternProperties": {EVIL: {"type": "integer"}}, "additionalProperties": False})
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryClient]:
+    with kgov_serve(tmp_path_factory.mktemp("kgov-serve")) as url, \
+            RegistryClient(url, basic_auth=("admin", PASSWORD)) as registry_client:
+        yield registry_client
+
+
+def refused_quickly(call: object, *args: object) -> str:
+    assert callable(call)
+    started = time.perf_counter()
+    with pytest.raises(SerializationError) as refused:
+        call(*args)
+    assert time.perf_counter() - started < FAST_S
+    return str(refused.value)
+
+
+def test_serializer_refuses_hostile_values_quickly(client: RegistryClient) -> None:
+    ctx = SerializationContext(f"accounts-{uuid.uuid4().hex[:8]}", MessageField.VALUE)
+    serializer = JSONSerializer(client, ACCOUNT)
+    framed = serializer({"handle": "a" * 5_000, "a" * 5_000: 7}, ctx)
+    assert framed is not None
+    assert "does not match '^(a+)+$'" in refused_quickly(serializer, {"handle": HOSTILE}, ctx)
+    assert "does not match any of the regexes" in refused_quickly(serializer, {HOSTILE: 7}, ctx)
+
+
+def test_deserializer_by_id_refuses_hostile_records_quickly(client: RegistryClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    schema_id = client.register(f"accounts-{tag}-value", ACCOUNT, "JSON")
+    deserializer = JSONDeserializer(client)
+    ctx = SerializationContext(f"accounts-{tag}", MessageField.VALUE)
+    good = {"handle": "a" * 5_000}
+    assert deserializer(frame(schema_id, json.dumps(good).encode()), ctx) == good
+    hostile = frame(schema_id, json.dumps({"handle": HOSTILE}).encode())
+    assert "does not match '^(a+)+$'" in refused_quickly(deserializer, hostile, ctx)
+    hostile_name = frame(schema_id, json.dumps({HOSTILE: 1}).encode())
+    assert "does not match any of the regexes" in refused_quickly(deserializer, hostile_name, ctx)
+
+
+def test_deserializer_follows_references_in_linear_time(client: RegistryClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    handle = json.dumps({"$schema": DRAFT7, "type": "string", "pattern": EVIL})
+    client.register(f"handle-{tag}", handle, "JSON")
+    person = json.dumps({"$schema": DRAFT7, "type": "object", "properties": {"handle": {"$ref": "handle.json"}}})
+    schema_id = client.register(f"people-{tag}-value", person, "JSON", [Reference("handle.json", f"handle-{tag}", 1)])
+    record = frame(schema_id, json.dumps({"handle": HOSTILE}).encode())
+    assert "does not match" in refused_quickly(JSONDeserializer(client), record, None)
+
+
+def test_unevaluable_patterns_are_refused_by_name(client: RegistryClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    twice = json.dumps({"$schema": DRAFT7, "type": "string", "pattern": "^(a)\\1$"})
+    schema_id = client.register(f"twice-{tag}-value", twice, "JSON")
+    record = frame(schema_id, json.dumps("aa").encode())
+    expected = 'JSON Schema pattern "^(a)\\\\1$" cannot be evaluated: the linear-time engine (RE2) rejects it'
+    assert refused_quickly(JSONDeserializer(client), record, None).startswith(expected)
+    with pytest.raises(SerializationError) as refused:
+        JSONSerializer(client, twice)
+    assert str(refused.value).startswith(expected)
+    assert "validate=False" in str(refused.value)
+    # The escape hatch: no validation, so no pattern to evaluate.
+    assert JSONDeserializer(client, validate=False)(record, None) == "aa"
+    ctx = SerializationContext(f"twice-{tag}", MessageField.VALUE)
+    assert JSONSerializer(client, twice, validate=False)("ab", ctx) == frame(schema_id, b'"ab"')

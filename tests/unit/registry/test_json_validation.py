@@ -1,0 +1,253 @@
+"""The JSON serdes' validators match regexes in linear time (RE2), answer as jsonschema's own did on
+ordinary patterns, and refuse a pattern they cannot evaluate by name, when the validator is built."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import jsonschema
+import jsonschema.validators
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from registry.client import FetchedSchema
+from registry.json_validation import UnevaluablePatternError, linear_time, validator_class_for
+from registry.serdes import SerializationError, _validate, _validator
+
+# Generous for a loaded, shared machine; with backtracking each case takes longer than the universe.
+FAST_S = 2.0
+EVIL = "^(a+)+$"
+HOSTILE = "a" * 5_000 + "!"
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+DRAFT2019 = "https://json-schema.org/draft/2019-09/schema"
+DRAFT2020 = "https://json-schema.org/draft/2020-12/schema"
+
+
+def refusal(schema: Any, value: Any, referenced: list[tuple[str, FetchedSchema]] | None = None) -> str:
+    """The message of the refusal of `value`, which must come quickly."""
+    validator = _validator(schema, referenced or [])
+    started = time.perf_counter()
+    with pytest.raises(SerializationError) as refused:
+        _validate(validator, value)
+    assert time.perf_counter() - started < FAST_S
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("draft", [DRAFT7, DRAFT2019, DRAFT2020, "http://json-schema.org/draft-04/schema#", None])
+def test_catastrophic_pattern_refuses_a_hostile_value_quickly(draft: str | None) -> None:
+    schema: dict[str, Any] = {"type": "string", "pattern": EVIL}
+    if draft:
+        schema["$schema"] = draft
+    assert "does not match '^(a+)+$'" in refusal(schema, HOSTILE)
+    _validate(_validator(schema), "a" * 5_000)
+
+
+@pytest.mark.parametrize("draft", [DRAFT7, DRAFT2019, DRAFT2020])
+def test_catastrophic_property_patterns_answer_quickly(draft: str) -> None:
+    typed = {"$schema": draft, "type": "object", "patternProperties": {EVIL: {"type": "integer"}}}
+    assert "is not of type 'integer'" in refusal(typed, {"a" * 5_000: "x", HOSTILE: 1})
+    closed = {"$schema": draft, "type": "object", "patternProperties": {EVIL: {}}, "additionalProperties": False}
+    assert "does not match any of the regexes: '^(a+)+$'" in refusal(closed, {HOSTILE: 1})
+    names = {"$schema": draft, "type": "object", "propertyNames": {"pattern": EVIL}}
+    assert "does not match" in refusal(names, {HOSTILE: 1})
+    started = time.perf_counter()
+    _validate(_validator(closed), {"a" * 5_000: 1})
+    assert time.perf_counter() - started < FAST_S
+
+
+@pytest.mark.parametrize("draft", [DRAFT2019, DRAFT2020])
+def test_unevaluated_properties_match_patterns_quickly(draft: str) -> None:
+    schema = {"$schema": draft, "type": "object", "allOf": [{"patternProperties": {EVIL: {}}}],
+              "unevaluatedProperties": False}
+    assert "Unevaluated properties are not allowed" in refusal(schema, {HOSTILE: 1})
+    _validate(_validator(schema), {"a" * 5_000: 1})
+
+
+def test_a_subschema_with_its_own_dialect_stays_linear() -> None:
+    # jsonschema's own `evolve` would switch to its stock draft-07 class (Python's `re`) here.
+    schema = {"type": "object", "properties": {"x": {"$schema": DRAFT7, "pattern": EVIL}}}
+    assert "does not match" in refusal(schema, {"x": HOSTILE})
+
+
+def test_a_referenced_schema_is_linear_too() -> None:
+    address = json.dumps({"$schema": DRAFT7, "type": "object", "properties": {"street": {"pattern": EVIL}}})
+    person = {"$schema": DRAFT7, "type": "object", "properties": {"home": {"$ref": "address.json"}}}
+    referenced = [("address.json", FetchedSchema(address, "JSON"))]
+    assert "does not match" in refusal(person, {"home": {"street": HOSTILE}}, referenced)
+
+
+@pytest.mark.parametrize(("schema", "keyword", "quoted", "reason"), [
+    ({"type": "string", "pattern": "^(a)\\1$"}, "pattern", '"^(a)\\\\1$"', "invalid escape sequence: \\1"),
+    ({"patternProperties": {"(?=x)": {}}}, "patternProperties", '"(?=x)"', "invalid perl operator: (?="),
+    ({"$defs": {"d": {"pattern": "(?<!x)y"}}}, "pattern", '"(?<!x)y"', "RE2) rejects it"),
+    ({"properties": {"p": {"$schema": DRAFT7, "items": {"pattern": "a{,3}"}}}}, "pattern", '"a{,3}"', "'{,n}'"),
+    ({"if": {"pattern": "[[:alpha:]]"}}, "pattern", '"[[:alpha:]]"', "'[' inside a character class"),
+])
+def test_unevaluable_patterns_are_refused_by_name_when_the_validator_is_built(
+        schema: Any, keyword: str, quoted: str, reason: str) -> None:
+    with pytest.raises(SerializationError) as refused:
+        _validator(schema)
+    message = str(refused.value)
+    assert message.startswith(f"JSON Schema {keyword} {quoted} cannot be evaluated: ")
+    assert reason in message
+    assert "validate=False" in message
+
+
+def test_an_unevaluable_pattern_in_a_referenced_schema_is_refused_by_name() -> None:
+    address = json.dumps({"$schema": DRAFT7, "properties": {"zip": {"pattern": "^(\\d)\\1$"}}})
+    with pytest.raises(SerializationError, match=r'^JSON Schema pattern "\^\(\\\\d\)\\\\1\$" cannot be evaluated'):
+        _validator({"$ref": "address.json"}, [("address.json", FetchedSchema(address, "JSON"))])
+
+
+def test_a_long_pattern_is_quoted_in_part() -> None:
+    with pytest.raises(SerializationError) as refused:
+        _validator({"pattern": "(?=x)" + "a" * 10_000})
+    assert len(str(refused.value)) < 400
+
+
+def test_values_a_pattern_cannot_be_matched_against_are_refused_not_passed() -> None:
+    validator = _validator({"type": "string", "pattern": "^[a-z\n]+$"})
+    _validate(validator, "abc\nd\n")  # `$` before a final line break, as Java (and Python) read it
+    inner = _validator({"type": "string", "pattern": "^([a-z\n]+$)"})  # a `$` inside a group: no way in RE2
+    _validate(inner, "abc\nd")
+    expected = """JSON Schema pattern "^([a-z\\n]+$)" cannot be evaluated: '$' against a string with several line breaks"""
+    with pytest.raises(SerializationError, match=re.escape(expected)):
+        _validate(inner, "abc\nd\n")
+    with pytest.raises(SerializationError, match="a string it is matched against is not valid Unicode"):
+        _validate(validator, "ab\ud800")
+    names = _validator({"patternProperties": {"^a": {"type": "integer"}}})
+    with pytest.raises(SerializationError, match=r'patternProperties "\^a" cannot be evaluated: a property name'):
+        _validate(names, {"a\ud800": 1})
+
+
+def test_a_pattern_reached_only_when_validating_is_refused_then() -> None:
+    # `$ref` into a `const`: no subschema position, so not compiled up front; refused, never skipped.
+    validator = _validator({"$defs": {"c": {"const": {"pattern": "(?=x)"}}}, "$ref": "#/$defs/c/const"})
+    with pytest.raises(SerializationError, match=r'^JSON Schema pattern "\(\?=x\)" cannot be evaluated'):
+        _validate(validator, "x")
+
+
+def test_patterns_have_javas_meaning() -> None:
+    # `\p{L}` is Java's (and RE2's); Python's `re` could not compile it, so such schemas were refused.
+    letters = _validator({"type": "string", "pattern": "^\\p{L}+$"})
+    _validate(letters, "\u00e9t\u00e9")
+    # `\d` is ASCII in Java and ECMA-262 (Python's `re` took any Unicode digit).
+    with pytest.raises(SerializationError, match="does not match"):
+        _validate(_validator({"type": "string", "pattern": "^\\d+$"}), "\u0663")
+
+
+def test_one_linear_class_per_draft() -> None:
+    cls = validator_class_for({"$schema": DRAFT7})
+    assert linear_time(cls) is cls
+    assert linear_time(jsonschema.Draft7Validator) is cls
+    assert validator_class_for({}) is linear_time(jsonschema.Draft202012Validator)
+    assert cls({"type": "string"}).evolve(schema={"$schema": DRAFT2019}).__class__ is validator_class_for(
+        {"$schema": DRAFT2019})
+
+
+# Generated ordinary patterns that Python's `re`, Java and RE2 read alike, over ASCII texts: the
+# linear-time validators must give jsonschema's own answers.
+ATOMS = st.sampled_from(["a", "b", "-", "_", "\\.", ".", "[ab]", "[^a]", "\\d", "\\w", "\\s", "\\S", "(?:a|b)",
+                         "(a)", "(b|)", "x"])
+QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "{2}", "{1,3}", "*?"])
+
+
+@st.composite
+def patterns(draw: st.DrawFn) -> str:
+    body = "".join(draw(ATOMS) + draw(QUANTIFIERS) for _ in range(draw(st.integers(1, 4))))
+    if draw(st.booleans()):
+        body += "|" + draw(ATOMS) + draw(QUANTIFIERS)
+    return draw(st.sampled_from(["", "^"])) + body + draw(st.sampled_from(["", "$"]))
+
+
+TEXTS = st.text(alphabet="ab_-.1 x\n", max_size=10)
+
+
+def same_answer(schema: Any, value: Any) -> None:
+    stock = jsonschema.validators.validator_for(schema)(schema)
+    try:
+        expected = stock.is_valid(value)
+    except re.error:  # not a pattern `re` compiles: nothing to compare with
+        assume(False)
+    try:
+        assert linear_time(type(stock))(schema).is_valid(value) is expected
+    except UnevaluablePatternError as exc:
+        assert "several line breaks" in exc.reason  # refused, never a different answer
+        assume(False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(patterns(), TEXTS)
+def test_pattern_answers_as_jsonschema_did(regex: str, text: str) -> None:
+    same_answer({"type": "string", "pattern": regex}, text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(patterns(), st.dictionaries(TEXTS, st.integers(0, 1), max_size=3), st.sampled_from([DRAFT7, DRAFT2020]))
+def test_property_patterns_answer_as_jsonschema_did(regex: str, value: dict[str, int], draft: str) -> None:
+    same_answer({"$schema": draft, "patternProperties": {regex: {"minimum": 1}}, "additionalProperties": False},
+                value)
+
+
+NAMES = st.sampled_from(["a", "b", "ab", "x_1", "aa"])
+NAME_PATTERNS = st.sampled_from(["^a", "b$", "^a+$", "x_\\d", "[ab]{2}", "^(a|b)$"])
+LEAVES = st.sampled_from([True, False, {}, {"type": "string"}, {"type": "integer"}, {"minLength": 2},
+                          {"required": ["a"]}])
+
+
+def object_schemas(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    lists = st.lists(children, min_size=1, max_size=2)
+    return st.fixed_dictionaries({}, optional={
+        "properties": st.dictionaries(NAMES, children, max_size=2),
+        "patternProperties": st.dictionaries(NAME_PATTERNS, children, max_size=2),
+        "additionalProperties": children, "unevaluatedProperties": children,
+        "allOf": lists, "anyOf": lists, "oneOf": lists, "if": children, "then": children, "else": children,
+        "dependentSchemas": st.dictionaries(NAMES, children, max_size=1)})
+
+
+SCHEMAS = st.recursive(LEAVES, object_schemas, max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([DRAFT2019, DRAFT2020]), object_schemas(SCHEMAS), SCHEMAS, st.booleans(),
+       st.dictionaries(NAMES, st.one_of(st.text(alphabet="ab", max_size=3), st.integers(0, 2)), max_size=4))
+def test_unevaluated_properties_answer_as_jsonschema_did(draft: str, schema: dict[str, Any], defined: Any,
+                                                         refers: bool, value: dict[str, Any]) -> None:
+    root = {"$schema": draft, "$defs": {"d": defined}, **schema}
+    if refers:
+        root["$ref"] = "#/$defs/d"
+    root.setdefault("unevaluatedProperties", False)
+    same_answer(root, value)
+
+
+def test_unique_items_takes_linear_time() -> None:
+    # jsonschema compares every pair of items it cannot sort: 20 s for 4,000 objects.
+    schema = {"$schema": DRAFT7, "type": "array", "uniqueItems": True}
+    _validate(_validator(schema), [{"k": i} for i in range(20_000)])
+    assert "has non-unique elements" in refusal(schema, [{"k": i} for i in range(20_000)] + [{"k": 0}])
+
+
+def test_the_meta_schema_check_takes_linear_time_and_keeps_its_messages() -> None:
+    started = time.perf_counter()
+    _validator({"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"k": i} for i in range(20_000)]})
+    assert time.perf_counter() - started < FAST_S
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: .* has non-unique elements"):
+        _validator({"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"k": 1}, {"k": 1}]})
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: 5 is not valid under any of the given"):
+        _validator({"type": 5})
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([0.0, 1.0, 1.5])
+                           | st.sampled_from(["", "a", "1"]),
+                           lambda children: st.lists(children, max_size=2)
+                           | st.dictionaries(st.sampled_from(["a", "b"]), children, max_size=2), max_leaves=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(JSON_VALUES, max_size=5))
+def test_unique_items_answers_as_jsonschema_did(value: list[Any]) -> None:
+    same_answer({"$schema": DRAFT7, "uniqueItems": True}, value)
