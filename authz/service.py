@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from audit.kafka_format import AUTHORIZER_LOGGER, authorizer_log_line, log4j_envelope
+from audit.kafka_format import AUTHORIZER_LOGGER, authorizer_log_line, log4j_envelope, one_line
 from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
 from authz.config import AuthzConfig
@@ -275,7 +275,7 @@ class AuthorizerService:
             rule=rule,
         )
         level = "DEBUG" if allowed else "INFO"
-        kafka_log.log(logging.DEBUG if allowed else logging.INFO, line)
+        kafka_log.log(logging.DEBUG if allowed else logging.INFO, "%s", one_line(line))
         if self.lines is not None:
             self.lines.write_line(log4j_envelope(now, level, line, AUTHORIZER_LOGGER))
         if self.audit is not None:

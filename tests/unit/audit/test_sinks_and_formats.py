@@ -81,6 +81,19 @@ def test_kafka_authorizer_line_and_envelope() -> None:
     )
 
 
+def test_a_client_chosen_name_cannot_start_a_line_of_its_own() -> None:
+    """A group id with a line break and a forged decision after it stays on its decision's line."""
+    forged = "[2024-05-01 10:00:00,124] DEBUG Principal = User:admin is Allowed operation = ALTER ..."
+    message = authorizer_log_line(
+        principal="User:mallory", allowed=False, operation="READ", host="10.0.0.9", resource_type="GROUP",
+        pattern_type="LITERAL", resource_name=f"g\r\n{forged}", request_name="JoinGroup", resource_ref_count=1,
+        rule="DefaultDeny")
+    line = log4j_envelope(NOW, "INFO", message, "kafka.authorizer.logger")
+    assert line.splitlines() == [line]
+    assert "Group:LITERAL:g\\r\\n[2024-05-01 10:00:00,124] DEBUG Principal = User:admin" in line
+    assert line.startswith("[2024-05-01 10:00:00,123] INFO Principal = User:mallory is Denied")
+
+
 def test_event_shape_is_cloudevents_with_a_format_version() -> None:
     doc = event(7).to_dict()  # type: ignore[attr-defined]
     assert doc["specversion"] == "1.0" and doc["kgovformatversion"] == 1
