@@ -105,42 +105,6 @@ _LOG4J2_JSON = StructType([
 ])
 
 
-def _authz_values(f: Column) -> dict[str, Column]:
-    """An authorizer decision line's fields (`K.AUTHZ_FIELDS` split into `f`) as raw column values, before
-    the normalising every shape shares (trimming, enum spelling, empty -> null)."""
-    return {
-        "fmt": (F.when(F.upper(f[4]) == f[4], F.lit("kafka-authz-3.3"))  # `operation = READ`
-                .when(f[9] != "", F.lit("kafka-authz-2.4"))
-                .when(f[7] != "", F.lit("kafka-authz-2.0")).otherwise(F.lit("kafka-authz-1.x"))),
-        "principal": f[2], "host": f[5],
-        "decision": F.when(f[3] == "Allowed", F.lit("ALLOWED")).when(f[3] == "Denied", F.lit("DENIED")),
-        "operation": f[4], "resource_type": f[6], "pattern_type": f[7], "resource_name": f[8], "api": f[9],
-        # (An empty field is skipped: Spark's try_cast builds, then drops, an exception for each one it refuses.)
-        "ref_count": F.when(f[10] != "", f[10].try_cast("int")),
-        "rule_detail": f[11],
-    }
-
-
-def _source(file_path: Column) -> Column:
-    """`.../broker-3/kafka-authorizer.log` -> `broker-3` (string functions: no regex per row)."""
-    return _nonempty(F.substring_index(F.substring_index(file_path, "/", -2), "/", 1))
-
-
-def _wall_clock(stamp: Column) -> Column:
-    """`2024-05-01 10:00:00,123` -> a cast (Spark's own fast parser) rather than a DateTimeFormatter."""
-    return F.replace(stamp, F.lit(","), F.lit(".")).try_cast("timestamp")
-
-
-def _to_utc(wall_clock: Column, source: Column, default_zone: str, source_zones: Mapping[str, str] | None
-            ) -> Column:
-    if default_zone.upper() in ("UTC", "Z", "ETC/UTC") and not source_zones:
-        return wall_clock
-    zone: Column = F.lit(default_zone)
-    for src, z in (source_zones or {}).items():
-        zone = F.when(source == src, F.lit(z)).otherwise(zone)
-    return F.to_utc_timestamp(wall_clock, zone)
-
-
 def log4j2_json_as_text(lines: DataFrame) -> DataFrame:
     """Rewrites Log4j2 JSON-layout lines as Kafka's classic `[%d] %p %m (%c)` text (time in UTC) and
     marks them with `instant` (their time is absolute, so no source zone applies). Other lines pass."""
@@ -166,78 +130,13 @@ def log4j2_json_as_text(lines: DataFrame) -> DataFrame:
 
 
 def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Mapping[str, str] | None = None,
-                exclude_principals: Iterable[str] = ("User:kafka",), fast_path: bool = True) -> DataFrame:
+                exclude_principals: Iterable[str] = ("User:kafka",)) -> DataFrame:
     """Classify and parse every line. Returns `EVENT_COLUMNS` + `kind`, `reason`, `raw` (bad lines only),
     `file_path`, `topic_id`, `line_weight` (1 on the first row of each input line, else 0).
 
     Needs the session time zone to be UTC (`session.build_session` sets it): log4j stamps are read as
     wall-clock time and then moved from each source's zone to UTC.
-
-    Authorizer decision lines, half of a typical input, take a projection of their own (`_parse_authz`);
-    every other line takes the general one, which handles every shape. The union reads the input twice,
-    which costs less than the general projection's cost on those lines: one generated method covering
-    every shape is too large for the JIT to compile well. `fast_path=False` sends every line through the
-    general projection (the tests compare the two).
     """
-    exclude = tuple(exclude_principals)
-    if not fast_path:
-        return _parse_general(lines, default_zone, source_zones, exclude)
-    v = F.col("value")
-    # The general projection's shape test gives these lines `_AUTHZ` too (after `log4j2_json_as_text`,
-    # which leaves lines not starting with `{` unchanged).
-    authz = ~v.startswith("{") & v.endswith(K.AUTHORIZER_SUFFIX) & F.substring(v, 1, _HEAD).contains(" Principal = ")
-    general = _parse_general(lines.filter(~authz), default_zone, source_zones, exclude)
-    fast = _parse_authz(lines.filter(authz), default_zone, source_zones, exclude)
-    return fast.select(*general.columns).unionByName(general)
-
-
-def _parse_authz(lines: DataFrame, default_zone: str, source_zones: Mapping[str, str] | None,
-                 exclude: tuple[str, ...]) -> DataFrame:
-    """`_parse_general`'s rows for lines whose shape is `_AUTHZ`, with only that shape's expressions."""
-    v = F.col("value")
-    r = F.col("r")
-    split = (lines.withColumn("r", F.regexp_replace(v, K.AUTHZ, K.AUTHZ_FIELDS))
-             # 0.9-2.3 authorizer lines: the 2.4+ pattern left them unchanged.
-             .withColumn("r", F.when(r == v, F.regexp_replace(v, K.AUTHZ_OLD, K.AUTHZ_OLD_FIELDS)).otherwise(r))
-             .withColumn("f", F.when(r != v, F.split(r, K.FIELD_SEP)))
-             .withColumn("ctl", F.col("f").isNotNull() & (F.size("f") != _FIELD_COUNTS[_AUTHZ]))
-             .withColumn("f", F.when(~F.col("ctl"), F.col("f"))).drop("r"))
-    f = F.col("f")
-    a = _authz_values(f)
-    source = _source(F.col("file_path"))
-    staged = split.select("value", "file_path", "ctl", f, source.alias("source"), _nonempty(f[1]).alias("level"),
-                          F.trim(a["principal"]).alias("principal"), _nonempty(a["rule_detail"]).alias("rule_detail"))
-    ts = _to_utc(_wall_clock(f[0]), F.col("source"), default_zone, source_zones)
-    staged = staged.withColumn("ts", ts)
-    principal = F.col("principal")
-    is_event = f.isNotNull() & F.col("ts").isNotNull()
-    kind = (F.when(is_event & principal.isin(*exclude), F.lit(KIND_EXCLUDED)).when(is_event, F.lit(KIND_EVENT))
-            .otherwise(F.lit(KIND_BAD)))
-    staged = staged.withColumn("kind", kind)
-    k, level, rule_detail = F.col("kind"), F.col("level"), F.col("rule_detail")
-    return staged.select(
-        "ts", "source", F.lit(S.STREAM_AUTHORIZER).alias("stream"), a["fmt"].alias("fmt"), "level",
-        F.lit(S.AUTHORIZATION).alias("event_type"), "principal", a["host"].alias("host"),
-        a["decision"].alias("decision"), enum_spelling(a["operation"]).alias("operation"),
-        _nonempty(a["pattern_type"]).alias("pattern_type"), enum_spelling(_nonempty(a["api"])).alias("api"),
-        a["ref_count"].alias("ref_count"), "rule_detail",
-        (F.coalesce(level, F.lit("")) != "TRACE").alias("logged"),
-        *[_null("string").alias(c) for c in ("client_id", "software_name", "software_version", "auth_result",
-                                              "mechanism")],
-        "file_path", "kind",
-        F.when(k == KIND_BAD, F.when(F.col("ctl"), F.lit("control character in line"))
-               .otherwise(F.lit("unparseable kafka.authorizer.logger line"))).alias("reason"),
-        F.when(k == KIND_BAD, F.substring(v, 1, 500)).alias("raw"),
-        _nonempty(F.substring_index(rule_detail, "(", 1)).alias("rule"),
-        enum_spelling(a["resource_type"]).alias("resource_type"), a["resource_name"].alias("resource_name"),
-        _null("string").alias("topic_id"), _null("long").alias("bytes"), F.lit(1).alias("line_weight"),
-        F.to_date(F.col("ts")).alias("dt"),
-    )
-
-
-def _parse_general(lines: DataFrame, default_zone: str, source_zones: Mapping[str, str] | None,
-                   exclude_principals: tuple[str, ...]) -> DataFrame:
-    """Every line shape in one projection."""
     lines = log4j2_json_as_text(lines)
     v = F.col("value")
     hd = F.col("_head")
@@ -279,10 +178,15 @@ def _parse_general(lines: DataFrame, default_zone: str, source_zones: Mapping[st
               .withColumn("rj", F.from_json(F.when(sh == _REQ_JSON, F.col("f")[2]), S.EVENT_DATA_SCHEMA))
               .drop("r"))
     f = F.col("f")
-    line_az = _authz_values(f)
     ev = F.col("ev")
-    source0 = _source(F.col("file_path"))
-    wall_clock = _wall_clock(f[0])
+    # String functions, not regular expressions, on the per-row hot path where they suffice.
+    source0 = _nonempty(F.substring_index(F.substring_index(F.col("file_path"), "/", -2), "/", 1))
+    zone: Column = F.lit(default_zone)
+    for src, z in (source_zones or {}).items():
+        zone = F.when(F.col("source") == src, F.lit(z)).otherwise(zone)
+    # `2024-05-01 10:00:00,123` -> a cast (Spark's own fast parser) rather than a DateTimeFormatter.
+    wall_clock = F.replace(f[0], F.lit(","), F.lit(".")).try_cast("timestamp")
+    utc_only = default_zone.upper() in ("UTC", "Z", "ETC/UTC") and not source_zones
     ev_type0 = ev["type"]
     ev_kind0 = (F.when(ev_type0.isin("io.kgov.authorization", "io.confluent.kafka.server/authorization"),
                        F.lit(S.AUTHORIZATION))
@@ -294,8 +198,8 @@ def _parse_general(lines: DataFrame, default_zone: str, source_zones: Mapping[st
         "value", "file_path", "instant", "shape", "f", "ctl", "ev", "rj", source0.alias("source"),
         F.when(sh != _JSON, wall_clock).alias("wall_clock"), ev_type0.alias("ev_type"),
         F.try_to_timestamp(ev["time"]).alias("ev_ts"), ev_kind0.alias("ev_kind"))
-    stage2 = stage2.withColumn("log_ts", F.coalesce(F.col("instant"), _to_utc(
-        F.col("wall_clock"), F.col("source"), default_zone, source_zones)))
+    stage2 = stage2.withColumn("log_ts", F.coalesce(F.col("instant"), F.col("wall_clock") if utc_only
+                                                    else F.to_utc_timestamp(F.col("wall_clock"), zone)))
     # Not a column: copying the nested struct into every row costs more than reading through the CASE.
     d = F.when(sh == _JSON, ev["data"]).otherwise(F.col("rj"))
     source = F.col("source")
@@ -335,7 +239,9 @@ def _parse_general(lines: DataFrame, default_zone: str, source_zones: Mapping[st
 
     fmt = by_shape(F.when(ev_type.startswith("io.confluent."), F.lit("confluent-event"))
                    .otherwise(F.lit("kgov-event")),
-                   line_az["fmt"],
+                   F.when(F.upper(f[4]) == f[4], F.lit("kafka-authz-3.3"))  # `operation = READ`
+                   .when(f[9] != "", F.lit("kafka-authz-2.4"))
+                   .when(f[7] != "", F.lit("kafka-authz-2.0")).otherwise(F.lit("kafka-authz-1.x")),
                    F.lit("kafka-authz-zk-superuser"), F.lit("kafka-authz-zk-noacl"),
                    F.lit("kafka-request-text"), F.lit("kafka-request-json"), F.lit("kafka-server-auth"))
     event_type = by_shape(ev_kind, F.lit(S.AUTHORIZATION), F.lit(S.SUPER_USER_NOTICE), F.lit(S.NO_ACL_NOTICE),
@@ -343,17 +249,17 @@ def _parse_general(lines: DataFrame, default_zone: str, source_zones: Mapping[st
     stream = by_shape(F.lit(S.STREAM_EVENTS), F.lit(S.STREAM_AUTHORIZER), F.lit(S.STREAM_AUTHORIZER),
                       F.lit(S.STREAM_AUTHORIZER), F.lit(S.STREAM_REQUEST), F.lit(S.STREAM_REQUEST),
                       F.lit(S.STREAM_SERVER))
-    principal = F.trim(by_shape(json_principal, line_az["principal"], f[2], _null("string"), f[8], d["principal"], _null("string")))
-    host = by_shape(json_host, line_az["host"], _null("string"), _null("string"),
+    principal = F.trim(by_shape(json_principal, f[2], f[2], _null("string"), f[8], d["principal"], _null("string")))
+    host = by_shape(json_host, f[5], _null("string"), _null("string"),
                     _nonempty(F.regexp_extract(f[6], K.CONNECTION_REMOTE_HOST, 1)), json_host, f[3])
     granted = F.coalesce(az["granted"], d["granted"])
     decision = by_shape(
         F.when(ev_kind == S.AUTHORIZATION, F.when(granted, F.lit("ALLOWED")).otherwise(F.lit("DENIED")))
         .when(ev_kind == S.CHANGE, F.lit("ALLOWED")),
-        line_az["decision"], F.lit("ALLOWED"),
+        F.when(f[3] == "Allowed", F.lit("ALLOWED")).when(f[3] == "Denied", F.lit("DENIED")), F.lit("ALLOWED"),
         F.when(f[3] == "true", F.lit("ALLOWED")).otherwise(F.lit("DENIED")),
         _null("string"), _null("string"), _null("string"))
-    operation = enum_spelling(by_shape(az["operation"], line_az["operation"], _null("string"), _null("string"), _null("string"),
+    operation = enum_spelling(by_shape(az["operation"], f[4], _null("string"), _null("string"), _null("string"),
                                        _null("string"), _null("string")))
     na = f[2]
     na_is_pattern = na.startswith("ResourcePattern(")
@@ -369,18 +275,19 @@ def _parse_general(lines: DataFrame, default_zone: str, source_zones: Mapping[st
         F.transform(F.split(sizes, ","), lambda x: F.coalesce(
             F.substring_index(x, "=", -1).try_cast("long"), F.lit(0).cast("long"))),
         F.lit(0).cast("long"), lambda a, b: a + b))
-    resource_type = enum_spelling(by_shape(az["resourceType"], line_az["resource_type"], _null("string"), no_acl(1, 1),
+    resource_type = enum_spelling(by_shape(az["resourceType"], f[6], _null("string"), no_acl(1, 1),
                                            F.when(text_topic.isNotNull(), F.lit("TOPIC")), _null("string"),
                                            _null("string")))
-    pattern_type = _nonempty(by_shape(az["patternType"], line_az["pattern_type"], _null("string"), no_acl(3, 2), _null("string"), _null("string"), _null("string")))
+    pattern_type = _nonempty(by_shape(az["patternType"], f[7], _null("string"), no_acl(3, 2), _null("string"), _null("string"), _null("string")))
     resource_name = by_shape(F.coalesce(az["resourceName"], F.when(ev_kind == S.CHANGE, d["resourceName"])),
-                             line_az["resource_name"], _null("string"), no_acl(2, 3), text_topic, _null("string"), _null("string"))
+                             f[8], _null("string"), no_acl(2, 3), text_topic, _null("string"), _null("string"))
     api = enum_spelling(_nonempty(by_shape(F.coalesce(d["methodName"], d["requestHeader"]["requestApiKeyName"]),
-                                           line_az["api"], _null("string"), _null("string"), f[2], req_api, _null("string"))))
-    ref_count = F.when(sh == _AUTHZ, line_az["ref_count"])
+                                           f[9], _null("string"), _null("string"), f[2], req_api, _null("string"))))
+    # (An empty field is skipped: Spark's try_cast builds, then drops, an exception for each one it refuses.)
+    ref_count = F.when((sh == _AUTHZ) & (f[10] != ""), f[10].try_cast("int"))
     rule_detail = _nonempty(by_shape(
         F.coalesce(az["rule"], F.when(az["superUserAuthorization"], F.lit("SuperUser"))),
-        line_az["rule_detail"], F.lit("SuperUser"),
+        f[11], F.lit("SuperUser"),
         F.when(f[3] == "true", F.lit("DefaultAllow")).otherwise(F.lit("DefaultDeny")),
         _null("string"), _null("string"), _null("string")))
     client_id = by_shape(F.coalesce(d["request"]["clientId"], d["request"]["client_id"],

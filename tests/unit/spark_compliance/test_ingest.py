@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from audit.kafka_format import authorizer_log_line
 from audit.model import EventType, authorization_event, change_event
 from audit.request_log import authentication_event
-from spark_compliance import generator, ingest
+from spark_compliance import ingest
 from spark_compliance import kafka_lines as K
 
 pytestmark = pytest.mark.spark
@@ -45,22 +43,16 @@ def case(name: str, lines: list[str], source: str = "broker-1") -> str:
 
 @pytest.fixture(scope="module")
 def parsed_df(spark: SparkSession) -> DataFrame:
-    return ingest.parse_lines(_case_lines(spark), source_zones={"broker-9": "Europe/Berlin"}).cache()
-
-
-def _case_lines(spark: SparkSession) -> DataFrame:
-    # The file name also numbers the line: rows come back in no particular order (authorizer decisions
-    # take a projection of their own), and the tests read each case's rows in line order.
-    data = [(line, f"file:/logs/{source}/{name}.{i:06d}.log")
-            for i, (name, source, line) in enumerate((n, src, x) for n, (src, xs) in _CASES.items() for x in xs)]
-    return spark.createDataFrame(data, "value string, file_path string")
+    data = [(line, f"file:/logs/{source}/{name}.log") for name, (source, lines) in _CASES.items() for line in lines]
+    df = spark.createDataFrame(data, "value string, file_path string")
+    return ingest.parse_lines(df, source_zones={"broker-9": "Europe/Berlin"}).cache()
 
 
 @pytest.fixture(scope="module")
 def parsed(parsed_df: DataFrame) -> dict[str, Rows]:
     out: dict[str, Rows] = {name: [] for name in _CASES}
-    for r in sorted(parsed_df.collect(), key=lambda r: str(r["file_path"])):
-        out[str(r["file_path"]).rsplit("/", 1)[1].split(".", 1)[0]].append(r.asDict())
+    for r in parsed_df.collect():
+        out[str(r["file_path"]).rsplit("/", 1)[1][:-4]].append(r.asDict())
     return out
 
 
@@ -315,25 +307,3 @@ def test_within_period(spark: SparkSession) -> None:
                                datetime(2024, 5, 1, 11))
     assert [r["ts"].hour for r in got.collect()] == [9, 10]
 
-
-
-def test_authorizer_fast_path_gives_the_general_projections_rows(
-        spark: SparkSession, parsed_df: DataFrame, tmp_path: Path) -> None:
-    """`parse_lines` sends authorizer decision lines through a projection of their own: on every case
-    above (zoned source, DNs, crafted names, bad and control-character lines) and on generated logs of
-    every generation, its rows are exactly those of the general projection alone."""
-    generator.generate(tmp_path, lines=generator.MIN_LINES, seed=3)
-    generated = ingest.read_lines(spark, [str(tmp_path / "logs")])
-    cases = _case_lines(spark)
-    zones = {"broker-9": "Europe/Berlin"}
-    for lines, fast in ((cases, parsed_df), (generated, ingest.parse_lines(generated, source_zones=zones))):
-        general = ingest.parse_lines(lines, source_zones=zones, fast_path=False)
-        assert fast.schema == general.schema
-        assert fast.exceptAll(general).count() == 0
-        assert general.exceptAll(fast).count() == 0
-        # Not vacuous: most authorizer lines did take the fast path, of every generation and kind.
-        fmts = {r["fmt"] for r in fast.filter(F.col("stream") == "authorizer").select("fmt").distinct().collect()}
-        assert {"kafka-authz-1.x", "kafka-authz-2.0", "kafka-authz-2.4", "kafka-authz-3.3"} <= fmts
-    # ... and decisions, bad lines (control character, bad date, truncated) and excluded principals alike.
-    kinds = {r["kind"] for r in parsed_df.filter(F.col("stream") == "authorizer").select("kind").collect()}
-    assert kinds >= {"event", "bad", "excluded"}
