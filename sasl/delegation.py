@@ -61,7 +61,15 @@ class TokenInfo:
     max_ms: int
 
     def is_expired(self, now_ms: int) -> bool:
-        return now_ms >= self.expiry_ms or now_ms >= self.max_ms
+        """Kafka's comparison (KRaft `DelegationTokenControlManager.renewDelegationToken`,
+        `expireDelegationToken` and `sweepExpiredDelegationTokens`: `maxTimestamp < now ||
+        expiryTimestamp < now`): a token still works during its expiry millisecond."""
+        return now_ms > self.expiry_ms or now_ms > self.max_ms
+
+    @property
+    def usable_until_ms(self) -> int:
+        """The first millisecond at which the token no longer authenticates."""
+        return min(self.expiry_ms, self.max_ms) + 1
 
     def owner_or_renewer(self, principal: Principal) -> bool:
         """Kafka's TokenInformation.ownerOrRenewer (owner, requester or a renewer)."""
@@ -165,11 +173,19 @@ def renewed(
 def expired(info: TokenInfo, *, caller: Principal, now_ms: int, expiry_period_ms: int) -> TokenInfo | None:
     """The token after an expire request; None means remove it now (a negative period, as Kafka).
     An already expired token is refused with DELEGATION_TOKEN_EXPIRED even then, as Kafka does; the
-    expiry sweep removes it."""
+    expiry sweep removes it. What to answer as the expiry timestamp: `expire_answer_ms`."""
     _check_renewable(info, caller, now_ms)
     if expiry_period_ms < 0:
         return None
     return replace(info, expiry_ms=min(info.max_ms, now_ms + expiry_period_ms))
+
+
+def expire_answer_ms(after: TokenInfo | None, expiry_period_ms: int) -> int:
+    """The ExpireDelegationToken response's expiry timestamp. For a negative period KRaft's
+    `DelegationTokenControlManager.expireDelegationToken` answers the requested period itself (so
+    `--expiry-time-period -1` answers -1) and writes a RemoveDelegationTokenRecord; otherwise the
+    new expiry timestamp."""
+    return expiry_period_ms if after is None else after.expiry_ms
 
 
 def visible(

@@ -227,6 +227,7 @@ class ScramIdentity:
     principal: Principal
     credential: ScramCredential
     token_authenticated: bool = False
+    # The first millisecond at which the credential no longer authenticates (None: never).
     expiry_ms: int | None = None
 
 

@@ -36,6 +36,7 @@ from sasl.delegation import (
     TokenPolicy,
     check_request_allowed,
     decode_hmac,
+    expire_answer_ms,
     expired,
     hmac_lookup_key,
     new_token,
@@ -424,9 +425,9 @@ class CredentialService:
             if len(self._token_credentials) > 10_000:
                 self._token_credentials.clear()
             self._token_credentials[key] = cred
-        return ScramIdentity(
-            info.owner, cred, token_authenticated=True, expiry_ms=min(info.expiry_ms, info.max_ms)
-        )
+        # The token still works during its expiry millisecond (Kafka compares `expiryTimestamp <
+        # now`), so the session may last until the millisecond after it.
+        return ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
 
     def unknown_scram_credential(
         self, mechanism: ScramMechanism, username: str, token_auth: bool
@@ -861,13 +862,14 @@ class CredentialService:
         token_authenticated: bool = False,
         client_address: str | None = None,
     ) -> int:
-        """Returns the new expiry timestamp; a negative period removes the token at once."""
+        """Returns the new expiry timestamp; a negative period removes the token at once and returns
+        the period as given (Kafka's KRaft controller does the same)."""
         check_request_allowed(token_authenticated)
         self._secret()
         now = self.now_ms()
         before = self._token_by_hmac(hmac_b64)
         after = expired(before, caller=caller, now_ms=now, expiry_period_ms=expiry_period_ms)
-        expiry = now if after is None else after.expiry_ms
+        expiry = expire_answer_ms(after, expiry_period_ms)
         audit = self._audit_change(
             "delegationToken.Expire",
             f"delegation-token={before.token_id}",

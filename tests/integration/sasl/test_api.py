@@ -246,7 +246,7 @@ def test_token_endpoint_rfc6749_edges(app_env) -> None:
 
 
 def test_delegation_token_endpoints(app_env) -> None:
-    client, app, _clock, _ = app_env
+    client, app, clock, _ = app_env
     for user in ("alice", "bob", "eve"):
         client.put(f"/v1/scram/users/{user}", json={"password": f"{user}-password"}, headers=ADMIN)
     alice, bob, eve = (basic(u, f"{u}-password") for u in ("alice", "bob", "eve"))
@@ -291,11 +291,12 @@ def test_delegation_token_endpoints(app_env) -> None:
     assert r.status_code == 403
     r = client.post("/v1/delegation-tokens", json={"renewers": ["Group:x"]}, headers=alice)
     assert (r.status_code, r.json()["error_code"]) == (400, 40067)
-    # expire now: authentication then fails
+    # expire now: authentication fails once the expiry millisecond has passed
     r = client.post(
         "/v1/delegation-tokens/expire", json={"hmac": tok["hmac"], "expiry_period_ms": 0}, headers=alice
     )
     assert r.status_code == 200
+    clock.now += timedelta(milliseconds=1)
     server = svc.server_mechanism("SCRAM-SHA-512", "127.0.0.1")
     scram = ScramClient(SCRAM_SHA_512, tok["token_id"], tok["hmac"], token_auth=True)
     assert (

@@ -180,7 +180,8 @@ def test_delegation_token_life_cycle(env) -> None:
         ok = scram_login(svc, mech, info.token_id, hmac_b64, token=True)
         assert isinstance(ok, Success)
         assert ok.principal == ALICE and ok.token_authenticated
-        assert ok.session_lifetime_ms == info.expiry_ms - svc.now_ms()
+        # the token works through its expiry millisecond, so the session ends right after it
+        assert ok.session_lifetime_ms == info.expiry_ms + 1 - svc.now_ms()
     # without tokenauth the id is not a user
     assert isinstance(scram_login(svc, SCRAM_SHA_512, info.token_id, hmac_b64), Failure)
     assert isinstance(scram_login(svc, SCRAM_SHA_512, info.token_id, "wrong", token=True), Failure)
@@ -202,8 +203,12 @@ def test_delegation_token_life_cycle(env) -> None:
     assert svc.describe_tokens(EVE, owners=None, may_describe=lambda t: False) == []
     assert len(svc.describe_tokens(EVE, owners=[ALICE], may_describe=lambda t: True)) == 1
     assert svc.describe_tokens(ALICE, owners=[EVE], may_describe=lambda t: True) == []
-    # expire now; authentication then fails
-    svc.expire_token(ALICE, hmac_b64, 0)
+    # expire now: the token still works during this millisecond (Kafka: expiryTimestamp < now),
+    # with a 1 ms session, and fails from the next one on
+    assert svc.expire_token(ALICE, hmac_b64, 0) == svc.now_ms()
+    last = scram_login(svc, SCRAM_SHA_512, info.token_id, hmac_b64, token=True)
+    assert isinstance(last, Success) and last.session_lifetime_ms == 1
+    clock.advance(milliseconds=1)
     assert isinstance(scram_login(svc, SCRAM_SHA_512, info.token_id, hmac_b64, token=True), Failure)
     with pytest.raises(DelegationTokenError) as err:
         svc.renew_token(ALICE, hmac_b64, 1000)
@@ -224,7 +229,9 @@ def test_token_expires_by_time_and_removal(env) -> None:
     clock.advance(seconds=61)
     assert isinstance(scram_login(svc, SCRAM_SHA_256, created.info.token_id, hmac_b64, token=True), Failure)
     other = svc.create_token(BOB)
-    svc.expire_token(BOB, base64.b64encode(other.hmac).decode(), -1)
+    # KRaft answers a negative period as given and removes the token
+    assert svc.expire_token(BOB, base64.b64encode(other.hmac).decode(), -1) == -1
+    assert other.info.token_id not in [t.token_id for t in svc.store.all_tokens()]
     with pytest.raises(DelegationTokenError) as err:
         svc.renew_token(BOB, base64.b64encode(other.hmac).decode(), 1)
     assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND
@@ -550,3 +557,24 @@ def test_store_upgrade_from_v1_creates_the_shared_secret_once(db_url: str) -> No
     again = CredentialStore(engine).server_secret(SCRAM_UNKNOWN_USER_SECRET)
     assert again == CredentialStore(engine).server_secret(SCRAM_UNKNOWN_USER_SECRET)
     engine.dispose()
+
+
+def test_delegation_token_expiry_boundary_at_scram_login(env) -> None:
+    """Kafka removes a token once `expiryTimestamp < now` (or `maxTimestamp < now`); kgov refuses it
+    at login from the same millisecond on, not before."""
+    svc, clock, *_ = env
+    created = svc.create_token(ALICE, max_lifetime_ms=60_000)
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    clock.advance(milliseconds=60_000)
+    assert svc.now_ms() == created.info.expiry_ms == created.info.max_ms
+    ok = scram_login(svc, SCRAM_SHA_256, created.info.token_id, hmac_b64, token=True)
+    assert isinstance(ok, Success) and ok.session_lifetime_ms == 1
+    assert [t.token_id for t in svc.describe_tokens(ALICE, owners=None, may_describe=lambda t: True)] == [
+        created.info.token_id
+    ]
+    clock.advance(milliseconds=1)
+    assert isinstance(scram_login(svc, SCRAM_SHA_256, created.info.token_id, hmac_b64, token=True), Failure)
+    assert svc.describe_tokens(ALICE, owners=None, may_describe=lambda t: True) == []
+    with pytest.raises(DelegationTokenError) as err:
+        svc.expire_token(ALICE, hmac_b64, -1)
+    assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED

@@ -14,6 +14,7 @@ from sasl.delegation import (
     TokenErrorCode,
     TokenPolicy,
     decode_hmac,
+    expire_answer_ms,
     expired,
     new_token,
     renewed,
@@ -74,7 +75,7 @@ def test_renew() -> None:
         renewed(t, caller=EVE, now_ms=900, renew_period_ms=-1, policy=POLICY)
     assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH
     with pytest.raises(DelegationTokenError) as info:
-        renewed(t, caller=BOB, now_ms=1_100, renew_period_ms=-1, policy=POLICY)
+        renewed(t, caller=BOB, now_ms=1_101, renew_period_ms=-1, policy=POLICY)
     assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
 
 
@@ -90,7 +91,9 @@ def test_expire() -> None:
     later = expired(t, caller=ALICE, now_ms=200, expiry_period_ms=300)
     assert later is not None and later.expiry_ms == 500
     now = expired(t, caller=ALICE, now_ms=200, expiry_period_ms=0)
-    assert now is not None and now.is_expired(200)
+    # expiry = now: still usable during that millisecond, as in Kafka (expiryTimestamp < now)
+    assert now is not None and now.expiry_ms == 200
+    assert not now.is_expired(200) and now.is_expired(201)
     with pytest.raises(DelegationTokenError):
         expired(t, caller=EVE, now_ms=200, expiry_period_ms=-1)
     with pytest.raises(DelegationTokenError) as info:
@@ -122,3 +125,29 @@ def test_expired_is_answered_before_owner_mismatch_as_kafka() -> None:
         with pytest.raises(DelegationTokenError) as info:
             call()
         assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
+
+
+def test_a_token_expires_after_its_expiry_millisecond_as_kafka() -> None:
+    """KRaft's DelegationTokenControlManager (renew, expire, sweepExpiredDelegationTokens) compares
+    `maxTimestamp < now || expiryTimestamp < now`: the expiry millisecond itself still counts."""
+    t = make()  # expiry 1_100, max 7_100
+    assert not t.is_expired(1_100) and t.is_expired(1_101)
+    assert t.usable_until_ms == 1_101
+    assert renewed(t, caller=ALICE, now_ms=1_100, renew_period_ms=50, policy=POLICY).expiry_ms == 1_150
+    with pytest.raises(DelegationTokenError) as info:
+        renewed(t, caller=ALICE, now_ms=1_101, renew_period_ms=50, policy=POLICY)
+    assert info.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
+    # the maximum timestamp counts the same way
+    capped = make(max_lifetime_ms=500)  # expiry = max = 600
+    assert not capped.is_expired(600) and capped.is_expired(601) and capped.usable_until_ms == 601
+    assert expired(capped, caller=ALICE, now_ms=600, expiry_period_ms=-1) is None
+
+
+def test_expire_with_a_negative_period_answers_the_period_as_kraft() -> None:
+    """KRaft's expireDelegationToken: `setExpiryTimestampMs(requestData.expiryTimePeriodMs())` and a
+    RemoveDelegationTokenRecord for a negative period; the new expiry timestamp otherwise."""
+    t = make()
+    assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=-1), -1) == -1
+    assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=-5_000), -5_000) == -5_000
+    assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=300), 300) == 500
+    assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=99_999), 99_999) == 7_100
