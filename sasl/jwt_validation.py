@@ -6,9 +6,11 @@ What is refused, each with its own reason for the audit trail (the client only s
 - header parameters that point at keys (`jku`, `x5u`, `jwk`, `x5c`) or demand extensions (`crit`):
   keys come only from the configured JWKS, never from the token;
 - a `kid` that is not a short string, or that the JWKS does not hold after at most one
-  rate-limited refresh; a JWK whose `kty`/`alg`/`use` does not fit the token's `alg`, and RSA keys
-  under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
-- a bad signature; missing or expired `exp`, future `nbf`/`iat` (all with the configured skew);
+  rate-limited refresh; a JWK whose `kty`/`alg`/`use`/`key_ops` does not fit the token's `alg`, and
+  RSA keys under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
+- a token without `kid` unless exactly one JWKS key fits it (see `_kidless_choice`);
+- a bad signature; missing or expired `exp` (whole seconds, as jose4j), future `nbf`/`iat` (all
+  with the configured skew);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
 - a principal with surrounding whitespace or control characters (line-based logs print it as is);
 - JSON numbers that are not finite (`NaN`, `Infinity`, `1e400`): Python's json would read them, and a
@@ -24,6 +26,7 @@ every attempt cost a fetch from the identity provider. Fetches never overlap.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -131,8 +134,7 @@ class JwksCache:
         self._lock = threading.Lock()
         # Held for the whole of a fetch: concurrent validations never fetch the same JWKS twice.
         self._fetch_lock = threading.Lock()
-        self._keys: dict[str, dict[str, Any]] = {}
-        self._constructed: dict[tuple[str, str], _Verifier] = {}
+        self._snapshot = JwksSnapshot((), {})
         self._loaded_at: float | None = None
         self._missing: OrderedDict[str, float] = OrderedDict()
         self._last_expedited: float | None = None
@@ -145,13 +147,17 @@ class JwksCache:
             # Keep serving the previous keys; the next lookup retries after the refresh interval.
             self._loaded_at = self._monotonic()
             raise
-        keys: dict[str, dict[str, Any]] = {}
-        for item in body.get("keys", []):
-            if isinstance(item, dict) and isinstance(item.get("kid", ""), str):
-                keys.setdefault(str(item.get("kid", "")), dict(item))
+        keys = tuple(
+            dict(item)
+            for item in body.get("keys", [])
+            if isinstance(item, dict) and isinstance(item.get("kid", ""), str)
+        )
+        by_kid: dict[str, int] = {}
+        for index, item in enumerate(keys):
+            if "kid" in item:
+                by_kid.setdefault(item["kid"], index)
         with self._lock:
-            self._keys = keys
-            self._constructed = {}
+            self._snapshot = JwksSnapshot(keys, by_kid)
             self._loaded_at = self._monotonic()
             self.refresh_count += 1
 
@@ -188,19 +194,51 @@ class JwksCache:
             return False
         return True
 
-    def jwk_for(self, kid: str) -> dict[str, Any] | None:
+    @property
+    def snapshot(self) -> JwksSnapshot:
         self.ensure_fresh()
-        found = self._keys.get(kid)
-        if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
-            found = self._keys.get(kid)
-        return found
+        return self._snapshot
 
-    def key_for(self, kid: str, alg: str, jwk: Mapping[str, Any]) -> _Verifier:
-        cached = self._constructed.get((kid, alg))
+    def jwk_for(self, kid: str) -> JwkChoice | None:
+        snapshot = self.snapshot
+        found = snapshot.by_kid.get(kid)
+        if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
+            snapshot = self._snapshot
+            found = snapshot.by_kid.get(kid)
+        return None if found is None else JwkChoice(snapshot, found)
+
+
+class JwksSnapshot:
+    """One fetched JWKS: its keys in document order, the first position of each `kid`, and the
+    verifiers built from them (built lazily, and forgotten with the snapshot on refresh)."""
+
+    def __init__(self, keys: tuple[dict[str, Any], ...], by_kid: dict[str, int]) -> None:
+        self.keys = keys
+        self.by_kid = by_kid
+        self._verifiers: dict[tuple[int, str], _Verifier] = {}
+
+    def verifier(self, index: int, alg: str) -> _Verifier:
+        cached = self._verifiers.get((index, alg))
         if cached is None:
+            jwk = self.keys[index]
             cached = _PssKey(jwk, alg) if alg.startswith("PS") else jose_jwk.construct(dict(jwk), alg)
-            self._constructed[(kid, alg)] = cached
+            self._verifiers[(index, alg)] = cached
         return cached
+
+
+@dataclass(frozen=True, slots=True)
+class JwkChoice:
+    """The JWK chosen to verify one token, with the snapshot it came from."""
+
+    snapshot: JwksSnapshot
+    index: int
+
+    @property
+    def jwk(self) -> dict[str, Any]:
+        return self.snapshot.keys[self.index]
+
+    def verifier(self, alg: str) -> _Verifier:
+        return self.snapshot.verifier(self.index, alg)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -299,16 +337,20 @@ class JwtValidator:
             if name in header:
                 raise TokenValidationError(f"JWS header parameter {name!r} is not accepted")
         kid = header.get("kid")
-        if not isinstance(kid, str) or not kid or len(kid) > MAX_KID_LENGTH:
+        if kid is None:
+            choice = _kidless_choice(self._keys.snapshot, header, alg)
+        elif not isinstance(kid, str) or not kid or len(kid) > MAX_KID_LENGTH:
             raise TokenValidationError("JWS header has no usable 'kid'")
-        jwk = self._keys.jwk_for(kid)
-        if jwk is None:
-            raise TokenValidationError(f"no key in the JWKS for kid {kid[:64]!r}")
-        _check_key_fits(jwk, alg)
+        else:
+            found = self._keys.jwk_for(kid)
+            if found is None:
+                raise TokenValidationError(f"no key in the JWKS for kid {kid[:64]!r}")
+            choice = found
+        _check_key_fits(choice.jwk, alg)
         if not parts[2]:
             raise TokenValidationError("JWS has no signature")
         try:
-            key = self._keys.key_for(kid, alg, jwk)
+            key = choice.verifier(alg)
             signature = base64url_decode(parts[2].encode("ascii"))
             ok = key.verify(f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
         except (JOSEError, ValueError, UnicodeError, TypeError):
@@ -323,7 +365,10 @@ class JwtValidator:
         exp = claims.get("exp")
         if not isinstance(exp, int | float) or isinstance(exp, bool):
             raise TokenValidationError("JWT has no numeric 'exp'")
-        if now > exp + p.clock_skew_s:
+        # jose4j's NumericDateValidator (Kafka's BrokerJwtValidator): whole seconds on both sides
+        # (NumericDate.now() is milliseconds / 1000, the claim its longValue()), expired when
+        # `now - skew >= exp`, so a token stops working AT exp + skew.
+        if math.floor(now) - p.clock_skew_s >= _whole_seconds(exp):
             raise TokenValidationError("JWT expired")
         for name in ("nbf", "iat"):
             value = claims.get(name)
@@ -363,11 +408,66 @@ class JwtValidator:
                 status="insufficient_scope",
                 scope=" ".join(sorted(p.required_scopes)),
             )
-        return ValidatedToken(principal, scopes, int(exp * 1000), claims)
+        # Kafka's expiry for the session: NumericDate.getValueInMillis(), whole seconds * 1000.
+        return ValidatedToken(principal, scopes, _whole_seconds(exp) * 1000, claims)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _whole_seconds(value: float) -> int:
+    """A NumericDate as jose4j reads it: Java's Number.longValue(), truncating toward zero."""
+    return int(value)
+
+
+def _thumbprint_matches(jwk: Mapping[str, Any], header: Mapping[str, Any], name: str, digest: str) -> bool:
+    """jose4j's x5t / x5t#S256 filter (omitted okay; derived from the JWK's first x5c certificate
+    when the JWK does not state it)."""
+    wanted = header.get(name)
+    if wanted is None:
+        return True
+    have = jwk.get(name)
+    if have is None:
+        chain = jwk.get("x5c")
+        if not isinstance(chain, list) or not chain or not isinstance(chain[0], str):
+            return True
+        try:
+            der = base64.b64decode(chain[0], validate=True)
+        except ValueError:
+            return False
+        have = base64.urlsafe_b64encode(hashlib.new(digest, der).digest()).rstrip(b"=").decode()
+    return bool(have == wanted)
+
+
+def _fits_kidless(jwk: Mapping[str, Any], header: Mapping[str, Any], alg: str) -> bool:
+    """jose4j's filter for an inbound JWS (SelectorSupport.filterForInboundSigned, then
+    VerificationJwkSelector): the key type of the algorithm, `use` sig and `key_ops` verify when
+    stated, the thumbprints when the header has them, the JWK's `alg` and EC curve when stated."""
+    ops = jwk.get("key_ops")
+    return (
+        jwk.get("kty") == _KTY_FOR_ALG[alg[:2]]
+        and jwk.get("use", "sig") == "sig"
+        and (ops is None or (isinstance(ops, list) and "verify" in ops))
+        and _thumbprint_matches(jwk, header, "x5t", "sha1")
+        and _thumbprint_matches(jwk, header, "x5t#S256", "sha256")
+        and jwk.get("alg", alg) == alg
+        and (alg[:2] != "ES" or jwk.get("crv", _CRV_FOR_ALG[alg]) == _CRV_FOR_ALG[alg])
+    )
+
+
+def _kidless_choice(snapshot: JwksSnapshot, header: Mapping[str, Any], alg: str) -> JwkChoice:
+    """The key for a JWS without `kid`. Kafka (RefreshingHttpsJwksVerificationKeyResolver ->
+    jose4j VerificationJwkSelector.select) takes the first JWKS key that passes the filter above and
+    verifies with that one only. Here only a sole fitting key is used: with several, which one
+    signed depends on the provider's key order, so the token is refused (never tried key by key).
+    No fitting key refreshes nothing (Kafka's expedited refresh needs a kid)."""
+    fitting = [i for i, jwk in enumerate(snapshot.keys) if _fits_kidless(jwk, header, alg)]
+    if not fitting:
+        raise TokenValidationError(f"JWS has no 'kid' and no key in the JWKS fits {alg}")
+    if len(fitting) > 1:
+        raise TokenValidationError(f"JWS has no 'kid' and {len(fitting)} keys in the JWKS fit {alg}")
+    return JwkChoice(snapshot, fitting[0])
 
 
 def _check_key_fits(jwk: Mapping[str, Any], alg: str) -> None:
@@ -378,6 +478,9 @@ def _check_key_fits(jwk: Mapping[str, Any], alg: str) -> None:
         raise TokenValidationError(f"JWK is for {jwk['alg']!r}, token uses {alg}")
     if jwk.get("use", "sig") != "sig":
         raise TokenValidationError("JWK is not a signature key")
+    ops = jwk.get("key_ops")
+    if ops is not None and not (isinstance(ops, list) and "verify" in ops):
+        raise TokenValidationError("JWK key_ops does not allow verify")
     if kty == "EC" and jwk.get("crv") != _CRV_FOR_ALG[alg]:
         raise TokenValidationError(f"JWK curve does not fit algorithm {alg}")
     if any(k in jwk for k in ("d", "p", "q", "k")):

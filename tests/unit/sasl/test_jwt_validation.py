@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from jose import jwt
 
 from sasl.issuer import generate_signing_key, jwks
-from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy
+from sasl.jwt_validation import JwkChoice, JwksCache, JwtValidator, ValidationPolicy
 from sasl.oauthbearer import TokenValidationError
 
 NOW = 1_800_000_000
@@ -140,6 +140,7 @@ def test_expired_rejected_with_skew() -> None:
     v, _, _ = make()
     rejects(v, sign(exp=NOW - 31), "expired")
     assert v.validate(sign(exp=NOW - 29)).principal_name == "worker-1"  # within the 30 s skew
+    rejects(v, sign(exp=NOW - 30), "expired")  # jose4j: expired when now - skew >= exp
     rejects(v, sign(exp=None), "no numeric 'exp'")
     rejects(v, sign(exp="soon"), "no numeric 'exp'")
 
@@ -181,7 +182,6 @@ def test_kid_tricks_rejected() -> None:
     rejects(v, sign(headers={"kid": "x" * 1001}), "no usable 'kid'")
     rejects(v, sign(headers={"kid": ""}), "no usable 'kid'")
     rejects(v, sign(headers={"kid": 7}), "no usable 'kid'")
-    rejects(v, raw_token({"alg": "RS256"}, claims(), b"sig"), "no usable 'kid'")
 
 
 def test_unknown_kid_refresh_is_rate_limited() -> None:
@@ -239,15 +239,16 @@ def test_private_material_in_jwks_refused() -> None:
     rejects(v, sign(), "private key material")
 
 
-def test_verified_token_cache_rechecks_claims_and_forgets_on_refresh() -> None:
+def test_verified_token_cache_rechecks_claims_and_forgets_on_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
     fetcher, mono, now = Fetcher(RSA), Monotonic(), [float(NOW)]
     cache = JwksCache(fetcher, refresh_s=3600, unknown_kid_refresh_s=60, monotonic=mono)
     v = JwtValidator(cache, ValidationPolicy(issuer="kgov", audience="kafka"), now_s=lambda: now[0])
     token = sign()
     assert v.validate(token).principal_name == "worker-1"
     calls = []
-    original = cache.key_for
-    cache.key_for = lambda *a: calls.append(a) or original(*a)  # count signature verifications
+    original = JwkChoice.verifier
+    # count signature verifications
+    monkeypatch.setattr(JwkChoice, "verifier", lambda self, alg: calls.append(alg) or original(self, alg))
     assert v.validate(token).principal_name == "worker-1"
     assert calls == []  # served from the verified-token cache
     now[0] = NOW + 631
@@ -378,3 +379,102 @@ def test_expected_audience_is_a_comma_separated_list_as_kafka() -> None:
     assert v.validate(sign(aud=["x", "kafka"])).principal_name == "worker-1"
     rejects(v, sign(aud="kafka, kgov-gateway"), "audience does not match")
     rejects(v, sign(aud=["x", 7]), "audience does not match")
+
+
+@pytest.mark.parametrize(
+    ("now", "exp", "skew", "valid"),
+    [
+        (NOW + 0.999, NOW, 0, False),  # expired AT exp, not after it (jose4j: now - skew >= exp)
+        (NOW - 0.001, NOW, 0, True),
+        (NOW + 29.999, NOW, 30, True),
+        (NOW + 30.0, NOW, 30, False),
+        (NOW + 0.5, NOW + 0.9, 0, False),  # the claim is read as whole seconds (longValue)
+        (NOW - 0.5, NOW + 0.9, 0, True),
+    ],
+)
+def test_exp_boundary_is_jose4j_numeric_date(now: float, exp: float, skew: int, valid: bool) -> None:
+    """Kafka's BrokerJwtValidator delegates `exp` to jose4j's NumericDateValidator: NumericDate.now()
+    is currentTimeMillis / 1000, the claim Number.longValue(), and the token is refused when
+    `now - allowedClockSkewSeconds >= exp`."""
+    v, _, _ = make(now=now, clock_skew_s=skew)
+    token = sign(exp=exp, iat=NOW - 60)
+    if valid:
+        assert v.validate(token).expiry_ms == int(exp) * 1000  # getValueInMillis: whole seconds
+    else:
+        rejects(v, token, "JWT expired")
+
+
+def _kidless(key=RSA, **over: Any) -> str:
+    return jwt.encode(claims(**over), key.private_pem, algorithm=key.alg)
+
+
+def test_kidless_token_verifies_with_the_only_fitting_key() -> None:
+    """jose4j's VerificationJwkSelector (Kafka's RefreshingHttpsJwksVerificationKeyResolver) picks
+    a key for a JWS without `kid` by type, use, key_ops, alg and curve; one fitting key is used."""
+    assert "kid" not in jwt.get_unverified_header(_kidless())
+    v, fetcher, _ = make(Fetcher(RSA, EC))  # one RSA and one EC key: each token has one candidate
+    assert v.validate(_kidless(RSA)).principal_name == "worker-1"
+    assert v.validate(_kidless(EC)).principal_name == "worker-1"
+    # `"kid": null` is no kid for jose4j either (getKeyIdHeaderValue answers null)
+    assert v.validate(sign(headers={"kid": None})).principal_name == "worker-1"
+    assert fetcher.calls == 1
+    forged = jwt.encode(claims(), OTHER.private_pem, algorithm="RS256")
+    rejects(v, forged, "signature verification failed")  # the one candidate, and only that one
+
+
+def test_kidless_token_refused_when_several_keys_fit() -> None:
+    """Kafka would verify with the first fitting key in JWKS order only; kgov refuses instead of
+    depending on the provider's key order, and never tries the keys in turn."""
+    v, fetcher, _ = make(Fetcher(RSA, OTHER))
+    rejects(v, _kidless(RSA), "2 keys in the JWKS fit RS256")
+    rejects(v, _kidless(OTHER), "2 keys in the JWKS fit RS256")
+    assert fetcher.calls == 1  # no refresh either
+
+
+def test_kidless_selection_narrows_by_alg_use_key_ops_and_thumbprint() -> None:
+    rsa, other = dict(RSA.public_jwk), dict(OTHER.public_jwk)
+    cases = [
+        [rsa, dict(other, alg="RS384")],  # other alg
+        [rsa, dict(other, use="enc")],  # not a signature key
+        [rsa, dict(other, key_ops=["encrypt"])],  # not for verify
+        [{k: x for k, x in rsa.items() if k != "kid"}, EC.public_jwk],  # a JWK without kid
+    ]
+    for keys in cases:
+        v, _, _ = make(lambda keys=keys: {"keys": keys})
+        assert v.validate(_kidless(RSA)).principal_name == "worker-1"
+    # a header thumbprint rules out keys that state another one
+    v, _, _ = make(lambda: {"keys": [dict(rsa, x5t="AAAA"), dict(other, x5t="BBBB")]})
+    token = jwt.encode(claims(), RSA.private_pem, algorithm="RS256", headers={"x5t": "AAAA"})
+    assert v.validate(token).principal_name == "worker-1"
+    rejects(v, jwt.encode(claims(), RSA.private_pem, algorithm="RS256", headers={"x5t": "CCCC"}), "no key")
+
+
+def test_kidless_token_keeps_every_other_check() -> None:
+    v, fetcher, _ = make(Fetcher(EC))
+    rejects(v, _kidless(RSA), "no key in the JWKS fits RS256")
+    assert fetcher.calls == 1  # no kid: nothing to expedite a refresh for
+    # HS256 "signed" with the public key as secret: the allow-list refuses it before key selection
+    secret = json.dumps(RSA.public_jwk).encode()
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = b64(json.dumps(claims()).encode())
+    mac = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    rejects(v, f"{head}.{body}.{b64(mac)}", "is not allowed")
+    rejects(v, raw_token({"alg": "none"}, claims()), "is not allowed")
+    # the sole fitting key must still be big enough and fit exactly (crv stated, alg equal)
+    from cryptography.hazmat.primitives import serialization
+
+    private, weak = _rsa_jwk_key(1024, "weak")
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    v2, _, _ = make(lambda: {"keys": [weak]})
+    rejects(v2, jwt.encode(claims(), pem, algorithm="RS256"), "under 2048")
+    v3, _, _ = make(lambda: {"keys": [dict(RSA.public_jwk, alg="RS384")]})
+    rejects(v3, _kidless(RSA), "no key in the JWKS fits RS256")
+    v4, _, _ = make(lambda: {"keys": [{k: x for k, x in EC.public_jwk.items() if k != "crv"}]})
+    rejects(v4, _kidless(EC), "curve does not fit")
+
+
+def test_kid_path_refuses_a_key_not_for_verify() -> None:
+    v, _, _ = make(lambda: {"keys": [dict(RSA.public_jwk, key_ops=["sign"])]})
+    rejects(v, sign(), "key_ops does not allow verify")
