@@ -194,13 +194,13 @@ class JwksCache:
             return False
         return True
 
-    @property
-    def snapshot(self) -> JwksSnapshot:
+    def current(self) -> JwksSnapshot:
+        """The keys to verify with now (refreshed first when stale)."""
         self.ensure_fresh()
         return self._snapshot
 
     def jwk_for(self, kid: str) -> JwkChoice | None:
-        snapshot = self.snapshot
+        snapshot = self.current()
         found = snapshot.by_kid.get(kid)
         if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
             snapshot = self._snapshot
@@ -338,7 +338,7 @@ class JwtValidator:
                 raise TokenValidationError(f"JWS header parameter {name!r} is not accepted")
         kid = header.get("kid")
         if kid is None:
-            choice = _kidless_choice(self._keys.snapshot, header, alg)
+            choice = _kidless_choice(self._keys.current(), header, alg)
         elif not isinstance(kid, str) or not kid or len(kid) > MAX_KID_LENGTH:
             raise TokenValidationError("JWS header has no usable 'kid'")
         else:
