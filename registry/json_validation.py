@@ -78,7 +78,8 @@ class CircularValueError(ValueError):
 @attrs.frozen
 class WorkBudget:
     """How many subschema applications validating one value may take: `base` plus `per_node` per JSON
-    node of the value (each object, array, string, number, boolean and null counts one). The default
+    node of the value (each object, array, string, number, boolean and null counts one; `per_node=0`
+    bounds every value alike). The default
     is far above what ordinary schemas use (see registry/README.md, Serdes) and stops a fan-out
     schema within about a second."""
 
@@ -87,9 +88,10 @@ class WorkBudget:
 
     @base.validator
     @per_node.validator
-    def _positive(self, attribute: attrs.Attribute[int], value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"WorkBudget.{attribute.name} must be a positive integer, not {value!r}")
+    def _counted(self, attribute: attrs.Attribute[int], value: int) -> None:
+        least = 1 if attribute.name == "base" else 0
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"WorkBudget.{attribute.name} must be an integer of at least {least}, not {value!r}")
 
 
 DEFAULT_WORK_BUDGET: Final = WorkBudget()
@@ -141,6 +143,12 @@ class _Spending:
         self.left = budget.base
         self.nodes: int | None = None
 
+    @property
+    def steps(self) -> int:
+        """The steps taken so far."""
+        granted = self.budget.base + (0 if self.nodes is None else self.budget.per_node * self.nodes)
+        return granted - self.left
+
     def exhausted(self) -> None:
         """Called when `left` falls below zero: grants the per-node steps once, else refuses."""
         if self.nodes is None:
@@ -157,11 +165,13 @@ _SPENDING: Final[contextvars.ContextVar[_Spending | None]] = contextvars.Context
 
 
 @contextlib.contextmanager
-def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> Iterator[None]:
-    """Validating `value` in this block raises `WorkBudgetExceededError` past `budget`'s steps."""
-    token = _SPENDING.set(_Spending(value, budget))
+def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> Iterator[_Spending]:
+    """Validating `value` in this block raises `WorkBudgetExceededError` past `budget`'s steps; what it
+    yields counts them (`.steps`)."""
+    spending = _Spending(value, budget)
+    token = _SPENDING.set(spending)
     try:
-        yield
+        yield spending
     finally:
         _SPENDING.reset(token)
 
