@@ -26,7 +26,6 @@ shared across threads, and fresh for each value.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator, Mapping
@@ -133,15 +132,26 @@ def json_nodes(value: Any) -> int:
 
 class _Spending:
     """The steps left to one value: `budget.base` at first; the value's nodes are counted (a walk of
-    it) only when those run out, so ordinary values pay nothing for the bound."""
+    it) only when those run out, so ordinary values pay nothing for the bound. A context manager (a
+    class rather than a generator: it is entered once per value validated)."""
 
-    __slots__ = ("budget", "left", "nodes", "value")
+    __slots__ = ("budget", "left", "nodes", "token", "value")
 
     def __init__(self, value: Any, budget: WorkBudget) -> None:
         self.value = value
         self.budget = budget
         self.left = budget.base
         self.nodes: int | None = None
+        self.token: contextvars.Token[_Spending | None] | None = None
+
+    def __enter__(self) -> _Spending:
+        self.token = _SPENDING.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            _SPENDING.reset(self.token)
+            self.token = None
 
     @property
     def steps(self) -> int:
@@ -164,16 +174,10 @@ _SPENDING: Final[contextvars.ContextVar[_Spending | None]] = contextvars.Context
                                                                                     default=None)
 
 
-@contextlib.contextmanager
-def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> Iterator[_Spending]:
-    """Validating `value` in this block raises `WorkBudgetExceededError` past `budget`'s steps; what it
-    yields counts them (`.steps`)."""
-    spending = _Spending(value, budget)
-    token = _SPENDING.set(spending)
-    try:
-        yield spending
-    finally:
-        _SPENDING.reset(token)
+def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> _Spending:
+    """A context manager: validating `value` inside it raises `WorkBudgetExceededError` past
+    `budget`'s steps; what it gives `as` counts them (`.steps`)."""
+    return _Spending(value, budget)
 
 
 def _compiled(keyword: str, regex: object) -> CompiledPattern:
