@@ -131,3 +131,7 @@ def test_deserializer_by_id_refuses_a_fan_out_schema_within_its_budget(client: R
         assert refused_quickly(deserializer, frame(stall_id, b'{"a":1}'), None).startswith(BUDGET_EXCEEDED)
         assert deserializer(frame(account_id, b'{"handle":"aaa"}'), None) == {"handle": "aaa"}
     assert JSONDeserializer(client, validate=False)(frame(stall_id, b'{"a":1}'), None) == {"a": 1}
+    shallow = frame(client.register(f"shallow-{tag}-value", fan_out(8), "JSON"), b"{}")
+    assert deserializer(shallow, None) == {}
+    small = JSONDeserializer(client, work_budget=WorkBudget(base=100, per_node=0))
+    assert "work budget of 100 steps" in refused_quickly(small, shallow, None)
