@@ -78,9 +78,8 @@ class CircularValueError(ValueError):
 class WorkBudget:
     """How many subschema applications validating one value may take: `base` plus `per_node` per JSON
     node of the value (each object, array, string, number, boolean and null counts one; `per_node=0`
-    bounds every value alike). The default
-    is far above what ordinary schemas use (see registry/README.md, Serdes) and stops a fan-out
-    schema within about a second."""
+    bounds every value alike). The default is far above what ordinary schemas use (one or two steps
+    a node; see registry/README.md, Serdes) and refuses a 30-level fan-out schema in about 0.35 s."""
 
     base: int = attrs.field(default=50_000)
     per_node: int = attrs.field(default=100)
