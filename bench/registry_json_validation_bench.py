@@ -1,4 +1,5 @@
-"""Cost of the JSON serdes' linear-time regexes (`registry.json_validation`) against jsonschema's own.
+"""Cost of the JSON serdes' linear-time regexes (`registry.json_validation`) against jsonschema's own,
+and of the work budget.
 
 Validates one 1 KiB record with five ordinary `pattern`s and a `patternProperties` (closed by
 `additionalProperties: false`), the way `registry.serdes._validate` does (`best_match` over
@@ -8,7 +9,14 @@ validation (best of `--rounds` rounds of `--count` validations) and their ratio;
 against `a` * n + "!": the stock class for small n (each `a` doubles its time), the linear one for
 n = 5,000 and 100,000.
 
-    .venv/bin/python bench/registry_json_validation_bench.py [--count 2000] [--rounds 5]
+Then the work budget (`within_budget`, as `serdes._validate` applies it): the linear class with and
+without it on the record and on a 2020-12 order of 40 lines (`--count` / 50 validations a round) (`$ref`s, `anyOf`, `oneOf`, `if`,
+`unevaluatedProperties`); the steps per JSON node that real-world-like schemas take on large values
+(against the default of 100 per node); and how long a 30-level fan-out schema takes to be refused.
+Run against a tree without the budget (`cd /work/main && .venv/bin/python <this file>`), it prints
+the linear figures only: the old side of the comparison.
+
+    PYTHONPATH=. .venv/bin/python bench/registry_json_validation_bench.py [--count 2000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ from typing import Any
 import jsonschema
 import jsonschema.exceptions
 
+from registry import json_validation
 from registry.json_validation import linear_time
+
+within_budget = getattr(json_validation, "within_budget", None)  # None in a tree without the budget
 
 SCHEMA = {
     "$schema": "http://json-schema.org/draft-07/schema#", "title": "Payment", "type": "object",
@@ -42,15 +53,160 @@ RECORD = {"id": "PAY-123456", "email": "erika.mustermann@example.com", "iban": "
           "x-source": "web", "x-trace": "4bf92f3577b34da6a3ce929d0e0e4736"}
 
 
-def per_validation_us(validator: Any, value: Any, count: int, rounds: int) -> float:
+D2020 = "https://json-schema.org/draft/2020-12/schema"
+MONEY = {"type": "object", "required": ["amount", "currency"], "additionalProperties": False,
+         "properties": {"amount": {"type": "string", "pattern": "^-?\\d+(\\.\\d{1,4})?$"},
+                        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}}}
+ADDRESS = {"type": "object", "required": ["street", "city", "country"], "unevaluatedProperties": False,
+           "properties": {"street": {"type": "string", "maxLength": 200}, "city": {"type": "string"},
+                          "postcode": {"type": "string"}, "country": {"type": "string", "pattern": "^[A-Z]{2}$"}}}
+LINE = {"type": "object", "required": ["sku", "quantity", "price"], "additionalProperties": False,
+        "properties": {"sku": {"type": "string", "pattern": "^[A-Z0-9-]{4,20}$"},
+                       "quantity": {"type": "integer", "minimum": 1}, "price": {"$ref": "#/$defs/money"},
+                       "discount": {"anyOf": [{"$ref": "#/$defs/money"}, {"type": "null"}]},
+                       "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
+PAYMENT = {"oneOf": [
+    {"type": "object", "properties": {"method": {"const": "card"}, "last4": {"pattern": "^\\d{4}$"}},
+     "required": ["method", "last4"]},
+    {"type": "object", "properties": {"method": {"const": "iban"}, "iban": {"type": "string"}},
+     "required": ["method", "iban"]},
+    {"type": "object", "properties": {"method": {"const": "invoice"}}, "required": ["method"]}]}
+ORDER_SCHEMA = {
+    "$schema": D2020, "$id": "https://example.com/order.json", "type": "object",
+    "$defs": {"money": MONEY, "address": ADDRESS, "line": LINE, "payment": PAYMENT},
+    "properties": {"id": {"type": "string", "format": "uuid"}, "created": {"type": "string", "format": "date-time"},
+                   "customer": {"type": "object", "required": ["name"],
+                                "properties": {"name": {"type": "string"}, "email": {"type": "string"},
+                                               "billing": {"$ref": "#/$defs/address"},
+                                               "shipping": {"$ref": "#/$defs/address"}}},
+                   "lines": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/line"}},
+                   "total": {"$ref": "#/$defs/money"}, "payment": {"$ref": "#/$defs/payment"},
+                   "status": {"enum": ["new", "paid", "shipped", "cancelled"]}},
+    "required": ["id", "lines", "total", "status"],
+    "if": {"properties": {"status": {"const": "paid"}}}, "then": {"required": ["payment"]},
+    "unevaluatedProperties": False}
+
+
+def order(lines: int) -> dict[str, Any]:
+    address = {"street": "Hauptstrasse 1", "city": "Berlin", "postcode": "10115", "country": "DE"}
+    return {"id": "4bf92f35-77b3-4da6-a3ce-929d0e0e4736", "created": "2024-05-01T12:00:00Z",
+            "customer": {"name": "Erika", "email": "erika@example.com", "billing": address, "shipping": address},
+            "lines": [{"sku": f"SKU-{n:06d}", "quantity": 1 + n % 5, "price": {"amount": "9.99", "currency": "EUR"},
+                       "discount": None if n % 2 else {"amount": "1.00", "currency": "EUR"}, "tags": ["a", "b"]}
+                      for n in range(lines)],
+            "total": {"amount": "99.90", "currency": "EUR"}, "status": "paid",
+            "payment": {"method": "iban", "iban": "DE89370400440532013000"}}
+
+
+POSITION = {"type": "array", "minItems": 2, "items": {"type": "number"}}
+RING = {"type": "array", "minItems": 4, "items": POSITION}
+
+
+def geometry(name: str, coordinates: Any) -> dict[str, Any]:
+    return {"title": name, "type": "object", "required": ["type", "coordinates"],
+            "properties": {"type": {"type": "string", "enum": [name]}, "coordinates": coordinates,
+                           "bbox": {"type": "array", "minItems": 4, "items": {"type": "number"}}}}
+
+
+# Shaped as geojson.org's FeatureCollection schema: every geometry a `oneOf` of all the types.
+GEOJSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "required": ["type", "features"],
+    "properties": {"type": {"enum": ["FeatureCollection"]}, "features": {"type": "array", "items": {
+        "type": "object", "required": ["type", "properties", "geometry"],
+        "properties": {"type": {"enum": ["Feature"]}, "id": {"oneOf": [{"type": "number"}, {"type": "string"}]},
+                       "properties": {"oneOf": [{"type": "null"}, {"type": "object"}]},
+                       "geometry": {"oneOf": [
+                           {"type": "null"}, geometry("Point", POSITION),
+                           geometry("LineString", {"type": "array", "minItems": 2, "items": POSITION}),
+                           geometry("Polygon", {"type": "array", "items": RING}),
+                           geometry("MultiPoint", {"type": "array", "items": POSITION}),
+                           geometry("MultiLineString", {"type": "array", "items": {
+                               "type": "array", "minItems": 2, "items": POSITION}}),
+                           geometry("MultiPolygon", {"type": "array", "items": {"type": "array", "items": RING}})]}}}}}}
+
+
+def features(count: int) -> dict[str, Any]:
+    def feature(n: int) -> dict[str, Any]:
+        ring = [[(n * 7 + k) % 360 - 180.0, (n * 3 + k) % 180 - 90.0] for k in range(12)]
+        return {"type": "Feature", "id": n, "properties": {"name": f"parcel {n}", "area": n * 1.5},
+                "geometry": {"type": "Polygon", "coordinates": [[*ring, ring[0]]]}}
+    return {"type": "FeatureCollection", "features": [feature(n) for n in range(count)]}
+
+
+THREAD = {"$schema": D2020, "$ref": "#/$defs/comment", "$defs": {"comment": {
+    "type": "object", "required": ["author", "text"], "additionalProperties": False,
+    "properties": {"author": {"type": "string"}, "text": {"type": "string"}, "score": {"type": "integer"},
+                   "replies": {"type": "array", "items": {"$ref": "#/$defs/comment"}}}}}}
+
+
+def thread(depth: int) -> dict[str, Any]:
+    comment: dict[str, Any] = {"author": "a", "text": "hello " * 10, "score": 3}
+    if depth:
+        comment["replies"] = [thread(depth - 1) for _ in range(4)]
+    return comment
+
+
+def fan_out(depth: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {"d0": {"type": "object"}}
+    for level in range(1, depth + 1):
+        defs[f"d{level}"] = {"allOf": [{"$ref": f"#/$defs/d{level - 1}"}] * 2}
+    return {"$schema": D2020, "$defs": defs, "$ref": f"#/$defs/d{depth}"}
+
+
+def per_validation_us(validator: Any, value: Any, count: int, rounds: int, budgeted: bool = False) -> float:
     best = float("inf")
     for _ in range(rounds):
         started = time.perf_counter()
         for _ in range(count):
-            if jsonschema.exceptions.best_match(validator.iter_errors(value)) is not None:
-                raise AssertionError("the record must be valid")
+            if budgeted:
+                assert within_budget is not None
+                with within_budget(value):
+                    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            else:
+                error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            if error is not None:
+                raise AssertionError(f"the value must be valid: {error.message}")
         best = min(best, time.perf_counter() - started)
     return best / count * 1e6
+
+
+def budget_figures(count: int, rounds: int) -> None:
+    record = linear_time(jsonschema.Draft7Validator)(SCHEMA)
+    orders = linear_time(jsonschema.Draft202012Validator)(ORDER_SCHEMA)
+    small_order = order(40)
+    for name, validator, value, times in (("record", record, RECORD, count),
+                                          ("40-line order", orders, small_order, max(count // 50, 10))):
+        free = per_validation_us(validator, value, times, rounds)
+        if within_budget is None:
+            print(f"{name}: linear {free:.1f} us (no work budget in this tree)")
+            continue
+        bounded = per_validation_us(validator, value, times, rounds, budgeted=True)
+        print(f"{name}: linear {free:.1f} us, within the budget {bounded:.1f} us, ratio {bounded / free:.3f}")
+    if within_budget is None:
+        return
+    print("steps per JSON node (the default allows 50,000 plus 100 per node):")
+    cases = (("payment records, 1 MB", {"type": "array", "items": SCHEMA}, [RECORD] * 1_000),
+             ("order of 7,200 lines", ORDER_SCHEMA, order(7_200)),
+             ("GeoJSON, 2,500 polygons", GEOJSON, features(2_500)),
+             ("comment thread, 7 levels of 4 replies", THREAD, thread(6)))
+    for name, schema, value in cases:
+        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        started = time.perf_counter()
+        with within_budget(value, json_validation.WorkBudget(base=10**15)) as spending:
+            assert jsonschema.exceptions.best_match(validator.iter_errors(value)) is None
+        took = time.perf_counter() - started
+        nodes = json_validation.json_nodes(value)
+        size = len(json.dumps(value, separators=(",", ":")))
+        print(f"  {name}: {size:,} bytes, {nodes:,} nodes, {spending.steps:,} steps ({spending.steps / nodes:.2f} "
+              f"per node), {took * 1e3:.0f} ms")
+    validator = linear_time(jsonschema.Draft202012Validator)(fan_out(30))
+    started = time.perf_counter()
+    try:
+        with within_budget({}):
+            jsonschema.exceptions.best_match(validator.iter_errors({}))
+    except json_validation.WorkBudgetExceededError as exc:
+        print(f"30-level fan-out schema ({len(json.dumps(fan_out(30)))} bytes) refused in "
+              f"{(time.perf_counter() - started) * 1e3:.0f} ms: {exc}")
 
 
 def main() -> None:
@@ -75,6 +231,7 @@ def main() -> None:
         started = time.perf_counter()
         assert not validator.is_valid("a" * n + "!")
         print(f"^(a+)+$ against {n + 1} characters with RE2: {(time.perf_counter() - started) * 1e3:.3f} ms")
+    budget_figures(args.count, args.rounds)
 
 
 if __name__ == "__main__":

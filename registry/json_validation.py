@@ -11,14 +11,24 @@ Confluent's Java serdes and the registry's compatibility checks do). A pattern R
 (backreferences, lookaround) is refused with `UnevaluablePatternError`, never taken as an answer.
 `uniqueItems` is jsonschema's meaning in linear time too (jsonschema compares every pair of items
 that cannot be sorted: 20 s for a 40 KB array of 4,000 objects), and `check_schema` checks a schema
-against its meta-schema with these keywords. Not bounded: the work of a schema whose `$ref`s fan out
-(jsonschema evaluates each path through them, 2**depth).
+against its meta-schema with these keywords.
+
+The work of one value is bounded too: a schema whose `$ref`s fan out (`allOf` of two references to a
+definition that does the same, 30 levels deep, in 2 KB) makes jsonschema evaluate each path through
+them, 2**depth subschema applications. Every application of a subschema to a part of the value
+(`descend`, `$ref`, `if`, `not`, `contains`, the evaluated-property searches) makes a new validator
+through `evolve`, which these classes define, so `evolve` is where the steps are counted; inside
+`within_budget(value, budget)` a value that takes more than `WorkBudget.base` steps plus
+`WorkBudget.per_node` per JSON node of the value raises `WorkBudgetExceededError`, which no keyword
+takes for an answer. The count lives in a context variable: one per thread, so validators can be
+shared across threads, and fresh for each value.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -49,6 +59,124 @@ class UnevaluablePatternError(Exception):
         self.keyword = keyword
         self.regex = regex
         self.reason = reason
+
+
+class WorkBudgetExceededError(Exception):
+    """A value whose validation took more steps (subschema applications) than its budget allowed."""
+
+    def __init__(self, steps: int, budget: WorkBudget, nodes: int) -> None:
+        super().__init__(f"JSON Schema validation exceeded its work budget of {steps} steps "
+                         f"({budget.base} plus {budget.per_node} per JSON node, the value having {nodes})")
+        self.steps = steps
+
+
+class CircularValueError(ValueError):
+    """A value with a container inside itself: not JSON, and it would never end validating."""
+
+
+@attrs.frozen
+class WorkBudget:
+    """How many subschema applications validating one value may take: `base` plus `per_node` per JSON
+    node of the value (each object, array, string, number, boolean and null counts one; `per_node=0`
+    bounds every value alike). The default is far above what ordinary schemas use (one or two steps
+    a node; see registry/README.md, Serdes) and refuses a 30-level fan-out schema in about 0.35 s."""
+
+    base: int = attrs.field(default=50_000)
+    per_node: int = attrs.field(default=100)
+
+    @base.validator
+    @per_node.validator
+    def _counted(self, attribute: attrs.Attribute[int], value: int) -> None:
+        least = 1 if attribute.name == "base" else 0
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"WorkBudget.{attribute.name} must be an integer of at least {least}, not {value!r}")
+
+
+DEFAULT_WORK_BUDGET: Final = WorkBudget()
+
+
+_END: Final = object()
+
+
+def json_nodes(value: Any) -> int:
+    """The JSON nodes of `value` (objects, arrays and the scalars they hold), counted as a validator
+    visits them; `CircularValueError` when a container holds itself."""
+    count = 0
+    on_path: set[int] = set()
+    stack: list[tuple[Any, Iterator[Any]]] = []
+    pending: list[Any] = [value]
+    while pending or stack:
+        if pending:
+            node = pending.pop()
+            count += 1
+            if isinstance(node, Mapping):
+                children: Iterator[Any] = iter(node.values())
+            elif isinstance(node, (list, tuple)):
+                children = iter(node)
+            else:
+                continue
+            if id(node) in on_path:
+                raise CircularValueError("the value holds itself")
+            on_path.add(id(node))
+            stack.append((node, children))
+        parent, children = stack[-1]
+        child = next(children, _END)
+        if child is _END:
+            on_path.discard(id(parent))
+            stack.pop()
+        else:
+            pending.append(child)
+    return count
+
+
+class _Spending:
+    """The steps left to one value: `budget.base` at first; the value's nodes are counted (a walk of
+    it) only when those run out, so ordinary values pay nothing for the bound. A context manager (a
+    class rather than a generator: it is entered once per value validated)."""
+
+    __slots__ = ("budget", "left", "nodes", "token", "value")
+
+    def __init__(self, value: Any, budget: WorkBudget) -> None:
+        self.value = value
+        self.budget = budget
+        self.left = budget.base
+        self.nodes: int | None = None
+        self.token: contextvars.Token[_Spending | None] | None = None
+
+    def __enter__(self) -> _Spending:
+        self.token = _SPENDING.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is not None:
+            _SPENDING.reset(self.token)
+            self.token = None
+
+    @property
+    def steps(self) -> int:
+        """The steps taken so far."""
+        granted = self.budget.base + (0 if self.nodes is None else self.budget.per_node * self.nodes)
+        return granted - self.left
+
+    def exhausted(self) -> None:
+        """Called when `left` falls below zero: grants the per-node steps once, else refuses."""
+        if self.nodes is None:
+            self.nodes = json_nodes(self.value)
+            self.left += self.budget.per_node * self.nodes
+            if self.left >= 0:
+                return
+        nodes = self.nodes
+        raise WorkBudgetExceededError(self.budget.base + self.budget.per_node * nodes, self.budget, nodes)
+
+
+_SPENDING: Final[contextvars.ContextVar[_Spending | None]] = contextvars.ContextVar("json_validation_spending",
+                                                                                    default=None)
+
+
+def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> _Spending:
+    """A context manager: validating `value` inside it raises `WorkBudgetExceededError` past
+    `budget`'s steps; what it gives `as` counts them (`.steps`)."""
+    return _Spending(value, budget)
 
 
 def _compiled(keyword: str, regex: object) -> CompiledPattern:
@@ -187,7 +315,13 @@ def _unevaluated_properties(draft2019: bool) -> Any:
 
 def _evolve(self: Any, **changes: Any) -> Any:
     # jsonschema's own `evolve` picks the class of a subschema (or referenced schema) with a `$schema`
-    # from its global table: the stock class, whose keywords use `re`. This one keeps to linear time.
+    # from its global table: the stock class, whose keywords use `re`. This one keeps to linear time,
+    # and counts the step against the value's budget (`within_budget`).
+    spending = _SPENDING.get()
+    if spending is not None:
+        spending.left -= 1
+        if spending.left < 0:
+            spending.exhausted()
     schema = changes.setdefault("schema", self.schema)
     cls = linear_time(jsonschema.validators.validator_for(schema, default=type(self)))
     for field in attrs.fields(type(self)):

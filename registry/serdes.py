@@ -31,10 +31,15 @@ import referencing.jsonschema
 
 from registry.client import FetchedSchema, RegistryClient, RegistryClientError
 from registry.json_validation import (
+    DEFAULT_WORK_BUDGET,
+    CircularValueError,
     UnevaluablePatternError,
+    WorkBudget,
+    WorkBudgetExceededError,
     check_patterns,
     check_schema,
     validator_class_for,
+    within_budget,
 )
 from registry.model import Reference, reference_context, reference_subject
 
@@ -336,9 +341,17 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
     return cls(schema, registry=referencing.Registry().with_resources(resources))
 
 
-def _validate(validator: Any, value: Any) -> None:
+def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> None:
+    """Refuses `value` unless it matches, and when it takes more steps than `budget` allows (a schema
+    whose `$ref`s fan out): the whole answer or no value."""
     try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        with within_budget(value, budget):
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except WorkBudgetExceededError as exc:
+        raise SerializationError(f"{exc}; the value is refused (work_budget= raises the budget, validate=False "
+                                 "turns validation off)") from None
+    except CircularValueError as exc:
+        raise SerializationError(f"value is not JSON: {exc}") from None
     except referencing.exceptions.Unresolvable as exc:
         raise SerializationError(f"JSON Schema reference cannot be resolved: {exc}") from exc
     except UnevaluablePatternError as exc:
@@ -354,7 +367,8 @@ class JSONSerializer:
                  subject_name_strategy: SubjectNameStrategy = topic_subject_name_strategy,
                  auto_register_schemas: bool = True, use_latest_version: bool = False, normalize: bool = False,
                  validate: bool = True, references: Sequence[Reference] = (),
-                 to_dict: Callable[[Any, SerializationContextLike], Any] | None = None) -> None:
+                 to_dict: Callable[[Any, SerializationContextLike], Any] | None = None,
+                 work_budget: WorkBudget = DEFAULT_WORK_BUDGET) -> None:
         try:
             schema = json.loads(schema_str)
         except ValueError as exc:
@@ -363,6 +377,7 @@ class JSONSerializer:
         if validate and not references:
             self._validators.for_subject("")  # a bad schema fails here, not at the first value
         self._validating = validate
+        self._budget = work_budget
         self._record_name = schema.get("title") if isinstance(schema, Mapping) else None
         self._strategy = subject_name_strategy
         self._ids = _SchemaIds(client, schema_str, "JSON", auto_register=auto_register_schemas,
@@ -376,20 +391,23 @@ class JSONSerializer:
         schema_id = self._ids.id_for(subject)
         document = self._to_dict(value, ctx) if self._to_dict else value
         if self._validating:
-            _validate(self._validators.for_subject(subject), document)
+            _validate(self._validators.for_subject(subject), document, self._budget)
         return frame(schema_id, json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 class JSONDeserializer:
-    """Validates against `schema_str` when given, else against the writer's schema fetched by id."""
+    """Validates against `schema_str` when given, else against the writer's schema fetched by id,
+    within `work_budget` steps per value."""
 
     def __init__(self, client: RegistryClient | None, schema_str: str | None = None, *, validate: bool = True,
-                 from_dict: Callable[[Any, SerializationContextLike | None], Any] | None = None) -> None:
+                 from_dict: Callable[[Any, SerializationContextLike | None], Any] | None = None,
+                 work_budget: WorkBudget = DEFAULT_WORK_BUDGET) -> None:
         if client is None and schema_str is None and validate:
             raise SerializationError("JSONDeserializer needs a registry client or a schema to validate against")
         self._client = client
         self._fixed = _validator(json.loads(schema_str)) if schema_str and validate else None
         self._validate = validate
+        self._budget = work_budget
         self._validators: dict[int, Any] = {}
         self._from_dict = from_dict
 
@@ -416,5 +434,5 @@ class JSONDeserializer:
             raise SerializationError(f"payload is not JSON: {exc}") from exc
         validator = self._validator_for(schema_id)
         if validator is not None:
-            _validate(validator, value)
+            _validate(validator, value, self._budget)
         return self._from_dict(value, ctx) if self._from_dict else value

@@ -1,6 +1,7 @@
 """The JSON serdes against a real `kgov serve`: a schema anyone with WRITE on one subject registers
-with a catastrophic pattern cannot stall a producer or a consumer (it is fetched by the id a record
-carries), and a pattern the serdes cannot evaluate in linear time is refused by name."""
+with a catastrophic pattern, or with `$ref`s that fan out, cannot stall a producer or a consumer (it
+is fetched by the id a record carries), and a pattern the serdes cannot evaluate in linear time is
+refused by name."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from registry.client import RegistryClient
+from registry.json_validation import WorkBudget
 from registry.model import Reference
 from registry.serdes import JSONDeserializer, JSONSerializer, SerializationError, frame
 from tests.e2e.registry.kgov_process import PASSWORD, kgov_serve
@@ -90,3 +92,46 @@ def test_unevaluable_patterns_are_refused_by_name(client: RegistryClient) -> Non
     assert JSONDeserializer(client, validate=False)(record, None) == "aa"
     ctx = SerializationContext(f"twice-{tag}", MessageField.VALUE)
     assert JSONSerializer(client, twice, validate=False)("ab", ctx) == frame(schema_id, b'"ab"')
+
+
+def fan_out(depth: int) -> str:
+    """`allOf` of two references to a definition that does the same, `depth` levels deep: 2**depth
+    subschema applications for any object (hours at 30 levels without the work budget)."""
+    defs: dict[str, object] = {"d0": {"type": "object"}}
+    for level in range(1, depth + 1):
+        defs[f"d{level}"] = {"allOf": [{"$ref": f"#/definitions/d{level - 1}"}] * 2}
+    return json.dumps({"$schema": DRAFT7, "title": "Stall", "definitions": defs, "$ref": f"#/definitions/d{depth}"})
+
+
+BUDGET_EXCEEDED = "JSON Schema validation exceeded its work budget of 50200 steps"
+
+
+@pytest.mark.timeout(60)
+def test_serializer_refuses_a_fan_out_schema_within_its_budget(client: RegistryClient) -> None:
+    ctx = SerializationContext(f"stall-{uuid.uuid4().hex[:8]}", MessageField.VALUE)
+    schema = fan_out(30)
+    assert len(schema) < 3_000
+    serializer = JSONSerializer(client, schema)
+    assert refused_quickly(serializer, {"a": 1}, ctx).startswith(BUDGET_EXCEEDED)
+    # Configurable: a smaller budget refuses what the default lets through.
+    shallow = fan_out(8)
+    assert JSONSerializer(client, shallow)({}, ctx) == frame(client.register(ctx.topic + "-value", shallow, "JSON"),
+                                                             b"{}")
+    small = JSONSerializer(client, shallow, work_budget=WorkBudget(base=100, per_node=0))
+    assert "work budget of 100 steps" in refused_quickly(small, {}, ctx)
+
+
+@pytest.mark.timeout(60)
+def test_deserializer_by_id_refuses_a_fan_out_schema_within_its_budget(client: RegistryClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    stall_id = client.register(f"stall-{tag}-value", fan_out(30), "JSON")
+    account_id = client.register(f"accounts-{tag}-value", ACCOUNT, "JSON")
+    deserializer = JSONDeserializer(client)
+    for _ in range(2):  # each record has its own budget: a refusal leaves nothing behind
+        assert refused_quickly(deserializer, frame(stall_id, b'{"a":1}'), None).startswith(BUDGET_EXCEEDED)
+        assert deserializer(frame(account_id, b'{"handle":"aaa"}'), None) == {"handle": "aaa"}
+    assert JSONDeserializer(client, validate=False)(frame(stall_id, b'{"a":1}'), None) == {"a": 1}
+    shallow = frame(client.register(f"shallow-{tag}-value", fan_out(8), "JSON"), b"{}")
+    assert deserializer(shallow, None) == {}
+    small = JSONDeserializer(client, work_budget=WorkBudget(base=100, per_node=0))
+    assert "work budget of 100 steps" in refused_quickly(small, shallow, None)

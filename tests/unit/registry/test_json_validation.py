@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from typing import Any
 
 import jsonschema
+import jsonschema.exceptions
 import jsonschema.validators
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from registry.client import FetchedSchema
-from registry.json_validation import UnevaluablePatternError, linear_time, validator_class_for
+from registry.json_validation import (
+    CircularValueError,
+    UnevaluablePatternError,
+    WorkBudget,
+    json_nodes,
+    linear_time,
+    validator_class_for,
+    within_budget,
+)
 from registry.serdes import SerializationError, _validate, _validator
 
 # Generous for a loaded, shared machine; with backtracking each case takes longer than the universe.
@@ -251,3 +261,152 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2, 2) | st.s
 @given(st.lists(JSON_VALUES, max_size=5))
 def test_unique_items_answers_as_jsonschema_did(value: list[Any]) -> None:
     same_answer({"$schema": DRAFT7, "uniqueItems": True}, value)
+
+
+# The work budget. A schema whose `$ref`s fan out: `allOf` of two references to a definition that
+# does the same, `depth` levels deep; jsonschema applies 2**depth subschemas to any value (1.8 s at 16
+# levels, doubling per level). The timeouts turn the hours the unbounded code took into a failure.
+
+def fan_out(depth: int, draft: str = DRAFT2020) -> dict[str, Any]:
+    where = "$defs" if draft in (DRAFT2019, DRAFT2020) else "definitions"
+    defs: dict[str, Any] = {"d0": {"type": "object"}}
+    for level in range(1, depth + 1):
+        defs[f"d{level}"] = {"allOf": [{"$ref": f"#/{where}/d{level - 1}"}] * 2}
+    return {"$schema": draft, where: defs, "$ref": f"#/{where}/d{depth}"}
+
+
+def steps_of(validator: Any, value: Any) -> int:
+    """The steps validating `value` takes, which must be valid."""
+    with within_budget(value, WorkBudget(base=10**12)) as spending:
+        assert jsonschema.exceptions.best_match(validator.iter_errors(value)) is None
+    return spending.steps
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("draft", [DRAFT2020, DRAFT2019, DRAFT7, "http://json-schema.org/draft-04/schema#"])
+def test_a_fan_out_schema_is_refused_within_the_budget(draft: str) -> None:
+    schema = fan_out(30, draft)
+    assert len(json.dumps(schema)) < 3_000
+    message = refusal(schema, {})
+    assert message.startswith("JSON Schema validation exceeded its work budget of 50100 steps "
+                              "(50000 plus 100 per JSON node, the value having 1)")
+    assert "validate=False" in message
+    # A larger value earns more steps, in proportion to its nodes.
+    assert "work budget of 50600 steps (50000 plus 100 per JSON node, the value having 6)" in refusal(
+        schema, {"a": [1, 2, {"b": None}]})
+
+
+@pytest.mark.timeout(60)
+def test_the_budget_fails_closed_where_a_keyword_reads_an_error_as_an_answer() -> None:
+    # `not`, `anyOf`, `oneOf`, `if`, `contains` and `unevaluatedProperties` take a subschema's errors
+    # for an answer; running out of steps is none, so the value is refused even where a second branch
+    # or a `not` would have let it pass. (The values match `d0` everywhere: a mismatch ends an
+    # `is_valid` at its first error, before the fan-out.)
+    defs = fan_out(30)["$defs"]
+    hostile = {"$ref": "#/$defs/d30"}
+    for schema in ({"not": hostile}, {"anyOf": [hostile, True]}, {"oneOf": [hostile, False]},
+                   {"if": hostile, "then": True, "else": True}, {"not": {"not": hostile}},
+                   {"allOf": [{"properties": {"a": True}}], "unevaluatedProperties": hostile},
+                   {"type": "array", "contains": hostile}):
+        value = [{"a": 1}] if "contains" in schema else {"a": 1, "b": {}}
+        with pytest.raises(SerializationError, match="exceeded its work budget of 5000 steps"):
+            _validate(_validator({"$schema": DRAFT2020, "$defs": defs, **schema}), value, WorkBudget(5_000, 0))
+
+
+def test_the_budget_is_per_value() -> None:
+    validator = _validator(fan_out(8))
+    steps = steps_of(validator, {})
+    assert 2 ** 8 < steps < 2 ** 12
+    budget = WorkBudget(base=steps, per_node=0)
+    for _ in range(3):  # each value starts afresh, refused or not
+        _validate(validator, {}, budget)
+        with pytest.raises(SerializationError, match=f"work budget of {steps} steps"):
+            _validate(_validator(fan_out(9)), {}, budget)
+
+
+ORDER = {
+    "$schema": DRAFT2020, "type": "object", "required": ["id", "lines", "status"],
+    "$defs": {
+        "money": {"type": "object", "required": ["amount", "currency"], "additionalProperties": False,
+                  "properties": {"amount": {"type": "string", "pattern": "^-?\\d+(\\.\\d{1,4})?$"},
+                                 "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}}},
+        "line": {"type": "object", "required": ["sku", "quantity", "price"], "additionalProperties": False,
+                 "properties": {"sku": {"type": "string", "pattern": "^[A-Z0-9-]{4,20}$"},
+                                "quantity": {"type": "integer", "minimum": 1}, "price": {"$ref": "#/$defs/money"},
+                                "discount": {"anyOf": [{"$ref": "#/$defs/money"}, {"type": "null"}]},
+                                "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}},
+    "properties": {"id": {"type": "string"}, "lines": {"type": "array", "items": {"$ref": "#/$defs/line"}},
+                   "status": {"enum": ["new", "paid"]},
+                   "payment": {"oneOf": [{"properties": {"method": {"const": "card"}}, "required": ["method"]},
+                                         {"properties": {"method": {"const": "iban"}}, "required": ["method"]}]}},
+    "if": {"properties": {"status": {"const": "paid"}}}, "then": {"required": ["payment"]},
+    "unevaluatedProperties": False}
+
+
+def order(lines: int) -> dict[str, Any]:
+    return {"id": "o-1", "status": "paid", "payment": {"method": "iban"},
+            "lines": [{"sku": f"SKU-{n:06d}", "quantity": 1 + n % 5, "price": {"amount": "9.99", "currency": "EUR"},
+                       "discount": None if n % 2 else {"amount": "1.00", "currency": "EUR"}, "tags": ["a", "b"]}
+                      for n in range(lines)]}
+
+
+def test_ordinary_schemas_and_large_values_stay_within_the_default_budget() -> None:
+    validator = _validator(ORDER)
+    # About 1 MB of order lines: more steps than the base alone allows, well within the per-node share.
+    large = order(7_200)
+    assert len(json.dumps(large)) > 1_000_000
+    _validate(validator, large)
+    with pytest.raises(SerializationError, match="exceeded its work budget of 50000 steps"):
+        _validate(validator, large, WorkBudget(per_node=0))
+    assert "is not one of ['new', 'paid']" in refusal(ORDER, {**order(100), "status": "lost"})
+    # Ordinary schemas take a step or two per node, far below the default 100.
+    assert steps_of(validator, order(40)) < 2 * json_nodes(order(40))
+
+
+@pytest.mark.timeout(60)
+def test_threads_sharing_a_validator_each_have_their_own_budget() -> None:
+    validator = _validator(fan_out(11))
+    steps = steps_of(validator, {})
+    budget = WorkBudget(base=steps, per_node=0)
+    refused: list[str] = []
+
+    def validate_repeatedly() -> None:
+        for _ in range(6):
+            try:
+                _validate(validator, {}, budget)
+            except SerializationError as exc:
+                refused.append(str(exc))
+
+    threads = [threading.Thread(target=validate_repeatedly) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert refused == []  # one counter for all would have run out in the first round
+
+
+def test_json_nodes() -> None:
+    assert json_nodes(None) == 1
+    shared = [1, 2]
+    assert json_nodes({"a": shared, "b": shared, "c": ["x", {"d": True}]}) == 11
+    loop: dict[str, Any] = {"a": [1]}
+    loop["a"].append(loop)
+    with pytest.raises(CircularValueError):
+        json_nodes(loop)
+
+
+def test_a_value_holding_itself_is_refused_when_counted() -> None:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    with pytest.raises(SerializationError, match=r"^value is not JSON: the value holds itself$"):
+        _validate(_validator({"type": "array", "items": {"type": "integer"}}), loop, WorkBudget(base=1, per_node=0))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"base": 0}, "WorkBudget.base must be an integer of at least 1, not 0"),
+    ({"per_node": -1}, "WorkBudget.per_node must be an integer of at least 0, not -1"),
+    ({"base": 1.5}, "WorkBudget.base must be an integer of at least 1, not 1.5"),
+])
+def test_a_budget_is_whole_steps(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        WorkBudget(**fields)
