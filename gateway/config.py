@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from sasl.config import is_loopback_host
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
 UpstreamMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
@@ -158,20 +159,11 @@ def check_token_endpoint(url: str) -> None:
             "gateway.upstream_oauth_token_endpoint must be an https:// URL (other schemes are refused), "
             f"got scheme {parts.scheme!r}"
         )
-    if parts.scheme == "http" and not _is_loopback(host):
+    if parts.scheme == "http" and not is_loopback_host(host):
         raise ValueError(
             "gateway.upstream_oauth_token_endpoint uses http:// to a non-loopback host, which would send "
             "the client secret in clear text: use https:// (with gateway.upstream_oauth_ca_file for a private CA)"
         )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:

@@ -84,7 +84,7 @@ class OAuthConfig(BaseModel):
                 "their keys); set KGOV_OAUTH__ISSUER to the provider's exact `iss` value"
             )
         if urlsplit(self.jwks_url).scheme == "http" and not (
-            self.jwks_allow_http or _loopback(urlsplit(self.jwks_url).hostname or "")
+            self.jwks_allow_http or is_loopback_host(urlsplit(self.jwks_url).hostname or "")
         ):
             raise ValueError(
                 "oauth.jwks_url is plain http to a remote host: whoever can alter that traffic can hand "
@@ -122,7 +122,8 @@ class OAuthConfig(BaseModel):
     key_rotation_s: int = Field(default=86_400, ge=60)
 
 
-def _loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback IP literal: where plain http cannot be read by anyone else."""
     if host == "localhost":
         return True
     try:
