@@ -356,8 +356,29 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
         raise SerializationError(f"JSON Schema reference cannot be resolved: {exc}") from exc
     except UnevaluablePatternError as exc:
         raise _unevaluable(exc) from None
+    except RecursionError:
+        raise SerializationError("value is nested too deeply to validate; the value is refused") from None
     if error is not None:
-        raise SerializationError(f"value does not match the JSON Schema: {error.message}")
+        raise SerializationError(f"value does not match the JSON Schema: {_mismatch(error)}")
+
+
+def _mismatch(error: jsonschema.exceptions.ValidationError) -> str:
+    """Where the value fails and the schema's constraint there, never the value itself: jsonschema's own
+    message quotes the instance (`'123-45-6789' does not match ...`), and a refused record's content
+    (personal data, secrets) would go wherever the application logs the exception."""
+    def shortened(text: str) -> str:
+        return text if len(text) <= _QUOTED else text[:_QUOTED] + "..."
+
+    constraint = json.dumps(error.validator_value, default=str, ensure_ascii=False)
+    return f"at {shortened(error.json_path)}, {error.validator} {shortened(constraint)} is not met"
+
+
+_QUOTED: Final = 200  # characters of a path or a constraint quoted in an error
+
+
+def _first_line(exc: Exception) -> str:
+    """An exception's text without the value it may quote (`Object of type X is not JSON serializable`)."""
+    return str(exc).splitlines()[0][:_QUOTED] if str(exc) else ""
 
 
 class JSONSerializer:
@@ -392,7 +413,11 @@ class JSONSerializer:
         document = self._to_dict(value, ctx) if self._to_dict else value
         if self._validating:
             _validate(self._validators.for_subject(subject), document, self._budget)
-        return frame(schema_id, json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
+        try:
+            text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise SerializationError(f"value is not JSON: {type(exc).__name__}: {_first_line(exc)}") from None
+        return frame(schema_id, text.encode())
 
 
 class JSONDeserializer:
@@ -432,6 +457,8 @@ class JSONDeserializer:
             value = json.loads(payload)
         except (ValueError, UnicodeDecodeError) as exc:
             raise SerializationError(f"payload is not JSON: {exc}") from exc
+        except RecursionError:
+            raise SerializationError("payload is not JSON this process can read: nested too deeply") from None
         validator = self._validator_for(schema_id)
         if validator is not None:
             _validate(validator, value, self._budget)

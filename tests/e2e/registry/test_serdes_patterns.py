@@ -50,8 +50,8 @@ def test_serializer_refuses_hostile_values_quickly(client: RegistryClient) -> No
     serializer = JSONSerializer(client, ACCOUNT)
     framed = serializer({"handle": "a" * 5_000, "a" * 5_000: 7}, ctx)
     assert framed is not None
-    assert "does not match '^(a+)+$'" in refused_quickly(serializer, {"handle": HOSTILE}, ctx)
-    assert "does not match any of the regexes" in refused_quickly(serializer, {HOSTILE: 7}, ctx)
+    assert 'at $.handle, pattern "^(a+)+$" is not met' in refused_quickly(serializer, {"handle": HOSTILE}, ctx)
+    assert "at $, additionalProperties false is not met" in refused_quickly(serializer, {HOSTILE: 7}, ctx)
 
 
 def test_deserializer_by_id_refuses_hostile_records_quickly(client: RegistryClient) -> None:
@@ -62,9 +62,9 @@ def test_deserializer_by_id_refuses_hostile_records_quickly(client: RegistryClie
     good = {"handle": "a" * 5_000}
     assert deserializer(frame(schema_id, json.dumps(good).encode()), ctx) == good
     hostile = frame(schema_id, json.dumps({"handle": HOSTILE}).encode())
-    assert "does not match '^(a+)+$'" in refused_quickly(deserializer, hostile, ctx)
+    assert 'at $.handle, pattern "^(a+)+$" is not met' in refused_quickly(deserializer, hostile, ctx)
     hostile_name = frame(schema_id, json.dumps({HOSTILE: 1}).encode())
-    assert "does not match any of the regexes" in refused_quickly(deserializer, hostile_name, ctx)
+    assert "at $, additionalProperties false is not met" in refused_quickly(deserializer, hostile_name, ctx)
 
 
 def test_deserializer_follows_references_in_linear_time(client: RegistryClient) -> None:
