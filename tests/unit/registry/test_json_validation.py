@@ -26,7 +26,7 @@ from registry.json_validation import (
     validator_class_for,
     within_budget,
 )
-from registry.serdes import SerializationError, _validate, _validator
+from registry.serdes import JSONDeserializer, SerializationError, _validate, _validator, frame
 
 # Generous for a loaded, shared machine; with backtracking each case takes longer than the universe.
 FAST_S = 2.0
@@ -431,3 +431,6 @@ def test_values_nested_too_deeply_are_refused_cleanly() -> None:
         deep = [deep]
     with pytest.raises(SerializationError, match="nested too deeply"):
         _validate(_validator({"type": "array", "items": {"$ref": "#"}}), deep)
+    deserializer = JSONDeserializer(None, '{"type": "array"}')
+    with pytest.raises(SerializationError, match="nested too deeply"):
+        deserializer(frame(1, b"[" * 200_000 + b"]" * 200_000))
