@@ -279,7 +279,7 @@ class AvroSerializer:
         try:
             fastavro.schemaless_writer(out, parsed, record)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise SerializationError(f"value does not match the Avro schema: {exc}") from exc
+            raise SerializationError(f"value does not match the Avro schema: {_avro_mismatch(exc)}") from None
         return frame(schema_id, out.getvalue())
 
 
@@ -374,6 +374,17 @@ def _mismatch(error: jsonschema.exceptions.ValidationError) -> str:
 
 
 _QUOTED: Final = 200  # characters of a path or a constraint quoted in an error
+
+
+def _avro_mismatch(exc: Exception) -> str:
+    """fastavro's reason without the value: its union and enum refusals quote the value (`'123-45-6789'
+    (type <class 'str'>) do not match ...`), its other ones do not (`an integer is required on field ssn`)."""
+    text = _first_line(exc)
+    if not any(q in text for q in "'\"") and text:
+        return text
+    _, on_field, name = text.rpartition(" on field ")
+    where = f" on field {shortened_name}" if on_field and (shortened_name := name[:_QUOTED]) else ""
+    return f"{type(exc).__name__}{where} (the value is not quoted)"
 
 
 def _first_line(exc: Exception) -> str:

@@ -16,7 +16,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from registry.client import RegistryClient
 from registry.json_validation import WorkBudget
 from registry.model import Reference
-from registry.serdes import JSONDeserializer, JSONSerializer, SerializationError, frame
+from registry.serdes import AvroSerializer, JSONDeserializer, JSONSerializer, SerializationError, frame
 from tests.e2e.registry.kgov_process import PASSWORD, kgov_serve
 
 # Generous for a loaded, shared machine; with Python's `re` each refusal below would take millennia.
@@ -135,3 +135,26 @@ def test_deserializer_by_id_refuses_a_fan_out_schema_within_its_budget(client: R
     assert deserializer(shallow, None) == {}
     small = JSONDeserializer(client, work_budget=WorkBudget(base=100, per_node=0))
     assert "work budget of 100 steps" in refused_quickly(small, shallow, None)
+
+
+def test_refusals_never_quote_the_refused_value(client: RegistryClient) -> None:
+    """What a producer logs when it is refused must not carry the record's content (fastavro's union and
+    enum refusals, and jsonschema's messages, quote the value)."""
+    ctx = SerializationContext(f"people-{uuid.uuid4().hex[:8]}", MessageField.VALUE)
+    avro = AvroSerializer(client, json.dumps({
+        "type": "record", "name": "Person", "fields": [
+            {"name": "ssn", "type": ["null", "int"]},
+            {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["CUSTOMER"]}},
+            {"name": "age", "type": "int"}]}))
+    refusals = []
+    for value in ({"ssn": "SECRET-123-45-6789", "kind": "CUSTOMER", "age": 1},
+                  {"ssn": None, "kind": "SECRET-KIND", "age": 1},
+                  {"ssn": None, "kind": "CUSTOMER", "age": "SECRET-AGE"}):
+        with pytest.raises(SerializationError) as refused:
+            avro(value, ctx)
+        refusals.append(str(refused.value))
+    assert refusals[0] == "value does not match the Avro schema: ValueError on field ssn (the value is not quoted)"
+    assert refusals[2] == "value does not match the Avro schema: an integer is required on field age"
+    assert not any("SECRET" in r for r in refusals)
+    json_ctx = SerializationContext(f"accounts-{uuid.uuid4().hex[:8]}", MessageField.VALUE)
+    assert "SECRET" not in refused_quickly(JSONSerializer(client, ACCOUNT), {"handle": "SECRET-HANDLE"}, json_ctx)
