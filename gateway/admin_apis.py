@@ -3,6 +3,15 @@ client quotas, so Kafka's AdminClient and CLI tools manage kgov's stores through
 
 Authorization follows Kafka's table: Describe/Alter on the Cluster for ACLs and SCRAM credentials,
 DescribeConfigs/AlterConfigs on the Cluster for quotas. Error codes and messages are Kafka's.
+
+ACL requests that name an UNKNOWN element are refused as Kafka refuses them while it parses the
+request (CreateAclsRequest, DescribeAclsRequest, DeleteAclsRequest `validate`, before authorization):
+the IllegalArgumentException becomes RequestContext.parseRequest's InvalidRequestException, and
+SocketServer.processCompletedReceives closes the connection without an answer. Here the handler
+raises `CodecError`, which closes the connection the same way (`ClientConnection._process_held`).
+Create and Describe compare the wire codes with UNKNOWN's (0); Delete compares after `fromCode`, so
+an unassigned code (99) is refused there too, while in Create it gets a per-ACL error and in Describe
+it matches nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from authz.model import (
     RequestContext,
     ResourceType,
 )
-from gateway.codec import SPECS
+from gateway.codec import SPECS, CodecError
 from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, Part, QuotaEntity, QuotaError
 from gateway.quota_store import QuotaOp, QuotaStore
 from gateway.quotas import QuotaEnforcer
@@ -61,20 +70,46 @@ def _filter(resource_type: int, name: str | None, pattern: int, principal: str |
                      _enum(Operation, op), _enum(Permission, permission))
 
 
+def _names_unknown(*codes: int) -> bool:
+    """Kafka's wire check in CreateAclsRequest and DescribeAclsRequest `validate`: a code equal to
+    UNKNOWN's (0); an unassigned code is not caught there."""
+    return any(code == 0 for code in codes)
+
+
+def refuse_unknown_acl_elements(api_key: int, request: Any) -> None:
+    """Raises CodecError (the connection is closed, unanswered) when an ACL request names an UNKNOWN
+    element where Kafka's request parser refuses it; see the module docstring."""
+    if api_key == 29:
+        unknown = _names_unknown(request.pattern_type_filter, request.resource_type_filter,
+                                 request.permission_type, request.operation)
+        message = "DescribeAclsRequest contains UNKNOWN elements"
+    elif api_key == 30:
+        unknown = any(_names_unknown(c.resource_pattern_type, c.resource_type, c.permission_type, c.operation)
+                      for c in request.creations)
+        message = "CreatableAcls contain unknown elements"
+    else:
+        unknown = any(_filter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
+                              f.principal_filter, f.host_filter, f.operation, f.permission_type).is_unknown
+                      for f in request.filters)
+        message = "Filters contain UNKNOWN elements"
+    if unknown:
+        raise CodecError(message)
+
+
 class AclApis:
     def __init__(self, service: Any) -> None:
         self.service = service  # authz.service.AuthorizerService
 
     def describe(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        refuse_unknown_acl_elements(29, request)
         resp = SPECS[29].response
         if not _allowed(self.service, ctx, Operation.DESCRIBE):
             return resp(error_code=CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
                         resources=[])
         flt = _filter(request.resource_type_filter, request.resource_name_filter, request.pattern_type_filter,
                       request.principal_filter, request.host_filter, request.operation, request.permission_type)
-        if flt.is_unknown:
-            return resp(error_code=INVALID_REQUEST, error_message="The filter contains UNKNOWN elements",
-                        resources=[])
+        if flt.is_unknown:  # an unassigned code: Kafka's filter (fromCode: UNKNOWN) matches no binding
+            return resp(error_code=0, error_message=None, resources=[])
         groups: dict[tuple[int, str, int], list[Acl]] = {}
         for acl in self.service.describe_acls(flt):
             groups.setdefault((int(acl.resource_type), acl.resource_name, int(acl.pattern_type)), []).append(acl)
@@ -88,6 +123,7 @@ class AclApis:
         ])
 
     def create(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        refuse_unknown_acl_elements(30, request)
         resp = SPECS[30].response
         result = resp.fields["results"].data_class
         if not _allowed(self.service, ctx, Operation.ALTER):
@@ -109,6 +145,7 @@ class AclApis:
         ])
 
     def delete(self, ctx: RequestContext, version: int, request: Any) -> Any:
+        refuse_unknown_acl_elements(31, request)
         resp = SPECS[31].response
         fr = resp.fields["filter_results"].data_class
         match_cls = fr.fields["matching_acls"].data_class

@@ -37,6 +37,7 @@ from typing import Any
 
 from audit.request_log import authentication_event, request_event, request_log_entry, request_log_line
 from audit.sinks import AuditSink, LineSink
+from authz.host_address import java_host_address
 from authz.model import (
     Action,
     Authorizer,
@@ -83,6 +84,9 @@ SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timi
 # Kafka's sasl.server.max.receive.size: the largest frame a client may send before it authenticated.
 MAX_UNAUTHENTICATED_BYTES = 524_288
 UPSTREAM_VERSIONS_TTL_S = 300.0
+# After a failed authentication, how long the close waits for answers to requests sent before the
+# failing one (still with the upstream) before giving up on them.
+FAILED_AUTH_ANSWER_WAIT_S = 30.0
 UPSTREAM_LOST = "upstream connection lost"
 
 
@@ -470,7 +474,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.pending_bytes = 0
         self.paused: set[str] = set()
         self.closed = False
-        self.peer = ("", 0)
+        self.peer = ("", 0)  # as the socket gives it (the per-IP connection quota's key)
+        self.client_host = ""  # the peer's IP as Kafka writes it (getHostAddress()): logs, audit, ACL host
         self.sasl: SaslSession | None = None
         self.principal = ANONYMOUS
         self.software = ("unknown", "unknown")
@@ -487,6 +492,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.reauth_handle: asyncio.TimerHandle | None = None
         self._upstream_drained: asyncio.Future[None] | None = None
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
+        # A failed authentication's delay has ended: close once every earlier request is answered.
+        self.closing_after_answers = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -496,9 +503,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.gateway._connections.add(self)
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
+        self.client_host = java_host_address(self.peer[0])
         local = transport.get_extra_info("sockname") or ("", 0)
         self.gateway.connection_counter += 1
-        self.connection_id = f"{local[0]}:{local[1]}-{self.peer[0]}:{self.peer[1]}-{self.gateway.connection_counter}"
+        # Kafka's Selector connection id: both addresses as getHostAddress() writes them.
+        self.connection_id = (f"{java_host_address(str(local[0]))}:{local[1]}-{self.client_host}:{self.peer[1]}-"
+                              f"{self.gateway.connection_counter}")
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -514,7 +524,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 return
             self.sasl = SaslSession(
                 enabled=self.options.sasl_mechanisms, factory=self.options.mechanism_factory,
-                client_address=self.peer[0], max_reauth_ms=self.options.max_reauth_ms,
+                client_address=self.client_host, max_reauth_ms=self.options.max_reauth_ms,
             )
             self.reader.max_frame_bytes = min(MAX_UNAUTHENTICATED_BYTES, self.options.max_request_bytes)
         quotas = self.services.quotas
@@ -725,7 +735,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         try:
             frames = self.reader.buffer_updated(nbytes)
         except FrameError as exc:
-            self.abort(str(exc))
+            sasl = self.sasl
+            if "sasl-failed" in self.paused:
+                return  # already failed: closing after the delay (reading stopped; what was left is moot)
+            if sasl is not None and sasl.authenticating and not self.closed:
+                self._refuse_frame(sasl, str(exc))
+            else:
+                self.abort(str(exc))
             return
         if self.held:
             self.held.extend(frames)
@@ -773,6 +789,13 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         if admission is Admission.UNAUTHENTICATED:
             raise CodecError(f"{api_name(key)} before authentication")
+        if admission is Admission.VERSIONS_ALREADY_ANSWERED:
+            # Kafka's IllegalStateException from handleApiVersionsRequest: Selector's "Unexpected error
+            # from ...; closing connection", at once and unanswered.
+            log.warning("Unexpected error from %s; closing connection: Unexpected ApiVersions request received "
+                        "during SASL authentication state HANDSHAKE_REQUEST", self.connection_id)
+            self.abort("second ApiVersions before SaslHandshake")
+            return
         if key == API_VERSIONS_KEY and admission is Admission.SERVE:
             self._answer_api_versions(header, frame, now)
             return
@@ -893,7 +916,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _context(self, header: RequestHeader) -> RequestContext:
         return RequestContext(
             principal=self.principal,
-            client_address=self.peer[0],
+            client_address=self.client_host,
             listener=self.options.listener_name,
             security_protocol=self.options.security_protocol,
             client_id=header.client_id or "",
@@ -921,6 +944,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         request = decode_request(spec, header, frame)
         if version >= 3:
             self.software = (request.client_software_name or "unknown", request.client_software_version or "unknown")
+        if self.sasl is not None:
+            self.sasl.api_versions_answered()
         if self.gateway.upstream_versions is None:
             self.gateway.spawn(self._api_versions_after_refresh(slot))
             self.slots.append(slot)
@@ -1018,21 +1043,38 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._audit_auth(False, mechanism, step.reason, step.reauthentication)
             self._complete(slot, response)
             return
+        self._fail_authentication(step, mechanism, slot, response)
+
+    def _refuse_frame(self, sasl: SaslSession, detail: str) -> None:
+        """A frame over the SASL size limit (or of negative size) during an exchange: a failed
+        authentication (Kafka's SaslAuthenticationException "invalid receive size"), not a bare close."""
+        self._fail_authentication(sasl.refuse_frame(detail), sasl.mechanism_name or "", None, b"")
+
+    def _fail_authentication(self, step: AuthStep, mechanism: str, slot: Slot | None, response: bytes) -> None:
+        """Audits and logs a failed exchange, holds its answer (`slot`, None: nothing to answer) for the
+        failure delay, then answers it after every earlier request's answer and closes."""
         self._audit_auth(False, mechanism, step.reason, step.reauthentication, from_mechanism=step.mechanism_failure)
         # Kafka's Selector log line; the client's error message, never the audit reason (it may tell
         # whether a user exists).
         log.info("Failed %sauthentication with %s (%s)", "re-" if step.reauthentication else "",
                  self.connection_id, step.error_message or f"error code {step.error_code}")
-        # Failure: hold the answer for a fixed delay (no timing side channel), then close.
+        # Hold the answer for a fixed delay (no timing side channel), then close.
         self.pause("sasl-failed")
-        self.slots.append(slot)
+        if slot is not None:
+            self.slots.append(slot)
 
         def fail() -> None:
             if self.closed:
                 return
-            slot.response = () if step.silent else (response,)
+            if slot is not None:
+                slot.response = () if step.silent else (response,)
+            # Requests sent before the failing one may still wait on the upstream (pipelined before a
+            # re-authentication): the close waits for their answers, which `_flush` writes in order.
+            self.closing_after_answers = True
             self._flush()
-            self.close_after_flush()
+            if not self.closed:
+                asyncio.get_running_loop().call_later(
+                    FAILED_AUTH_ANSWER_WAIT_S, self.abort, "earlier requests unanswered after a failed authentication")
 
         asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
 
@@ -1044,7 +1086,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         principal = str(self.sasl.principal) if self.sasl and self.sasl.principal else None
         sink.write(authentication_event(
             source=self.options.source, time=self.services.clock(), principal=principal, mechanism=mechanism,
-            client_address=self.peer[0], success=success, reason=reason, listener=self.options.listener_name,
+            client_address=self.client_host, success=success, reason=reason, listener=self.options.listener_name,
             reauthentication=reauth,
         ))
 
@@ -1106,6 +1148,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._log_request(slot)
             if slot.response and not self.closed:
                 transport.writelines(slot.response)
+        if self.closing_after_answers and not slots and not self.closed:
+            self.close_after_flush()
+            return
         if "in-flight" in self.paused and len(slots) < MAX_IN_FLIGHT // 2:
             self.resume("in-flight")
 

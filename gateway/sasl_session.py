@@ -7,6 +7,12 @@ failure delay and the audit trail; it asks `admit(api_key, now)` about every req
 
 What Kafka's broker does, and so this session (apache/kafka `SocketServer.Processor.
 processCompletedReceives`, `KafkaChannel.maybeBeginServerReauthentication`, `SaslServerAuthenticator`):
+- before the first SaslHandshake one ApiVersions is answered (`api_versions_answered`); a second one
+  closes the connection at once, unanswered (`handleApiVersionsRequest` throws IllegalStateException
+  once the state is HANDSHAKE_REQUEST; not an authentication failure, so no delay). An ApiVersions
+  answered UNSUPPORTED_VERSION (KIP-511) does not count: the client retries with the version offered;
+- a frame over `sasl.server.max.receive.size` during an exchange, first login or re-authentication,
+  fails it like wrong credentials: delayed close, without an answer (`refuse_frame`);
 - between a SaslHandshake and the SaslAuthenticate that completes the exchange, first login and
   re-authentication alike, any other request is answered with its own error response carrying
   ILLEGAL_SASL_STATE and fails the exchange (close after the failure delay);
@@ -59,6 +65,8 @@ class Admission(enum.Enum):
     SERVE = "serve"  # an authenticated, unexpired session: serve it (ApiVersions included)
     SASL = "sasl"  # a SaslHandshake or SaslAuthenticate: `handshake()` / `authenticate()` answer it
     UNAUTHENTICATED = "unauthenticated"  # before any SaslHandshake: close at once, unanswered
+    # A second ApiVersions before the SaslHandshake: close at once, unanswered, not an authentication failure.
+    VERSIONS_ALREADY_ANSWERED = "versions-already-answered"
     DURING_AUTHENTICATION = "during-authentication"  # `refuse_during_authentication()` answers it
     SESSION_EXPIRED = "session-expired"  # close at once, unanswered (Kafka: "Disconnecting expired channel")
 
@@ -103,10 +111,23 @@ class SaslSession:
         self._reauthenticating = False
         self._last_reauth_start_ms: int | None = None
         self._bad_mechanism_message = ""
+        self._versions_answered = False  # Kafka's HANDSHAKE_REQUEST state (vs HANDSHAKE_OR_VERSIONS_REQUEST)
 
     @property
     def reauthenticating(self) -> bool:
         return self._reauthenticating
+
+    @property
+    def authenticating(self) -> bool:
+        """True until the first exchange succeeds and from a re-authentication's SaslHandshake to its
+        end: the frames read meanwhile are bounded by `sasl.server.max.receive.size`."""
+        return self.state is not State.AUTHENTICATED
+
+    def api_versions_answered(self) -> None:
+        """The caller answered an ApiVersions before the SaslHandshake (successfully: an answer with
+        UNSUPPORTED_VERSION or INVALID_REQUEST does not count, as in Kafka)."""
+        if self.state is State.AWAIT_HANDSHAKE:
+            self._versions_answered = True
 
     def admit(self, api_key: int, now_ms: int) -> Admission:
         state = self.state
@@ -121,7 +142,7 @@ class SaslSession:
             # Kafka's handleKafkaRequest: anything but ApiVersions and SaslHandshake (SaslAuthenticate
             # included) closes the connection, unanswered.
             if api_key == API_VERSIONS:
-                return Admission.SERVE
+                return Admission.VERSIONS_ALREADY_ANSWERED if self._versions_answered else Admission.SERVE
             return Admission.SASL if api_key == SASL_HANDSHAKE else Admission.UNAUTHENTICATED
         if state is State.FAILED:
             return Admission.UNAUTHENTICATED
@@ -181,6 +202,17 @@ class SaslSession:
         self.state = State.FAILED
         message = f"Unexpected Kafka request of type {api_name} during SASL authentication."
         return AuthStep(ILLEGAL_SASL_STATE, message, b"", failed=True, reason=message, reauthentication=reauth)
+
+    def refuse_frame(self, detail: str) -> AuthStep:
+        """A frame over the pre-authentication size limit (or with a negative size) during an exchange:
+        Kafka's SaslServerAuthenticator.authenticate turns the InvalidReceiveException into a
+        SaslAuthenticationException, so the connection is closed after the failure delay, unanswered.
+        `detail` (the sizes) goes to the audit reason only."""
+        reauth = self._reauthenticating
+        self.state = State.FAILED
+        message = "Failing SASL authentication due to invalid receive size"
+        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, silent=True,
+                        reason=f"{message}: {detail}", reauthentication=reauth)
 
     def _fail_bad_mechanism(self) -> AuthStep:
         self.state = State.FAILED

@@ -181,14 +181,15 @@ def runtime_factory(kafka_broker: str, tmp_path: Path) -> Iterator[Callable[...,
     """The production assembly (`gateway.runtime.build_runtime`) over SQLite, in front of Tansu.
 
     `upstream` puts it in front of something else (another gateway); `name` gives it a database of
-    its own (default: the one shared by every gateway of the test); `clock` is build_runtime's."""
+    its own (default: the one shared by every gateway of the test); `clock` and `listen` (default
+    `127.0.0.1:0`) are build_runtime's."""
     from gateway.runtime import build_runtime
     from kgov.settings import Settings
 
     running: list[RunningGateway] = []
 
     def make(*, upstream: str | None = None, name: str | None = None, clock: Any = None,
-             **sections: Any) -> RunningGateway:
+             listen: str = "127.0.0.1:0", **sections: Any) -> RunningGateway:
         gateway_section = {"security_protocol": "SASL_PLAINTEXT", "node_port_base": free_port() - 111,
                            **sections.pop("gateway", {})}
         data_dir = tmp_path / name if name else tmp_path
@@ -196,7 +197,7 @@ def runtime_factory(kafka_broker: str, tmp_path: Path) -> Iterator[Callable[...,
         settings = Settings(db=f"sqlite:///{data_dir / 'kgov.db'}", data_dir=data_dir, gateway=gateway_section,
                             **sections)
         memory = MemorySink()
-        runtime = build_runtime(settings, listen="127.0.0.1:0", upstream=upstream or kafka_broker,
+        runtime = build_runtime(settings, listen=listen, upstream=upstream or kafka_broker,
                                 extra_audit=memory, clock=clock)
         gw = RunningGateway(None, None, runtime=runtime)
         gw.memory = memory  # type: ignore[attr-defined]

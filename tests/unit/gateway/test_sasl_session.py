@@ -264,3 +264,47 @@ def test_garbage_sasl_bytes_never_authenticate(data: bytes) -> None:
     assert step.done == (s.principal is not None)
     if step.done:
         assert data.decode().partition(":")[2] == "pw"
+
+
+def test_a_second_api_versions_before_the_handshake_is_refused() -> None:
+    # Kafka's handleApiVersionsRequest: only in HANDSHAKE_OR_VERSIONS_REQUEST; the answer moves the
+    # state to HANDSHAKE_REQUEST, where another ApiVersions throws IllegalStateException (a close).
+    s = session()
+    assert s.admit(API_VERSIONS, 0) is Admission.SERVE
+    s.api_versions_answered()
+    assert s.admit(API_VERSIONS, 0) is Admission.VERSIONS_ALREADY_ANSWERED
+    assert s.admit(SASL_HANDSHAKE, 0) is Admission.SASL  # the handshake is still welcome
+    assert s.handshake("TEST", 1, 0).error_code == 0
+    assert s.admit(API_VERSIONS, 0) is Admission.DURING_AUTHENTICATION  # answered 34 during an exchange, as before
+
+
+def test_an_unsupported_version_answer_does_not_count_and_an_authenticated_session_answers_any() -> None:
+    s = session()
+    assert s.admit(API_VERSIONS, 0) is Admission.SERVE  # answered UNSUPPORTED_VERSION: not marked
+    assert s.admit(API_VERSIONS, 0) is Admission.SERVE
+    s.api_versions_answered()
+    logged_in(s)
+    s.api_versions_answered()  # after login KafkaApis answers ApiVersions as often as asked
+    assert [s.admit(API_VERSIONS, 0) for _ in range(2)] == [Admission.SERVE, Admission.SERVE]
+
+
+def test_an_oversized_frame_fails_the_exchange_unanswered() -> None:
+    s = session()
+    assert s.authenticating
+    step = s.refuse_frame("frame of 600000 bytes exceeds the maximum of 524288")
+    assert (step.failed, step.silent, step.reauthentication, step.mechanism_failure) == (True, True, False, False)
+    assert step.error_message == "Failing SASL authentication due to invalid receive size"
+    assert step.reason == ("Failing SASL authentication due to invalid receive size: "
+                           "frame of 600000 bytes exceeds the maximum of 524288")
+    assert s.admit(SASL_HANDSHAKE, 0) is Admission.UNAUTHENTICATED  # the session is over
+
+
+def test_an_oversized_frame_during_a_reauthentication_is_a_failed_reauthentication() -> None:
+    s = logged_in(session(max_reauth=10_000))
+    assert not s.authenticating  # the full request size applies
+    assert s.handshake("TEST", 1, 5_000).error_code == 0
+    assert s.authenticating
+    step = s.refuse_frame("negative frame size -1")
+    assert step.failed and step.silent and step.reauthentication
+    assert s.principal == Principal("User", "alice")  # the audit names the session being renewed
+    assert s.admit(METADATA, 5_000) is Admission.UNAUTHENTICATED
