@@ -23,7 +23,7 @@ from itertools import repeat
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from encryption.envelope import NONCE_SIZE, header_prefix, key_part
-from encryption.errors import EncryptionError
+from encryption.errors import EncryptionError, KmsError, KmsUnavailableError
 from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 
@@ -150,15 +150,20 @@ class DataKeyCache:
         ttl_seconds: float = 3600.0,
         retry: RetryPolicy | None = None,
         now: Callable[[], float] = time.monotonic,
+        failure_ttl_seconds: float = 60.0,
     ) -> None:
-        if max_entries < 1 or ttl_seconds <= 0:
-            raise ValueError("DataKeyCache needs max_entries >= 1 and a positive ttl_seconds")
+        if max_entries < 1 or ttl_seconds <= 0 or failure_ttl_seconds < 0:
+            raise ValueError("DataKeyCache needs max_entries >= 1, a positive ttl_seconds, failure_ttl_seconds >= 0")
         self.kms = kms
         self.retry = retry or RetryPolicy()
         self._max = max_entries
         self._ttl = ttl_seconds
+        self._failure_ttl = failure_ttl_seconds
         self.now = now
         self.entries: OrderedDict[bytes, tuple[AESGCM, float]] = OrderedDict()
+        # Wrapped keys the KMS refused (not transient failures), with when to ask again: a hostile
+        # record replayed many times costs one KMS call per `failure_ttl_seconds`, not one per copy.
+        self._refused: OrderedDict[bytes, tuple[KmsError, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.kms_calls = 0
 
@@ -169,21 +174,49 @@ class DataKeyCache:
         return entry[0]
 
     def load(self, prefix: bytes, wrapped: WrappedKey) -> AESGCM:
-        """Unwraps through the KMS (with retries) and caches; raises the KMS's errors."""
+        """Unwraps through the KMS (with retries) and caches; raises the KMS's errors.
+
+        The KEK name comes from the record, so from whoever wrote to the topic: it is checked against
+        the key-name syntax before any KMS sees it (a KMS may put it into a URL path)."""
         with self._lock:
             cached = self.get(prefix)
             if cached is not None:
                 return cached
+            now = self.now()
+            refused = self._refused.get(prefix)
+            if refused is not None:
+                if refused[1] > now:
+                    raise KmsError(f"{refused[0]} (refused again without asking the KMS)")
+                del self._refused[prefix]
+            check_key_name(wrapped.key_name)
             self.kms_calls += 1
-            data_key = call_with_retry(self.retry, "unwrap", lambda: self.kms.unwrap(wrapped))
+            try:
+                data_key = call_with_retry(self.retry, "unwrap", lambda: self.kms.unwrap(wrapped))
+            except KmsUnavailableError:
+                raise
+            except KmsError as exc:
+                if self._failure_ttl > 0:
+                    self._refused[prefix] = (exc, now + self._failure_ttl)
+                    while len(self._refused) > self._max:
+                        self._refused.popitem(last=False)
+                raise
             if len(data_key) != 32:
-                raise EncryptionError("KMS returned a data key of the wrong size")
+                raise KmsError("KMS returned a data key of the wrong size")
             aead = AESGCM(data_key)
-            self.entries[prefix] = (aead, self.now() + self._ttl)
+            self._drop_expired(now)
+            self.entries[prefix] = (aead, now + self._ttl)
             self.entries.move_to_end(prefix)
             while len(self.entries) > self._max:
                 self.entries.popitem(last=False)
             return aead
+
+    def _drop_expired(self, now: float) -> None:
+        """Forgets expired data keys (insertion order is expiry order: all share one TTL)."""
+        while self.entries:
+            oldest = next(iter(self.entries.values()))
+            if oldest[1] > now:
+                break
+            self.entries.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
 from encryption.envelope import MAGIC
 from encryption.errors import DecryptionError, EncryptionError, KmsError
-from encryption.kms import Kms
+from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 from encryption.serdes import Inner, PayloadOpener, PayloadSealer, record_location, split_envelope
 
@@ -427,6 +427,7 @@ class _DeterministicKeys:
     def cipher(self, key_name: str) -> AESSIV:
         cipher = self._ciphers.get(key_name)
         if cipher is None:
+            check_key_name(key_name)  # read from the record on the consumer side: checked before any KMS
             secret = call_with_retry(self.retry, "derived_secret",
                                      lambda: self.kms.derived_secret(key_name, _SIV_LABEL))
             key = HKDFExpand(hashes.SHA256(), 64, b"kgov aes-256-siv").derive(secret)
@@ -514,7 +515,7 @@ class FieldDecryptingDeserializer:
     ) -> None:
         self.policy = policy
         self.inner = inner
-        self.cache = cache or DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
         self._opener = PayloadOpener(self.cache)
         self._siv = _DeterministicKeys(kms, self.cache.retry)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}

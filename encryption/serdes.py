@@ -405,7 +405,7 @@ class DecryptingDeserializer:
         cache: DataKeyCache | None = None,
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
     ) -> None:
-        self.cache = cache or DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
         self._opener = PayloadOpener(self.cache, max_inflated_bytes)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
@@ -560,7 +560,7 @@ class RecordKeyDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
     ) -> None:
-        self.cache = cache or DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
         self._opener = PayloadOpener(self.cache)
         self.inner = inner
 

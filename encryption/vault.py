@@ -125,6 +125,7 @@ class VaultTransitKms:
         return WrappedKey(key_name, int(match.group(1)), ciphertext.encode("ascii"))
 
     def unwrap(self, wrapped: WrappedKey) -> bytes:
+        check_key_name(wrapped.key_name)  # it comes from a record; hvac puts it into the URL path
         ciphertext = wrapped.blob.decode("ascii", errors="replace")
         match = _CIPHERTEXT.match(ciphertext)
         if match is None or int(match.group(1)) != wrapped.version:
@@ -134,6 +135,7 @@ class VaultTransitKms:
         return base64.b64decode(response["data"]["plaintext"])
 
     def derived_secret(self, key_name: str, label: bytes) -> bytes:
+        check_key_name(key_name)  # it may come from a record (deterministic fields)
         hash_input = base64.b64encode(b"kgov-derived-v1:" + label).decode("ascii")
         response = self._call("hmac", key_name, lambda: self._transit().generate_hmac(
             key_name, hash_input=hash_input, key_version=1, algorithm="sha2-256", mount_point=self.mount_point))

@@ -1,0 +1,113 @@
+"""Records written by someone without keys: what reaches the KMS, how often, and what is accepted."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any
+
+import pytest
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from encryption import DataKeyCache, DecryptingDeserializer, DecryptionError, EncryptingSerializer, LocalKms
+from encryption.envelope import HEADER, header_prefix
+from encryption.errors import KmsError
+from encryption.fields import DETERMINISTIC_MAGIC, FieldDecryptingDeserializer, FieldPolicy
+from encryption.kms import WrappedKey
+
+
+class CountingKms:
+    """A LocalKms that records which key names reached it."""
+
+    def __init__(self, inner: LocalKms) -> None:
+        self.inner = inner
+        self.unwrapped: list[str] = []
+        self.derived: list[str] = []
+
+    def unwrap(self, wrapped: WrappedKey) -> bytes:
+        self.unwrapped.append(wrapped.key_name)
+        return self.inner.unwrap(wrapped)
+
+    def derived_secret(self, key_name: str, label: bytes) -> bytes:
+        self.derived.append(key_name)
+        return self.inner.derived_secret(key_name, label)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def forged_header(kek: bytes, version: int = 1, blob: bytes = b"\0" * 60) -> bytes:
+    part = bytes((len(kek),)) + kek + struct.pack(">IH", version, len(blob)) + blob
+    return header_prefix(0, part) + b"\0" * 12
+
+
+def ctx(header: bytes) -> SerializationContext:
+    return SerializationContext("orders-topic", MessageField.VALUE, [(HEADER, header)])
+
+
+@pytest.mark.parametrize("kek", [b"../../sys/raw/x", b"orders/../other", b"a b", b"\xc3\xa9t\xc3\xa9"])
+def test_a_record_naming_a_malformed_kek_never_reaches_the_kms(kms: LocalKms, kek: bytes) -> None:
+    spy = CountingKms(kms)
+    deserializer = DecryptingDeserializer(spy)  # type: ignore[arg-type]
+    with pytest.raises(DecryptionError, match="key names are"):
+        deserializer(b"x" * 32, ctx(forged_header(kek)))
+    assert spy.unwrapped == []
+
+
+def test_a_replayed_hostile_record_costs_one_kms_call_not_one_per_copy(kms: LocalKms) -> None:
+    clock = [0.0]
+    spy = CountingKms(kms)
+    cache = DataKeyCache(spy, now=lambda: clock[0], failure_ttl_seconds=30)  # type: ignore[arg-type]
+    deserializer = DecryptingDeserializer(spy, cache=cache)  # type: ignore[arg-type]
+    bogus = forged_header(b"orders")
+    for _ in range(50):
+        with pytest.raises(DecryptionError, match="does not open"):
+            deserializer(b"x" * 32, ctx(bogus))
+    assert spy.unwrapped == ["orders"]
+    clock[0] = 31.0  # after the failure TTL the KMS is asked again (it may have been fixed)
+    with pytest.raises(DecryptionError):
+        deserializer(b"x" * 32, ctx(bogus))
+    assert spy.unwrapped == ["orders", "orders"]
+    # a refusal of one wrapped key does not block good records under the same KEK
+    headers: list[tuple[str, bytes]] = []
+    good_ctx = SerializationContext("orders-topic", MessageField.VALUE, headers)
+    value = EncryptingSerializer(kms, "orders")(b"fine", good_ctx)
+    assert deserializer(value, good_ctx) == b"fine"
+
+
+def test_refused_keys_are_bounded_and_expired_data_keys_are_dropped(kms: LocalKms) -> None:
+    clock = [0.0]
+    cache = DataKeyCache(kms, max_entries=3, ttl_seconds=10, now=lambda: clock[0])
+    for i in range(10):
+        with pytest.raises(KmsError):
+            cache.load(b"bad-%d" % i, WrappedKey("orders", 1, bytes([i]) * 60))
+    assert len(cache._refused) == 3
+    cache.load(b"good-0", kms.wrap("orders", b"\1" * 32))
+    clock[0] = 20.0
+    cache.load(b"good-1", kms.wrap("orders", b"\2" * 32))
+    assert list(cache.entries) == [b"good-1"]  # the expired key no longer sits in memory
+
+
+def test_a_deterministic_field_naming_a_malformed_kek_never_reaches_the_kms(kms: LocalKms) -> None:
+    spy = CountingKms(kms)
+    policy = FieldPolicy.from_json_schema(
+        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
+    )
+    deserializer = FieldDecryptingDeserializer(spy, policy)  # type: ignore[arg-type]
+    kek = b"../../transit/keys"
+    forged = base64.b64encode(DETERMINISTIC_MAGIC + bytes((len(kek),)) + kek + b"\0" * 32).decode()
+    with pytest.raises(DecryptionError, match="not available"):
+        deserializer({"ssn": forged}, SerializationContext("t", MessageField.VALUE, []))
+    assert spy.derived == []
+
+
+def test_an_empty_cache_passed_in_is_the_one_used(kms: LocalKms) -> None:
+    from encryption import RecordKeyDeserializer
+
+    shared = DataKeyCache(kms)  # empty, so falsy: it used to be silently replaced by a private cache
+    assert DecryptingDeserializer(kms, cache=shared).cache is shared
+    assert RecordKeyDeserializer(kms, cache=shared).cache is shared
+    policy = FieldPolicy.from_json_schema(
+        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
+    )
+    assert FieldDecryptingDeserializer(kms, policy, cache=shared).cache is shared
