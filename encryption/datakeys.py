@@ -163,7 +163,7 @@ class DataKeyCache:
         self.entries: OrderedDict[bytes, tuple[AESGCM, float]] = OrderedDict()
         # Wrapped keys the KMS refused (not transient failures), with when to ask again: a hostile
         # record replayed many times costs one KMS call per `failure_ttl_seconds`, not one per copy.
-        self._refused: OrderedDict[bytes, tuple[KmsError, float]] = OrderedDict()
+        self._refused: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.kms_calls = 0
 
@@ -196,7 +196,7 @@ class DataKeyCache:
                 raise
             except KmsError as exc:
                 if self._failure_ttl > 0:
-                    self._refused[prefix] = (exc, now + self._failure_ttl)
+                    self._refused[prefix] = (str(exc), now + self._failure_ttl)  # not exc: its frames
                     while len(self._refused) > self._max:
                         self._refused.popitem(last=False)
                 raise
