@@ -124,10 +124,12 @@ def _find_header(headers: Any, name: str) -> bytes | None:
         value = headers.get(name)
     else:
         value = None
+        found = False
         for item in headers:
             if item[0] == name:
-                if value is not None:
+                if found:  # also when the first copy had a null value
                     raise DecryptionError(f"record carries more than one {name!r} header")
+                found = True
                 value = item[1]
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -550,28 +552,42 @@ class RecordKeySerializer:
 
 
 class RecordKeyDeserializer:
-    """Reads keys written by `RecordKeySerializer`: restores hashed keys' originals, records the wire key."""
+    """Reads keys written by `RecordKeySerializer`: restores hashed keys' originals, records the wire key.
+
+    `hashed_keys=True` (for topics written with `hash_keys=True`): a non-null key without its protected
+    original is refused, so nobody can strip the `kgov.enc.key` header and hand the consumer the hash
+    (or a plaintext key of their choosing) as the key. Off by default, where plain keys are normal.
+    """
 
     def __init__(
         self,
         kms: Kms,
         inner: Inner | None = None,
         *,
+        hashed_keys: bool = False,
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
     ) -> None:
+        self.hashed_keys = hashed_keys
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
         self._opener = PayloadOpener(self.cache)
         self.inner = inner
 
     def __repr__(self) -> str:
-        return "RecordKeyDeserializer()"
+        return f"RecordKeyDeserializer(hashed_keys={self.hashed_keys})"
 
     def __call__(self, data: bytes | None, ctx: SerializationContext | None = None) -> Any:
         if ctx is None:
             raise DecryptionError("RecordKeyDeserializer needs the SerializationContext")
         setattr(ctx, WIRE_KEY_ATTR, data)
-        protected = _find_header(ctx.headers, KEY_HEADER)
+        try:
+            protected = _find_header(ctx.headers, KEY_HEADER)
+        except DecryptionError as exc:
+            raise exc.located(**record_location(ctx)) from None
+        if protected is None and self.hashed_keys and data is not None:
+            raise DecryptionError(
+                "record key is not protected (no kgov.enc.key header) but hashed keys are required"
+            ).located(**record_location(ctx))
         if protected is not None:
             try:
                 if data is None:

@@ -111,3 +111,49 @@ def test_an_empty_cache_passed_in_is_the_one_used(kms: LocalKms) -> None:
         {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
     )
     assert FieldDecryptingDeserializer(kms, policy, cache=shared).cache is shared
+
+
+def _hashed_record(kms: LocalKms) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    from encryption import RecordKeySerializer
+
+    headers: list[tuple[str, bytes]] = []
+    out = SerializationContext("orders-topic", MessageField.KEY, headers)
+    key = RecordKeySerializer(kms, "orders", hash_keys=True)(b"customer-42", out)
+    out.field = MessageField.VALUE
+    value = EncryptingSerializer(kms, "orders")(b"order", out)
+    assert key is not None and value is not None
+    return key, value, headers
+
+
+def test_stripping_the_protected_key_header_is_refused_when_hashed_keys_are_expected(kms: LocalKms) -> None:
+    from encryption import RecordKeyDeserializer
+    from encryption.envelope import KEY_HEADER
+
+    key, _, headers = _hashed_record(kms)
+    strict = RecordKeyDeserializer(kms, hashed_keys=True)
+    assert strict(key, SerializationContext("orders-topic", MessageField.KEY, headers)) == b"customer-42"
+    stripped = [(n, v) for n, v in headers if n != KEY_HEADER]
+    with pytest.raises(DecryptionError, match="not protected") as caught:
+        strict(key, SerializationContext("orders-topic", MessageField.KEY, stripped))
+    assert caught.value.topic == "orders-topic"
+    with pytest.raises(DecryptionError, match="not protected"):  # a null header value counts as missing
+        strict(key, SerializationContext("orders-topic", MessageField.KEY, [*stripped, (KEY_HEADER, None)]))
+    assert strict(None, SerializationContext("orders-topic", MessageField.KEY, [])) is None  # null keys stay null
+    # the lenient default still reads plain keys
+    assert RecordKeyDeserializer(kms)(b"plain", SerializationContext("t", MessageField.KEY, [])) == b"plain"
+
+
+def test_a_duplicate_header_after_a_null_one_is_refused(kms: LocalKms) -> None:
+    from encryption import RecordKeyDeserializer
+    from encryption.envelope import KEY_HEADER
+
+    key, value, headers = _hashed_record(kms)
+    protected = dict(headers)[KEY_HEADER]
+    doubled = [(KEY_HEADER, None), *headers]
+    with pytest.raises(DecryptionError, match="more than one"):
+        RecordKeyDeserializer(kms)(key, SerializationContext("orders-topic", MessageField.KEY, doubled))
+    enc = dict(headers)[HEADER]
+    value_doubled = [(HEADER, None), (HEADER, enc), (KEY_HEADER, protected)]
+    ctx_value = SerializationContext("orders-topic", MessageField.VALUE, value_doubled)
+    with pytest.raises(DecryptionError, match="more than one"):
+        DecryptingDeserializer(kms)(value, ctx_value)
