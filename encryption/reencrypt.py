@@ -6,7 +6,8 @@ rewrites one record (pure apart from KMS calls): it decrypts with the record's o
 encrypts the same plaintext under a fresh data key, keeping the form (header or envelope), the
 compression flag, key binding, hashed keys (the keyed hash does not change across rotations, so the
 rewritten record supersedes the old one under compaction) and other headers. A signed record is
-re-signed only when a signer is given, never stripped silently.
+re-signed only when a signer is given, never stripped silently. A record encrypted under another KEK
+is refused, not rewrapped under `key_name` (that would hand it to that KEK's readers).
 
 `reencrypt_topic` applies it to a whole topic: it reads every partition up to the end offsets seen at
 the start, keeps the latest record per key, and produces the rewrites to the same partition. Records
@@ -35,7 +36,7 @@ from encryption.envelope import (
     parse_header,
 )
 from encryption.errors import DecryptionError, EncryptionError
-from encryption.kms import Kms
+from encryption.kms import Kms, WrappedKey
 from encryption.retry import RetryPolicy
 from encryption.serdes import (
     DecryptingDeserializer,
@@ -47,6 +48,14 @@ from encryption.serdes import (
 from encryption.signing import Signer, header_items
 
 _OURS = frozenset({HEADER, KEY_HEADER, SIGNATURE_HEADER})
+
+
+def _wrapping_keys(headers: Any, value: bytes | None) -> list[WrappedKey]:
+    """The wrapped data keys of the record's encrypted parts (value and protected key)."""
+    parts = [val for name, val in header_items(headers) if name in (HEADER, KEY_HEADER) and val]
+    if value is not None and value[: len(MAGIC)] == MAGIC:
+        parts.append(value[len(MAGIC) :])
+    return [parse_header(part)[0].wrapped for part in parts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +91,25 @@ class Reencryptor:
         """True when every encrypted part of the record is wrapped by the current KEK version; False
         also for a value that is not encrypted at all (`rewrite` then refuses it loudly)."""
         current = self.kms.current_version(self.key_name)
-        parts = [val for name, val in header_items(headers) if name in (HEADER, KEY_HEADER) and val]
-        if value is not None and value[: len(MAGIC)] == MAGIC:
-            parts.append(value[len(MAGIC) :])
-        elif value is not None and not any(name == HEADER for name, _ in header_items(headers)):
+        if value is not None and value[: len(MAGIC)] != MAGIC and not any(
+            name == HEADER for name, _ in header_items(headers)
+        ):
             return False
-        for part in parts:
-            parsed, _ = parse_header(part)
-            if parsed.wrapped.key_name != self.key_name or parsed.wrapped.version != current:
-                return False
-        return True
+        return all(
+            wrapped.key_name == self.key_name and wrapped.version == current
+            for wrapped in _wrapping_keys(headers, value)
+        )
 
     def rewrite(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> RewrittenRecord:
         """Decrypts and re-encrypts one record (raises DecryptionError / EncryptionError)."""
         items = header_items(headers)
+        for wrapped in _wrapping_keys(items, value):
+            if wrapped.key_name != self.key_name:
+                # Rewrapping would hand the record to whoever holds `key_name`, not its owner's KEK.
+                raise EncryptionError(
+                    f"record is encrypted under KEK {wrapped.key_name!r}, not {self.key_name!r}: re-encrypting "
+                    "it would change who can read it"
+                )
         signed = any(name == SIGNATURE_HEADER for name, _ in items)
         if signed and self.signer is None:
             raise EncryptionError("record is signed: pass signer= to re-sign it after re-encryption")
@@ -199,10 +213,10 @@ def reencrypt_topic(
         if msg.value() is None:
             tombstones += 1
             continue
-        if reencryptor.is_current(msg.headers(), msg.value()):
-            current += 1
-            continue
         try:
+            if reencryptor.is_current(msg.headers(), msg.value()):
+                current += 1
+                continue
             record = reencryptor.rewrite(topic, msg.key(), msg.value(), msg.headers())
         except DecryptionError as exc:
             raise exc.located(topic=topic, partition=partition, offset=msg.offset()) from exc.__cause__

@@ -90,3 +90,16 @@ def test_plaintext_records_are_not_current_and_refused(kms: LocalKms) -> None:
     with pytest.raises(DecryptionError, match="not encrypted"):
         reencryptor.rewrite("orders", b"k", b"plain value", [("trace", b"t")])
     assert reencryptor.is_current([], None)  # a tombstone has nothing to re-encrypt
+
+
+def test_records_under_another_kek_are_not_rewrapped_under_ours(kms: LocalKms) -> None:
+    kms.create_key("payroll")
+    ctx = SerializationContext("orders", MessageField.KEY, [])
+    wire_key = RecordKeySerializer(kms, "payroll")(b"bob", ctx)
+    ctx.field = MessageField.VALUE
+    value = EncryptingSerializer(kms, "payroll")(b"salary", ctx)
+    reencryptor = Reencryptor(kms, "orders")  # this operator can read both, but "orders" has more readers
+    assert not reencryptor.is_current(ctx.headers, value)
+    with pytest.raises(EncryptionError, match="under KEK 'payroll', not 'orders'"):
+        reencryptor.rewrite("orders", wire_key, value, ctx.headers)
+    assert Reencryptor(kms, "payroll").rewrite("orders", wire_key, value, ctx.headers).value != value
