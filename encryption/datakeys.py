@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -140,6 +140,37 @@ class DataKeyIssuer(ForgetsKeysOnFork):
             return fresh
 
 
+class Refusals:
+    """KMS refusals (not transient failures) remembered for `ttl_seconds`, at most `max_entries` of them.
+
+    What a consumer asks the KMS for comes from the records, so from whoever can write to the topic: a
+    hostile record replayed many times must cost one KMS call per `ttl_seconds`, not one per copy."""
+
+    def __init__(self, ttl_seconds: float, max_entries: int, now: Callable[[], float]) -> None:
+        self._ttl = ttl_seconds
+        self._max = max_entries
+        self.now = now
+        self._entries: OrderedDict[Hashable, tuple[str, float]] = OrderedDict()  # the message, not the
+        # exception: its traceback frames would keep the KMS's locals alive
+
+    def check(self, ident: Hashable) -> None:
+        """Raises KmsError when `ident` was refused less than `ttl_seconds` ago."""
+        refused = self._entries.get(ident)
+        if refused is not None:
+            if refused[1] > self.now():
+                raise KmsError(f"{refused[0]} (refused again without asking the KMS)")
+            self._entries.pop(ident, None)
+
+    def remember(self, ident: Hashable, exc: KmsError) -> None:
+        if self._ttl > 0 and not isinstance(exc, KmsUnavailableError):
+            self._entries[ident] = (str(exc), self.now() + self._ttl)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class DataKeyCache:
     """Unwrapped data keys (as ready AESGCM objects) by wrapped key (`ParsedHeader.cache_key`); bounded, with a TTL."""
 
@@ -158,12 +189,9 @@ class DataKeyCache:
         self.retry = retry or RetryPolicy()
         self._max = max_entries
         self._ttl = ttl_seconds
-        self._failure_ttl = failure_ttl_seconds
         self.now = now
         self.entries: OrderedDict[bytes, tuple[AESGCM, float]] = OrderedDict()
-        # Wrapped keys the KMS refused (not transient failures), with when to ask again: a hostile
-        # record replayed many times costs one KMS call per `failure_ttl_seconds`, not one per copy.
-        self._refused: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        self.refusals = Refusals(failure_ttl_seconds, max_entries, now)  # wrapped keys the KMS refused
         self._lock = threading.Lock()
         self.kms_calls = 0
 
@@ -182,27 +210,18 @@ class DataKeyCache:
             cached = self.get(prefix)
             if cached is not None:
                 return cached
-            now = self.now()
-            refused = self._refused.get(prefix)
-            if refused is not None:
-                if refused[1] > now:
-                    raise KmsError(f"{refused[0]} (refused again without asking the KMS)")
-                del self._refused[prefix]
+            self.refusals.check(prefix)
             check_key_name(wrapped.key_name)
             self.kms_calls += 1
             try:
                 data_key = call_with_retry(self.retry, "unwrap", lambda: self.kms.unwrap(wrapped))
-            except KmsUnavailableError:
-                raise
             except KmsError as exc:
-                if self._failure_ttl > 0:
-                    self._refused[prefix] = (str(exc), now + self._failure_ttl)  # not exc: its frames
-                    while len(self._refused) > self._max:
-                        self._refused.popitem(last=False)
+                self.refusals.remember(prefix, exc)
                 raise
             if len(data_key) != 32:
                 raise KmsError("KMS returned a data key of the wrong size")
             aead = AESGCM(data_key)
+            now = self.now()
             self._drop_expired(now)
             self.entries[prefix] = (aead, now + self._ttl)
             self.entries.move_to_end(prefix)

@@ -31,6 +31,7 @@ import base64
 import binascii
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -42,7 +43,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
+from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy, Refusals
 from encryption.envelope import MAGIC
 from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
@@ -419,17 +420,24 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
 
 
 class _DeterministicKeys:
-    def __init__(self, kms: Kms, retry: RetryPolicy) -> None:
+    def __init__(self, kms: Kms, retry: RetryPolicy, now: Callable[[], float] = time.monotonic) -> None:
         self.kms = kms
         self.retry = retry
-        self._ciphers: dict[str, AESSIV] = {}
+        self._ciphers: dict[str, AESSIV] = {}  # only KEKs the KMS knows: bounded by them
+        self.refusals = Refusals(60.0, 1000, now)
 
     def cipher(self, key_name: str) -> AESSIV:
         cipher = self._ciphers.get(key_name)
         if cipher is None:
-            check_key_name(key_name)  # read from the record on the consumer side: checked before any KMS
-            secret = call_with_retry(self.retry, "derived_secret",
-                                     lambda: self.kms.derived_secret(key_name, _SIV_LABEL))
+            # On the consumer side the name comes from the record: checked before any KMS sees it.
+            check_key_name(key_name)
+            self.refusals.check(key_name)
+            try:
+                secret = call_with_retry(self.retry, "derived_secret",
+                                         lambda: self.kms.derived_secret(key_name, _SIV_LABEL))
+            except KmsError as exc:
+                self.refusals.remember(key_name, exc)
+                raise
             key = HKDFExpand(hashes.SHA256(), 64, b"kgov aes-256-siv").derive(secret)
             cipher = self._ciphers[key_name] = AESSIV(key)
         return cipher
@@ -517,7 +525,7 @@ class FieldDecryptingDeserializer:
         self.inner = inner
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
         self._opener = PayloadOpener(self.cache)
-        self._siv = _DeterministicKeys(kms, self.cache.retry)
+        self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
 
     def __repr__(self) -> str:

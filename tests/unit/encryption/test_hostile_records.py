@@ -81,7 +81,7 @@ def test_refused_keys_are_bounded_and_expired_data_keys_are_dropped(kms: LocalKm
     for i in range(10):
         with pytest.raises(KmsError):
             cache.load(b"bad-%d" % i, WrappedKey("orders", 1, bytes([i]) * 60))
-    assert len(cache._refused) == 3
+    assert len(cache.refusals) == 3
     cache.load(b"good-0", kms.wrap("orders", b"\1" * 32))
     clock[0] = 20.0
     cache.load(b"good-1", kms.wrap("orders", b"\2" * 32))
@@ -157,3 +157,16 @@ def test_a_duplicate_header_after_a_null_one_is_refused(kms: LocalKms) -> None:
     ctx_value = SerializationContext("orders-topic", MessageField.VALUE, value_doubled)
     with pytest.raises(DecryptionError, match="more than one"):
         DecryptingDeserializer(kms)(value, ctx_value)
+
+
+def test_a_replayed_deterministic_field_naming_an_unknown_kek_costs_one_kms_call(kms: LocalKms) -> None:
+    spy = CountingKms(kms)
+    policy = FieldPolicy.from_json_schema(
+        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
+    )
+    deserializer = FieldDecryptingDeserializer(spy, policy)  # type: ignore[arg-type]
+    forged = base64.b64encode(DETERMINISTIC_MAGIC + b"\x05ghost" + b"\0" * 32).decode()
+    for _ in range(20):
+        with pytest.raises(DecryptionError, match="'ghost' is not available"):
+            deserializer({"ssn": forged}, SerializationContext("t", MessageField.VALUE, []))
+    assert spy.derived == ["ghost"]
