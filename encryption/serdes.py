@@ -394,7 +394,8 @@ class DecryptingDeserializer:
 
     Every failure (wrong or missing key, tampering, unknown format, a KMS outage after retries, a
     missing or bad signature when `trusted_signers` is given) raises `DecryptionError`; a record that
-    is not encrypted is refused too. Unwrapped data keys are cached (`cache`).
+    is not encrypted is refused too. Unwrapped data keys are cached (`cache`). `require_key_bound=True`
+    also refuses records not bound to their Kafka key (a value moved onto another key of the topic).
     """
 
     def __init__(
@@ -406,8 +407,13 @@ class DecryptingDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
+        require_key_bound: bool = False,
     ) -> None:
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
+        # A record not bound to its key can be copied onto another key of the same topic and still
+        # decrypt; with require_key_bound such records are refused (all producers use RecordKeySerializer).
+        self.require_key_bound = require_key_bound
+        self._unbound_ok = not require_key_bound
         self._opener = PayloadOpener(self.cache, max_inflated_bytes)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
@@ -436,7 +442,8 @@ class DecryptingDeserializer:
                     if entry is not None and suffix is not None and entry[1] > now():
                         aad = None
                         if flags == 0:
-                            aad = header + suffix
+                            if self._unbound_ok:
+                                aad = header + suffix
                         elif flags == FLAG_KEY_BOUND:
                             key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
                             if key is None:
@@ -477,6 +484,8 @@ class DecryptingDeserializer:
             header, ciphertext = split_envelope(data)
         else:
             ciphertext = data
+        if self.require_key_bound and len(header) > 1 and not header[1] & FLAG_KEY_BOUND:
+            raise DecryptionError("record is not bound to its Kafka key but key binding is required")
         return self._opener.open(header, ciphertext, FIELD_VALUE, ctx.topic, key)
 
     def decrypt_message(self, msg: Any, key_deserializer: RecordKeyDeserializer | None = None) -> Any:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from encryption import DataKeyCache, DecryptingDeserializer, DecryptionError, EncryptingSerializer, LocalKms
-from encryption.envelope import HEADER, header_prefix
+from encryption.envelope import HEADER, header_prefix, parse_header
 from encryption.errors import KmsError
 from encryption.fields import DETERMINISTIC_MAGIC, FieldDecryptingDeserializer, FieldPolicy
 from encryption.kms import WrappedKey
@@ -170,3 +170,33 @@ def test_a_replayed_deterministic_field_naming_an_unknown_kek_costs_one_kms_call
         with pytest.raises(DecryptionError, match="'ghost' is not available"):
             deserializer({"ssn": forged}, SerializationContext("t", MessageField.VALUE, []))
     assert spy.derived == ["ghost"]
+
+
+def test_a_value_moved_onto_another_key_is_refused_when_key_binding_is_required(kms: LocalKms) -> None:
+    from encryption import RecordKeyDeserializer
+
+    # A producer without RecordKeySerializer: its values are not bound to their keys.
+    headers: list[tuple[str, bytes]] = []
+    value = EncryptingSerializer(kms, "orders")(b"alice's order", SerializationContext("o", MessageField.VALUE, headers))
+    moved = SerializationContext("o", MessageField.KEY, list(headers))
+    assert RecordKeyDeserializer(kms)(b"bob", moved) == b"bob"
+    moved.field = MessageField.VALUE
+    assert DecryptingDeserializer(kms)(value, moved) == b"alice's order"  # lenient default: accepted
+    strict = DecryptingDeserializer(kms, require_key_bound=True)
+    parsed, _ = parse_header(dict(headers)[HEADER])
+    strict.cache.load(parsed.cache_key, parsed.wrapped)  # data key cached: the inlined path is taken
+    strict._opener.suffixes.get(b"V", "o")
+    with pytest.raises(DecryptionError, match="not bound to its Kafka key"):
+        strict(value, moved)
+    # bound records still pass the strict consumer
+    from encryption import RecordKeySerializer
+
+    bound_headers: list[tuple[str, bytes]] = []
+    out = SerializationContext("o", MessageField.KEY, bound_headers)
+    wire_key = RecordKeySerializer(kms, "orders")(b"bob", out)
+    out.field = MessageField.VALUE
+    bound = EncryptingSerializer(kms, "orders")(b"bob's order", out)
+    back = SerializationContext("o", MessageField.KEY, bound_headers)
+    RecordKeyDeserializer(kms)(wire_key, back)
+    back.field = MessageField.VALUE
+    assert strict(bound, back) == b"bob's order"
