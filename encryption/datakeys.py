@@ -23,7 +23,7 @@ from itertools import repeat
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from encryption.envelope import NONCE_SIZE, header_prefix, key_part
-from encryption.errors import EncryptionError, KmsError, KmsUnavailableError
+from encryption.errors import EncryptionError, KeyNotFoundError, KmsError, KmsUnavailableError
 from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 
@@ -212,11 +212,13 @@ class DataKeyCache:
                 return cached
             self.refusals.check(prefix)
             check_key_name(wrapped.key_name)
+            kek = (wrapped.key_name, wrapped.version)
+            self.refusals.check(kek)  # a KEK (version) the KMS does not have, whatever the wrapped bytes
             self.kms_calls += 1
             try:
                 data_key = call_with_retry(self.retry, "unwrap", lambda: self.kms.unwrap(wrapped))
             except KmsError as exc:
-                self.refusals.remember(prefix, exc)
+                self.refusals.remember(kek if isinstance(exc, KeyNotFoundError) else prefix, exc)
                 raise
             if len(data_key) != 32:
                 raise KmsError("KMS returned a data key of the wrong size")

@@ -200,3 +200,14 @@ def test_a_value_moved_onto_another_key_is_refused_when_key_binding_is_required(
     RecordKeyDeserializer(kms)(wire_key, back)
     back.field = MessageField.VALUE
     assert strict(bound, back) == b"bob's order"
+
+
+def test_records_naming_an_unknown_kek_cost_one_kms_call_whatever_their_wrapped_bytes(kms: LocalKms) -> None:
+    spy = CountingKms(kms)
+    deserializer = DecryptingDeserializer(spy)  # type: ignore[arg-type]
+    for i in range(20):
+        with pytest.raises(DecryptionError, match="no key named 'ghost'"):
+            deserializer(b"x" * 32, ctx(forged_header(b"ghost", blob=bytes([i]) * 60)))
+        with pytest.raises(DecryptionError, match="has no version 9"):
+            deserializer(b"x" * 32, ctx(forged_header(b"orders", version=9, blob=bytes([i]) * 60)))
+    assert spy.unwrapped == ["ghost", "orders"]
