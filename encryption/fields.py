@@ -544,6 +544,9 @@ class FieldDecryptingDeserializer:
         return obj
 
     def _decrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
+        if not isinstance(value, str if rule.kind == "string" else bytes | bytearray | memoryview):
+            # not bytes(value): bytes(10**10) would allocate ten gigabytes of zeros
+            raise DecryptionError(f"field {rule.name!r} is not encrypted (a {type(value).__name__})")
         try:
             sealed = base64.b64decode(value, validate=True) if rule.kind == "string" else bytes(value)
         except (binascii.Error, TypeError, ValueError) as exc:

@@ -24,7 +24,7 @@ from encryption.kms import WrappedKey, check_key_name
 
 T = TypeVar("T")
 
-_CIPHERTEXT = re.compile(r"^vault:v(\d+):[A-Za-z0-9+/=]+$")
+_CIPHERTEXT = re.compile(r"vault:v(\d+):[A-Za-z0-9+/=]+\Z")  # \Z: no trailing newline (unlike $)
 
 
 class VaultTransitKms:

@@ -211,3 +211,34 @@ def test_records_naming_an_unknown_kek_cost_one_kms_call_whatever_their_wrapped_
         with pytest.raises(DecryptionError, match="has no version 9"):
             deserializer(b"x" * 32, ctx(forged_header(b"orders", version=9, blob=bytes([i]) * 60)))
     assert spy.unwrapped == ["ghost", "orders"]
+
+
+def test_a_non_bytes_value_in_an_encrypted_bytes_field_is_refused_without_allocating(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_avro({
+        "type": "record", "name": "R",
+        "fields": [{"name": "blob", "type": "bytes", "confluent:tags": ["PII"]}],
+    })
+    deserializer = FieldDecryptingDeserializer(kms, policy)
+    with pytest.raises(DecryptionError, match="'blob' is not encrypted"):
+        deserializer({"blob": 10**13}, SerializationContext("t", MessageField.VALUE, []))
+
+
+class _NoVault:
+    url = "http://vault.invalid"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Vault was called ({name})")
+
+
+@pytest.mark.parametrize("wrapped", [
+    WrappedKey("orders", 1, b"vault:v1:QUFBQQ==\n"),  # a trailing newline slipped past `$`
+    WrappedKey("../sys", 1, b"vault:v1:QUFBQQ=="),
+])
+def test_vault_refuses_hostile_wrapped_keys_before_calling_vault(wrapped: WrappedKey) -> None:
+    from encryption.vault import VaultTransitKms
+
+    vault = VaultTransitKms(_NoVault())  # type: ignore[arg-type]
+    with pytest.raises(KmsError):
+        vault.unwrap(wrapped)
+    with pytest.raises(KmsError):
+        vault.derived_secret("../sys", b"label")
