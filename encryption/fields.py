@@ -544,11 +544,13 @@ class FieldDecryptingDeserializer:
         return obj
 
     def _decrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
-        if not isinstance(value, str if rule.kind == "string" else bytes | bytearray | memoryview):
-            # not bytes(value): bytes(10**10) would allocate ten gigabytes of zeros
-            raise DecryptionError(f"field {rule.name!r} is not encrypted (a {type(value).__name__})")
         try:
-            sealed = base64.b64decode(value, validate=True) if rule.kind == "string" else bytes(value)
+            if rule.kind == "string":
+                sealed = base64.b64decode(value, validate=True)
+            elif isinstance(value, bytes | bytearray | memoryview):
+                sealed = bytes(value)
+            else:  # not bytes(value): bytes(10**10) allocates ten gigabytes of zeros
+                raise TypeError(type(value).__name__)
         except (binascii.Error, TypeError, ValueError) as exc:
             raise DecryptionError(f"field {rule.name!r} is not encrypted") from exc
         if sealed[: len(DETERMINISTIC_MAGIC)] == DETERMINISTIC_MAGIC:
