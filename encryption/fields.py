@@ -109,6 +109,13 @@ class FieldPolicy:
         self.exclusions: Exclusions = dict(exclusions or {})
         if not self.rules:
             raise EncryptionError("no field of the schema carries a sensitive tag: nothing would be encrypted")
+        # A field's ciphertext is bound to its dotted name: two fields with one name (JSON properties
+        # may contain dots: "a.b" and a.b) could take each other's ciphertexts; NUL ends the name.
+        paths: dict[str, Path] = {}
+        for rule in self.rules:
+            name = rule.name
+            if paths.setdefault(name, rule.path) != rule.path or "\0" in name:
+                raise EncryptionError(f"encrypted fields must have distinct names without NUL: {name!r} is ambiguous")
 
     def __repr__(self) -> str:
         return f"FieldPolicy({[(r.name, 'deterministic' if r.deterministic else 'randomized') for r in self.rules]})"

@@ -242,3 +242,23 @@ def test_vault_refuses_hostile_wrapped_keys_before_calling_vault(wrapped: Wrappe
         vault.unwrap(wrapped)
     with pytest.raises(KmsError):
         vault.derived_secret("../sys", b"label")
+
+
+@pytest.mark.parametrize("properties", [
+    {"a.b": {"type": "string", "confluent:tags": ["PII"]},
+     "a": {"type": "object", "properties": {"b": {"type": "string", "confluent:tags": ["PII"]}}}},
+    {"a\0b": {"type": "string", "confluent:tags": ["PII"]}},
+])
+def test_fields_whose_names_could_be_confused_are_refused(properties: dict[str, Any]) -> None:
+    from encryption import EncryptionError
+
+    with pytest.raises(EncryptionError, match="ambiguous"):
+        FieldPolicy.from_json_schema({"type": "object", "properties": properties})
+
+
+def test_one_field_reached_twice_is_not_ambiguous(kms: LocalKms) -> None:
+    tagged = {"type": "string", "confluent:tags": ["PII"]}
+    policy = FieldPolicy.from_json_schema(
+        {"type": "object", "properties": {"ssn": tagged}, "allOf": [{"properties": {"ssn": tagged}}]}
+    )
+    assert {rule.name for rule in policy.rules} == {"ssn"}
