@@ -30,6 +30,7 @@ from authz.http import ApiError, api_error_response
 from authz.model import Principal
 from authz.service import AuthorizerService
 from kgov import __version__
+from kgov.private_files import private_dir, private_file, sqlite_file
 from kgov.settings import Settings
 from sasl.http_auth import build_authenticator
 
@@ -55,7 +56,22 @@ class _AuthzCollector:
         yield GaugeMetricFamily("kgov_authz_acls", "ACLs in the live snapshot", value=len(service.data))
 
 
+def _private_storage(settings: Settings) -> None:
+    """Owner-only modes on the data directory, the SQLite file and the audit trail (see private_files)."""
+    private_dir(settings.data_dir)
+    db_file = sqlite_file(settings.database_url)
+    if db_file is not None and db_file.parent.is_dir():
+        private_file(db_file)
+    audit_dir = settings.audit_dir
+    # An audit directory of the operator's choosing keeps its mode once it exists; ours is tightened.
+    if not audit_dir.exists() or audit_dir.resolve() == (settings.data_dir / "audit").resolve():
+        private_dir(audit_dir)
+    for name in ("events.jsonl", "kafka-authorizer.log"):
+        private_file(audit_dir / name)
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
+    _private_storage(settings)
     engine = open_engine(settings.database_url)
     audit_dir = settings.audit_dir
     events = JsonLinesSink(audit_dir / "events.jsonl", max_bytes=settings.audit.max_bytes,

