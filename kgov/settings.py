@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".kgov")
     db: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite under data_dir")
     dev_mode: bool = False
+    # Largest HTTP request body the control plane reads (Karapace's http_request_max_size; aiohttp's
+    # default is 1 MiB). Bodies are read before authentication, so without a cap anyone could fill memory.
+    http_request_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
 
     authz: AuthzConfig = AuthzConfig()
     audit: AuditConfig = AuditConfig()
