@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from kgov.exposure import check_control_plane_exposure, check_dev_gateway_exposure
 from kgov.private_files import private_dir, private_file
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
@@ -135,11 +136,14 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def _run_up(args: argparse.Namespace) -> int:
+    from authz.database import redact_url
     from gateway.cli import run_until_signal
     from gateway.runtime import build_runtime
     from kgov.app import build_app
     from kgov.settings import load_settings
 
+    allow_remote = bool(getattr(args, "allow_remote_plaintext", False))
+    check_control_plane_exposure(args.host, None, None, allow_remote)
     data_dir: Path = args.data_dir
     private_dir(data_dir)
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
@@ -154,6 +158,7 @@ def _run_up(args: argparse.Namespace) -> int:
         settings.admin.password = SecretStr(password)
     upstream = getattr(args, "upstream", None)
     gateway_cfg = settings.gateway
+    check_dev_gateway_exposure(gateway_cfg, allow_remote)
     if not gateway_cfg.mechanisms:
         gateway_cfg.mechanisms = list(UP_MECHANISMS)
     if upstream is None:
@@ -179,7 +184,7 @@ def _run_up(args: argparse.Namespace) -> int:
             print(f"  kafka gateway : {gw}   (SASL_PLAINTEXT: {', '.join(runtime.gateway.options.sasl_mechanisms)})")
             print(f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if not args.upstream else ''}")
             print(f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)")
-            print(f"  database      : {settings.database_url}")
+            print(f"  database      : {redact_url(settings.database_url)}")
             print(f"  audit trail   : {settings.audit_dir}")
             print(f"  admin         : User:{settings.admin.user}")
             if password is not None:
