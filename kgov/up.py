@@ -24,8 +24,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from authz.database import redact_url
 from kgov.exposure import check_control_plane_exposure, check_dev_gateway_exposure
 from kgov.private_files import private_dir, private_file
+from kgov.settings import Settings
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 
@@ -127,6 +129,25 @@ OAUTHBEARER for services: create a client (kgov oauth-clients add ...), then in 
 """
 
 
+def startup_text(settings: Settings, *, gateway: str, mechanisms: list[str], upstream: str, embedded: bool,
+                 url: str, password: str | None) -> str:
+    """What `kgov up` prints once everything listens. The generated admin password is its only secret
+    (the database URL is shown without its password)."""
+    lines = [
+        "kgov is up (dev mode)",
+        f"  kafka gateway : {gateway}   (SASL_PLAINTEXT: {', '.join(mechanisms)})",
+        f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if embedded else ''}",
+        f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)",
+        f"  database      : {redact_url(settings.database_url)}",
+        f"  audit trail   : {settings.audit_dir}",
+        f"  admin         : User:{settings.admin.user}",
+    ]
+    if password is not None:
+        lines.append(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
+    return "\n".join(lines) + "\n" + client_settings(gateway, settings.admin.user, password, f"{url}/oauth/token") \
+        + "\nPress Ctrl-C to stop."
+
+
 def run_up(args: argparse.Namespace) -> int:
     try:
         return _run_up(args)
@@ -136,7 +157,6 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    from authz.database import redact_url
     from gateway.cli import run_until_signal
     from gateway.runtime import build_runtime
     from kgov.app import build_app
@@ -180,17 +200,9 @@ def _run_up(args: argparse.Namespace) -> int:
 
         def announce() -> None:
             gw = f"{runtime.gateway.options.listen_host}:{runtime.gateway.port}"
-            print("kgov is up (dev mode)")
-            print(f"  kafka gateway : {gw}   (SASL_PLAINTEXT: {', '.join(runtime.gateway.options.sasl_mechanisms)})")
-            print(f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if not args.upstream else ''}")
-            print(f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)")
-            print(f"  database      : {redact_url(settings.database_url)}")
-            print(f"  audit trail   : {settings.audit_dir}")
-            print(f"  admin         : User:{settings.admin.user}")
-            if password is not None:
-                print(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
-            print(client_settings(gw, settings.admin.user, password, f"{url}/oauth/token"))
-            print("Press Ctrl-C to stop.", flush=True)
+            print(startup_text(settings, gateway=gw, mechanisms=runtime.gateway.options.sasl_mechanisms,
+                               upstream=upstream, embedded=not args.upstream, url=url, password=password),
+                  flush=True)
 
         code = run_until_signal(runtime, announce=announce)
     print("kgov: stopped", file=sys.stderr)
