@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ OAUTHBEARER for services: create a client (kgov oauth-clients add ...), then in 
 """
 
 
-def startup_text(settings: Settings, *, gateway: str, mechanisms: list[str], upstream: str, embedded: bool,
+def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str], upstream: str, embedded: bool,
                  url: str, password: str | None) -> str:
     """What `kgov up` prints once everything listens. The generated admin password is its only secret
     (the database URL is shown without its password)."""
