@@ -159,8 +159,10 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
             lines.close()
             engine.dispose()
 
+    # Swagger UI pulls its scripts from a CDN into the page where an admin types credentials: a dev-mode
+    # convenience only. /openapi.json stays (the contract is public, as openapi.yaml in the repository).
     app = FastAPI(title="kgov control plane", version=__version__, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None)
+                  docs_url="/docs" if settings.dev_mode else None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
     app.state.authorizer = authorizer

@@ -36,7 +36,8 @@ class Settings(BaseSettings):
 
     cluster_id: str = Field(default="kgov-cluster", min_length=1)
     data_dir: Path = Path(".kgov")
-    db: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite under data_dir")
+    # repr=False: a PostgreSQL URL carries its password.
+    db: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite under data_dir", repr=False)
     dev_mode: bool = False
     # Largest HTTP request body the control plane reads (Karapace's http_request_max_size; aiohttp's
     # default is 1 MiB). Bodies are read before authentication, so without a cap anyone could fill memory.

@@ -15,7 +15,8 @@ LIMIT = 64 * 1024
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("KGOV_SASL__FAILED_AUTHENTICATION_DELAY_MS", "0")  # many refused requests below
     settings = load_settings(data_dir=tmp_path / "data", dev_mode=True, http_request_max_bytes=LIMIT)
     with TestClient(build_app(settings)) as c:
         yield c
@@ -43,3 +44,38 @@ def test_streamed_oversized_body_is_refused(client: TestClient) -> None:
 def test_body_under_the_cap_reaches_the_route(client: TestClient) -> None:
     r = client.post("/subjects/s/versions", content=b"{}", headers={"Content-Type": "application/json"})
     assert r.status_code == 401
+
+
+def test_swagger_ui_only_in_dev_mode(tmp_path: Path, client: TestClient) -> None:
+    assert client.get("/docs").status_code == 200
+    settings = load_settings(data_dir=tmp_path / "prod", dev_mode=False)
+    with TestClient(build_app(settings)) as prod:
+        assert prod.get("/docs").status_code == 404
+        assert prod.get("/openapi.json").status_code == 200
+
+
+def test_unauthenticated_surface_is_only_operations_and_token_discovery(client: TestClient) -> None:
+    """Every documented route answers 401/403/400 without credentials, except these few."""
+    import re
+
+    open_routes = set()
+    for path, ops in client.get("/openapi.json").json()["paths"].items():
+        for method in ops:
+            r = client.request(method.upper(), re.sub(r"\{[^}]+\}", "x", path), json={})
+            if r.status_code < 400:
+                open_routes.add(f"{method.upper()} {path}")
+    assert open_routes == {"GET /health", "GET /metrics", "GET /.well-known/openid-configuration",
+                           "GET /.well-known/jwks.json"}
+    health = client.get("/health")
+    assert health.json() == {"status": "UP"}
+
+
+def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None:
+    @client.app.get("/boom")  # type: ignore[attr-defined, untyped-decorator]
+    def boom() -> None:
+        raise RuntimeError("SELECT secret FROM sasl_scram_credentials")
+
+    with TestClient(client.app, raise_server_exceptions=False) as c:  # type: ignore[arg-type]
+        r = c.get("/boom")
+    assert r.status_code == 500
+    assert r.json() == {"error_code": 50001, "message": "Internal server error"}

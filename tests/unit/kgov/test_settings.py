@@ -60,3 +60,8 @@ def test_bad_decision_api_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGOV_AUTHZ__DECISION_API_NETWORKS", '["10.0.0.0/33"]')
     with pytest.raises(ValidationError, match="decision_api_networks"):
         load_settings()
+
+
+def test_database_url_stays_out_of_reprs() -> None:
+    s = load_settings(db="postgresql://kgov:db-pass-0f9a@db/kgov")
+    assert "db-pass-0f9a" not in repr(s) and "db-pass-0f9a" not in str(s)
