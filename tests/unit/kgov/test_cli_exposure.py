@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,15 @@ import pytest
 
 import kgov.up
 from kgov.cli import main
+
+
+@pytest.fixture(autouse=True)
+def keep_umask() -> Iterator[None]:
+    """`kgov serve` and `kgov up` tighten the process umask; the rest of the test session keeps its own."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)
 
 
 @pytest.fixture
@@ -44,6 +55,7 @@ def test_serve_beyond_loopback_with_tls_or_explicit_proxy(tmp_path: Path, starte
     assert main(["serve", "--host", "0.0.0.0", "--allow-remote-plaintext", "--db", db]) == 0
     assert main(["serve", "--db", db]) == 0
     assert [c["host"] for c in started] == ["0.0.0.0", "0.0.0.0", "127.0.0.1"]
+    assert os.umask(0o022) == 0o077  # what the server writes later is owner-only
     assert main(["serve", "--host", "0.0.0.0", "--tls-cert", "c.pem", "--db", db]) == 2
 
 
