@@ -129,6 +129,10 @@ class RequestBodyLimit:
 
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     _private_storage(settings)
+    if settings.oauth.signing_key_secret is None and not settings.dev_mode:
+        # Whoever reads the database (a backup, a replica) could then sign tokens for any principal.
+        log.warning("oauth.signing_key_secret is not set: the token issuer's private keys are stored unencrypted "
+                    "in the database; set KGOV_OAUTH__SIGNING_KEY_SECRET to a long random value")
     engine = open_engine(settings.database_url)
     audit_dir = settings.audit_dir
     events = JsonLinesSink(audit_dir / "events.jsonl", max_bytes=settings.audit.max_bytes,

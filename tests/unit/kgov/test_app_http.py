@@ -79,3 +79,14 @@ def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None
         r = c.get("/boom")
     assert r.status_code == 500
     assert r.json() == {"error_code": 50001, "message": "Internal server error"}
+
+
+def test_unsealed_signing_keys_are_warned_about_outside_dev_mode(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    build_app(load_settings(data_dir=tmp_path / "a", dev_mode=False)).state.authorizer.close()
+    assert "KGOV_OAUTH__SIGNING_KEY_SECRET" in caplog.text
+    caplog.clear()
+    sealed = load_settings(data_dir=tmp_path / "b", dev_mode=False,
+                           oauth={"signing_key_secret": "0123456789abcdef-long"})
+    build_app(sealed).state.authorizer.close()
+    assert "SIGNING_KEY_SECRET" not in caplog.text and "0123456789abcdef-long" not in caplog.text
