@@ -37,7 +37,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = args.settings()
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
+                server_header=False, ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
     return 0
 
 

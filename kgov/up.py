@@ -103,7 +103,9 @@ def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
     """uvicorn in a thread (the main thread owns the signals and the gateway's event loop)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    # No `server: uvicorn` header: the version of what answers is nobody's business.
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                           server_header=False))
     thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -90,3 +90,14 @@ def test_unsealed_signing_keys_are_warned_about_outside_dev_mode(tmp_path: Path,
                            oauth={"signing_key_secret": "0123456789abcdef-long"})
     build_app(sealed).state.authorizer.close()
     assert "SIGNING_KEY_SECRET" not in caplog.text and "0123456789abcdef-long" not in caplog.text
+
+
+def test_served_responses_do_not_name_the_server(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.support.server import serve_app
+
+    app = build_app(load_settings(data_dir=tmp_path / "d", dev_mode=True))
+    with serve_app(app) as url:
+        r = httpx.get(f"{url}/health", timeout=10)
+    assert r.status_code == 200 and "server" not in r.headers

@@ -52,6 +52,7 @@ def test_serve_beyond_loopback_with_tls_or_explicit_proxy(tmp_path: Path, starte
     db = f"sqlite:///{tmp_path}/k.db"
     assert main(["serve", "--host", "0.0.0.0", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--db", db]) == 0
     assert started[-1]["ssl_certfile"] == Path("c.pem") and started[-1]["ssl_keyfile"] == Path("k.pem")
+    assert started[-1]["server_header"] is False
     assert main(["serve", "--host", "0.0.0.0", "--allow-remote-plaintext", "--db", db]) == 0
     assert main(["serve", "--db", db]) == 0
     assert [c["host"] for c in started] == ["0.0.0.0", "0.0.0.0", "127.0.0.1"]
