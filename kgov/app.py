@@ -63,10 +63,7 @@ def _private_storage(settings: Settings) -> None:
     db_file = sqlite_file(settings.database_url)
     if db_file is not None and db_file.parent.is_dir():
         private_file(db_file)
-    audit_dir = settings.audit_dir
-    # An audit directory of the operator's choosing keeps its mode once it exists; ours is tightened.
-    if not audit_dir.exists() or audit_dir.resolve() == (settings.data_dir / "audit").resolve():
-        private_dir(audit_dir)
+    audit_dir = private_dir(settings.audit_dir)
     for name in ("events.jsonl", "kafka-authorizer.log"):
         private_file(audit_dir / name)
 

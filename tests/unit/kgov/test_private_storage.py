@@ -81,3 +81,29 @@ def test_private_file_does_not_chmod_through_a_symlink(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         private_file(link)
     assert mode(target) == 0o644
+
+
+def test_a_shared_directory_named_as_data_dir_keeps_its_mode(tmp_path: Path, open_umask: None,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var").chmod(0o755)
+    (tmp_path / "var" / "someone-else").mkdir()
+    build_app(load_settings(data_dir=shared, dev_mode=True)).state.authorizer.close()
+    build_app(load_settings(data_dir=tmp_path / "var", dev_mode=True)).state.authorizer.close()
+    assert mode(shared) == 0o1777 and mode(tmp_path / "var") == 0o755
+    assert "open to other users" in caplog.text
+    assert mode(shared / "kgov.db") == 0o600 and mode(tmp_path / "var" / "kgov.db") == 0o600
+
+
+def test_an_earlier_runs_data_dir_is_tightened(tmp_path: Path, open_umask: None) -> None:
+    data = tmp_path / ".kgov"
+    data.mkdir(mode=0o755)
+    (data / "kgov.db").write_bytes(b"")
+    (data / "kgov.db").chmod(0o644)
+    (data / "audit").mkdir(mode=0o755)
+    (data / "audit" / "events.jsonl.1").write_text("{}")
+    build_app(load_settings(data_dir=data, dev_mode=True)).state.authorizer.close()
+    assert mode(data) == 0o700 and mode(data / "kgov.db") == 0o600 and mode(data / "audit") == 0o700
