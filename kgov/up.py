@@ -210,6 +210,10 @@ def _run_up(args: argparse.Namespace) -> int:
         # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
         # so tokens issued by one run stay valid in the next.
         settings.sasl.delegation_token_secret_key = SecretStr(_dev_secret(data_dir / "delegation-token.key"))
+    if settings.oauth.signing_key_secret is None:
+        # Likewise a key that seals the token issuer's private keys in the database (a copy of kgov.db
+        # alone cannot sign tokens). Keys stored plain by an earlier run still open.
+        settings.oauth.signing_key_secret = SecretStr(_dev_secret(data_dir / "signing-key.secret"))
     password = None
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)

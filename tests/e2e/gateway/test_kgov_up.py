@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -110,8 +111,9 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
 
     env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{free_port()}"}
     env.pop("KGOV_ADMIN__PASSWORD", None)
+    http_port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(free_port())],
+        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
     )
     try:
@@ -129,6 +131,14 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
         assert stat.S_IMODE(data.stat().st_mode) == 0o700
         for f in data.rglob("*"):
             assert stat.S_IMODE(f.stat().st_mode) & 0o077 == 0, f
+        # dev mode seals the token issuer's private keys with a key kept beside the database
+        import sqlite3
+
+        assert httpx.get(f"http://127.0.0.1:{http_port}/.well-known/jwks.json", timeout=10).json()["keys"]
+
+        with contextlib.closing(sqlite3.connect(data / "kgov.db")) as db:
+            stored = [row[0] for row in db.execute("SELECT private_pem FROM sasl_signing_keys")]
+        assert stored and all(pem.startswith("kgov-aesgcm-v1:") for pem in stored)
     finally:
         proc.kill()
         proc.communicate()
