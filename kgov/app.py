@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import authz.api
 import gateway.api
@@ -30,6 +31,7 @@ from authz.http import ApiError, api_error_response
 from authz.model import Principal
 from authz.service import AuthorizerService
 from kgov import __version__
+from kgov.private_files import private_dir, private_file, sqlite_file
 from kgov.settings import Settings
 from sasl.http_auth import build_authenticator
 
@@ -55,7 +57,79 @@ class _AuthzCollector:
         yield GaugeMetricFamily("kgov_authz_acls", "ACLs in the live snapshot", value=len(service.data))
 
 
+def _private_storage(settings: Settings) -> None:
+    """Owner-only modes on the data directory, the SQLite file and the audit trail (see private_files)."""
+    private_dir(settings.data_dir)
+    db_file = sqlite_file(settings.database_url)
+    if db_file is not None and db_file.parent.is_dir():
+        private_file(db_file)
+    audit_dir = private_dir(settings.audit_dir)
+    for name in ("events.jsonl", "kafka-authorizer.log"):
+        private_file(audit_dir / name)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class RequestBodyLimit:
+    """Answers 413 to a request whose body passes `max_bytes`, declared or streamed (chunked), and stops
+    reading it there. Whatever the app answers after the cap tripped (FastAPI turns the failed read into
+    a 400) is replaced by the 413."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        received = 0
+        exceeded = started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True
+                    raise _BodyTooLarge
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if exceeded:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            # _BodyTooLarge itself, or whatever a handler made of it (an exception group, ...)
+            if not exceeded:
+                raise
+        if exceeded and not started:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(status_code=413, headers={"Connection": "close"}, content={
+            "error_code": 413, "message": f"Request body larger than {self.max_bytes} bytes"})
+        await response(scope, receive, send)
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
+    _private_storage(settings)
+    if settings.oauth.signing_key_secret is None and not settings.dev_mode:
+        # Whoever reads the database (a backup, a replica) could then sign tokens for any principal.
+        log.warning("oauth.signing_key_secret is not set: the token issuer's private keys are stored unencrypted "
+                    "in the database; set KGOV_OAUTH__SIGNING_KEY_SECRET to a long random value")
     engine = open_engine(settings.database_url)
     audit_dir = settings.audit_dir
     events = JsonLinesSink(audit_dir / "events.jsonl", max_bytes=settings.audit.max_bytes,
@@ -86,8 +160,10 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
             lines.close()
             engine.dispose()
 
+    # Swagger UI pulls its scripts from a CDN into the page where an admin types credentials: a dev-mode
+    # convenience only. /openapi.json stays (the contract is public, as openapi.yaml in the repository).
     app = FastAPI(title="kgov control plane", version=__version__, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None)
+                  docs_url="/docs" if settings.dev_mode else None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
     app.state.authorizer = authorizer
@@ -95,6 +171,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     app.state.clock = now
     app.state.authenticator = build_authenticator(app.state)
 
+    app.add_middleware(RequestBodyLimit, max_bytes=settings.http_request_max_bytes)
     _install_error_handlers(app)
     _install_operations(app)
     authz.api.install(app)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ import gateway.cli
 import sasl.cli
 import spark_compliance.cli
 from kgov import __version__
+from kgov.exposure import REMOTE_FLAG, check_control_plane_exposure
 from kgov.settings import Settings, load_settings
 
 
@@ -30,9 +32,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     from kgov.app import build_app
 
+    check_control_plane_exposure(args.host, args.tls_cert, args.tls_key, args.allow_remote_plaintext)
+    os.umask(0o077)  # rotated audit files and anything else written later are owner-only
     settings = args.settings()
     app = build_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                server_header=False, ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
     return 0
 
 
@@ -51,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve HTTPS")
+    serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key for --tls-cert")
+    _add_remote_flag(serve)
     serve.set_defaults(func=_serve)
 
     up = sub.add_parser("up", help="start the whole platform on embedded defaults")
@@ -58,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", type=Path, default=Path(".kgov"))
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8080, help="control-plane port")
+    _add_remote_flag(up)
     up.set_defaults(func=_up)
 
     for module in (authz.cli, sasl.cli, encryption.cli, gateway.cli, spark_compliance.cli):
@@ -65,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     for child in sub.choices.values():
         _add_common_options(child)
     return parser
+
+
+def _add_remote_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(REMOTE_FLAG, action="store_true",
+                        help="serve plain HTTP/SASL_PLAINTEXT on a non-loopback address (TLS terminated in front)")
 
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,8 @@ Validated at start-up; insecure combinations are refused with the fix in the mes
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from pydantic_settings import (
 from audit.config import AuditConfig
 from authz.config import AuthzConfig
 from gateway.config import GatewayConfig
+from kgov.private_files import private_dir
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
@@ -35,8 +38,12 @@ class Settings(BaseSettings):
 
     cluster_id: str = Field(default="kgov-cluster", min_length=1)
     data_dir: Path = Path(".kgov")
-    db: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite under data_dir")
+    # repr=False: a PostgreSQL URL carries its password.
+    db: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite under data_dir", repr=False)
     dev_mode: bool = False
+    # Largest HTTP request body the control plane reads (Karapace's http_request_max_size; aiohttp's
+    # default is 1 MiB). Bodies are read before authentication, so without a cap anyone could fill memory.
+    http_request_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
 
     authz: AuthzConfig = AuthzConfig()
     audit: AuditConfig = AuditConfig()
@@ -95,7 +102,7 @@ class Settings(BaseSettings):
     def database_url(self) -> str:
         if self.db:
             return self.db
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
         return f"sqlite:///{(self.data_dir / 'kgov.db').resolve()}"
 
     @property
@@ -103,11 +110,27 @@ class Settings(BaseSettings):
         return self.audit.dir if self.audit.dir is not None else self.data_dir / "audit"
 
 
+def _refuse_untrusted_config(path: Path, *, implicit: bool) -> None:
+    """The file decides super users and default-allow: anyone else able to write it owns the cluster.
+    A world-writable file is refused; so is an implicit ./kgov.toml owned by another user (a shared
+    working directory such as /tmp), as OpenSSH's StrictModes does for its files."""
+    st = path.stat()
+    if st.st_mode & stat.S_IWOTH:
+        raise ValueError(f"configuration file {path} is writable by every user: run `chmod o-w {path}`")
+    if implicit and st.st_uid not in (os.geteuid(), 0):
+        raise ValueError(
+            f"./{path} belongs to another user (uid {st.st_uid}); refusing to take settings from it: "
+            "pass --config explicitly if it is meant to be used"
+        )
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Settings from `config_file` (or ./kgov.toml when present), environment, then `overrides`."""
     if config_file is not None and not config_file.exists():
         raise FileNotFoundError(f"configuration file {config_file} does not exist")
     path = config_file or (DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.exists() else None)
+    if path is not None:
+        _refuse_untrusted_config(path, implicit=config_file is None)
     values = {k: v for k, v in overrides.items() if v is not None}
     if path is None:
         return Settings(**values)

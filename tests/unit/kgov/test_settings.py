@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,29 @@ def test_bad_decision_api_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGOV_AUTHZ__DECISION_API_NETWORKS", '["10.0.0.0/33"]')
     with pytest.raises(ValidationError, match="decision_api_networks"):
         load_settings()
+
+
+def test_database_url_stays_out_of_reprs() -> None:
+    s = load_settings(db="postgresql://kgov:db-pass-0f9a@db/kgov")
+    assert "db-pass-0f9a" not in repr(s) and "db-pass-0f9a" not in str(s)
+
+
+def test_world_writable_config_is_refused(tmp_path: Path) -> None:
+    toml = tmp_path / "kgov.toml"
+    toml.write_text("[authz]\nallow_everyone_if_no_acl_found = true\n")
+    toml.chmod(0o666)
+    with pytest.raises(ValueError, match="writable by every user"):
+        load_settings(toml)
+    toml.chmod(0o644)
+    assert load_settings(toml).authz.allow_everyone_if_no_acl_found is True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_implicit_config_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    toml = tmp_path / "kgov.toml"
+    toml.write_text("[authz]\nsuper_users = 'User:mallory'\n")
+    os.chown(toml, 65534, 65534)
+    with pytest.raises(ValueError, match="another user"):
+        load_settings()
+    assert load_settings(toml).authz.super_user_set == {Principal("User", "mallory")}  # explicit: the operator's call

@@ -1,0 +1,103 @@
+"""The assembled control plane's HTTP surface: body size cap, errors, what is open without credentials."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from kgov.app import build_app
+from kgov.settings import load_settings
+
+LIMIT = 64 * 1024
+
+
+@pytest.fixture
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("KGOV_SASL__FAILED_AUTHENTICATION_DELAY_MS", "0")  # many refused requests below
+    settings = load_settings(data_dir=tmp_path / "data", dev_mode=True, http_request_max_bytes=LIMIT)
+    with TestClient(build_app(settings)) as c:
+        yield c
+
+
+@pytest.mark.parametrize("path", ["/subjects/s/versions", "/oauth/token", "/v1/data/kafka/authz/allow"])
+def test_declared_oversized_body_is_refused_before_authentication(client: TestClient, path: str) -> None:
+    r = client.post(path, content=b"x" * (LIMIT + 1), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert r.json() == {"error_code": 413, "message": f"Request body larger than {LIMIT} bytes"}
+
+
+def test_streamed_oversized_body_is_refused(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(LIMIT // 1024 + 2):
+            yield b"x" * 1024
+
+    # the token endpoint reads its (form) body with no credentials at all
+    r = client.post("/oauth/token", content=chunks(),
+                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413
+    assert r.json()["error_code"] == 413
+
+
+def test_body_under_the_cap_reaches_the_route(client: TestClient) -> None:
+    r = client.post("/subjects/s/versions", content=b"{}", headers={"Content-Type": "application/json"})
+    assert r.status_code == 401
+
+
+def test_swagger_ui_only_in_dev_mode(tmp_path: Path, client: TestClient) -> None:
+    assert client.get("/docs").status_code == 200
+    settings = load_settings(data_dir=tmp_path / "prod", dev_mode=False)
+    with TestClient(build_app(settings)) as prod:
+        assert prod.get("/docs").status_code == 404
+        assert prod.get("/openapi.json").status_code == 200
+
+
+def test_unauthenticated_surface_is_only_operations_and_token_discovery(client: TestClient) -> None:
+    """Every documented route answers 401/403/400 without credentials, except these few."""
+    import re
+
+    open_routes = set()
+    for path, ops in client.get("/openapi.json").json()["paths"].items():
+        for method in ops:
+            r = client.request(method.upper(), re.sub(r"\{[^}]+\}", "x", path), json={})
+            if r.status_code < 400:
+                open_routes.add(f"{method.upper()} {path}")
+    assert open_routes == {"GET /health", "GET /metrics", "GET /.well-known/openid-configuration",
+                           "GET /.well-known/jwks.json"}
+    health = client.get("/health")
+    assert health.json() == {"status": "UP"}
+
+
+def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None:
+    @client.app.get("/boom")  # type: ignore[attr-defined, untyped-decorator]
+    def boom() -> None:
+        raise RuntimeError("SELECT secret FROM sasl_scram_credentials")
+
+    with TestClient(client.app, raise_server_exceptions=False) as c:  # type: ignore[arg-type]
+        r = c.get("/boom")
+    assert r.status_code == 500
+    assert r.json() == {"error_code": 50001, "message": "Internal server error"}
+
+
+def test_unsealed_signing_keys_are_warned_about_outside_dev_mode(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    build_app(load_settings(data_dir=tmp_path / "a", dev_mode=False)).state.authorizer.close()
+    assert "KGOV_OAUTH__SIGNING_KEY_SECRET" in caplog.text
+    caplog.clear()
+    sealed = load_settings(data_dir=tmp_path / "b", dev_mode=False,
+                           oauth={"signing_key_secret": "0123456789abcdef-long"})
+    build_app(sealed).state.authorizer.close()
+    assert "SIGNING_KEY_SECRET" not in caplog.text and "0123456789abcdef-long" not in caplog.text
+
+
+def test_served_responses_do_not_name_the_server(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.support.server import serve_app
+
+    app = build_app(load_settings(data_dir=tmp_path / "d", dev_mode=True))
+    with serve_app(app) as url:
+        r = httpx.get(f"{url}/health", timeout=10)
+    assert r.status_code == 200 and "server" not in r.headers

@@ -1,0 +1,25 @@
+"""`kgov up`'s start-up text: the generated admin password is its only secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kgov.settings import load_settings
+from kgov.up import startup_text
+
+
+def test_startup_text_hides_the_database_password(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, dev_mode=True, db="postgresql://kgov:db-pass-0f9a@db.internal/kgov")
+    text = startup_text(settings, gateway="127.0.0.1:9192", mechanisms=["SCRAM-SHA-512"], upstream="127.0.0.1:9092",
+                        embedded=True, url="http://127.0.0.1:8080", password="generated-admin-pw")
+    assert "db-pass-0f9a" not in text
+    assert "postgresql://kgov:***@db.internal/kgov" in text
+    assert text.count("generated-admin-pw") == 3  # the one-time line and the two client snippets
+    assert text.endswith("Press Ctrl-C to stop.")
+
+
+def test_startup_text_without_a_generated_password(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, dev_mode=True)
+    text = startup_text(settings, gateway="g:1", mechanisms=["SCRAM-SHA-512"], upstream="u:2", embedded=False,
+                        url="http://127.0.0.1:8080", password=None)
+    assert "admin password:" not in text and "<admin password>" in text
