@@ -413,7 +413,6 @@ class DecryptingDeserializer:
         # A record not bound to its key can be copied onto another key of the same topic and still
         # decrypt; with require_key_bound such records are refused (all producers use RecordKeySerializer).
         self.require_key_bound = require_key_bound
-        self._unbound_ok = not require_key_bound
         self._opener = PayloadOpener(self.cache, max_inflated_bytes)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
@@ -442,7 +441,7 @@ class DecryptingDeserializer:
                     if entry is not None and suffix is not None and entry[1] > now():
                         aad = None
                         if flags == 0:
-                            if self._unbound_ok:
+                            if not self.require_key_bound:
                                 aad = header + suffix
                         elif flags == FLAG_KEY_BOUND:
                             key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)

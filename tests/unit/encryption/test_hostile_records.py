@@ -188,6 +188,12 @@ def test_a_value_moved_onto_another_key_is_refused_when_key_binding_is_required(
     strict._opener.suffixes.get(b"V", "o")
     with pytest.raises(DecryptionError, match="not bound to its Kafka key"):
         strict(value, moved)
+    # switched on after construction, both the inlined path and the reference path refuse
+    lenient = DecryptingDeserializer(kms)
+    assert lenient(value, moved) == b"alice's order"  # data key cached: the inlined path from now on
+    lenient.require_key_bound = True
+    with pytest.raises(DecryptionError, match="not bound to its Kafka key"):
+        lenient(value, moved)
     # bound records still pass the strict consumer
     from encryption import RecordKeySerializer
 
