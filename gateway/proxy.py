@@ -64,7 +64,14 @@ from gateway.codec import (
 )
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
-from gateway.sasl_session import Admission, AuthStep, MechanismFactory, SaslSession
+from gateway.sasl_session import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    Admission,
+    AuthStep,
+    MechanismFactory,
+    SaslSession,
+)
 from gateway.upstream_login import (
     Authenticated,
     OAuthBearerExchange,
@@ -76,7 +83,6 @@ from gateway.upstream_token import printable
 
 log = logging.getLogger("kgov.gateway")
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 UNSUPPORTED_VERSION = 35
 MAX_IN_FLIGHT = 256
 PENDING_BYTES_HIGH = 4 * 1024 * 1024
