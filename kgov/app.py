@@ -58,14 +58,13 @@ class _AuthzCollector:
 
 
 def _private_storage(settings: Settings) -> None:
-    """Owner-only modes on the data directory, the SQLite file and the audit trail (see private_files)."""
+    """Owner-only modes on the data directory, the SQLite file and the audit directory (see
+    private_files); the audit files themselves are made private where their sinks are built."""
     private_dir(settings.data_dir)
     db_file = sqlite_file(settings.database_url)
     if db_file is not None and db_file.parent.is_dir():
         private_file(db_file)
-    audit_dir = private_dir(settings.audit_dir)
-    for name in ("events.jsonl", "kafka-authorizer.log"):
-        private_file(audit_dir / name)
+    private_dir(settings.audit_dir)
 
 
 class _BodyTooLarge(Exception):
@@ -132,9 +131,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
                     "in the database; set KGOV_OAUTH__SIGNING_KEY_SECRET to a long random value")
     engine = open_engine(settings.database_url)
     audit_dir = settings.audit_dir
-    events = JsonLinesSink(audit_dir / "events.jsonl", max_bytes=settings.audit.max_bytes,
+    events = JsonLinesSink(private_file(audit_dir / "events.jsonl"), max_bytes=settings.audit.max_bytes,
                            backups=settings.audit.backups)
-    lines = TextLineSink(audit_dir / "kafka-authorizer.log", max_bytes=settings.audit.max_bytes,
+    lines = TextLineSink(private_file(audit_dir / "kafka-authorizer.log"), max_bytes=settings.audit.max_bytes,
                          backups=settings.audit.backups)
     now = clock or (lambda: datetime.now(UTC))
     authorizer = AuthorizerService(
