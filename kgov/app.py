@@ -27,8 +27,8 @@ import registry.api
 import sasl.api
 from audit.sinks import JsonLinesSink, MultiSink, TextLineSink
 from authz.database import open_engine
-from authz.http import ApiError, api_error_response
-from authz.model import Principal
+from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http
+from authz.model import CLUSTER_RESOURCE_NAME, USER_WILDCARD, Operation, Principal, ResourceType
 from authz.service import AuthorizerService
 from kgov import __version__
 from kgov.private_files import private_dir, private_file, sqlite_file
@@ -211,6 +211,18 @@ def _install_error_handlers(app: FastAPI) -> None:
 def _install_operations(app: FastAPI) -> None:
     registry = CollectorRegistry()
     registry.register(_AuthzCollector(app))
+    settings: Settings = app.state.settings
+    scrapers = settings.metrics.principal_set
+
+    async def may_scrape(request: Request) -> None:
+        """401 without valid credentials; 403 unless the caller is a listed scraper or may DESCRIBE the
+        cluster. Listed scrapers are let through without an authorizer call, so a scrape every few
+        seconds neither counts as a decision in the metrics it reads nor writes to the audit trail."""
+        principal = await authenticated_principal(request)
+        if principal in scrapers or USER_WILDCARD in scrapers:
+            return
+        authorize_http(request, principal, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE,
+                       method_name="metrics.Scrape")
 
     @app.get("/health", tags=["operations"])
     def health() -> dict[str, str]:
@@ -218,5 +230,8 @@ def _install_operations(app: FastAPI) -> None:
         return {"status": "UP"}
 
     @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)
-    def metrics() -> PlainTextResponse:
+    async def metrics(request: Request) -> PlainTextResponse:
+        """Prometheus metrics. Needs credentials unless `[metrics] public = true` (see kgov.settings.MetricsConfig)."""
+        if not settings.metrics.public:
+            await may_scrape(request)
         return PlainTextResponse(generate_latest(registry).decode(), media_type="text/plain; version=0.0.4")

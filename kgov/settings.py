@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,13 +20,55 @@ from pydantic_settings import (
 )
 
 from audit.config import AuditConfig
-from authz.config import AuthzConfig
+from authz.config import AuthzConfig, parse_super_users
+from authz.model import InvalidAclError, Principal
 from gateway.config import GatewayConfig
 from kgov.private_files import private_dir
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
 DEFAULT_CONFIG_FILE = Path("kgov.toml")
+
+
+class MetricsConfig(BaseModel):
+    """`GET /metrics` (section `[metrics]`, environment `KGOV_METRICS__*`).
+
+    By default a scrape needs credentials (HTTP Basic or Bearer) of a principal listed in `principals`
+    (it gets nothing else) or one allowed DESCRIBE on the cluster (super users, the Operator role, ...).
+    Kafka's own metrics (JMX) sit outside its ACLs; kgov's name its deny counts, so they are not public
+    unless `public = true`.
+    """
+
+    public: bool = False
+    principals: str = Field(default="", description="User principals allowed to scrape: User:prometheus;User:b")
+
+    @field_validator("public", mode="before")
+    @classmethod
+    def _strict_boolean(cls, v: object) -> object:
+        # Only true/false: pydantic alone would read "yes", "on", "1" as true, and this opens a route.
+        if isinstance(v, str):
+            text = v.strip().lower()
+            if text not in ("true", "false"):
+                raise ValueError(f"metrics.public must be true or false, got {v.strip()!r}")
+            return text == "true"
+        return v
+
+    @field_validator("principals")
+    @classmethod
+    def _user_principals(cls, v: str) -> str:
+        try:
+            principals = parse_super_users(v)
+        except InvalidAclError as exc:
+            raise ValueError(f"metrics.principals: {exc}") from exc
+        others = sorted(str(p) for p in principals if p.type != "User" or not p.name)
+        if others:
+            # An HTTP caller is always User:<name>; a group here would match nobody, silently.
+            raise ValueError(f"metrics.principals takes User:<name> entries only, got {', '.join(others)}")
+        return v
+
+    @property
+    def principal_set(self) -> frozenset[Principal]:
+        return parse_super_users(self.principals)
 
 
 class Settings(BaseSettings):
@@ -52,6 +94,7 @@ class Settings(BaseSettings):
     oauth: OAuthConfig = OAuthConfig()
     registry: RegistryConfig = RegistryConfig()
     gateway: GatewayConfig = GatewayConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @classmethod
     def settings_customise_sources(

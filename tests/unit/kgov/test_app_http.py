@@ -64,7 +64,7 @@ def test_unauthenticated_surface_is_only_operations_and_token_discovery(client: 
             r = client.request(method.upper(), re.sub(r"\{[^}]+\}", "x", path), json={})
             if r.status_code < 400:
                 open_routes.add(f"{method.upper()} {path}")
-    assert open_routes == {"GET /health", "GET /metrics", "GET /.well-known/openid-configuration",
+    assert open_routes == {"GET /health", "GET /.well-known/openid-configuration",
                            "GET /.well-known/jwks.json"}
     health = client.get("/health")
     assert health.json() == {"status": "UP"}
