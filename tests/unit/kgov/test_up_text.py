@@ -23,3 +23,12 @@ def test_startup_text_without_a_generated_password(tmp_path: Path) -> None:
     text = startup_text(settings, gateway="g:1", mechanisms=["SCRAM-SHA-512"], upstream="u:2", embedded=False,
                         url="http://127.0.0.1:8080", password=None)
     assert "admin password:" not in text and "<admin password>" in text
+
+
+def test_startup_text_says_the_embedded_broker_is_unauthenticated(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, dev_mode=True)
+    args = {"gateway": "g:1", "mechanisms": ["SCRAM-SHA-512"], "upstream": "127.0.0.1:2", "url": "http://h:1",
+            "password": None}
+    embedded = startup_text(settings, embedded=True, **args)  # type: ignore[arg-type]
+    assert "upstream      : 127.0.0.1:2  (embedded Tansu, memory storage, NO AUTHENTICATION" in embedded
+    assert "NO AUTHENTICATION" not in startup_text(settings, embedded=False, **args)  # type: ignore[arg-type]
