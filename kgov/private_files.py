@@ -24,7 +24,7 @@ PRIVATE_FILE_MODE = 0o600
 
 # What kgov itself puts in its data and audit directories (audit files rotate to NAME.1, NAME.2, ...).
 _KGOV_FILE = re.compile(
-    r"kgov\.db(-wal|-shm|-journal)?|delegation-token\.key|signing-key\.secret|tansu\.log|audit"
+    r"kgov\.db(-wal|-shm|-journal)?|(delegation-token\.key|signing-key\.secret)(\.new)?|tansu\.log|audit"
     r"|(gateway-)?(events\.jsonl|kafka-authorizer\.log|kafka-request\.log)(\.\d+)?"
 )
 

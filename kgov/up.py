@@ -144,14 +144,40 @@ def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
         thread.join(timeout=10)
 
 
+# What _dev_secret generates is 43 characters; settings take 16 at least from the operator.
+DEV_SECRET_MIN_CHARS = 32
+
+
 def _dev_secret(path: Path) -> str:
-    if path.exists():
-        private_file(path)  # an earlier version, or a copy, may have left it readable to others
-        return path.read_text().strip()
-    value = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
+    """A generated key kept in the data directory (0600), the same from one run to the next.
+
+    The value is assigned to the settings after they were validated, so their 16-character check never
+    sees it: a file cut short (an interrupted write, a hand edit) would key every delegation token's HMAC,
+    or seal the issuer's keys, with next to nothing. It is refused instead, and a new key is written whole
+    under a temporary name before it takes the real one, so a crash never leaves such a file behind."""
+    if not path.exists():
+        value = secrets.token_urlsafe(32)
+        staged = path.with_name(path.name + ".new")
+        with contextlib.suppress(FileNotFoundError):
+            staged.unlink()  # left by a crash between writing and linking
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(value + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            with contextlib.suppress(FileExistsError):  # never replaces a key another start wrote meanwhile
+                os.link(staged, path)
+        finally:
+            staged.unlink()
+    private_file(path)  # an earlier version, or a copy, may have left it readable to others
+    value = path.read_text().strip()
+    if len(value) < DEV_SECRET_MIN_CHARS:
+        raise RuntimeError(
+            f"{path} holds a key of {len(value)} characters, fewer than the {DEV_SECRET_MIN_CHARS} kgov up "
+            f"needs; delete the file to have a new one generated (what the old key signed or sealed stops "
+            f"opening), or set the corresponding KGOV_ variable"
+        )
     return value
 
 

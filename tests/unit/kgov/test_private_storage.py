@@ -52,6 +52,26 @@ def test_dev_secret_is_owner_only_even_when_found_loose(tmp_path: Path, open_uma
     assert mode(key) == 0o600
 
 
+@pytest.mark.parametrize("content", ["", "\n", "short-key", "x" * 31])
+def test_dev_secret_cut_short_is_refused_not_used(tmp_path: Path, content: str) -> None:
+    """The key is assigned after settings validation: a short one would otherwise key tokens' HMACs."""
+    key = tmp_path / "delegation-token.key"
+    key.write_text(content)
+    with pytest.raises(RuntimeError, match="delete the file") as refused:
+        _dev_secret(key)
+    assert content.strip() == "" or content.strip() not in str(refused.value)
+    assert key.read_text() == content  # nothing overwritten
+
+
+def test_dev_secret_is_written_whole_and_kept(tmp_path: Path) -> None:
+    key = tmp_path / "signing-key.secret"
+    (tmp_path / "signing-key.secret.new").write_text("")  # left by a crash before the link
+    value = _dev_secret(key)
+    assert len(value) >= 32 and key.read_text() == value + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["signing-key.secret"]
+    assert _dev_secret(key) == value
+
+
 def test_private_file_does_not_create_through_a_symlink(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     link = tmp_path / "kgov.db"
