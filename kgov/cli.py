@@ -18,7 +18,7 @@ import gateway.cli
 import sasl.cli
 import spark_compliance.cli
 from kgov import __version__
-from kgov.exposure import REMOTE_FLAG, check_control_plane_exposure
+from kgov.exposure import REMOTE_FLAG, check_control_plane_exposure, forwarded_header_options
 from kgov.settings import Settings, load_settings
 
 
@@ -37,7 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = args.settings()
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                server_header=False, ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
+                server_header=False, ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
+                **forwarded_header_options(settings.http_forwarded_allow_ips))
     return 0
 
 

@@ -8,7 +8,9 @@ operator must say explicitly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.config import GatewayConfig, parse_host_port
 from sasl.config import is_loopback_host
@@ -39,3 +41,9 @@ def check_dev_gateway_exposure(gateway: GatewayConfig, allow_remote_plaintext: b
         f"passwords would cross the network in clear text. Keep KGOV_GATEWAY__LISTEN on 127.0.0.1, set "
         f"KGOV_GATEWAY__SECURITY_PROTOCOL=SASL_SSL with a certificate, or pass {REMOTE_FLAG}"
     )
+
+
+def forwarded_header_options(proxies: Sequence[str]) -> dict[str, Any]:
+    """uvicorn's options for X-Forwarded-For/-Proto: believed from `proxies` only (settings'
+    http_forwarded_allow_ips), never by default, and never from the FORWARDED_ALLOW_IPS variable."""
+    return {"proxy_headers": bool(proxies), "forwarded_allow_ips": list(proxies)}

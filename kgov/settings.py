@@ -6,6 +6,7 @@ Validated at start-up; insecure combinations are refused with the fix in the mes
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import stat
 from pathlib import Path
@@ -86,6 +87,11 @@ class Settings(BaseSettings):
     # Largest HTTP request body the control plane reads (Karapace's http_request_max_size; aiohttp's
     # default is 1 MiB). Bodies are read before authentication, so without a cap anyone could fill memory.
     http_request_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the control plane believes (IPs or networks).
+    # Empty: none, the peer is the client. uvicorn alone believes any loopback peer (and FORWARDED_ALLOW_IPS
+    # from the environment): every local process could then pick the address that ACL host rules, the
+    # failed-login limit and the audit trail see.
+    http_forwarded_allow_ips: list[str] = Field(default_factory=list)
 
     authz: AuthzConfig = AuthzConfig()
     audit: AuditConfig = AuditConfig()
@@ -127,6 +133,19 @@ class Settings(BaseSettings):
                         f"unknown setting(s) in [{name}]: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
                     )
         return data
+
+    @field_validator("http_forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            if entry.strip() == "*":
+                raise ValueError("http_forwarded_allow_ips = * would let every client choose its own address: "
+                                 "list the reverse proxies' addresses")
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError as exc:
+                raise ValueError(f"http_forwarded_allow_ips: {exc}") from exc
+        return [entry.strip() for entry in v]
 
     @model_validator(mode="after")
     def _refuse_insecure(self) -> Settings:

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from authz.database import redact_url
-from kgov.exposure import check_control_plane_exposure, check_dev_gateway_exposure
+from kgov.exposure import check_control_plane_exposure, check_dev_gateway_exposure, forwarded_header_options
 from kgov.private_files import private_dir, private_file
 from kgov.settings import Settings
 
@@ -123,13 +123,13 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def control_plane(app: Any, host: str, port: int) -> Iterator[None]:
+def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequence[str] = ()) -> Iterator[None]:
     """uvicorn in a thread (the main thread owns the signals and the gateway's event loop)."""
     import uvicorn
 
     # No `server: uvicorn` header: the version of what answers is nobody's business.
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                           server_header=False))
+                                           server_header=False, **forwarded_header_options(forwarded_allow_ips)))
     thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -278,7 +278,8 @@ def _run_up(args: argparse.Namespace) -> int:
             # Dev mode: the freshly generated password replaces any admin credential of an earlier run.
             app.state.credentials.set_scram_credential(settings.admin.user, "SCRAM-SHA-512", password,
                                                        actor="kgov:up")
-        stack.enter_context(control_plane(app, args.host, args.port))
+        stack.enter_context(control_plane(app, args.host, args.port,
+                                          forwarded_allow_ips=settings.http_forwarded_allow_ips))
         runtime = build_runtime(settings, upstream=upstream)
 
         def announce() -> None:

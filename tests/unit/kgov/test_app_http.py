@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
 from kgov.app import build_app
@@ -101,3 +103,43 @@ def test_served_responses_do_not_name_the_server(tmp_path: Path) -> None:
     with serve_app(app) as url:
         r = httpx.get(f"{url}/health", timeout=10)
     assert r.status_code == 200 and "server" not in r.headers
+
+
+def _seen_by_app(**options: Any) -> dict[str, str]:
+    import httpx
+
+    from kgov.up import control_plane
+    from tests.support.ports import free_port
+
+    app = FastAPI()
+
+    @app.get("/who")
+    def who(request: Request) -> dict[str, str]:
+        return {"client": request.client.host if request.client else "", "scheme": request.url.scheme}
+
+    port = free_port()
+    with control_plane(app, "127.0.0.1", port, **options):
+        seen: dict[str, str] = httpx.get(f"http://127.0.0.1:{port}/who", timeout=10,
+                                         headers={"X-Forwarded-For": "10.0.0.5", "X-Forwarded-Proto": "https"}).json()
+    return seen
+
+
+def test_forwarded_headers_are_not_believed_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Otherwise any local process picks the address ACL host rules, login limits and the audit see."""
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")  # uvicorn's own variable is not a way in either
+    assert _seen_by_app() == {"client": "127.0.0.1", "scheme": "http"}
+
+
+def test_forwarded_headers_from_a_listed_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    assert _seen_by_app(forwarded_allow_ips=["127.0.0.0/8"]) == {"client": "10.0.0.5", "scheme": "https"}
+
+
+@pytest.mark.parametrize("value", [["*"], ["not-an-address"], ["10.0.0.0/8", " * "]])
+def test_forwarded_allow_ips_are_addresses(value: list[str]) -> None:
+    from pydantic import ValidationError
+
+    from kgov.settings import Settings
+
+    with pytest.raises(ValidationError, match="http_forwarded_allow_ips"):
+        Settings(http_forwarded_allow_ips=value)

@@ -53,6 +53,7 @@ def test_serve_beyond_loopback_with_tls_or_explicit_proxy(tmp_path: Path, starte
     assert main(["serve", "--host", "0.0.0.0", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--db", db]) == 0
     assert started[-1]["ssl_certfile"] == Path("c.pem") and started[-1]["ssl_keyfile"] == Path("k.pem")
     assert started[-1]["server_header"] is False
+    assert started[-1]["proxy_headers"] is False and started[-1]["forwarded_allow_ips"] == []
     assert main(["serve", "--host", "0.0.0.0", "--allow-remote-plaintext", "--db", db]) == 0
     assert main(["serve", "--db", db]) == 0
     assert [c["host"] for c in started] == ["0.0.0.0", "0.0.0.0", "127.0.0.1"]
