@@ -47,3 +47,18 @@ def forwarded_header_options(proxies: Sequence[str]) -> dict[str, Any]:
     """uvicorn's options for X-Forwarded-For/-Proto: believed from `proxies` only (settings'
     http_forwarded_allow_ips), never by default, and never from the FORWARDED_ALLOW_IPS variable."""
     return {"proxy_headers": bool(proxies), "forwarded_allow_ips": list(proxies)}
+
+
+def check_dev_admin_password(weak: bool, control_plane_host: str, gateway: GatewayConfig) -> None:
+    """`kgov up` accepts a weak KGOV_ADMIN__PASSWORD (dev mode) only while it listens on loopback alone:
+    beyond it, TLS or not, anyone who reaches a port could guess the super user's password."""
+    if not weak:
+        return
+    gateway_host, _ = parse_host_port(gateway.listen, "gateway.listen")
+    exposed = [h for h in (control_plane_host, gateway_host) if not is_loopback_host(h)]
+    if exposed:
+        raise ValueError(
+            f"refusing a weak admin password (under 12 characters, or a common one) on {exposed[0]!r}: the "
+            f"bootstrap admin is a super user. Set KGOV_ADMIN__PASSWORD to at least 12 characters, or unset "
+            f"it to have one generated"
+        )

@@ -147,13 +147,16 @@ class Settings(BaseSettings):
                 raise ValueError(f"http_forwarded_allow_ips: {exc}") from exc
         return [entry.strip() for entry in v]
 
-    @model_validator(mode="after")
-    def _refuse_insecure(self) -> Settings:
+    @property
+    def weak_admin_password(self) -> bool:
         password = self.admin.password.get_secret_value() if self.admin.password else None
-        weak = password is not None and (
+        return password is not None and (
             len(password) < 12 or password.lower() in {"admin", "password", "changeme", "admin-secret"}
         )
-        if weak and not self.dev_mode:
+
+    @model_validator(mode="after")
+    def _refuse_insecure(self) -> Settings:
+        if self.weak_admin_password and not self.dev_mode:
             raise ValueError(
                 "admin.password is too weak for a non-dev deployment: set KGOV_ADMIN__PASSWORD to at "
                 "least 12 characters (or run `kgov up`, whose dev mode generates one)"

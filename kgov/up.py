@@ -26,7 +26,12 @@ from typing import Any
 from pydantic import SecretStr
 
 from authz.database import redact_url
-from kgov.exposure import check_control_plane_exposure, check_dev_gateway_exposure, forwarded_header_options
+from kgov.exposure import (
+    check_control_plane_exposure,
+    check_dev_admin_password,
+    check_dev_gateway_exposure,
+    forwarded_header_options,
+)
 from kgov.private_files import private_dir, private_file
 from kgov.settings import Settings
 
@@ -246,6 +251,7 @@ def _run_up(args: argparse.Namespace) -> int:
     private_dir(data_dir)
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
                              dev_mode=True)
+    check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
     if settings.sasl.delegation_token_secret_key is None:
         # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
         # so tokens issued by one run stay valid in the next.

@@ -80,3 +80,23 @@ def test_up_refuses_a_remote_plaintext_gateway(tmp_path: Path, started: list[dic
     # the explicit opt-in goes on to start the broker (stubbed here)
     assert main(["up", "--allow-remote-plaintext", "--data-dir", str(tmp_path / "data")]) == 1
     assert started == [{"broker": True}]
+
+
+@pytest.mark.parametrize("where", [["--host", "0.0.0.0"], []])
+def test_up_refuses_a_weak_admin_password_beyond_loopback(where: list[str], tmp_path: Path,
+                                                         started: list[dict[str, Any]],
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Dev mode takes KGOV_ADMIN__PASSWORD=admin; a super user with it must not be reachable from elsewhere."""
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "admin")
+    if not where:
+        monkeypatch.setenv("KGOV_GATEWAY__LISTEN", "0.0.0.0:9192")
+    data = tmp_path / "data"
+    assert main(["up", "--allow-remote-plaintext", "--data-dir", str(data), *where]) == 2
+    assert started == [] and not (data / "delegation-token.key").exists()
+    err = capsys.readouterr().err
+    assert "weak admin password" in err and "KGOV_ADMIN__PASSWORD" in err and "'admin'" not in err
+    # on loopback alone, dev mode still takes it
+    monkeypatch.delenv("KGOV_GATEWAY__LISTEN", raising=False)
+    assert main(["up", "--data-dir", str(data)]) == 1  # went on to start the broker (stubbed)
+    assert started == [{"broker": True}]
