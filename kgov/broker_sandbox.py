@@ -1,0 +1,254 @@
+"""Keeps `kgov up`'s embedded broker away from other local users.
+
+The bundled Tansu cannot require authentication (kgov.up.EMBEDDED_BROKER_WARNING), and a TCP port on
+loopback is open to every user of the host. So, on Linux where unprivileged user namespaces are allowed,
+Tansu runs in a network namespace of its own, where its loopback port is invisible to the host:
+
+    gateway --TCP--> OwnerOnlyRelay (kgov, host loopback, accepts only connections of kgov's own uid)
+            --Unix socket in the 0700 data directory--> this script (inside the namespace) --TCP--> Tansu
+
+Run as a script (`python -I broker_sandbox.py SOCKET PORT -- TANSU ARGS...`) it is the part inside the
+namespace; it prints one line, `ready` or `unavailable: <why>`, then relays until Tansu exits or it is
+stopped. Standard library only: it runs isolated (-I), without kgov's packages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_PR_SET_PDEATHSIG = 1
+_CHUNK = 256 * 1024
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """Linux: the child gets SIGTERM when its parent dies, even by SIGKILL, so no unauthenticated broker
+    outlives the process that fronted it. Elsewhere only the normal shutdown stops it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return in_child
+
+
+def enter_private_network() -> None:
+    """A new user namespace (mapping only this uid and gid) owning a new network namespace, whose
+    loopback is brought up. Raises OSError where the kernel or a policy refuses (containers, AppArmor)."""
+    uid, gid = os.geteuid(), os.getegid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWUSER|CLONE_NEWNET): {os.strerror(err)}")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(_CHUNK):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            else:
+                writer.close()
+
+
+async def _splice(client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                  upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+    try:
+        await asyncio.gather(_pump(client[0], upstream[1]), _pump(upstream[0], client[1]))
+    finally:
+        for _, writer in (client, upstream):
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await writer.wait_closed()
+
+
+def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the embedded broker exited with code {proc.returncode}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL when that is not enough within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# --- host side -------------------------------------------------------------------------------------
+
+
+def _proc_net_address(host: str, port: int) -> str:
+    """`127.0.0.1:9092` as /proc/net/tcp writes it: `0100007F:2384` (the IPv4 word in host byte order)."""
+    return f"{struct.unpack('=I', socket.inet_aton(host))[0]:08X}:{port:04X}"
+
+
+def peer_uid(conn: socket.socket, table: Path = Path("/proc/net/tcp")) -> int | None:
+    """The uid owning the other end of an accepted IPv4 loopback connection, from the kernel's socket
+    table (what identd answers); None when it cannot be found (the peer already left, no /proc)."""
+    peer_host, peer_port = conn.getpeername()[:2]
+    own_host, own_port = conn.getsockname()[:2]
+    wanted = (_proc_net_address(peer_host, peer_port), _proc_net_address(own_host, own_port))
+    try:
+        lines = table.read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 7 and (fields[1], fields[2]) == wanted:
+            return int(fields[7])
+    return None
+
+
+class OwnerOnlyRelay:
+    """A loopback TCP port whose connections, if they come from `owner_uid`, are relayed to `unix_path`.
+
+    Any other user's connection is closed unanswered: loopback TCP cannot be restricted to one user, but
+    the kernel says who opened each connection. Runs its own event loop in a thread."""
+
+    def __init__(self, unix_path: Path, owner_uid: int, *, table: Path = Path("/proc/net/tcp")) -> None:
+        self.unix_path = unix_path
+        self.owner_uid = owner_uid
+        self.refused = 0
+        self._table = table
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kgov-broker-relay", daemon=True)
+
+    def start(self) -> int:
+        """Listens on a free 127.0.0.1 port and returns it."""
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._accepted, "127.0.0.1", 0), self._loop).result(10)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    def stop(self) -> None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._server is not None:
+                await self._server.wait_closed()
+
+        if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop.close()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = writer.get_extra_info("socket")
+        if conn is None or peer_uid(conn, self._table) != self.owner_uid:
+            self.refused += 1
+            writer.transport.abort()
+            return
+        try:
+            upstream = await asyncio.open_unix_connection(str(self.unix_path))
+        except OSError:
+            writer.transport.abort()
+            return
+        await _splice((reader, writer), upstream)
+
+
+# --- inside the namespace --------------------------------------------------------------------------
+
+
+async def _serve(unix_path: Path, port: int, broker: subprocess.Popen[bytes]) -> None:
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            writer.transport.abort()
+            return
+        await _splice((reader, writer), upstream)
+
+    with contextlib.suppress(FileNotFoundError):
+        unix_path.unlink()
+    server = await asyncio.start_unix_server(accepted, str(unix_path))
+    os.chmod(unix_path, 0o600)  # the directory is 0700 already; this keeps it so if it is not
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    while not stopped.is_set() and broker.poll() is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), 0.5)
+    server.close()
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: broker_sandbox.py SOCKET PORT -- BROKER ARGS...", file=sys.stderr)
+        return 2
+    unix_path, port, command = Path(argv[0]), int(argv[1]), list(argv[3:])
+    try:
+        enter_private_network()
+    except OSError as exc:
+        print(f"unavailable: {exc}", flush=True)
+        return 3
+    # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log)
+    broker = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),  # noqa: S603
+                              preexec_fn=die_with_parent())
+    try:
+        wait_for_port("127.0.0.1", port, 30, broker)
+        asyncio.run(_serve(unix_path, port, broker))
+    finally:
+        stop_process(broker)
+        with contextlib.suppress(FileNotFoundError):
+            unix_path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

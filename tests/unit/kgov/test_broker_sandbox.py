@@ -1,0 +1,135 @@
+"""kgov.broker_sandbox: who may reach `kgov up`'s unauthenticated broker, and the fallback when the host
+gives it no network of its own."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kgov.up
+from kgov import broker_sandbox
+from kgov.broker_sandbox import OwnerOnlyRelay, peer_uid
+
+
+@pytest.fixture
+def echo_socket(tmp_path: Path) -> Iterator[Path]:
+    """A Unix socket that answers every connection with what it received, upper-cased."""
+    path = tmp_path / "echo.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(conn.recv(100).upper())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield path
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def _exchange(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        c.sendall(b"hello")
+        try:
+            return c.recv(100)
+        except ConnectionResetError:
+            return b""
+
+
+def test_proc_net_address_is_the_kernels_spelling() -> None:
+    if sys.byteorder != "little":
+        pytest.fail("the expected value below is for little-endian hosts")
+    assert broker_sandbox._proc_net_address("127.0.0.1", 8080) == "0100007F:1F90"
+
+
+def test_peer_uid_names_the_owner_of_the_other_end() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()[:2], timeout=5) as client:
+        conn, _ = server.accept()
+        with conn:
+            assert peer_uid(conn) == os.geteuid()
+            client.close()
+            conn.close()
+
+
+def _through_relay(unix_path: Path, owner_uid: int, **options: Any) -> tuple[bytes, int]:
+    """What a connection from this process gets back through a relay, and how many the relay refused."""
+    relay = OwnerOnlyRelay(unix_path, owner_uid, **options)
+    port = relay.start()
+    try:
+        return _exchange(port), relay.refused
+    finally:
+        relay.stop()
+
+
+def test_relay_passes_its_owner_through(echo_socket: Path) -> None:
+    assert _through_relay(echo_socket, os.geteuid()) == (b"HELLO", 0)
+
+
+def test_relay_closes_other_users_connections_unanswered(echo_socket: Path) -> None:
+    assert _through_relay(echo_socket, os.geteuid() + 1) == (b"", 1)  # as if this process were someone else
+
+
+def test_relay_fails_closed_when_the_kernel_cannot_say_who_connects(echo_socket: Path, tmp_path: Path) -> None:
+    assert _through_relay(echo_socket, os.geteuid(), table=tmp_path / "no-such-table") == (b"", 1)
+
+
+def test_sandbox_script_reports_when_namespaces_are_refused(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    def refused() -> None:
+        raise PermissionError(1, "unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not permitted")
+
+    monkeypatch.setattr(broker_sandbox, "enter_private_network", refused)
+    assert broker_sandbox.main(["/tmp/x.sock", "9092", "--", "/bin/false"]) == 3
+    assert capsys.readouterr().out == "unavailable: [Errno 1] unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not permitted\n"
+
+
+def test_without_a_private_network_kgov_up_warns_and_runs_the_plain_broker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    @contextlib.contextmanager
+    def unavailable(data_dir: Path) -> Iterator[str]:
+        raise kgov.up.IsolationUnavailable("unshare refused")
+        yield ""  # pragma: no cover
+
+    @contextlib.contextmanager
+    def plain(data_dir: Path) -> Iterator[str]:
+        yield "127.0.0.1:1"
+
+    monkeypatch.setattr(kgov.up, "isolated_broker", unavailable)
+    monkeypatch.setattr(kgov.up, "embedded_broker", plain)
+    with kgov.up.dev_broker(tmp_path) as (address, isolated):
+        assert (address, isolated) == ("127.0.0.1:1", False)
+    err = capsys.readouterr().err
+    assert kgov.up.EMBEDDED_BROKER_WARNING in err and "unshare refused" in err
+
+
+def test_isolated_broker_is_not_silently_replaced_when_it_fails_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only 'no namespaces here' falls back; a sandbox that breaks stops `kgov up` with the log's name."""
+    real_popen = kgov.up.subprocess.Popen
+
+    def broken_script(args: list[str], **kw: Any) -> Any:
+        return real_popen([sys.executable, "-c", "raise SystemExit(5)"], **kw)
+
+    monkeypatch.setattr(kgov.up.subprocess, "Popen", broken_script)
+    with pytest.raises(RuntimeError, match=r"exit code 5; see .*tansu\.log"), kgov.up.dev_broker(tmp_path):
+        pass
