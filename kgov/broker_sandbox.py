@@ -221,14 +221,15 @@ async def _serve(unix_path: Path, port: int, broker: subprocess.Popen[bytes]) ->
     server = await asyncio.start_unix_server(accepted, str(unix_path))
     os.chmod(unix_path, 0o600)  # the directory is 0700 already; this keeps it so if it is not
     print("ready", flush=True)
-    loop = asyncio.get_running_loop()
-    stopped = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopped.set)
-    while not stopped.is_set() and broker.poll() is None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopped.wait(), 0.5)
+    while not _stopping.is_set() and broker.poll() is None:
+        await asyncio.sleep(0.2)
     server.close()
+
+
+# Set by SIGTERM/SIGINT. A plain handler, for the whole life of the process: the parent-death signal
+# comes once per thread of the dying kgov, and a second SIGTERM must not cut the clean-up short (asyncio's
+# own handlers are gone, back to the default action, once its loop is closed).
+_stopping = threading.Event()
 
 
 def main(argv: Sequence[str]) -> int:
@@ -241,6 +242,8 @@ def main(argv: Sequence[str]) -> int:
     except OSError as exc:
         print(f"unavailable: {exc}", flush=True)
         return 3
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: _stopping.set())
     # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log)
     broker = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),  # noqa: S603
                               preexec_fn=die_with_parent())
@@ -251,6 +254,8 @@ def main(argv: Sequence[str]) -> int:
         stop_process(broker)
         with contextlib.suppress(FileNotFoundError):
             unix_path.unlink()
+        with contextlib.suppress(OSError):  # kgov's private directory for it, when kgov died without cleaning up
+            unix_path.parent.rmdir()
     return 0
 
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -204,10 +205,10 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
 
 def _descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -260,6 +261,10 @@ def test_kgov_up_keeps_its_broker_from_other_users(tmp_path: Path) -> None:
             assert "NO AUTHENTICATION" in out
             return
         assert "private network: reachable by this user only" in out, out
+        sandbox = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in _descendants(proc.pid)]
+        socket_dir = next(Path(args[3].decode()).parent for args in sandbox
+                          if len(args) > 3 and args[2].endswith(b"broker_sandbox.py"))
+        assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
         ours = os.readlink("/proc/self/ns/net")
         assert all(os.readlink(f"/proc/{pid}/ns/net") != ours for pid in tansu)
         assert _api_versions_answered(upstream.group(1))  # kgov's own user gets through the relay
@@ -272,3 +277,4 @@ def test_kgov_up_keeps_its_broker_from_other_users(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in tansu) and time.monotonic() < end:
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in tansu), "the broker outlived a killed kgov up"
+    assert not Path(socket_dir).exists()  # the sandbox removed kgov's private directory for its socket
