@@ -221,15 +221,20 @@ async def _serve(unix_path: Path, port: int, broker: subprocess.Popen[bytes]) ->
     server = await asyncio.start_unix_server(accepted, str(unix_path))
     os.chmod(unix_path, 0o600)  # the directory is 0700 already; this keeps it so if it is not
     print("ready", flush=True)
-    while not _stopping.is_set() and broker.poll() is None:
+    while not _stopping[0] and broker.poll() is None:
         await asyncio.sleep(0.2)
     server.close()
 
 
 # Set by SIGTERM/SIGINT. A plain handler, for the whole life of the process: the parent-death signal
 # comes once per thread of the dying kgov, and a second SIGTERM must not cut the clean-up short (asyncio's
-# own handlers are gone, back to the default action, once its loop is closed).
-_stopping = threading.Event()
+# own handlers are gone, back to the default action, once its loop is closed). A bare flag, not an
+# Event: a second signal arriving inside the first handler would wait forever for the Event's lock.
+_stopping = [False]
+
+
+def _stop_requested(signum: int, frame: object) -> None:
+    _stopping[0] = True
 
 
 def main(argv: Sequence[str]) -> int:
@@ -243,7 +248,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"unavailable: {exc}", flush=True)
         return 3
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: _stopping.set())
+        signal.signal(sig, _stop_requested)
     # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log)
     broker = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),  # noqa: S603
                               preexec_fn=die_with_parent())

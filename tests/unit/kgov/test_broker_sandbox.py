@@ -133,3 +133,36 @@ def test_isolated_broker_is_not_silently_replaced_when_it_fails_otherwise(
     monkeypatch.setattr(kgov.up.subprocess, "Popen", broken_script)
     with pytest.raises(RuntimeError, match=r"exit code 5; see .*tansu\.log"), kgov.up.dev_broker(tmp_path):
         pass
+
+
+def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) -> None:
+    """A dying kgov sends its death signal once per thread: the second SIGTERM used to deadlock the
+    sandbox in its handler (the broker then lived on) or kill it before it removed its socket."""
+    import signal
+    import subprocess
+    import time
+
+    sockets = tmp_path / "s"
+    sockets.mkdir(mode=0o700)
+    fake_broker = [sys.executable, "-c",
+                   "import socket, time; s = socket.create_server(('127.0.0.1', 9092)); time.sleep(600)"]
+    proc = subprocess.Popen([sys.executable, "-I", broker_sandbox.__file__, str(sockets / "b.sock"), "9092", "--",
+                             *fake_broker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().strip()
+        if first.startswith("unavailable"):  # no namespaces on this host: nothing more to stop
+            assert proc.wait(10) == 3
+            return
+        assert first == "ready" and (sockets / "b.sock").exists()
+        for _ in range(20):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.01)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert not sockets.exists()
