@@ -5,7 +5,7 @@ loopback is open to every user of the host. So, on Linux where unprivileged user
 Tansu runs in a network namespace of its own, where its loopback port is invisible to the host:
 
     gateway --TCP--> OwnerOnlyRelay (kgov, host loopback, accepts only connections of kgov's own uid)
-            --Unix socket in the 0700 data directory--> this script (inside the namespace) --TCP--> Tansu
+            --Unix socket in a 0700 directory of its own--> this script (inside the namespace) --TCP--> Tansu
 
 Run as a script (`python -I broker_sandbox.py SOCKET PORT -- TANSU ARGS...`) it is the part inside the
 namespace; it prints one line, `ready` or `unavailable: <why>`, then relays until Tansu exits or it is
@@ -131,8 +131,11 @@ def _proc_net_address(host: str, port: int) -> str:
 def peer_uid(conn: socket.socket, table: Path = Path("/proc/net/tcp")) -> int | None:
     """The uid owning the other end of an accepted IPv4 loopback connection, from the kernel's socket
     table (what identd answers); None when it cannot be found (the peer already left, no /proc)."""
-    peer_host, peer_port = conn.getpeername()[:2]
-    own_host, own_port = conn.getsockname()[:2]
+    try:
+        peer_host, peer_port = conn.getpeername()[:2]
+        own_host, own_port = conn.getsockname()[:2]
+    except OSError:  # already disconnected
+        return None
     wanted = (_proc_net_address(peer_host, peer_port), _proc_net_address(own_host, own_port))
     try:
         lines = table.read_text().splitlines()[1:]
