@@ -264,6 +264,8 @@ def main(argv: Sequence[str]) -> int:
             unix_path.unlink()
         with contextlib.suppress(OSError):  # kgov's private directory for it, when kgov died without cleaning up
             unix_path.parent.rmdir()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # done: more of kgov's death signals change nothing
+            signal.signal(sig, signal.SIG_IGN)
     return 0
 
 

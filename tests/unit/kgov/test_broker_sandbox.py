@@ -155,6 +155,9 @@ def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) ->
             assert proc.wait(10) == 3
             return
         assert first == "ready" and (sockets / "b.sock").exists()
+        children = [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
+                    if _parent_pid(stat) == proc.pid]
+        assert children
         for _ in range(20):
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.01)
@@ -166,3 +169,11 @@ def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) ->
         if proc.stdout is not None:
             proc.stdout.close()
     assert not sockets.exists()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)  # the broker was stopped
+
+
+def _parent_pid(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
