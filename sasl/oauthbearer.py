@@ -175,13 +175,14 @@ class OAuthBearerServer:
                 f"different from the token's principal name ({token.principal_name})",
                 mechanism=self.name,
             )
-        lifetime = self._session(token.expiry_ms) if self._session else None
-        if lifetime == 0 and token.accepted_until_ms is not None:
+        session = self._session
+        lifetime = session(token.expiry_ms) if session else None
+        if session is not None and lifetime == 0 and token.accepted_until_ms is not None:
             # Past `exp` but inside the clock skew, which the validator allowed. Kafka accepts it too
             # and (`SaslServerAuthenticator.calcCompletionTimesAndReturnSessionLifetimeMs`, negative
             # remaining life clamped to 0) sends session lifetime 0: a session with no re-authentication
             # deadline at all. Here the session ends with the skew window instead.
-            lifetime = self._session(token.accepted_until_ms)
+            lifetime = session(token.accepted_until_ms)
         if lifetime == 0:
             return self._error("token expired", "invalid_token", None)
         self._state = 2

@@ -611,3 +611,45 @@ def test_oauthbearer_token_inside_its_clock_skew_gets_a_session_that_ends_with_i
     final = server.step(b"\x01")
     assert isinstance(final, Failure) and final.reason == "JWT expired"
     engine.dispose()
+
+
+def test_every_token_id_costs_one_derivation_found_or_not(env, monkeypatch) -> None:
+    """A real token's SCRAM credential is derived from its HMAC (one PBKDF2); an unknown or expired id
+    runs the same derivation (hash, iterations, password and salt lengths) on every attempt, and a real
+    id is not cheaper the second time (nothing cached), so the time taken does not tell them apart."""
+    import hashlib
+    import uuid
+
+    svc, clock, *_ = env
+    live = svc.create_token(ALICE).info.token_id
+    expired = svc.create_token(BOB, max_lifetime_ms=60_000).info.token_id
+    clock.advance(milliseconds=60_001)
+    calls: list[tuple[str, int, int, int]] = []
+    real = hashlib.pbkdf2_hmac
+
+    def counting(h, password, salt, n, *a):
+        calls.append((h, n, len(password), len(salt)))
+        return real(h, password, salt, n, *a)
+
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        for name in (live, expired, str(uuid.uuid4()), live, "not-even-a-uuid"):
+            calls.clear()
+            shown = server_first(svc, mech, name, token=True)
+            assert calls == [(mech.hash_name, 4096, 88, 24)], name
+            # what the client sees looks like a real token's: minimum iterations, 24 bytes of salt
+            assert shown["i"] == "4096" and len(base64.b64decode(shown["s"], validate=True)) == 24
+
+
+def test_an_unknown_token_id_shows_another_salt_than_the_same_name_without_tokenauth(env) -> None:
+    """Keyed with the users' secret, an unknown token id showed the salt its name shows as an (unknown)
+    user, while a real token's salt differs from it: comparing the two told whether the token exists."""
+    import uuid
+
+    svc, *_ = env
+    real_id = svc.create_token(ALICE).info.token_id
+    for name in (real_id, str(uuid.uuid4())):
+        as_token = server_first(svc, SCRAM_SHA_512, name, token=True)
+        as_user = server_first(svc, SCRAM_SHA_512, name)
+        assert as_token["s"] != as_user["s"]
+        assert server_first(svc, SCRAM_SHA_512, name, token=True) == as_token  # stable per id
