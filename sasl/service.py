@@ -417,8 +417,9 @@ class CredentialService:
             return ScramIdentity(Principal("User", username), cred) if cred else None
         if self._token_secret is None:
             return None
+        now = self.now_ms()
         info = snap.tokens.get(username)
-        live = info is not None and not info.is_expired(self.now_ms())
+        live = info is not None and not info.is_expired(now)
         cred = self._token_scram_credential(mechanism, username, self._token_secret if live else None)
         if info is None or not live:
             return None
