@@ -57,6 +57,9 @@ _MODULES = {
     "Reencryptor": "encryption.reencrypt",
     "RetryPolicy": "encryption.retry",
     "Signer": "encryption.signing",
+    "check_serializer_pairing": "encryption.serdes",
+    "UnwrapLimit": "encryption.datakeys",
+    "UnwrapRateLimitedError": "encryption.errors",
     "WrappedKey": "encryption.kms",
     "reencrypt_topic": "encryption.reencrypt",
 }
@@ -85,12 +88,15 @@ __all__ = [
     "Reencryptor",
     "RetryPolicy",
     "Signer",
+    "UnwrapLimit",
+    "UnwrapRateLimitedError",
     "WrappedKey",
+    "check_serializer_pairing",
     "reencrypt_topic",
 ]
 
 if TYPE_CHECKING:
-    from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
+    from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy, UnwrapLimit
     from encryption.errors import (
         DecryptionError,
         EncryptionError,
@@ -98,6 +104,7 @@ if TYPE_CHECKING:
         KeyNotFoundError,
         KmsError,
         KmsUnavailableError,
+        UnwrapRateLimitedError,
     )
     from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
     from encryption.kms import Kms, LocalKms, WrappedKey
@@ -109,6 +116,7 @@ if TYPE_CHECKING:
         RecordContext,
         RecordKeyDeserializer,
         RecordKeySerializer,
+        check_serializer_pairing,
     )
     from encryption.signing import Signer
 
