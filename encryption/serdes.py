@@ -2,11 +2,11 @@
 
 Producer side::
 
-    producer = SerializingProducer({
+    producer = SerializingProducer(check_serializer_pairing({
         "bootstrap.servers": ...,
-        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),
+        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),  # bind_key needs it
         "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer()),
-    })
+    }))
     producer.produce("orders", key="k", value="v", headers=[])   # a fresh list per record
 
 Consumer side: `DecryptingDeserializer(kms, StringDeserializer())` as `value.deserializer` and

@@ -23,6 +23,7 @@ from encryption import (
 )
 from encryption.envelope import HEADER, header_prefix
 from encryption.kms import WrappedKey
+from encryption.reencrypt import Reencryptor
 
 
 class CountingKms:
@@ -148,6 +149,7 @@ def test_every_consumer_passes_its_limit_to_the_cache_it_builds(kms: LocalKms) -
         DecryptingDeserializer(kms, unwrap_limit=limit),
         RecordKeyDeserializer(kms, unwrap_limit=limit),
         FieldDecryptingDeserializer(kms, policy, unwrap_limit=limit),
+        Reencryptor(kms, "orders", unwrap_limit=limit)._value_in,
     ):
         assert consumer.cache.unwrap_buckets is not None and consumer.cache.unwrap_buckets.limit is limit
     assert DecryptingDeserializer(kms, unwrap_limit=None).cache.unwrap_buckets is None
