@@ -782,6 +782,15 @@ class ClientConnection(asyncio.BufferedProtocol):
             except AuthorizerNotReadyError:
                 self.abort("authorizer not ready")
                 return
+            except Exception as exc:
+                # A fault serving one request (a handler's store, a re-encoding) closes this connection
+                # only, after the earlier answers, as Kafka's processChannelException does; uncaught, it
+                # would leave a connection whose reading is paused (`resume` serves waiting frames from
+                # the loop) hanging. The type only: a message may quote request data or a store's
+                # parameters.
+                log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
+                self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
+                return
             if quotas is not None and self.principal is not None:
                 throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
                                                       time.perf_counter() - started)

@@ -72,8 +72,11 @@ def ends(raw: RawClient, timeout: float) -> bool:
 
 def connection_id(gw: RunningGateway, raw: RawClient) -> str:
     port = raw.sock.getsockname()[1]
-    [conn] = [c for c in gw.gateway._connections if c.peer[1] == port]
-    return str(conn.connection_id)
+    deadline = time.monotonic() + 5
+    while not (found := [c for c in list(gw.gateway._connections) if c.peer[1] == port]):
+        assert time.monotonic() < deadline, "the gateway did not accept the connection"
+        time.sleep(0.01)
+    return str(found[0].connection_id)
 
 
 def assert_failed_for_frame_size(gw: RunningGateway, raw: RawClient, started: float, *, reauthentication: bool) -> None:
@@ -223,3 +226,37 @@ def test_create_acls_naming_unknown_logs_kafkas_errors_after_answering_the_reque
                       f"Exception while processing request from {conn_id}: {exception}"]
     # The request's own text (principals, hosts, resource names) stays out of the log.
     assert not re.search("User:carol|unknown-acl", caplog.text)
+
+
+# -- 4. a fault serving one request closes that connection only -----------------------------------
+
+
+def test_a_fault_serving_a_request_read_while_paused_closes_its_connection_with_an_error_line(
+    authz_factory: Callable[..., Any], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gateway.proxy import MAX_IN_FLIGHT, Services
+
+    def broken(ctx: Any, version: int, request: Any) -> Any:
+        raise RuntimeError("store said: password=hunter2")
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={29: broken}))
+    caplog.set_level(logging.DEBUG, logger="kgov.gateway")
+    other = RawClient(gw.bootstrap)
+    raw = RawClient(gw.bootstrap)
+    conn_id = connection_id(gw, raw)
+    # More requests than may be in flight: reading pauses, and the broken one is served from the
+    # loop once the upstream has answered enough of them.
+    batch = b"".join(framed(raw, 3, 12, metadata([])) for _ in range(MAX_IN_FLIGHT + 10))
+    raw.sock.sendall(batch + framed(raw, 29, 3, SPECS[29].request[3](
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1)))
+    for _ in range(MAX_IN_FLIGHT + 10):
+        assert raw.receive(3, 12).brokers
+    assert closes(raw, timeout=5)
+    raw.close()
+    assert f"Closing socket for {conn_id} because of error: RuntimeError" in caplog.text
+    assert "hunter2" not in caplog.text
+    assert other.call(3, 12, metadata([])).brokers  # another client goes on
+    other.close()
