@@ -1,4 +1,5 @@
-"""The gateway's network layer: asyncio Protocols, one upstream connection per client connection.
+"""The gateway's network layer: asyncio Protocols, one upstream connection per client connection,
+opened once the client is authenticated (at connect on PLAINTEXT/SSL, after its SASL login otherwise).
 
 Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
 hand-parsed request header -> SASL state (`SaslSession.admit`: before authentication only ApiVersions,
@@ -478,6 +479,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.node_id = node_id
         self.transport: asyncio.Transport | None = None
         self.upstream: UpstreamConnection | None = None
+        self.upstream_started = False  # `_connect_upstream` spawned (at connect, or after a SASL login)
         self.reader = FrameReader(self.options.max_request_bytes)
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
@@ -546,8 +548,17 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self.pause("connection-quota")
                 asyncio.get_running_loop().call_later(delay, self.abort, "connection creation rate exceeded")
                 return
-        self.gateway.spawn(self._connect_upstream())
+        if self.sasl is None:
+            self._start_upstream()
+        # else after the client's login (`_after_auth_step`): before it the gateway answers ApiVersions and
+        # the SASL exchange itself, and a client that never logs in must not make it open upstream
+        # connections and upstream logins (an amplification a broker does not offer).
         self.idle_handle = asyncio.get_running_loop().call_later(self.options.idle_timeout_s, self._check_idle)
+
+    def _start_upstream(self) -> None:
+        if not self.upstream_started:
+            self.upstream_started = True
+            self.gateway.spawn(self._connect_upstream())
 
     async def _upstream_token(self) -> str | None:
         """The current OAuth token for an upstream OAUTHBEARER login, else None. Answers at once while
@@ -1108,6 +1119,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.reader.max_frame_bytes = self.options.max_request_bytes
             self._audit_auth(True, mechanism, None, step.reauthentication)
             self._complete(slot, response)
+            self._start_upstream()
             return
         if not step.failed:
             if step.reason is not None:  # refused, the connection goes on (a re-authentication too early)
