@@ -72,6 +72,16 @@ from gateway.sasl_session import (
     MechanismFactory,
     SaslSession,
 )
+from gateway.topic_ids import (
+    FETCH_BY_ID_VERSION,
+    METADATA_WITH_IDS_VERSION,
+    REFRESH_INTERVAL_S,
+    TopicIds,
+    fetch_by_id_supported,
+    fetch_ids,
+    refresh_request,
+    refresh_version,
+)
 from gateway.upstream_login import (
     Authenticated,
     OAuthBearerExchange,
@@ -150,6 +160,9 @@ class Slot:
     throttle_ms: int = 0
     records_bytes: int = 0
     raw: bool = False  # a raw SASL v0 token: no Kafka header
+    # A request of the gateway's own on the client's upstream connection: its answer goes here, not
+    # to the client (the topic id refresh, `ClientConnection._hold_for_topic_ids`).
+    on_answer: Callable[[Frame], None] | None = None
 
 
 _DN_NAMES = {
@@ -194,6 +207,7 @@ class Gateway:
         self.brokers = BrokerMap(plan, self._open_node_listener)
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
         self._versions_at = 0.0
+        self.topic_ids = TopicIds()  # what the upstream's topic ids name (Fetch v13+)
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
@@ -341,6 +355,8 @@ class Gateway:
             if spec is None or key not in PLANNERS:
                 continue
             low, high = max(lo, spec.min_version), min(hi, spec.max_version)
+            if key == 1 and not fetch_by_id_supported(self.upstream_versions or {}):
+                high = min(high, FETCH_BY_ID_VERSION - 1)  # ids it cannot name could not be authorized
             if low <= high:
                 out[key] = (low, high)
         for key in (API_VERSIONS_KEY, *self._sasl_keys(), *self.services.local_handlers):
@@ -500,6 +516,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
         # A failed authentication's delay has ended: close once every earlier request is answered.
         self.closing_after_answers = False
+        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them, and
+        # the Fetch frame held (at the head of `held`) until the answer came.
+        self._topic_ids_asked_at = -REFRESH_INTERVAL_S
+        self._topic_ids_held: Frame | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -843,6 +863,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._mute(throttle)
                 return
         request = decode_request(spec, header, frame)
+        if key == 1 and version >= FETCH_BY_ID_VERSION and self._hold_for_topic_ids(request, frame):
+            return
         authorizer = self.services.authorizer
 
         def check(actions: list[Action]) -> list[bool]:
@@ -851,7 +873,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         def by_type(op: Operation, rtype: ResourceType) -> bool:
             return authorizer.authorize_by_resource_type(ctx, op, rtype).allowed
 
-        plan = plan_request(RequestAuthorizer(check, by_type), key, version, request, spec.response)
+        topic_ids = self.gateway.topic_ids
+        plan = plan_request(RequestAuthorizer(check, by_type, topic_ids.name), key, version, request, spec.response)
         if quotas is not None and key == 0:
             throttle = quotas.record_produce(self.principal.name, header.client_id or "", len(frame))
             if throttle > 0:
@@ -868,7 +891,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         out = encode_request(spec, header, plan.forward) if plan.rewritten else None
         rewrite = self.gateway.brokers.response_rewriter(key, version)
-        slot.patches = list(plan.patches)
+        # Metadata v10+ answers carry topic ids: learn them before any patch filters topics out.
+        learn = [topic_ids.learn_from_metadata] if key == 3 and version >= METADATA_WITH_IDS_VERSION else []
+        slot.patches = [*learn, *plan.patches]
         if rewrite is not None:
             slot.patches.append(rewrite)
         if slot.throttle_ms:
@@ -888,6 +913,39 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
+
+    def _hold_for_topic_ids(self, request: Any, frame: Frame) -> bool:
+        """A Fetch v13+ naming an id the gateway has no name for waits (reads paused, the frame back
+        at the head of `held`) while the upstream lists its topics on this connection, then is
+        served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most one listing per
+        `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at once."""
+        if self._topic_ids_held is frame:
+            self._topic_ids_held = None  # the listing this frame waited for has come
+            return False
+        versions = self.gateway.upstream_versions
+        now = time.monotonic()
+        if (not self.gateway.topic_ids.missing(fetch_ids(request)) or versions is None
+                or not fetch_by_id_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
+            return False
+        self._topic_ids_asked_at = now
+        spec, version = SPECS[3], refresh_version(versions)
+        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+
+        def on_answer(answer: Frame) -> None:
+            try:
+                self.gateway.topic_ids.replace(
+                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
+            except CodecError as exc:
+                self.abort(str(exc))
+                return
+            self.resume("topic-ids")
+
+        self.awaiting_upstream.append(Slot(header, spec, now, 0, on_answer=on_answer))
+        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
+        self._topic_ids_held = frame
+        self.held.appendleft(frame)
+        self.pause("topic-ids")
+        return True
 
     def _send_upstream(self, *parts: Frame) -> None:
         up = self.upstream
@@ -1107,6 +1165,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         if correlation != slot.header.correlation_id or slot.spec is None:
             self.abort("upstream correlation id mismatch")
             return
+        if slot.on_answer is not None:
+            slot.on_answer(frame)
+            self._signal_drained()
+            return
         quotas = self.services.quotas
         if quotas is not None and slot.header.api_key == 1:
             quotas.record_fetch(self.principal.name, slot.header.client_id or "", len(frame))
@@ -1123,6 +1185,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
         self._flush()
+        self._signal_drained()
+
+    def _signal_drained(self) -> None:
         drained = self._upstream_drained
         if drained is not None and not self.awaiting_upstream and not drained.done():
             drained.set_result(None)
