@@ -73,14 +73,15 @@ from gateway.sasl_session import (
     SaslSession,
 )
 from gateway.topic_ids import (
-    FETCH_BY_ID_VERSION,
+    BY_ID_KEYS,
+    BY_ID_VERSION,
     METADATA_WITH_IDS_VERSION,
     REFRESH_INTERVAL_S,
     TopicIds,
-    fetch_by_id_supported,
-    fetch_ids,
+    ids_supported,
     refresh_request,
     refresh_version,
+    request_ids,
 )
 from gateway.upstream_login import (
     Authenticated,
@@ -355,8 +356,8 @@ class Gateway:
             if spec is None or key not in PLANNERS:
                 continue
             low, high = max(lo, spec.min_version), min(hi, spec.max_version)
-            if key == 1 and not fetch_by_id_supported(self.upstream_versions or {}):
-                high = min(high, FETCH_BY_ID_VERSION - 1)  # ids it cannot name could not be authorized
+            if key in BY_ID_KEYS and not ids_supported(self.upstream_versions or {}):
+                high = min(high, BY_ID_VERSION - 1)  # ids it cannot name could not be authorized
             if low <= high:
                 out[key] = (low, high)
         for key in (API_VERSIONS_KEY, *self._sasl_keys(), *self.services.local_handlers):
@@ -863,7 +864,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._mute(throttle)
                 return
         request = decode_request(spec, header, frame)
-        if key == 1 and version >= FETCH_BY_ID_VERSION and self._hold_for_topic_ids(request, frame):
+        if key in BY_ID_KEYS and version >= BY_ID_VERSION and self._hold_for_topic_ids(key, request, frame):
             return
         authorizer = self.services.authorizer
 
@@ -914,8 +915,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
 
-    def _hold_for_topic_ids(self, request: Any, frame: Frame) -> bool:
-        """A Fetch v13+ naming an id the gateway has no name for waits (reads paused, the frame back
+    def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
+        """A Fetch or Produce v13+ naming an id the gateway has no name for waits (reads paused, the frame back
         at the head of `held`) while the upstream lists its topics on this connection, then is
         served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most one listing per
         `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at once."""
@@ -924,8 +925,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             return False
         versions = self.gateway.upstream_versions
         now = time.monotonic()
-        if (not self.gateway.topic_ids.missing(fetch_ids(request)) or versions is None
-                or not fetch_by_id_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
+        if (not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None
+                or not ids_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
             return False
         self._topic_ids_asked_at = now
         spec, version = SPECS[3], refresh_version(versions)

@@ -239,8 +239,13 @@ DESCRIBE_TOPIC_PARTITIONS = TopicShape("topics", "name", None, None, "topics", "
 def _plan_produce(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     txn = getattr(request, "transactional_id", None) if version >= 3 else None
     if txn is not None and not az.allowed(ResourceType.TRANSACTIONAL_ID, txn, Operation.WRITE):
+        if version >= 13:
+            return _split_by_id(az, request, resp_cls, PRODUCE, Operation.WRITE,
+                                every=TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         return _split_topics(request, resp_cls, PRODUCE, lambda _n: False,
                              lambda _n: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Plan())
+    if version >= 13:
+        return _split_by_id(az, request, resp_cls, PRODUCE, Operation.WRITE)
     ok = az.topics(request, PRODUCE, Operation.WRITE)
     return _split_topics(request, resp_cls, PRODUCE, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
 
@@ -259,39 +264,43 @@ def _plan_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any
             return Plan(forward=request)
         return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
     if version >= 13:
-        return _plan_fetch_by_id(az, request, resp_cls)
+        return _split_by_id(az, request, resp_cls, FETCH, Operation.READ)
     ok = az.topics(request, FETCH, Operation.READ)
     return _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
 
 
-def _denied_by_id(resp_cls: Any, topic_id: uuid.UUID | None, partitions: list[int], code: int) -> Any:
-    entry = _denied_entry(resp_cls, FETCH, "", partitions, code)
+def _denied_by_id(resp_cls: Any, shape: TopicShape, topic_id: uuid.UUID | None, partitions: list[int],
+                  code: int) -> Any:
+    entry = _denied_entry(resp_cls, shape, "", partitions, code)
     entry.topic_id = topic_id
     return entry
 
 
-def _plan_fetch_by_id(az: RequestAuthorizer, request: Any, resp_cls: Any) -> Plan:
-    """Fetch v13+ (KIP-516) in `KafkaApis.handleFetchRequest`'s order: an id with no name is
-    UNKNOWN_TOPIC_ID before any authorization (nothing is checked or logged for it), then READ on
-    the names of the others (one batch, partitions as reference counts), denied ones
-    TOPIC_AUTHORIZATION_FAILED. A random id thus learns nothing a guessed one would not."""
+def _split_by_id(az: RequestAuthorizer, request: Any, resp_cls: Any, shape: TopicShape, op: Operation,
+                 *, every: int | None = None) -> Plan:
+    """Fetch/Produce v13+ (KIP-516) in `KafkaApis.handleFetchRequest`'s (and Kafka 4.1's
+    `handleProduceRequest`'s) order: an id with no name is UNKNOWN_TOPIC_ID before any authorization
+    (nothing is checked or logged for it), then `op` on the names of the others (one batch,
+    partitions as reference counts), denied ones TOPIC_AUTHORIZATION_FAILED. A random id thus learns
+    nothing a guessed one would not. `every`: the code of every topic (a denied transactional id),
+    nothing asked."""
     names: dict[str, int] = {}
     resolved: list[tuple[Any, str | None]] = []
-    for topic in request.topics or []:
+    for topic in getattr(request, shape.req_topics) or []:
         name = az.topic_name(topic.topic_id)
         resolved.append((topic, name))
         if name is not None:
-            names[name] = names.get(name, 0) + max(1, len(_partition_ids(topic, FETCH)))
-    ok = az.allowed_names(ResourceType.TOPIC, Operation.READ, names)
+            names[name] = names.get(name, 0) + max(1, len(_partition_ids(topic, shape)))
+    ok = set() if every is not None else az.allowed_names(ResourceType.TOPIC, op, names)
     kept: list[Any] = []
     entries: list[Any] = []
     for topic, name in resolved:
         if name is not None and name in ok:
             kept.append(topic)
             continue
-        code = UNKNOWN_TOPIC_ID if name is None else TOPIC_AUTHORIZATION_FAILED
-        entries.append(_denied_by_id(resp_cls, topic.topic_id, _partition_ids(topic, FETCH), code))
-    return _trimmed(request, "topics", kept, resp_cls, "responses", entries)
+        code = every if every is not None else UNKNOWN_TOPIC_ID if name is None else TOPIC_AUTHORIZATION_FAILED
+        entries.append(_denied_by_id(resp_cls, shape, topic.topic_id, _partition_ids(topic, shape), code))
+    return _trimmed(request, shape.req_topics, kept, resp_cls, shape.resp_topics, entries)
 
 
 def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -703,7 +712,7 @@ def error_response(api_key: int, request: Any, resp_cls: Any, code: int) -> Any:
             _denied_entry(resp_cls, shape, getattr(t, shape.req_name) or "", _partition_ids(t, shape), code)
             for t in getattr(request, shape.req_topics) or []
         ]
-        if api_key == 1:  # Fetch v13+ answers by topic id (the name is not on the wire there)
+        if api_key in (0, 1):  # Produce/Fetch v13+ answer by topic id (the name is not on the wire there)
             for entry, t in zip(values[shape.resp_topics], getattr(request, shape.req_topics) or [], strict=True):
                 entry.topic_id = t.topic_id
     return resp_cls(**values)

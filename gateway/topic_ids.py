@@ -1,7 +1,8 @@
 """Topic ids (KIP-516) at the gateway: which name each upstream topic id stands for.
 
-Fetch v13+ names topics by id only, but ACLs name topics, so the gateway authorizes a Fetch by the
-names its ids stand for, as Kafka's `KafkaApis.handleFetchRequest` does with its metadata cache.
+Fetch v13+ and Produce v13+ name topics by id only, but ACLs name topics, so the gateway authorizes
+them by the names their ids stand for, as Kafka's `KafkaApis.handleFetchRequest` (and Kafka 4.1's
+`handleProduceRequest`) does with its metadata cache.
 The gateway has no metadata cache of its own: it learns the pairs from the upstream, from every
 Metadata v10+ response that crosses it (the only way a client learns an id) and, when a Fetch names
 an id it has not seen (a client that learned it through another gateway node, or before a restart),
@@ -23,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-# Fetch v13 is the first to name topics by id, Metadata v10 the first to answer topic ids.
-FETCH_BY_ID_VERSION: Final = 13
+# Fetch and Produce v13 are the first to name topics by id, Metadata v10 the first to answer topic ids.
+BY_ID_VERSION: Final = 13
 METADATA_WITH_IDS_VERSION: Final = 10
 # The newest Metadata version the refresh asks for (the bundled schema's and Kafka 4's ceiling is 13;
 # 12 is what the bundled Tansu answers).
@@ -74,13 +75,20 @@ class TopicIds:
         self.learn((t.topic_id, t.name) for t in response.topics if t.error_code == 0)
 
 
-def fetch_ids(request: Any) -> list[uuid.UUID | None]:
-    """The topic ids a Fetch v13+ request reads (forgotten topics are not read: no check)."""
-    return [t.topic_id for t in request.topics or ()]
+# Fetch v13+ and Produce v13+ name topics by id only (KIP-516): the APIs whose ids need names.
+BY_ID_KEYS: Final = frozenset({0, 1})
 
 
-def fetch_by_id_supported(upstream_versions: Mapping[int, tuple[int, int]]) -> bool:
-    """Fetch by id is only advertised when the upstream can also tell the gateway what the ids mean."""
+def request_ids(api_key: int, request: Any) -> list[uuid.UUID | None]:
+    """The topic ids a Produce v13+ writes or a Fetch v13+ reads (a Fetch's forgotten topics are not
+    read: no check)."""
+    topics = request.topic_data if api_key == 0 else request.topics
+    return [t.topic_id for t in topics or ()]
+
+
+def ids_supported(upstream_versions: Mapping[int, tuple[int, int]]) -> bool:
+    """Versions naming topics by id are only advertised when the upstream can also tell the gateway
+    what the ids mean."""
     metadata = upstream_versions.get(3)
     return metadata is not None and metadata[1] >= METADATA_WITH_IDS_VERSION
 

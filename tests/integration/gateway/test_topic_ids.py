@@ -153,3 +153,29 @@ def test_an_id_the_gateway_never_saw_is_resolved_by_asking_the_upstream(
     assert outcome(raw.call(1, 13, fetch_by_id(13, stranger))) == {stranger: (100, False)}
     assert time.monotonic() - started < 1.0
     raw.close()
+
+
+def test_produce_v13_by_id_is_authorized_by_name_and_refused_parts_never_reach_the_upstream(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    # Tansu 0.6 has no Produce v13, so the gateway does not advertise it in front of Tansu; a request
+    # naming only refused topics is answered by the gateway alone, which this exercises for real.
+    authz = authz_factory()
+    bad = f"no-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, bad)
+    gw = gateway_factory(Services(authz.service, audit=authz.audit))
+    assert dict((k, hi) for k, _lo, hi in gw.gateway.api_versions())[0] == 11
+    bad_id, stranger = topic_ids(kafka_broker)[bad], uuid.uuid4()
+    cls = SPECS[0].request[13]
+    t = cls.TopicProduceData
+    request = cls(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        t(topic_id=i, partition_data=[t.PartitionProduceData(index=0, records=b"")]) for i in (bad_id, stranger)])
+    raw = RawClient(gw.bootstrap)
+    response = raw.call(0, 13, request)  # bad_id was never seen: learned by asking the upstream
+    raw.close()
+    assert {r.topic_id: [p.error_code for p in r.partition_responses] for r in response.responses} == {
+        bad_id: [29], stranger: [100]}
+    assert denied_names(authz) == [bad]
+    forwarded = [e.data["forwardedUpstream"] for e in authz.audit.events
+                 if str(e.type) == "io.kgov.request" and e.data["requestHeader"]["requestApiKey"] == 0]
+    assert forwarded == [False]

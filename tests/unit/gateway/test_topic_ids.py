@@ -8,7 +8,7 @@ from typing import Any
 from authz.model import Action, Operation, ResourceType
 from gateway.codec import SPECS, decode_response, encode_response
 from gateway.request_authz import RequestAuthorizer, error_response, plan_request
-from gateway.topic_ids import TopicIds, fetch_by_id_supported, fetch_ids, refresh_request, refresh_version
+from gateway.topic_ids import TopicIds, ids_supported, refresh_request, refresh_version, request_ids
 
 A, B, C = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
@@ -151,9 +151,47 @@ def test_metadata_responses_teach_only_error_free_topics() -> None:
 
 
 def test_fetch_by_id_needs_metadata_with_ids_upstream() -> None:
-    assert fetch_by_id_supported({3: (0, 12)}) and fetch_by_id_supported({3: (0, 10)})
-    assert not fetch_by_id_supported({3: (0, 9)}) and not fetch_by_id_supported({})
+    assert ids_supported({3: (0, 12)}) and ids_supported({3: (0, 10)})
+    assert not ids_supported({3: (0, 9)}) and not ids_supported({})
     assert refresh_version({3: (0, 13)}) == 12 and refresh_version({3: (0, 10)}) == 10
     request = refresh_request(SPECS[3].request, 12)
     assert request.topics is None and request.allow_auto_topic_creation is False
-    assert fetch_ids(fetch(13, (A, 1), (B, 1))) == [A, B]
+    assert request_ids(1, fetch(13, (A, 1), (B, 1))) == [A, B]
+    assert request_ids(0, produce((B, 1), (A, 1))) == [B, A]
+
+
+def produce(*topics: tuple[uuid.UUID | None, int], txn: str | None = None) -> Any:
+    cls = SPECS[0].request[13]
+    t = cls.TopicProduceData
+    request = cls(transactional_id=txn, acks=1, timeout_ms=1, topic_data=[
+        t(topic_id=i, partition_data=[t.PartitionProduceData(index=p, records=b"x") for p in range(n)])
+        for i, n in topics])
+    return SPECS[0].request.decode(request.encode(version=13), version=13)
+
+
+def produced(p: Any, upstream: Any = None) -> dict[uuid.UUID | None, list[tuple[int, int, int]]]:
+    """topic id -> [(partition, error code, base offset)] as the client decodes the Produce v13 answer."""
+    response = p.local if p.forward is None else upstream
+    for patch in p.patches:
+        patch(response)
+    frame = encode_response(SPECS[0], 13, 7, response)
+    decoded = decode_response(SPECS[0], 13, frame[4:])
+    return {t.topic_id: [(x.index, x.error_code, x.base_offset) for x in t.partition_responses]
+            for t in decoded.responses}
+
+
+def test_produce_v13_writes_by_the_names_of_its_ids_unknown_ones_are_100() -> None:
+    rules = Rules((ResourceType.TOPIC, "orders", Operation.WRITE))
+    request = produce((A, 2), (B, 1), (C, 1))
+    p = plan_request(rules.authorizer(known(orders=A, payments=B)), 0, 13, request, SPECS[0].response)
+    assert p.rewritten and [t.topic_id for t in p.forward.topic_data] == [A]
+    assert [(a.resource_name, a.operation, a.resource_ref_count) for a in rules.asked] == [
+        ("orders", Operation.WRITE, 2), ("payments", Operation.WRITE, 1)]
+    assert produced(p, SPECS[0].response(responses=[])) == {B: [(0, 29, -1)], C: [(0, 100, -1)]}
+
+
+def test_produce_v13_with_a_denied_transactional_id_is_53_everywhere_and_asks_nothing_of_the_topics() -> None:
+    rules = Rules((ResourceType.TOPIC, "orders", Operation.WRITE))
+    p = plan_request(rules.authorizer(known(orders=A)), 0, 13, produce((A, 1), (C, 1), txn="tx"), SPECS[0].response)
+    assert p.forward is None and produced(p) == {A: [(0, 53, -1)], C: [(0, 53, -1)]}
+    assert [(a.resource_type, a.resource_name) for a in rules.asked] == [(ResourceType.TRANSACTIONAL_ID, "tx")]
