@@ -73,7 +73,7 @@ from gateway.sasl_session import (
     SaslSession,
 )
 from gateway.topic_ids import (
-    BY_ID_KEYS,
+    BY_ID_SINCE,
     BY_ID_VERSION,
     METADATA_WITH_IDS_VERSION,
     REFRESH_INTERVAL_S,
@@ -356,7 +356,7 @@ class Gateway:
             if spec is None or key not in PLANNERS:
                 continue
             low, high = max(lo, spec.min_version), min(hi, spec.max_version)
-            if key in BY_ID_KEYS and not ids_supported(self.upstream_versions or {}):
+            if key in (0, 1) and not ids_supported(self.upstream_versions or {}):
                 high = min(high, BY_ID_VERSION - 1)  # ids it cannot name could not be authorized
             if low <= high:
                 out[key] = (low, high)
@@ -864,7 +864,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._mute(throttle)
                 return
         request = decode_request(spec, header, frame)
-        if key in BY_ID_KEYS and version >= BY_ID_VERSION and self._hold_for_topic_ids(key, request, frame):
+        if key in BY_ID_SINCE and version >= BY_ID_SINCE[key] and self._hold_for_topic_ids(key, request, frame):
             return
         authorizer = self.services.authorizer
 
@@ -916,7 +916,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.awaiting_upstream.append(slot)
 
     def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
-        """A Fetch or Produce v13+ naming an id the gateway has no name for waits (reads paused, the frame back
+        """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits (reads paused, the frame back
         at the head of `held`) while the upstream lists its topics on this connection, then is
         served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most one listing per
         `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at once."""

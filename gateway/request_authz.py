@@ -333,15 +333,20 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
 
         plan.patches.append(filter_topics)
         return plan
-    names = {t.name: 1 for t in request.topics if t.name is not None}
+    # v12+ may name a topic by id (null name, KIP-516): it is described by the name the upstream gives
+    # the id; an id with no name is UNKNOWN_TOPIC_ID before any check, and a denied one is answered by
+    # id (KafkaApis.handleTopicMetadataRequest: "Topic IDs are not considered sensitive information").
+    resolved = [(t, t.name if t.name is not None else az.topic_name(t.topic_id)) for t in request.topics]
+    names = {n: 1 for _t, n in resolved if n is not None}
     ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, names)
-    kept = [t for t in request.topics if t.name in ok]
-    denied = [t for t in request.topics if t.name not in ok]
-    if version >= 4 and request.allow_auto_topic_creation and kept and not az.cluster(
+    kept = [t for t, n in resolved if n in ok]
+    denied = [(t, n) for t, n in resolved if n not in ok]
+    by_name = {t.name for t in kept if t.name is not None}  # only names can be auto-created
+    if version >= 4 and request.allow_auto_topic_creation and by_name and not az.cluster(
         Operation.CREATE, log_if_denied=False
     ):
-        creatable = az.allowed_names(ResourceType.TOPIC, Operation.CREATE, {t.name: 1 for t in kept})
-        if creatable != {t.name for t in kept}:
+        creatable = az.allowed_names(ResourceType.TOPIC, Operation.CREATE, dict.fromkeys(by_name, 1))
+        if creatable != by_name:
             # Kafka creates only what the principal may create; the gateway cannot split one
             # request's auto-creation, so it asks the broker for none when any is not allowed.
             request.allow_auto_topic_creation = False
@@ -350,11 +355,14 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
         return plan
     entries = [
         _new(resp_cls, "topics", name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED, partitions=[])
-        for t in denied
+        if t.name is not None else
+        _new(resp_cls, "topics", name=None, topic_id=t.topic_id, partitions=[],
+             error_code=UNKNOWN_TOPIC_ID if n is None else TOPIC_AUTHORIZATION_FAILED)
+        for t, n in denied
     ]
     request.topics = kept
     plan.rewritten = True
-    kept_names = {t.name for t in kept}
+    kept_names = {n for _t, n in resolved if n in ok}
 
     def add_denied(response: Any) -> None:
         # Only what was asked and allowed: some brokers (Tansu) answer an empty list with every topic.
@@ -712,7 +720,7 @@ def error_response(api_key: int, request: Any, resp_cls: Any, code: int) -> Any:
             _denied_entry(resp_cls, shape, getattr(t, shape.req_name) or "", _partition_ids(t, shape), code)
             for t in getattr(request, shape.req_topics) or []
         ]
-        if api_key in (0, 1):  # Produce/Fetch v13+ answer by topic id (the name is not on the wire there)
+        if api_key in (0, 1, 3):  # Produce/Fetch v13+ answer by topic id (the name is not on the wire there)
             for entry, t in zip(values[shape.resp_topics], getattr(request, shape.req_topics) or [], strict=True):
                 entry.topic_id = t.topic_id
     return resp_cls(**values)

@@ -75,13 +75,16 @@ class TopicIds:
         self.learn((t.topic_id, t.name) for t in response.topics if t.error_code == 0)
 
 
-# Fetch v13+ and Produce v13+ name topics by id only (KIP-516): the APIs whose ids need names.
-BY_ID_KEYS: Final = frozenset({0, 1})
+# Produce v13+ and Fetch v13+ name topics by id only, Metadata v12+ may (KIP-516): the API keys
+# whose ids need names, and the first version that has them.
+BY_ID_SINCE: Final[Mapping[int, int]] = MappingProxyType({0: 13, 1: 13, 3: 12})
 
 
 def request_ids(api_key: int, request: Any) -> list[uuid.UUID | None]:
-    """The topic ids a Produce v13+ writes or a Fetch v13+ reads (a Fetch's forgotten topics are not
-    read: no check)."""
+    """The topic ids a Produce v13+ writes, a Fetch v13+ reads (a Fetch's forgotten topics are not
+    read: no check) or a Metadata v12+ describes (its topics with no name)."""
+    if api_key == 3:
+        return [t.topic_id for t in request.topics or () if t.name is None]
     topics = request.topic_data if api_key == 0 else request.topics
     return [t.topic_id for t in topics or ()]
 

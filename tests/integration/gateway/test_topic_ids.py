@@ -179,3 +179,23 @@ def test_produce_v13_by_id_is_authorized_by_name_and_refused_parts_never_reach_t
     forwarded = [e.data["forwardedUpstream"] for e in authz.audit.events
                  if str(e.type) == "io.kgov.request" and e.data["requestHeader"]["requestApiKey"] == 0]
     assert forwarded == [False]
+
+
+def test_metadata_v12_by_id_describes_allowed_ids_and_answers_denied_and_unknown_ones_by_id(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    authz = authz_factory()
+    ok, bad = f"ok-{uuid.uuid4().hex[:8]}", f"no-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, ok, bad)
+    authz.allow(acl(ResourceType.TOPIC, ok, Operation.DESCRIBE))
+    gw = gateway_factory(Services(authz.service, audit=authz.audit))
+    ids, stranger = topic_ids(kafka_broker), uuid.uuid4()  # none crossed the gateway: it asks the upstream
+    cls = SPECS[3].request[12]
+    request = cls(topics=[cls.MetadataRequestTopic(name=None, topic_id=i) for i in (ids[ok], ids[bad], stranger)],
+                  allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    raw = RawClient(gw.bootstrap)
+    response = raw.call(3, 12, request)
+    raw.close()
+    assert sorted(((t.name or "", t.topic_id, t.error_code, len(t.partitions)) for t in response.topics),
+                  key=lambda x: x[2]) == [(ok, ids[ok], 0, 1), ("", ids[bad], 29, 0), ("", stranger, 100, 0)]
+    assert denied_names(authz) == [bad]

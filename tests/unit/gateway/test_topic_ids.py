@@ -195,3 +195,34 @@ def test_produce_v13_with_a_denied_transactional_id_is_53_everywhere_and_asks_no
     p = plan_request(rules.authorizer(known(orders=A)), 0, 13, produce((A, 1), (C, 1), txn="tx"), SPECS[0].response)
     assert p.forward is None and produced(p) == {A: [(0, 53, -1)], C: [(0, 53, -1)]}
     assert [(a.resource_type, a.resource_name) for a in rules.asked] == [(ResourceType.TRANSACTIONAL_ID, "tx")]
+
+
+def metadata_by_id(*topics: tuple[str | None, uuid.UUID | None]) -> Any:
+    cls = SPECS[3].request[12]
+    request = cls(topics=[cls.MetadataRequestTopic(name=n, topic_id=i) for n, i in topics],
+                  allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    return SPECS[3].request.decode(request.encode(version=12), version=12)
+
+
+def test_metadata_v12_by_id_describes_by_name_unknown_ids_are_100_and_denied_ones_answered_by_id() -> None:
+    rules = Rules((ResourceType.TOPIC, "orders", Operation.DESCRIBE), (ResourceType.TOPIC, "new", Operation.DESCRIBE))
+    request = metadata_by_id((None, A), (None, B), (None, C), ("new", None))
+    p = plan_request(rules.authorizer(known(orders=A, payments=B)), 3, 12, request, SPECS[3].response)
+    assert [(t.name, t.topic_id) for t in p.forward.topics] == [(None, A), ("new", None)]
+    # Only names are checked (C is unknown: nothing asked); auto-creation is judged on the names only.
+    describe = [(a.resource_name, a.operation) for a in rules.asked if a.operation == Operation.DESCRIBE]
+    assert describe == [("orders", Operation.DESCRIBE), ("payments", Operation.DESCRIBE), ("new", Operation.DESCRIBE)]
+    assert [(a.resource_type, a.resource_name) for a in rules.asked if a.operation == Operation.CREATE] == [
+        (ResourceType.CLUSTER, "kafka-cluster"), (ResourceType.TOPIC, "new")]
+    assert p.forward.allow_auto_topic_creation is False  # "new" may not be created
+    resp_cls = SPECS[3].response
+    topic = resp_cls.fields["topics"].data_class
+    upstream = resp_cls(brokers=[], topics=[topic(name="orders", topic_id=A, error_code=0, partitions=[]),
+                                            topic(name="new", topic_id=uuid.uuid4(), error_code=0, partitions=[]),
+                                            topic(name="payments", topic_id=B, error_code=0, partitions=[])])
+    for patch in p.patches:
+        patch(upstream)
+    frame = encode_response(SPECS[3], 12, 3, upstream)
+    decoded = decode_response(SPECS[3], 12, frame[4:])
+    assert [(t.name, t.topic_id, t.error_code) for t in decoded.topics if t.name != "new"] == [
+        ("orders", A, 0), (None, B, 29), (None, C, 100)]
