@@ -33,6 +33,9 @@ _REFRESH_METADATA_MAX: Final = 12
 # A connection refreshes at most this often: a client naming random ids cannot turn each Fetch into
 # a listing of every topic upstream. Within it, an unknown id is answered UNKNOWN_TOPIC_ID at once.
 REFRESH_INTERVAL_S: Final = 1.0
+# Learning only adds pairs, so pairs of deleted topics pile up between listings; past this many the
+# map starts again from what is being learned (a miss then lists the cluster anew).
+MAX_PAIRS: Final = 200_000
 
 _Pairs = Iterable[tuple[uuid.UUID | None, str | None]]
 
@@ -45,8 +48,9 @@ def _usable(pairs: _Pairs) -> dict[uuid.UUID, str]:
 class TopicIds:
     """The gateway's topic id -> name map, shared by its connections."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_pairs: int = MAX_PAIRS) -> None:
         self._names: Mapping[uuid.UUID, str] = MappingProxyType({})
+        self._max = max_pairs
 
     def __len__(self) -> int:
         return len(self._names)
@@ -63,7 +67,8 @@ class TopicIds:
         """Adds pairs seen in a partial answer (a Metadata response naming some topics)."""
         new = _usable(pairs)
         if any(self._names.get(i) != n for i, n in new.items()):
-            self._names = MappingProxyType({**self._names, **new})
+            merged = {**self._names, **new}
+            self._names = MappingProxyType(merged if len(merged) <= self._max else new)
 
     def replace(self, pairs: _Pairs) -> None:
         """Takes a listing of every topic as the whole map (ids of deleted topics drop out)."""

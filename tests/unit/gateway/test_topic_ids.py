@@ -140,6 +140,13 @@ def test_learning_adds_replacing_drops_and_zero_ids_or_null_names_are_ignored() 
     assert ids.name(A) is None and ids.name(C) == "audit" and len(ids) == 2
 
 
+def test_a_full_map_starts_again_from_what_is_learned() -> None:
+    ids = TopicIds(max_pairs=2)
+    ids.learn([(A, "orders"), (B, "payments")])
+    ids.learn([(C, "audit")])
+    assert ids.name(C) == "audit" and ids.name(A) is None and len(ids) == 1
+
+
 def test_metadata_responses_teach_only_error_free_topics() -> None:
     resp_cls = SPECS[3].response
     topic = resp_cls.fields["topics"].data_class
