@@ -43,7 +43,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy, Refusals
+from encryption.datakeys import (
+    DEFAULT_UNWRAP_LIMIT,
+    DataKeyCache,
+    DataKeyIssuer,
+    DataKeyPolicy,
+    Refusals,
+    UnwrapLimit,
+)
 from encryption.envelope import MAGIC
 from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
@@ -527,10 +534,11 @@ class FieldDecryptingDeserializer:
         *,
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
         self.policy = policy
         self.inner = inner
-        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         self._opener = PayloadOpener(self.cache)
         self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}

@@ -63,6 +63,7 @@ from gateway.codec import (
     produce_acks,
 )
 from gateway.framing import Frame, FrameError, FrameReader
+from gateway.invalid_request import InvalidRequestError, parse_failure_log_lines
 from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
 from gateway.sasl_session import (
     SASL_AUTHENTICATE,
@@ -394,12 +395,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         return self.reader.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self.reader.buffer_updated(nbytes)
-        except FrameError:
-            self.client.abort("invalid framing from upstream")
-            return
-        for frame in frames:
+        reader = self.reader
+        reader.buffer_updated(nbytes)
+        while True:
+            try:
+                frame = reader.next_frame()
+            except FrameError:
+                self.client.abort("invalid framing from upstream")
+                return
+            if frame is None:
+                return
             if self.login_frames is not None:
                 self.login_frames.put_nowait(frame)
             else:
@@ -506,7 +511,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.idle_handle: asyncio.TimerHandle | None = None
         self.connection_id = ""
         self.raw_sasl = False
-        self.held: deque[Frame] = deque()
+        self._serve_scheduled = False  # `_serve_frames` is due on the loop (reading resumed with frames unread)
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
@@ -517,10 +522,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
         # A failed authentication's delay has ended: close once every earlier request is answered.
         self.closing_after_answers = False
-        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them, and
-        # the Fetch frame held (at the head of `held`) until the answer came.
+        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them; the
+        # request waiting for the answer (served again, before the reader's next frame, once it came);
+        # and that same request, marked to be planned with what the map then holds.
         self._topic_ids_asked_at = -REFRESH_INTERVAL_S
-        self._topic_ids_held: Frame | None = None
+        self._topic_ids_waiting: Frame | None = None
+        self._topic_ids_asked_for: Frame | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -733,10 +740,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason not in self.paused:
             return
         self.paused.discard(reason)
-        if not self.paused and self.transport is not None and not self.closed:
+        if self.paused or self.transport is None or self.closed:
+            return
+        if self.reader.needs_bytes and self._topic_ids_waiting is None:
             self.transport.resume_reading()
-            if self.held:
-                asyncio.get_running_loop().call_soon(self._process_held)
+        elif not self._serve_scheduled:
+            # Frames read before the pause come first; the socket is read again once they are served
+            # (`_serve_frames`), so the reader never holds more than its scratch buffer and one frame.
+            self._serve_scheduled = True
+            asyncio.get_running_loop().call_soon(self._serve_frames)
 
     def pause_writing(self) -> None:
         # The client does not read its responses: stop reading its requests (locally answered ones
@@ -759,38 +771,49 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_activity = time.monotonic()
-        try:
-            frames = self.reader.buffer_updated(nbytes)
-        except FrameError as exc:
-            sasl = self.sasl
-            if "sasl-failed" in self.paused:
-                return  # already failed: closing after the delay (reading stopped; what was left is moot)
-            if sasl is not None and sasl.authenticating and not self.closed:
-                self._refuse_frame(sasl, str(exc))
-            else:
-                self.abort(str(exc))
-            return
-        if self.held:
-            self.held.extend(frames)
-        else:
-            self.held = deque(frames)
-        self._process_held()
+        self.reader.buffer_updated(nbytes)
+        self._serve_frames()
 
-    def _process_held(self) -> None:
-        """Serves the requests already read, stopping as soon as the connection is paused (quota mute,
-        backlog, too many in flight): what was read but not served waits here, bounded by one read."""
+    def _serve_frames(self) -> None:
+        """Serves the requests read so far one frame at a time, as Kafka's broker reads them: each
+        frame's size is checked when it is reached, under the limit its predecessors left (the login
+        raises it to `max_request_bytes`, a re-authentication's SaslHandshake lowers it to 512 KiB), and
+        a bad frame fails the connection only after the frames before it were served. Stops as soon as
+        the connection is paused (quota mute, backlog, too many in flight): what was read but not served
+        waits in the reader, bounded by its scratch buffer and one frame, and the socket is not read
+        until it is served."""
+        self._serve_scheduled = False
         quotas = self.services.quotas
-        held = self.held
-        while held and not self.paused and not self.closed:
-            frame = held.popleft()
+        reader = self.reader
+        while not self.paused and not self.closed:
+            waiting, self._topic_ids_waiting = self._topic_ids_waiting, None
+            try:
+                frame = waiting if waiting is not None else reader.next_frame()
+            except FrameError as exc:
+                self._on_frame_error(exc)
+                return
+            if frame is None:
+                break
             started = time.perf_counter()
             try:
                 self._on_request(frame)
             except CodecError as exc:
-                self.abort(str(exc))
+                # A request Kafka refuses while it reads or parses it: closed unanswered, after the
+                # answers to the requests before it (Kafka reads the next request only once the
+                # previous one is answered).
+                self._close_after_earlier_answers(str(exc))
                 return
             except AuthorizerNotReadyError:
                 self.abort("authorizer not ready")
+                return
+            except Exception as exc:
+                # A fault serving one request (a handler's store, a re-encoding) closes this connection
+                # only, after the earlier answers, as Kafka's processChannelException does; uncaught, it
+                # would leave a connection whose reading is paused (`resume` serves waiting frames from
+                # the loop) hanging. The type only: a message may quote request data or a store's
+                # parameters.
+                log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
+                self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
                 return
             if quotas is not None and self.principal is not None:
                 throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
@@ -799,6 +822,36 @@ class ClientConnection(asyncio.BufferedProtocol):
                     self._mute(throttle)
             if len(self.slots) >= MAX_IN_FLIGHT:
                 self.pause("in-flight")
+        transport = self.transport
+        if not self.paused and not self.closed and transport is not None and not transport.is_reading():
+            transport.resume_reading()  # paused while frames waited (`resume`): all are served now
+
+    def _on_frame_error(self, exc: FrameError) -> None:
+        """A negative size or one over the limit. During an exchange it fails the authentication
+        (Kafka's SaslServerAuthenticator: "invalid receive size"); otherwise Kafka's Selector logs
+        `Unexpected error from ...; closing connection` with the InvalidReceiveException (WARN) and
+        closes the connection; the requests before it were answered (one request at a time)."""
+        sasl = self.sasl
+        if sasl is not None and sasl.authenticating:
+            self._refuse_frame(sasl, str(exc))
+            return
+        log.warning("Unexpected error from %s; closing connection: %s", self.connection_id, exc.kafka_message)
+        self._close_after_earlier_answers(str(exc))
+
+    def _close_after_earlier_answers(self, reason: str) -> None:
+        """Stops reading and closes once every request read before is answered (those still with the
+        upstream included; at most FAILED_AUTH_ANSWER_WAIT_S), as Kafka's broker, which reads a
+        connection's next request only after answering the previous one, closes on a bad request."""
+        if self.closed:
+            return
+        log.debug("closing %s after the answers to earlier requests: %s", self.connection_id, reason)
+        self.close_reason = reason
+        self.pause("closing")
+        self.closing_after_answers = True
+        self._flush()
+        if not self.closed:
+            asyncio.get_running_loop().call_later(
+                FAILED_AUTH_ANSWER_WAIT_S, self.abort, f"earlier requests unanswered before a close ({reason})")
 
     def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
@@ -844,7 +897,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         handler = self.services.local_handlers.get(key)
         if handler is not None:
             request = decode_request(spec, header, frame)
-            self._complete(slot, encode_response(spec, version, header.correlation_id, handler(ctx, version, request)))
+            try:
+                response = handler(ctx, version, request)
+            except InvalidRequestError as exc:
+                self._refuse_invalid_request(header, exc)
+                return
+            self._complete(slot, encode_response(spec, version, header.correlation_id, response))
             return
         if key not in PLANNERS:
             raise CodecError(f"{spec.name} is not allowed through the gateway")
@@ -915,13 +973,24 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
 
+    def _refuse_invalid_request(self, header: RequestHeader, error: InvalidRequestError) -> None:
+        """Kafka's close for a request its parser refuses (ERROR lines, see gateway.invalid_request),
+        unanswered, after the answers to the requests before it."""
+        for line in parse_failure_log_lines(
+            error, api=api_name(header.api_key), api_version=header.api_version, connection_id=self.connection_id,
+            listener=self.options.listener_name, principal=str(self.principal),
+        ):
+            log.error("%s", line)
+        self._close_after_earlier_answers(str(error))
+
     def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
-        """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits (reads paused, the frame back
-        at the head of `held`) while the upstream lists its topics on this connection, then is
-        served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most one listing per
-        `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at once."""
-        if self._topic_ids_held is frame:
-            self._topic_ids_held = None  # the listing this frame waited for has come
+        """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits
+        (reading paused, the frame kept to be served first) while the upstream lists its topics on
+        this connection, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most
+        one listing per `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at
+        once. Requests after it wait, so the upstream still sees the client's requests in order."""
+        if self._topic_ids_asked_for is frame:
+            self._topic_ids_asked_for = None  # the listing this frame waited for has come
             return False
         versions = self.gateway.upstream_versions
         now = time.monotonic()
@@ -943,8 +1012,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         self.awaiting_upstream.append(Slot(header, spec, now, 0, on_answer=on_answer))
         self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
-        self._topic_ids_held = frame
-        self.held.appendleft(frame)
+        self._topic_ids_waiting = self._topic_ids_asked_for = frame
         self.pause("topic-ids")
         return True
 

@@ -87,7 +87,7 @@ def test_field_and_payload_encryption_around_registry_serdes(
     try:
         field_level = FieldEncryptingSerializer(
             kms, "payments", policy, AvroSerializer(client, SCHEMA, use_latest_version=True))
-        whole = EncryptingSerializer(kms, "payments", AvroSerializer(client, SCHEMA, use_latest_version=True))
+        whole = EncryptingSerializer(kms, "payments", AvroSerializer(client, SCHEMA, use_latest_version=True), bind_key=False)
         producer = SerializingProducer({"bootstrap.servers": kafka_broker, "key.serializer": StringSerializer()})
         producer.produce(topic, key="tx-1", value=field_level(PAYMENT, SerializationContext(
             topic, MessageField.VALUE, [])))
