@@ -781,7 +781,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         a bad frame fails the connection only after the frames before it were served. Stops as soon as
         the connection is paused (quota mute, backlog, too many in flight): what was read but not served
         waits in the reader, bounded by its scratch buffer and one frame, and the socket is not read
-        until it is served."""
+        until it is served. A request that waited for topic ids (`_hold_for_topic_ids`) comes first."""
         self._serve_scheduled = False
         quotas = self.services.quotas
         reader = self.reader
