@@ -65,9 +65,15 @@ def test_fetch_by_id_is_advertised_up_to_v15_when_the_upstream_has_it(
     upstream = gw.gateway.upstream_versions
     assert upstream is not None and upstream[1][1] >= 15 and upstream[3][1] >= 10  # Tansu 0.6: Fetch 17, Metadata 12
     assert dict((k, hi) for k, _lo, hi in gw.gateway.api_versions())[1] == 15
-    # An upstream that cannot answer topic ids in Metadata gets no Fetch by id.
-    gw.gateway.upstream_versions = {**upstream, 3: (0, 9)}
-    assert dict((k, hi) for k, _lo, hi in gw.gateway.api_versions())[1] == 12
+    # An upstream that cannot answer topic ids in Metadata gets no Fetch or Produce by id.
+    gw.gateway.upstream_versions = {**upstream, 0: (0, 13), 3: (0, 9)}
+    advertised = dict((k, hi) for k, _lo, hi in gw.gateway.api_versions())
+    assert (advertised[0], advertised[1]) == (12, 12)
+    # A Kafka 4.1-like upstream (Produce v13, Metadata v13) gets Produce v13; Fetch stays at v15.
+    gw.gateway.upstream_versions = {**upstream, 0: (0, 13), 1: (4, 18), 3: (0, 13)}
+    advertised = dict((k, hi) for k, _lo, hi in gw.gateway.api_versions())
+    assert (advertised[0], advertised[1], advertised[3]) == (13, 15, 13)
+    gw.gateway.upstream_versions = upstream
 
 
 def test_librdkafka_consumes_by_topic_id_through_the_gateway_and_a_denied_topic_is_29(
