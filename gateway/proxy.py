@@ -74,6 +74,17 @@ from gateway.sasl_session import (
     MechanismFactory,
     SaslSession,
 )
+from gateway.topic_ids import (
+    BY_ID_SINCE,
+    BY_ID_VERSION,
+    METADATA_WITH_IDS_VERSION,
+    REFRESH_INTERVAL_S,
+    TopicIds,
+    ids_supported,
+    refresh_request,
+    refresh_version,
+    request_ids,
+)
 from gateway.upstream_login import (
     Authenticated,
     OAuthBearerExchange,
@@ -152,6 +163,9 @@ class Slot:
     throttle_ms: int = 0
     records_bytes: int = 0
     raw: bool = False  # a raw SASL v0 token: no Kafka header
+    # A request of the gateway's own on the client's upstream connection: its answer goes here, not
+    # to the client (the topic id refresh, `ClientConnection._hold_for_topic_ids`).
+    on_answer: Callable[[Frame], None] | None = None
 
 
 _DN_NAMES = {
@@ -196,6 +210,7 @@ class Gateway:
         self.brokers = BrokerMap(plan, self._open_node_listener)
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
         self._versions_at = 0.0
+        self.topic_ids = TopicIds()  # what the upstream's topic ids name (Fetch v13+)
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
@@ -343,6 +358,8 @@ class Gateway:
             if spec is None or key not in PLANNERS:
                 continue
             low, high = max(lo, spec.min_version), min(hi, spec.max_version)
+            if key in (0, 1) and not ids_supported(self.upstream_versions or {}):
+                high = min(high, BY_ID_VERSION - 1)  # ids it cannot name could not be authorized
             if low <= high:
                 out[key] = (low, high)
         for key in (API_VERSIONS_KEY, *self._sasl_keys(), *self.services.local_handlers):
@@ -507,6 +524,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
         # A failed authentication's delay has ended: close once every earlier request is answered.
         self.closing_after_answers = False
+        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them; the
+        # request waiting for the answer (served again, before the reader's next frame, once it came);
+        # and that same request, marked to be planned with what the map then holds.
+        self._topic_ids_asked_at = -REFRESH_INTERVAL_S
+        self._topic_ids_waiting: Frame | None = None
+        self._topic_ids_asked_for: Frame | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -730,7 +753,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.paused.discard(reason)
         if self.paused or self.transport is None or self.closed:
             return
-        if self.reader.needs_bytes:
+        if self.reader.needs_bytes and self._topic_ids_waiting is None:
             self.transport.resume_reading()
         elif not self._serve_scheduled:
             # Frames read before the pause come first; the socket is read again once they are served
@@ -769,13 +792,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         a bad frame fails the connection only after the frames before it were served. Stops as soon as
         the connection is paused (quota mute, backlog, too many in flight): what was read but not served
         waits in the reader, bounded by its scratch buffer and one frame, and the socket is not read
-        until it is served."""
+        until it is served. A request that waited for topic ids (`_hold_for_topic_ids`) comes first."""
         self._serve_scheduled = False
         quotas = self.services.quotas
         reader = self.reader
         while not self.paused and not self.closed:
+            waiting, self._topic_ids_waiting = self._topic_ids_waiting, None
             try:
-                frame = reader.next_frame()
+                frame = waiting if waiting is not None else reader.next_frame()
             except FrameError as exc:
                 self._on_frame_error(exc)
                 return
@@ -909,6 +933,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._mute(throttle)
                 return
         request = decode_request(spec, header, frame)
+        if key in BY_ID_SINCE and version >= BY_ID_SINCE[key] and self._hold_for_topic_ids(key, request, frame):
+            return
         authorizer = self.services.authorizer
 
         def check(actions: list[Action]) -> list[bool]:
@@ -917,7 +943,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         def by_type(op: Operation, rtype: ResourceType) -> bool:
             return authorizer.authorize_by_resource_type(ctx, op, rtype).allowed
 
-        plan = plan_request(RequestAuthorizer(check, by_type), key, version, request, spec.response)
+        topic_ids = self.gateway.topic_ids
+        plan = plan_request(RequestAuthorizer(check, by_type, topic_ids.name), key, version, request, spec.response)
         if quotas is not None and key == 0:
             throttle = quotas.record_produce(self.principal.name, header.client_id or "", len(frame))
             if throttle > 0:
@@ -934,7 +961,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         out = encode_request(spec, header, plan.forward) if plan.rewritten else None
         rewrite = self.gateway.brokers.response_rewriter(key, version)
-        slot.patches = list(plan.patches)
+        # Metadata v10+ answers carry topic ids: learn them before any patch filters topics out.
+        learn = [topic_ids.learn_from_metadata] if key == 3 and version >= METADATA_WITH_IDS_VERSION else []
+        slot.patches = [*learn, *plan.patches]
         if rewrite is not None:
             slot.patches.append(rewrite)
         if slot.throttle_ms:
@@ -964,6 +993,39 @@ class ClientConnection(asyncio.BufferedProtocol):
         ):
             log.error("%s", line)
         self._close_after_earlier_answers(str(error))
+
+    def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
+        """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits
+        (reading paused, the frame kept to be served first) while the upstream lists its topics on
+        this connection, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most
+        one listing per `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at
+        once. Requests after it wait, so the upstream still sees the client's requests in order."""
+        if self._topic_ids_asked_for is frame:
+            self._topic_ids_asked_for = None  # the listing this frame waited for has come
+            return False
+        versions = self.gateway.upstream_versions
+        now = time.monotonic()
+        if (not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None
+                or not ids_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
+            return False
+        self._topic_ids_asked_at = now
+        spec, version = SPECS[3], refresh_version(versions)
+        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+
+        def on_answer(answer: Frame) -> None:
+            try:
+                self.gateway.topic_ids.replace(
+                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
+            except CodecError as exc:
+                self.abort(str(exc))
+                return
+            self.resume("topic-ids")
+
+        self.awaiting_upstream.append(Slot(header, spec, now, 0, on_answer=on_answer))
+        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
+        self._topic_ids_waiting = self._topic_ids_asked_for = frame
+        self.pause("topic-ids")
+        return True
 
     def _send_upstream(self, *parts: Frame) -> None:
         up = self.upstream
@@ -1184,6 +1246,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         if correlation != slot.header.correlation_id or slot.spec is None:
             self.abort("upstream correlation id mismatch")
             return
+        if slot.on_answer is not None:
+            slot.on_answer(frame)
+            self._signal_drained()
+            return
         quotas = self.services.quotas
         if quotas is not None and slot.header.api_key == 1:
             quotas.record_fetch(self.principal.name, slot.header.client_id or "", len(frame))
@@ -1200,6 +1266,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
         self._flush()
+        self._signal_drained()
+
+    def _signal_drained(self) -> None:
         drained = self._upstream_drained
         if drained is not None and not self.awaiting_upstream and not drained.done():
             drained.set_result(None)
