@@ -312,6 +312,23 @@ def _inline_tags(schema: Any) -> frozenset[str]:
     return frozenset(tags)
 
 
+# Value positions a schema may unroll into: recursive types unrolled MAX_RECURSION times can multiply.
+MAX_POSITIONS = 100_000
+
+
+class _PositionBudget:
+    def __init__(self) -> None:
+        self.left = MAX_POSITIONS
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise EncryptionError(
+                f"schema unrolls into more than {MAX_POSITIONS} fields (recursive types referring to each "
+                "other): too complex for field-level encryption"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class _AvroBranch:
     schema: Any  # a primitive name or a mapping (named references resolved)
@@ -330,6 +347,7 @@ class _AvroWalker:
         self.named = named
         self.out = out
         self.cutoffs = cutoffs
+        self.budget = _PositionBudget()
 
     def record(self, record: Mapping[str, Any], path: Path, namespace: str | None, seen: tuple[str, ...]) -> None:
         name = str(record.get("name", ""))
@@ -351,6 +369,7 @@ class _AvroWalker:
         where: str, inherited: frozenset[str], sites: tuple[str, ...], field: bool,
     ) -> None:
         """The value at `path` (a field's, or an item or map value reached from one), of `avro_type`."""
+        self.budget.spend()
         branches: list[_AvroBranch] = []
         tags, tag_sites = set(inherited), list(sites)
         self._branches(avro_type, namespace, where, branches, tags, tag_sites)
@@ -419,15 +438,14 @@ class _AvroWalker:
 
 
 _JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
-_MAX_TYPE_DEPTH = 32
 
 
-def _json_types(schema: Any, root: Mapping[str, Any], depth: int = 0) -> frozenset[str]:
-    """The JSON types a value valid against `schema` can have ($ref, allOf, anyOf, oneOf followed)."""
+def _json_types(schema: Any, root: Mapping[str, Any], refs: dict[str, frozenset[str] | None]) -> frozenset[str]:
+    """The JSON types a value valid against `schema` can have ($ref, allOf, anyOf, oneOf followed).
+    `refs` remembers each `$ref` target's answer (None while it is being worked out: a cycle counts as
+    any type, so a tag there is refused rather than trusted)."""
     if not isinstance(schema, Mapping):
         return frozenset() if schema is False else _JSON_TYPES
-    if depth > _MAX_TYPE_DEPTH:
-        return _JSON_TYPES  # unknown: not a string, so a tag here is refused
     declared = schema.get("type")
     if declared is None:
         types = _JSON_TYPES
@@ -437,12 +455,15 @@ def _json_types(schema: Any, root: Mapping[str, Any], depth: int = 0) -> frozens
         types |= {"integer"}
     ref = schema.get("$ref")
     if isinstance(ref, str):
-        types &= _json_types(_json_pointer(ref, root), root, depth + 1)
+        if ref not in refs:
+            refs[ref] = None
+            refs[ref] = _json_types(_json_pointer(ref, root), root, refs)
+        types &= refs[ref] or _JSON_TYPES
     for branch in schema.get("allOf") or []:
-        types &= _json_types(branch, root, depth + 1)
+        types &= _json_types(branch, root, refs)
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
-            types &= frozenset().union(*(_json_types(branch, root, depth + 1) for branch in schema[key]))
+            types &= frozenset().union(*(_json_types(branch, root, refs) for branch in schema[key]))
     return types
 
 
@@ -493,6 +514,8 @@ class _JsonWalker:
         self.out: list[_Candidate] = []
         self.cutoffs: list[Path] = []
         self.exclusions: dict[Path, frozenset[str]] = {}
+        self.ref_types: dict[str, frozenset[str] | None] = {}
+        self.budget = _PositionBudget()
 
     def _parts(
         self, schema: Any, pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
@@ -523,6 +546,7 @@ class _JsonWalker:
         inherited: frozenset[str] = frozenset(), sites: tuple[str, ...] = (), unsupported: str | None = None,
         field: bool = False,
     ) -> None:
+        self.budget.spend()
         parts: list[tuple[Mapping[str, Any], str, tuple[str, ...]]] = []
         self._parts(schema, pointer, refs, path, unsupported, parts)
         tags, tag_sites = set(inherited), list(sites)
@@ -530,7 +554,7 @@ class _JsonWalker:
             if _inline_tags(part):
                 tags |= _inline_tags(part)
                 tag_sites.append(part_pointer)
-        types = _json_types(schema, self.root)
+        types = _json_types(schema, self.root, self.ref_types)
         array = "array" in types and types <= {"array", "null"} and any(
             isinstance(part.get("items"), Mapping) for part, _, _ in parts)
         if not array and (field or tags):

@@ -266,3 +266,65 @@ def test_avro_tag_on_the_root_record_is_refused() -> None:
         FieldPolicy.from_avro(schema)
     assert [rule.name for rule in FieldPolicy.from_avro(schema, tags=["SECRET"],
                                                         metadata={"tags": {"**.ssn": ["SECRET"]}}).rules] == ["ssn"]
+
+
+# -- what was encrypted before keeps its rule paths (they are in every field's associated data) ---------
+
+
+def test_fields_encrypted_before_keep_their_rule_paths() -> None:
+    """Pinned from the walker before tags in branches/items were read: the same rules, modes,
+    exclusions, so records written before still decrypt."""
+    pii = {"type": "string", "confluent:tags": PII}
+    json_schema = {"type": "object", "properties": {
+        "ssn": pii, "email": {"type": ["string", "null"], "confluent:tags": PII}, "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "orders": {"type": "array", "items": {"type": "object", "properties": {"note": pii, "sku": {"type": "string"}}}},
+        "labels": {"type": "object", "properties": {"id": {"type": "string"}},
+                   "additionalProperties": {"$ref": "#/$defs/label"}},
+    }, "$defs": {"address": {"type": "object", "properties": {"street": pii}},
+                 "label": {"type": "object", "properties": {"text": pii}}}}
+    avro = record([
+        {"name": "ssn", "type": "string", "confluent:tags": PII},
+        {"name": "card", "type": ["null", "bytes"], "default": None, "confluent:tags": PII},
+        {"name": "billing", "type": record([{"name": "street", "type": "string", "confluent:tags": PII},
+                                            {"name": "city", "type": "string"}], "Address")},
+        {"name": "shipping", "type": ["null", "Address"], "default": None},
+        {"name": "contacts", "type": {"type": "map", "values": "com.acme.Address"}},
+        {"name": "lines", "type": {"type": "array", "items": record(
+            [{"name": "note", "type": "string", "confluent:tags": PII}], "Line")}},
+        {"name": "name", "type": "string"},
+    ])
+    metadata = {"tags": {"**.name": ["JOIN"], "com.acme.Address.city": PII}}
+    rule_set = {"domainRules": [
+        {"name": "p", "type": "ENCRYPT", "tags": PII},
+        {"name": "j", "type": "ENCRYPT", "tags": ["JOIN"], "params": {"encrypt.dek.algorithm": "AES256_SIV"}}]}
+
+    def rules(policy: FieldPolicy) -> list[tuple[str, str, bool]]:
+        return sorted((rule.name, rule.kind, rule.deterministic) for rule in policy.rules)
+
+    json_policy = FieldPolicy.from_json_schema(json_schema, metadata=metadata, rule_set=rule_set)
+    assert rules(json_policy) == [("address.street", "string", False), ("email", "string", False),
+                                  ("labels.{}.text", "string", False), ("orders.[].note", "string", False),
+                                  ("ssn", "string", False)]
+    assert json_policy.exclusions == {("labels", "{}"): frozenset({"id"})}
+    assert rules(FieldPolicy.from_avro(avro, metadata=metadata, rule_set=rule_set)) == [
+        ("billing.city", "string", False), ("billing.street", "string", False), ("card", "bytes", False),
+        ("contacts.{}.city", "string", False), ("contacts.{}.street", "string", False),
+        ("lines.[].note", "string", False), ("name", "string", True), ("shipping.city", "string", False),
+        ("shipping.street", "string", False), ("ssn", "string", False)]
+
+
+def test_schemas_that_unroll_too_far_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("encryption.fields.MAX_POSITIONS", 500)
+    # five object types, each referring to all five: unrolled MAX_RECURSION times per path, 5**20 positions
+    defs = {f"d{i}": {"type": "object", "properties": {
+        "secret": {"type": "string", "confluent:tags": PII}, **{f"p{j}": {"$ref": f"#/$defs/d{j}"} for j in range(5)}}}
+        for i in range(5)}
+    with pytest.raises(EncryptionError, match="more than 500 fields"):
+        FieldPolicy.from_json_schema({"$ref": "#/$defs/d0", "$defs": defs})
+    # one record referring to itself five times: 5**4 records unrolled
+    tree = record([{"name": "secret", "type": "string", "confluent:tags": PII},
+                   *({"name": f"p{j}", "type": ["null", "Tree"], "default": None} for j in range(5))], "Tree")
+    assert len(FieldPolicy.from_avro(record([{"name": "secret", "type": "string", "confluent:tags": PII}])).rules) == 1
+    with pytest.raises(EncryptionError, match="more than 500 fields"):
+        FieldPolicy.from_avro(tree)
