@@ -260,9 +260,10 @@ class FieldPolicy:
                         "(nothing is written in plaintext: the policy is refused)")
                 if candidate.unsupported is None and candidate.kind is None:
                     raise EncryptionError(
-                        f"{tagged} but only string and bytes fields (or arrays of them) can "
-                        "be encrypted, the record must still match its schema: tag the string or bytes fields "
-                        "inside it instead")
+                        f"{tagged} but only string and bytes values (or arrays and maps of them) can be "
+                        "encrypted and still match the schema: for a record or object tag its string or bytes "
+                        "fields (for a JSON map, its additionalProperties); a number, boolean or enum cannot be "
+                        "encrypted in place (EncryptingSerializer encrypts whole values)")
             # Tags kgov cannot honour where they are written, on values a walked field encrypts anyway.
             stray = frozenset().union(*(chosen for c, _, chosen in group if c.unsupported is not None))
             selected = [(c, chosen | stray) for c, chosen in walked if chosen]
@@ -303,12 +304,12 @@ _AVRO_COMPLEX = frozenset({"record", "enum", "fixed", "array", "map"})
 MAX_RECURSION = 4
 
 
-def _inline_tags(schema: Any) -> frozenset[str]:
+def _inline_tags(schema: Any, where: str) -> frozenset[str]:
     tags = schema.get("confluent:tags") if isinstance(schema, Mapping) else None
     if tags is None:
         return frozenset()
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        raise EncryptionError("confluent:tags must be a list of strings")
+        raise EncryptionError(f"confluent:tags at {where} must be a list of strings")
     return frozenset(tags)
 
 
@@ -360,7 +361,7 @@ class _AvroWalker:
         for field in record.get("fields", []):
             field_path = (*path, field["name"])
             qualified = f"{full}.{field['name']}"
-            tags = _inline_tags(field)
+            tags = _inline_tags(field, qualified)
             self.value(field["type"], field_path, space, (*seen, full), qualified=qualified,
                        where=f"{qualified}/type", inherited=tags, sites=(qualified,) if tags else (), field=True)
 
@@ -373,7 +374,8 @@ class _AvroWalker:
         branches: list[_AvroBranch] = []
         tags, tag_sites = set(inherited), list(sites)
         self._branches(avro_type, namespace, where, branches, tags, tag_sites)
-        present = [b for b in branches if b.schema != "null"]
+        present = [b for b in branches if b.schema != "null" and not (
+            isinstance(b.schema, Mapping) and b.schema.get("type") == "null")]
         containers = [isinstance(b.schema, Mapping) and b.schema.get("type") in ("array", "map") for b in present]
         # Only arrays and maps here: their items or values carry the tags, as in Confluent. Else a candidate.
         if (not present or not all(containers)) and (field or tags):
@@ -412,16 +414,17 @@ class _AvroWalker:
                     f"schema refers to {avro_type!r}, defined elsewhere: pass the referenced schemas as references="
                 )
             found = reference if reference in self.named else avro_type
-            if _inline_tags(definition):
-                tags |= _inline_tags(definition)
-                sites.append(f"{where} (the named type {found})")
+            site = f"{where} (the named type {found})"
+            if _inline_tags(definition, site):
+                tags |= _inline_tags(definition, site)
+                sites.append(site)
             out.append(_AvroBranch(definition, where, namespace))
             return
         if not isinstance(avro_type, Mapping):
             out.append(_AvroBranch(avro_type, where, namespace))
             return
-        if _inline_tags(avro_type):
-            tags |= _inline_tags(avro_type)
+        if _inline_tags(avro_type, where):
+            tags |= _inline_tags(avro_type, where)
             sites.append(where)
         kind = avro_type.get("type")
         if kind in _AVRO_COMPLEX:
@@ -458,7 +461,8 @@ def _json_types(schema: Any, root: Mapping[str, Any], refs: dict[str, frozenset[
         if ref not in refs:
             refs[ref] = None
             refs[ref] = _json_types(_json_pointer(ref, root), root, refs)
-        types &= refs[ref] or _JSON_TYPES
+        found = refs[ref]
+        types &= _JSON_TYPES if found is None else found
     for branch in schema.get("allOf") or []:
         types &= _json_types(branch, root, refs)
     for key in ("anyOf", "oneOf"):
@@ -551,8 +555,8 @@ class _JsonWalker:
         self._parts(schema, pointer, refs, path, unsupported, parts)
         tags, tag_sites = set(inherited), list(sites)
         for part, part_pointer, _ in parts:
-            if _inline_tags(part):
-                tags |= _inline_tags(part)
+            if _inline_tags(part, part_pointer):
+                tags |= _inline_tags(part, part_pointer)
                 tag_sites.append(part_pointer)
         types = _json_types(schema, self.root, self.ref_types)
         array = "array" in types and types <= {"array", "null"} and any(

@@ -328,3 +328,11 @@ def test_schemas_that_unroll_too_far_are_refused(monkeypatch: pytest.MonkeyPatch
     assert len(FieldPolicy.from_avro(record([{"name": "secret", "type": "string", "confluent:tags": PII}])).rules) == 1
     with pytest.raises(EncryptionError, match="more than 500 fields"):
         FieldPolicy.from_avro(tree)
+
+
+def test_tags_that_are_not_a_list_of_strings_are_refused() -> None:
+    """`"confluent:tags": "PII"` once read as the tags P and I: the field was silently left in plaintext."""
+    with pytest.raises(EncryptionError, match="confluent:tags at #/properties/ssn must be a list of strings"):
+        FieldPolicy.from_json_schema({"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": "PII"}}})
+    with pytest.raises(EncryptionError, match=r"confluent:tags at com\.acme\.Person\.ssn must be a list"):
+        FieldPolicy.from_avro(record([{"name": "ssn", "type": "string", "confluent:tags": "PII"}]))
