@@ -177,7 +177,7 @@ class FieldPolicy:
         walker = _JsonWalker(document)
         walker.position(document, (), "#", (), qualified="")
         return cls._select(walker.out, tags, deterministic_tags, metadata, rule_set, walker.cutoffs,
-                           walker.exclusions)
+                           {path: keys for path, keys in walker.exclusions.items() if keys})
 
     @classmethod
     def from_registered_schema(
@@ -595,9 +595,12 @@ class _JsonWalker:
             walk(sub, (*path, name), f"{pointer}/properties/{_pointer_token(name)}", field=True)
         additional = part.get("additionalProperties")
         if isinstance(additional, Mapping):
-            declared = frozenset(properties or {})
-            if declared and unsupported is None:
-                self.exclusions[(*path, "{}")] = declared | self.exclusions.get((*path, "{}"), frozenset())
+            # A key is additional for each subschema that does not declare it (allOf parts all apply):
+            # "{}" rules skip only the keys every such subschema declares, so none is left in plaintext.
+            declared = frozenset(properties if isinstance(properties, Mapping) else ())
+            known = self.exclusions.get((*path, "{}"))
+            if unsupported is None:
+                self.exclusions[(*path, "{}")] = declared if known is None else known & declared
             walk(additional, (*path, "{}"), f"{pointer}/additionalProperties")
         for key, segment, reason in _UNWALKED_SCHEMA:
             if key in part:

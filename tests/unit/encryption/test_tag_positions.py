@@ -336,3 +336,15 @@ def test_tags_that_are_not_a_list_of_strings_are_refused() -> None:
         FieldPolicy.from_json_schema({"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": "PII"}}})
     with pytest.raises(EncryptionError, match=r"confluent:tags at com\.acme\.Person\.ssn must be a list"):
         FieldPolicy.from_avro(record([{"name": "ssn", "type": "string", "confluent:tags": "PII"}]))
+
+
+def test_additional_properties_of_several_all_of_parts_leave_no_key_in_plaintext(kms: LocalKms) -> None:
+    """`extra` is declared by the second part only, so the first part's tagged additionalProperties
+    applies to it (JSON Schema: allOf parts all apply, each with its own declared properties)."""
+    schema = {"type": "object", "allOf": [
+        {"properties": {"id": {"type": "string"}}, "additionalProperties": {"type": "string", "confluent:tags": PII}},
+        {"properties": {"id": {"type": "string"}, "extra": {"type": "string"}}, "additionalProperties": {"type": "string"}},
+    ]}
+    encrypted = json_round_trip(kms, schema, {"id": "r1", "extra": "secret one", "other": "secret two"})
+    assert encrypted["id"] == "r1"
+    assert is_field_ciphertext(encrypted["extra"]) and is_field_ciphertext(encrypted["other"])
