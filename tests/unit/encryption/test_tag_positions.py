@@ -348,3 +348,18 @@ def test_additional_properties_of_several_all_of_parts_leave_no_key_in_plaintext
     encrypted = json_round_trip(kms, schema, {"id": "r1", "extra": "secret one", "other": "secret two"})
     assert encrypted["id"] == "r1"
     assert is_field_ciphertext(encrypted["extra"]) and is_field_ciphertext(encrypted["other"])
+
+
+def test_avro_tags_on_a_referenced_named_type() -> None:
+    """A schema registry reference (`references=`): tags written on its string-typed fields are
+    honoured where it is used; a tag on the referenced record itself is refused, naming it."""
+    address = {"type": "record", "name": "Address", "namespace": "com.acme", "confluent:tags": ["PII"],
+               "fields": [{"name": "street", "type": "string", "confluent:tags": PII}]}
+    person = record([{"name": "name", "type": "string"}, {"name": "homes", "type": {
+        "type": "array", "items": "com.acme.Address"}}])
+    with pytest.raises(EncryptionError, match=r"'homes' is tagged \['PII'\] at com\.acme\.Person\.homes/type/items "
+                                              r"\(the named type com\.acme\.Address\)"):
+        FieldPolicy.from_avro(person, references=[json.dumps(address)])
+    untagged_record = {**address, "confluent:tags": ["INTERNAL"]}
+    policy = FieldPolicy.from_avro(person, references=[json.dumps(untagged_record)])
+    assert [rule.name for rule in policy.rules] == ["homes.[].street"]
