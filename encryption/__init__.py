@@ -21,8 +21,8 @@ Modules: `envelope` (the record format, version 1), `kms` (the `Kms` interface, 
 `vault` (`VaultTransitKms`), `datakeys` (data-key lifetimes and the unwrapped-key cache), `serdes`
 (the serializers), `signing` (Ed25519), `fields` (field-level encryption by schema tags),
 `reencrypt` (rewriting after a KEK rotation), `retry`, `errors` (`DecryptionError`, the one error a
-consumer sees), `cli` (`kgov encryption ...`). What each ciphertext is bound to, key binding and the
-KMS unwrap limit: docs/encryption.md.
+consumer sees), `cli` (`kgov encryption ...`). What each ciphertext is bound to, key binding, where
+field tags may be written (and which are refused) and the KMS unwrap limit: docs/encryption.md.
 
 Public interface (stable): `LocalKms`, `EncryptingSerializer`, `DecryptingDeserializer`,
 `DecryptionError`; the rest is importable from here as well. Names load on first use, so the key
