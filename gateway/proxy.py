@@ -3,8 +3,8 @@ opened once the client is authenticated (at connect on PLAINTEXT/SSL, after its 
 
 Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
 hand-parsed request header -> SASL state (`SaslSession.admit`: before authentication only ApiVersions,
-SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
-trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
+SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (a consumer
+Fetch with its KIP-227 session fields made sessionless, `gateway.fetch_session`; or the trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
 client, in request order -> one request-log event.
 
 Ordering: Kafka clients expect responses in request order on a connection, so every request gets a
