@@ -61,8 +61,11 @@ def _hang_up(sock: socket.socket) -> None:
 
 
 class FetchSessionRelay:
-    def __init__(self, upstream: tuple[str, int], first_session_id: int = 1000) -> None:
+    def __init__(self, upstream: tuple[str, int], first_session_id: int = 1000, *,
+                 sessions_on_final_epoch: bool = False) -> None:
         self.upstream = upstream
+        # Not Kafka: a broker that creates a session even for a sessionless request (session 0, epoch -1).
+        self.sessions_on_final_epoch = sessions_on_final_epoch
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -118,7 +121,7 @@ class FetchSessionRelay:
         if epoch in (0, -1):
             if sid != 0:
                 self.sessions.pop(sid, None)
-            if epoch == 0:
+            if epoch == 0 or (sid == 0 and self.sessions_on_final_epoch):
                 answer = next(self._ids)
                 self.sessions[answer] = (1, {(key(t), p.partition): p for t in request.topics for p in t.partitions})
         elif sid not in self.sessions:

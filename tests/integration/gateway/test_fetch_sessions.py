@@ -147,3 +147,23 @@ def test_an_incremental_fetch_naming_nothing_reads_nothing_through_the_gateway(
     gateway_fetches = relay.seen[2:]
     assert len(gateway_fetches) == 4 and {(sid, epoch) for _v, sid, epoch in gateway_fetches} == {(0, -1)}
     assert set(relay.sessions) == {their_session}  # the gateway neither made nor closed a session
+
+
+def test_an_upstream_that_makes_a_session_anyway_cannot_turn_the_client_incremental(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    topic = f"odd-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    produce(kafka_broker, topic, b"x")
+    authz = authz_factory()
+    authz.allow(acl(ResourceType.TOPIC, topic, Operation.READ))
+    odd = FetchSessionRelay(upstream_of(kafka_broker), sessions_on_final_epoch=True)
+    try:
+        gw = gateway_before(odd, authz, gateway_factory)
+        raw = RawClient(gw.bootstrap)
+        answer = raw.call(1, 12, fetch(12, {topic: 0}, session_id=0, epoch=0))
+        raw.close()
+    finally:
+        odd.close()
+    assert records_of(answer) == {topic: True}
+    assert odd.sessions and answer.session_id == 0  # the upstream answered a session id; the client got 0
