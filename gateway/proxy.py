@@ -3,8 +3,8 @@ opened once the client is authenticated (at connect on PLAINTEXT/SSL, after its 
 
 Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
 hand-parsed request header -> SASL state (`SaslSession.admit`: before authentication only ApiVersions,
-SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
-trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
+SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (a consumer
+Fetch with its KIP-227 session fields made sessionless, `gateway.fetch_session`; or the trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
 client, in request order -> one request-log event.
 
 Ordering: Kafka clients expect responses in request order on a connection, so every request gets a
@@ -63,6 +63,7 @@ from gateway.codec import (
     parse_request_header,
     produce_acks,
 )
+from gateway.fetch_session import sessionless_frame, sessionless_response
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.invalid_request import InvalidRequestError, parse_failure_log_lines
 from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
@@ -163,6 +164,7 @@ class Slot:
     throttle_ms: int = 0
     records_bytes: int = 0
     raw: bool = False  # a raw SASL v0 token: no Kafka header
+    sessionless: bool = False  # a consumer Fetch v7+: its answer's session id is forced to 0
     # A request of the gateway's own on the client's upstream connection: its answer goes here, not
     # to the client (the topic id refresh, `ClientConnection._hold_for_topic_ids`).
     on_answer: Callable[[Frame], None] | None = None
@@ -926,8 +928,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if quotas is not None and key == 1:
             throttle = quotas.fetch_throttle_ms(self.principal.name, header.client_id or "")
             if throttle > 0:
-                request = decode_request(spec, header, frame)
-                response = spec.response(throttle_time_ms=throttle, responses=[], session_id=request.session_id)
+                decode_request(spec, header, frame)  # a malformed request still closes the connection
+                # Session id 0, as Kafka's SessionlessFetchContext throttles: the gateway keeps no session.
+                response = spec.response(throttle_time_ms=throttle, responses=[])
                 slot.throttle_ms = throttle
                 self._complete(slot, encode_response(spec, version, header.correlation_id, response))
                 self._mute(throttle)
@@ -960,6 +963,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._complete(slot, encode_response(spec, version, header.correlation_id, local))
             return
         out = encode_request(spec, header, plan.forward) if plan.rewritten else None
+        if plan.sessionless:
+            slot.sessionless = True
+            if out is None:
+                frame = sessionless_frame(frame, header)
         rewrite = self.gateway.brokers.response_rewriter(key, version)
         # Metadata v10+ answers carry topic ids: learn them before any patch filters topics out.
         learn = [topic_ids.learn_from_metadata] if key == 3 and version >= METADATA_WITH_IDS_VERSION else []
@@ -1250,6 +1257,12 @@ class ClientConnection(asyncio.BufferedProtocol):
             slot.on_answer(frame)
             self._signal_drained()
             return
+        if slot.sessionless:
+            try:
+                frame = sessionless_response(slot.spec, slot.header.api_version, frame)
+            except CodecError as exc:
+                self.abort(str(exc))
+                return
         quotas = self.services.quotas
         if quotas is not None and slot.header.api_key == 1:
             quotas.record_fetch(self.principal.name, slot.header.client_id or "", len(frame))

@@ -23,6 +23,7 @@ from authz.model import (
     Principal,
     ResourceType,
 )
+from gateway.fetch_session import SESSIONS_SINCE, make_sessionless
 
 # Kafka's `KafkaPrincipal.ANONYMOUS`: the principal of a connection that did not authenticate.
 ANONYMOUS: Final = Principal("User", "ANONYMOUS")
@@ -42,10 +43,13 @@ TopicName = Callable[[uuid.UUID | None], str | None]
 @dataclass(slots=True)
 class Plan:
     """`forward` is the request to send upstream (`rewritten` when it must be re-encoded); when it is
-    None, `local` is the whole response. `patches` run on the decoded upstream response."""
+    None, `local` is the whole response. `patches` run on the decoded upstream response.
+    `sessionless`: a consumer Fetch v7+; forwarded as the original bytes, those get the session fields
+    of `gateway.fetch_session.sessionless_frame` (the decoded `forward` already has them)."""
 
     forward: Any = None
     rewritten: bool = False
+    sessionless: bool = False
     local: Any = None
     patches: list[Callable[[Any], None]] = field(default_factory=list)
 
@@ -264,9 +268,16 @@ def _plan_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any
             return Plan(forward=request)
         return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
     if version >= 13:
-        return _split_by_id(az, request, resp_cls, FETCH, Operation.READ)
-    ok = az.topics(request, FETCH, Operation.READ)
-    return _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+        plan = _split_by_id(az, request, resp_cls, FETCH, Operation.READ)
+    else:
+        ok = az.topics(request, FETCH, Operation.READ)
+        plan = _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    # Only the partitions listed here were authorized: no KIP-227 session may serve others upstream
+    # (gateway.fetch_session). A local answer already carries session id 0 (the schema default).
+    if plan.forward is not None and version >= SESSIONS_SINCE:
+        plan.rewritten |= make_sessionless(version, plan.forward)
+        plan.sessionless = True
+    return plan
 
 
 def _denied_by_id(resp_cls: Any, shape: TopicShape, topic_id: uuid.UUID | None, partitions: list[int],
