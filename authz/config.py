@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from authz.model import InvalidAclError, Principal
 
@@ -30,6 +30,12 @@ class AuthzConfig(BaseModel):
     # Networks whose brokers may call the OPA-compatible decision API without credentials.
     decision_api_networks: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
     log_allowed: bool = Field(default=False, description="audit allowed decisions too (Kafka logs them at DEBUG)")
+    # Opt-in fail-closed bound on how old a node's ACL snapshot may get while the database cannot be
+    # reached: past it every decision is DENIED except super users'. 0 = unlimited (serve the last
+    # snapshot for as long as the outage lasts, as a Kafka broker cut off from the quorum does).
+    max_snapshot_age_s: float = Field(
+        default=0.0, ge=0, description="deny all but super users once the ACL snapshot is this old; 0 = unlimited"
+    )
 
     @field_validator("allow_everyone_if_no_acl_found", mode="before")
     @classmethod
@@ -57,6 +63,16 @@ class AuthzConfig(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"decision_api_networks: {exc}") from exc
         return v
+
+    @model_validator(mode="after")
+    def _age_above_poll_interval(self) -> AuthzConfig:
+        if 0 < self.max_snapshot_age_s <= self.refresh_interval_s:
+            raise ValueError(
+                f"authz.max_snapshot_age_s ({self.max_snapshot_age_s}) must be 0 (unlimited) or longer than "
+                f"authz.refresh_interval_s ({self.refresh_interval_s}), or every poll would race the deadline; "
+                "a few seconds or more is sensible"
+            )
+        return self
 
     @property
     def super_user_set(self) -> frozenset[Principal]:

@@ -356,6 +356,15 @@ class RoleBindingRule(Rule):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class StaleSnapshot(Rule):
+    """A denial because the node could not refresh its ACL snapshot for longer than
+    `authz.max_snapshot_age_s` (a kgov extension; Kafka has no equivalent rule)."""
+
+    def __str__(self) -> str:
+        return "StaleAclSnapshot"
+
+
 SUPER_USER_RULE: Final = SuperUser()
 DEFAULT_ALLOW_RULE: Final = DefaultAllow()
 DEFAULT_DENY_RULE: Final = DefaultDeny()

@@ -3,6 +3,10 @@
 Readers take `self._data` once per call (a plain attribute read: no lock on the hot path). Writers
 commit to the database first, then refresh; a background thread polls the change counters every
 `refresh_interval_s` so changes made through other nodes arrive within a second.
+
+With `max_snapshot_age_s` > 0, a snapshot not confirmed current by the database for that long (the
+database unreachable, so revocations made elsewhere cannot arrive) is stale: every decision is then
+DENIED (rule `StaleAclSnapshot`) except super users', until a refresh succeeds again.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import gc
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,6 +41,7 @@ from authz.model import (
     Principal,
     RequestContext,
     ResourceType,
+    StaleSnapshot,
 )
 from authz.request_names import request_name
 from authz.roles import RoleBinding, validate_role_binding
@@ -47,6 +54,17 @@ MAX_ACLS_PER_OPERATION = 10_000  # Kafka's MAX_RECORDS_PER_USER_OP
 LARGE_SNAPSHOT = 200_000
 
 Clock = Callable[[], datetime]
+STALE_SNAPSHOT_DECISION = Decision(AuthorizationResult.DENIED, StaleSnapshot())
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotState:
+    """How current the ACL snapshot is (health endpoint and metrics)."""
+
+    loaded: bool
+    age_s: float | None  # since the database last confirmed it current; None before the first load
+    max_age_s: float  # authz.max_snapshot_age_s; 0 = unlimited
+    stale: bool  # older than max_age_s: every decision but super users' is DENIED
 
 
 def load_groups_file(path: Path) -> dict[Principal, frozenset[Principal]]:
@@ -95,6 +113,7 @@ class AuthorizerService:
         source: str = "kgov",
         clock: Clock = lambda: datetime.now(UTC),
         extra_super_users: frozenset[Principal] = frozenset(),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = AclStore(engine)
         self.config = config
@@ -112,6 +131,13 @@ class AuthorizerService:
         self.decisions_allowed = 0
         self.decisions_denied = 0
         self.audit_failures = 0
+        self.monotonic = monotonic
+        self._confirmed_at: float | None = None  # when the database last confirmed the snapshot current
+        # confirmed_at + max_snapshot_age_s, or None when unlimited: what the hot path compares against
+        self._deadline: float | None = None
+        self._stale = False  # the ERROR for this stale period has been logged
+        self._stale_lock = threading.Lock()
+        self.stale_periods = 0  # how many times the snapshot went stale (metrics)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -137,8 +163,10 @@ class AuthorizerService:
 
     def reload(self) -> None:
         """Full load from the database (start-up, or when the change log no longer reaches back)."""
+        asked = self.monotonic()
         with self._refresh_lock:
             acl_count = self._load_all()
+            self._confirmed(asked)
         _freeze_if_large(acl_count)
 
     def _load_all(self) -> int:
@@ -163,8 +191,10 @@ class AuthorizerService:
 
     def refresh(self) -> bool:
         """Applies what changed in the database since the last look; True if anything did."""
+        asked = self.monotonic()  # the snapshot is current as of the question, not the answer
         with self._refresh_lock:
             changed, reloaded = self._apply_changes()
+            self._confirmed(asked)
         if reloaded is not None:
             _freeze_if_large(reloaded)
         return changed
@@ -198,39 +228,95 @@ class AuthorizerService:
                 self.refresh()
             except Exception:  # the database may be briefly away: keep serving the last snapshot
                 log.warning("authorizer refresh failed; serving the previous snapshot", exc_info=True)
+                if self.snapshot_state().stale:
+                    self._note_stale()  # logged when it happens, not at the next request
+
+    # ------------------------------------------------------------------ snapshot age
+
+    def _confirmed(self, asked: float) -> None:
+        """The database answered a question asked at `asked` (monotonic): the snapshot is current as of then.
+        The caller holds the refresh lock."""
+        if self._confirmed_at is not None and asked < self._confirmed_at:
+            return
+        self._confirmed_at = asked
+        max_age = self.config.max_snapshot_age_s
+        self._deadline = asked + max_age if max_age > 0 else None
+        if self._stale:
+            with self._stale_lock:
+                if self._stale:
+                    self._stale = False
+                    log.warning("ACL snapshot refreshed from the database again: decisions follow the ACLs again")
+
+    def snapshot_state(self) -> SnapshotState:
+        confirmed = self._confirmed_at
+        max_age = self.config.max_snapshot_age_s
+        age = None if confirmed is None else max(0.0, self.monotonic() - confirmed)
+        stale = self._data is not None and max_age > 0 and age is not None and age >= max_age
+        return SnapshotState(loaded=self._data is not None, age_s=age, max_age_s=max_age, stale=stale)
+
+    def _note_stale(self) -> None:
+        """Logs the ERROR once per stale period."""
+        if self._stale:
+            return
+        with self._stale_lock:
+            if self._stale:
+                return
+            self._stale = True
+            self.stale_periods += 1
+        log.error(
+            "ACL snapshot not confirmed by the database for %.1f s (authz.max_snapshot_age_s = %g): denying "
+            "every request except super users' until a refresh succeeds",
+            self.snapshot_state().age_s or 0.0, self.config.max_snapshot_age_s,
+        )
 
     # ------------------------------------------------------------------ decisions
 
-    def _ready_data(self, ctx: RequestContext) -> AuthorizerData | None:
-        """The snapshot, or None for a super user before the first load (StandardAuthorizerData
-        answers super users before anything else, even before loading); anyone else then gets
-        Kafka's AuthorizerNotReadyException."""
+    def _ready_data(self, ctx: RequestContext) -> AuthorizerData | Decision:
+        """The snapshot to decide with, or the decision for every action when it cannot be used.
+
+        Before the first load, StandardAuthorizerData answers super users before anything else and
+        throws AuthorizerNotReadyException for anyone else; so does this. A stale snapshot (older than
+        `max_snapshot_age_s`) also answers super users, and DENIES everyone else: a decision rather than
+        an exception, so the gateway answers with Kafka's authorization errors and the denial is audited
+        (a kgov extension: Kafka has no snapshot age)."""
         data = self._data
-        if data is None and Principal(ctx.principal.type, ctx.principal.name) not in self.super_users:
+        deadline = self._deadline
+        if data is not None and (deadline is None or self.monotonic() < deadline):
+            return data
+        if Principal(ctx.principal.type, ctx.principal.name) in self.super_users:
+            return SUPER_USER_DECISION
+        if data is None:
             raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
-        return data
+        self._note_stale()
+        return STALE_SNAPSHOT_DECISION
 
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
         data = self._data
-        if data is None:  # hot path: one attribute read once loaded
-            if self._ready_data(ctx) is None:
-                return [SUPER_USER_DECISION] * len(actions)
-            data = self.data
-        decisions = data.authorize(ctx, actions)
+        deadline = self._deadline  # None unless max_snapshot_age_s is set: one attribute read on the hot path
+        if data is not None and (deadline is None or self.monotonic() < deadline):
+            decisions = data.authorize(ctx, actions)
+        else:
+            ready = self._ready_data(ctx)
+            if isinstance(ready, Decision):
+                decisions = [ready] * len(actions)
+                if self._data is None:  # not loaded yet: super users only, not audited (as before the load)
+                    return decisions
+            else:
+                decisions = ready.authorize(ctx, actions)
         if self.audit is None and self.lines is None:
             return decisions
         return self._audit_decisions(ctx, actions, decisions, request_name(ctx.api_key))
 
     def authorize_by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
         check_by_resource_type_args(op, rt)
-        data = self._ready_data(ctx)
+        ready = self._ready_data(ctx)
         # The Authorizer default method starts with authorize() on a made-up name: a super user is
         # allowed whatever the ACLs, and whether they are loaded.
-        return SUPER_USER_DECISION if data is None else data.authorize_by_resource_type(ctx, op, rt)
+        return ready if isinstance(ready, Decision) else ready.authorize_by_resource_type(ctx, op, rt)
 
     def authorize_http(self, ctx: RequestContext, action: Action, method_name: str) -> Decision:
-        data = self._ready_data(ctx)
-        decision = SUPER_USER_DECISION if data is None else data.authorize(ctx, [action])[0]
+        ready = self._ready_data(ctx)
+        decision = ready if isinstance(ready, Decision) else ready.authorize(ctx, [action])[0]
         return self._audit_decisions(ctx, [action], [decision], method_name)[0]
 
     def _audit_decisions(

@@ -5,13 +5,13 @@ Quick start (confluent-kafka)::
     from confluent_kafka import DeserializingConsumer, SerializingProducer
     from confluent_kafka.serialization import StringDeserializer, StringSerializer
     from encryption import (DecryptingDeserializer, EncryptingSerializer, LocalKms,
-                            RecordKeyDeserializer, RecordKeySerializer)
+                            RecordKeyDeserializer, RecordKeySerializer, check_serializer_pairing)
 
     kms = LocalKms("/etc/kgov/keyring.json")        # created on first use, mode 0600
     kms.create_key("orders")                         # or `kgov encryption keys create orders`
-    producer = SerializingProducer({"bootstrap.servers": "...",
-        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),
-        "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer())})
+    producer = SerializingProducer(check_serializer_pairing({"bootstrap.servers": "...",
+        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),   # values are bound to keys
+        "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer())}))
     producer.produce("orders", key="k1", value="secret", headers=[])   # fresh headers per record
     consumer = DeserializingConsumer({"bootstrap.servers": "...", "group.id": "g",
         "key.deserializer": RecordKeyDeserializer(kms, StringDeserializer()),
@@ -21,7 +21,8 @@ Modules: `envelope` (the record format, version 1), `kms` (the `Kms` interface, 
 `vault` (`VaultTransitKms`), `datakeys` (data-key lifetimes and the unwrapped-key cache), `serdes`
 (the serializers), `signing` (Ed25519), `fields` (field-level encryption by schema tags),
 `reencrypt` (rewriting after a KEK rotation), `retry`, `errors` (`DecryptionError`, the one error a
-consumer sees), `cli` (`kgov encryption ...`).
+consumer sees), `cli` (`kgov encryption ...`). What each ciphertext is bound to, key binding, where
+field tags may be written (and which are refused) and the KMS unwrap limit: docs/encryption.md.
 
 Public interface (stable): `LocalKms`, `EncryptingSerializer`, `DecryptingDeserializer`,
 `DecryptionError`; the rest is importable from here as well. Names load on first use, so the key
@@ -57,6 +58,9 @@ _MODULES = {
     "Reencryptor": "encryption.reencrypt",
     "RetryPolicy": "encryption.retry",
     "Signer": "encryption.signing",
+    "check_serializer_pairing": "encryption.serdes",
+    "UnwrapLimit": "encryption.datakeys",
+    "UnwrapRateLimitedError": "encryption.errors",
     "WrappedKey": "encryption.kms",
     "reencrypt_topic": "encryption.reencrypt",
 }
@@ -85,12 +89,15 @@ __all__ = [
     "Reencryptor",
     "RetryPolicy",
     "Signer",
+    "UnwrapLimit",
+    "UnwrapRateLimitedError",
     "WrappedKey",
+    "check_serializer_pairing",
     "reencrypt_topic",
 ]
 
 if TYPE_CHECKING:
-    from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy
+    from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy, UnwrapLimit
     from encryption.errors import (
         DecryptionError,
         EncryptionError,
@@ -98,6 +105,7 @@ if TYPE_CHECKING:
         KeyNotFoundError,
         KmsError,
         KmsUnavailableError,
+        UnwrapRateLimitedError,
     )
     from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
     from encryption.kms import Kms, LocalKms, WrappedKey
@@ -109,6 +117,7 @@ if TYPE_CHECKING:
         RecordContext,
         RecordKeyDeserializer,
         RecordKeySerializer,
+        check_serializer_pairing,
     )
     from encryption.signing import Signer
 

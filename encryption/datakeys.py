@@ -6,7 +6,9 @@ are a counter from 0, so they never repeat under that key (NIST SP 800-38D §8.2
 construction); the bound keeps far below GCM's 2^32-invocation guidance for random nonces too.
 
 Consumer: unwrapped data keys are cached by their wrapped form (bounded, oldest out first, with a
-time-to-live), so reading a million records costs one KMS call per data key, not per record.
+time-to-live), so reading a million records costs one KMS call per data key, not per record. What is
+not cached costs a KMS unwrap, and the wrapped keys come from the records, so from whoever can write
+to the topic: `UnwrapLimit` caps those unwraps per KEK with a token bucket (see `DataKeyCache`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from itertools import repeat
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from encryption.envelope import NONCE_SIZE, header_prefix, key_part
-from encryption.errors import EncryptionError, KeyNotFoundError, KmsError, KmsUnavailableError
+from encryption.errors import (
+    EncryptionError,
+    KeyNotFoundError,
+    KmsError,
+    KmsUnavailableError,
+    UnwrapRateLimitedError,
+)
 from encryption.kms import Kms, WrappedKey, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 
@@ -171,6 +179,73 @@ class Refusals:
         return len(self._entries)
 
 
+@dataclass(frozen=True, slots=True)
+class UnwrapLimit:
+    """At most `burst` KMS unwraps at once, refilled at `per_second`, per KEK name (all its versions).
+
+    Honest demand is small: a producer replaces its data key at most every `DataKeyPolicy.max_records`
+    records or `max_age_seconds` (1 hour by default), so a consumer in step with the topic needs about
+    (producer instances) / 3600 unwraps a second per KEK, and the cache (1000 keys by default) holds
+    what it has unwrapped for an hour. The default allows a cache-full of keys at once and 100 a second
+    after that: 360,000 producer instances rotating hourly, or a consumer catching up through 100 data
+    keys a second. Producers that write a few records per data key (short-lived processes) need more:
+    raise `per_second`. Hostile records (fresh wrapped-key bytes under a real KEK, or replayed old
+    wrapped keys that fell out of the cache) then cost at most `per_second` KMS calls a second per KEK.
+    """
+
+    per_second: float = 100.0
+    burst: int = 1000
+
+    def __post_init__(self) -> None:
+        if not self.per_second > 0 or self.burst < 1:
+            raise ValueError("UnwrapLimit needs a positive per_second and a burst of at least 1")
+
+
+DEFAULT_UNWRAP_LIMIT = UnwrapLimit()
+# KEK names that never unwrapped a data key here share one bucket: the name comes from the record, so
+# a bucket per name would let records naming ever-new (nonexistent) KEKs reach the KMS without limit.
+_NEW_KEKS = object()
+
+
+class UnwrapBuckets:
+    """Token buckets of `UnwrapLimit` by KEK name; the caller serialises calls (`DataKeyCache` holds its lock)."""
+
+    def __init__(self, limit: UnwrapLimit, max_keks: int, now: Callable[[], float]) -> None:
+        self.limit = limit
+        self.now = now
+        self._max = max_keks
+        # KEK name (or _NEW_KEKS) -> (tokens, when they were counted); oldest-used first.
+        self._buckets: OrderedDict[object, tuple[float, float]] = OrderedDict()
+        self._proven: OrderedDict[str, None] = OrderedDict()  # names that unwrapped a data key here
+
+    def take(self, key_name: str) -> None:
+        """Spends one unwrap of `key_name`; raises UnwrapRateLimitedError when none is left."""
+        bucket = key_name if key_name in self._proven else _NEW_KEKS
+        now = self.now()
+        tokens, then = self._buckets.get(bucket, (float(self.limit.burst), now))
+        tokens = min(float(self.limit.burst), tokens + max(0.0, now - then) * self.limit.per_second)
+        if tokens < 1.0:
+            self._buckets[bucket] = (tokens, now)
+            which = f"KEK {key_name!r}" if bucket is not _NEW_KEKS else f"KEK {key_name!r} (KEKs not yet used here)"
+            raise UnwrapRateLimitedError(
+                f"too many data keys to unwrap for {which}: the limit is {self.limit.per_second:g} a second "
+                f"after a burst of {self.limit.burst} (UnwrapLimit); not asked, retry later"
+            )
+        self._buckets[bucket] = (tokens - 1.0, now)
+        self._buckets.move_to_end(bucket)
+        while len(self._buckets) > self._max + 1:  # the proven names and _NEW_KEKS
+            self._buckets.popitem(last=False)
+
+    def unwrapped(self, key_name: str) -> None:
+        """`key_name` unwrapped a data key: it gets a bucket of its own from now on."""
+        if key_name not in self._proven:
+            self._proven[key_name] = None
+            while len(self._proven) > self._max:
+                self._proven.popitem(last=False)
+        else:
+            self._proven.move_to_end(key_name)
+
+
 class DataKeyCache:
     """Unwrapped data keys (as ready AESGCM objects) by wrapped key (`ParsedHeader.cache_key`); bounded, with a TTL."""
 
@@ -182,7 +257,9 @@ class DataKeyCache:
         retry: RetryPolicy | None = None,
         now: Callable[[], float] = time.monotonic,
         failure_ttl_seconds: float = 60.0,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
+        """`unwrap_limit`: KMS unwraps per KEK (`UnwrapLimit`); None turns the limit off."""
         if max_entries < 1 or ttl_seconds <= 0 or failure_ttl_seconds < 0:
             raise ValueError("DataKeyCache needs max_entries >= 1, a positive ttl_seconds, failure_ttl_seconds >= 0")
         self.kms = kms
@@ -192,6 +269,7 @@ class DataKeyCache:
         self.now = now
         self.entries: OrderedDict[bytes, tuple[AESGCM, float]] = OrderedDict()
         self.refusals = Refusals(failure_ttl_seconds, max_entries, now)  # wrapped keys the KMS refused
+        self.unwrap_buckets = UnwrapBuckets(unwrap_limit, max_entries, now) if unwrap_limit is not None else None
         self._lock = threading.Lock()
         self.kms_calls = 0
 
@@ -214,6 +292,10 @@ class DataKeyCache:
             check_key_name(wrapped.key_name)
             kek = (wrapped.key_name, wrapped.version)
             self.refusals.check(kek)  # a KEK (version) the KMS does not have, whatever the wrapped bytes
+            if self.unwrap_buckets is not None:
+                # After the refusal checks, so what is refused anyway costs no token; its own refusal is
+                # not remembered, so a good key refused for rate is unwrapped on the next try.
+                self.unwrap_buckets.take(wrapped.key_name)
             self.kms_calls += 1
             try:
                 data_key = call_with_retry(self.retry, "unwrap", lambda: self.kms.unwrap(wrapped))
@@ -222,6 +304,8 @@ class DataKeyCache:
                 raise
             if len(data_key) != 32:
                 raise KmsError("KMS returned a data key of the wrong size")
+            if self.unwrap_buckets is not None:
+                self.unwrap_buckets.unwrapped(wrapped.key_name)
             aead = AESGCM(data_key)
             now = self.now()
             self._drop_expired(now)

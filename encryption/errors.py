@@ -26,6 +26,11 @@ class KeyNotFoundError(KmsError):
     """The named key-encryption key (or the requested version of it) does not exist."""
 
 
+class UnwrapRateLimitedError(KmsError):
+    """An unwrap refused without asking the KMS: the KEK's `UnwrapLimit` is spent for now (not remembered
+    as a refusal: the same wrapped key is unwrapped once the limit allows)."""
+
+
 class InsecureKeyRingError(KmsError):
     """The local key-ring file is readable or writable by others than its owner."""
 

@@ -5,7 +5,9 @@ by consumers without keys, and the record still matches its schema (an encrypted
 base64 text, an encrypted `bytes` field holds bytes). Where tags come from, as in Confluent's
 client-side field-level encryption:
 
-- inline: `"confluent:tags": ["PII"]` on an Avro field or on a JSON Schema property;
+- inline: `"confluent:tags": ["PII"]` on an Avro field or on a JSON Schema property, or on a schema
+  that describes its value: a union or allOf/anyOf/oneOf branch, a `$ref` target, array `items`, Avro
+  map `values`, JSON `additionalProperties` (see docs/encryption.md, "Where a tag may be written");
 - the schema's metadata: `{"tags": {"com.acme.Customer.ssn": ["PII"], "**.email": ["PII"]}}`, path
   patterns matched against the field's path from the root (`address.street`) and its qualified path
   (`com.acme.Customer.ssn`, Avro record full names); `*` stays within one name, `**` crosses dots;
@@ -21,8 +23,10 @@ Two modes per field:
   ciphertexts across topics that share the KEK. It reveals equality, by design; use it only where a
   join needs it. Encoding: `b"KGD\\x01" + len(kek) + kek + siv`.
 
-Only string and bytes fields (and their nullable unions) can be encrypted, as with Confluent; a tag on
-another type is refused when the policy is built.
+Only string and bytes fields (and their nullable unions, and arrays or maps of them) can be encrypted,
+as with Confluent; a tag on another type is refused when the policy is built. So is a selected tag that
+kgov cannot honour where it is written (patternProperties, if/then/else, positional items, a record's
+own tags): Confluent's executor silently skips those, which writes the values in plaintext.
 """
 
 from __future__ import annotations
@@ -43,7 +47,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from encryption.datakeys import DataKeyCache, DataKeyIssuer, DataKeyPolicy, Refusals
+from encryption.datakeys import (
+    DEFAULT_UNWRAP_LIMIT,
+    DataKeyCache,
+    DataKeyIssuer,
+    DataKeyPolicy,
+    Refusals,
+    UnwrapLimit,
+)
 from encryption.envelope import MAGIC
 from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
@@ -90,10 +101,16 @@ def _glob(pattern: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
+    """A value position of the schema that tags may select."""
+
     path: Path
     qualified: str
     kind: Kind | None  # None: not a string/bytes field
     inline_tags: frozenset[str]
+    where: str = ""  # where its first inline tag is written (JSON pointer, Avro field + pointer), else the field
+    # Why kgov cannot encrypt a value there (a subschema it does not walk), or None. A selected tag on such
+    # a position is refused unless a walked field at the same path is encrypted anyway.
+    unsupported: str | None = None
 
 
 class FieldPolicy:
@@ -135,13 +152,14 @@ class FieldPolicy:
         dependency order; their named types are known, their own fields are not candidates here."""
         named: dict[str, Mapping[str, Any]] = {}
         for reference in references:
-            _walk_avro(json.loads(reference) if isinstance(reference, str) else reference, (), None, [], (),
-                       named, [])
+            _AvroWalker(named, [], []).value(json.loads(reference) if isinstance(reference, str) else reference,
+                                             (), None, (), qualified="", where="", inherited=frozenset(), sites=(),
+                                             field=False)
         document = json.loads(schema) if isinstance(schema, str) else schema
-        candidates: list[_Candidate] = []
-        cutoffs: list[Path] = []
-        _walk_avro(document, (), None, candidates, (), named, cutoffs)
-        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set, cutoffs)
+        walker = _AvroWalker(named, [], [])
+        walker.value(document, (), None, (), qualified="", where=str(_avro_name(document)), inherited=frozenset(),
+                     sites=(), field=False)
+        return cls._select(walker.out, tags, deterministic_tags, metadata, rule_set, walker.cutoffs)
 
     @classmethod
     def from_json_schema(
@@ -154,11 +172,12 @@ class FieldPolicy:
         rule_set: Mapping[str, Any] | None = None,
     ) -> FieldPolicy:
         document = json.loads(schema) if isinstance(schema, str) else schema
-        candidates: list[_Candidate] = []
-        cutoffs: list[Path] = []
-        exclusions: dict[Path, frozenset[str]] = {}
-        _walk_json(document, (), candidates, document, (), cutoffs, exclusions)
-        return cls._select(candidates, tags, deterministic_tags, metadata, rule_set, cutoffs, exclusions)
+        if not isinstance(document, Mapping):
+            raise EncryptionError("field-level encryption needs a JSON Schema object")
+        walker = _JsonWalker(document)
+        walker.position(document, (), "#", (), qualified="")
+        return cls._select(walker.out, tags, deterministic_tags, metadata, rule_set, walker.cutoffs,
+                           {path: keys for path, keys in walker.exclusions.items() if keys})
 
     @classmethod
     def from_registered_schema(
@@ -216,28 +235,50 @@ class FieldPolicy:
             (_glob(pattern), frozenset(pattern_tags))
             for pattern, pattern_tags in ((metadata or {}).get("tags") or {}).items()
         ]
-        rules = []
+        # One entry per data path: several positions can describe the same values (union branches,
+        # subschemas of if/then/else next to the property they refine).
+        positions: dict[Path, list[tuple[_Candidate, str, frozenset[str]]]] = {}
         for candidate in candidates:
             dotted = ".".join(p for p in candidate.path if p not in ("[]", "{}"))
             field_tags = set(candidate.inline_tags)
             for regex, pattern_tags in patterns:
                 if regex.match(dotted) or regex.match(candidate.qualified):
                     field_tags |= pattern_tags
-            chosen = field_tags & sensitive
-            if not chosen:
-                continue
-            if candidate.kind is None:
-                raise EncryptionError(
-                    f"field {dotted!r} is tagged {sorted(chosen)} but only string and bytes fields can be "
-                    "encrypted (the record must still match its schema)"
-                )
-            field_keks = {keks[tag] for tag in chosen if tag in keks}
-            if len(field_keks) > 1:
-                raise EncryptionError(
-                    f"field {dotted!r} is selected by ENCRYPT rules naming different KEKs {sorted(field_keks)}"
-                )
-            rules.append(FieldRule(candidate.path, candidate.kind, bool(chosen & deterministic),
-                                   field_keks.pop() if field_keks else None))
+            positions.setdefault(candidate.path, []).append((candidate, dotted, frozenset(field_tags & sensitive)))
+        rules = []
+        for path, group in positions.items():
+            walked = [(c, chosen) for c, _, chosen in group if c.unsupported is None]
+            encryptable = [c for c, _ in walked if c.kind is not None]
+            for candidate, dotted, chosen in group:
+                if not chosen:
+                    continue
+                tagged = (f"field {dotted!r}" if dotted else "the record") + f" is tagged {sorted(chosen)}" + (
+                    f" at {candidate.where}" if chosen & candidate.inline_tags else " by the schema's metadata")
+                if candidate.unsupported is not None and not encryptable:
+                    raise EncryptionError(
+                        f"{tagged}, which cannot be honoured: {candidate.unsupported} "
+                        "(nothing is written in plaintext: the policy is refused)")
+                if candidate.unsupported is None and candidate.kind is None:
+                    raise EncryptionError(
+                        f"{tagged} but only string and bytes values (or arrays and maps of them) can be "
+                        "encrypted and still match the schema: for a record or object tag its string or bytes "
+                        "fields (for a JSON map, its additionalProperties); a number, boolean or enum cannot be "
+                        "encrypted in place (EncryptingSerializer encrypts whole values)")
+            # Tags kgov cannot honour where they are written, on values a walked field encrypts anyway.
+            stray = frozenset().union(*(chosen for c, _, chosen in group if c.unsupported is not None))
+            selected = [(c, chosen | stray) for c, chosen in walked if chosen]
+            if not selected and stray:
+                selected = [(encryptable[0], stray)]
+            for candidate, chosen in selected:
+                assert candidate.kind is not None  # checked above
+                dotted = ".".join(p for p in path if p not in ("[]", "{}"))
+                field_keks = {keks[tag] for tag in chosen if tag in keks}
+                if len(field_keks) > 1:
+                    raise EncryptionError(
+                        f"field {dotted!r} is selected by ENCRYPT rules naming different KEKs {sorted(field_keks)}"
+                    )
+                rules.append(FieldRule(path, candidate.kind, bool(chosen & deterministic),
+                                       field_keks.pop() if field_keks else None))
         return cls(rules, cutoffs, exclusions)
 
 
@@ -246,76 +287,329 @@ def _avro_kind(avro_type: Any) -> Kind | None:
         return avro_type  # type: ignore[return-value]
     if isinstance(avro_type, Mapping) and avro_type.get("type") in ("string", "bytes") and "logicalType" not in avro_type:
         return avro_type["type"]  # type: ignore[no-any-return]
-    if isinstance(avro_type, list):
-        kinds = {_avro_kind(branch) for branch in avro_type if branch != "null"}
-        if len(kinds) == 1:
-            return kinds.pop()
     return None
 
 
+def _avro_name(schema: Any) -> str:
+    """The root type's name, to say where a tag on it is."""
+    if isinstance(schema, Mapping) and schema.get("name"):
+        name, space = str(schema["name"]), schema.get("namespace")
+        return name if "." in name or not space else f"{space}.{name}"
+    return "the root type"
+
+
 _AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+_AVRO_COMPLEX = frozenset({"record", "enum", "fixed", "array", "map"})
 # A recursive record is unrolled this many times along one path; deeper data is refused, not leaked.
 MAX_RECURSION = 4
 
 
-def _walk_avro(
-    avro_type: Any,
-    path: Path,
-    namespace: str | None,
-    out: list[_Candidate],
-    seen: tuple[str, ...],
-    named: dict[str, Mapping[str, Any]],
-    cutoffs: list[Path],
-) -> None:
-    """Lists the fields under `avro_type`. `seen` (records on the current path) bounds recursion,
-    `cutoffs` collects where it stopped; `named` (records defined so far) resolves references."""
-    if isinstance(avro_type, list):
-        for branch in avro_type:
-            _walk_avro(branch, path, namespace, out, seen, named, cutoffs)
-        return
-    if isinstance(avro_type, str) and avro_type not in _AVRO_PRIMITIVES:
-        reference = avro_type if "." in avro_type or not namespace else f"{namespace}.{avro_type}"
-        definition = named.get(reference) or named.get(avro_type)
-        if definition is None:
+def _inline_tags(schema: Any, where: str) -> frozenset[str]:
+    tags = schema.get("confluent:tags") if isinstance(schema, Mapping) else None
+    if tags is None:
+        return frozenset()
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise EncryptionError(f"confluent:tags at {where} must be a list of strings")
+    return frozenset(tags)
+
+
+# Value positions a schema may unroll into: recursive types unrolled MAX_RECURSION times can multiply.
+MAX_POSITIONS = 100_000
+
+
+class _PositionBudget:
+    def __init__(self) -> None:
+        self.left = MAX_POSITIONS
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
             raise EncryptionError(
-                f"schema refers to {avro_type!r}, defined elsewhere: pass the referenced schemas as references="
+                f"schema unrolls into more than {MAX_POSITIONS} fields (recursive types referring to each "
+                "other): too complex for field-level encryption"
             )
-        if definition.get("type") == "record":
-            _walk_avro(definition, path, namespace, out, seen, named, cutoffs)
-        return
-    if not isinstance(avro_type, Mapping):
-        return
-    kind = avro_type.get("type")
-    if kind == "record":
-        name = str(avro_type.get("name", ""))
-        space = avro_type.get("namespace", namespace)
+
+
+@dataclass(frozen=True, slots=True)
+class _AvroBranch:
+    schema: Any  # a primitive name or a mapping (named references resolved)
+    where: str
+    namespace: str | None
+
+
+class _AvroWalker:
+    """Lists the value positions of an Avro schema. As in Confluent's `AvroSchema` transform, a field's
+    tags reach its value through unions, array items and map values, but not into a record's fields;
+    kgov also reads tags written on the types themselves (a union branch, `items`, `values`, a named
+    type) as tags of the value at that position. `seen` (records on the current path) bounds recursion,
+    `cutoffs` collects where it stopped; `named` (named types defined so far) resolves references."""
+
+    def __init__(self, named: dict[str, Mapping[str, Any]], out: list[_Candidate], cutoffs: list[Path]) -> None:
+        self.named = named
+        self.out = out
+        self.cutoffs = cutoffs
+        self.budget = _PositionBudget()
+
+    def record(self, record: Mapping[str, Any], path: Path, namespace: str | None, seen: tuple[str, ...]) -> None:
+        name = str(record.get("name", ""))
+        space = record.get("namespace", namespace)
         full = name if "." in name or not space else f"{space}.{name}"
-        named.setdefault(full, avro_type)
+        self.named.setdefault(full, record)
         if seen.count(full) >= MAX_RECURSION:
-            cutoffs.append(path)
+            self.cutoffs.append(path)
             return
-        for field in avro_type.get("fields", []):
+        for field in record.get("fields", []):
             field_path = (*path, field["name"])
-            out.append(_Candidate(field_path, f"{full}.{field['name']}", _avro_kind(field["type"]),
-                                  frozenset(field.get("confluent:tags") or [])))
-            _walk_avro(field["type"], field_path, space, out, (*seen, full), named, cutoffs)
-    elif kind in ("enum", "fixed"):
-        name = str(avro_type.get("name", ""))
-        space = avro_type.get("namespace", namespace)
-        named.setdefault(name if "." in name or not space else f"{space}.{name}", avro_type)
-    elif kind == "array":
-        _walk_avro(avro_type.get("items"), (*path, "[]"), namespace, out, seen, named, cutoffs)
-    elif kind == "map":
-        _walk_avro(avro_type.get("values"), (*path, "{}"), namespace, out, seen, named, cutoffs)
-    elif isinstance(kind, Mapping | list | str):
-        _walk_avro(kind, path, namespace, out, seen, named, cutoffs)
+            qualified = f"{full}.{field['name']}"
+            tags = _inline_tags(field, qualified)
+            self.value(field["type"], field_path, space, (*seen, full), qualified=qualified,
+                       where=f"{qualified}/type", inherited=tags, sites=(qualified,) if tags else (), field=True)
+
+    def value(
+        self, avro_type: Any, path: Path, namespace: str | None, seen: tuple[str, ...], *, qualified: str,
+        where: str, inherited: frozenset[str], sites: tuple[str, ...], field: bool,
+    ) -> None:
+        """The value at `path` (a field's, or an item or map value reached from one), of `avro_type`."""
+        self.budget.spend()
+        branches: list[_AvroBranch] = []
+        tags, tag_sites = set(inherited), list(sites)
+        self._branches(avro_type, namespace, where, branches, tags, tag_sites)
+        present = [b for b in branches if b.schema != "null" and not (
+            isinstance(b.schema, Mapping) and b.schema.get("type") == "null")]
+        containers = [isinstance(b.schema, Mapping) and b.schema.get("type") in ("array", "map") for b in present]
+        # Only arrays and maps here: their items or values carry the tags, as in Confluent. Else a candidate.
+        if (not present or not all(containers)) and (field or tags):
+            kinds = {_avro_kind(b.schema) for b in present}
+            kind = kinds.pop() if len(kinds) == 1 else None
+            self.out.append(_Candidate(path, qualified, kind, frozenset(tags), tag_sites[0] if tag_sites else where,
+                                       _ROOT_REASON if not path and tags else None))
+        for branch in present:
+            schema = branch.schema
+            if not isinstance(schema, Mapping):
+                continue
+            if schema.get("type") == "array":
+                self.value(schema.get("items"), (*path, "[]"), branch.namespace, seen, qualified=qualified,
+                           where=f"{branch.where}/items", inherited=frozenset(tags), sites=tuple(tag_sites), field=True)
+            elif schema.get("type") == "map":
+                self.value(schema.get("values"), (*path, "{}"), branch.namespace, seen, qualified=qualified,
+                           where=f"{branch.where}/values", inherited=frozenset(tags), sites=tuple(tag_sites), field=True)
+            elif schema.get("type") == "record":
+                self.record(schema, path, branch.namespace, seen)
+
+    def _branches(
+        self, avro_type: Any, namespace: str | None, where: str, out: list[_AvroBranch], tags: set[str],
+        sites: list[str],
+    ) -> None:
+        """The alternatives of `avro_type` (a union's branches), named references resolved; the tags
+        written on them are added to `tags`."""
+        if isinstance(avro_type, list):
+            for index, branch in enumerate(avro_type):
+                self._branches(branch, namespace, f"{where}/{index}", out, tags, sites)
+            return
+        if isinstance(avro_type, str) and avro_type not in _AVRO_PRIMITIVES:
+            reference = avro_type if "." in avro_type or not namespace else f"{namespace}.{avro_type}"
+            definition = self.named.get(reference) or self.named.get(avro_type)
+            if definition is None:
+                raise EncryptionError(
+                    f"schema refers to {avro_type!r}, defined elsewhere: pass the referenced schemas as references="
+                )
+            found = reference if reference in self.named else avro_type
+            site = f"{where} (the named type {found})"
+            if _inline_tags(definition, site):
+                tags |= _inline_tags(definition, site)
+                sites.append(site)
+            out.append(_AvroBranch(definition, where, namespace))
+            return
+        if not isinstance(avro_type, Mapping):
+            out.append(_AvroBranch(avro_type, where, namespace))
+            return
+        if _inline_tags(avro_type, where):
+            tags |= _inline_tags(avro_type, where)
+            sites.append(where)
+        kind = avro_type.get("type")
+        if kind in _AVRO_COMPLEX:
+            if kind in ("record", "enum", "fixed"):
+                name = str(avro_type.get("name", ""))
+                space = avro_type.get("namespace", namespace)
+                if kind != "record":  # records register themselves when walked
+                    self.named.setdefault(name if "." in name or not space else f"{space}.{name}", avro_type)
+            out.append(_AvroBranch(avro_type, where, namespace))
+        elif isinstance(kind, str) and kind in _AVRO_PRIMITIVES:
+            out.append(_AvroBranch(avro_type, where, namespace))
+        else:  # {"type": "com.acme.Name"}, {"type": {...}} or {"type": [...]}: a wrapped type
+            self._branches(kind, namespace, f"{where}/type", out, tags, sites)
 
 
-def _json_kind(schema: Mapping[str, Any]) -> Kind | None:
-    kind = schema.get("type")
-    if kind == "string" or (isinstance(kind, list) and set(kind) - {"null"} == {"string"}):
-        return "string"
-    return None
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+
+
+def _json_types(schema: Any, root: Mapping[str, Any], refs: dict[str, frozenset[str] | None]) -> frozenset[str]:
+    """The JSON types a value valid against `schema` can have ($ref, allOf, anyOf, oneOf followed).
+    `refs` remembers each `$ref` target's answer (None while it is being worked out: a cycle counts as
+    any type, so a tag there is refused rather than trusted)."""
+    if not isinstance(schema, Mapping):
+        return frozenset() if schema is False else _JSON_TYPES
+    declared = schema.get("type")
+    if declared is None:
+        types = _JSON_TYPES
+    else:
+        types = frozenset([declared] if isinstance(declared, str) else declared if isinstance(declared, list) else [])
+    if "number" in types:
+        types |= {"integer"}
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        if ref not in refs:
+            refs[ref] = None
+            refs[ref] = _json_types(_json_pointer(ref, root), root, refs)
+        found = refs[ref]
+        types &= _JSON_TYPES if found is None else found
+    for branch in schema.get("allOf") or []:
+        types &= _json_types(branch, root, refs)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            types &= frozenset().union(*(_json_types(branch, root, refs) for branch in schema[key]))
+    return types
+
+
+def _pointer_token(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+_ROOT_REASON = (
+    "it applies to the whole record, and field-level encryption encrypts fields: tag the string fields "
+    "instead, or encrypt whole values with EncryptingSerializer"
+)
+_PATTERN_REASON = (
+    "values matched by patternProperties or unevaluatedProperties are not walked: declare the property "
+    "under properties, or tag additionalProperties (which covers every undeclared property)"
+)
+_TUPLE_REASON = (
+    "positional array items (prefixItems, items given as a list, additionalItems, contains, "
+    "unevaluatedItems) are not walked: describe the items with one items schema and tag it"
+)
+_CONDITIONAL_REASON = (
+    "subschemas of if/then/else, not, dependentSchemas and dependencies are not walked: tag the property "
+    "where it is declared under properties (a tag there is honoured whatever the conditions)"
+)
+_NAMES_REASON = "property names (object keys) are never encrypted: move the sensitive data into a value"
+# Keywords whose subschemas kgov does not walk, the data path they describe, and why.
+_UNWALKED_SCHEMA = (
+    ("additionalItems", "[]", _TUPLE_REASON), ("contains", "[]", _TUPLE_REASON),
+    ("unevaluatedItems", "[]", _TUPLE_REASON), ("unevaluatedProperties", "{}", _PATTERN_REASON),
+    ("propertyNames", "{names}", _NAMES_REASON), ("if", "", _CONDITIONAL_REASON),
+    ("then", "", _CONDITIONAL_REASON), ("else", "", _CONDITIONAL_REASON), ("not", "", _CONDITIONAL_REASON),
+)
+_UNWALKED_MAPS = (
+    ("patternProperties", "{}", _PATTERN_REASON), ("dependentSchemas", "", _CONDITIONAL_REASON),
+    ("dependencies", "", _CONDITIONAL_REASON),
+)
+
+
+class _JsonWalker:
+    """Lists the value positions of a JSON Schema: properties, array items and additionalProperties
+    values, each with the tags of every subschema that describes it (the property's own, its `$ref`
+    targets, its allOf/anyOf/oneOf branches). As in Confluent's `JsonSchema` transform, an array
+    property's tags reach its items. Subschemas kgov does not walk (patternProperties, if/then/else, ...)
+    are still listed, marked `unsupported`, so that a tag there is refused instead of ignored. A `$ref`
+    met `MAX_RECURSION` times on one path stops the walk there (a cutoff)."""
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.root = root
+        self.out: list[_Candidate] = []
+        self.cutoffs: list[Path] = []
+        self.exclusions: dict[Path, frozenset[str]] = {}
+        self.ref_types: dict[str, frozenset[str] | None] = {}
+        self.budget = _PositionBudget()
+
+    def _parts(
+        self, schema: Any, pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
+        out: list[tuple[Mapping[str, Any], str, tuple[str, ...]]],
+    ) -> None:
+        """The subschemas that all describe the value at `path`, each with its JSON pointer and the
+        `$ref`s followed to reach it."""
+        if not isinstance(schema, Mapping):
+            return
+        out.append((schema, pointer, refs))
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            if not isinstance(ref, str):
+                raise EncryptionError("schema has a non-string $ref")
+            if refs.count(ref) >= MAX_RECURSION:
+                if unsupported is None:
+                    self.cutoffs.append(path)
+            else:
+                self._parts(_json_pointer(ref, self.root), ref, (*refs, ref), path, unsupported, out)
+        for key in ("allOf", "anyOf", "oneOf"):
+            branches = schema.get(key)
+            if isinstance(branches, list):
+                for index, branch in enumerate(branches):
+                    self._parts(branch, f"{pointer}/{key}/{index}", refs, path, unsupported, out)
+
+    def position(
+        self, schema: Any, path: Path, pointer: str, refs: tuple[str, ...], *, qualified: str,
+        inherited: frozenset[str] = frozenset(), sites: tuple[str, ...] = (), unsupported: str | None = None,
+        field: bool = False,
+    ) -> None:
+        self.budget.spend()
+        parts: list[tuple[Mapping[str, Any], str, tuple[str, ...]]] = []
+        self._parts(schema, pointer, refs, path, unsupported, parts)
+        tags, tag_sites = set(inherited), list(sites)
+        for part, part_pointer, _ in parts:
+            if _inline_tags(part, part_pointer):
+                tags |= _inline_tags(part, part_pointer)
+                tag_sites.append(part_pointer)
+        types = _json_types(schema, self.root, self.ref_types)
+        array = "array" in types and types <= {"array", "null"} and any(
+            isinstance(part.get("items"), Mapping) for part, _, _ in parts)
+        if not array and (field or tags):
+            kind: Kind | None = "string" if "string" in types and types <= {"string", "null"} else None
+            reason = unsupported or (_ROOT_REASON if not path and tags else None)
+            self.out.append(_Candidate(path, qualified, kind, frozenset(tags), tag_sites[0] if tag_sites else pointer,
+                                       reason))
+        # else: an array: its items carry the tags, as in Confluent.
+        for part, part_pointer, part_refs in parts:
+            items = part.get("items")
+            if array and isinstance(items, Mapping):
+                self.position(items, (*path, "[]"), f"{part_pointer}/items", part_refs, qualified=qualified,
+                              inherited=frozenset(tags), sites=tuple(tag_sites), unsupported=unsupported, field=True)
+            else:
+                self._children(part, part_pointer, part_refs, path, unsupported)
+
+    def _children(
+        self, part: Mapping[str, Any], pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
+    ) -> None:
+        """Walks what `part` says about the values inside the one at `path`."""
+        def walk(sub: Any, sub_path: Path, sub_pointer: str, reason: str | None = unsupported,
+                 field: bool = False) -> None:
+            self.position(sub, sub_path, sub_pointer, refs, qualified=".".join(sub_path), unsupported=reason,
+                          field=field)
+
+        if isinstance(part.get("items"), Mapping):
+            walk(part["items"], (*path, "[]"), f"{pointer}/items")
+        for key in ("items", "prefixItems"):
+            if isinstance(part.get(key), list):
+                for index, sub in enumerate(part[key]):
+                    walk(sub, (*path, "[]"), f"{pointer}/{key}/{index}", unsupported or _TUPLE_REASON)
+        properties = part.get("properties")
+        for name, sub in (properties.items() if isinstance(properties, Mapping) else ()):
+            walk(sub, (*path, name), f"{pointer}/properties/{_pointer_token(name)}", field=True)
+        additional = part.get("additionalProperties")
+        if isinstance(additional, Mapping):
+            # A key is additional for each subschema that does not declare it (allOf parts all apply):
+            # "{}" rules skip only the keys every such subschema declares, so none is left in plaintext.
+            declared = frozenset(properties if isinstance(properties, Mapping) else ())
+            known = self.exclusions.get((*path, "{}"))
+            if unsupported is None:
+                self.exclusions[(*path, "{}")] = declared if known is None else known & declared
+            walk(additional, (*path, "{}"), f"{pointer}/additionalProperties")
+        for key, segment, reason in _UNWALKED_SCHEMA:
+            if key in part:
+                walk(part[key], (*path, segment) if segment else path, f"{pointer}/{key}", unsupported or reason)
+        for key, segment, reason in _UNWALKED_MAPS:
+            subschemas = part.get(key)
+            for name, sub in (subschemas.items() if isinstance(subschemas, Mapping) else ()):
+                walk(sub, (*path, segment) if segment else path, f"{pointer}/{key}/{_pointer_token(name)}",
+                     unsupported or reason)
 
 
 def _json_pointer(ref: str, root: Mapping[str, Any]) -> Any:
@@ -331,52 +625,6 @@ def _json_pointer(ref: str, root: Mapping[str, Any]) -> Any:
     if not isinstance(target, Mapping):
         raise EncryptionError(f"schema reference {ref!r} does not resolve")
     return target
-
-
-def _peek(schema: Any, root: Mapping[str, Any]) -> Any:
-    """The schema a property stands for (one `$ref` followed), to read its type and tags."""
-    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
-        return _json_pointer(schema["$ref"], root)
-    return schema
-
-
-def _walk_json(
-    schema: Any, path: Path, out: list[_Candidate], root: Mapping[str, Any], refs: tuple[str, ...],
-    cutoffs: list[Path], exclusions: dict[Path, frozenset[str]],
-) -> None:
-    """Lists the properties under `schema`; a `$ref` met `MAX_RECURSION` times on one path stops
-    the walk there (a cutoff) so recursive schemas stay finite."""
-    if isinstance(schema, Mapping) and "$ref" in schema:
-        ref = schema["$ref"]
-        if not isinstance(ref, str):
-            raise EncryptionError("schema has a non-string $ref")
-        if refs.count(ref) >= MAX_RECURSION:
-            cutoffs.append(path)
-            return
-        schema, refs = _json_pointer(ref, root), (*refs, ref)
-    if not isinstance(schema, Mapping):
-        return
-    for name, sub in (schema.get("properties") or {}).items():
-        target = _peek(sub, root)
-        if not isinstance(target, Mapping):
-            continue
-        field_path = (*path, name)
-        inline = set(target.get("confluent:tags") or []) | set(
-            (sub.get("confluent:tags") or []) if isinstance(sub, Mapping) else [])
-        out.append(_Candidate(field_path, ".".join(field_path), _json_kind(target), frozenset(inline)))
-        _walk_json(sub, field_path, out, root, refs, cutoffs, exclusions)
-    items = schema.get("items")
-    if isinstance(items, Mapping):
-        _walk_json(items, (*path, "[]"), out, root, refs, cutoffs, exclusions)
-    additional = schema.get("additionalProperties")
-    if isinstance(additional, Mapping):
-        declared = frozenset(schema.get("properties") or {})
-        if declared:
-            exclusions[(*path, "{}")] = declared | exclusions.get((*path, "{}"), frozenset())
-        _walk_json(additional, (*path, "{}"), out, root, refs, cutoffs, exclusions)
-    for key in ("allOf", "anyOf", "oneOf"):
-        for sub in schema.get(key) or []:
-            _walk_json(sub, path, out, root, refs, cutoffs, exclusions)
 
 
 Exclusions = Mapping[Path, frozenset[str]]
@@ -527,10 +775,11 @@ class FieldDecryptingDeserializer:
         *,
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
         self.policy = policy
         self.inner = inner
-        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         self._opener = PayloadOpener(self.cache)
         self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.serialization import MessageField
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from encryption.datakeys import DataKeyIssuer, DataKeyPolicy
+from encryption.datakeys import DEFAULT_UNWRAP_LIMIT, DataKeyIssuer, DataKeyPolicy, UnwrapLimit
 from encryption.envelope import (
     FLAG_COMPRESSED,
     FLAG_KEY_BOUND,
@@ -66,7 +66,11 @@ class RewrittenRecord:
 
 
 class Reencryptor:
-    """Rewrites records under the current version of `key_name`."""
+    """Rewrites records under the current version of `key_name`.
+
+    Reading old records unwraps their data keys under `unwrap_limit` (`UnwrapLimit`, as consumers do);
+    a topic whose latest records hold more distinct data keys than its burst is refused part-way with a
+    `DecryptionError` naming the limit: raise it, or pass None, for such a topic you trust."""
 
     def __init__(
         self,
@@ -77,12 +81,14 @@ class Reencryptor:
         trusted_signers: Mapping[str, Ed25519PublicKey] | None = None,
         policy: DataKeyPolicy | None = None,
         retry: RetryPolicy | None = None,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
         self.kms = kms
         self.key_name = key_name
         self.signer = signer
         self._issuer = DataKeyIssuer(kms, policy, retry)
-        self._value_in = DecryptingDeserializer(kms, trusted_signers=trusted_signers, retry=retry)
+        self._value_in = DecryptingDeserializer(kms, trusted_signers=trusted_signers, retry=retry,
+                                                unwrap_limit=unwrap_limit)
         self._key_in = RecordKeyDeserializer(kms, retry=retry, cache=self._value_in.cache)
         self._serializers: dict[tuple[bool, bool, bool, bool], EncryptingSerializer] = {}
         self._key_serializers: dict[bool, RecordKeySerializer] = {}

@@ -2,11 +2,11 @@
 
 Producer side::
 
-    producer = SerializingProducer({
+    producer = SerializingProducer(check_serializer_pairing({
         "bootstrap.servers": ...,
-        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),
+        "key.serializer": RecordKeySerializer(kms, "orders", StringSerializer()),  # bind_key needs it
         "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer()),
-    })
+    }))
     producer.produce("orders", key="k", value="v", headers=[])   # a fresh list per record
 
 Consumer side: `DecryptingDeserializer(kms, StringDeserializer())` as `value.deserializer` and
@@ -32,7 +32,15 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from encryption.datakeys import ActiveDataKey, DataKeyCache, DataKeyIssuer, DataKeyPolicy, ForgetsKeysOnFork
+from encryption.datakeys import (
+    DEFAULT_UNWRAP_LIMIT,
+    ActiveDataKey,
+    DataKeyCache,
+    DataKeyIssuer,
+    DataKeyPolicy,
+    ForgetsKeysOnFork,
+    UnwrapLimit,
+)
 from encryption.envelope import (
     FIELD_KEY,
     FIELD_VALUE,
@@ -57,7 +65,13 @@ from encryption.signing import Signer, verify_signature
 
 WIRE_KEY_ATTR: Final = "kgov_wire_key"
 _VALUE: Final = MessageField.VALUE
-_UNKNOWN: Final = object()
+_UNKNOWN: Final = object()  # no key serializer left the record's key on the context
+_UNBOUND: Final = object()  # bind_key=False: the key stays out of the associated data
+UNKNOWN_KEY_MESSAGE: Final = (
+    "bind_key=True but the record's Kafka key is not known, so the record would not be bound to it: "
+    "use RecordKeySerializer as key serializer (also for null keys) or pass a RecordContext(key=...); "
+    "or pass bind_key=False to write records not bound to their key"
+)
 # Parts of a header (see encryption.envelope) as ready slices for the inlined decrypting path.
 _DATA_KEY_PART: Final = slice(2, -NONCE_SIZE)  # KEK name and version, wrapped data key: the cache key
 _NONCE_PART: Final = slice(-NONCE_SIZE, None)
@@ -285,8 +299,13 @@ class EncryptingSerializer:
       envelope form; `envelope=True` forces the envelope form.
     - `compress=True`: zlib before encrypting. Off by default: compressed length can leak content
       (CRIME-style) when attacker-chosen and secret data share a record.
-    - `bind_key`: bind the Kafka key into the associated data when a `RecordKeySerializer` (or a
-      `RecordContext`) made it known; consumers then need `RecordKeyDeserializer` or `decrypt_message`.
+    - `bind_key` (default True): bind the Kafka key into the associated data, so a value copied onto
+      another key fails to decrypt. The key must be known: `RecordKeySerializer` as key serializer (it
+      leaves the wire key on the context; also for null keys) or a `RecordContext(key=...)`. A record
+      whose key is not known is refused with `EncryptionError`, never written unbound; check the
+      pairing before the first record with `check_serializer_pairing(config)`. `bind_key=False`
+      writes records not bound to their key. Consumers of bound records need `RecordKeyDeserializer`
+      or `decrypt_message`.
     - `signer`: add an Ed25519 signature over topic, key, value and headers (needs headers and a known key).
     - Tombstones (None) stay None and are never encrypted, so compaction keeps working.
     """
@@ -333,8 +352,8 @@ class EncryptingSerializer:
         hot = self._sealer.hot
         if hot is not None and data.__class__ is bytes:
             headers = ctx.headers
-            if headers.__class__ is list and not headers:
-                key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN) if self.bind_key else _UNKNOWN
+            key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN) if self.bind_key else _UNBOUND
+            if headers.__class__ is list and not headers and key is not _UNKNOWN:  # unknown: `_encrypt` refuses
                 nonces, now, expires, prefixes, encrypt, suffixes = hot
                 nonce = next(nonces, None)
                 try:
@@ -342,7 +361,7 @@ class EncryptingSerializer:
                 except KeyError:  # first record of a topic
                     return self._encrypt(data, ctx)
                 if nonce is not None and now() < expires:
-                    if key is _UNKNOWN:
+                    if key is _UNBOUND:
                         header = prefixes[0] + nonce
                         aad = header + suffix
                     else:
@@ -358,14 +377,16 @@ class EncryptingSerializer:
         if data is None:
             if self.signer is not None:
                 self._sign(ctx, key, None)
-            return None
+            return None  # a tombstone carries no ciphertext, so nothing to bind
+        if self.bind_key and key is _UNKNOWN:
+            raise EncryptionError(UNKNOWN_KEY_MESSAGE)
         if data.__class__ is not bytes:
             data = _as_bytes(data, "record value")
         flags = 0
         if self.compress:
             data = zlib.compress(data, 1)
             flags = FLAG_COMPRESSED
-        if self.bind_key and key is not _UNKNOWN:
+        if self.bind_key:
             flags |= FLAG_KEY_BOUND
         header, ciphertext = self._sealer.seal(flags, FIELD_VALUE, ctx.topic, key, data)
         headers = ctx.headers
@@ -394,7 +415,8 @@ class DecryptingDeserializer:
 
     Every failure (wrong or missing key, tampering, unknown format, a KMS outage after retries, a
     missing or bad signature when `trusted_signers` is given) raises `DecryptionError`; a record that
-    is not encrypted is refused too. Unwrapped data keys are cached (`cache`). `require_key_bound=True`
+    is not encrypted is refused too. Unwrapped data keys are cached (`cache`); KMS unwraps of keys not
+    in the cache are limited per KEK (`unwrap_limit`, see `UnwrapLimit`; ignored when `cache` is given). `require_key_bound=True`
     also refuses records not bound to their Kafka key (a value moved onto another key of the topic).
     """
 
@@ -408,8 +430,9 @@ class DecryptingDeserializer:
         cache: DataKeyCache | None = None,
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
         require_key_bound: bool = False,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
-        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         # A record not bound to its key can be copied onto another key of the same topic and still
         # decrypt; with require_key_bound such records are refused (all producers use RecordKeySerializer).
         self.require_key_bound = require_key_bound
@@ -559,6 +582,31 @@ class RecordKeySerializer:
         return data
 
 
+def check_serializer_pairing(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Returns a `SerializingProducer` config unchanged once its serializers are known to work together.
+
+    An `EncryptingSerializer` with `bind_key=True` needs a `RecordKeySerializer` as key serializer (it
+    would refuse every record otherwise); this says so when the producer is built rather than at
+    the first record::
+
+        producer = SerializingProducer(check_serializer_pairing({..., "key.serializer": ...,
+                                                                  "value.serializer": ...}))
+    """
+    value_serializer = config.get("value.serializer")
+    key_serializer = config.get("key.serializer")
+    if (
+        isinstance(value_serializer, EncryptingSerializer)
+        and value_serializer.bind_key
+        and not isinstance(key_serializer, RecordKeySerializer)
+    ):
+        given = "no key.serializer" if key_serializer is None else f"key.serializer {type(key_serializer).__name__}"
+        raise EncryptionError(
+            f"value.serializer binds records to their key (bind_key=True) but {given} does not make the key "
+            "known: use RecordKeySerializer as key.serializer, or EncryptingSerializer(..., bind_key=False)"
+        )
+    return config
+
+
 class RecordKeyDeserializer:
     """Reads keys written by `RecordKeySerializer`: restores hashed keys' originals, records the wire key.
 
@@ -575,9 +623,10 @@ class RecordKeyDeserializer:
         hashed_keys: bool = False,
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
         self.hashed_keys = hashed_keys
-        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry)
+        self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         self._opener = PayloadOpener(self.cache)
         self.inner = inner
 

@@ -7,8 +7,9 @@ DescribeConfigs/AlterConfigs on the Cluster for quotas. Error codes and messages
 ACL requests that name an UNKNOWN element are refused as Kafka refuses them while it parses the
 request (CreateAclsRequest, DescribeAclsRequest, DeleteAclsRequest `validate`, before authorization):
 the IllegalArgumentException becomes RequestContext.parseRequest's InvalidRequestException, and
-SocketServer.processCompletedReceives closes the connection without an answer. Here the handler
-raises `CodecError`, which closes the connection the same way (`ClientConnection._process_held`).
+SocketServer.processCompletedReceives logs it at ERROR and closes the connection without an answer.
+Here the handler raises `InvalidRequestError`, which closes the connection the same way, with Kafka's
+log lines (`gateway.invalid_request`, `ClientConnection._refuse_invalid_request`).
 Create and Describe compare the wire codes with UNKNOWN's (0); Delete compares after `fromCode`, so
 an unassigned code (99) is refused there too, while in Create it gets a per-ACL error and in Describe
 it matches nothing.
@@ -32,7 +33,8 @@ from authz.model import (
     RequestContext,
     ResourceType,
 )
-from gateway.codec import SPECS, CodecError
+from gateway.codec import SPECS
+from gateway.invalid_request import InvalidRequestError
 from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, Part, QuotaEntity, QuotaError
 from gateway.quota_store import QuotaOp, QuotaStore
 from gateway.quotas import QuotaEnforcer
@@ -77,7 +79,7 @@ def _names_unknown(*codes: int) -> bool:
 
 
 def refuse_unknown_acl_elements(api_key: int, request: Any) -> None:
-    """Raises CodecError (the connection is closed, unanswered) when an ACL request names an UNKNOWN
+    """Raises InvalidRequestError (the connection is closed, unanswered) when an ACL request names an UNKNOWN
     element where Kafka's request parser refuses it; see the module docstring."""
     if api_key == 29:
         unknown = _names_unknown(request.pattern_type_filter, request.resource_type_filter,
@@ -93,7 +95,7 @@ def refuse_unknown_acl_elements(api_key: int, request: Any) -> None:
                       for f in request.filters)
         message = "Filters contain UNKNOWN elements"
     if unknown:
-        raise CodecError(message)
+        raise InvalidRequestError(message)
 
 
 class AclApis:

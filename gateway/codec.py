@@ -6,8 +6,10 @@ the few responses whose broker addresses are rewritten. Everything else crosses 
 original bytes.
 
 The version ranges the gateway accepts (`ApiSpec.min_version..max_version`) are what the bundled
-schemas can parse, minus versions whose requests name topics by id only (Produce v13+, Fetch v13+):
-the gateway authorizes by name, so it never advertises those.
+schemas can parse, minus versions the gateway cannot authorize or rewrite (`_VERSION_CAPS`). Fetch
+v13-v15 and Produce v13 name topics by id: the gateway authorizes them by the names the upstream
+gives those ids (`gateway.topic_ids`), and advertises them only when the upstream answers topic ids
+in Metadata (`Gateway.api_versions`).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ with warnings.catch_warnings():
 API_VERSIONS_KEY: Final = 18
 _HEADER = struct.Struct(">hhi")
 
-# Versions above these name topics by id only; the gateway authorizes names, so it stops below.
-# OffsetCommit v10+ / DeleteTopics v6+ likewise; OffsetFetch v8+ and AddPartitionsToTxn v4+ batch
-# several groups/transactions per request, which clients only need against brokers that require them.
-_VERSION_CAPS: Final[dict[int, int]] = {0: 12, 1: 12, 8: 9, 9: 7, 20: 5, 24: 3}
+# OffsetCommit v10+ and DeleteTopics v6+ name topics by id and have no id-aware planner yet. Fetch
+# v16+ answers KIP-951 leader endpoints (NodeEndpoints) that would have to be rewritten to the
+# gateway's addresses, which means decoding every Fetch response: the gateway stops at v15. Fetch
+# v13-v15 and Produce v13 name topics by id (gateway.topic_ids). OffsetFetch v8+ and AddPartitionsToTxn
+# v4+ batch several groups/transactions per request, which clients only need against brokers that
+# require them.
+_VERSION_CAPS: Final[dict[int, int]] = {0: 13, 1: 15, 8: 9, 9: 7, 20: 5, 24: 3}
 # Kafka 4 still advertises Produce v0 because librdkafka refuses to compress otherwise (KAFKA-18659);
 # the v3 schema parses v0-v2 bodies (they lack only the transactional id).
 _VERSION_FLOORS: Final[dict[int, int]] = {0: 0}

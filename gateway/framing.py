@@ -3,9 +3,17 @@
 The transport reads straight into buffers we hand out (`get_buffer`/`buffer_updated`): small frames
 land in a fixed scratch buffer and are copied out once; a frame larger than the scratch buffer (a
 batched produce request, a fetch response) gets a buffer of its exact size that the kernel fills
-directly, and that buffer *is* the frame (no copy at all). A negative size or one above the limit is
-a protocol violation: the connection is closed (Kafka closes it too, `InvalidReceiveException`), so
-the reader raises. Memory per connection is bounded by the scratch buffer plus one frame.
+directly, and that buffer *is* the frame (no copy at all).
+
+Frames are pulled one at a time (`next_frame`), as Kafka's broker reads them (`NetworkReceive`, one
+receive per channel until it is answered): each size prefix is checked when its frame is reached,
+under the limit in force then, so a caller that changes the limit between frames (the SASL login
+raises it, a re-authentication's SaslHandshake lowers it) has it applied to exactly the frames that
+follow, even those that arrived in the same read. A negative size or one above the limit is a protocol
+violation (Kafka's `InvalidReceiveException`): `next_frame` raises, after every frame before it was
+pulled. Memory per connection is bounded by the scratch buffer plus one frame within the limit: a
+frame's own buffer is allocated only after its size passed the check, and bytes the caller has not
+pulled yet wait in the scratch buffer (the caller stops reading the socket meanwhile).
 """
 
 from __future__ import annotations
@@ -21,9 +29,24 @@ Frame = bytes | bytearray
 class FrameError(ValueError):
     """The stream is not valid Kafka framing; the connection must be closed."""
 
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        if size < 0:
+            super().__init__(f"negative frame size {size}")
+        else:
+            super().__init__(f"frame of {size} bytes exceeds the maximum of {limit}")
+
+    @property
+    def kafka_message(self) -> str:
+        """The message of Kafka's InvalidReceiveException (NetworkReceive.readFrom)."""
+        if self.size < 0:
+            return f"Invalid receive (size = {self.size})"
+        return f"Invalid receive (size = {self.size} larger than {self.limit})"
+
 
 class FrameReader:
-    __slots__ = ("_big", "_big_filled", "_end", "_max", "_scratch", "_start", "_view")
+    __slots__ = ("_big", "_big_filled", "_end", "_max", "_needs_bytes", "_scratch", "_start", "_view")
 
     def __init__(self, max_frame_bytes: int, scratch_bytes: int = SCRATCH_BYTES) -> None:
         if max_frame_bytes <= 0:
@@ -35,6 +58,7 @@ class FrameReader:
         self._end = 0
         self._big: bytearray | None = None
         self._big_filled = 0
+        self._needs_bytes = True  # `next_frame` cannot make progress before more bytes arrive
 
     @property
     def max_frame_bytes(self) -> int:
@@ -48,8 +72,19 @@ class FrameReader:
 
     @property
     def buffered(self) -> int:
-        """Bytes held for a frame not yet complete."""
+        """Bytes read but not yet pulled as frames."""
         return self._big_filled if self._big is not None else self._end - self._start
+
+    @property
+    def held_bytes(self) -> int:
+        """Memory held for unread data: the scratch buffer, plus the buffer of a large frame in progress."""
+        return len(self._scratch) + (len(self._big) if self._big is not None else 0)
+
+    @property
+    def needs_bytes(self) -> bool:
+        """True when `next_frame` would answer None until more bytes are read: the socket may be read.
+        False while frames (or a size prefix not yet checked) wait to be pulled."""
+        return self._needs_bytes
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         if self._big is not None:
@@ -63,46 +98,59 @@ class FrameReader:
         self._view[:n] = self._view[self._start : self._end]
         self._start, self._end = 0, n
 
-    def buffer_updated(self, nbytes: int) -> list[Frame]:
+    def buffer_updated(self, nbytes: int) -> None:
         if self._big is not None:
             self._big_filled += nbytes
-            if self._big_filled < len(self._big):
-                return []
-            frame = self._big
+            self._needs_bytes = self._big_filled < len(self._big)
+        else:
+            self._end += nbytes
+            self._needs_bytes = self._end - self._start < _SIZE_BYTES
+
+    def next_frame(self) -> Frame | None:
+        """The next complete frame, or None when it is not complete yet. Raises FrameError when the
+        next frame's size is negative or above the current limit (frames before it were pulled)."""
+        big = self._big
+        if big is not None:
+            if self._big_filled < len(big):
+                self._needs_bytes = True
+                return None
             self._big = None
             self._big_filled = 0
-            return [frame]
-        self._end += nbytes
-        frames: list[Frame] = []
+            self._needs_bytes = True
+            return big
+        start = self._start
+        if self._end - start < _SIZE_BYTES:
+            self._needs_bytes = True
+            return None
         view = self._view
-        while self._end - self._start >= _SIZE_BYTES:
-            start = self._start
-            size = int.from_bytes(view[start : start + _SIZE_BYTES], "big", signed=True)
-            if size < 0:
-                raise FrameError(f"negative frame size {size}")
-            if size > self._max:
-                raise FrameError(f"frame of {size} bytes exceeds the maximum of {self._max}")
-            stop = start + _SIZE_BYTES + size
-            if stop <= self._end:
-                frames.append(bytes(view[start + _SIZE_BYTES : stop]))
-                self._start = stop
-                continue
-            if _SIZE_BYTES + size > len(self._scratch):
-                # A large frame: give it its own buffer, filled in place from now on.
-                have = self._end - start - _SIZE_BYTES
-                big = bytearray(size)
-                big[:have] = view[start + _SIZE_BYTES : self._end]
-                self._big, self._big_filled = big, have
+        size = int.from_bytes(view[start : start + _SIZE_BYTES], "big", signed=True)
+        if size < 0 or size > self._max:
+            raise FrameError(size, self._max)
+        stop = start + _SIZE_BYTES + size
+        if stop <= self._end:
+            frame = bytes(view[start + _SIZE_BYTES : stop])
+            if stop == self._end:
                 self._start = self._end = 0
-            elif stop > len(self._scratch):
-                self._compact()
-            break
-        if self._start == self._end:
+                self._needs_bytes = True
+            else:
+                self._start = stop
+                self._needs_bytes = self._end - stop < _SIZE_BYTES
+            return frame
+        if _SIZE_BYTES + size > len(self._scratch):
+            # A large frame, its size checked: give it its own buffer, filled in place from now on.
+            have = self._end - start - _SIZE_BYTES
+            big = bytearray(size)
+            big[:have] = view[start + _SIZE_BYTES : self._end]
+            self._big, self._big_filled = big, have
             self._start = self._end = 0
-        return frames
+        elif stop > len(self._scratch):
+            self._compact()
+        self._needs_bytes = True
+        return None
 
     def feed(self, data: bytes) -> list[Frame]:
-        """Everything `data` completes (the non-buffered path: tests and fuzzing drive this)."""
+        """Every frame `data` completes, pulled as soon as it is (the non-buffered path: tests and
+        fuzzing drive this)."""
         frames: list[Frame] = []
         pos = 0
         while pos < len(data):
@@ -110,5 +158,7 @@ class FrameReader:
             n = min(len(buf), len(data) - pos)
             buf[:n] = data[pos : pos + n]
             pos += n
-            frames.extend(self.buffer_updated(n))
+            self.buffer_updated(n)
+            while (frame := self.next_frame()) is not None:
+                frames.append(frame)
         return frames

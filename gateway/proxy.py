@@ -1,9 +1,10 @@
-"""The gateway's network layer: asyncio Protocols, one upstream connection per client connection.
+"""The gateway's network layer: asyncio Protocols, one upstream connection per client connection,
+opened once the client is authenticated (at connect on PLAINTEXT/SSL, after its SASL login otherwise).
 
 Hot path (ARCHITECTURE "data flow of one produce request"): `buffer_updated` -> `FrameReader` ->
 hand-parsed request header -> SASL state (`SaslSession.admit`: before authentication only ApiVersions,
-SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (or the
-trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
+SaslHandshake, then SaslAuthenticate; see gateway/README.md) -> quota check -> `request_authz.plan_request` -> forward the original bytes (a consumer
+Fetch with its KIP-227 session fields made sessionless, `gateway.fetch_session`; or the trimmed request) upstream -> response patches (denied parts, address rewriting, throttle time) ->
 client, in request order -> one request-log event.
 
 Ordering: Kafka clients expect responses in request order on a connection, so every request gets a
@@ -62,7 +63,9 @@ from gateway.codec import (
     parse_request_header,
     produce_acks,
 )
+from gateway.fetch_session import sessionless_frame, sessionless_response
 from gateway.framing import Frame, FrameError, FrameReader
+from gateway.invalid_request import InvalidRequestError, parse_failure_log_lines
 from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
 from gateway.sasl_session import (
     SASL_AUTHENTICATE,
@@ -71,6 +74,17 @@ from gateway.sasl_session import (
     AuthStep,
     MechanismFactory,
     SaslSession,
+)
+from gateway.topic_ids import (
+    BY_ID_SINCE,
+    BY_ID_VERSION,
+    METADATA_WITH_IDS_VERSION,
+    REFRESH_INTERVAL_S,
+    TopicIds,
+    ids_supported,
+    refresh_request,
+    refresh_version,
+    request_ids,
 )
 from gateway.upstream_login import (
     Authenticated,
@@ -150,6 +164,10 @@ class Slot:
     throttle_ms: int = 0
     records_bytes: int = 0
     raw: bool = False  # a raw SASL v0 token: no Kafka header
+    sessionless: bool = False  # a consumer Fetch v7+: its answer's session id is forced to 0
+    # A request of the gateway's own on the client's upstream connection: its answer goes here, not
+    # to the client (the topic id refresh, `ClientConnection._hold_for_topic_ids`).
+    on_answer: Callable[[Frame], None] | None = None
 
 
 _DN_NAMES = {
@@ -194,6 +212,7 @@ class Gateway:
         self.brokers = BrokerMap(plan, self._open_node_listener)
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
         self._versions_at = 0.0
+        self.topic_ids = TopicIds()  # what the upstream's topic ids name (Fetch v13+)
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
@@ -341,6 +360,8 @@ class Gateway:
             if spec is None or key not in PLANNERS:
                 continue
             low, high = max(lo, spec.min_version), min(hi, spec.max_version)
+            if key in (0, 1) and not ids_supported(self.upstream_versions or {}):
+                high = min(high, BY_ID_VERSION - 1)  # ids it cannot name could not be authorized
             if low <= high:
                 out[key] = (low, high)
         for key in (API_VERSIONS_KEY, *self._sasl_keys(), *self.services.local_handlers):
@@ -377,12 +398,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         return self.reader.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self.reader.buffer_updated(nbytes)
-        except FrameError:
-            self.client.abort("invalid framing from upstream")
-            return
-        for frame in frames:
+        reader = self.reader
+        reader.buffer_updated(nbytes)
+        while True:
+            try:
+                frame = reader.next_frame()
+            except FrameError:
+                self.client.abort("invalid framing from upstream")
+                return
+            if frame is None:
+                return
             if self.login_frames is not None:
                 self.login_frames.put_nowait(frame)
             else:
@@ -473,6 +498,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.node_id = node_id
         self.transport: asyncio.Transport | None = None
         self.upstream: UpstreamConnection | None = None
+        self.upstream_started = False  # `_connect_upstream` spawned (at connect, or after a SASL login)
         self.reader = FrameReader(self.options.max_request_bytes)
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
@@ -489,7 +515,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.idle_handle: asyncio.TimerHandle | None = None
         self.connection_id = ""
         self.raw_sasl = False
-        self.held: deque[Frame] = deque()
+        self._serve_scheduled = False  # `_serve_frames` is due on the loop (reading resumed with frames unread)
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
@@ -500,6 +526,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
         # A failed authentication's delay has ended: close once every earlier request is answered.
         self.closing_after_answers = False
+        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them; the
+        # request waiting for the answer (served again, before the reader's next frame, once it came);
+        # and that same request, marked to be planned with what the map then holds.
+        self._topic_ids_asked_at = -REFRESH_INTERVAL_S
+        self._topic_ids_waiting: Frame | None = None
+        self._topic_ids_asked_for: Frame | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -541,8 +573,17 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self.pause("connection-quota")
                 asyncio.get_running_loop().call_later(delay, self.abort, "connection creation rate exceeded")
                 return
-        self.gateway.spawn(self._connect_upstream())
+        if self.sasl is None:
+            self._start_upstream()
+        # else after the client's login (`_after_auth_step`): before it the gateway answers ApiVersions and
+        # the SASL exchange itself, and a client that never logs in must not make it open upstream
+        # connections and upstream logins (an amplification a broker does not offer).
         self.idle_handle = asyncio.get_running_loop().call_later(self.options.idle_timeout_s, self._check_idle)
+
+    def _start_upstream(self) -> None:
+        if not self.upstream_started:
+            self.upstream_started = True
+            self.gateway.spawn(self._connect_upstream())
 
     async def _upstream_token(self) -> str | None:
         """The current OAuth token for an upstream OAUTHBEARER login, else None. Answers at once while
@@ -712,10 +753,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason not in self.paused:
             return
         self.paused.discard(reason)
-        if not self.paused and self.transport is not None and not self.closed:
+        if self.paused or self.transport is None or self.closed:
+            return
+        if self.reader.needs_bytes and self._topic_ids_waiting is None:
             self.transport.resume_reading()
-            if self.held:
-                asyncio.get_running_loop().call_soon(self._process_held)
+        elif not self._serve_scheduled:
+            # Frames read before the pause come first; the socket is read again once they are served
+            # (`_serve_frames`), so the reader never holds more than its scratch buffer and one frame.
+            self._serve_scheduled = True
+            asyncio.get_running_loop().call_soon(self._serve_frames)
 
     def pause_writing(self) -> None:
         # The client does not read its responses: stop reading its requests (locally answered ones
@@ -738,38 +784,49 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_activity = time.monotonic()
-        try:
-            frames = self.reader.buffer_updated(nbytes)
-        except FrameError as exc:
-            sasl = self.sasl
-            if "sasl-failed" in self.paused:
-                return  # already failed: closing after the delay (reading stopped; what was left is moot)
-            if sasl is not None and sasl.authenticating and not self.closed:
-                self._refuse_frame(sasl, str(exc))
-            else:
-                self.abort(str(exc))
-            return
-        if self.held:
-            self.held.extend(frames)
-        else:
-            self.held = deque(frames)
-        self._process_held()
+        self.reader.buffer_updated(nbytes)
+        self._serve_frames()
 
-    def _process_held(self) -> None:
-        """Serves the requests already read, stopping as soon as the connection is paused (quota mute,
-        backlog, too many in flight): what was read but not served waits here, bounded by one read."""
+    def _serve_frames(self) -> None:
+        """Serves the requests read so far one frame at a time, as Kafka's broker reads them: each
+        frame's size is checked when it is reached, under the limit its predecessors left (the login
+        raises it to `max_request_bytes`, a re-authentication's SaslHandshake lowers it to 512 KiB), and
+        a bad frame fails the connection only after the frames before it were served. Stops as soon as
+        the connection is paused (quota mute, backlog, too many in flight): what was read but not served
+        waits in the reader, bounded by its scratch buffer and one frame, and the socket is not read
+        until it is served. A request that waited for topic ids (`_hold_for_topic_ids`) comes first."""
+        self._serve_scheduled = False
         quotas = self.services.quotas
-        held = self.held
-        while held and not self.paused and not self.closed:
-            frame = held.popleft()
+        reader = self.reader
+        while not self.paused and not self.closed:
+            waiting, self._topic_ids_waiting = self._topic_ids_waiting, None
+            try:
+                frame = waiting if waiting is not None else reader.next_frame()
+            except FrameError as exc:
+                self._on_frame_error(exc)
+                return
+            if frame is None:
+                break
             started = time.perf_counter()
             try:
                 self._on_request(frame)
             except CodecError as exc:
-                self.abort(str(exc))
+                # A request Kafka refuses while it reads or parses it: closed unanswered, after the
+                # answers to the requests before it (Kafka reads the next request only once the
+                # previous one is answered).
+                self._close_after_earlier_answers(str(exc))
                 return
             except AuthorizerNotReadyError:
                 self.abort("authorizer not ready")
+                return
+            except Exception as exc:
+                # A fault serving one request (a handler's store, a re-encoding) closes this connection
+                # only, after the earlier answers, as Kafka's processChannelException does; uncaught, it
+                # would leave a connection whose reading is paused (`resume` serves waiting frames from
+                # the loop) hanging. The type only: a message may quote request data or a store's
+                # parameters.
+                log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
+                self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
                 return
             if quotas is not None and self.principal is not None:
                 throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
@@ -778,6 +835,36 @@ class ClientConnection(asyncio.BufferedProtocol):
                     self._mute(throttle)
             if len(self.slots) >= MAX_IN_FLIGHT:
                 self.pause("in-flight")
+        transport = self.transport
+        if not self.paused and not self.closed and transport is not None and not transport.is_reading():
+            transport.resume_reading()  # paused while frames waited (`resume`): all are served now
+
+    def _on_frame_error(self, exc: FrameError) -> None:
+        """A negative size or one over the limit. During an exchange it fails the authentication
+        (Kafka's SaslServerAuthenticator: "invalid receive size"); otherwise Kafka's Selector logs
+        `Unexpected error from ...; closing connection` with the InvalidReceiveException (WARN) and
+        closes the connection; the requests before it were answered (one request at a time)."""
+        sasl = self.sasl
+        if sasl is not None and sasl.authenticating:
+            self._refuse_frame(sasl, str(exc))
+            return
+        log.warning("Unexpected error from %s; closing connection: %s", self.connection_id, exc.kafka_message)
+        self._close_after_earlier_answers(str(exc))
+
+    def _close_after_earlier_answers(self, reason: str) -> None:
+        """Stops reading and closes once every request read before is answered (those still with the
+        upstream included; at most FAILED_AUTH_ANSWER_WAIT_S), as Kafka's broker, which reads a
+        connection's next request only after answering the previous one, closes on a bad request."""
+        if self.closed:
+            return
+        log.debug("closing %s after the answers to earlier requests: %s", self.connection_id, reason)
+        self.close_reason = reason
+        self.pause("closing")
+        self.closing_after_answers = True
+        self._flush()
+        if not self.closed:
+            asyncio.get_running_loop().call_later(
+                FAILED_AUTH_ANSWER_WAIT_S, self.abort, f"earlier requests unanswered before a close ({reason})")
 
     def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
@@ -823,7 +910,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         handler = self.services.local_handlers.get(key)
         if handler is not None:
             request = decode_request(spec, header, frame)
-            self._complete(slot, encode_response(spec, version, header.correlation_id, handler(ctx, version, request)))
+            try:
+                response = handler(ctx, version, request)
+            except InvalidRequestError as exc:
+                self._refuse_invalid_request(header, exc)
+                return
+            self._complete(slot, encode_response(spec, version, header.correlation_id, response))
             return
         if key not in PLANNERS:
             raise CodecError(f"{spec.name} is not allowed through the gateway")
@@ -836,13 +928,16 @@ class ClientConnection(asyncio.BufferedProtocol):
         if quotas is not None and key == 1:
             throttle = quotas.fetch_throttle_ms(self.principal.name, header.client_id or "")
             if throttle > 0:
-                request = decode_request(spec, header, frame)
-                response = spec.response(throttle_time_ms=throttle, responses=[], session_id=request.session_id)
+                decode_request(spec, header, frame)  # a malformed request still closes the connection
+                # Session id 0, as Kafka's SessionlessFetchContext throttles: the gateway keeps no session.
+                response = spec.response(throttle_time_ms=throttle, responses=[])
                 slot.throttle_ms = throttle
                 self._complete(slot, encode_response(spec, version, header.correlation_id, response))
                 self._mute(throttle)
                 return
         request = decode_request(spec, header, frame)
+        if key in BY_ID_SINCE and version >= BY_ID_SINCE[key] and self._hold_for_topic_ids(key, request, frame):
+            return
         authorizer = self.services.authorizer
 
         def check(actions: list[Action]) -> list[bool]:
@@ -851,7 +946,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         def by_type(op: Operation, rtype: ResourceType) -> bool:
             return authorizer.authorize_by_resource_type(ctx, op, rtype).allowed
 
-        plan = plan_request(RequestAuthorizer(check, by_type), key, version, request, spec.response)
+        topic_ids = self.gateway.topic_ids
+        plan = plan_request(RequestAuthorizer(check, by_type, topic_ids.name), key, version, request, spec.response)
         if quotas is not None and key == 0:
             throttle = quotas.record_produce(self.principal.name, header.client_id or "", len(frame))
             if throttle > 0:
@@ -867,8 +963,14 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._complete(slot, encode_response(spec, version, header.correlation_id, local))
             return
         out = encode_request(spec, header, plan.forward) if plan.rewritten else None
+        if plan.sessionless:
+            slot.sessionless = True
+            if out is None:
+                frame = sessionless_frame(frame, header)
         rewrite = self.gateway.brokers.response_rewriter(key, version)
-        slot.patches = list(plan.patches)
+        # Metadata v10+ answers carry topic ids: learn them before any patch filters topics out.
+        learn = [topic_ids.learn_from_metadata] if key == 3 and version >= METADATA_WITH_IDS_VERSION else []
+        slot.patches = [*learn, *plan.patches]
         if rewrite is not None:
             slot.patches.append(rewrite)
         if slot.throttle_ms:
@@ -888,6 +990,49 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
+
+    def _refuse_invalid_request(self, header: RequestHeader, error: InvalidRequestError) -> None:
+        """Kafka's close for a request its parser refuses (ERROR lines, see gateway.invalid_request),
+        unanswered, after the answers to the requests before it."""
+        for line in parse_failure_log_lines(
+            error, api=api_name(header.api_key), api_version=header.api_version, connection_id=self.connection_id,
+            listener=self.options.listener_name, principal=str(self.principal),
+        ):
+            log.error("%s", line)
+        self._close_after_earlier_answers(str(error))
+
+    def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
+        """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits
+        (reading paused, the frame kept to be served first) while the upstream lists its topics on
+        this connection, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most
+        one listing per `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at
+        once. Requests after it wait, so the upstream still sees the client's requests in order."""
+        if self._topic_ids_asked_for is frame:
+            self._topic_ids_asked_for = None  # the listing this frame waited for has come
+            return False
+        versions = self.gateway.upstream_versions
+        now = time.monotonic()
+        if (not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None
+                or not ids_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
+            return False
+        self._topic_ids_asked_at = now
+        spec, version = SPECS[3], refresh_version(versions)
+        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+
+        def on_answer(answer: Frame) -> None:
+            try:
+                self.gateway.topic_ids.replace(
+                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
+            except CodecError as exc:
+                self.abort(str(exc))
+                return
+            self.resume("topic-ids")
+
+        self.awaiting_upstream.append(Slot(header, spec, now, 0, on_answer=on_answer))
+        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
+        self._topic_ids_waiting = self._topic_ids_asked_for = frame
+        self.pause("topic-ids")
+        return True
 
     def _send_upstream(self, *parts: Frame) -> None:
         up = self.upstream
@@ -1043,6 +1188,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.reader.max_frame_bytes = self.options.max_request_bytes
             self._audit_auth(True, mechanism, None, step.reauthentication)
             self._complete(slot, response)
+            self._start_upstream()
             return
         if not step.failed:
             if step.reason is not None:  # refused, the connection goes on (a re-authentication too early)
@@ -1107,6 +1253,16 @@ class ClientConnection(asyncio.BufferedProtocol):
         if correlation != slot.header.correlation_id or slot.spec is None:
             self.abort("upstream correlation id mismatch")
             return
+        if slot.on_answer is not None:
+            slot.on_answer(frame)
+            self._signal_drained()
+            return
+        if slot.sessionless:
+            try:
+                frame = sessionless_response(slot.spec, slot.header.api_version, frame)
+            except CodecError as exc:
+                self.abort(str(exc))
+                return
         quotas = self.services.quotas
         if quotas is not None and slot.header.api_key == 1:
             quotas.record_fetch(self.principal.name, slot.header.client_id or "", len(frame))
@@ -1123,6 +1279,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
         self._flush()
+        self._signal_drained()
+
+    def _signal_drained(self) -> None:
         drained = self._upstream_drained
         if drained is not None and not self.awaiting_upstream and not drained.done():
             drained.set_result(None)

@@ -10,6 +10,7 @@ from `PLANNERS` are refused by the caller (fail closed).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -22,6 +23,7 @@ from authz.model import (
     Principal,
     ResourceType,
 )
+from gateway.fetch_session import SESSIONS_SINCE, make_sessionless
 
 # Kafka's `KafkaPrincipal.ANONYMOUS`: the principal of a connection that did not authenticate.
 ANONYMOUS: Final = Principal("User", "ANONYMOUS")
@@ -31,17 +33,23 @@ GROUP_AUTHORIZATION_FAILED: Final = 30
 CLUSTER_AUTHORIZATION_FAILED: Final = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
 
+UNKNOWN_TOPIC_ID: Final = 100
+
 Checker = Callable[[list[Action]], list[bool]]
 ByResourceType = Callable[[Operation, ResourceType], bool]
+TopicName = Callable[[uuid.UUID | None], str | None]
 
 
 @dataclass(slots=True)
 class Plan:
     """`forward` is the request to send upstream (`rewritten` when it must be re-encoded); when it is
-    None, `local` is the whole response. `patches` run on the decoded upstream response."""
+    None, `local` is the whole response. `patches` run on the decoded upstream response.
+    `sessionless`: a consumer Fetch v7+; forwarded as the original bytes, those get the session fields
+    of `gateway.fetch_session.sessionless_frame` (the decoded `forward` already has them)."""
 
     forward: Any = None
     rewritten: bool = False
+    sessionless: bool = False
     local: Any = None
     patches: list[Callable[[Any], None]] = field(default_factory=list)
 
@@ -130,12 +138,31 @@ def _split_topics(
     return plan
 
 
+def _trimmed(request: Any, req_field: str, kept: list[Any], resp_cls: Any, resp_field: str,
+             entries: list[Any]) -> Plan:
+    """Forwards `request` with only `kept` in `req_field` and adds the denied `entries` to the
+    answer's `resp_field`; with nothing kept, the entries are the whole (local) answer."""
+    if not entries:
+        return Plan(forward=request)
+    if not kept:
+        return Plan(local=resp_cls(**{resp_field: entries}))
+    setattr(request, req_field, kept)
+
+    def add_denied(response: Any) -> None:
+        getattr(response, resp_field).extend(entries)
+
+    return Plan(forward=request, rewritten=True, patches=[add_denied])
+
+
 class RequestAuthorizer:
     """Turns one decoded request into a `Plan` with the authorizer's answers."""
 
-    def __init__(self, check: Checker, by_resource_type: ByResourceType) -> None:
+    def __init__(self, check: Checker, by_resource_type: ByResourceType,
+                 topic_name: TopicName = lambda _id: None) -> None:
         self._check = check
         self._by_type = by_resource_type
+        # The name a topic id (KIP-516) stands for upstream, None when unknown (gateway.topic_ids).
+        self.topic_name = topic_name
 
     def allowed_names(
         self, resource_type: ResourceType, op: Operation, names: dict[str, int], *, log_if_denied: bool = True
@@ -216,19 +243,75 @@ DESCRIBE_TOPIC_PARTITIONS = TopicShape("topics", "name", None, None, "topics", "
 def _plan_produce(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     txn = getattr(request, "transactional_id", None) if version >= 3 else None
     if txn is not None and not az.allowed(ResourceType.TRANSACTIONAL_ID, txn, Operation.WRITE):
+        if version >= 13:
+            return _split_by_id(az, request, resp_cls, PRODUCE, Operation.WRITE,
+                                every=TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         return _split_topics(request, resp_cls, PRODUCE, lambda _n: False,
                              lambda _n: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Plan())
+    if version >= 13:
+        return _split_by_id(az, request, resp_cls, PRODUCE, Operation.WRITE)
     ok = az.topics(request, PRODUCE, Operation.WRITE)
     return _split_topics(request, resp_cls, PRODUCE, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
 
 
+def _fetch_replica_id(version: int, request: Any) -> int:
+    # KIP-903: from v15 the replica id moved into ReplicaState (the old field stays -1).
+    if version >= 15:
+        state = request.replica_state
+        return -1 if state is None else int(state.replica_id)
+    return int(request.replica_id)
+
+
 def _plan_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-    if request.replica_id >= 0:  # a follower fetch: only brokers may do that
+    if _fetch_replica_id(version, request) >= 0:  # a follower fetch: only brokers may do that
         if az.cluster(Operation.CLUSTER_ACTION):
             return Plan(forward=request)
         return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
-    ok = az.topics(request, FETCH, Operation.READ)
-    return _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    if version >= 13:
+        plan = _split_by_id(az, request, resp_cls, FETCH, Operation.READ)
+    else:
+        ok = az.topics(request, FETCH, Operation.READ)
+        plan = _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    # Only the partitions listed here were authorized: no KIP-227 session may serve others upstream
+    # (gateway.fetch_session). A local answer already carries session id 0 (the schema default).
+    if plan.forward is not None and version >= SESSIONS_SINCE:
+        plan.rewritten |= make_sessionless(version, plan.forward)
+        plan.sessionless = True
+    return plan
+
+
+def _denied_by_id(resp_cls: Any, shape: TopicShape, topic_id: uuid.UUID | None, partitions: list[int],
+                  code: int) -> Any:
+    entry = _denied_entry(resp_cls, shape, "", partitions, code)
+    entry.topic_id = topic_id
+    return entry
+
+
+def _split_by_id(az: RequestAuthorizer, request: Any, resp_cls: Any, shape: TopicShape, op: Operation,
+                 *, every: int | None = None) -> Plan:
+    """Fetch/Produce v13+ (KIP-516) in `KafkaApis.handleFetchRequest`'s (and Kafka 4.1's
+    `handleProduceRequest`'s) order: an id with no name is UNKNOWN_TOPIC_ID before any authorization
+    (nothing is checked or logged for it), then `op` on the names of the others (one batch,
+    partitions as reference counts), denied ones TOPIC_AUTHORIZATION_FAILED. A random id thus learns
+    nothing a guessed one would not. `every`: the code of every topic (a denied transactional id),
+    nothing asked."""
+    names: dict[str, int] = {}
+    resolved: list[tuple[Any, str | None]] = []
+    for topic in getattr(request, shape.req_topics) or []:
+        name = az.topic_name(topic.topic_id)
+        resolved.append((topic, name))
+        if name is not None:
+            names[name] = names.get(name, 0) + max(1, len(_partition_ids(topic, shape)))
+    ok = set() if every is not None else az.allowed_names(ResourceType.TOPIC, op, names)
+    kept: list[Any] = []
+    entries: list[Any] = []
+    for topic, name in resolved:
+        if name is not None and name in ok:
+            kept.append(topic)
+            continue
+        code = every if every is not None else UNKNOWN_TOPIC_ID if name is None else TOPIC_AUTHORIZATION_FAILED
+        entries.append(_denied_by_id(resp_cls, shape, topic.topic_id, _partition_ids(topic, shape), code))
+    return _trimmed(request, shape.req_topics, kept, resp_cls, shape.resp_topics, entries)
 
 
 def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -261,15 +344,20 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
 
         plan.patches.append(filter_topics)
         return plan
-    names = {t.name: 1 for t in request.topics if t.name is not None}
+    # v12+ may name a topic by id (null name, KIP-516): it is described by the name the upstream gives
+    # the id; an id with no name is UNKNOWN_TOPIC_ID before any check, and a denied one is answered by
+    # id (KafkaApis.handleTopicMetadataRequest: "Topic IDs are not considered sensitive information").
+    resolved = [(t, t.name if t.name is not None else az.topic_name(t.topic_id)) for t in request.topics]
+    names = {n: 1 for _t, n in resolved if n is not None}
     ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, names)
-    kept = [t for t in request.topics if t.name in ok]
-    denied = [t for t in request.topics if t.name not in ok]
-    if version >= 4 and request.allow_auto_topic_creation and kept and not az.cluster(
+    kept = [t for t, n in resolved if n in ok]
+    denied = [(t, n) for t, n in resolved if n not in ok]
+    by_name = {t.name for t in kept if t.name is not None}  # only names can be auto-created
+    if version >= 4 and request.allow_auto_topic_creation and by_name and not az.cluster(
         Operation.CREATE, log_if_denied=False
     ):
-        creatable = az.allowed_names(ResourceType.TOPIC, Operation.CREATE, {t.name: 1 for t in kept})
-        if creatable != {t.name for t in kept}:
+        creatable = az.allowed_names(ResourceType.TOPIC, Operation.CREATE, dict.fromkeys(by_name, 1))
+        if creatable != by_name:
             # Kafka creates only what the principal may create; the gateway cannot split one
             # request's auto-creation, so it asks the broker for none when any is not allowed.
             request.allow_auto_topic_creation = False
@@ -278,11 +366,14 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
         return plan
     entries = [
         _new(resp_cls, "topics", name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED, partitions=[])
-        for t in denied
+        if t.name is not None else
+        _new(resp_cls, "topics", name=None, topic_id=t.topic_id, partitions=[],
+             error_code=UNKNOWN_TOPIC_ID if n is None else TOPIC_AUTHORIZATION_FAILED)
+        for t, n in denied
     ]
     request.topics = kept
     plan.rewritten = True
-    kept_names = {t.name for t in kept}
+    kept_names = {n for _t, n in resolved if n in ok}
 
     def add_denied(response: Any) -> None:
         # Only what was asked and allowed: some brokers (Tansu) answer an empty list with every topic.
@@ -364,19 +455,9 @@ def _plan_find_coordinator(az: RequestAuthorizer, version: int, request: Any, re
         return Plan(local=resp_cls(error_code=code, node_id=-1, host="", port=-1))
     keys = list(request.coordinator_keys)
     ok = az.allowed_names(rtype, Operation.DESCRIBE, dict.fromkeys(keys, 1))
-    denied = [k for k in keys if k not in ok]
-    if not denied:
-        return Plan(forward=request)
-    entries = [_new(resp_cls, "coordinators", key=k, node_id=-1, host="", port=-1, error_code=code) for k in denied]
-    kept = [k for k in keys if k in ok]
-    if not kept:
-        return Plan(local=resp_cls(coordinators=entries))
-    request.coordinator_keys = kept
-
-    def add_denied(response: Any) -> None:
-        response.coordinators.extend(entries)
-
-    return Plan(forward=request, rewritten=True, patches=[add_denied])
+    entries = [_new(resp_cls, "coordinators", key=k, node_id=-1, host="", port=-1, error_code=code)
+               for k in keys if k not in ok]
+    return _trimmed(request, "coordinator_keys", [k for k in keys if k in ok], resp_cls, "coordinators", entries)
 
 
 def _find_coordinator_error(version: int, resp_cls: Any, keys: list[str], code: int) -> Any:
@@ -402,23 +483,13 @@ def _name_list_planner(shape: NameListShape) -> Planner:
     def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
         names = list(getattr(request, shape.req_field))
         ok = az.allowed_names(shape.resource_type, shape.operation, dict.fromkeys(names, 1))
-        denied = [n for n in names if n not in ok]
-        if not denied:
-            return Plan(forward=request)
         entries = [
             _new(resp_cls, shape.resp_field, **{shape.resp_name: n, "error_code": shape.error_code},
                  **dict(shape.extra))
-            for n in denied
+            for n in names if n not in ok
         ]
         kept = [n for n in names if n in ok]
-        if not kept:
-            return Plan(local=resp_cls(**{shape.resp_field: entries}))
-        setattr(request, shape.req_field, kept)
-
-        def add_denied(response: Any) -> None:
-            getattr(response, shape.resp_field).extend(entries)
-
-        return Plan(forward=request, rewritten=True, patches=[add_denied])
+        return _trimmed(request, shape.req_field, kept, resp_cls, shape.resp_field, entries)
 
     return plan
 
@@ -660,4 +731,7 @@ def error_response(api_key: int, request: Any, resp_cls: Any, code: int) -> Any:
             _denied_entry(resp_cls, shape, getattr(t, shape.req_name) or "", _partition_ids(t, shape), code)
             for t in getattr(request, shape.req_topics) or []
         ]
+        if api_key in (0, 1, 3):  # Produce/Fetch v13+ answer by topic id (the name is not on the wire there)
+            for entry, t in zip(values[shape.resp_topics], getattr(request, shape.req_topics) or [], strict=True):
+                entry.topic_id = t.topic_id
     return resp_cls(**values)

@@ -55,6 +55,13 @@ class _AuthzCollector:
         yield CounterMetricFamily("kgov_audit_write_failures", "Audit records that could not be written",
                                   value=service.audit_failures)
         yield GaugeMetricFamily("kgov_authz_acls", "ACLs in the live snapshot", value=len(service.data))
+        state = service.snapshot_state()
+        yield GaugeMetricFamily("kgov_authz_snapshot_age_seconds",
+                                "Seconds since the database last confirmed the ACL snapshot current",
+                                value=state.age_s or 0.0)
+        yield GaugeMetricFamily("kgov_authz_snapshot_stale",
+                                "1 while the ACL snapshot is older than authz.max_snapshot_age_s (all but super "
+                                "users denied)", value=1.0 if state.stale else 0.0)
 
 
 def _private_storage(settings: Settings) -> None:
@@ -226,7 +233,11 @@ def _install_operations(app: FastAPI) -> None:
 
     @app.get("/health", tags=["operations"])
     def health() -> dict[str, str]:
-        app.state.authorizer.data  # raises (500) until the first ACL load completed  # noqa: B018
+        authorizer: AuthorizerService = app.state.authorizer
+        authorizer.data  # raises (500) until the first ACL load completed  # noqa: B018
+        if authorizer.snapshot_state().stale:
+            # Out of the load balancer: this node denies every request but super users' (authz.max_snapshot_age_s).
+            raise StarletteHTTPException(503, "ACL snapshot older than authz.max_snapshot_age_s: database unreachable")
         return {"status": "UP"}
 
     @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, http_context
 from authz.model import CLUSTER_RESOURCE_NAME, Action, InvalidAclError, Operation, Principal, ResourceType
+from sasl.config import OAuthConfig, is_base_url
 from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, token_json
 from sasl.http_auth import CredentialAuthenticator, parse_basic
 from sasl.mechanism import Failure
@@ -450,6 +451,33 @@ async def _bounded_body(request: Request) -> bytes:
     return bytes(body)
 
 
+def discovery_base_url(request: Request, oauth: OAuthConfig) -> str:
+    """Where the discovery document says the token endpoint and the JWKS are. Not `request.base_url`:
+    that is built from the Host header, so behind a caching proxy one forged Host would serve every
+    client a document pointing at the forger's token endpoint (and keys). In order: the configured
+    `public_base_url`; `token_issuer` when it is an http(s) URL (OpenID Connect Discovery places the
+    document under the issuer); the socket address the server is bound to (the ASGI `server`, which
+    no header sets, with the server's `root_path`). None of those: 500 with what to configure."""
+    if oauth.public_base_url:
+        return oauth.public_base_url.rstrip("/")
+    if is_base_url(oauth.token_issuer):
+        return oauth.token_issuer.rstrip("/")
+    server = request.scope.get("server")
+    scheme = request.scope.get("scheme")
+    if not server or server[1] is None or scheme not in ("http", "https"):
+        raise ApiError(
+            500,
+            50001,
+            "the discovery document needs a base URL: set oauth.public_base_url (KGOV_OAUTH__PUBLIC_BASE_URL) "
+            "to the URL clients reach this server at",
+        )
+    host, port = str(server[0]), int(server[1])
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port == {"http": 80, "https": 443}[scheme] else f"{host}:{port}"
+    return f"{scheme}://{netloc}{request.scope.get('root_path', '')}".rstrip("/")
+
+
 def _issuer_router() -> APIRouter:
     router = APIRouter(tags=["token issuer"])
 
@@ -504,8 +532,10 @@ def _issuer_router() -> APIRouter:
 
     @router.get("/.well-known/openid-configuration")
     def openid_configuration(request: Request) -> dict[str, Any]:
+        # URLs from `oauth.public_base_url`, else an http(s) `oauth.token_issuer`, else the address the
+        # server is bound to: never from the request's Host header (see `discovery_base_url`).
         service = _service(request)
-        base = (service.oauth.public_base_url or str(request.base_url)).rstrip("/")
+        base = discovery_base_url(request, service.oauth)
         return {
             "issuer": service.oauth.token_issuer,
             "token_endpoint": f"{base}/oauth/token",

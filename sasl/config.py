@@ -66,6 +66,16 @@ class OAuthConfig(BaseModel):
             raise ValueError("oauth.jwks_url must be an http(s) URL (file and other schemes are refused)")
         return v
 
+    @field_validator("public_base_url")
+    @classmethod
+    def _absolute_base_url(cls, v: str | None) -> str | None:
+        if v is not None and not is_base_url(v):
+            raise ValueError(
+                "oauth.public_base_url must be an absolute http(s) URL without query or fragment, "
+                "e.g. https://kgov.example.com"
+            )
+        return v
+
     @field_validator("signing_key_secret")
     @classmethod
     def _strong_signing_secret(cls, v: SecretStr | None) -> SecretStr | None:
@@ -113,7 +123,8 @@ class OAuthConfig(BaseModel):
     # kgov's own token issuer (`POST /oauth/token`).
     token_issuer: str = "kgov"  # noqa: S105 - an issuer name
     token_audience: str = "kgov"  # noqa: S105 - an audience name
-    # The control plane's public URL for the discovery document (behind a proxy); default: the request's.
+    # The control plane's public URL for the discovery document (behind a proxy). Unset: an http(s)
+    # `token_issuer`, else the address the server is bound to; never the request's Host header.
     public_base_url: str | None = None
     token_lifetime_s: int = Field(default=900, ge=60, le=86_400)
     signing_algorithm: Literal["RS256", "ES256"] = "RS256"
@@ -130,3 +141,9 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def is_base_url(value: str) -> bool:
+    """An absolute http(s) URL with a host and no query or fragment: something to put paths after."""
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not (parts.query or parts.fragment)

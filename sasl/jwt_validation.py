@@ -9,8 +9,8 @@ What is refused, each with its own reason for the audit trail (the client only s
   rate-limited refresh; a JWK whose `kty`/`alg`/`use`/`key_ops` does not fit the token's `alg`, and
   RSA keys under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
 - a token without `kid` unless exactly one JWKS key fits it (see `_kidless_choice`);
-- a bad signature; missing or expired `exp` (whole seconds, as jose4j), future `nbf`/`iat` (all
-  with the configured skew);
+- a bad signature; missing or expired `exp`, future `nbf`/`iat` (all in whole seconds, as jose4j's
+  NumericDateValidator compares them, and with the configured skew);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
 - a principal with surrounding whitespace or control characters (line-based logs print it as is);
 - JSON numbers that are not finite (`NaN`, `Infinity`, `1e400`): Python's json would read them, and a
@@ -368,11 +368,15 @@ class JwtValidator:
         # jose4j's NumericDateValidator (Kafka's BrokerJwtValidator): whole seconds on both sides
         # (NumericDate.now() is milliseconds / 1000, the claim its longValue()), expired when
         # `now - skew >= exp`, so a token stops working AT exp + skew.
-        if math.floor(now) - p.clock_skew_s >= _whole_seconds(exp):
+        now_whole = math.floor(now)
+        if now_whole - p.clock_skew_s >= _whole_seconds(exp):
             raise TokenValidationError("JWT expired")
+        # The same whole seconds for `nbf` (jose4j: refused when `now + skew < nbf`) and for `iat`,
+        # which kgov refuses on the same terms; Kafka's builder sets no iat restriction (jose4j's
+        # `setIssuedAtRestrictions`), so there a future `iat` passes.
         for name in ("nbf", "iat"):
             value = claims.get(name)
-            if value is not None and (not _is_number(value) or value > now + p.clock_skew_s):
+            if value is not None and (not _is_number(value) or now_whole + p.clock_skew_s < _whole_seconds(value)):
                 raise TokenValidationError(f"JWT '{name}' is in the future")
         if "iat" not in claims:
             raise TokenValidationError("JWT has no 'iat'")
@@ -408,8 +412,15 @@ class JwtValidator:
                 status="insufficient_scope",
                 scope=" ".join(sorted(p.required_scopes)),
             )
-        # Kafka's expiry for the session: NumericDate.getValueInMillis(), whole seconds * 1000.
-        return ValidatedToken(principal, scopes, _whole_seconds(exp) * 1000, claims)
+        # Kafka's expiry for the session: NumericDate.getValueInMillis(), whole seconds * 1000; the
+        # validator accepts the token until the millisecond (exp + skew) * 1000 (see above).
+        return ValidatedToken(
+            principal,
+            scopes,
+            _whole_seconds(exp) * 1000,
+            claims,
+            accepted_until_ms=(_whole_seconds(exp) + p.clock_skew_s) * 1000,
+        )
 
 
 def _is_number(value: Any) -> bool:

@@ -2,7 +2,12 @@
 
 The client initial response is `n,[a=authzid],` 0x01 `auth=Bearer <token>` 0x01 {key=value 0x01} 0x01.
 On a bad token the server answers the RFC's JSON error as a challenge; the client then sends a
-single 0x01 and the exchange fails. The client only ever learns `invalid_token`: the real reason
+single 0x01 and the exchange fails.
+
+Session lifetime (KIP-368): until the token's `exp`. A token already past `exp` but still inside the
+validator's clock skew is accepted, as Kafka does, but, unlike Kafka (which sends lifetime 0, "no
+limit", for it), with a session that ends when the skew window does, so the client must
+re-authenticate with a fresh token. The client only ever learns `invalid_token`: the real reason
 goes into `Failure.reason` (the audit event).
 """
 
@@ -46,8 +51,12 @@ class TokenValidationError(Exception):
 class ValidatedToken:
     principal_name: str
     scopes: frozenset[str]
+    # The token's `exp` in milliseconds (Kafka's `OAuthBearerToken.lifetimeMs`).
     expiry_ms: int | None
     claims: Mapping[str, object] = field(default_factory=dict, repr=False)
+    # The first millisecond at which the validator refuses the token (`exp` + the clock skew); None:
+    # no skew window beyond `expiry_ms`.
+    accepted_until_ms: int | None = None
 
 
 TokenValidator = Callable[[str], ValidatedToken]
@@ -166,7 +175,14 @@ class OAuthBearerServer:
                 f"different from the token's principal name ({token.principal_name})",
                 mechanism=self.name,
             )
-        lifetime = self._session(token.expiry_ms) if self._session else None
+        session = self._session
+        lifetime = session(token.expiry_ms) if session else None
+        if session is not None and lifetime == 0 and token.accepted_until_ms is not None:
+            # Past `exp` but inside the clock skew, which the validator allowed. Kafka accepts it too
+            # and (`SaslServerAuthenticator.calcCompletionTimesAndReturnSessionLifetimeMs`, negative
+            # remaining life clamped to 0) sends session lifetime 0: a session with no re-authentication
+            # deadline at all. Here the session ends with the skew window instead.
+            lifetime = session(token.accepted_until_ms)
         if lifetime == 0:
             return self._error("token expired", "invalid_token", None)
         self._state = 2

@@ -278,18 +278,24 @@ def _keyed_bytes(mechanism: ScramMechanism, key: bytes, label: bytes, length: in
     return out[:length]
 
 
-def fake_credential(
-    mechanism: ScramMechanism, username: str, *, key: bytes, shape: FakeCredentialShape
-) -> ScramCredential:
-    """The credential shown for a name that has none: keyed by a server secret and the name, so the
-    salt is the same on every attempt (as a real user's) and unpredictable without the key. Its
-    StoredKey is random too, so no proof can ever match it."""
+def fake_salt(mechanism: ScramMechanism, username: str, *, key: bytes, shape: FakeCredentialShape) -> bytes:
+    """The salt shown for a name that has none: keyed by a server secret and the name, so it is the
+    same on every attempt (as a real user's) and unpredictable without the key."""
     seed = f"{mechanism.name}\x00{username}".encode()
     salt = _keyed_bytes(mechanism, key, b"salt\x00" + seed, shape.salt_length)
     if shape.salt_alphabet is not None:
         salt = bytes(shape.salt_alphabet[b % len(shape.salt_alphabet)] for b in salt)
+    return salt
+
+
+def fake_credential(
+    mechanism: ScramMechanism, username: str, *, key: bytes, shape: FakeCredentialShape
+) -> ScramCredential:
+    """The credential shown for a name that has none, with `fake_salt`. Its StoredKey is random too,
+    so no proof can ever match it."""
+    seed = f"{mechanism.name}\x00{username}".encode()
     return ScramCredential(
-        salt=salt,
+        salt=fake_salt(mechanism, username, key=key, shape=shape),
         stored_key=mechanism.hmac(key, b"stored\x00" + seed),
         server_key=mechanism.hmac(key, b"server\x00" + seed),
         iterations=shape.iterations,

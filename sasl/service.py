@@ -62,9 +62,16 @@ from sasl.scram import (
     credential_from_salted,
     derive_credential,
     fake_credential,
+    fake_salt,
 )
 from sasl.session import session_lifetime_ms
-from sasl.store import SCRAM_UNKNOWN_USER_SECRET, CredentialStore, ServiceAccount, StoredSigningKey
+from sasl.store import (
+    SCRAM_UNKNOWN_TOKEN_SECRET,
+    SCRAM_UNKNOWN_USER_SECRET,
+    CredentialStore,
+    ServiceAccount,
+    StoredSigningKey,
+)
 
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
@@ -279,7 +286,6 @@ class CredentialService:
             self.sasl.max_failed_attempts_per_source, self.sasl.failed_attempts_window_s
         )
         self._plain_cache = _PlainCache(self.sasl.plain_cache_size)
-        self._token_credentials: dict[tuple[str, str], ScramCredential] = {}
         secret = self.sasl.delegation_token_secret_key
         signing_secret = self.oauth.signing_key_secret
         self._signing_secret: bytes | None = (
@@ -290,6 +296,7 @@ class CredentialService:
             self.sasl.delegation_token_max_lifetime_ms, self.sasl.delegation_token_expiry_time_ms
         )
         self._unknown_key = self.store.server_secret(SCRAM_UNKNOWN_USER_SECRET)
+        self._unknown_token_key = self.store.server_secret(SCRAM_UNKNOWN_TOKEN_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
         self._snapshot = self._load()
@@ -410,36 +417,58 @@ class CredentialService:
             return ScramIdentity(Principal("User", username), cred) if cred else None
         if self._token_secret is None:
             return None
+        now = self.now_ms()
         info = snap.tokens.get(username)
-        if info is None or info.is_expired(self.now_ms()):
+        live = info is not None and not info.is_expired(now)
+        cred = self._token_scram_credential(mechanism, username, self._token_secret if live else None)
+        if info is None or not live:
             return None
-        key = (info.token_id, mechanism.name)
-        cred = self._token_credentials.get(key)
-        if cred is None:
-            # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations. Kafka
-            # salts randomly per broker; here the salt is keyed by the secret and the id, so every
-            # node shows the same salt, as it does for a user (and for an unknown name).
-            password = base64.b64encode(token_hmac(self._token_secret, info.token_id)).decode()
-            salt = hmac.digest(self._token_secret, b"scram-salt\x00" + info.token_id.encode(), "sha256")[:24]
-            cred = derive_credential(mechanism, password, iterations=mechanism.min_iterations, salt=salt)
-            if len(self._token_credentials) > 10_000:
-                self._token_credentials.clear()
-            self._token_credentials[key] = cred
         # The token still works during its expiry millisecond (Kafka compares `expiryTimestamp <
         # now`), so the session may last until the millisecond after it.
         return ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
+
+    def _token_scram_credential(
+        self, mechanism: ScramMechanism, token_id: str, token_secret: bytes | None
+    ) -> ScramCredential:
+        """One PBKDF2 for every `tokenauth` attempt, whether the token exists or not, so the time a
+        login takes does not tell whether a token id exists (or has expired).
+
+        A live token (`token_secret` given): Kafka's `prepareScramCredentials`, password =
+        base64(HMAC), minimum iterations. Kafka salts randomly per broker; here the salt is keyed by
+        the secret and the id, so every node shows the same salt, as it does for a user. Any other id
+        runs the same derivation with a password of the same length keyed by the database's shared
+        `scram-unknown-token` secret, and the salt `unknown_scram_credential` shows for it (24 keyed bytes, as a real one).
+        Nothing is cached: a cache would make a repeated (or someone else's earlier) attempt with a
+        real id cheaper than one with an unknown id; Kafka avoids the cost by deriving every token's
+        credential ahead, on every broker."""
+        if token_secret is not None:
+            mac = token_hmac(token_secret, token_id)
+            salt = hmac.digest(token_secret, b"scram-salt\x00" + token_id.encode(), "sha256")[:24]
+        else:
+            key = self._unknown_token_key
+            mac = hmac.digest(key, b"token-password\x00" + token_id.encode(), "sha512")
+            salt = fake_salt(mechanism, token_id, key=key, shape=self._token_shape(mechanism))
+        password = base64.b64encode(mac).decode()
+        return derive_credential(mechanism, password, iterations=mechanism.min_iterations, salt=salt)
+
+    @staticmethod
+    def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:
+        # A delegation token's credential: minimum iterations, 24 keyed bytes of salt.
+        return FakeCredentialShape(iterations=mechanism.min_iterations, salt_length=24)
 
     def unknown_scram_credential(
         self, mechanism: ScramMechanism, username: str, token_auth: bool
     ) -> ScramCredential:
         """What SCRAM shows for a name without a credential, so that a probe cannot tell it from a
         real user by its salt or iteration count: keyed by the database's shared secret (the same on
-        every node and after restarts), shaped like most stored credentials of that mechanism, or
-        like a delegation token's (minimum iterations) for `tokenauth`."""
+        every node and after restarts), shaped like most stored credentials of that mechanism; for
+        `tokenauth`, keyed by a secret of its own and shaped like a delegation token's (minimum
+        iterations, 24 bytes of salt)."""
         if token_auth:
-            shape = FakeCredentialShape(iterations=mechanism.min_iterations)
-        else:
-            shape = self._current().unknown_shapes[mechanism.name]
+            return fake_credential(
+                mechanism, username, key=self._unknown_token_key, shape=self._token_shape(mechanism)
+            )
+        shape = self._current().unknown_shapes[mechanism.name]
         return fake_credential(mechanism, username, key=self._unknown_key, shape=shape)
 
     def verify_password_cached(self, username: str, password: str) -> VerifiedUser | None:

@@ -6,9 +6,13 @@ Tables (component `sasl`):
 - `sasl_delegation_tokens`: KIP-48 token information; the HMAC itself is not stored (as Kafka), only
   SHA-256 of it to find a token by the HMAC a client presents.
 - `sasl_signing_keys`: the token issuer's keys (private PEM, public JWK), with retirement times.
-- `sasl_server_secrets`: random keys the nodes must share, created once (v2): `scram-unknown-user`
+- `sasl_server_secrets` (v2): random keys the nodes must share, each created once. `scram-unknown-user`
   keys the fake SCRAM salts shown for unknown user names, so every node and every restart shows the
-  same salt for the same name, as it would for a real user.
+  same salt for the same name, as it would for a real user. `scram-unknown-token` does the same for
+  unknown delegation-token ids (`tokenauth`) and keys the password their fake derivation runs with;
+  a key of its own, since with the users' key an unknown id would show the same salt as a login
+  without `tokenauth` under that name, while a real token's differs. It is only a row, made on first
+  use by `server_secret` (no schema change, so no new version that older nodes would refuse).
 Every write bumps the `sasl` change version so other nodes reload their snapshot.
 """
 
@@ -97,6 +101,7 @@ server_secrets = sa.Table(
 )
 
 SCRAM_UNKNOWN_USER_SECRET = "scram-unknown-user"  # noqa: S105 - the name of a secret, not a secret
+SCRAM_UNKNOWN_TOKEN_SECRET = "scram-unknown-token"  # noqa: S105 - the name of a secret, not a secret
 
 
 def _create_v1(conn: Connection) -> None:

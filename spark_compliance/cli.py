@@ -1,8 +1,10 @@
-"""`kgov audit generate` and `kgov audit run`, registered by `kgov.cli`."""
+"""`kgov audit generate`, `kgov audit run` and `kgov audit classify`, registered by `kgov.cli`."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +23,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run = sub.add_parser("run", help="ingest logs, write the reports, findings.json and report.html")
     add_run_arguments(run)
     run.set_defaults(func=_run)
+    cls = sub.add_parser("classify", help="write the topic-classification file from a schema registry's tags")
+    cls.add_argument("--registry", required=True, metavar="URL",
+                     help="base URL of a registry speaking Confluent's REST API (kgov, Confluent, Karapace)")
+    cls.add_argument("--user", help="HTTP Basic user; the password comes from KGOV_PASSWORD or --password-stdin")
+    cls.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    cls.add_argument("--bearer-token-env", metavar="VAR",
+                     help="send the bearer token held in this environment variable instead of HTTP Basic")
+    cls.add_argument("--ca-file", metavar="PEM", help="CA bundle for an https:// registry")
+    cls.add_argument("--merge", metavar="FILE",
+                     help="an existing classification file: its topics and approved principals are kept")
+    cls.add_argument("--out", required=True, metavar="FILE")
+    cls.set_defaults(func=_classify)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -53,6 +67,51 @@ def _run(args: argparse.Namespace) -> int:
     found = sum(summary["findings_by_rule"].values())
     print(f"{summary['events']} events, {summary['bad_lines']} bad lines, {found} findings: "
           f"{args.out}/findings.json, {args.out}/report.html")
+    return 0
+
+
+def _classify(args: argparse.Namespace) -> int:
+    from spark_compliance.registry_tags import (
+        ClassifyError,
+        RegistryAccess,
+        classification,
+        fetch_schemas,
+        subject_tags,
+    )
+
+    def fail(message: str) -> int:
+        print(f"kgov audit classify: {message}", file=sys.stderr)
+        return 2
+
+    password = token = None
+    if args.bearer_token_env:
+        token = os.environ.get(args.bearer_token_env)
+        if not token:
+            return fail(f"--bearer-token-env: the environment variable {args.bearer_token_env} is empty or unset")
+    elif args.user is not None:
+        password = sys.stdin.readline().rstrip("\r\n") if args.password_stdin else os.environ.get("KGOV_PASSWORD")
+        if not password:
+            return fail("--user needs a password (KGOV_PASSWORD or --password-stdin)")
+    merge = None
+    if args.merge:
+        try:
+            merge = json.loads(Path(args.merge).read_text())
+        except (OSError, ValueError) as e:
+            return fail(f"--merge {args.merge}: {e}")
+        if not isinstance(merge, dict):
+            return fail(f"--merge {args.merge}: expected a JSON object")
+    try:
+        schemas = fetch_schemas(RegistryAccess(args.registry, args.user, password, token, args.ca_file))
+        tags = subject_tags(schemas)
+        doc, skipped = classification(tags, merge)
+    except ClassifyError as e:
+        return fail(str(e))
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    for subject in skipped:
+        print(f"kgov audit classify: {subject!r} is tagged but names no topic (not '<topic>-key' or "
+              "'<topic>-value'); list its topics under 'topics' by hand", file=sys.stderr)
+    tagged = sum(1 for v in tags.values() if v)
+    print(f"{len(schemas)} schema versions, {len(tags)} subjects, {tagged} tagged: {args.out}")
     return 0
 
 

@@ -20,7 +20,8 @@ Topic classification (JSON, this package's format)::
 - `approved_principals`: who may access the data; access by anyone else is a SENSITIVE_ACCESS finding.
   Omitted: nobody is approved, so every access is reported.
 - `subjects`: schema-registry subjects with their tags (e.g. the registry's `tags` metadata); the topic
-  is derived by the default TopicNameStrategy (`<topic>-key` / `<topic>-value`).
+  is derived by the default TopicNameStrategy (`<topic>-key` / `<topic>-value`, in any context); a subject
+  named otherwise is refused. `kgov audit classify` writes this part from a registry (`registry_tags.py`).
 
 Both files are read through Spark (any Hadoop file system) and parsed on the driver: they are small.
 """
@@ -35,6 +36,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
+
+from spark_compliance.registry_tags import topic_of
 
 ACL_DDL = ("resource_type string, resource_name string, pattern_type string, principal string, host string, "
            "operation string, permission string")
@@ -139,7 +142,10 @@ def parse_classification(doc: Any) -> list[tuple[str, str, list[str], list[str]]
         where = f"classification subjects[{i}]"
         if not isinstance(s, dict) or not isinstance(s.get("subject"), str):
             raise InventoryError(f"{where}: 'subject' is required")
-        topic = s["subject"].removesuffix("-value").removesuffix("-key")
+        topic = topic_of(s["subject"])
+        if topic is None:
+            raise InventoryError(f"{where}: subject {s['subject']!r} does not name a topic (TopicNameStrategy: "
+                                 "'<topic>-key' or '<topic>-value'); list its topic under 'topics' instead")
         rows.append((topic, "LITERAL", _strings(s, "tags", where), _strings(s, "approved_principals", where)))
     return rows
 

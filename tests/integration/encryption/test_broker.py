@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.deserializing_consumer import DeserializingConsumer
-from confluent_kafka.error import ValueDeserializationError
+from confluent_kafka.error import ValueDeserializationError, ValueSerializationError
 from confluent_kafka.serialization import StringDeserializer, StringSerializer
 from confluent_kafka.serializing_producer import SerializingProducer
 
@@ -106,6 +106,27 @@ def test_produce_encrypted_read_raw_then_decrypt_across_rotation(kafka_broker: s
 
     decrypted = read_decrypted(kafka_broker, topic, kms, 11)
     assert decrypted == [(f"customer-{i}", SECRETS[i]) for i in range(10)] + [("customer-0", None)]
+
+
+def test_bind_key_without_record_key_serializer_stores_nothing(kafka_broker: str, tmp_path: Path) -> None:
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    encrypting = EncryptingSerializer(kms, "orders", StringSerializer())
+    unpaired = SerializingProducer({"bootstrap.servers": kafka_broker, "key.serializer": StringSerializer(),
+                                    "value.serializer": encrypting})
+    with pytest.raises(ValueSerializationError, match="RecordKeySerializer"):
+        unpaired.produce(topic, key="alice", value=SECRETS[0], headers=[])
+    assert unpaired.flush(30) == 0
+    produce(kafka_broker, topic, kms, [("bob", SECRETS[1])])  # paired: the only record in the topic
+    raw = read_raw(kafka_broker, topic, 1)
+    assert raw[0].key() == b"bob" and raw[0].offset() == 0
+    consumer = Consumer({"bootstrap.servers": kafka_broker, "group.id": f"end-{uuid.uuid4().hex}"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+    assert (low, high) == (0, 1)
 
 
 def test_tampered_record_fails_with_decryption_error(kafka_broker: str, tmp_path: Path) -> None:

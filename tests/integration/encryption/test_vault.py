@@ -33,7 +33,7 @@ def test_unreachable_vault_is_reported_as_unavailable() -> None:
     with pytest.raises(KmsUnavailableError, match="Vault unavailable"):
         kms.wrap("orders", b"k" * 32)
     waits: list[float] = []
-    serializer = EncryptingSerializer(kms, "orders", retry=RetryPolicy(attempts=3, sleep=waits.append))
+    serializer = EncryptingSerializer(kms, "orders", retry=RetryPolicy(attempts=3, sleep=waits.append), bind_key=False)
     with pytest.raises(KmsUnavailableError, match="after 3 attempts"):
         serializer(b"x", SerializationContext("orders", MessageField.VALUE, []))
     assert len(waits) == 2
@@ -106,12 +106,12 @@ def test_transit_keys_wrap_rotate_and_derive(vault_url: str) -> None:
 def test_serdes_over_vault_across_rotation(vault_url: str) -> None:
     kms = VaultTransitKms(url=vault_url, token=ROOT_TOKEN)
     kms.create_key("payments")
-    serializer = EncryptingSerializer(kms, "payments")
+    serializer = EncryptingSerializer(kms, "payments", bind_key=False)
     headers: list[tuple[str, bytes]] = []
     first = serializer(b"before rotation", SerializationContext("payments", MessageField.VALUE, headers))
     kms.rotate_key("payments")
     later_headers: list[tuple[str, bytes]] = []
-    second = EncryptingSerializer(kms, "payments")(
+    second = EncryptingSerializer(kms, "payments", bind_key=False)(
         b"after rotation", SerializationContext("payments", MessageField.VALUE, later_headers))
     deserializer = DecryptingDeserializer(kms)
     assert deserializer(first, SerializationContext("payments", MessageField.VALUE, headers)) == b"before rotation"
@@ -127,7 +127,7 @@ def test_vault_outage_mid_stream_is_retried_then_reported() -> None:
         kms = VaultTransitKms(url=url, token=ROOT_TOKEN, timeout=2)
         kms.create_key("orders")
         headers: list[tuple[str, bytes]] = []
-        value = EncryptingSerializer(kms, "orders")(b"before the outage",
+        value = EncryptingSerializer(kms, "orders", bind_key=False)(b"before the outage",
                                                     SerializationContext("orders", MessageField.VALUE, headers))
         warm = DecryptingDeserializer(kms)
         ctx = SerializationContext("orders", MessageField.VALUE, headers)

@@ -250,9 +250,10 @@ def test_fetch_over_the_consumer_quota_gets_an_empty_throttled_answer_and_a_mute
     first = raw.call(1, 12, request)
     assert first.throttle_time_ms == 0 and len(first.responses[0].partitions[0].records) > 50 * 1024
     started = time.monotonic()
+    request.session_id, request.session_epoch = 77, 3  # an incremental fetch: the gateway keeps no session
     second = raw.call(1, 12, request)
     # ~52 kB against 5 kB/s over a padded 1 s window (11 x 0.1 s): Kafka's formula gives ~9.4 s
-    assert second.throttle_time_ms > 5000 and second.responses == []
+    assert second.throttle_time_ms > 5000 and second.responses == [] and second.session_id == 0
     assert time.monotonic() - started < 1.0  # answered at once ...
     raw.send(18, 3, SPECS[18].request[3](client_software_name="t", client_software_version="1"))
     raw.sock.settimeout(1.5)

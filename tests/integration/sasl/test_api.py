@@ -349,3 +349,37 @@ def test_no_secret_in_logs_audit_or_database(
     for secret in secrets:
         for where, text in haystacks.items():
             assert secret not in text, f"a secret leaked into {where}"
+
+
+def test_discovery_document_ignores_a_forged_host_header(tmp_path: Path) -> None:
+    """Behind a caching proxy, a document built from the Host header lets one forged request point
+    every client at the forger's token endpoint and keys. Unset `public_base_url` and a non-URL issuer:
+    the document names the address the (real, uvicorn) server is bound to, whatever Host says."""
+    import httpx
+
+    from tests.support.server import serve_app
+
+    settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW})
+    with serve_app(build_app(settings)) as url, httpx.Client(base_url=url, timeout=10) as http:
+        for headers in ({}, {"Host": "evil.example"}, {"Host": "evil.example:443", "X-Forwarded-Host": "evil.example"}):
+            conf = http.get("/.well-known/openid-configuration", headers=headers).json()
+            assert conf["token_endpoint"] == f"{url}/oauth/token", headers
+            assert conf["jwks_uri"] == f"{url}/.well-known/jwks.json"
+
+
+@pytest.mark.parametrize(
+    ("oauth", "base"),
+    [
+        ({"public_base_url": "https://kgov.example.com/"}, "https://kgov.example.com"),
+        ({"public_base_url": "https://kgov.example.com/cp", "token_issuer": "https://x.example"},
+         "https://kgov.example.com/cp"),
+        ({"token_issuer": "https://issuer.example.com/kgov"}, "https://issuer.example.com/kgov"),
+        ({"token_issuer": "kgov"}, "http://testserver"),  # TestClient's own server address
+    ],
+)
+def test_discovery_document_uses_the_configured_base(tmp_path: Path, oauth: dict[str, str], base: str) -> None:
+    settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW}, oauth=oauth)
+    with TestClient(build_app(settings)) as client:
+        conf = client.get("/.well-known/openid-configuration", headers={"Host": "evil.example"}).json()
+    assert conf["token_endpoint"] == f"{base}/oauth/token" and conf["jwks_uri"] == f"{base}/.well-known/jwks.json"
+    assert conf["issuer"] == settings.oauth.token_issuer

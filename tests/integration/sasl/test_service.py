@@ -578,3 +578,78 @@ def test_delegation_token_expiry_boundary_at_scram_login(env) -> None:
     with pytest.raises(DelegationTokenError) as err:
         svc.expire_token(ALICE, hmac_b64, -1)
     assert err.value.code == TokenErrorCode.DELEGATION_TOKEN_EXPIRED
+
+
+def test_oauthbearer_token_inside_its_clock_skew_gets_a_session_that_ends_with_it(db_url: str) -> None:
+    """Kafka accepts a token past `exp` inside `sasl.oauthbearer.clock.skew.seconds` and sends session
+    lifetime 0 for it (no re-authentication deadline). kgov accepts it with a session that ends with
+    the skew window, through the gateway's SASL session too (which must never send 0 for it)."""
+    from gateway.sasl_session import SaslSession
+
+    engine = open_engine(db_url)
+    clock = Clock()
+    svc = CredentialService(engine, settings(), clock=clock)  # clock_skew_s = 30, token lifetime 900 s
+    svc.set_client("skewed", "skewed-secret-0123456789", [], actor=ALICE)
+    account = svc.authenticate_client("skewed", "skewed-secret-0123456789")
+    assert account is not None
+    token = svc.issue_token(account, None).access_token
+    exp_ms = svc.now_ms() + 900_000
+    clock.advance(seconds=910)  # 10 s past exp, 20 s left of the skew
+    result = svc.server_mechanism("OAUTHBEARER", "10.0.0.6").step(build_client_initial_response(token))
+    assert isinstance(result, Success) and result.session_lifetime_ms == exp_ms + 30_000 - svc.now_ms() == 20_000
+    session = SaslSession(enabled=svc.enabled_mechanisms, factory=svc.server_mechanism, client_address="10.0.0.6")
+    assert session.handshake("OAUTHBEARER", 1, svc.now_ms()).error_code == 0
+    step = session.authenticate(build_client_initial_response(token), svc.now_ms())
+    assert step.done and step.error_code == 0 and step.session_lifetime_ms == 20_000
+    assert session.session_expires_ms == exp_ms + 30_000
+    clock.advance(milliseconds=19_999)  # the last millisecond of the skew window: a 1 ms session
+    result = svc.server_mechanism("OAUTHBEARER", "10.0.0.6").step(build_client_initial_response(token))
+    assert isinstance(result, Success) and result.session_lifetime_ms == 1
+    clock.advance(milliseconds=1)
+    server = svc.server_mechanism("OAUTHBEARER", "10.0.0.6")
+    assert isinstance(server.step(build_client_initial_response(token)), Challenge)
+    final = server.step(b"\x01")
+    assert isinstance(final, Failure) and final.reason == "JWT expired"
+    engine.dispose()
+
+
+def test_every_token_id_costs_one_derivation_found_or_not(env, monkeypatch) -> None:
+    """A real token's SCRAM credential is derived from its HMAC (one PBKDF2); an unknown or expired id
+    runs the same derivation (hash, iterations, password and salt lengths) on every attempt, and a real
+    id is not cheaper the second time (nothing cached), so the time taken does not tell them apart."""
+    import hashlib
+    import uuid
+
+    svc, clock, *_ = env
+    live = svc.create_token(ALICE).info.token_id
+    expired = svc.create_token(BOB, max_lifetime_ms=60_000).info.token_id
+    clock.advance(milliseconds=60_001)
+    calls: list[tuple[str, int, int, int]] = []
+    real = hashlib.pbkdf2_hmac
+
+    def counting(h, password, salt, n, *a):
+        calls.append((h, n, len(password), len(salt)))
+        return real(h, password, salt, n, *a)
+
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        for name in (live, expired, str(uuid.uuid4()), live, "not-even-a-uuid"):
+            calls.clear()
+            shown = server_first(svc, mech, name, token=True)
+            assert calls == [(mech.hash_name, 4096, 88, 24)], name
+            # what the client sees looks like a real token's: minimum iterations, 24 bytes of salt
+            assert shown["i"] == "4096" and len(base64.b64decode(shown["s"], validate=True)) == 24
+
+
+def test_an_unknown_token_id_shows_another_salt_than_the_same_name_without_tokenauth(env) -> None:
+    """Keyed with the users' secret, an unknown token id showed the salt its name shows as an (unknown)
+    user, while a real token's salt differs from it: comparing the two told whether the token exists."""
+    import uuid
+
+    svc, *_ = env
+    real_id = svc.create_token(ALICE).info.token_id
+    for name in (real_id, str(uuid.uuid4())):
+        as_token = server_first(svc, SCRAM_SHA_512, name, token=True)
+        as_user = server_first(svc, SCRAM_SHA_512, name)
+        assert as_token["s"] != as_user["s"]
+        assert server_first(svc, SCRAM_SHA_512, name, token=True) == as_token  # stable per id

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -62,6 +64,27 @@ def test_a_failed_write_raises(tmp_path: Path) -> None:
     with pytest.raises(AuditWriteError):
         MultiSink([Broken(), Good()]).write(event(2))  # type: ignore[arg-type]
     assert len(seen) == 1  # the other sinks still got it
+
+
+def test_a_failed_rotation_is_an_audit_error_and_the_sink_recovers(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = TextLineSink(tmp_path / "a.log", max_bytes=100, backups=2)
+    sink.write_line("first " + "x" * 60)
+    real_replace = os.replace
+    failures = [OSError(errno.ENOSPC, "No space left on device")]
+
+    def replace_failing_once(src: str, dst: str) -> None:
+        if failures:
+            raise failures.pop()
+        real_replace(src, dst)
+
+    monkeypatch.setattr("audit.sinks.os.replace", replace_failing_once)  # disk full: not causable here
+    with pytest.raises(AuditWriteError, match="No space left on device"):
+        sink.write_line("second " + "x" * 60)
+    sink.write_line("third " + "x" * 60)  # the next write rotates and succeeds
+    sink.close()
+    assert (tmp_path / "a.log").read_text().startswith("third")
+    assert (tmp_path / "a.log.1").read_text().startswith("first")
 
 
 def test_kafka_authorizer_line_and_envelope() -> None:

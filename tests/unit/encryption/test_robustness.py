@@ -28,7 +28,7 @@ def ring(factory: pytest.TempPathFactory) -> LocalKms:
 
 def valid_record(kms: LocalKms) -> tuple[bytes, bytes]:
     headers: list[tuple[str, bytes]] = []
-    value = EncryptingSerializer(kms, "orders")(b"payload", SerializationContext("t", MessageField.VALUE, headers))
+    value = EncryptingSerializer(kms, "orders", bind_key=False)(b"payload", SerializationContext("t", MessageField.VALUE, headers))
     assert value is not None
     return value, headers[0][1]
 
@@ -87,7 +87,7 @@ def test_fuzzed_encrypted_fields_raise_only_decryption_error(tmp_path_factory: p
 def test_concurrent_producers_never_reuse_a_nonce(tmp_path: Path) -> None:
     kms = LocalKms(tmp_path / "ring.json")
     kms.create_key("orders")
-    serializer = EncryptingSerializer(kms, "orders", policy=DataKeyPolicy(max_records=500))
+    serializer = EncryptingSerializer(kms, "orders", policy=DataKeyPolicy(max_records=500), bind_key=False)
     produced: list[list[tuple[bytes, bytes]]] = [[] for _ in range(4)]
 
     def produce(slot: int) -> None:
@@ -116,7 +116,7 @@ def test_concurrent_producers_never_reuse_a_nonce(tmp_path: Path) -> None:
 def test_a_forked_child_never_reuses_the_parents_data_key(tmp_path: Path) -> None:
     kms = LocalKms(tmp_path / "ring.json")
     kms.create_key("orders")
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
 
     def header_of(payload: bytes) -> bytes:
         headers: list[tuple[str, bytes]] = []

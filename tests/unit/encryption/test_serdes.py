@@ -45,7 +45,7 @@ def produce(serializer: EncryptingSerializer, obj: object, topic: str = "orders"
 
 
 def test_round_trip_in_header_form_hides_the_plaintext(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders", StringSerializer())
+    serializer = EncryptingSerializer(kms, "orders", StringSerializer(), bind_key=False)
     value, headers = produce(serializer, "card 4111-1111-1111-1111")
     assert b"4111" not in value and all(b"4111" not in h for _, h in headers)
     assert [name for name, _ in headers] == [HEADER]
@@ -58,12 +58,12 @@ def test_round_trip_in_header_form_hides_the_plaintext(kms: LocalKms) -> None:
 
 
 def test_envelope_form_without_headers_and_with_dict_headers(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
     deserializer = DecryptingDeserializer(kms)
     value = serializer(b"secret", ctx("orders", None))
     assert value is not None and value.startswith(MAGIC) and b"secret" not in value
     assert deserializer(value, ctx("orders", None)) == b"secret"
-    forced = EncryptingSerializer(kms, "orders", envelope=True)
+    forced = EncryptingSerializer(kms, "orders", envelope=True, bind_key=False)
     headers: list[tuple[str, bytes]] = []
     value = forced(b"secret", ctx("orders", headers))
     assert headers == [] and value is not None and value.startswith(MAGIC)
@@ -75,7 +75,7 @@ def test_envelope_form_without_headers_and_with_dict_headers(kms: LocalKms) -> N
 
 
 def test_tombstones_stay_null(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders", StringSerializer())
+    serializer = EncryptingSerializer(kms, "orders", StringSerializer(), bind_key=False)
     headers: list[tuple[str, bytes]] = []
     assert serializer(None, ctx("orders", headers)) is None
     assert headers == []
@@ -84,7 +84,7 @@ def test_tombstones_stay_null(kms: LocalKms) -> None:
 
 
 def test_replay_into_another_topic_fails(kms: LocalKms) -> None:
-    value, headers = produce(EncryptingSerializer(kms, "orders"), b"payload", topic="orders")
+    value, headers = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"payload", topic="orders")
     with pytest.raises(DecryptionError, match="topic=payments") as info:
         DecryptingDeserializer(kms)(value, ctx("payments", headers))
     assert "authentication failed" in info.value.reason
@@ -92,7 +92,7 @@ def test_replay_into_another_topic_fails(kms: LocalKms) -> None:
 
 def test_one_serializer_across_topics_binds_each_record_to_its_own(kms: LocalKms) -> None:
     """A topic's first record takes the general path, later ones the inlined one; both bind the topic."""
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
     deserializer = DecryptingDeserializer(kms)
     for i in range(3):
         for topic in ("orders", "payments", "refunds"):
@@ -106,7 +106,7 @@ def test_one_serializer_across_topics_binds_each_record_to_its_own(kms: LocalKms
 
 @pytest.mark.parametrize("where", ["value", "nonce", "wrapped-key", "flags", "kek-version"])
 def test_tampering_anywhere_fails_with_decryption_error(kms: LocalKms, where: str) -> None:
-    value, headers = produce(EncryptingSerializer(kms, "orders"), b"payload")
+    value, headers = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"payload")
     header = bytearray(headers[0][1])
     body = bytearray(value)
     if where == "value":
@@ -124,7 +124,7 @@ def test_tampering_anywhere_fails_with_decryption_error(kms: LocalKms, where: st
 
 
 def test_unknown_version_unencrypted_and_malformed_records_are_refused(kms: LocalKms) -> None:
-    value, headers = produce(EncryptingSerializer(kms, "orders"), b"payload")
+    value, headers = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"payload")
     deserializer = DecryptingDeserializer(kms)
     future = b"\x02" + headers[0][1][1:]
     with pytest.raises(DecryptionError, match="unknown encryption format version 2"):
@@ -140,7 +140,7 @@ def test_unknown_version_unencrypted_and_malformed_records_are_refused(kms: Loca
 
 
 def test_wrong_or_missing_key_encryption_key(kms: LocalKms, tmp_path: Path) -> None:
-    value, headers = produce(EncryptingSerializer(kms, "orders"), b"payload")
+    value, headers = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"payload")
     stranger = LocalKms(tmp_path / "other.json")
     with pytest.raises(DecryptionError, match="cannot be unwrapped") as info:
         DecryptingDeserializer(stranger)(value, ctx("orders", headers))
@@ -149,11 +149,11 @@ def test_wrong_or_missing_key_encryption_key(kms: LocalKms, tmp_path: Path) -> N
     with pytest.raises(DecryptionError, match="cannot be unwrapped"):
         DecryptingDeserializer(stranger)(value, ctx("orders", headers))
     with pytest.raises(KeyNotFoundError):
-        EncryptingSerializer(kms, "missing")(b"x", ctx("orders", []))
+        EncryptingSerializer(kms, "missing", bind_key=False)(b"x", ctx("orders", []))
 
 
 def test_errors_name_partition_and_offset_when_known(kms: LocalKms) -> None:
-    value, headers = produce(EncryptingSerializer(kms, "orders"), b"payload")
+    value, headers = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"payload")
     record = RecordContext("orders", VALUE, headers, partition=3, offset=1234)
     with pytest.raises(DecryptionError) as info:
         DecryptingDeserializer(kms)(value[:-1] + bytes([value[-1] ^ 1]), record)
@@ -163,16 +163,16 @@ def test_errors_name_partition_and_offset_when_known(kms: LocalKms) -> None:
 
 def test_compress_then_encrypt(kms: LocalKms) -> None:
     text = b"the same words again " * 200
-    serializer = EncryptingSerializer(kms, "orders", compress=True)
+    serializer = EncryptingSerializer(kms, "orders", compress=True, bind_key=False)
     value, headers = produce(serializer, text)
     assert len(value) < len(text) // 4
     assert DecryptingDeserializer(kms)(value, ctx("orders", headers)) == text
-    plain_value, _ = produce(EncryptingSerializer(kms, "orders"), text)
+    plain_value, _ = produce(EncryptingSerializer(kms, "orders", bind_key=False), text)
     assert len(plain_value) == len(text) + 16
 
 
 def test_decompression_bomb_is_refused(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders", compress=True)
+    serializer = EncryptingSerializer(kms, "orders", compress=True, bind_key=False)
     value, headers = produce(serializer, b"\0" * 100_001)
     with pytest.raises(DecryptionError, match="inflates beyond 100000 bytes"):
         DecryptingDeserializer(kms, max_inflated_bytes=100_000)(value, ctx("orders", headers))
@@ -181,7 +181,7 @@ def test_decompression_bomb_is_refused(kms: LocalKms) -> None:
 
 
 def test_non_bytes_without_inner_and_key_field_are_refused(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
     with pytest.raises(EncryptionError, match="pass inner="):
         serializer("text", ctx("orders", []))
     with pytest.raises(EncryptionError, match="RecordKeySerializer"):
@@ -192,7 +192,7 @@ def test_non_bytes_without_inner_and_key_field_are_refused(kms: LocalKms) -> Non
 
 
 def test_reused_headers_list_is_refused(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
     headers: list[tuple[str, bytes]] = []
     serializer(b"one", ctx("orders", headers))
     with pytest.raises(EncryptionError, match="fresh headers"):
@@ -200,7 +200,7 @@ def test_reused_headers_list_is_refused(kms: LocalKms) -> None:
 
 
 def test_data_key_replaced_after_max_records_with_unique_nonces(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders", policy=DataKeyPolicy(max_records=10))
+    serializer = EncryptingSerializer(kms, "orders", policy=DataKeyPolicy(max_records=10), bind_key=False)
     deserializer = DecryptingDeserializer(kms)
     seen: set[tuple[bytes, bytes]] = set()
     wrapped_keys: set[bytes] = set()
@@ -221,7 +221,7 @@ def test_data_key_replaced_after_max_age(kms: LocalKms) -> None:
     from encryption import DataKeyIssuer
 
     issuer = DataKeyIssuer(kms, DataKeyPolicy(max_age_seconds=60), now=lambda: clock[0])
-    serializer = EncryptingSerializer(kms, "orders", issuer=issuer)
+    serializer = EncryptingSerializer(kms, "orders", issuer=issuer, bind_key=False)
     first = {parse_header(produce(serializer, b"x")[1][0][1])[0].wrapped.blob for _ in range(3)}
     clock[0] += 59
     assert {parse_header(produce(serializer, b"x")[1][0][1])[0].wrapped.blob} == first
@@ -232,7 +232,7 @@ def test_data_key_replaced_after_max_age(kms: LocalKms) -> None:
 
 
 def test_consumer_calls_kms_once_per_data_key(kms: LocalKms) -> None:
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
     deserializer = DecryptingDeserializer(kms)
     for i in range(500):
         value, headers = produce(serializer, b"r%d" % i)
@@ -278,7 +278,7 @@ def test_kms_outage_is_retried_then_reported(kms: LocalKms) -> None:
     waits: list[float] = []
     retry = RetryPolicy(attempts=3, sleep=waits.append)
     flaky = FlakyKms(kms, failures=2)
-    value, headers = produce(EncryptingSerializer(flaky, "orders", retry=retry), b"payload")
+    value, headers = produce(EncryptingSerializer(flaky, "orders", retry=retry, bind_key=False), b"payload")
     assert flaky.calls == 3 and len(waits) == 2
 
     down = FlakyKms(kms, failures=100)
@@ -286,7 +286,7 @@ def test_kms_outage_is_retried_then_reported(kms: LocalKms) -> None:
         DecryptingDeserializer(down, retry=retry)(value, ctx("orders", headers))
     assert isinstance(info.value.__cause__, KmsUnavailableError)
     with pytest.raises(KmsUnavailableError, match="after 3 attempts"):
-        EncryptingSerializer(down, "orders", retry=retry)(b"x", ctx("orders", []))
+        EncryptingSerializer(down, "orders", retry=retry, bind_key=False)(b"x", ctx("orders", []))
 
     recovering = FlakyKms(kms, failures=1)
     assert DecryptingDeserializer(recovering, retry=retry)(value, ctx("orders", headers)) == b"payload"
@@ -302,7 +302,7 @@ def test_kms_outage_is_retried_then_reported(kms: LocalKms) -> None:
 def test_round_trip_property(tmp_path_factory: pytest.TempPathFactory, payload: bytes, topic: str,
                              compress: bool, use_headers: bool) -> None:
     kms = _shared_kms(tmp_path_factory)
-    serializer = EncryptingSerializer(kms, "orders", compress=compress)
+    serializer = EncryptingSerializer(kms, "orders", compress=compress, bind_key=False)
     headers: list[tuple[str, bytes]] | None = [] if use_headers else None
     value = serializer(payload, ctx(topic, headers))
     assert value is not None
@@ -320,8 +320,8 @@ def _shared_kms(factory: pytest.TempPathFactory) -> LocalKms:
 
 
 def test_data_keys_are_random_per_serializer(kms: LocalKms) -> None:
-    a, ha = produce(EncryptingSerializer(kms, "orders"), b"same")
-    b, hb = produce(EncryptingSerializer(kms, "orders"), b"same")
+    a, ha = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"same")
+    b, hb = produce(EncryptingSerializer(kms, "orders", bind_key=False), b"same")
     assert a != b and ha != hb
 
 
@@ -330,7 +330,7 @@ def test_inlined_hot_paths_agree_with_the_general_paths(kms: LocalKms, key: byte
     """The first record of a serializer takes the general path, later ones the inlined one; every
     record must read back through both the general path (fresh deserializer, cache miss) and the
     inlined one (warm cache), and a tampered or re-keyed record must fail on both."""
-    serializer = EncryptingSerializer(kms, "orders")
+    serializer = EncryptingSerializer(kms, "orders", bind_key=key != "unbound")
 
     def context(headers: list) -> SerializationContext:
         if key == "unbound":

@@ -77,9 +77,9 @@ def test_api_versions_response_header_is_never_flexible() -> None:
     assert frame[8:10] == b"\x00\x00"  # error code right after the correlation id: no tag buffer
 
 
-def test_topic_id_versions_are_not_advertised() -> None:
-    assert SPECS[0].max_version == 12 and SPECS[0].min_version == 0
-    assert SPECS[1].max_version == 12
+def test_versions_the_gateway_cannot_authorize_or_rewrite_are_capped() -> None:
+    assert SPECS[0].max_version == 13 and SPECS[0].min_version == 0  # Produce v13 names topics by id
+    assert SPECS[1].max_version == 15  # Fetch v16+ answers KIP-951 node endpoints the gateway would have to rewrite
     assert api_name(0) == "PRODUCE" and api_name(36) == "SASL_AUTHENTICATE" and api_name(999) == "UNKNOWN_999"
 
 

@@ -1,4 +1,5 @@
-"""Frame reading: whole frames out whatever the chunking; bad sizes close the connection."""
+"""Frame reading: whole frames out whatever the chunking, pulled one at a time; bad sizes close the
+connection after the frames before them; the limit in force when a frame is reached is the one applied."""
 
 from __future__ import annotations
 
@@ -39,11 +40,15 @@ def test_the_kernel_fills_large_frames_in_place() -> None:
     stream = framed(payload)
     first = r.get_buffer()
     first[:10] = stream[:10]
-    assert r.buffer_updated(10) == []
+    r.buffer_updated(10)
+    assert r.next_frame() is None and r.needs_bytes
     tail = r.get_buffer()
     assert len(tail) == 1000 - 6  # exactly the rest of the frame
     tail[:] = stream[10:]
-    assert r.buffer_updated(len(tail)) == [payload]
+    r.buffer_updated(len(tail))
+    assert not r.needs_bytes
+    assert r.next_frame() == payload
+    assert r.needs_bytes
 
 
 def test_negative_size_is_refused() -> None:
@@ -56,6 +61,68 @@ def test_size_above_the_limit_is_refused_before_the_body_arrives() -> None:
     assert r.feed(framed(b"x" * 10)) == [b"x" * 10]
     with pytest.raises(FrameError, match="exceeds"):
         r.feed((11).to_bytes(4, "big"))
+
+
+def test_frames_before_an_oversized_one_in_the_same_read_are_pulled_first() -> None:
+    r = FrameReader(10)
+    r.get_buffer()[:18] = framed(b"one") + framed(b"two") + (11).to_bytes(4, "big")
+    r.buffer_updated(18)
+    assert (r.next_frame(), r.next_frame()) == (b"one", b"two")
+    with pytest.raises(FrameError) as refused:
+        r.next_frame()
+    assert (refused.value.size, refused.value.limit) == (11, 10)
+    assert refused.value.kafka_message == "Invalid receive (size = 11 larger than 10)"
+
+
+def test_a_negative_size_has_kafkas_message() -> None:
+    with pytest.raises(FrameError) as refused:
+        FrameReader(10).feed((-5).to_bytes(4, "big", signed=True))
+    assert refused.value.kafka_message == "Invalid receive (size = -5)"
+
+
+def test_the_limit_in_force_when_a_frame_is_reached_applies_to_it() -> None:
+    # One read holds a small frame and a large one: the large one is checked only when it is pulled,
+    # under the limit the caller set after the small one (a login raising it, a re-authentication
+    # lowering it).
+    data = framed(b"login") + framed(b"x" * 600)
+    raised = FrameReader(100, scratch_bytes=4096)
+    raised.get_buffer()[: len(data)] = data
+    raised.buffer_updated(len(data))
+    assert raised.next_frame() == b"login"
+    raised.max_frame_bytes = 1000
+    assert raised.next_frame() == b"x" * 600
+    lowered = FrameReader(1000, scratch_bytes=4096)
+    lowered.get_buffer()[: len(data)] = data
+    lowered.buffer_updated(len(data))
+    assert lowered.next_frame() == b"login"
+    lowered.max_frame_bytes = 100
+    with pytest.raises(FrameError):
+        lowered.next_frame()
+
+
+def test_a_large_frames_buffer_is_allocated_only_once_its_size_passed_the_check() -> None:
+    r = FrameReader(100, scratch_bytes=64)
+    head = framed(b"a") + (1_000_000).to_bytes(4, "big")
+    r.get_buffer()[: len(head)] = head
+    r.buffer_updated(len(head))
+    assert r.held_bytes == 64  # nothing allocated for the announced frame while it is not reached
+    assert r.next_frame() == b"a"
+    with pytest.raises(FrameError):
+        r.next_frame()
+    assert r.held_bytes == 64
+
+
+def test_unread_frames_wait_in_the_scratch_buffer_and_the_socket_is_not_needed() -> None:
+    r = FrameReader(1000, scratch_bytes=64)
+    assert r.needs_bytes
+    data = framed(b"a" * 10) + framed(b"b" * 10)
+    r.get_buffer()[: len(data)] = data
+    r.buffer_updated(len(data))
+    assert not r.needs_bytes  # the caller serves these before it reads again
+    assert r.next_frame() == b"a" * 10
+    assert not r.needs_bytes
+    assert r.next_frame() == b"b" * 10
+    assert r.needs_bytes and r.next_frame() is None
 
 
 def test_limit_must_be_positive() -> None:
@@ -90,3 +157,45 @@ def test_garbage_only_ever_raises_frame_error_and_memory_stays_bounded(data: byt
     except FrameError:
         return
     assert r.buffered <= max(512, scratch) + 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=700), min_size=1, max_size=12),
+    limits=st.lists(st.sampled_from([50, 300, 700]), min_size=1, max_size=12),
+    chunk=st.integers(min_value=1, max_value=900),
+    scratch=st.sampled_from([16, 128, 1024]),
+)
+def test_memory_stays_within_scratch_and_one_frame_of_the_limit_in_force(
+    sizes: list[int], limits: list[int], chunk: int, scratch: int,
+) -> None:
+    """The limit changes between frames; whatever the chunking, frames come out in order up to the
+    first one over the limit in force when it is reached, and memory never exceeds the scratch buffer
+    plus one frame within that limit (the pre-authentication bound)."""
+    stream = b"".join(framed(bytes([i % 256]) * n) for i, n in enumerate(sizes))
+    r = FrameReader(limits[0], scratch_bytes=scratch)
+    expected = []
+    for i, n in enumerate(sizes):
+        if n > limits[i % len(limits)]:
+            break
+        expected.append(bytes([i % 256]) * n)
+    out: list[bytes] = []
+    pos = 0
+    try:
+        while pos < len(stream):
+            buf = r.get_buffer()
+            assert len(buf) > 0
+            n = min(len(buf), chunk, len(stream) - pos)
+            buf[:n] = stream[pos : pos + n]
+            pos += n
+            r.buffer_updated(n)
+            while True:
+                r.max_frame_bytes = limits[len(out) % len(limits)]
+                frame = r.next_frame()
+                assert r.held_bytes <= max(scratch, 16) + r.max_frame_bytes
+                if frame is None:
+                    break
+                out.append(bytes(frame))
+    except FrameError:
+        assert len(out) < len(sizes)
+    assert out == expected

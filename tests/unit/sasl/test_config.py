@@ -43,3 +43,35 @@ def test_external_provider_must_be_pinned_and_fetched_safely() -> None:
     trusted = Settings(oauth={"jwks_url": "http://keycloak:8080/jwks", "issuer": "i", "jwks_allow_http": True})
     assert trusted.oauth.jwks_allow_http
     assert Settings(oauth={"jwks_url": "https://idp.example.com/jwks.json", "issuer": "i"}).oauth.issuer == "i"
+
+
+@pytest.mark.parametrize(
+    "url", ["kgov.example.com", "ftp://kgov.example.com", "https://", "https://kgov.example.com/?a=1", "https://h/#f"]
+)
+def test_public_base_url_must_be_an_absolute_http_url(url: str) -> None:
+    with pytest.raises(ValidationError, match="public_base_url must be an absolute http"):
+        Settings(oauth={"public_base_url": url})
+    assert Settings(oauth={"public_base_url": "https://kgov.example.com/cp"}).oauth.public_base_url
+
+
+def test_discovery_base_url_from_the_bound_address() -> None:
+    """No configured base: the ASGI `server` (the bound socket), with IPv6 brackets and default ports
+    left out; without one (a Unix socket) a clear error says what to set."""
+    from starlette.requests import Request
+
+    from authz.http import ApiError
+    from sasl.api import discovery_base_url
+
+    oauth = Settings().oauth
+
+    def base(server: tuple[str, int] | None, scheme: str = "http", root_path: str = "") -> str:
+        scope = {"type": "http", "server": server, "scheme": scheme, "root_path": root_path,
+                 "headers": [(b"host", b"evil.example")], "path": "/", "query_string": b""}
+        return discovery_base_url(Request(scope), oauth)
+
+    assert base(("10.1.2.3", 8080)) == "http://10.1.2.3:8080"
+    assert base(("10.1.2.3", 443), "https") == "https://10.1.2.3"
+    assert base(("::1", 8080), root_path="/kgov") == "http://[::1]:8080/kgov"
+    with pytest.raises(ApiError) as err:
+        base(None)
+    assert err.value.status == 500 and "oauth.public_base_url" in err.value.message

@@ -478,3 +478,40 @@ def test_kidless_token_keeps_every_other_check() -> None:
 def test_kid_path_refuses_a_key_not_for_verify() -> None:
     v, _, _ = make(lambda: {"keys": [dict(RSA.public_jwk, key_ops=["sign"])]})
     rejects(v, sign(), "key_ops does not allow verify")
+
+
+@pytest.mark.parametrize("claim", ["nbf", "iat"])
+@pytest.mark.parametrize(
+    ("now", "value", "skew", "valid"),
+    [
+        (NOW + 0.5, NOW + 0.9, 0, True),  # both read as second NOW (jose4j NumericDate)
+        (NOW + 0.999, NOW + 1, 0, False),  # now is still second NOW, before second NOW + 1
+        (NOW + 1.0, NOW + 1, 0, True),
+        (NOW + 1.5, NOW + 1.7, 0, True),  # the fraction of the claim does not count
+        (NOW + 0.5, NOW + 30.7, 30, True),  # jose4j: refused only when now + skew < value
+        (NOW + 0.999, NOW + 31, 30, False),
+        (NOW + 1.0, NOW + 31, 30, True),
+    ],
+)
+def test_nbf_and_iat_boundaries_are_jose4j_numeric_dates(
+    claim: str, now: float, value: float, skew: int, valid: bool
+) -> None:
+    """jose4j's NumericDateValidator refuses `nbf` when `NumericDate.now() + skew < nbf`, both in whole
+    seconds (now = milliseconds / 1000, the claim its longValue()); kgov applies the same to `iat`."""
+    v, _, _ = make(now=now, clock_skew_s=skew)
+    token = sign(**{claim: value}, exp=NOW + 600)
+    if valid:
+        assert v.validate(token).principal_name == "worker-1"
+    else:
+        rejects(v, token, f"JWT '{claim}' is in the future")
+
+
+@pytest.mark.parametrize(("exp", "skew"), [(NOW, 30), (NOW + 0.9, 30), (NOW + 600, 0)])
+def test_validated_token_says_until_when_the_validator_accepts_it(exp: float, skew: int) -> None:
+    v, _, _ = make(now=NOW - 60, clock_skew_s=skew)
+    token = v.validate(sign(exp=exp, iat=NOW - 120))
+    assert token.expiry_ms == int(exp) * 1000
+    assert token.accepted_until_ms == (int(exp) + skew) * 1000
+    end_s = token.accepted_until_ms / 1000
+    assert make(now=end_s - 0.001, clock_skew_s=skew)[0].validate(sign(exp=exp, iat=NOW - 120)).principal_name
+    rejects(make(now=end_s, clock_skew_s=skew)[0], sign(exp=exp, iat=NOW - 120), "JWT expired")

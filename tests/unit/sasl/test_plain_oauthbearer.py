@@ -171,3 +171,27 @@ def test_client_initial_response_refuses_what_would_inject_fields(token, extensi
     would add fields (a second `auth`) of the sender's choosing."""
     with pytest.raises(OAuthBearerError, match=message):
         build_client_initial_response(token, extensions=extensions)
+
+
+def test_a_token_inside_its_clock_skew_gets_a_session_ending_with_the_skew() -> None:
+    """Past `exp` (remaining life 0) but accepted by the validator's skew: Kafka would send lifetime 0
+    ("no limit"); here the session ends when the validator would stop accepting the token."""
+    now = {"ms": 95_000}
+
+    def in_skew(token: str) -> ValidatedToken:
+        return ValidatedToken("worker-1", frozenset(), expiry_ms=90_000, accepted_until_ms=120_000)
+
+    def session(expiry_ms: int | None) -> int | None:
+        return max(0, (expiry_ms or 0) - now["ms"])
+
+    result = OAuthBearerServer(in_skew, session=session).step(build_client_initial_response("good"))
+    assert isinstance(result, Success) and result.session_lifetime_ms == 25_000
+    now["ms"] = 120_000  # the validator would refuse it from here on; never a lifetime of 0
+    server = OAuthBearerServer(in_skew, session=session)
+    assert isinstance(server.step(build_client_initial_response("good")), Challenge)
+    final = server.step(b"\x01")
+    assert isinstance(final, Failure) and final.reason == "token expired"
+    # Before `exp` the session still ends at `exp`, as Kafka's.
+    now["ms"] = 89_000
+    result = OAuthBearerServer(in_skew, session=session).step(build_client_initial_response("good"))
+    assert isinstance(result, Success) and result.session_lifetime_ms == 1_000

@@ -1,0 +1,111 @@
+"""Topic ids (KIP-516) at the gateway: which name each upstream topic id stands for.
+
+Fetch v13+ and Produce v13+ name topics by id only, but ACLs name topics, so the gateway authorizes
+them by the names their ids stand for, as Kafka's `KafkaApis.handleFetchRequest` (and Kafka 4.1's
+`handleProduceRequest`) does with its metadata cache.
+The gateway has no metadata cache of its own: it learns the pairs from the upstream, from every
+Metadata v10+ response that crosses it (the only way a client learns an id) and, when a Fetch names
+an id it has not seen (a client that learned it through another gateway node, or before a restart),
+from a Metadata request of its own for all topics (`refresh_request`). An id still unknown after
+that refresh is answered UNKNOWN_TOPIC_ID (fail closed), never forwarded.
+
+A pair never goes wrong: Kafka never reuses an id and cannot rename a topic, so an id names one
+topic for life. A pair of a deleted topic at worst authorizes a Fetch by the name the topic had,
+which the upstream then answers UNKNOWN_TOPIC_ID; a full refresh drops such pairs.
+
+`TopicIds` is one immutable snapshot swapped whole (STYLE 4): readers on the event loop never see a
+half-built map.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+# Fetch and Produce v13 are the first to name topics by id, Metadata v10 the first to answer topic ids.
+BY_ID_VERSION: Final = 13
+METADATA_WITH_IDS_VERSION: Final = 10
+# The newest Metadata version the refresh asks for (the bundled schema's and Kafka 4's ceiling is 13;
+# 12 is what the bundled Tansu answers).
+_REFRESH_METADATA_MAX: Final = 12
+# A connection refreshes at most this often: a client naming random ids cannot turn each Fetch into
+# a listing of every topic upstream. Within it, an unknown id is answered UNKNOWN_TOPIC_ID at once.
+REFRESH_INTERVAL_S: Final = 1.0
+# Learning only adds pairs, so pairs of deleted topics pile up between listings; past this many the
+# map starts again from what is being learned (a miss then lists the cluster anew).
+MAX_PAIRS: Final = 200_000
+
+_Pairs = Iterable[tuple[uuid.UUID | None, str | None]]
+
+
+def _usable(pairs: _Pairs) -> dict[uuid.UUID, str]:
+    # Kafka's Uuid.ZERO_UUID ("no id", which kafka-python decodes as None) and null names carry nothing.
+    return {i: n for i, n in pairs if i is not None and i.int != 0 and n is not None}
+
+
+class TopicIds:
+    """The gateway's topic id -> name map, shared by its connections."""
+
+    def __init__(self, max_pairs: int = MAX_PAIRS) -> None:
+        self._names: Mapping[uuid.UUID, str] = MappingProxyType({})
+        self._max = max_pairs
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def name(self, topic_id: uuid.UUID | None) -> str | None:
+        return self._names.get(topic_id) if topic_id is not None else None
+
+    def missing(self, topic_ids: Iterable[uuid.UUID | None]) -> bool:
+        """Whether any of `topic_ids` has no name here."""
+        names = self._names
+        return any(i is None or i not in names for i in topic_ids)
+
+    def learn(self, pairs: _Pairs) -> None:
+        """Adds pairs seen in a partial answer (a Metadata response naming some topics)."""
+        new = _usable(pairs)
+        if any(self._names.get(i) != n for i, n in new.items()):
+            merged = {**self._names, **new}
+            self._names = MappingProxyType(merged if len(merged) <= self._max else new)
+
+    def replace(self, pairs: _Pairs) -> None:
+        """Takes a listing of every topic as the whole map (ids of deleted topics drop out)."""
+        self._names = MappingProxyType(_usable(pairs))
+
+    def learn_from_metadata(self, response: Any) -> None:
+        """A response patch for Metadata v10+; it runs before the authorization patches filter the
+        topics the principal may not describe (the pairs are the upstream's, whoever asked)."""
+        self.learn((t.topic_id, t.name) for t in response.topics if t.error_code == 0)
+
+
+# Produce v13+ and Fetch v13+ name topics by id only, Metadata v12+ may (KIP-516): the API keys
+# whose ids need names, and the first version that has them.
+BY_ID_SINCE: Final[Mapping[int, int]] = MappingProxyType({0: 13, 1: 13, 3: 12})
+
+
+def request_ids(api_key: int, request: Any) -> list[uuid.UUID | None]:
+    """The topic ids a Produce v13+ writes, a Fetch v13+ reads (a Fetch's forgotten topics are not
+    read: no check) or a Metadata v12+ describes (its topics with no name)."""
+    if api_key == 3:
+        return [t.topic_id for t in request.topics or () if t.name is None]
+    topics = request.topic_data if api_key == 0 else request.topics
+    return [t.topic_id for t in topics or ()]
+
+
+def ids_supported(upstream_versions: Mapping[int, tuple[int, int]]) -> bool:
+    """Versions naming topics by id are only advertised when the upstream can also tell the gateway
+    what the ids mean."""
+    metadata = upstream_versions.get(3)
+    return metadata is not None and metadata[1] >= METADATA_WITH_IDS_VERSION
+
+
+def refresh_version(upstream_versions: Mapping[int, tuple[int, int]]) -> int:
+    return min(_REFRESH_METADATA_MAX, upstream_versions[3][1])
+
+
+def refresh_request(metadata_request: Any, version: int) -> Any:
+    """A Metadata request for every topic (with ids), never creating one."""
+    return metadata_request[version](topics=None, allow_auto_topic_creation=False,
+                                     include_topic_authorized_operations=False)

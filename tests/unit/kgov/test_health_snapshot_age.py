@@ -1,0 +1,41 @@
+"""/health and /metrics report a stale ACL snapshot (authz.max_snapshot_age_s), through the assembled app."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from kgov.app import build_app
+from kgov.settings import load_settings
+
+
+def wait_for(condition: object, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_node_cut_off_from_its_database_reports_itself_down(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    settings = load_settings(data_dir=data, dev_mode=True, authz={"max_snapshot_age_s": 0.5})
+    with TestClient(build_app(settings)) as client:
+        assert client.get("/health").json() == {"status": "UP"}
+        assert "kgov_authz_snapshot_stale 0.0" in client.get("/metrics").text
+        # The SQLite database goes away: the pool's open handles are dropped and a plain file takes the
+        # data directory's place, so the poller's next connection fails (even as root).
+        client.app.state.engine.dispose()  # type: ignore[attr-defined]
+        data.rename(tmp_path / "moved")
+        data.write_text("not a directory")
+        assert wait_for(lambda: client.get("/health").status_code == 503)
+        down = client.get("/health").json()
+        assert down["error_code"] == 503 and "max_snapshot_age_s" in down["message"]
+        assert "kgov_authz_snapshot_stale 1.0" in client.get("/metrics").text
+        data.unlink()
+        (tmp_path / "moved").rename(data)
+        assert wait_for(lambda: client.get("/health").status_code == 200)
+        assert "kgov_authz_snapshot_stale 0.0" in client.get("/metrics").text

@@ -1,0 +1,107 @@
+"""The pure parts of `kgov audit classify`: tags found in a registry's schema listing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_compliance.inventory import InventoryError, parse_classification
+from spark_compliance.registry_tags import ClassifyError, classification, own_tags, subject_tags, topic_of
+
+
+@pytest.mark.parametrize(("subject", "topic"), [
+    ("orders-value", "orders"), ("orders-key", "orders"), ("orders-key-value", "orders-key"),
+    (":.eu:orders-value", "orders"), ("-value", None), ("com.acme.Order", None), ("orders", None),
+])
+def test_topic_of_follows_topic_name_strategy(subject: str, topic: str | None) -> None:
+    assert topic_of(subject) == topic
+
+
+def test_own_tags_reads_metadata_and_inline_tags_not_protobuf_text() -> None:
+    avro = {"schema": json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": {"type": "array", "items": {"type": "record", "name": "S", "fields": [
+            {"name": "b", "type": "string", "confluent:tags": ["pii", " "]}]}}}]}),
+        "metadata": {"tags": {"R.a": ["GDPR"]}, "properties": {"owner": "x"}}}
+    assert own_tags(avro) == {"PII", "GDPR"}
+    proto = {"schemaType": "PROTOBUF", "schema": 'message M { string s = 1 [(confluent.field_meta).tags = "PCI"]; }',
+             "metadata": {"tags": {"M.s": ["PHI"]}}}
+    assert own_tags(proto) == {"PHI"}
+    assert own_tags({"schema": "not json", "metadata": {"tags": "not a map"}}) == set()
+
+
+def test_deeply_nested_schema_is_refused_clearly() -> None:
+    nested: dict[str, object] = {"type": "string"}
+    for _ in range(300):
+        nested = {"type": "array", "items": nested}
+    with pytest.raises(ClassifyError, match="nested deeper than 200"):
+        own_tags({"schemaType": "JSON", "schema": json.dumps(nested)})
+
+
+def test_references_count_transitively_and_cycles_end() -> None:
+    listing = [
+        {"subject": "a", "version": 1, "schema": "{}", "metadata": {"tags": {"x": ["PII"]}},
+         "references": [{"name": "b", "subject": "b", "version": 1}]},
+        {"subject": "b", "version": 1, "schema": "{}", "metadata": {"tags": {"y": ["PCI"]}},
+         "references": [{"name": "a", "subject": "a", "version": 1}, {"name": "gone", "subject": "z", "version": 9}]},
+        {"subject": "t-value", "version": 1, "schema": "{}", "references": [{"name": "a", "subject": "a", "version": 1}]},
+        {"subject": "t-value", "version": 2, "schema": "{}"},
+    ]
+    tags = subject_tags(listing)
+    assert tags["t-value"] == {"PII", "PCI"}
+    assert tags["a"] == {"PII", "PCI"} and tags["b"] == {"PII", "PCI"}
+
+
+def test_classification_skips_untagged_and_reports_unmappable() -> None:
+    doc, skipped = classification({"t-value": {"PII"}, "quiet-value": set(), "com.acme.R": {"PCI"}})
+    assert doc == {"subjects": [{"subject": "t-value", "tags": ["PII"], "approved_principals": []}], "topics": []}
+    assert skipped == ["com.acme.R"]
+
+
+def test_hand_written_subject_without_a_topic_is_refused() -> None:
+    with pytest.raises(InventoryError, match=r"'com\.acme\.R' does not name a topic"):
+        parse_classification({"subjects": [{"subject": "com.acme.R", "tags": ["PII"]}]})
+    rows = parse_classification({"subjects": [{"subject": "orders-key-value", "tags": ["pii"]}]})
+    assert rows == [("orders-key", "LITERAL", ["PII"], [])]
+
+
+def test_redirect_is_not_followed_so_credentials_stay_put() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from spark_compliance.registry_tags import RegistryAccess, fetch_schemas
+
+    seen: list[str | None] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+
+    class Redirecting(Elsewhere):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_address[1]}/schemas")
+            self.end_headers()
+
+    registry = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (elsewhere, registry)]
+    for t in threads:
+        t.start()
+    try:
+        access = RegistryAccess(f"http://127.0.0.1:{registry.server_address[1]}", "admin", "s3cret-pass")
+        with pytest.raises(ClassifyError, match=r"answered HTTP 302.*redirects are not followed") as refused:
+            fetch_schemas(access)
+        assert "s3cret-pass" not in str(refused.value)
+        assert seen == []
+    finally:
+        for s in (elsewhere, registry):
+            s.shutdown()
+            s.server_close()
