@@ -42,8 +42,10 @@ from kgov.settings import Settings
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 
 # The bundled Tansu (0.6) can require SASL (`--authentication`, SCRAM only), but a credential can only be
-# added through AlterUserScramCredentials, which that broker refuses before authentication, and its only
-# storage compiled in is memory://: so no first credential can ever exist and the gateway could not log in.
+# added through AlterUserScramCredentials, which that broker refuses before authentication, and its storage
+# engines are memory:// and s3:// (no file or SQLite store), so a credential cannot be written by a first
+# unauthenticated run and kept for an authenticated one without an object store: on memory:// no first
+# credential can ever exist and the gateway could not log in.
 # The embedded broker therefore runs without authentication. Where the host allows it, it gets a network of
 # its own that other users cannot reach (isolated_broker, kgov.broker_sandbox); elsewhere this is said at
 # every start.

