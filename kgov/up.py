@@ -257,6 +257,15 @@ def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str],
         + "\nPress Ctrl-C to stop."
 
 
+def close_unused_decision_api(settings: Settings) -> None:
+    """`kgov up`'s gateway authorizes in process, so nothing needs the decision API, which answers
+    without credentials to the listed networks (default loopback): on a shared host every local user
+    could ask about any principal's access and write decisions of their choosing, with made-up client
+    addresses, into the audit trail. Closed unless `authz.decision_api_networks` is set explicitly."""
+    if "decision_api_networks" not in settings.authz.model_fields_set:
+        settings.authz.decision_api_networks = []
+
+
 def run_up(args: argparse.Namespace) -> int:
     try:
         return _run_up(args)
@@ -280,6 +289,7 @@ def _run_up(args: argparse.Namespace) -> int:
     settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
                              dev_mode=True)
     check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
+    close_unused_decision_api(settings)
     if settings.sasl.delegation_token_secret_key is None:
         # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
         # so tokens issued by one run stay valid in the next.

@@ -89,6 +89,9 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
         assert token.status_code in (200, 201), token.text
         assert token.json()["owner"] == "User:admin" and token.json()["hmac"]
         assert (tmp_path / "data" / "delegation-token.key").stat().st_mode & 0o777 == 0o600
+        # nothing uses the credential-less decision API here: closed (kgov.up.close_unused_decision_api)
+        opa = httpx.post(f"http://127.0.0.1:{http_port}/v1/data/kafka/authz/allow", json={"input": {}}, timeout=10)
+        assert opa.status_code == 403, opa.text
         # the password is not written anywhere on disk
         for f in (tmp_path / "data").rglob("*"):
             if f.is_file():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kgov.settings import load_settings
 from kgov.up import startup_text
 
@@ -32,3 +34,21 @@ def test_startup_text_says_the_embedded_broker_is_unauthenticated(tmp_path: Path
     embedded = startup_text(settings, embedded=True, **args)  # type: ignore[arg-type]
     assert "upstream      : 127.0.0.1:2  (embedded Tansu, memory storage, NO AUTHENTICATION" in embedded
     assert "NO AUTHENTICATION" not in startup_text(settings, embedded=False, **args)  # type: ignore[arg-type]
+
+
+def test_kgov_up_closes_the_decision_api_unless_configured(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from kgov.app import build_app
+    from kgov.up import close_unused_decision_api
+
+    settings = load_settings(data_dir=tmp_path / "a", dev_mode=True)
+    close_unused_decision_api(settings)
+    with TestClient(build_app(settings), client=("127.0.0.1", 5000)) as client:
+        r = client.post("/v1/data/kafka/authz/allow", json={"input": {}})
+        assert r.status_code == 403 and "decision_api_networks" in r.json()["message"]
+    monkeypatch.setenv("KGOV_AUTHZ__DECISION_API_NETWORKS", '["127.0.0.0/8"]')
+    settings = load_settings(data_dir=tmp_path / "b", dev_mode=True)
+    close_unused_decision_api(settings)
+    assert settings.authz.decision_api_networks == ["127.0.0.0/8"]
