@@ -146,12 +146,22 @@ def id_referrer(client: RegistryClient, schema_id: int, fetched: FetchedSchema) 
     one; else the client's context itself, which is how Confluent's Python and Go clients read them
     (as written, through the client's URL). Subjects of several contexts reading the references
     differently (an id stored before kgov resolved references by context) make the answer ambiguous:
-    refused rather than guessed."""
+    refused rather than guessed. The answer is asked once per id per client (`RegistryClient.remember_referrer`),
+    as Confluent's clients cache an id's schema per subject."""
     bound = client.qualified("")
     if not fetched.references:
         return bound
     if fetched.subject is not None:
         return fetched.subject
+    known = client.known_referrer(schema_id)
+    if known is not None:
+        return known
+    found = _usages_referrer(client, schema_id, fetched, bound)
+    client.remember_referrer(schema_id, found)
+    return found
+
+
+def _usages_referrer(client: RegistryClient, schema_id: int, fetched: FetchedSchema, bound: str) -> str:
     try:
         usages = client.id_usages(schema_id)
     except RegistryClientError as exc:
