@@ -146,6 +146,52 @@ def thread(depth: int) -> dict[str, Any]:
     return comment
 
 
+# json-schema.org's "Product" example, the one Confluent's JSON Schema serdes documentation uses.
+PRODUCT = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "$id": "http://example.com/product.schema.json",
+    "title": "Product", "description": "A product from Acme's catalog", "type": "object",
+    "properties": {"productId": {"description": "The unique identifier for a product", "type": "integer"},
+                   "productName": {"description": "Name of the product", "type": "string"},
+                   "price": {"description": "The price of the product", "type": "number", "exclusiveMinimum": 0},
+                   "tags": {"description": "Tags for the product", "type": "array", "items": {"type": "string"},
+                            "minItems": 1, "uniqueItems": True},
+                   "dimensions": {"type": "object", "properties": {"length": {"type": "number"},
+                                                                   "width": {"type": "number"},
+                                                                   "height": {"type": "number"}},
+                                  "required": ["length", "width", "height"]}},
+    "required": ["productId", "productName", "price"]}
+
+
+def products(count: int) -> list[dict[str, Any]]:
+    return [{"productId": n, "productName": f"An ice sculpture {n}", "price": 12.5 + n,
+             "tags": ["cold", "ice", f"batch-{n % 7}"], "dimensions": {"length": 7.0, "width": 12.0, "height": 9.5}}
+            for n in range(count)]
+
+
+# A topic of a dozen event types: a `oneOf` of twelve branches told apart by a `const`, each `$ref`ing
+# shared definitions, every value matching exactly one.
+EVENTS = {
+    "$schema": D2020, "type": "array", "items": {"oneOf": [{"$ref": f"#/$defs/e{n}"} for n in range(12)]},
+    "$defs": {"actor": {"type": "object", "required": ["id"], "additionalProperties": False,
+                        "properties": {"id": {"type": "string", "pattern": "^u-[0-9]{1,12}$"},
+                                       "roles": {"type": "array", "items": {"enum": ["admin", "user", "guest"]}}}},
+              **{f"e{n}": {"type": "object", "required": ["type", "at", "actor"], "additionalProperties": False,
+                           "properties": {"type": {"const": f"event.{n}"}, "at": {"type": "string", "format": "date-time"},
+                                          "actor": {"$ref": "#/$defs/actor"}, "count": {"type": "integer", "minimum": 0},
+                                          "note": {"type": "string", "maxLength": 200}}} for n in range(12)}}}
+
+
+def events(count: int) -> list[dict[str, Any]]:
+    return [{"type": f"event.{n % 12}", "at": "2024-05-01T12:00:00Z", "actor": {"id": f"u-{n}", "roles": ["user"]},
+             "count": n, "note": "ok"} for n in range(count)]
+
+
+def schema_document(definitions: int) -> dict[str, Any]:
+    """A large schema, as a value checked against the 2020-12 meta-schema (a registry of schemas)."""
+    return {"$schema": D2020, "$defs": {f"order{n}": {k: v for k, v in ORDER_SCHEMA.items() if k != "$id"}
+                                        for n in range(definitions)}}
+
+
 def fan_out(depth: int) -> dict[str, Any]:
     defs: dict[str, Any] = {"d0": {"type": "object"}}
     for level in range(1, depth + 1):
@@ -184,11 +230,16 @@ def budget_figures(count: int, rounds: int) -> None:
         print(f"{name}: linear {free:.1f} us, within the budget {bounded:.1f} us, ratio {bounded / free:.3f}")
     if within_budget is None:
         return
-    print("steps per JSON node (the default allows 50,000 plus 100 per node):")
+    default = json_validation.WorkBudget()
+    print(f"steps per JSON node (the default allows {default.base:,} plus {default.per_node} per node):")
+    meta = jsonschema.Draft202012Validator.META_SCHEMA
     cases = (("payment records, 1 MB", {"type": "array", "items": SCHEMA}, [RECORD] * 1_000),
              ("order of 7,200 lines", ORDER_SCHEMA, order(7_200)),
              ("GeoJSON, 2,500 polygons", GEOJSON, features(2_500)),
-             ("comment thread, 7 levels of 4 replies", THREAD, thread(6)))
+             ("comment thread, 7 levels of 4 replies", THREAD, thread(6)),
+             ("json-schema.org Product, 5,000", {"type": "array", "items": PRODUCT}, products(5_000)),
+             ("12 event types (oneOf of $refs), 8,000", EVENTS, events(8_000)),
+             ("2020-12 meta-schema on a schema document", meta, schema_document(400)))
     for name, schema, value in cases:
         validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
         started = time.perf_counter()
@@ -207,6 +258,34 @@ def budget_figures(count: int, rounds: int) -> None:
     except json_validation.WorkBudgetExceededError as exc:
         print(f"30-level fan-out schema ({len(json.dumps(fan_out(30)))} bytes) refused in "
               f"{(time.perf_counter() - started) * 1e3:.0f} ms: {exc}")
+
+
+def hostile_figures() -> None:
+    """How long hostile schemas take to be refused under the default budget, on 1 MB values."""
+    typical = {"k": ["abcdefgh"] * 100_000}  # 1.1 MB, 100,002 nodes
+    dense = [0] * 500_000  # 1 MB, 500,001 nodes
+    every_keyword = {"$schema": D2020, "type": ["array", "integer"], "minimum": 0, "maximum": 9, "multipleOf": 1,
+                     "minLength": 0, "maxItems": 10**6, "enum": [0, 1], "const": 0, "required": [], "pattern": "x",
+                     "properties": {}, "if": True, "then": True, "else": True, "not": False, "allOf": [True],
+                     "anyOf": [True], "oneOf": [True], "contains": True, "prefixItems": [True], "format": "x",
+                     "dependentSchemas": {}, "unevaluatedItems": True, "patternProperties": {}}
+    cases = (("30-level fan-out", fan_out(30), typical), ("30-level fan-out", fan_out(30), dense),
+             ("anyOf of 100,000 failing branches", {"anyOf": [{"type": "null"}] * 100_000}, typical),
+             ("allOf of 10,000 uniqueItems", {"allOf": [{"uniqueItems": True}] * 10_000}, dense),
+             ("allOf of 1,000 DFA-defeating patterns", {"allOf": [{"pattern": "[ab]*a[ab]{200}c"}] * 1_000},
+              "ab" * 500_000),
+             ("every keyword on each item", {"type": "array", "items": every_keyword}, dense))
+    for name, schema, value in cases:
+        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        nodes = json_validation.json_nodes(value)
+        started = time.perf_counter()
+        try:
+            with within_budget(value):
+                jsonschema.exceptions.best_match(validator.iter_errors(value))
+            outcome = "passed"
+        except json_validation.WorkBudgetExceededError as exc:
+            outcome = f"refused at {exc.steps:,} steps"
+        print(f"  {name}, {nodes:,} nodes: {outcome} in {time.perf_counter() - started:.2f} s")
 
 
 def main() -> None:
@@ -232,6 +311,9 @@ def main() -> None:
         assert not validator.is_valid("a" * n + "!")
         print(f"^(a+)+$ against {n + 1} characters with RE2: {(time.perf_counter() - started) * 1e3:.3f} ms")
     budget_figures(args.count, args.rounds)
+    if within_budget is not None and hasattr(json_validation, "_charge"):  # the budget counting keyword work
+        print("hostile schemas on 1 MB values, under the default budget:")
+        hostile_figures()
 
 
 if __name__ == "__main__":
