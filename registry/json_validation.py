@@ -36,6 +36,7 @@ it quadratic), and `multipleOf` answers for integers beyond a float's range (jso
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
@@ -150,9 +151,8 @@ _APPLY: Final = 48  # making the validator of a subschema applied, plus for each
 _KEYWORD: Final = 8  # (jsonschema reads them all, known or not, and calls the known ones)
 _MATCH: Final = 16  # one regex search, and at worst (RE2 leaving its DFA for its NFA: 7 ns a character
 _SEARCHED: Final = 16  # and instruction) one unit per this many characters times program instructions
-_COMPILE: Final = 256  # compiling a pattern (25 us), once per value while it uses at most
-_COMPILED: Final = 2  # `_VALUE_PATTERNS`, plus this many units per program instruction
-_VALUE_PATTERNS: Final = 64
+_COMPILE: Final = 256  # compiling a pattern (25 us), plus this many units per program instruction,
+_COMPILED: Final = 2  # charged when `_program` compiles it
 _READ_CHARS: Final = 32  # characters of a `$ref` resolved or a string a format checker reads, per unit
 _COMPARED: Final = 6  # one JSON node compared by `enum` or `const`
 _COMPARED_CHARS: Final = 1024  # characters of two strings compared equal in length (memcmp)
@@ -167,16 +167,13 @@ class _Spending:
     (a walk of it) only when those run out, so ordinary values pay nothing for the bound. A context
     manager (a class rather than a generator: it is entered once per value validated)."""
 
-    __slots__ = ("budget", "left", "nodes", "patterns", "token", "value")
+    __slots__ = ("budget", "left", "nodes", "token", "value")
 
     def __init__(self, value: Any, budget: WorkBudget) -> None:
         self.value = value
         self.budget = budget
         self.left = budget.base * _STEP
         self.nodes: int | None = None
-        # The patterns this value has used, with their program sizes: the shared cache keeps 64, so a
-        # schema cycling through more would have each compiled again at every search.
-        self.patterns: dict[str, tuple[CompiledPattern, int]] = {}
         self.token: contextvars.Token[_Spending | None] | None = None
 
     def __enter__(self) -> _Spending:
@@ -234,26 +231,29 @@ def _compiled(keyword: str, regex: object) -> CompiledPattern:
     return compiled
 
 
-def _charged(keyword: str, regex: object) -> tuple[CompiledPattern, int]:
-    """The compiled `regex` and its program size, its compilation charged once per value (while the
-    value has used fewer than `_VALUE_PATTERNS`, else at each use)."""
-    spending = _SPENDING.get()
-    if spending is not None and isinstance(regex, str):
-        known = spending.patterns.get(regex)
-        if known is not None:
-            return known
-    compiled = _compiled(keyword, regex)
-    found = compiled, int(compiled.compiled.ProgramSize())
-    if spending is not None:
-        _charge(_COMPILE + _COMPILED * found[1])
-        if len(spending.patterns) < _VALUE_PATTERNS:
-            spending.patterns[compiled.regex] = found
-    return found
+@functools.lru_cache(maxsize=64)
+def _program(regex: str) -> tuple[CompiledPattern, int]:
+    """The compiled `regex` and its program size. Compiling is charged to the value being validated: the
+    shared cache (`compile_pattern`) keeps 64 patterns, and so does this one, so a schema cycling
+    through more has each compiled again at every search (0.3 ms for a large one)."""
+    compiled = compile_pattern(regex)
+    size = int(compiled.compiled.ProgramSize())
+    _charge(_COMPILE + _COMPILED * size)
+    return compiled, size
 
 
 def _found(keyword: str, regex: object, text: str) -> bool:
-    compiled, size = _charged(keyword, regex)
-    _charge(_MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0))
+    if not isinstance(regex, str):
+        raise UnevaluablePatternError(keyword, str(regex), "it is not a string")
+    try:
+        compiled, size = _program(regex)
+    except UnsupportedPatternError as exc:
+        raise UnevaluablePatternError(keyword, regex, exc.reason) from None
+    spending = _SPENDING.get()
+    if spending is not None:  # RE2's worst case: its NFA, text times program
+        spending.left -= _MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0)
+        if spending.left < 0:
+            spending.exhausted()
     try:
         return compiled.matches(text, text_kind="a string" if keyword == "pattern" else "a property name")
     except UnsupportedPatternError as exc:
@@ -507,10 +507,13 @@ def _sized(keyword: Keyword) -> Keyword:
     """`keyword` charged one unit per entry of its value: `properties`, `required` and the like loop
     over the schema's entries whatever the value holds."""
     def sized(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        if isinstance(value, dict):  # `dependentRequired` and `dependencies` hold lists of names
-            _charge(len(value) + sum(len(names) for names in value.values() if isinstance(names, list)))
-        elif isinstance(value, list):
-            _charge(len(value))
+        spending = _SPENDING.get()
+        if spending is not None:
+            # `dependentRequired` and `dependencies` hold lists of names
+            spending.left -= len(value) + sum(len(names) for names in value.values() if isinstance(names, list)) \
+                if isinstance(value, dict) else len(value) if isinstance(value, list) else 0
+            if spending.left < 0:
+                spending.exhausted()
         return keyword(validator, value, instance, schema)
     return sized
 
@@ -528,8 +531,12 @@ def _per_char(keyword: Keyword, *, reads_value: bool) -> Keyword:
     """`format` (when a format checker is set: the serdes set none) charged by the length of the string
     it checks, `$ref` by the length of the reference it resolves."""
     def per_char(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        text = value if reads_value else instance
-        _charge(_MATCH + (len(text) // _READ_CHARS if isinstance(text, str) else 0))
+        spending = _SPENDING.get()
+        if spending is not None:
+            text = value if reads_value else instance
+            spending.left -= _MATCH + (len(text) // _READ_CHARS if isinstance(text, str) else 0)
+            if spending.left < 0:
+                spending.exhausted()
         return keyword(validator, value, instance, schema)
     return per_char
 
@@ -630,31 +637,35 @@ def _iter_errors(self: Any, instance: Any, _schema: Any = None) -> Iterator[Vali
             yield _completed(error, keyword, value, instance, schema, self.TYPE_CHECKER)
 
 
-def _descend(self: Any, instance: Any, schema: Any, path: Any = None, schema_path: Any = None,
-             resolver: Any = None) -> Iterator[ValidationError]:
-    # jsonschema's `descend`, its errors charged (`_completed`).
-    if schema is True:
-        return
-    if schema is False:
-        yield _false_schema(instance, schema)
-        return
-    if self._ref_resolver is not None:
-        evolved = self.evolve(schema=schema)
-    else:
-        if resolver is None:
-            resolver = self._resolver.in_subresource(type(self)._SPECIFICATION.create_resource(schema))
-        evolved = self.evolve(schema=schema, _resolver=resolver)
-    for keyword, value in type(self)._APPLICABLE_VALIDATORS(schema):
-        keyword_function = evolved.VALIDATORS.get(keyword)
-        if keyword_function is None:
-            continue
-        for error in keyword_function(evolved, value, instance, schema) or ():
-            _completed(error, keyword, value, instance, schema, evolved.TYPE_CHECKER)
-            if path is not None:
-                error.path.appendleft(path)
-            if schema_path is not None:
-                error.schema_path.appendleft(schema_path)
-            yield error
+def _descending(specification: Any, applicable: Any) -> Any:
+    """jsonschema's `descend` for a class of `specification`'s dialect reading a subschema's keywords
+    with `applicable` (the class's own: draft 7 and earlier ignore the siblings of `$ref`), its errors
+    charged (`_completed`)."""
+    def descend(self: Any, instance: Any, schema: Any, path: Any = None, schema_path: Any = None,
+                resolver: Any = None) -> Iterator[ValidationError]:
+        if schema is True:
+            return
+        if schema is False:
+            yield _false_schema(instance, schema)
+            return
+        if self._ref_resolver is not None:
+            evolved = self.evolve(schema=schema)
+        else:
+            if resolver is None:
+                resolver = self._resolver.in_subresource(specification.create_resource(schema))
+            evolved = self.evolve(schema=schema, _resolver=resolver)
+        for keyword, value in applicable(schema):
+            keyword_function = evolved.VALIDATORS.get(keyword)
+            if keyword_function is None:
+                continue
+            for error in keyword_function(evolved, value, instance, schema) or ():
+                _completed(error, keyword, value, instance, schema, evolved.TYPE_CHECKER)
+                if path is not None:
+                    error.path.appendleft(path)
+                if schema_path is not None:
+                    error.schema_path.appendleft(schema_path)
+                yield error
+    return descend
 
 
 def _evolve(self: Any, **changes: Any) -> Any:
@@ -668,9 +679,9 @@ def _evolve(self: Any, **changes: Any) -> Any:
         if spending.left < 0:
             spending.exhausted()
     cls = linear_time(jsonschema.validators.validator_for(schema, default=type(self)))
-    for field in attrs.fields(type(self)):
-        if field.init and field.alias not in changes:
-            changes[field.alias] = getattr(self, field.name)
+    for alias, name in type(self)._EVOLVED_FIELDS:
+        if alias not in changes:
+            changes[alias] = getattr(self, name)
     return cls(**changes)
 
 
@@ -681,6 +692,9 @@ _LINEAR_LOCK = threading.Lock()
 def linear_time(cls: Any) -> Any:
     """jsonschema's validator class `cls` with its regex keywords matched in linear time (one class per
     draft, made once; a class this returned is returned as it is)."""
+    found = _LINEAR.get(cls)
+    if found is not None:
+        return found
     with _LINEAR_LOCK:
         found = _LINEAR.get(cls)
         if found is None:
@@ -707,10 +721,12 @@ def linear_time(cls: Any) -> Any:
             found = jsonschema.validators.extend(
                 cls, validators={k: v for k, v in keywords.items() if k in cls.VALIDATORS})
             found.evolve = _evolve
+            found._EVOLVED_FIELDS = [(field.alias, field.name) for field in attrs.fields(found) if field.init]
             found.iter_errors = _iter_errors
-            found.descend = _descend
-            found._SPECIFICATION = referencing.jsonschema.specification_with(
-                dialect_id=cls.ID_OF(cls.META_SCHEMA) or "urn:unknown-dialect", default=referencing.Specification.OPAQUE)
+            found.descend = _descending(
+                referencing.jsonschema.specification_with(dialect_id=cls.ID_OF(cls.META_SCHEMA) or "urn:unknown-dialect",
+                                                          default=referencing.Specification.OPAQUE),
+                found._APPLICABLE_VALIDATORS)
             _LINEAR[cls] = _LINEAR[found] = found
         return found
 
