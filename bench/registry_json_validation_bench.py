@@ -16,7 +16,13 @@ without it on the record and on a 2020-12 order of 40 lines (`--count` / 50 vali
 Run against a tree without the budget (`cd /work/main && .venv/bin/python <this file>`), it prints
 the linear figures only: the old side of the comparison.
 
+Then how long hostile schemas take to be refused under the default budget, on 1 MB values. With
+`--per-step`, only the microseconds a step of 23 hostile shapes costs (the budget's worth at worst);
+with `--ordinary`, only the record, a 40-line order and 20 GeoJSON polygons within the budget (for
+comparing trees: `PYTHONPATH=<other tree> ... --ordinary`).
+
     PYTHONPATH=. .venv/bin/python bench/registry_json_validation_bench.py [--count 2000] [--rounds 5]
+        [--ordinary | --per-step]
 """
 
 from __future__ import annotations
@@ -288,11 +294,77 @@ def hostile_figures() -> None:
         print(f"  {name}, {nodes:,} nodes: {outcome} in {time.perf_counter() - started:.2f} s")
 
 
+ALL_KEYWORDS: dict[str, Any] = {"type": ["object", "array", "string", "number", "integer", "boolean", "null"], "minimum": 0, "maximum": 10,
+    "exclusiveMinimum": -1, "exclusiveMaximum": 11, "multipleOf": 1, "minLength": 0, "maxLength": 9, "minItems": 0,
+    "maxItems": 9, "minProperties": 0, "maxProperties": 9, "enum": [0, 1], "const": 0, "required": [], "pattern": "x",
+    "uniqueItems": True, "properties": {}, "dependentRequired": {}, "if": True, "then": True, "else": True,
+    "not": False, "allOf": [True], "anyOf": [True], "oneOf": [True], "propertyNames": True, "additionalProperties": True,
+    "contains": True, "minContains": 0, "items": True, "prefixItems": [True], "format": "x", "dependentSchemas": {},
+    "unevaluatedItems": True, "unevaluatedProperties": True, "patternProperties": {}}
+
+def hostile_shapes() -> Any:
+    """(name, schema, value) of hostile shapes, each a few hundred ms of work."""
+    big = [0] * 100_000
+    yield "fan-out 15", fan_out(15), {}
+    yield "anyOf failing on 100k list", {"anyOf": [{"type": "null"}] * 50 + [True]}, big
+    yield "patternProperties 100 x 10k names", {"patternProperties": {f"^x{i}$": True for i in range(100)}}, {f"k{i}": 0 for i in range(10_000)}
+    yield "additionalProperties+patterns", {"patternProperties": {f"^x{i}$": True for i in range(100)}, "additionalProperties": True}, {f"k{i}": 0 for i in range(10_000)}
+    yield "unknown keys 100", {"type": "array", "items": {f"u{i}": 0 for i in range(100)}}, [0] * 20_000
+    yield "unknown keys 10000", {"type": "array", "items": {f"u{i}": 0 for i in range(10000)}}, [0] * 200
+    yield "properties width 1000", {"type": "array", "items": {"properties": {f"p{i}": True for i in range(1000)}}}, [{}] * 2_000
+    yield "required 1000", {"type": "array", "items": {"required": [f"p{i}" for i in range(1000)]}}, [{f"p{i}": 0 for i in range(1000)}] * 200
+    yield "dependentRequired", {"$schema": D2020, "type": "array", "items": {"dependentRequired": {"a": [f"p{i}" for i in range(1000)]}}}, [{"a": 0, **{f"p{i}": 0 for i in range(1000)}}] * 200
+    yield "unevaluatedItems", {"$schema": D2020, "contains": True, "unevaluatedItems": False}, [0] * 20_000
+    yield "uniqueItems ints x20", {"allOf": [{"uniqueItems": True}] * 20}, list(range(100_000))
+    yield "uniqueItems objects", {"allOf": [{"uniqueItems": True}] * 5}, [{"a": [i, i]} for i in range(30_000)]
+    yield "contains required", {"contains": {"required": [f"p{i}" for i in range(100)]}}, [{}] * 50_000
+    yield "const big list", {"allOf": [{"const": [0] * 100_000 + [1]}] * 20}, [0] * 100_001
+    yield "enum big strings", {"type": "array", "items": {"enum": ["a" * 100_000 + str(i) for i in range(10)]}}, ["a" * 100_000 + "x"] * 100
+    yield "enum many small", {"type": "array", "items": {"enum": list(range(10_000))}}, [-1] * 200
+    yield "pattern long ok", {"allOf": [{"pattern": "b"}] * 100}, "b" * 1_000_000
+    yield "ref long", {"$schema": D2020, "$defs": {"x" * 10_000: True}, "type": "array", "items": {"$ref": "#/$defs/" + "x" * 10_000}}, [0] * 5_000
+    yield "oneOf 12 all valid", {"type": "array", "items": {"oneOf": [{"type": "integer"}] * 12}}, [0] * 5_000
+    yield "type error big dict", {"allOf": [{"type": "array"}] * 50}, {f"k{i}": [i, "v"] for i in range(30_000)}
+    yield "multipleOf big", {"type": "array", "items": {"multipleOf": 3 ** 2000}}, [3 ** 2500] * 2_000
+    yield "all keywords per item", {"$schema": D2020, "type": "array", "items": ALL_KEYWORDS}, [0] * 5_000
+    yield "not-not nested", {"type": "array", "items": {"not": {"not": {"not": {"not": {"type": "integer"}}}}}}, [0] * 10_000
+
+
+
+def per_step_figures() -> None:
+    """Microseconds per step of each hostile shape: what the budget's steps are worth at worst."""
+    for name, schema, value in hostile_shapes():
+        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        started = time.perf_counter()
+        with within_budget(value, json_validation.WorkBudget(base=10**15)) as spending:
+            jsonschema.exceptions.best_match(validator.iter_errors(value))
+        took = time.perf_counter() - started
+        print(f"  {name}: {took * 1e3:.0f} ms, {spending.steps:,} steps, {took * 1e6 / max(spending.steps, 1):.2f} us a step")
+
+
+def ordinary_figures(rounds: int) -> None:
+    """Per validation within the budget, as `serdes._validate` does: runs against any tree with a budget."""
+    record = linear_time(jsonschema.Draft7Validator)(SCHEMA)
+    orders = linear_time(jsonschema.Draft202012Validator)(ORDER_SCHEMA)
+    geo = linear_time(jsonschema.Draft7Validator)(GEOJSON)
+    print(f"record {per_validation_us(record, RECORD, 2000, rounds, budgeted=True):.1f} us, "
+          f"40-line order {per_validation_us(orders, order(40), 40, rounds, budgeted=True):.0f} us, "
+          f"20 GeoJSON polygons {per_validation_us(geo, features(20), 40, rounds, budgeted=True):.0f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ordinary", action="store_true", help="only the ordinary validations, within the budget")
+    parser.add_argument("--per-step", action="store_true", help="only the microseconds per step of hostile shapes")
     args = parser.parse_args()
+    if args.ordinary:
+        ordinary_figures(args.rounds)
+        return
+    if args.per_step:
+        per_step_figures()
+        return
     size = len(json.dumps(RECORD, separators=(",", ":")))
     stock = jsonschema.Draft7Validator(SCHEMA)
     linear = linear_time(jsonschema.Draft7Validator)(SCHEMA)

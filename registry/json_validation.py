@@ -435,7 +435,8 @@ def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[V
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if unique and validator.is_type(instance, "array"):
-        _charge(_HASHED * json_nodes(instance))  # each item is hashed whole (`unique_items`)
+        # Each item is hashed whole (`unique_items`): a scalar is one node, a container all of its own.
+        _charge(_HASHED * sum(json_nodes(item) if isinstance(item, (dict, list)) else 1 for item in instance))
         yield from unique_items(validator, unique, instance, schema)
 
 
