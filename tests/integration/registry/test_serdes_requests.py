@@ -86,7 +86,11 @@ def test_deserializers_sharing_a_client_ask_about_an_id_once(registry: Counted, 
     with RegistryClient(registry.url, basic_auth=AUTH) as producing:
         data = serializer(producing, json.dumps(order), references=references, auto_register_schemas=False)(
             {"customer": {"name": "Ada"}}, Ctx())
-    registry.taken()
+        assert registry.taken()[("GET", "/subjects/customer/versions/1")] == 1
+        # Another serializer on the client looks its schema up (as before), the referenced version no more.
+        assert serializer(producing, json.dumps(order), references=references, auto_register_schemas=False)(
+            {"customer": {"name": "Ada"}}, Ctx()) == data
+        assert registry.taken() == Counter({("POST", "/subjects/orders-value"): 1})
 
     with RegistryClient(registry.url, basic_auth=AUTH) as client:
         assert deserializer(client)(data, Ctx()) == {"customer": {"name": "Ada"}}
