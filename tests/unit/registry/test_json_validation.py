@@ -452,6 +452,9 @@ KEYWORD_WORK = {
     "properties listing many names": (
         {"type": "array", "items": {"properties": {f"p{i}": True for i in range(3_000)}}}, [{}] * 2_000),
     "contains, applied to each item": ({"contains": {"type": "string"}}, [0] * 60_000),
+    "a long $ref": ({"$defs": {"x" * 10_000: True}, "type": "array", "items": {"$ref": "#/$defs/" + "x" * 10_000}},
+                    [0] * 20_000),
+    "multipleOf with large integers": ({"type": "array", "items": {"multipleOf": 3**2_000}}, [3**2_500] * 25_000),
 }
 
 
@@ -474,6 +477,12 @@ def test_patterns_compiled_again_are_charged() -> None:
     many = _validator({"patternProperties": {f"^x{i}$": True for i in range(65)}, "additionalProperties": True})
     steps_of(few, value)  # compiles them
     assert steps_of(many, value) > 5 * steps_of(few, value)
+
+
+def test_a_format_checker_is_charged_by_the_string_it_reads() -> None:
+    # The serdes set none (`format` is an annotation); a validator given one pays for what it reads.
+    validator = validator_class_for({})({"format": "email"}, format_checker=jsonschema.FormatChecker())
+    assert steps_of(validator, "a" * 100_000 + "@b.c") > steps_of(validator, "a@b.c") + 40
 
 
 def test_unevaluated_items_take_linear_time() -> None:
