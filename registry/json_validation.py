@@ -633,7 +633,11 @@ def _iter_errors(self: Any, instance: Any, _schema: Any = None) -> Iterator[Vali
     if schema is False:
         yield _false_schema(instance, schema)
         return
-    for keyword_function, keyword, value in self._validators:
+    keywords = getattr(self, "_validators", None)  # newer jsonschema lists them when a validator is made
+    if keywords is None:
+        keywords = [(self.VALIDATORS[keyword], keyword, value)
+                    for keyword, value in type(self)._APPLICABLE_VALIDATORS(schema) if keyword in self.VALIDATORS]
+    for keyword_function, keyword, value in keywords:
         for error in keyword_function(self, value, instance, schema) or ():
             yield _completed(error, keyword, value, instance, schema, self.TYPE_CHECKER)
 
