@@ -152,7 +152,7 @@ _KEYWORD: Final = 8  # (jsonschema reads them all, known or not, and calls the k
 _MATCH: Final = 16  # one regex search, and at worst (RE2 leaving its DFA for its NFA: 7 ns a character
 _SEARCHED: Final = 16  # and instruction) one unit per this many characters times program instructions
 _COMPILE: Final = 256  # compiling a pattern (25 us), plus this many units per program instruction,
-_COMPILED: Final = 2  # charged when `_program` compiles it
+_COMPILED: Final = 2  # charged when `_program_size` finds it compiled again
 _READ_CHARS: Final = 32  # characters of a `$ref` resolved or a string a format checker reads, per unit
 _COMPARED: Final = 6  # one JSON node compared by `enum` or `const`
 _COMPARED_CHARS: Final = 1024  # characters of two strings compared equal in length (memcmp)
@@ -231,24 +231,25 @@ def _compiled(keyword: str, regex: object) -> CompiledPattern:
     return compiled
 
 
-@functools.lru_cache(maxsize=64)
-def _program(regex: str) -> tuple[CompiledPattern, int]:
-    """The compiled `regex` and its program size. Compiling is charged to the value being validated: the
-    shared cache (`compile_pattern`) keeps 64 patterns, and so does this one, so a schema cycling
-    through more has each compiled again at every search (0.3 ms for a large one)."""
-    compiled = compile_pattern(regex)
-    size = int(compiled.compiled.ProgramSize())
+@functools.lru_cache(maxsize=compile_pattern.cache_parameters()["maxsize"])
+def _program_size(regex: str) -> int:
+    """The program size of `regex`, compiled: kept for as many patterns as `compile_pattern` keeps (the
+    64 used last), so that this misses where it does, and a compilation is charged to the value being
+    validated (a schema cycling through more patterns compiles each again at every search, 0.3 ms for a
+    large one). Sizes only: the compiled patterns stay within `compile_pattern`'s bound."""
+    size = int(compile_pattern(regex).compiled.ProgramSize())
     _charge(_COMPILE + _COMPILED * size)
-    return compiled, size
+    return size
 
 
 def _found(keyword: str, regex: object, text: str) -> bool:
     if not isinstance(regex, str):
         raise UnevaluablePatternError(keyword, str(regex), "it is not a string")
     try:
-        compiled, size = _program(regex)
+        compiled = compile_pattern(regex)
     except UnsupportedPatternError as exc:
         raise UnevaluablePatternError(keyword, regex, exc.reason) from None
+    size = _program_size(regex)
     spending = _SPENDING.get()
     if spending is not None:  # RE2's worst case: its NFA, text times program
         spending.left -= _MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0)
