@@ -22,7 +22,8 @@ inside a keyword is counted as it is done, in proportion to the sizes it compare
 by the nodes compared, `uniqueItems` by the nodes hashed, each regex search by its text times its
 program (RE2's worst case), a pattern's compilation, `multipleOf` by the digits divided, `properties`,
 `required` and the like by their entries, each keyword a subschema holds (known or not), each item
-`contains` tries, and each error by its message (jsonschema's messages quote the value). Inside
+`contains` tries, the names `additionalProperties` and `unevaluatedProperties` go through, each `true`
+subschema applied, and each error by its message (jsonschema's messages quote the value). Inside
 `within_budget(value, budget)` a value whose work passes `WorkBudget.base` steps plus
 `WorkBudget.per_node` per JSON node of the value raises `WorkBudgetExceededError`, which no keyword
 takes for an answer. The count lives in a context variable: one per thread, so validators can be
@@ -91,8 +92,8 @@ class WorkBudget:
     """How much work validating one value may take, in steps (a subschema application, or as much work
     inside keywords): `base` plus `per_node` per JSON node of the value (each object, array, string,
     number, boolean and null counts one; `per_node=0` bounds every value alike). The default is above
-    what ordinary schemas use (1.2 to 3 steps a node; 6 to 10 for a `oneOf` of a dozen branches, 9 for
-    the 2020-12 meta-schema; see registry/README.md, Serdes) and refuses a 30-level fan-out schema in
+    what ordinary schemas use (1.1 to 3 steps a node; 6.6 to 10.2 for a `oneOf` of a dozen branches,
+    9.1 for the 2020-12 meta-schema; see registry/README.md, Serdes) and refuses a 30-level fan-out schema in
     about 0.35 s."""
 
     base: int = attrs.field(default=50_000)
@@ -157,6 +158,8 @@ _READ_CHARS: Final = 32  # characters of a `$ref` resolved or a string a format 
 _COMPARED: Final = 6  # one JSON node compared by `enum` or `const`
 _COMPARED_CHARS: Final = 1024  # characters of two strings compared equal in length (memcmp)
 _HASHED: Final = 24  # one JSON node hashed whole by `uniqueItems`
+_TRIVIAL: Final = 4  # a `true` subschema applied (no validator made)
+_NAME: Final = 4  # a property name `additionalProperties` or `unevaluatedProperties` goes through
 _ERROR: Final = 16  # one error made, and one unit per this many characters of its message
 _ERROR_CHARS: Final = 4  # (jsonschema's messages quote the value)
 _DIGITS: Final = 64  # bits of the numbers `multipleOf` divides, per unit
@@ -289,6 +292,9 @@ def _not_covered(instance: Any, schema: Any) -> list[str]:
     """The names in `instance` that neither `properties` nor `patternProperties` of `schema` cover."""
     properties = schema.get("properties", {})
     patterns = schema.get("patternProperties", {})
+    _charge(_NAME * len(instance))
+    if not patterns:
+        return [name for name in instance if name not in properties]
     return [name for name in instance
             if name not in properties and not any(_found("patternProperties", regex, name) for regex in patterns)]
 
@@ -331,6 +337,7 @@ def _evaluated(validator: Any, instance: Any, schema: Any, draft2019: bool) -> s
     `unevaluatedProperties` count by their keys, or all names when `true`)."""
     if not isinstance(schema, dict):
         return set()
+    _charge(_NAME * len(instance))  # the searches below go through the names
     names: set[str] = set()
     for referred, contents in _referred(validator, schema, draft2019):
         names |= _evaluated(referred, instance, contents, draft2019)
@@ -373,6 +380,7 @@ def _unevaluated_properties(draft2019: bool) -> Any:
         if not validator.is_type(instance, "object"):
             return
         evaluated = _evaluated(validator, instance, schema, draft2019)
+        _charge(_NAME * len(instance))
         refused = [name for name, value in instance.items() if name not in evaluated
                    and not _valid(validator.descend(value, unevaluated, path=name, schema_path=name))]
         if refused and unevaluated is False:
@@ -480,7 +488,7 @@ def _any_of(gathered: Keyword) -> Keyword:
     """`anyOf`: jsonschema gathers every error of each branch before the one that matches, to report
     them if none does; these answer by each branch's first error, and gather the errors (`gathered`,
     jsonschema's keyword) only for a value no branch matches. The same answer and errors, without
-    evaluating whole failing branches (a `oneOf` of a dozen event types took 10 steps a node)."""
+    evaluating whole failing branches (which took a `oneOf` of a dozen event types nearly twice the steps)."""
     def any_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Any:
         if _first_valid(validator, branches, instance) is not None:
             return None
@@ -649,7 +657,8 @@ def _descending(specification: Any, applicable: Any) -> Any:
     charged (`_completed`)."""
     def descend(self: Any, instance: Any, schema: Any, path: Any = None, schema_path: Any = None,
                 resolver: Any = None) -> Iterator[ValidationError]:
-        if schema is True:
+        if schema is True:  # no validator is made, but `items: true` goes through every item
+            _charge(_TRIVIAL)
             return
         if schema is False:
             yield _false_schema(instance, schema)

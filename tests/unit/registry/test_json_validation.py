@@ -455,6 +455,12 @@ KEYWORD_WORK = {
     "a long $ref": ({"$defs": {"x" * 10_000: True}, "type": "array", "items": {"$ref": "#/$defs/" + "x" * 10_000}},
                     [0] * 20_000),
     "multipleOf with large integers": ({"type": "array", "items": {"multipleOf": 3**2_000}}, [3**2_500] * 25_000),
+    "items: true, through every item": ({"allOf": [{"items": True}] * 50}, [0] * 100_000),
+    "allOf of true subschemas": ({"type": "array", "items": {"allOf": [True] * 20_000}}, [0] * 100),
+    "additionalProperties through every name": (
+        {"allOf": [{"additionalProperties": True}] * 100}, {f"k{i}": 0 for i in range(20_000)}),
+    "unevaluatedProperties through every name": (
+        {"$schema": DRAFT2020, "allOf": [{"unevaluatedProperties": True}] * 50}, {f"k{i}": 0 for i in range(20_000)}),
 }
 
 
