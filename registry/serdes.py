@@ -39,6 +39,7 @@ from registry.json_validation import (
     check_patterns,
     check_schema,
     validator_class_for,
+    validator_with,
     within_budget,
 )
 from registry.model import Reference, reference_context, reference_subject
@@ -348,7 +349,7 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
         raise SerializationError(f"invalid JSON Schema: {exc.message}") from exc
     except ValueError as exc:
         raise SerializationError(f"invalid referenced JSON Schema: {exc}") from exc
-    return cls(schema, registry=referencing.Registry().with_resources(resources))
+    return validator_with(cls, schema, resources)
 
 
 def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> None:

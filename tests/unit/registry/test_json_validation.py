@@ -583,3 +583,15 @@ def test_a_failing_branch_stops_at_its_first_error() -> None:
     for keyword in ("oneOf", "anyOf"):
         assert steps_of(_validator({keyword: branches}), value) < 3 * json_nodes(value)
         same_errors({keyword: branches}, {**value, "kind": "k12"})
+
+
+def test_references_to_ids_and_anchors_do_not_search_the_schema_each_time() -> None:
+    # jsonschema searched the whole schema for an `$id` or `$anchor` at each `$ref` to one (77 ms an
+    # application beside 10,000 definitions): the registry is searched once, when the validator is made.
+    filler = {f"f{i}": {"type": "object", "properties": {"x": {"type": "string"}}} for i in range(2_000)}
+    for target, ref in (({"$id": "urn:a", "type": "integer"}, "urn:a"), ({"$anchor": "a", "type": "integer"}, "#a")):
+        schema = {"$schema": DRAFT2020, "$defs": {"a": target, **filler}, "type": "array", "items": {"$ref": ref}}
+        started = time.perf_counter()
+        _validate(_validator(schema), list(range(2_000)))
+        assert refusal(schema, [0, "x"]).endswith('at $[1], type "integer" is not met')
+        assert time.perf_counter() - started < FAST_S
