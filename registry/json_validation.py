@@ -758,7 +758,11 @@ def validator_with(cls: Any, schema: Any, resources: list[tuple[str, referencing
     root = _specification(cls).create_resource(schema)
     uri = root.id() or ""
     registry = jsonschema_specifications.REGISTRY.combine(referencing.Registry().with_resources(resources))
-    return cls(schema, _resolver=registry.with_resource(uri, root).crawl().resolver(base_uri=uri))
+    try:
+        crawled = registry.with_resource(uri, root).crawl()
+    except (AttributeError, TypeError):  # a malformed keyword in a referenced schema: searched when reached
+        return cls(schema, registry=referencing.Registry().with_resources(resources))
+    return cls(schema, _resolver=crawled.resolver(base_uri=uri))
 
 
 def validator_class_for(schema: Any) -> Any:

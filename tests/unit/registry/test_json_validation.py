@@ -595,3 +595,13 @@ def test_references_to_ids_and_anchors_do_not_search_the_schema_each_time() -> N
         _validate(_validator(schema), list(range(2_000)))
         assert refusal(schema, [0, "x"]).endswith('at $[1], type "integer" is not met')
         assert time.perf_counter() - started < FAST_S
+
+
+def test_a_referenced_schema_with_a_malformed_keyword_still_serves_pointers_into_it() -> None:
+    # The registry it cannot be searched in is searched no sooner than before: when a `$ref` needs it.
+    referenced = [("lib.json", FetchedSchema(json.dumps({"$defs": {"n": {"type": "integer"}}, "properties": [1]}),
+                                             "JSON"))]
+    validator = _validator({"$ref": "lib.json#/$defs/n"}, referenced)
+    _validate(validator, 5)
+    with pytest.raises(SerializationError, match='type "integer" is not met'):
+        _validate(validator, "x")
