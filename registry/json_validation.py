@@ -161,6 +161,7 @@ _COMPARED_CHARS: Final = 1024  # characters of two strings compared equal in len
 _HASHED: Final = 24  # one JSON node hashed whole by `uniqueItems`
 _TRIVIAL: Final = 4  # a `true` subschema applied (no validator made)
 _NAME: Final = 4  # a property name `additionalProperties` or `unevaluatedProperties` goes through
+_PASSED: Final = 12  # an error passing one keyword on its way up
 _ERROR: Final = 16  # one error made, and one unit per this many characters of its message
 _ERROR_CHARS: Final = 4  # (jsonschema's messages quote the value)
 _DIGITS: Final = 64  # bits of the numbers `multipleOf` divides, per unit
@@ -614,11 +615,12 @@ _UNSET: Final = ValidationError("").validator  # what jsonschema leaves in an er
 
 def _completed(error: ValidationError, keyword: str, value: Any, instance: Any, schema: Any, type_checker: Any
                ) -> ValidationError:
-    """An error a keyword gave, completed as jsonschema completes it; a new one is charged by its message:
-    jsonschema's messages quote the value (`[0, 0, ...] is not of type 'null'`), which for a large value
-    costs more than the step that made it."""
-    if error.validator is _UNSET:
-        _charge(_ERROR + len(error.message) // _ERROR_CHARS)
+    """An error a keyword gave, completed as jsonschema completes it, and charged at each keyword it
+    passes on its way up (an error deep in the value passes as many: 120,000 errors 400 levels deep took
+    44 s in 2.5 steps a node); a new one is charged by its message too: jsonschema's messages quote the
+    value (`[0, 0, ...] is not of type 'null'`), which for a large value costs more than the step that
+    made it."""
+    _charge(_PASSED + (_ERROR + len(error.message) // _ERROR_CHARS if error.validator is _UNSET else 0))
     error._set(validator=keyword, validator_value=value, instance=instance, schema=schema, type_checker=type_checker)
     if keyword not in ("if", "$ref"):
         error.schema_path.appendleft(keyword)

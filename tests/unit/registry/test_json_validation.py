@@ -3,6 +3,7 @@ ordinary patterns, and refuse a pattern they cannot evaluate by name, when the v
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -461,6 +462,9 @@ KEYWORD_WORK = {
         {"allOf": [{"additionalProperties": True}] * 100}, {f"k{i}": 0 for i in range(20_000)}),
     "unevaluatedProperties through every name": (
         {"$schema": DRAFT2020, "allOf": [{"unevaluatedProperties": True}] * 50}, {f"k{i}": 0 for i in range(20_000)}),
+    "errors passing up from deep in the value": (
+        {"$defs": {"n": {"type": ["array", "integer"], "items": {"$ref": "#/$defs/n"}}}, "$ref": "#/$defs/n"},
+        functools.reduce(lambda inner, _: [inner, *["s"] * 100], range(150), [])),
 }
 
 
