@@ -16,7 +16,13 @@ without it on the record and on a 2020-12 order of 40 lines (`--count` / 50 vali
 Run against a tree without the budget (`cd /work/main && .venv/bin/python <this file>`), it prints
 the linear figures only: the old side of the comparison.
 
+Then how long hostile schemas take to be refused under the default budget, on 1 MB values. With
+`--per-step`, only the microseconds a step of 23 hostile shapes costs (the budget's worth at worst);
+with `--ordinary`, only the record, a 40-line order and 20 GeoJSON polygons within the budget (for
+comparing trees: `PYTHONPATH=<other tree> ... --ordinary`).
+
     PYTHONPATH=. .venv/bin/python bench/registry_json_validation_bench.py [--count 2000] [--rounds 5]
+        [--ordinary | --per-step]
 """
 
 from __future__ import annotations
@@ -146,6 +152,52 @@ def thread(depth: int) -> dict[str, Any]:
     return comment
 
 
+# json-schema.org's "Product" example, the one Confluent's JSON Schema serdes documentation uses.
+PRODUCT = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "$id": "http://example.com/product.schema.json",
+    "title": "Product", "description": "A product from Acme's catalog", "type": "object",
+    "properties": {"productId": {"description": "The unique identifier for a product", "type": "integer"},
+                   "productName": {"description": "Name of the product", "type": "string"},
+                   "price": {"description": "The price of the product", "type": "number", "exclusiveMinimum": 0},
+                   "tags": {"description": "Tags for the product", "type": "array", "items": {"type": "string"},
+                            "minItems": 1, "uniqueItems": True},
+                   "dimensions": {"type": "object", "properties": {"length": {"type": "number"},
+                                                                   "width": {"type": "number"},
+                                                                   "height": {"type": "number"}},
+                                  "required": ["length", "width", "height"]}},
+    "required": ["productId", "productName", "price"]}
+
+
+def products(count: int) -> list[dict[str, Any]]:
+    return [{"productId": n, "productName": f"An ice sculpture {n}", "price": 12.5 + n,
+             "tags": ["cold", "ice", f"batch-{n % 7}"], "dimensions": {"length": 7.0, "width": 12.0, "height": 9.5}}
+            for n in range(count)]
+
+
+# A topic of a dozen event types: a `oneOf` of twelve branches told apart by a `const`, each `$ref`ing
+# shared definitions, every value matching exactly one.
+EVENTS = {
+    "$schema": D2020, "type": "array", "items": {"oneOf": [{"$ref": f"#/$defs/e{n}"} for n in range(12)]},
+    "$defs": {"actor": {"type": "object", "required": ["id"], "additionalProperties": False,
+                        "properties": {"id": {"type": "string", "pattern": "^u-[0-9]{1,12}$"},
+                                       "roles": {"type": "array", "items": {"enum": ["admin", "user", "guest"]}}}},
+              **{f"e{n}": {"type": "object", "required": ["type", "at", "actor"], "additionalProperties": False,
+                           "properties": {"type": {"const": f"event.{n}"}, "at": {"type": "string", "format": "date-time"},
+                                          "actor": {"$ref": "#/$defs/actor"}, "count": {"type": "integer", "minimum": 0},
+                                          "note": {"type": "string", "maxLength": 200}}} for n in range(12)}}}
+
+
+def events(count: int) -> list[dict[str, Any]]:
+    return [{"type": f"event.{n % 12}", "at": "2024-05-01T12:00:00Z", "actor": {"id": f"u-{n}", "roles": ["user"]},
+             "count": n, "note": "ok"} for n in range(count)]
+
+
+def schema_document(definitions: int) -> dict[str, Any]:
+    """A large schema, as a value checked against the 2020-12 meta-schema (a registry of schemas)."""
+    return {"$schema": D2020, "$defs": {f"order{n}": {k: v for k, v in ORDER_SCHEMA.items() if k != "$id"}
+                                        for n in range(definitions)}}
+
+
 def fan_out(depth: int) -> dict[str, Any]:
     defs: dict[str, Any] = {"d0": {"type": "object"}}
     for level in range(1, depth + 1):
@@ -184,11 +236,16 @@ def budget_figures(count: int, rounds: int) -> None:
         print(f"{name}: linear {free:.1f} us, within the budget {bounded:.1f} us, ratio {bounded / free:.3f}")
     if within_budget is None:
         return
-    print("steps per JSON node (the default allows 50,000 plus 100 per node):")
+    default = json_validation.WorkBudget()
+    print(f"steps per JSON node (the default allows {default.base:,} plus {default.per_node} per node):")
+    meta = jsonschema.Draft202012Validator.META_SCHEMA
     cases = (("payment records, 1 MB", {"type": "array", "items": SCHEMA}, [RECORD] * 1_000),
              ("order of 7,200 lines", ORDER_SCHEMA, order(7_200)),
              ("GeoJSON, 2,500 polygons", GEOJSON, features(2_500)),
-             ("comment thread, 7 levels of 4 replies", THREAD, thread(6)))
+             ("comment thread, 7 levels of 4 replies", THREAD, thread(6)),
+             ("json-schema.org Product, 5,000", {"type": "array", "items": PRODUCT}, products(5_000)),
+             ("12 event types (oneOf of $refs), 8,000", EVENTS, events(8_000)),
+             ("2020-12 meta-schema on a schema document", meta, schema_document(400)))
     for name, schema, value in cases:
         validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
         started = time.perf_counter()
@@ -209,11 +266,105 @@ def budget_figures(count: int, rounds: int) -> None:
               f"{(time.perf_counter() - started) * 1e3:.0f} ms: {exc}")
 
 
+def hostile_figures() -> None:
+    """How long hostile schemas take to be refused under the default budget, on 1 MB values."""
+    typical = {"k": ["abcdefgh"] * 100_000}  # 1.1 MB, 100,002 nodes
+    dense = [0] * 500_000  # 1 MB, 500,001 nodes
+    every_keyword = {"$schema": D2020, "type": ["array", "integer"], "minimum": 0, "maximum": 9, "multipleOf": 1,
+                     "minLength": 0, "maxItems": 10**6, "enum": [0, 1], "const": 0, "required": [], "pattern": "x",
+                     "properties": {}, "if": True, "then": True, "else": True, "not": False, "allOf": [True],
+                     "anyOf": [True], "oneOf": [True], "contains": True, "prefixItems": [True], "format": "x",
+                     "dependentSchemas": {}, "unevaluatedItems": True, "patternProperties": {}}
+    cases = (("30-level fan-out", fan_out(30), typical), ("30-level fan-out", fan_out(30), dense),
+             ("anyOf of 100,000 failing branches", {"anyOf": [{"type": "null"}] * 100_000}, typical),
+             ("allOf of 10,000 uniqueItems", {"allOf": [{"uniqueItems": True}] * 10_000}, dense),
+             ("allOf of 1,000 DFA-defeating patterns", {"allOf": [{"pattern": "[ab]*a[ab]{200}c"}] * 1_000},
+              "ab" * 500_000),
+             ("every keyword on each item", {"type": "array", "items": every_keyword}, dense))
+    for name, schema, value in cases:
+        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        nodes = json_validation.json_nodes(value)
+        started = time.perf_counter()
+        try:
+            with within_budget(value):
+                jsonschema.exceptions.best_match(validator.iter_errors(value))
+            outcome = "passed"
+        except json_validation.WorkBudgetExceededError as exc:
+            outcome = f"refused at {exc.steps:,} steps"
+        print(f"  {name}, {nodes:,} nodes: {outcome} in {time.perf_counter() - started:.2f} s")
+
+
+ALL_KEYWORDS: dict[str, Any] = {"type": ["object", "array", "string", "number", "integer", "boolean", "null"], "minimum": 0, "maximum": 10,
+    "exclusiveMinimum": -1, "exclusiveMaximum": 11, "multipleOf": 1, "minLength": 0, "maxLength": 9, "minItems": 0,
+    "maxItems": 9, "minProperties": 0, "maxProperties": 9, "enum": [0, 1], "const": 0, "required": [], "pattern": "x",
+    "uniqueItems": True, "properties": {}, "dependentRequired": {}, "if": True, "then": True, "else": True,
+    "not": False, "allOf": [True], "anyOf": [True], "oneOf": [True], "propertyNames": True, "additionalProperties": True,
+    "contains": True, "minContains": 0, "items": True, "prefixItems": [True], "format": "x", "dependentSchemas": {},
+    "unevaluatedItems": True, "unevaluatedProperties": True, "patternProperties": {}}
+
+def hostile_shapes() -> Any:
+    """(name, schema, value) of hostile shapes, each a few hundred ms of work."""
+    big = [0] * 100_000
+    yield "fan-out 15", fan_out(15), {}
+    yield "anyOf failing on 100k list", {"anyOf": [{"type": "null"}] * 50 + [True]}, big
+    yield "patternProperties 100 x 10k names", {"patternProperties": {f"^x{i}$": True for i in range(100)}}, {f"k{i}": 0 for i in range(10_000)}
+    yield "additionalProperties+patterns", {"patternProperties": {f"^x{i}$": True for i in range(100)}, "additionalProperties": True}, {f"k{i}": 0 for i in range(10_000)}
+    yield "unknown keys 100", {"type": "array", "items": {f"u{i}": 0 for i in range(100)}}, [0] * 20_000
+    yield "unknown keys 10000", {"type": "array", "items": {f"u{i}": 0 for i in range(10000)}}, [0] * 200
+    yield "properties width 1000", {"type": "array", "items": {"properties": {f"p{i}": True for i in range(1000)}}}, [{}] * 2_000
+    yield "required 1000", {"type": "array", "items": {"required": [f"p{i}" for i in range(1000)]}}, [{f"p{i}": 0 for i in range(1000)}] * 200
+    yield "dependentRequired", {"$schema": D2020, "type": "array", "items": {"dependentRequired": {"a": [f"p{i}" for i in range(1000)]}}}, [{"a": 0, **{f"p{i}": 0 for i in range(1000)}}] * 200
+    yield "unevaluatedItems", {"$schema": D2020, "contains": True, "unevaluatedItems": False}, [0] * 20_000
+    yield "uniqueItems ints x20", {"allOf": [{"uniqueItems": True}] * 20}, list(range(100_000))
+    yield "uniqueItems objects", {"allOf": [{"uniqueItems": True}] * 5}, [{"a": [i, i]} for i in range(30_000)]
+    yield "contains required", {"contains": {"required": [f"p{i}" for i in range(100)]}}, [{}] * 50_000
+    yield "const big list", {"allOf": [{"const": [0] * 100_000 + [1]}] * 20}, [0] * 100_001
+    yield "enum big strings", {"type": "array", "items": {"enum": ["a" * 100_000 + str(i) for i in range(10)]}}, ["a" * 100_000 + "x"] * 100
+    yield "enum many small", {"type": "array", "items": {"enum": list(range(10_000))}}, [-1] * 200
+    yield "pattern long ok", {"allOf": [{"pattern": "b"}] * 100}, "b" * 1_000_000
+    yield "ref long", {"$schema": D2020, "$defs": {"x" * 10_000: True}, "type": "array", "items": {"$ref": "#/$defs/" + "x" * 10_000}}, [0] * 5_000
+    yield "oneOf 12 all valid", {"type": "array", "items": {"oneOf": [{"type": "integer"}] * 12}}, [0] * 5_000
+    yield "type error big dict", {"allOf": [{"type": "array"}] * 50}, {f"k{i}": [i, "v"] for i in range(30_000)}
+    yield "multipleOf big", {"type": "array", "items": {"multipleOf": 3 ** 2000}}, [3 ** 2500] * 2_000
+    yield "all keywords per item", {"$schema": D2020, "type": "array", "items": ALL_KEYWORDS}, [0] * 5_000
+    yield "not-not nested", {"type": "array", "items": {"not": {"not": {"not": {"not": {"type": "integer"}}}}}}, [0] * 10_000
+
+
+
+def per_step_figures() -> None:
+    """Microseconds per step of each hostile shape: what the budget's steps are worth at worst."""
+    for name, schema, value in hostile_shapes():
+        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        started = time.perf_counter()
+        with within_budget(value, json_validation.WorkBudget(base=10**15)) as spending:
+            jsonschema.exceptions.best_match(validator.iter_errors(value))
+        took = time.perf_counter() - started
+        print(f"  {name}: {took * 1e3:.0f} ms, {spending.steps:,} steps, {took * 1e6 / max(spending.steps, 1):.2f} us a step")
+
+
+def ordinary_figures(rounds: int) -> None:
+    """Per validation within the budget, as `serdes._validate` does: runs against any tree with a budget."""
+    record = linear_time(jsonschema.Draft7Validator)(SCHEMA)
+    orders = linear_time(jsonschema.Draft202012Validator)(ORDER_SCHEMA)
+    geo = linear_time(jsonschema.Draft7Validator)(GEOJSON)
+    print(f"record {per_validation_us(record, RECORD, 2000, rounds, budgeted=True):.1f} us, "
+          f"40-line order {per_validation_us(orders, order(40), 40, rounds, budgeted=True):.0f} us, "
+          f"20 GeoJSON polygons {per_validation_us(geo, features(20), 40, rounds, budgeted=True):.0f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ordinary", action="store_true", help="only the ordinary validations, within the budget")
+    parser.add_argument("--per-step", action="store_true", help="only the microseconds per step of hostile shapes")
     args = parser.parse_args()
+    if args.ordinary:
+        ordinary_figures(args.rounds)
+        return
+    if args.per_step:
+        per_step_figures()
+        return
     size = len(json.dumps(RECORD, separators=(",", ":")))
     stock = jsonschema.Draft7Validator(SCHEMA)
     linear = linear_time(jsonschema.Draft7Validator)(SCHEMA)
@@ -232,6 +383,9 @@ def main() -> None:
         assert not validator.is_valid("a" * n + "!")
         print(f"^(a+)+$ against {n + 1} characters with RE2: {(time.perf_counter() - started) * 1e3:.3f} ms")
     budget_figures(args.count, args.rounds)
+    if within_budget is not None and hasattr(json_validation, "_charge"):  # the budget counting keyword work
+        print("hostile schemas on 1 MB values, under the default budget:")
+        hostile_figures()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """A small synchronous client of the Confluent-compatible REST API, for `registry.serdes`.
 
-Talks to kgov or to any Confluent-compatible registry. Ids are immutable, so schemas fetched by id
-and ids obtained for (subject, schema) are cached for the life of the client. A URL ending in
+Talks to kgov or to any Confluent-compatible registry. Ids are immutable, so schemas fetched by id,
+ids obtained for (subject, schema), numbered versions (as confluent-kafka's `get_version` caches
+them; `latest` is always asked) and the subject whose context an id's references resolve in
+(`registry.serdes.id_referrer`) are cached for the life of the client: deserializers sharing a client
+ask the registry about an id once. A URL ending in
 `/contexts/<ctx>` (Confluent's context base URL) binds the client to that context: the server reads
 the subjects it names as `:.<ctx>:<subject>` (`qualified`).
 """
@@ -63,6 +66,8 @@ class RegistryClient:
     _by_id: dict[int, FetchedSchema] = field(init=False, default_factory=dict, repr=False)
     _ids: dict[tuple[str, str, str, tuple[Reference, ...]], int] = field(init=False, default_factory=dict,
                                                                          repr=False)
+    _versions: dict[tuple[bool, str, int], RegisteredVersion] = field(init=False, default_factory=dict, repr=False)
+    _referrers: dict[int, str] = field(init=False, default_factory=dict, repr=False)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
     context: str = field(init=False, default=DEFAULT_CONTEXT)
     _root: str = field(init=False, default="", repr=False)
@@ -133,15 +138,34 @@ class RegistryClient:
 
     def version(self, subject: str, version: int | str = "latest", *, qualified: bool = False) -> RegisteredVersion:
         """With `qualified`, `subject` is the registry's own name for it (`qualified`), asked of the
-        registry's root: a client bound to a context can reach the default context's subjects too."""
+        registry's root: a client bound to a context can reach the default context's subjects too.
+        A numbered version is asked once per client; `latest` (or -1) every time."""
+        key = (qualified, subject, version) if isinstance(version, int) and version > 0 else None
+        cached = self._versions.get(key) if key is not None else None
+        if cached is not None:
+            return cached
         path = f"/subjects/{_quote(subject)}/versions/{version}"
-        return _version(self._request("GET", self._root + path if qualified else path))
+        found = _version(self._request("GET", self._root + path if qualified else path))
+        if key is not None:
+            with self._lock:
+                self._versions[key] = found
+        return found
 
     def id_usages(self, schema_id: int) -> list[tuple[str, int]]:
         """(subject, version) of the versions, soft-deleted ones included, that use `schema_id` and
         that the caller may read."""
         doc = self._request("GET", f"/schemas/ids/{int(schema_id)}/versions?deleted=true")
         return [(str(d["subject"]), int(d["version"])) for d in doc or []]
+
+    def known_referrer(self, schema_id: int) -> str | None:
+        """The subject `remember_referrer` kept for `schema_id`, if any."""
+        return self._referrers.get(schema_id)
+
+    def remember_referrer(self, schema_id: int, subject: str) -> None:
+        """Keeps the subject in whose context the references of `schema_id` resolve
+        (`registry.serdes.id_referrer`), for the life of the client."""
+        with self._lock:
+            self._referrers[schema_id] = subject
 
 
 def _quote(subject: str) -> str:

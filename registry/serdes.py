@@ -39,6 +39,7 @@ from registry.json_validation import (
     check_patterns,
     check_schema,
     validator_class_for,
+    validator_with,
     within_budget,
 )
 from registry.model import Reference, reference_context, reference_subject
@@ -146,12 +147,22 @@ def id_referrer(client: RegistryClient, schema_id: int, fetched: FetchedSchema) 
     one; else the client's context itself, which is how Confluent's Python and Go clients read them
     (as written, through the client's URL). Subjects of several contexts reading the references
     differently (an id stored before kgov resolved references by context) make the answer ambiguous:
-    refused rather than guessed."""
+    refused rather than guessed. The answer is asked once per id per client (`RegistryClient.remember_referrer`),
+    as Confluent's clients cache an id's schema per subject."""
     bound = client.qualified("")
     if not fetched.references:
         return bound
     if fetched.subject is not None:
         return fetched.subject
+    known = client.known_referrer(schema_id)
+    if known is not None:
+        return known
+    found = _usages_referrer(client, schema_id, fetched, bound)
+    client.remember_referrer(schema_id, found)
+    return found
+
+
+def _usages_referrer(client: RegistryClient, schema_id: int, fetched: FetchedSchema, bound: str) -> str:
     try:
         usages = client.id_usages(schema_id)
     except RegistryClientError as exc:
@@ -338,7 +349,7 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
         raise SerializationError(f"invalid JSON Schema: {exc.message}") from exc
     except ValueError as exc:
         raise SerializationError(f"invalid referenced JSON Schema: {exc}") from exc
-    return cls(schema, registry=referencing.Registry().with_resources(resources))
+    return validator_with(cls, schema, resources)
 
 
 def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> None:
