@@ -32,6 +32,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -74,7 +75,9 @@ from gateway.sasl_session import (
     AuthStep,
     MechanismFactory,
     SaslSession,
+    StepOutcome,
 )
+from gateway.sasl_steps import DEFAULT_MAX_WAITING, SaslStepPool
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
@@ -132,6 +135,10 @@ class GatewayOptions:
     max_request_bytes: int = 100 * 1024 * 1024
     idle_timeout_s: float = 600.0
     sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
+    # Worker threads for SaslAuthenticate steps (0: one per CPU) and how many steps may wait for one
+    # before new logins are refused (`gateway.sasl_steps`).
+    sasl_workers: int = 0
+    sasl_max_waiting_steps: int = DEFAULT_MAX_WAITING
     # False when the mechanisms audit their own failures (sasl.service.CredentialService does).
     audit_auth_failures: bool = True
     # The gateway's own login to the upstream: (mechanism, username, password), or OAUTHBEARER.
@@ -225,6 +232,9 @@ class Gateway:
         # Client connections closed because their KIP-368 session expired un-renewed (Kafka's
         # expired-connections-killed-count).
         self.expired_connections_killed = 0
+        # SaslAuthenticate steps run here, off the event loop (`ClientConnection._authenticate`).
+        self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
+                                                                  options.sasl_max_waiting_steps)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -267,6 +277,7 @@ class Gateway:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.sasl_steps.close()
         for s in self._servers:
             with contextlib.suppress(Exception):
                 await s.wait_closed()
@@ -1159,25 +1170,60 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.abort("session expired")
 
     def _sasl_authenticate(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
-        assert self.sasl is not None
         request = decode_request(spec, header, frame)
-        step = self.sasl.authenticate(bytes(request.auth_bytes), self._now_ms())
-        kwargs: dict[str, Any] = {"error_code": step.error_code, "error_message": step.error_message,
-                                  "auth_bytes": step.data}
-        if header.api_version >= 1:
-            kwargs["session_lifetime_ms"] = step.session_lifetime_ms
         slot = Slot(header, spec, now, len(frame))
-        response = encode_response(spec, header.api_version, header.correlation_id, spec.response(**kwargs))
-        self._after_auth_step(step, slot, response)
+
+        def answer(step: AuthStep) -> None:
+            kwargs: dict[str, Any] = {"error_code": step.error_code, "error_message": step.error_message,
+                                      "auth_bytes": step.data}
+            if header.api_version >= 1:
+                kwargs["session_lifetime_ms"] = step.session_lifetime_ms
+            response = encode_response(spec, header.api_version, header.correlation_id, spec.response(**kwargs))
+            self._after_auth_step(step, slot, response)
+
+        self._authenticate(bytes(request.auth_bytes), answer)
 
     def _on_raw_sasl_token(self, frame: Frame, now: float) -> None:
-        assert self.sasl is not None
-        step = self.sasl.authenticate(bytes(frame), self._now_ms())
         slot = Slot(RequestHeader(SASL_AUTHENTICATE, 0, 0, None, 0), None, now, len(frame), raw=True)
-        if step.done:
-            self.raw_sasl = False
-        response = b"" if step.failed else len(step.data).to_bytes(4, "big") + step.data
-        self._after_auth_step(step, slot, response)
+
+        def answer(step: AuthStep) -> None:
+            if step.done:
+                self.raw_sasl = False
+            response = b"" if step.failed else len(step.data).to_bytes(4, "big") + step.data
+            self._after_auth_step(step, slot, response)
+
+        self._authenticate(bytes(frame), answer)
+
+    def _authenticate(self, data: bytes, answer: Callable[[AuthStep], None]) -> None:
+        """Runs one SaslAuthenticate: its mechanism step on the gateway's SASL worker threads
+        (`gateway.sasl_steps`), the connection paused meanwhile, so the step's answer comes before any
+        later request is read and the session never sees two steps at once. When too many steps wait
+        already, a first login fails at once as a failed authentication (audited, delayed)."""
+        sasl = self.sasl
+        assert sasl is not None
+        begun = sasl.begin_authenticate(data)
+        if isinstance(begun, AuthStep):
+            answer(begun)
+            return
+        pool = self.gateway.sasl_steps
+
+        def done(future: Future[StepOutcome]) -> None:
+            if self.closed:
+                return  # the client left while its step ran; the mechanism audited its own failure
+            try:
+                answer(sasl.finish_authenticate(future.result(), self._now_ms()))
+            except Exception as exc:
+                # Outside `_serve_frames`, which would otherwise close the connection for this fault.
+                log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
+                self._close_after_earlier_answers(f"error answering a SASL step: {type(exc).__name__}")
+            self.resume("sasl-step")
+
+        if pool.submit(begun.run, done, may_refuse=not sasl.reauthenticating):
+            self.pause("sasl-step")
+            return
+        reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
+                  f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
+        answer(sasl.refuse_step(reason))
 
     def _after_auth_step(self, step: AuthStep, slot: Slot, response: bytes, *, mechanism: str | None = None) -> None:
         assert self.sasl is not None
