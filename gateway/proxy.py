@@ -66,7 +66,12 @@ from gateway.codec import (
 )
 from gateway.fetch_session import sessionless_frame, sessionless_response
 from gateway.framing import Frame, FrameError, FrameReader
-from gateway.invalid_request import InvalidRequestError, parse_failure_log_lines
+from gateway.invalid_request import (
+    ApiNotEnabledError,
+    InvalidRequestError,
+    parse_failure_log_lines,
+    unreadable_request_log_lines,
+)
 from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
 from gateway.sasl_session import (
     SASL_AUTHENTICATE,
@@ -527,6 +532,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.connection_id = ""
         self.raw_sasl = False
         self._serve_scheduled = False  # `_serve_frames` is due on the loop (reading resumed with frames unread)
+        self._header_parsed = False  # the request being served got past its header (`_refuse_unreadable`)
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
@@ -825,7 +831,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 # A request Kafka refuses while it reads or parses it: closed unanswered, after the
                 # answers to the requests before it (Kafka reads the next request only once the
                 # previous one is answered).
-                self._close_after_earlier_answers(str(exc))
+                self._refuse_unreadable(frame, exc)
                 return
             except AuthorizerNotReadyError:
                 self.abort("authorizer not ready")
@@ -877,12 +883,28 @@ class ClientConnection(asyncio.BufferedProtocol):
             asyncio.get_running_loop().call_later(
                 FAILED_AUTH_ANSWER_WAIT_S, self.abort, f"earlier requests unanswered before a close ({reason})")
 
+    def _refuse_unreadable(self, frame: Frame, error: CodecError) -> None:
+        """Closes the connection, unanswered, after the answers to the requests before it. After the
+        login Kafka's `SocketServer.Processor.processCompletedReceives` reads the request and logs the
+        close at ERROR (`processChannelException`, `gateway.invalid_request`); during a SASL exchange
+        Kafka's authenticator reads it instead, and the close stays a DEBUG line here."""
+        sasl = self.sasl
+        if not self.raw_sasl and (sasl is None or not sasl.authenticating):
+            for line in unreadable_request_log_lines(
+                error, frame=frame, parsed_header=self._header_parsed, connection_id=self.connection_id,
+                listener=self.options.listener_name, principal=str(self.principal),
+            ):
+                log.error("%s", line)
+        self._close_after_earlier_answers(str(error))
+
     def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
         if self.raw_sasl:
             self._on_raw_sasl_token(frame, now)
             return
+        self._header_parsed = False
         header = parse_request_header(frame)
+        self._header_parsed = True
         key, version = header.api_key, header.api_version
         self._last_client_id = header.client_id or ""
         spec = SPECS.get(key)
@@ -904,7 +926,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._answer_api_versions(header, frame, now)
             return
         if spec is None or not spec.supports(version):
-            raise CodecError(f"unsupported api key {key} version {version}")
+            raise ApiNotEnabledError(key, version, f"unsupported api key {key} version {version}")
         if admission is Admission.DURING_AUTHENTICATION:
             self._refuse_during_authentication(spec, header, frame, now)
             return
@@ -915,7 +937,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._sasl_authenticate(spec, header, frame, now)
             return
         if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-            raise CodecError("SASL request on a listener without SASL")
+            raise ApiNotEnabledError(key, version, "SASL request on a listener without SASL")
         slot = Slot(header, spec, now, len(frame))
         ctx = self._context(header)
         handler = self.services.local_handlers.get(key)
@@ -929,7 +951,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._complete(slot, encode_response(spec, version, header.correlation_id, response))
             return
         if key not in PLANNERS:
-            raise CodecError(f"{spec.name} is not allowed through the gateway")
+            raise ApiNotEnabledError(key, version, f"{spec.name} is not allowed through the gateway")
         quotas = self.services.quotas
         if key == 0:
             slot.records_bytes = len(frame)
