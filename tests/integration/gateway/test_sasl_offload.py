@@ -22,6 +22,7 @@ from gateway.proxy import Services
 from sasl.mechanism import Step, Success, UnsupportedMechanismError
 from sasl.scram import MAX_ITERATIONS
 from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway
+from tests.integration.gateway.test_frame_reading import framed
 from tests.integration.gateway.test_sasl import PASSWORD, scram_login
 
 pytestmark = [pytest.mark.broker]
@@ -194,3 +195,32 @@ def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reau
     assert all(e["authenticationInfo"]["principal"] is None for e in busy)
     assert sum(e["result"]["success"] for e in events) == 5  # fast, its re-authentication, slow0-2
     assert [e["result"]["reauthentication"] for e in events if e["result"]["success"]].count(True) == 1
+
+
+def test_a_request_sent_with_the_login_is_served_only_after_the_steps_outcome(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    gate = threading.Event()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(
+        Services(authz.service), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate), sasl_workers=1,
+    )
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        raw.sock.sendall(framed(raw, 36, 1, AUTH(auth_bytes=plain_token("slow", "pw")))
+                         + framed(raw, 3, 12, metadata()))
+        deadline = time.monotonic() + 10
+        while gw.gateway.sasl_steps.pending < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raw.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            raw.sock.recv(1)  # neither the login's answer nor the Metadata's while the step runs
+        gate.set()
+        raw.sock.settimeout(10)
+        assert raw.receive(36, 1).error_code == 0
+        assert raw.receive(3, 12).brokers  # served after the login, as the authenticated principal
+    finally:
+        gate.set()
+        raw.close()
