@@ -11,6 +11,10 @@ Ordering: Kafka clients expect responses in request order on a connection, so ev
 `Slot` in a FIFO; locally answered requests complete their slot at once, forwarded ones when the
 upstream answers (upstream answers in order too), and slots are flushed from the head only.
 
+SASL: a SaslAuthenticate's mechanism step (a key derivation, a signature check) runs on the gateway's
+worker threads (`gateway.sasl_steps`), never on the event loop; its connection is paused until the
+outcome is back (`ClientConnection._authenticate`).
+
 Backpressure: client reads pause while the upstream transport is above its write high-water mark,
 while too many requests are in flight, while the upstream is still connecting with a full buffer,
 and while the client is muted by a quota; upstream reads pause while the client cannot take more.
