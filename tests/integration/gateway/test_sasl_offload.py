@@ -224,3 +224,22 @@ def test_a_request_sent_with_the_login_is_served_only_after_the_steps_outcome(
     finally:
         gate.set()
         raw.close()
+
+
+def test_a_failure_from_a_worker_thread_still_waits_the_fixed_failure_delay(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = runtime_factory(sasl={"failed_authentication_delay_ms": 300, "plain_cache_size": 0})
+    gw.runtime.credentials.set_scram_credential("slow", "SCRAM-SHA-512", "slow-secret", iterations=MAX_ITERATIONS,
+                                                actor=ADMIN)
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        started = time.monotonic()
+        answer = raw.call(36, 1, AUTH(auth_bytes=plain_token("slow", "wrong")))
+        elapsed = time.monotonic() - started
+        assert answer.error_code == 58
+        assert elapsed >= 0.3 * 0.95  # the delay, counted from the step's outcome
+        assert raw.closed_by_peer()
+    finally:
+        raw.close()
