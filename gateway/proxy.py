@@ -120,6 +120,7 @@ UPSTREAM_VERSIONS_TTL_S = 300.0
 # failing one (still with the upstream) before giving up on them.
 FAILED_AUTH_ANSWER_WAIT_S = 30.0
 UPSTREAM_LOST = "upstream connection lost"
+LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
 
 
 # An API the gateway answers itself (security admin APIs, quotas): returns the response message.
@@ -244,6 +245,19 @@ class Gateway:
         # SaslAuthenticate steps run here, off the event loop (`ClientConnection._authenticate`).
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
                                                                   options.sasl_max_waiting_steps)
+        self._refusals_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+
+    def warn_logins_refused(self) -> None:
+        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
+        SASL worker thread (each refusal also has its INFO line and audit event): the operator's sign
+        that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood."""
+        now = time.monotonic()
+        if now - self._refusals_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+            return
+        self._refusals_warned_at = now
+        pool = self.sasl_steps
+        log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
+                    "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers, pool.refused)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -1249,6 +1263,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
                   f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
+        self.gateway.warn_logins_refused()
         answer(sasl.refuse_step(reason))
 
     def _after_auth_step(self, step: AuthStep, slot: Slot, response: bytes, *, mechanism: str | None = None) -> None:

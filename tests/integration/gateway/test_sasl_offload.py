@@ -7,6 +7,7 @@ thread are bounded."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 import time
@@ -131,7 +132,9 @@ class GatedPlain:
 
 def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reauthentications_wait(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
     gate = threading.Event()
 
     def factory(name: str, client_address: str, *, reauthenticating: Principal | None = None) -> GatedPlain:
@@ -170,6 +173,10 @@ def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reau
                     "retry later")
             assert raw.closed_by_peer()
         assert pool.refused == 2
+        # One WARN line for the operator, not one per refusal (those are INFO, as any failed login).
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == ["refusing new SASL logins: 2 steps wait for 1 worker threads "
+                            "(gateway.sasl_max_waiting_steps, gateway.sasl_workers); 1 refused so far"]
         # A re-authentication of an established session waits for the thread instead of being refused.
         plain_handshake(fast)
         fast.send(36, 1, AUTH(auth_bytes=plain_token("fast", "pw")))
