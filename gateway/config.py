@@ -69,6 +69,11 @@ class GatewayConfig(BaseModel):
     upstream_oauth_retry_backoff_ms: int = Field(default=100, ge=1, le=3_600_000)
     upstream_oauth_retry_backoff_max_ms: int = Field(default=10_000, ge=1, le=3_600_000)
     max_request_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    # SaslAuthenticate steps (key derivations, signature checks) run on this many worker threads, off
+    # the event loop; 0 = one per CPU. At most `sasl_max_waiting_steps` may wait for a thread: beyond
+    # that a new login fails as a failed authentication (gateway/README.md, "Login work").
+    sasl_workers: int = Field(default=0, ge=0, le=256)
+    sasl_max_waiting_steps: int = Field(default=512, ge=0, le=100_000)
     idle_timeout_s: float = Field(default=600.0, gt=0)
     # One request-log event per request (Kafka's kafka.request.logger, JSON shape).
     request_log: bool = True

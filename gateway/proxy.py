@@ -11,6 +11,10 @@ Ordering: Kafka clients expect responses in request order on a connection, so ev
 `Slot` in a FIFO; locally answered requests complete their slot at once, forwarded ones when the
 upstream answers (upstream answers in order too), and slots are flushed from the head only.
 
+SASL: a SaslAuthenticate's mechanism step (a key derivation, a signature check) runs on the gateway's
+worker threads (`gateway.sasl_steps`), never on the event loop; its connection is paused until the
+outcome is back (`ClientConnection._authenticate`).
+
 Backpressure: client reads pause while the upstream transport is above its write high-water mark,
 while too many requests are in flight, while the upstream is still connecting with a full buffer,
 and while the client is muted by a quota; upstream reads pause while the client cannot take more.
@@ -32,6 +36,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -65,7 +70,12 @@ from gateway.codec import (
 )
 from gateway.fetch_session import sessionless_frame, sessionless_response
 from gateway.framing import Frame, FrameError, FrameReader
-from gateway.invalid_request import InvalidRequestError, parse_failure_log_lines
+from gateway.invalid_request import (
+    ApiNotEnabledError,
+    InvalidRequestError,
+    parse_failure_log_lines,
+    unreadable_request_log_lines,
+)
 from gateway.request_authz import ANONYMOUS, PLANNERS, RequestAuthorizer, error_response, plan_request
 from gateway.sasl_session import (
     SASL_AUTHENTICATE,
@@ -74,7 +84,9 @@ from gateway.sasl_session import (
     AuthStep,
     MechanismFactory,
     SaslSession,
+    StepOutcome,
 )
+from gateway.sasl_steps import DEFAULT_MAX_WAITING, SaslStepPool
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
@@ -108,6 +120,7 @@ UPSTREAM_VERSIONS_TTL_S = 300.0
 # failing one (still with the upstream) before giving up on them.
 FAILED_AUTH_ANSWER_WAIT_S = 30.0
 UPSTREAM_LOST = "upstream connection lost"
+LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
 
 
 # An API the gateway answers itself (security admin APIs, quotas): returns the response message.
@@ -132,6 +145,10 @@ class GatewayOptions:
     max_request_bytes: int = 100 * 1024 * 1024
     idle_timeout_s: float = 600.0
     sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
+    # Worker threads for SaslAuthenticate steps (0: one per CPU) and how many steps may wait for one
+    # before new logins are refused (`gateway.sasl_steps`).
+    sasl_workers: int = 0
+    sasl_max_waiting_steps: int = DEFAULT_MAX_WAITING
     # False when the mechanisms audit their own failures (sasl.service.CredentialService does).
     audit_auth_failures: bool = True
     # The gateway's own login to the upstream: (mechanism, username, password), or OAUTHBEARER.
@@ -225,6 +242,22 @@ class Gateway:
         # Client connections closed because their KIP-368 session expired un-renewed (Kafka's
         # expired-connections-killed-count).
         self.expired_connections_killed = 0
+        # SaslAuthenticate steps run here, off the event loop (`ClientConnection._authenticate`).
+        self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
+                                                                  options.sasl_max_waiting_steps)
+        self._refusals_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+
+    def warn_logins_refused(self) -> None:
+        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
+        SASL worker thread (each refusal also has its INFO line and audit event): the operator's sign
+        that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood."""
+        now = time.monotonic()
+        if now - self._refusals_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+            return
+        self._refusals_warned_at = now
+        pool = self.sasl_steps
+        log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
+                    "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers, pool.refused)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -267,6 +300,7 @@ class Gateway:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.sasl_steps.close()
         for s in self._servers:
             with contextlib.suppress(Exception):
                 await s.wait_closed()
@@ -516,6 +550,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.connection_id = ""
         self.raw_sasl = False
         self._serve_scheduled = False  # `_serve_frames` is due on the loop (reading resumed with frames unread)
+        self._header_parsed = False  # the request being served got past its header (`_refuse_unreadable`)
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
@@ -814,7 +849,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 # A request Kafka refuses while it reads or parses it: closed unanswered, after the
                 # answers to the requests before it (Kafka reads the next request only once the
                 # previous one is answered).
-                self._close_after_earlier_answers(str(exc))
+                self._refuse_unreadable(frame, exc)
                 return
             except AuthorizerNotReadyError:
                 self.abort("authorizer not ready")
@@ -866,12 +901,28 @@ class ClientConnection(asyncio.BufferedProtocol):
             asyncio.get_running_loop().call_later(
                 FAILED_AUTH_ANSWER_WAIT_S, self.abort, f"earlier requests unanswered before a close ({reason})")
 
+    def _refuse_unreadable(self, frame: Frame, error: CodecError) -> None:
+        """Closes the connection, unanswered, after the answers to the requests before it. After the
+        login Kafka's `SocketServer.Processor.processCompletedReceives` reads the request and logs the
+        close at ERROR (`processChannelException`, `gateway.invalid_request`); during a SASL exchange
+        Kafka's authenticator reads it instead, and the close stays a DEBUG line here."""
+        sasl = self.sasl
+        if not self.raw_sasl and (sasl is None or not sasl.authenticating):
+            for line in unreadable_request_log_lines(
+                error, frame=frame, parsed_header=self._header_parsed, connection_id=self.connection_id,
+                listener=self.options.listener_name, principal=str(self.principal),
+            ):
+                log.error("%s", line)
+        self._close_after_earlier_answers(str(error))
+
     def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
         if self.raw_sasl:
             self._on_raw_sasl_token(frame, now)
             return
+        self._header_parsed = False
         header = parse_request_header(frame)
+        self._header_parsed = True
         key, version = header.api_key, header.api_version
         self._last_client_id = header.client_id or ""
         spec = SPECS.get(key)
@@ -893,7 +944,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._answer_api_versions(header, frame, now)
             return
         if spec is None or not spec.supports(version):
-            raise CodecError(f"unsupported api key {key} version {version}")
+            raise ApiNotEnabledError(key, version, f"unsupported api key {key} version {version}")
         if admission is Admission.DURING_AUTHENTICATION:
             self._refuse_during_authentication(spec, header, frame, now)
             return
@@ -904,7 +955,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._sasl_authenticate(spec, header, frame, now)
             return
         if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-            raise CodecError("SASL request on a listener without SASL")
+            raise ApiNotEnabledError(key, version, "SASL request on a listener without SASL")
         slot = Slot(header, spec, now, len(frame))
         ctx = self._context(header)
         handler = self.services.local_handlers.get(key)
@@ -918,7 +969,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._complete(slot, encode_response(spec, version, header.correlation_id, response))
             return
         if key not in PLANNERS:
-            raise CodecError(f"{spec.name} is not allowed through the gateway")
+            raise ApiNotEnabledError(key, version, f"{spec.name} is not allowed through the gateway")
         quotas = self.services.quotas
         if key == 0:
             slot.records_bytes = len(frame)
@@ -1159,25 +1210,61 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.abort("session expired")
 
     def _sasl_authenticate(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
-        assert self.sasl is not None
         request = decode_request(spec, header, frame)
-        step = self.sasl.authenticate(bytes(request.auth_bytes), self._now_ms())
-        kwargs: dict[str, Any] = {"error_code": step.error_code, "error_message": step.error_message,
-                                  "auth_bytes": step.data}
-        if header.api_version >= 1:
-            kwargs["session_lifetime_ms"] = step.session_lifetime_ms
         slot = Slot(header, spec, now, len(frame))
-        response = encode_response(spec, header.api_version, header.correlation_id, spec.response(**kwargs))
-        self._after_auth_step(step, slot, response)
+
+        def answer(step: AuthStep) -> None:
+            kwargs: dict[str, Any] = {"error_code": step.error_code, "error_message": step.error_message,
+                                      "auth_bytes": step.data}
+            if header.api_version >= 1:
+                kwargs["session_lifetime_ms"] = step.session_lifetime_ms
+            response = encode_response(spec, header.api_version, header.correlation_id, spec.response(**kwargs))
+            self._after_auth_step(step, slot, response)
+
+        self._authenticate(bytes(request.auth_bytes), answer)
 
     def _on_raw_sasl_token(self, frame: Frame, now: float) -> None:
-        assert self.sasl is not None
-        step = self.sasl.authenticate(bytes(frame), self._now_ms())
         slot = Slot(RequestHeader(SASL_AUTHENTICATE, 0, 0, None, 0), None, now, len(frame), raw=True)
-        if step.done:
-            self.raw_sasl = False
-        response = b"" if step.failed else len(step.data).to_bytes(4, "big") + step.data
-        self._after_auth_step(step, slot, response)
+
+        def answer(step: AuthStep) -> None:
+            if step.done:
+                self.raw_sasl = False
+            response = b"" if step.failed else len(step.data).to_bytes(4, "big") + step.data
+            self._after_auth_step(step, slot, response)
+
+        self._authenticate(bytes(frame), answer)
+
+    def _authenticate(self, data: bytes, answer: Callable[[AuthStep], None]) -> None:
+        """Runs one SaslAuthenticate: its mechanism step on the gateway's SASL worker threads
+        (`gateway.sasl_steps`), the connection paused meanwhile, so the step's answer comes before any
+        later request is read and the session never sees two steps at once. When too many steps wait
+        already, a first login fails at once as a failed authentication (audited, delayed)."""
+        sasl = self.sasl
+        assert sasl is not None
+        begun = sasl.begin_authenticate(data)
+        if isinstance(begun, AuthStep):
+            answer(begun)
+            return
+        pool = self.gateway.sasl_steps
+
+        def done(future: Future[StepOutcome]) -> None:
+            if self.closed:
+                return  # the client left while its step ran; the mechanism audited its own failure
+            try:
+                answer(sasl.finish_authenticate(future.result(), self._now_ms()))
+            except Exception as exc:
+                # Outside `_serve_frames`, which would otherwise close the connection for this fault.
+                log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
+                self._close_after_earlier_answers(f"error answering a SASL step: {type(exc).__name__}")
+            self.resume("sasl-step")
+
+        if pool.submit(begun.run, done, may_refuse=not sasl.reauthenticating):
+            self.pause("sasl-step")
+            return
+        reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
+                  f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
+        self.gateway.warn_logins_refused()
+        answer(sasl.refuse_step(reason))
 
     def _after_auth_step(self, step: AuthStep, slot: Slot, response: bytes, *, mechanism: str | None = None) -> None:
         assert self.sasl is not None

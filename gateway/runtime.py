@@ -147,6 +147,8 @@ def build_runtime(
         max_request_bytes=config.max_request_bytes,
         idle_timeout_s=config.idle_timeout_s,
         sasl_failure_delay_s=credentials.failure_delay_s,
+        sasl_workers=config.sasl_workers,
+        sasl_max_waiting_steps=config.sasl_max_waiting_steps,
         audit_auth_failures=False,
         source=source,
         upstream_sasl=_upstream_login(config),

@@ -5,6 +5,12 @@ keeps the KIP-368 session: lifetime = min(credential expiry, `max_reauth_ms`), r
 with the same mechanism and principal, at most one start a second. The caller owns the socket, the
 failure delay and the audit trail; it asks `admit(api_key, now)` about every request first.
 
+A SaslAuthenticate may cost a key derivation (PLAIN, a delegation token's SCRAM client-first) or a
+signature check (OAUTHBEARER), so it comes in two halves: `begin_authenticate` answers at once or
+hands out the `MechanismStep`, which the caller runs where it likes (gateway.proxy: a worker thread),
+and `finish_authenticate` turns its outcome into the answer (`refuse_step` when it could not run).
+In between the session takes no other request (`admit` raises): the caller serves none.
+
 What Kafka's broker does, and so this session (apache/kafka `SocketServer.Processor.
 processCompletedReceives`, `KafkaChannel.maybeBeginServerReauthentication`, `SaslServerAuthenticator`):
 - before the first SaslHandshake one ApiVersions is answered (`api_versions_answered`); a second one
@@ -29,11 +35,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from authz.model import Principal
-from sasl.mechanism import Challenge, Failure, ServerMechanism, Success, UnsupportedMechanismError
+from sasl.mechanism import Challenge, Failure, ServerMechanism, Step, Success, UnsupportedMechanismError
 
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
@@ -88,6 +94,30 @@ class AuthStep:
     mechanism_failure: bool = False  # the mechanism itself refused (and audits that itself, if it does)
 
 
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one mechanism step answered; `crashed`: the mechanism raised (a Failure stands in)."""
+
+    step: Step
+    crashed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MechanismStep:
+    """One step of the exchange's mechanism, for the caller to run where it likes (a mechanism may
+    derive a key, verify a signature or read a store: `gateway.proxy` runs it on a worker thread).
+    Only this step touches the mechanism while it runs; `run` never raises."""
+
+    mechanism: ServerMechanism
+    data: bytes = field(repr=False)
+
+    def run(self) -> StepOutcome:
+        try:
+            return StepOutcome(self.mechanism.step(self.data))
+        except Exception as exc:  # a mechanism must never take the gateway down; garbage fails closed
+            return StepOutcome(Failure(reason=f"mechanism error: {type(exc).__name__}"), crashed=True)
+
+
 class SaslSession:
     def __init__(
         self,
@@ -112,6 +142,7 @@ class SaslSession:
         self._last_reauth_start_ms: int | None = None
         self._bad_mechanism_message = ""
         self._versions_answered = False  # Kafka's HANDSHAKE_REQUEST state (vs HANDSHAKE_OR_VERSIONS_REQUEST)
+        self._stepping = False  # a mechanism step is running (`begin_authenticate`, `finish_authenticate`)
 
     @property
     def reauthenticating(self) -> bool:
@@ -130,6 +161,7 @@ class SaslSession:
             self._versions_answered = True
 
     def admit(self, api_key: int, now_ms: int) -> Admission:
+        self._check_not_stepping()
         state = self.state
         if state is State.AUTHENTICATED:
             if api_key == SASL_HANDSHAKE and self._reauth_refusal(now_ms) is None:
@@ -161,6 +193,7 @@ class SaslSession:
 
     def handshake(self, mechanism: str, version: int, now_ms: int) -> AuthStep:
         """Answers a SaslHandshake: error 0, UNSUPPORTED_SASL_MECHANISM or ILLEGAL_SASL_STATE."""
+        self._check_not_stepping()
         if self.state is State.AUTHENTICATED:
             refusal = self._reauth_refusal(now_ms)
             if refusal is not None:
@@ -196,6 +229,7 @@ class SaslSession:
         """A request other than SaslAuthenticate between SaslHandshake and the end of the exchange:
         the exchange fails (Kafka's IllegalSaslStateException; the caller answers the request with its
         own error response carrying `error_code`)."""
+        self._check_not_stepping()
         reauth = self._reauthenticating
         if self.state is State.REAUTH_BAD_MECHANISM:
             return self._fail_bad_mechanism()
@@ -208,6 +242,7 @@ class SaslSession:
         Kafka's SaslServerAuthenticator.authenticate turns the InvalidReceiveException into a
         SaslAuthenticationException, so the connection is closed after the failure delay, unanswered.
         `detail` (the sizes) goes to the audit reason only."""
+        self._check_not_stepping()
         reauth = self._reauthenticating
         self.state = State.FAILED
         message = "Failing SASL authentication due to invalid receive size"
@@ -220,7 +255,28 @@ class SaslSession:
         return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, silent=True, reason=message,
                         reauthentication=True)
 
+    @property
+    def stepping(self) -> bool:
+        """A mechanism step began (`begin_authenticate`) and its outcome is not in yet (`finish_authenticate`)."""
+        return self._stepping
+
+    def _check_not_stepping(self) -> None:
+        if self._stepping:
+            # The caller's bug: the next request was served before the running step's outcome.
+            raise RuntimeError("a SASL mechanism step is still running on this connection")
+
     def authenticate(self, data: bytes, now_ms: int) -> AuthStep:
+        """A SaslAuthenticate (or raw v0 token), its mechanism step run here, on the caller's thread."""
+        begun = self.begin_authenticate(data)
+        if isinstance(begun, AuthStep):
+            return begun
+        return self.finish_authenticate(begun.run(), now_ms)
+
+    def begin_authenticate(self, data: bytes) -> AuthStep | MechanismStep:
+        """The first half of `authenticate`: an answer at once (no mechanism work: out of state), or
+        the mechanism step to run, anywhere (a worker thread), before `finish_authenticate` takes its
+        outcome (or `refuse_step` says it could not run). In between this session serves nothing."""
+        self._check_not_stepping()
         if self.state is State.AUTHENTICATED:
             # KafkaApis' answer; not an authentication attempt, and the session goes on.
             return AuthStep(ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication",
@@ -231,13 +287,27 @@ class SaslSession:
             self.state = State.FAILED
             return AuthStep(ILLEGAL_SASL_STATE, "Unexpected SASL authenticate request", b"", failed=True,
                             reason="SaslAuthenticate before SaslHandshake")
-        try:
-            step = self._mechanism.step(data)
-        except Exception as exc:  # a mechanism must never take the gateway down; garbage fails closed
-            step = Failure(reason=f"mechanism error: {type(exc).__name__}")
-            crashed = True
-        else:
-            crashed = False
+        self._stepping = True
+        return MechanismStep(self._mechanism, data)
+
+    def refuse_step(self, reason: str) -> AuthStep:
+        """The caller could not run the step `begin_authenticate` gave (too many steps waiting): the
+        exchange fails as wrong credentials do (58, delayed close), with a message that says nothing
+        about the credential. `reason` goes to the audit event only."""
+        self._stepping = False
+        self.state = State.FAILED
+        reauth = self._reauthenticating
+        message = (f"Authentication failed during {'re-authentication' if reauth else 'authentication'}: the server "
+                   "is busy authenticating other clients, retry later")
+        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, reason=reason, reauthentication=reauth)
+
+    def finish_authenticate(self, outcome: StepOutcome, now_ms: int) -> AuthStep:
+        """The second half of `authenticate`: the answer to the step's outcome. `now_ms` is when the
+        outcome came, so a session's lifetime counts from the answer."""
+        if not self._stepping:
+            raise RuntimeError("no SASL mechanism step is running on this connection")
+        self._stepping = False
+        step, crashed = outcome.step, outcome.crashed
         reauth = self._reauthenticating
         if isinstance(step, Challenge):
             return AuthStep(0, None, step.data, reauthentication=reauth)

@@ -17,7 +17,10 @@ from gateway.sasl_session import (
     SASL_HANDSHAKE,
     UNSUPPORTED_SASL_MECHANISM,
     Admission,
+    AuthStep,
+    MechanismStep,
     SaslSession,
+    State,
 )
 from sasl.mechanism import Challenge, Failure, Step, Success
 
@@ -308,3 +311,55 @@ def test_an_oversized_frame_during_a_reauthentication_is_a_failed_reauthenticati
     assert step.failed and step.silent and step.reauthentication
     assert s.principal == Principal("User", "alice")  # the audit names the session being renewed
     assert s.admit(METADATA, 5_000) is Admission.UNAUTHENTICATED
+
+
+def test_a_step_in_two_halves_takes_no_other_request_until_its_outcome() -> None:
+    s = session(max_reauth=60_000)
+    s.handshake("TEST", 1, 0)
+    begun = s.begin_authenticate(b"alice:pw")
+    assert isinstance(begun, MechanismStep) and s.stepping
+    with pytest.raises(RuntimeError):
+        s.admit(METADATA, 0)
+    with pytest.raises(RuntimeError):
+        s.begin_authenticate(b"alice:pw")
+    with pytest.raises(RuntimeError):
+        s.refuse_frame("frame of 600000 bytes")
+    outcome = begun.run()  # the caller's worker thread
+    step = s.finish_authenticate(outcome, 5_000)
+    assert step.done and not s.stepping and s.session_expires_ms == 65_000  # counted from the outcome
+    with pytest.raises(RuntimeError):
+        s.finish_authenticate(outcome, 5_000)
+    assert s.admit(METADATA, 6_000) is Admission.SERVE
+
+
+def test_a_step_that_needs_no_mechanism_work_is_answered_at_once() -> None:
+    s = logged_in(session())
+    after = s.begin_authenticate(b"alice:pw")
+    assert isinstance(after, AuthStep) and after.error_code == ILLEGAL_SASL_STATE and not s.stepping
+    early = session().begin_authenticate(b"alice:pw")
+    assert isinstance(early, AuthStep) and early.failed
+
+
+def test_a_crashing_mechanism_step_fails_closed_off_the_loop_too() -> None:
+    s = session()
+    s.handshake("TEST", 1, 0)
+    begun = s.begin_authenticate(b"boom:pw")
+    assert isinstance(begun, MechanismStep)
+    outcome = begun.run()
+    assert outcome.crashed and isinstance(outcome.step, Failure)
+    step = s.finish_authenticate(outcome, 0)
+    assert step.failed and not step.mechanism_failure and step.reason == "mechanism error: RuntimeError"
+
+
+@pytest.mark.parametrize("reauth", [False, True])
+def test_a_step_that_could_not_run_fails_the_exchange_without_a_word_on_the_credential(reauth: bool) -> None:
+    s = logged_in(session(max_reauth=60_000)) if reauth else session()
+    s.handshake("TEST", 1, 10_000)
+    assert isinstance(s.begin_authenticate(b"alice:pw"), MechanismStep)
+    step = s.refuse_step("too many SASL steps waiting")
+    assert not s.stepping and s.state is State.FAILED
+    assert step.failed and step.error_code == SASL_AUTHENTICATION_FAILED and not step.silent
+    assert step.reauthentication is reauth and not step.mechanism_failure
+    assert step.reason == "too many SASL steps waiting"
+    assert step.error_message == (f"Authentication failed during {'re-authentication' if reauth else 'authentication'}"
+                                  ": the server is busy authenticating other clients, retry later")

