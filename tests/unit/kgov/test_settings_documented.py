@@ -14,8 +14,10 @@ The rule:
   that does not exist fails, as does any other table headed `setting` (it would escape these checks).
 - Stale names in prose: in README.md, the package READMEs and docs/*.md, every `KGOV_...` variable, every
   `section.key` and every `[section] key` must name a real setting (a `section.name` that is a module
-  of that package, such as `registry.serdes`, is code, not a setting). `NON_SETTING_VARIABLES` lists
-  the variables read outside the settings object; each must be read by the code.
+  of that package, such as `registry.serdes`, is code, not a setting; inside fenced code blocks, which
+  hold client configurations such as librdkafka's `sasl.username`, only the variables are checked).
+  `NON_SETTING_VARIABLES` lists the variables read outside the settings object; each must be read by
+  the code.
 """
 
 from __future__ import annotations
@@ -218,8 +220,11 @@ def prose_problems(docs: dict[str, str], settings: dict[str, Setting]) -> list[s
     prefix = str(Settings.model_config.get("env_prefix", ""))
     delimiter = str(Settings.model_config.get("env_nested_delimiter", ""))
     for doc, text in docs.items():
+        fenced = False
         for number, line in enumerate(text.splitlines(), 1):
             where = f"{doc}:{number}"
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
             for match in _ENV.finditer(line):
                 name = match.group(0)
                 rest = line[match.end():match.end() + 1]
@@ -229,6 +234,8 @@ def prose_problems(docs: dict[str, str], settings: dict[str, Setting]) -> list[s
                         problems.append(f"{where}: {name}{rest}... names no section")
                 elif name not in envs and name not in NON_SETTING_VARIABLES:
                     problems.append(f"{where}: {name} is no setting's variable (stale or misspelt)")
+            if fenced:  # code and client configurations: `sasl.username` there is librdkafka's
+                continue
             for match in _DOTTED.finditer(line):
                 section, key = match.group("section"), match.group("key")
                 if section in sections and (section, key) not in keys and not _is_module(section, key):
@@ -334,6 +341,14 @@ def test_unset_and_secret_and_described_defaults() -> None:
 def test_prose_check_finds_stale_names(line: str, expected: str) -> None:
     problems = prose_problems({"doc.md": line}, all_settings())
     assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_prose_check_reads_variables_but_not_client_properties_in_code_blocks() -> None:
+    text = '```\n{"sasl.username": "a", "sasl.password": "b"}\nset KGOV_ADMIN__PASWORD\n```\nsee `sasl.username`'
+    assert prose_problems({"doc.md": text}, all_settings()) == [
+        "doc.md:3: KGOV_ADMIN__PASWORD is no setting's variable (stale or misspelt)",
+        "doc.md:5: sasl.username is no setting",
+    ]
 
 
 def test_prose_check_passes_real_names_patterns_and_modules() -> None:
