@@ -1,0 +1,110 @@
+"""README.md's quick start and commands match the code.
+
+- The `kgov up` output shown under Set-up is `kgov.up.startup_text` for the values it shows (its own
+  mechanisms, `UP_MECHANISMS`; an isolated embedded broker; the default addresses).
+- Every backticked `kgov ...` command in README.md, the package READMEs and docs/*.md names subcommands
+  the CLI has (`a|b` alternatives included) and options the deepest of them takes; every top-level
+  subcommand appears in README.md.
+- Every backticked `make TARGET` is a Makefile target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from kgov.cli import build_parser
+from kgov.settings import Settings
+from kgov.up import UP_MECHANISMS, startup_text
+
+ROOT = Path(__file__).resolve().parents[3]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _positional_choices(parser: argparse.ArgumentParser) -> set[str]:
+    return {str(c) for a in parser._actions if not a.option_strings and a.choices
+            and not isinstance(a, argparse._SubParsersAction) for c in a.choices}
+
+
+def command_problems(command: str, root: argparse.ArgumentParser) -> list[str]:
+    """What in one `kgov ...` command line the CLI does not have."""
+    parser, path = root, ["kgov"]
+    words = command.split()[1:]
+    for word in words:
+        if not re.fullmatch(r"[a-z][a-z-]*(\|[a-z][a-z-]*)*", word):
+            break  # an option, a placeholder (NAME, HOST:PORT), `...` or a bracket
+        alternatives = word.split("|")
+        children = _subcommands(parser)
+        if all(a in children for a in alternatives):
+            parser, path = children[alternatives[0]], [*path, alternatives[0]]
+            continue
+        if all(a in _positional_choices(parser) for a in alternatives):
+            continue
+        return [f"`{command}`: {' '.join(path)} has no subcommand {word!r}"]
+    options = {s for a in parser._actions for s in a.option_strings}
+    return [f"`{command}`: {' '.join(path)} has no option {option}"
+            for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", command) if option not in options]
+
+
+def readme_commands(text: str) -> list[str]:
+    return [" ".join(m.split()) for m in re.findall(r"`(kgov(?: [^`]*)?)`", text)]
+
+
+def test_readme_shows_what_kgov_up_prints() -> None:
+    settings = Settings(db="sqlite:////home/you/kgov/.kgov/kgov.db")
+    text = startup_text(settings, gateway=settings.gateway.listen, mechanisms=UP_MECHANISMS,
+                        upstream="127.0.0.1:41517", embedded=True, url="http://127.0.0.1:8080",
+                        password="<one-time password>", isolated=True)
+    assert f"```\n{text}\n```" in README
+
+
+def test_documented_kgov_commands_exist() -> None:
+    docs = [ROOT / "README.md", *sorted(ROOT.glob("*/README.md")), *sorted((ROOT / "docs").glob("*.md"))]
+    commands = [c for doc in docs for c in readme_commands(doc.read_text(encoding="utf-8"))]
+    assert len(commands) > 20  # the pattern still finds them
+    parser = build_parser()
+    assert [p for c in commands for p in command_problems(c, parser)] == []
+
+
+def test_every_top_level_subcommand_is_in_the_readme() -> None:
+    named = {c.split()[1] for c in readme_commands(README) if len(c.split()) > 1}
+    assert sorted(set(_subcommands(build_parser())) - named) == []
+
+
+def test_readme_make_targets_exist() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, re.M))
+    named = set(re.findall(r"`make ([a-z][a-z-]*)`", README)) | set(re.findall(r"^make ([a-z-]+)\s", README, re.M))
+    assert {"run", "test"} <= named
+    assert sorted(named - targets) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("kgov audit clasify --out F", "kgov audit has no subcommand 'clasify'"),
+        ("kgov roles list|bindings|bond", "kgov roles has no subcommand 'list|bindings|bond'"),
+        ("kgov audit classify --registry URL --usr U", "kgov audit classify has no option --usr"),
+        ("kgov serve --tls-certificate PEM", "kgov serve has no option --tls-certificate"),
+    ],
+)
+def test_command_check_finds_each_problem(command: str, expected: str) -> None:
+    problems = command_problems(command, build_parser())
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_command_check_passes_real_commands() -> None:
+    parser = build_parser()
+    for command in ("kgov acls export", "kgov roles list|bindings|bind|unbind", "kgov users add NAME --mechanism M",
+                    "kgov up [--upstream HOST:PORT] [--data-dir DIR]", "kgov tokens ..."):
+        assert command_problems(command, parser) == [], command
