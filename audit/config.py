@@ -12,4 +12,4 @@ class AuditConfig(BaseModel):
     dir: Path | None = None
     max_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     backups: int = Field(default=10, ge=0)
-    source: str = "kgov"
+    # (Events name their source `crn:///kafka=<cluster_id>`, from the top-level `cluster_id`.)

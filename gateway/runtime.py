@@ -28,6 +28,7 @@ from gateway.quota_store import QuotaStore
 from gateway.quotas import QuotaEnforcer
 from gateway.upstream_login import OAuthBearerLogin
 from gateway.upstream_token import RefreshPolicy, UpstreamTokenSource
+from sasl.config import is_loopback_host
 from sasl.service import CredentialService
 
 
@@ -106,6 +107,18 @@ def build_runtime(
     upstream_text = upstream or config.upstream
     if not upstream_text:
         raise ValueError("the gateway needs an upstream cluster: pass --upstream HOST:PORT or set gateway.upstream")
+    if getattr(settings, "dev_mode", False) and getattr(settings, "weak_admin_password", False) and (
+            not is_loopback_host(listen_host)):
+        # dev mode admits a weak bootstrap password (a super user's), on loopback only, as `kgov up` and
+        # `kgov serve` do.
+        raise ValueError(f"refusing a weak admin password on {listen_host!r} in dev mode: set "
+                         "KGOV_ADMIN__PASSWORD to at least 12 characters")
+    enabled = [m.upper() for m in settings.sasl.enabled_mechanisms]
+    unknown = [m for m in (config.mechanisms or []) if m.upper() not in enabled]
+    if unknown:
+        # Offered but refused at every handshake (UNSUPPORTED_SASL_MECHANISM): say so at start instead.
+        raise ValueError(f"gateway.mechanisms names {', '.join(unknown)}, which [sasl] enabled_mechanisms "
+                         f"({', '.join(enabled) or 'none'}) does not enable")
     now = clock or (lambda: datetime.now(UTC))
     own_engine = engine is None
     engine = engine or open_engine(settings.database_url)

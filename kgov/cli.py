@@ -18,7 +18,12 @@ import gateway.cli
 import sasl.cli
 import spark_compliance.cli
 from kgov import __version__
-from kgov.exposure import REMOTE_FLAG, check_control_plane_exposure, forwarded_header_options
+from kgov.exposure import (
+    REMOTE_FLAG,
+    check_control_plane_exposure,
+    check_dev_admin_password,
+    forwarded_header_options,
+)
 from kgov.settings import Settings, load_settings
 
 
@@ -35,6 +40,8 @@ def _serve(args: argparse.Namespace) -> int:
     check_control_plane_exposure(args.host, args.tls_cert, args.tls_key, args.allow_remote_plaintext)
     os.umask(0o077)  # rotated audit files and anything else written later are owner-only
     settings = args.settings()
+    if settings.dev_mode:  # a setting like any other: beyond loopback it must not admit a weak super user
+        check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                 server_header=False, ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,

@@ -100,3 +100,18 @@ def test_up_refuses_a_weak_admin_password_beyond_loopback(where: list[str], tmp_
     monkeypatch.delenv("KGOV_GATEWAY__LISTEN", raising=False)
     assert main(["up", "--data-dir", str(data)]) == 1  # went on to start the broker (stubbed)
     assert started == [{"broker": True}]
+
+
+def test_serve_in_dev_mode_refuses_a_weak_admin_password_beyond_loopback(
+        tmp_path: Path, started: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # dev_mode is an ordinary setting (KGOV_DEV_MODE); it admits a weak password, but only on loopback.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_DEV_MODE", "true")
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "admin")
+    db = f"sqlite:///{tmp_path}/k.db"
+    assert main(["serve", "--host", "0.0.0.0", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--db", db]) == 2
+    assert started == []
+    assert "refusing a weak admin password" in capsys.readouterr().err
+    assert main(["serve", "--db", db]) == 0  # loopback: the dev convenience stays
+    assert [c["host"] for c in started] == ["127.0.0.1"]

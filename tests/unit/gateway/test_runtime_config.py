@@ -1,0 +1,28 @@
+"""Settings the gateway refuses at start, before it opens anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.runtime import build_runtime
+from kgov.settings import Settings
+
+
+def test_a_mechanism_the_credential_service_does_not_enable_is_refused_at_start(tmp_path: Path) -> None:
+    settings = Settings(db=f"sqlite:///{tmp_path / 'kgov.db'}", data_dir=tmp_path,
+                        sasl={"enabled_mechanisms": ["SCRAM-SHA-512"]},
+                        gateway={"mechanisms": ["scram-sha-512", "PLAIN"]})
+    with pytest.raises(ValueError, match=r"gateway.mechanisms names PLAIN, which \[sasl\] enabled_mechanisms "
+                                         r"\(SCRAM-SHA-512\) does not enable"):
+        build_runtime(settings, listen="127.0.0.1:0", upstream="127.0.0.1:9")
+    assert not (tmp_path / "kgov.db").exists() and not (tmp_path / "audit").exists()  # nothing opened
+
+
+def test_dev_mode_with_a_weak_admin_password_is_refused_beyond_loopback(tmp_path: Path) -> None:
+    settings = Settings(db=f"sqlite:///{tmp_path / 'kgov.db'}", data_dir=tmp_path, dev_mode=True,
+                        admin={"password": "admin"})
+    with pytest.raises(ValueError, match=r"refusing a weak admin password on '0\.0\.0\.0' in dev mode"):
+        build_runtime(settings, listen="0.0.0.0:0", upstream="127.0.0.1:9")
+    assert not (tmp_path / "kgov.db").exists()
