@@ -12,6 +12,7 @@ import base64
 import contextlib
 import dataclasses
 import hmac
+import logging
 import secrets
 import threading
 import time
@@ -73,6 +74,7 @@ from sasl.store import (
     StoredSigningKey,
 )
 
+log = logging.getLogger("kgov.sasl")
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
 
@@ -279,6 +281,11 @@ class CredentialService:
         self.store = CredentialStore(engine)
         self.sasl = settings.sasl
         self.oauth = settings.oauth
+        if self.oauth.jwks_url is not None and not self.oauth.audience:
+            # As Kafka without sasl.oauthbearer.expected.audience; kept as a default for compatibility.
+            log.warning("oauth.jwks_url is set without oauth.audience: every token %s issued for any of its "
+                        "applications is accepted; set oauth.audience to the audience your Kafka clients get",
+                        self.oauth.issuer)
         self._audit = audit
         self._clock = clock or (lambda: datetime.now(UTC))
         self._source = source

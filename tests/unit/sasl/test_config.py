@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -75,3 +78,19 @@ def test_discovery_base_url_from_the_bound_address() -> None:
     with pytest.raises(ApiError) as err:
         base(None)
     assert err.value.status == 500 and "oauth.public_base_url" in err.value.message
+
+
+def test_an_external_provider_without_an_audience_is_warned_about(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from authz.database import open_engine
+    from sasl.service import CredentialService
+
+    engine = open_engine(f"sqlite:///{tmp_path / 'k.db'}")
+    base = {"jwks_url": "https://idp.example.com/keys", "issuer": "https://idp.example.com"}
+    with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
+        CredentialService(engine, Settings(dev_mode=True, oauth=base))
+    assert "oauth.jwks_url is set without oauth.audience" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
+        CredentialService(engine, Settings(dev_mode=True, oauth={**base, "audience": "kafka"}))
+    assert "without oauth.audience" not in caplog.text
