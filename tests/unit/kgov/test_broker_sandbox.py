@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,47 @@ def test_peer_uid_names_the_owner_of_the_other_end() -> None:
             conn.close()
 
 
+def _client_state(port: int) -> str | None:
+    """The `st` column of the client end of a loopback connection from `port`, None when not listed."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}"):
+            return fields[3]
+    return None
+
+
+def test_peer_uid_has_no_owner_for_a_peer_that_already_closed() -> None:
+    """Once the client has closed, the kernel lists its end (FIN_WAIT2, then TIME_WAIT) with uid 0 whoever
+    opened it: read as an owner, any user's connect-send-close passed a relay run by root, requests and all."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname()[:2], timeout=5)
+        client_port = client.getsockname()[1]
+        client.sendall(b"requests")
+        client.close()
+        deadline = time.monotonic() + 5
+        while _client_state(client_port) in (None, "01") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _client_state(client_port) not in (None, "01")  # what is left of it, listed with uid 0
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(100) == b"requests"  # what a relay would have forwarded
+            assert peer_uid(conn) is None
+
+
+def test_peer_uid_finds_a_dual_stack_client_in_the_ipv6_table() -> None:
+    """A client's IPv6 socket (Java's default) connecting to 127.0.0.1 is listed in /proc/net/tcp6 as
+    ::ffff:127.0.0.1; its owner is found there (it used to be refused as unknown)."""
+    if not socket.has_ipv6 or not Path("/proc/net/tcp6").exists():
+        pytest.skip("this host has no IPv6 sockets")
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.socket(socket.AF_INET6) as client:
+        client.settimeout(5)
+        client.connect(("::ffff:127.0.0.1", server.getsockname()[1]))
+        conn, _ = server.accept()
+        with conn:
+            assert peer_uid(conn) == os.geteuid()
+            assert peer_uid(conn, tables=[Path("/proc/net/tcp")]) is None  # not in the IPv4 table
+
+
 def _through_relay(unix_path: Path, owner_uid: int, **options: Any) -> tuple[bytes, int]:
     """What a connection from this process gets back through a relay, and how many the relay refused."""
     relay = OwnerOnlyRelay(unix_path, owner_uid, **options)
@@ -90,7 +132,7 @@ def test_relay_closes_other_users_connections_unanswered(echo_socket: Path) -> N
 
 
 def test_relay_fails_closed_when_the_kernel_cannot_say_who_connects(echo_socket: Path, tmp_path: Path) -> None:
-    assert _through_relay(echo_socket, os.geteuid(), table=tmp_path / "no-such-table") == (b"", 1)
+    assert _through_relay(echo_socket, os.geteuid(), tables=[tmp_path / "no-such-table"]) == (b"", 1)
 
 
 def test_sandbox_script_reports_when_namespaces_are_refused(monkeypatch: pytest.MonkeyPatch,
