@@ -38,8 +38,8 @@ _PR_SET_PDEATHSIG = 1
 _CHUNK = 256 * 1024
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """Linux: the child gets SIGTERM when its parent dies, even by SIGKILL, so no unauthenticated broker
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """Linux: the child gets `sig` when its parent dies, even by SIGKILL, so no unauthenticated broker
     outlives the process that fronted it. Elsewhere only the normal shutdown stops it."""
     if not sys.platform.startswith("linux"):
         return None
@@ -47,7 +47,7 @@ def die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def in_child() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(_PR_SET_PDEATHSIG, int(sig))
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 
@@ -274,9 +274,12 @@ def main(argv: Sequence[str]) -> int:
         return 3
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop_requested)
-    # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log)
+    # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log). When
+    # this script dies without stopping the broker (kgov's stop_process ends its wait with SIGKILL after
+    # as long as this script's own stop_process waits for the broker), the broker is killed, not asked:
+    # a SIGTERM it does not act on would leave it running, unauthenticated, with nobody to stop it.
     broker = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),  # noqa: S603
-                              preexec_fn=die_with_parent())
+                              preexec_fn=die_with_parent(signal.SIGKILL))
     try:
         wait_for_port("127.0.0.1", port, 30, broker)
         asyncio.run(_serve(unix_path, port, broker))

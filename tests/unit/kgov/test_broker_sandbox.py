@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -177,39 +179,50 @@ def test_isolated_broker_is_not_silently_replaced_when_it_fails_otherwise(
         pass
 
 
-def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) -> None:
-    """A dying kgov sends its death signal once per thread: the second SIGTERM used to deadlock the
-    sandbox in its handler (the broker then lived on) or kill it before it removed its socket."""
-    import signal
-    import subprocess
-    import time
-
-    sockets = tmp_path / "s"
-    sockets.mkdir(mode=0o700)
-    fake_broker = [sys.executable, "-c",
-                   "import socket, time; s = socket.create_server(('127.0.0.1', 9092)); time.sleep(600)"]
-    proc = subprocess.Popen([sys.executable, "-I", broker_sandbox.__file__, str(sockets / "b.sock"), "9092", "--",
-                             *fake_broker], stdout=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def _sandbox(socket_path: Path, broker: list[str]) -> Iterator[tuple[subprocess.Popen[str], list[int]] | None]:
+    """The sandbox script running `broker`: (its process, its children's pids) once it said `ready`; None
+    where this host refuses namespaces (it then exited 3, no broker started). Killed if still running."""
+    proc = subprocess.Popen([sys.executable, "-I", broker_sandbox.__file__, str(socket_path), "9092", "--", *broker],
+                            stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline().strip()
-        if first.startswith("unavailable"):  # no namespaces on this host: nothing more to stop
+        if first.startswith("unavailable"):
             assert proc.wait(10) == 3
+            yield None
             return
-        assert first == "ready" and (sockets / "b.sock").exists()
+        assert first == "ready" and socket_path.exists()
         children = [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
                     if _parent_pid(stat) == proc.pid]
         assert children
-        for _ in range(20):
-            proc.send_signal(signal.SIGTERM)
-            time.sleep(0.01)
-        assert proc.wait(15) == 0
+        yield proc, children
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _fake_broker(*setup: str) -> list[str]:
+    return [sys.executable, "-c", "; ".join(["import signal, socket, time", *setup,
+                                             "s = socket.create_server(('127.0.0.1', 9092))", "time.sleep(600)"])]
+
+
+def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) -> None:
+    """A dying kgov sends its death signal once per thread: the second SIGTERM used to deadlock the
+    sandbox in its handler (the broker then lived on) or kill it before it removed its socket."""
+    sockets = tmp_path / "s"
+    sockets.mkdir(mode=0o700)
+    with _sandbox(sockets / "b.sock", _fake_broker()) as running:
+        if running is None:  # no namespaces on this host: nothing more to stop
+            return
+        proc, children = running
+        for _ in range(20):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.01)
+        assert proc.wait(15) == 0
     assert not sockets.exists()
     assert not any(Path(f"/proc/{pid}").exists() for pid in children)  # the broker was stopped
 
@@ -219,3 +232,29 @@ def _parent_pid(stat: Path) -> int | None:
         return int(stat.read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def test_a_broker_deaf_to_sigterm_dies_with_its_sandbox(tmp_path: Path) -> None:
+    """kgov's stop waits 10 s for the sandbox, then SIGKILLs it; the sandbox itself waits 10 s for the broker.
+    The broker's parent-death signal was SIGTERM, so a broker that did not act on it outlived both."""
+    with _sandbox(tmp_path / "b.sock", _fake_broker("signal.signal(signal.SIGTERM, signal.SIG_IGN)")) as running:
+        if running is None:  # no namespaces on this host: no broker was started
+            return
+        proc, children = running
+        proc.send_signal(signal.SIGKILL)  # what kgov's stop_process ends with
+        proc.wait(10)
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    alive = [pid for pid in children if _alive(pid)]
+    for pid in alive:  # not left behind when the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for whoever reaps orphans."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
