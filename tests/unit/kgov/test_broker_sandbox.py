@@ -258,3 +258,28 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def test_kgov_up_falls_back_for_real_where_the_kernel_refuses_user_namespaces(tmp_path: Path) -> None:
+    """`make run` on a host that refuses namespaces: inside a user namespace whose limit of nested ones
+    is 0 (unshare then fails with ENOSPC), dev_broker warns and serves the plain broker."""
+    import shutil
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-Ur", "true"], check=False).returncode != 0:
+        pytest.skip("this host gives no user namespace to refuse nested ones in")
+    script = tmp_path / "fallback.py"
+    script.write_text(
+        "import pathlib, socket, sys\n"
+        "from kgov.up import dev_broker\n"
+        "with dev_broker(pathlib.Path(sys.argv[1])) as (address, isolated):\n"
+        "    host, port = address.split(':')\n"
+        "    socket.create_connection((host, int(port)), timeout=5).close()\n"
+        "    print(isolated)\n")
+    root = Path(kgov.up.__file__).resolve().parents[1]
+    run = subprocess.run(
+        ["unshare", "-Ur", "sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh",
+         sys.executable, str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout == "False\n"
+    assert kgov.up.EMBEDDED_BROKER_WARNING in run.stderr and "No space left on device" in run.stderr
