@@ -2,12 +2,13 @@
 
 Data contracts carry their own classification: Confluent's schema metadata holds tags per field path
 (`"metadata": {"tags": {"Customer.ssn": ["PII"]}}`), and Avro and JSON schemas tag fields inline
-(`"confluent:tags": ["PII"]`). This module reads every live version of every subject from any
+(`"confluent:tags": ["PII"]`). This module reads every version of every subject from any
 registry that speaks Confluent's REST API (kgov's, Confluent's, Karapace) with `GET /schemas` (paged), and
 writes the `subjects` part of the classification file `kgov audit run` reads (see `inventory.py`).
 
-- A subject's tags are the union over all its live versions: records written with an older version
-  are still in the topic. Tags of referenced schemas count too, transitively (a value that embeds a
+- A subject's tags are the union over all its versions: records written with an older version
+  are still in the topic. Soft-deleted versions count too: deleting a schema version deletes no record
+  written with it, and deserializers still read those by id. Hard-deleted ones are gone from the registry. Tags of referenced schemas count too, transitively (a value that embeds a
   tagged `Address` holds that data).
 - Protobuf schemas are read for their metadata tags only (inline tags are field options, not JSON).
 - Only the default context is listed (the registry's `GET /schemas`), as Confluent's endpoint does.
@@ -63,7 +64,8 @@ class RegistryAccess:
 
 
 def fetch_schemas(access: RegistryAccess) -> list[dict[str, Any]]:
-    """Every live version of every subject in the default context: `GET /schemas?latestOnly=false`,
+    """Every version of every subject in the default context, soft-deleted ones included:
+    `GET /schemas?deleted=true&latestOnly=false`,
     page after page. Confluent answers at most `schema.search.max.limit` (1,000 by default) schemas per
     request, so a single request left every version after the first thousand unclassified."""
     parts = urllib.parse.urlsplit(access.url)
@@ -80,7 +82,7 @@ def fetch_schemas(access: RegistryAccess) -> list[dict[str, Any]]:
     seen: set[tuple[Any, Any]] = set()
     budget = MAX_RESPONSE_BYTES
     while True:
-        url = f"{access.url.rstrip('/')}/schemas?deleted=false&latestOnly=false&offset={len(listing)}&limit={PAGE_SIZE}"
+        url = f"{access.url.rstrip('/')}/schemas?deleted=true&latestOnly=false&offset={len(listing)}&limit={PAGE_SIZE}"
         page, used = _get_page(opener, access, url, budget)
         budget -= used
         new = [entry for entry in page if (entry.get("subject"), entry.get("version")) not in seen]

@@ -168,7 +168,7 @@ def test_every_page_of_a_registry_that_caps_its_listing_is_read() -> None:
         schemas = fetch_schemas(RegistryAccess(url))
     assert [s["subject"] for s in schemas] == [s["subject"] for s in everything]
     assert [q["offset"] for q in queries] == [["0"], ["700"], ["1400"], ["2100"], ["2345"]]
-    assert all(q["latestOnly"] == ["false"] and q["deleted"] == ["false"] for q in queries)
+    assert all(q["latestOnly"] == ["false"] and q["deleted"] == ["true"] for q in queries)
     assert len(subject_tags(schemas)) == 2_345
 
 
@@ -183,3 +183,21 @@ def test_a_registry_that_ignores_offset_is_read_once() -> None:
 
     with _registry(Unpaged) as url:
         assert fetch_schemas(RegistryAccess(url)) == everything
+
+
+def test_soft_deleted_versions_are_classified_too() -> None:
+    """Soft-deleting a schema version deletes none of the records written with it (deserializers still read
+    them by id): its tags still describe the topic."""
+    from spark_compliance.registry_tags import RegistryAccess, fetch_schemas
+
+    live = {"subject": "orders-value", "version": 2, "id": 2, "schema": "{}"}
+    deleted = {"subject": "orders-value", "version": 1, "id": 1, "schema": "{}", "metadata": {"tags": {"R.f": ["PII"]}}}
+
+    class SoftDeleting(_Quiet):
+        def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            listing = [deleted, live] if query.get("deleted") == ["true"] else [live]
+            self.answer(listing[int(query.get("offset", ["0"])[0]):])
+
+    with _registry(SoftDeleting) as url:
+        assert subject_tags(fetch_schemas(RegistryAccess(url))) == {"orders-value": {"PII"}}
