@@ -24,6 +24,7 @@ from authz.model import (
     ResourceType,
 )
 from gateway.fetch_session import SESSIONS_SINCE, make_sessionless
+from gateway.topic_ids import BY_ID_SINCE
 
 # Kafka's `KafkaPrincipal.ANONYMOUS`: the principal of a connection that did not authenticate.
 ANONYMOUS: Final = Principal("User", "ANONYMOUS")
@@ -344,15 +345,26 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
 
         plan.patches.append(filter_topics)
         return plan
-    # v12+ may name a topic by id (null name, KIP-516): it is described by the name the upstream gives
-    # the id; an id with no name is UNKNOWN_TOPIC_ID before any check, and a denied one is answered by
-    # id (KafkaApis.handleTopicMetadataRequest: "Topic IDs are not considered sensitive information").
-    resolved = [(t, t.name if t.name is not None else az.topic_name(t.topic_id)) for t in request.topics]
+    # v12+ may name a topic by id (KIP-516): it is described by the name the upstream gives the id; an id
+    # with no name is UNKNOWN_TOPIC_ID before any check, and a denied one is answered by id
+    # (KafkaApis.handleTopicMetadataRequest: "Topic IDs are not considered sensitive information").
+    # An entry with both a name and an id is an id: Kafka describes the ids of such a request and
+    # ignores its names, so checking the name would let `{name: <allowed>, id: <any topic's id>}`
+    # describe the other topic. It is forwarded by id alone, whatever the upstream prefers (Tansu
+    # answers the name).
+    def by_id(t: Any) -> bool:
+        return t.name is None or (version >= BY_ID_SINCE[3] and _non_zero(t.topic_id))
+
+    resolved = [(t, az.topic_name(t.topic_id) if by_id(t) else t.name) for t in request.topics]
     names = {n: 1 for _t, n in resolved if n is not None}
     ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, names)
     kept = [t for t, n in resolved if n in ok]
     denied = [(t, n) for t, n in resolved if n not in ok]
-    by_name = {t.name for t in kept if t.name is not None}  # only names can be auto-created
+    by_name = {t.name for t in kept if not by_id(t)}  # only names can be auto-created
+    for t in kept:
+        if by_id(t) and t.name is not None:
+            t.name = None
+            plan.rewritten = True
     if version >= 4 and request.allow_auto_topic_creation and by_name and not az.cluster(
         Operation.CREATE, log_if_denied=False
     ):
@@ -362,25 +374,28 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
             # request's auto-creation, so it asks the broker for none when any is not allowed.
             request.allow_auto_topic_creation = False
             plan.rewritten = True
-    if not denied:
-        return plan
     entries = [
-        _new(resp_cls, "topics", name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED, partitions=[])
-        if t.name is not None else
         _new(resp_cls, "topics", name=None, topic_id=t.topic_id, partitions=[],
              error_code=UNKNOWN_TOPIC_ID if n is None else TOPIC_AUTHORIZATION_FAILED)
+        if by_id(t) else
+        _new(resp_cls, "topics", name=t.name, error_code=TOPIC_AUTHORIZATION_FAILED, partitions=[])
         for t, n in denied
     ]
-    request.topics = kept
-    plan.rewritten = True
     kept_names = {n for _t, n in resolved if n in ok}
+    kept_ids = {t.topic_id for t in kept if by_id(t)}
 
-    def add_denied(response: Any) -> None:
-        # Only what was asked and allowed: some brokers (Tansu) answer an empty list with every topic.
-        response.topics = [t for t in response.topics if t.name in kept_names]
+    def only_asked(response: Any) -> None:
+        # Only what was asked and allowed: some brokers (Tansu) answer an empty list with every topic,
+        # and an id the upstream no longer knows comes back nameless (UNKNOWN_TOPIC_ID).
+        response.topics = [t for t in response.topics
+                           if t.name in kept_names or (t.name is None and t.topic_id in kept_ids)]
         response.topics.extend(entries)
 
-    plan.patches.append(add_denied)
+    plan.patches.append(only_asked)
+    if not denied:
+        return plan
+    request.topics = kept
+    plan.rewritten = True
     if not kept:
         # An empty topic list means "all topics" before v1 and "no topics" after: ask for none.
         request.topics = []
@@ -389,6 +404,11 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
             plan.local = resp_cls(brokers=[], topics=entries)
             plan.patches = []
     return plan
+
+
+def _non_zero(topic_id: uuid.UUID | None) -> bool:
+    """Kafka's Uuid.ZERO_UUID means "no id" (kafka-python decodes it as None)."""
+    return topic_id is not None and topic_id.int != 0
 
 
 def _group_then(op: Operation, inner: Planner | None, *, field_name: str = "group_id") -> Planner:

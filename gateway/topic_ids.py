@@ -87,9 +87,11 @@ BY_ID_SINCE: Final[Mapping[int, int]] = MappingProxyType({0: 13, 1: 13, 3: 12})
 
 def request_ids(api_key: int, request: Any) -> list[uuid.UUID | None]:
     """The topic ids a Produce v13+ writes, a Fetch v13+ reads (a Fetch's forgotten topics are not
-    read: no check) or a Metadata v12+ describes (its topics with no name)."""
+    read: no check) or a Metadata v12+ describes (its topics with no name, and those with an id
+    besides their name: Kafka describes those by the id, gateway.request_authz)."""
     if api_key == 3:
-        return [t.topic_id for t in request.topics or () if t.name is None]
+        return [t.topic_id for t in request.topics or ()
+                if t.name is None or (t.topic_id is not None and t.topic_id.int != 0)]
     topics = request.topic_data if api_key == 0 else request.topics
     return [t.topic_id for t in topics or ()]
 

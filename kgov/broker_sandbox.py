@@ -38,8 +38,8 @@ _PR_SET_PDEATHSIG = 1
 _CHUNK = 256 * 1024
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """Linux: the child gets SIGTERM when its parent dies, even by SIGKILL, so no unauthenticated broker
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """Linux: the child gets `sig` when its parent dies, even by SIGKILL, so no unauthenticated broker
     outlives the process that fronted it. Elsewhere only the normal shutdown stops it."""
     if not sys.platform.startswith("linux"):
         return None
@@ -47,7 +47,7 @@ def die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def in_child() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(_PR_SET_PDEATHSIG, int(sig))
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 
@@ -128,23 +128,45 @@ def _proc_net_address(host: str, port: int) -> str:
     return f"{struct.unpack('=I', socket.inet_aton(host))[0]:08X}:{port:04X}"
 
 
-def peer_uid(conn: socket.socket, table: Path = Path("/proc/net/tcp")) -> int | None:
+def _proc_net6_address(host: str, port: int) -> str:
+    """The same IPv4 address as /proc/net/tcp6 writes it for a dual-stack socket (`::ffff:127.0.0.1`, what a
+    Java client's IPv6 socket connects from): four 32-bit words, each in host byte order."""
+    words = struct.unpack("=4I", socket.inet_pton(socket.AF_INET6, f"::ffff:{host}"))
+    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
+
+
+# The kernel's socket tables: IPv4 sockets, and IPv6 ones (an IPv4-mapped peer's own socket is listed there).
+PROC_NET_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+_ESTABLISHED = "01"  # the `st` column (include/net/tcp_states.h, TCP_ESTABLISHED)
+
+
+def peer_uid(conn: socket.socket, tables: Sequence[Path] = PROC_NET_TABLES) -> int | None:
     """The uid owning the other end of an accepted IPv4 loopback connection, from the kernel's socket
-    table (what identd answers); None when it cannot be found (the peer already left, no /proc)."""
+    tables (what identd answers); None when it cannot be found (the peer already left, no /proc).
+
+    Only an ESTABLISHED socket that a process still holds (a non-zero inode) counts. Once the peer has
+    closed its end, the kernel lists what is left of it (FIN_WAIT2, TIME_WAIT) with uid 0 and inode 0
+    whoever opened it: without this check any user could connect, send requests, close, and have a
+    relay owned by root forward them (tests/unit/kgov/test_broker_sandbox.py)."""
     try:
         peer_host, peer_port = conn.getpeername()[:2]
         own_host, own_port = conn.getsockname()[:2]
     except OSError:  # already disconnected
         return None
-    wanted = (_proc_net_address(peer_host, peer_port), _proc_net_address(own_host, own_port))
-    try:
-        lines = table.read_text().splitlines()[1:]
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 7 and (fields[1], fields[2]) == wanted:
-            return int(fields[7])
+    wanted = {(_proc_net_address(peer_host, peer_port), _proc_net_address(own_host, own_port)),
+              (_proc_net6_address(peer_host, peer_port), _proc_net6_address(own_host, own_port))}
+    for table in tables:
+        try:
+            lines = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            # sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...
+            fields = line.split()
+            if len(fields) > 9 and (fields[1], fields[2]) in wanted:
+                if fields[3] != _ESTABLISHED or fields[9] == "0":
+                    return None
+                return int(fields[7])
     return None
 
 
@@ -154,13 +176,13 @@ class OwnerOnlyRelay:
     Any other user's connection is closed unanswered: loopback TCP cannot be restricted to one user, but
     the kernel says who opened each connection. Runs its own event loop in a thread."""
 
-    def __init__(self, unix_path: Path, owner_uid: int, *, table: Path = Path("/proc/net/tcp")) -> None:
+    def __init__(self, unix_path: Path, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES) -> None:
         """Binds a free 127.0.0.1 port (`port`); nothing is accepted before `start`, and no thread runs
         before it either, so the caller may still fork with a preexec_fn in between."""
         self.unix_path = unix_path
         self.owner_uid = owner_uid
         self.refused = 0
-        self._table = table
+        self._tables = tables
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._loop = asyncio.new_event_loop()
@@ -195,7 +217,7 @@ class OwnerOnlyRelay:
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = writer.get_extra_info("socket")
-        if conn is None or peer_uid(conn, self._table) != self.owner_uid:
+        if conn is None or peer_uid(conn, self._tables) != self.owner_uid:
             self.refused += 1
             writer.transport.abort()
             return
@@ -252,9 +274,12 @@ def main(argv: Sequence[str]) -> int:
         return 3
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop_requested)
-    # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log)
+    # stdout carries only this script's one line; the broker writes to stderr (kgov's broker log). When
+    # this script dies without stopping the broker (kgov's stop_process ends its wait with SIGKILL after
+    # as long as this script's own stop_process waits for the broker), the broker is killed, not asked:
+    # a SIGTERM it does not act on would leave it running, unauthenticated, with nobody to stop it.
     broker = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),  # noqa: S603
-                              preexec_fn=die_with_parent())
+                              preexec_fn=die_with_parent(signal.SIGKILL))
     try:
         wait_for_port("127.0.0.1", port, 30, broker)
         asyncio.run(_serve(unix_path, port, broker))

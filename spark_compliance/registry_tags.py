@@ -2,12 +2,13 @@
 
 Data contracts carry their own classification: Confluent's schema metadata holds tags per field path
 (`"metadata": {"tags": {"Customer.ssn": ["PII"]}}`), and Avro and JSON schemas tag fields inline
-(`"confluent:tags": ["PII"]`). This module reads every live version of every subject from any
-registry that speaks Confluent's REST API (kgov's, Confluent's, Karapace) with one `GET /schemas`, and
+(`"confluent:tags": ["PII"]`). This module reads every version of every subject from any
+registry that speaks Confluent's REST API (kgov's, Confluent's, Karapace) with `GET /schemas` (paged), and
 writes the `subjects` part of the classification file `kgov audit run` reads (see `inventory.py`).
 
-- A subject's tags are the union over all its live versions: records written with an older version
-  are still in the topic. Tags of referenced schemas count too, transitively (a value that embeds a
+- A subject's tags are the union over all its versions: records written with an older version
+  are still in the topic. Soft-deleted versions count too: deleting a schema version deletes no record
+  written with it, and deserializers still read those by id. Hard-deleted ones are gone from the registry. Tags of referenced schemas count too, transitively (a value that embeds a
   tagged `Address` holds that data).
 - Protobuf schemas are read for their metadata tags only (inline tags are field options, not JSON).
 - Only the default context is listed (the registry's `GET /schemas`), as Confluent's endpoint does.
@@ -35,6 +36,9 @@ TIMEOUT_S = 30.0
 # make the command use (Confluent's own listing of 10,000 subjects with history is well under this).
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 _MAX_DEPTH = 200  # nesting depth of a schema document walked for inline tags
+# Schemas asked for per request: Confluent's `schema.search.max.limit` default. A registry with a lower
+# maximum answers shorter pages; the listing ends at an empty one.
+PAGE_SIZE = 1000
 
 
 class ClassifyError(ValueError):
@@ -60,36 +64,58 @@ class RegistryAccess:
 
 
 def fetch_schemas(access: RegistryAccess) -> list[dict[str, Any]]:
-    """Every live version of every subject in the default context: `GET /schemas?latestOnly=false`."""
+    """Every version of every subject in the default context, soft-deleted ones included:
+    `GET /schemas?deleted=true&latestOnly=false`,
+    page after page. Confluent answers at most `schema.search.max.limit` (1,000 by default) schemas per
+    request, so a single request left every version after the first thousand unclassified."""
     parts = urllib.parse.urlsplit(access.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ClassifyError(f"--registry must be an http:// or https:// URL, not {access.url!r}")
     if parts.username is not None or parts.password is not None:
         raise ClassifyError("--registry must not carry credentials in the URL; use --user with KGOV_PASSWORD "
                             "or --password-stdin")
-    url = access.url.rstrip("/") + "/schemas?deleted=false&latestOnly=false"
     handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
     if parts.scheme == "https":
         handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=access.ca_file)))
+    opener = urllib.request.build_opener(*handlers)
+    listing: list[dict[str, Any]] = []
+    seen: set[tuple[Any, Any]] = set()
+    budget = MAX_RESPONSE_BYTES
+    while True:
+        url = f"{access.url.rstrip('/')}/schemas?deleted=true&latestOnly=false&offset={len(listing)}&limit={PAGE_SIZE}"
+        page, used = _get_page(opener, access, url, budget)
+        budget -= used
+        new = [entry for entry in page if (entry.get("subject"), entry.get("version")) not in seen]
+        # An empty page is the end; a page of versions already read comes from a registry that ignores
+        # `offset` and so listed everything at once.
+        if not new:
+            return listing
+        seen.update((entry.get("subject"), entry.get("version")) for entry in new)
+        listing.extend(new)
+
+
+def _get_page(opener: urllib.request.OpenerDirector, access: RegistryAccess, url: str,
+              budget: int) -> tuple[list[dict[str, Any]], int]:
+    """One page of `GET /schemas` and its size in bytes, read up to `budget` bytes."""
     request = urllib.request.Request(url, headers=access.headers(), method="GET")  # noqa: S310 (scheme checked)
     try:
-        with urllib.request.build_opener(*handlers).open(request, timeout=TIMEOUT_S) as response:
-            body = response.read(MAX_RESPONSE_BYTES + 1)
+        with opener.open(request, timeout=TIMEOUT_S) as response:
+            body = response.read(budget + 1)
     except urllib.error.HTTPError as e:
         hint = " (redirects are not followed: they would carry the credentials elsewhere)" if 300 <= e.code < 400 else ""
         raise ClassifyError(f"the registry at {access.url} answered HTTP {e.code}{_confluent_error(e)}{hint}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = e.reason if isinstance(e, urllib.error.URLError) else e
         raise ClassifyError(f"cannot reach the registry at {access.url}: {reason}") from None
-    if len(body) > MAX_RESPONSE_BYTES:
+    if len(body) > budget:
         raise ClassifyError(f"the registry's schema listing exceeds {MAX_RESPONSE_BYTES} bytes")
     try:
         doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise ClassifyError(f"the registry at {access.url} did not answer JSON for GET /schemas") from None
     if not isinstance(doc, list) or not all(isinstance(s, dict) for s in doc):
         raise ClassifyError("GET /schemas did not answer a list of schemas")
-    return doc
+    return doc, len(body)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -144,6 +170,8 @@ def own_tags(schema: Mapping[str, Any]) -> set[str]:
             document = json.loads(text) if isinstance(text, str) else None
         except json.JSONDecodeError:
             document = None  # a registry stores valid schemas; an odd one contributes metadata tags only
+        except RecursionError:  # deeper than the parser goes: its inline tags cannot be read, say so
+            raise ClassifyError(f"schema nested deeper than {_MAX_DEPTH} levels") from None
         found.update(inline_tags(document))
     return {t.strip().upper() for t in found if t.strip()}
 

@@ -233,3 +233,47 @@ def test_metadata_v12_by_id_describes_by_name_unknown_ids_are_100_and_denied_one
     decoded = decode_response(SPECS[3], 12, frame[4:])
     assert [(t.name, t.topic_id, t.error_code) for t in decoded.topics if t.name != "new"] == [
         ("orders", A, 0), (None, B, 29), (None, C, 100)]
+
+
+def _answer(p: Any, *topics: tuple[str | None, uuid.UUID | None, int]) -> list[tuple[str | None, uuid.UUID | None, int]]:
+    """What the client decodes from an upstream Metadata v12 answer listing `topics`, after the patches."""
+    resp_cls = SPECS[3].response
+    topic = resp_cls.fields["topics"].data_class
+    upstream = resp_cls(brokers=[], topics=[topic(name=n, topic_id=i, error_code=e, partitions=[]) for n, i, e in topics])
+    for patch in p.patches:
+        patch(upstream)
+    decoded = decode_response(SPECS[3], 12, encode_response(SPECS[3], 12, 3, upstream)[4:])
+    return [(t.name, t.topic_id, t.error_code) for t in decoded.topics]
+
+
+def test_metadata_v12_entry_with_a_name_and_an_id_is_authorized_by_the_id_as_kafka_describes_it() -> None:
+    """Kafka's handleTopicMetadataRequest describes the ids of a request that has any, ignoring its names:
+    `{name: "public", id: <secret's id>}` checked by the name described "secret" to a reader of "public"."""
+    rules = Rules((ResourceType.TOPIC, "public", Operation.DESCRIBE))
+    ids = known(public=A, secret=B)
+    p = plan_request(rules.authorizer(ids), 3, 12, metadata_by_id(("public", B)), SPECS[3].response)
+    assert [a.resource_name for a in rules.asked if a.operation == Operation.DESCRIBE] == ["secret"]
+    assert p.forward.topics == []  # nothing asked of the upstream
+    # What a Kafka upstream would answer for id B, had it been forwarded, never reaches the client.
+    assert _answer(p, ("secret", B, 0)) == [(None, B, 29)]
+    assert request_ids(3, metadata_by_id(("public", B))) == [B]  # an unknown one waits for the listing
+
+
+def test_metadata_v12_entry_with_a_name_and_an_allowed_id_goes_upstream_by_id_alone() -> None:
+    rules = Rules((ResourceType.TOPIC, "public", Operation.DESCRIBE))
+    p = plan_request(rules.authorizer(known(public=A, secret=B)), 3, 12, metadata_by_id(("secret", A)),
+                     SPECS[3].response)
+    assert [(t.name, t.topic_id) for t in p.forward.topics] == [(None, A)] and p.rewritten
+    assert p.forward.allow_auto_topic_creation is True  # an id creates nothing: no CREATE asked
+    assert not [a for a in rules.asked if a.operation == Operation.CREATE]
+    # An upstream answering some other topic than the one asked and allowed is cut to what was allowed.
+    assert _answer(p, ("public", A, 0), ("secret", B, 0)) == [("public", A, 0)]
+
+
+def test_metadata_v12_kept_id_the_upstream_no_longer_knows_is_passed_on_next_to_denied_ones() -> None:
+    rules = Rules((ResourceType.TOPIC, "orders", Operation.DESCRIBE))
+    p = plan_request(rules.authorizer(known(orders=A, payments=B)), 3, 12, metadata_by_id((None, A), (None, B)),
+                     SPECS[3].response)
+    assert [t.topic_id for t in p.forward.topics] == [A]
+    # "orders" was deleted meanwhile: the upstream answers its id nameless; the client hears that.
+    assert _answer(p, (None, A, 100)) == [(None, A, 100), (None, B, 29)]

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +74,47 @@ def test_peer_uid_names_the_owner_of_the_other_end() -> None:
             conn.close()
 
 
+def _client_state(port: int) -> str | None:
+    """The `st` column of the client end of a loopback connection from `port`, None when not listed."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}"):
+            return fields[3]
+    return None
+
+
+def test_peer_uid_has_no_owner_for_a_peer_that_already_closed() -> None:
+    """Once the client has closed, the kernel lists its end (FIN_WAIT2, then TIME_WAIT) with uid 0 whoever
+    opened it: read as an owner, any user's connect-send-close passed a relay run by root, requests and all."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname()[:2], timeout=5)
+        client_port = client.getsockname()[1]
+        client.sendall(b"requests")
+        client.close()
+        deadline = time.monotonic() + 5
+        while _client_state(client_port) in (None, "01") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _client_state(client_port) not in (None, "01")  # what is left of it, listed with uid 0
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(100) == b"requests"  # what a relay would have forwarded
+            assert peer_uid(conn) is None
+
+
+def test_peer_uid_finds_a_dual_stack_client_in_the_ipv6_table() -> None:
+    """A client's IPv6 socket (Java's default) connecting to 127.0.0.1 is listed in /proc/net/tcp6 as
+    ::ffff:127.0.0.1; its owner is found there (it used to be refused as unknown)."""
+    if not socket.has_ipv6 or not Path("/proc/net/tcp6").exists():
+        pytest.skip("this host has no IPv6 sockets")
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.socket(socket.AF_INET6) as client:
+        client.settimeout(5)
+        client.connect(("::ffff:127.0.0.1", server.getsockname()[1]))
+        conn, _ = server.accept()
+        with conn:
+            assert peer_uid(conn) == os.geteuid()
+            assert peer_uid(conn, tables=[Path("/proc/net/tcp")]) is None  # not in the IPv4 table
+
+
 def _through_relay(unix_path: Path, owner_uid: int, **options: Any) -> tuple[bytes, int]:
     """What a connection from this process gets back through a relay, and how many the relay refused."""
     relay = OwnerOnlyRelay(unix_path, owner_uid, **options)
@@ -90,7 +134,7 @@ def test_relay_closes_other_users_connections_unanswered(echo_socket: Path) -> N
 
 
 def test_relay_fails_closed_when_the_kernel_cannot_say_who_connects(echo_socket: Path, tmp_path: Path) -> None:
-    assert _through_relay(echo_socket, os.geteuid(), table=tmp_path / "no-such-table") == (b"", 1)
+    assert _through_relay(echo_socket, os.geteuid(), tables=[tmp_path / "no-such-table"]) == (b"", 1)
 
 
 def test_sandbox_script_reports_when_namespaces_are_refused(monkeypatch: pytest.MonkeyPatch,
@@ -135,39 +179,50 @@ def test_isolated_broker_is_not_silently_replaced_when_it_fails_otherwise(
         pass
 
 
-def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) -> None:
-    """A dying kgov sends its death signal once per thread: the second SIGTERM used to deadlock the
-    sandbox in its handler (the broker then lived on) or kill it before it removed its socket."""
-    import signal
-    import subprocess
-    import time
-
-    sockets = tmp_path / "s"
-    sockets.mkdir(mode=0o700)
-    fake_broker = [sys.executable, "-c",
-                   "import socket, time; s = socket.create_server(('127.0.0.1', 9092)); time.sleep(600)"]
-    proc = subprocess.Popen([sys.executable, "-I", broker_sandbox.__file__, str(sockets / "b.sock"), "9092", "--",
-                             *fake_broker], stdout=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def _sandbox(socket_path: Path, broker: list[str]) -> Iterator[tuple[subprocess.Popen[str], list[int]] | None]:
+    """The sandbox script running `broker`: (its process, its children's pids) once it said `ready`; None
+    where this host refuses namespaces (it then exited 3, no broker started). Killed if still running."""
+    proc = subprocess.Popen([sys.executable, "-I", broker_sandbox.__file__, str(socket_path), "9092", "--", *broker],
+                            stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline().strip()
-        if first.startswith("unavailable"):  # no namespaces on this host: nothing more to stop
+        if first.startswith("unavailable"):
             assert proc.wait(10) == 3
+            yield None
             return
-        assert first == "ready" and (sockets / "b.sock").exists()
+        assert first == "ready" and socket_path.exists()
         children = [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
                     if _parent_pid(stat) == proc.pid]
         assert children
-        for _ in range(20):
-            proc.send_signal(signal.SIGTERM)
-            time.sleep(0.01)
-        assert proc.wait(15) == 0
+        yield proc, children
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _fake_broker(*setup: str) -> list[str]:
+    return [sys.executable, "-c", "; ".join(["import signal, socket, time", *setup,
+                                             "s = socket.create_server(('127.0.0.1', 9092))", "time.sleep(600)"])]
+
+
+def test_sandbox_survives_repeated_stop_signals_and_cleans_up(tmp_path: Path) -> None:
+    """A dying kgov sends its death signal once per thread: the second SIGTERM used to deadlock the
+    sandbox in its handler (the broker then lived on) or kill it before it removed its socket."""
+    sockets = tmp_path / "s"
+    sockets.mkdir(mode=0o700)
+    with _sandbox(sockets / "b.sock", _fake_broker()) as running:
+        if running is None:  # no namespaces on this host: nothing more to stop
+            return
+        proc, children = running
+        for _ in range(20):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.01)
+        assert proc.wait(15) == 0
     assert not sockets.exists()
     assert not any(Path(f"/proc/{pid}").exists() for pid in children)  # the broker was stopped
 
@@ -177,3 +232,54 @@ def _parent_pid(stat: Path) -> int | None:
         return int(stat.read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def test_a_broker_deaf_to_sigterm_dies_with_its_sandbox(tmp_path: Path) -> None:
+    """kgov's stop waits 10 s for the sandbox, then SIGKILLs it; the sandbox itself waits 10 s for the broker.
+    The broker's parent-death signal was SIGTERM, so a broker that did not act on it outlived both."""
+    with _sandbox(tmp_path / "b.sock", _fake_broker("signal.signal(signal.SIGTERM, signal.SIG_IGN)")) as running:
+        if running is None:  # no namespaces on this host: no broker was started
+            return
+        proc, children = running
+        proc.send_signal(signal.SIGKILL)  # what kgov's stop_process ends with
+        proc.wait(10)
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    alive = [pid for pid in children if _alive(pid)]
+    for pid in alive:  # not left behind when the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for whoever reaps orphans."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_kgov_up_falls_back_for_real_where_the_kernel_refuses_user_namespaces(tmp_path: Path) -> None:
+    """`make run` on a host that refuses namespaces: inside a user namespace whose limit of nested ones
+    is 0 (unshare then fails with ENOSPC), dev_broker warns and serves the plain broker."""
+    import shutil
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-Ur", "true"], check=False).returncode != 0:
+        pytest.skip("this host gives no user namespace to refuse nested ones in")
+    script = tmp_path / "fallback.py"
+    script.write_text(
+        "import pathlib, socket, sys\n"
+        "from kgov.up import dev_broker\n"
+        "with dev_broker(pathlib.Path(sys.argv[1])) as (address, isolated):\n"
+        "    host, port = address.split(':')\n"
+        "    socket.create_connection((host, int(port)), timeout=5).close()\n"
+        "    print(isolated)\n")
+    root = Path(kgov.up.__file__).resolve().parents[1]
+    run = subprocess.run(
+        ["unshare", "-Ur", "sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh",
+         sys.executable, str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout == "False\n"
+    assert kgov.up.EMBEDDED_BROKER_WARNING in run.stderr and "No space left on device" in run.stderr

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
 
 import pytest
 
@@ -105,3 +110,94 @@ def test_redirect_is_not_followed_so_credentials_stay_put() -> None:
         for s in (elsewhere, registry):
             s.shutdown()
             s.server_close()
+
+
+def test_a_schema_too_deep_for_the_json_parser_is_refused_not_a_crash() -> None:
+    with pytest.raises(ClassifyError, match="nested deeper than 200"):
+        own_tags({"schemaType": "JSON", "schema": "[" * 100_000 + "]" * 100_000})
+
+
+@contextlib.contextmanager
+def _registry(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _listing(count: int) -> list[dict[str, object]]:
+    return [{"subject": f"t{i:04d}-value", "version": 1, "id": i + 1, "schema": "{}",
+             "metadata": {"tags": {"R.f": ["PII"]}}} for i in range(count)]
+
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def answer(self, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_every_page_of_a_registry_that_caps_its_listing_is_read() -> None:
+    """Confluent answers GET /schemas with at most `schema.search.max.limit` (1,000) schemas, whatever the
+    limit asked: one request classified only the first thousand versions."""
+    from spark_compliance.registry_tags import RegistryAccess, fetch_schemas
+
+    everything = _listing(2_345)
+    queries: list[dict[str, list[str]]] = []
+
+    class Capped(_Quiet):
+        def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            queries.append(query)
+            offset = int(query.get("offset", ["0"])[0])
+            limit = min(int(query.get("limit", ["1000"])[0]), 700)  # a registry whose maximum is lower still
+            self.answer(everything[offset:offset + limit])
+
+    with _registry(Capped) as url:
+        schemas = fetch_schemas(RegistryAccess(url))
+    assert [s["subject"] for s in schemas] == [s["subject"] for s in everything]
+    assert [q["offset"] for q in queries] == [["0"], ["700"], ["1400"], ["2100"], ["2345"]]
+    assert all(q["latestOnly"] == ["false"] and q["deleted"] == ["true"] for q in queries)
+    assert len(subject_tags(schemas)) == 2_345
+
+
+def test_a_registry_that_ignores_offset_is_read_once() -> None:
+    from spark_compliance.registry_tags import RegistryAccess, fetch_schemas
+
+    everything = _listing(3)
+
+    class Unpaged(_Quiet):
+        def do_GET(self) -> None:
+            self.answer(everything)
+
+    with _registry(Unpaged) as url:
+        assert fetch_schemas(RegistryAccess(url)) == everything
+
+
+def test_soft_deleted_versions_are_classified_too() -> None:
+    """Soft-deleting a schema version deletes none of the records written with it (deserializers still read
+    them by id): its tags still describe the topic."""
+    from spark_compliance.registry_tags import RegistryAccess, fetch_schemas
+
+    live = {"subject": "orders-value", "version": 2, "id": 2, "schema": "{}"}
+    deleted = {"subject": "orders-value", "version": 1, "id": 1, "schema": "{}", "metadata": {"tags": {"R.f": ["PII"]}}}
+
+    class SoftDeleting(_Quiet):
+        def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            listing = [deleted, live] if query.get("deleted") == ["true"] else [live]
+            self.answer(listing[int(query.get("offset", ["0"])[0]):])
+
+    with _registry(SoftDeleting) as url:
+        assert subject_tags(fetch_schemas(RegistryAccess(url))) == {"orders-value": {"PII"}}
