@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cls.add_argument("--bearer-token-env", metavar="VAR",
                      help="send the bearer token held in this environment variable instead of HTTP Basic")
     cls.add_argument("--ca-file", metavar="PEM", help="CA bundle for an https:// registry")
+    cls.add_argument("--allow-plain-http", action="store_true",
+                     help="send credentials over http:// to a registry that is not on loopback")
     cls.add_argument("--merge", metavar="FILE",
                      help="an existing classification file: its topics and approved principals are kept")
     cls.add_argument("--out", required=True, metavar="FILE")
@@ -101,7 +103,8 @@ def _classify(args: argparse.Namespace) -> int:
         if not isinstance(merge, dict):
             return fail(f"--merge {args.merge}: expected a JSON object")
     try:
-        schemas = fetch_schemas(RegistryAccess(args.registry, args.user, password, token, args.ca_file))
+        schemas = fetch_schemas(RegistryAccess(args.registry, args.user, password, token, args.ca_file,
+                                                 args.allow_plain_http))
         tags = subject_tags(schemas)
         doc, skipped = classification(tags, merge)
     except ClassifyError as e:

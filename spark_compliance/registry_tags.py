@@ -22,6 +22,7 @@ itself installed. Credentials never appear in errors.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import ssl
 import urllib.error
@@ -52,6 +53,7 @@ class RegistryAccess:
     password: str | None = None
     bearer_token: str | None = None
     ca_file: str | None = None
+    allow_plain_http: bool = False  # credentials over http:// to a host other than loopback
 
     def headers(self) -> dict[str, str]:
         h = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
@@ -74,6 +76,10 @@ def fetch_schemas(access: RegistryAccess) -> list[dict[str, Any]]:
     if parts.username is not None or parts.password is not None:
         raise ClassifyError("--registry must not carry credentials in the URL; use --user with KGOV_PASSWORD "
                             "or --password-stdin")
+    sends_secret = access.user is not None or access.bearer_token is not None
+    if parts.scheme == "http" and sends_secret and not access.allow_plain_http and not _is_loopback(parts.hostname):
+        raise ClassifyError(f"refusing to send credentials over plain http to {parts.hostname}: use an https:// "
+                            "registry URL (or --allow-plain-http behind a TLS-terminating proxy you trust)")
     handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
     if parts.scheme == "https":
         handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=access.ca_file)))
@@ -116,6 +122,17 @@ def _get_page(opener: urllib.request.OpenerDirector, access: RegistryAccess, url
     if not isinstance(doc, list) or not all(isinstance(s, dict) for s in doc):
         raise ClassifyError("GET /schemas did not answer a list of schemas")
     return doc, len(body)
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -201,3 +201,17 @@ def test_soft_deleted_versions_are_classified_too() -> None:
 
     with _registry(SoftDeleting) as url:
         assert subject_tags(fetch_schemas(RegistryAccess(url))) == {"orders-value": {"PII"}}
+
+
+def test_credentials_are_not_sent_over_plain_http_to_a_remote_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_compliance.registry_tags import RegistryAccess, fetch_schemas
+
+    for url in ("http://registry.example.com:8081", "http://192.0.2.7:8081"):
+        with pytest.raises(ClassifyError, match="refusing to send credentials over plain http"):
+            fetch_schemas(RegistryAccess(url, "admin", "s3cret-pass"))
+        with pytest.raises(ClassifyError, match="refusing to send credentials over plain http"):
+            fetch_schemas(RegistryAccess(url, bearer_token="tok"))
+    # Allowed on request (a trusted TLS proxy in front): the request is then attempted (nothing answers).
+    monkeypatch.setattr("spark_compliance.registry_tags.TIMEOUT_S", 0.5)
+    with pytest.raises(ClassifyError, match="cannot reach the registry"):
+        fetch_schemas(RegistryAccess("http://192.0.2.7:9", "admin", "pw", allow_plain_http=True))
