@@ -66,7 +66,6 @@ from encryption.signing import Signer, verify_signature
 WIRE_KEY_ATTR: Final = "kgov_wire_key"
 _VALUE: Final = MessageField.VALUE
 _UNKNOWN: Final = object()  # no key serializer left the record's key on the context
-_UNBOUND: Final = object()  # bind_key=False: the key stays out of the associated data
 UNKNOWN_KEY_MESSAGE: Final = (
     "bind_key=True but the record's Kafka key is not known, so the record would not be bound to it: "
     "use RecordKeySerializer as key serializer (also for null keys) or pass a RecordContext(key=...); "
@@ -348,28 +347,46 @@ class EncryptingSerializer:
         data = inner(obj, ctx) if inner is not None and obj is not None else obj
         # Hot path, inlined on purpose (each Python call costs ~0.1 us against ~0.7 us of AES at 1 KiB):
         # bytes, header form with no other header yet, no compression or signature. Whatever it does not
-        # handle (first record, spent data key, new topic) goes through `_encrypt`, the reference path.
+        # handle (first record, spent data key, new topic, a key that is not bytes or None) goes through
+        # `_encrypt`, the reference path, which also refuses an unknown key. The two branches differ only
+        # in the flags and the key's tail of the associated data (`envelope.key_tail`, inlined); written
+        # out twice so that unbound records pay for no tail. tests/unit/encryption/test_hot_paths.py
+        # checks both against `_encrypt` byte for byte.
         hot = self._sealer.hot
         if hot is not None and data.__class__ is bytes:
             headers = ctx.headers
-            key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN) if self.bind_key else _UNBOUND
-            if headers.__class__ is list and not headers and key is not _UNKNOWN:  # unknown: `_encrypt` refuses
-                nonces, now, expires, prefixes, encrypt, suffixes = hot
-                nonce = next(nonces, None)
-                try:
-                    suffix = suffixes[ctx.topic]
-                except KeyError:  # first record of a topic
-                    return self._encrypt(data, ctx)
-                if nonce is not None and now() < expires:
-                    if key is _UNBOUND:
-                        header = prefixes[0] + nonce
-                        aad = header + suffix
+            if headers.__class__ is list and not headers:
+                if self.bind_key:
+                    key = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
+                    if key.__class__ is bytes:
+                        tail = len(key).to_bytes(4, "big") + key
+                    elif key is None:
+                        tail = NO_KEY
                     else:
+                        return self._encrypt(data, ctx)
+                    nonces, now, expires, prefixes, encrypt, suffixes = hot
+                    nonce = next(nonces, None)
+                    if nonce is not None and now() < expires:
+                        try:
+                            suffix = suffixes[ctx.topic]
+                        except KeyError:  # first record of a topic
+                            return self._encrypt(data, ctx)
                         header = prefixes[FLAG_KEY_BOUND] + nonce
-                        aad = header + suffix + key_tail(key)
-                    ciphertext: bytes = encrypt(nonce, data, aad)
-                    headers.append((HEADER, header))
-                    return ciphertext
+                        ciphertext: bytes = encrypt(nonce, data, header + suffix + tail)
+                        headers.append((HEADER, header))
+                        return ciphertext
+                else:
+                    nonces, now, expires, prefixes, encrypt, suffixes = hot
+                    nonce = next(nonces, None)
+                    if nonce is not None and now() < expires:
+                        try:
+                            suffix = suffixes[ctx.topic]
+                        except KeyError:  # first record of a topic
+                            return self._encrypt(data, ctx)
+                        header = prefixes[0] + nonce
+                        ciphertext = encrypt(nonce, data, header + suffix)
+                        headers.append((HEADER, header))
+                        return ciphertext
         return self._encrypt(data, ctx)
 
     def _encrypt(self, data: Any, ctx: SerializationContext) -> bytes | None:
@@ -450,33 +467,38 @@ class DecryptingDeserializer:
     def __call__(self, data: bytes | None, ctx: SerializationContext | None = None) -> Any:
         plaintext: bytes | None = None
         # Hot path, inlined (see EncryptingSerializer.__call__): our header alone, cached data key, no
-        # compression, no signatures. Anything else, including a failed tag, takes the general path,
-        # which raises the documented error.
+        # compression, no signatures, a key that is bytes or None when the record is bound to it. Anything
+        # else, including a failed tag, takes the general path, which raises the documented error.
         if self._fast and data.__class__ is bytes and ctx is not None:
             headers = ctx.headers
             if headers.__class__ is list and len(headers) == 1:
                 name, header = headers[0]
-                if name == HEADER and header.__class__ is bytes and len(header) > 14 and header[0] == FORMAT_VERSION:
-                    flags = header[1]
+                if name == HEADER and header.__class__ is bytes:
+                    # Found in the cache, the key part is a cache key (8 bytes or more: see
+                    # `ParsedHeader.cache_key`), so the header is that plus version, flags and a 12-byte nonce.
                     cached_key, now = self._cached_key, self._now  # locals: see `inner` in EncryptingSerializer
                     entry = cached_key(header[_DATA_KEY_PART])
                     suffix = self._suffixes.get(ctx.topic)
-                    if entry is not None and suffix is not None and entry[1] > now():
+                    if entry is not None and suffix is not None and header[0] == FORMAT_VERSION:
+                        flags = header[1]
                         aad = None
                         if flags == 0:
                             if not self.require_key_bound:
                                 aad = header + suffix
-                        elif flags == FLAG_KEY_BOUND:
+                        elif flags == FLAG_KEY_BOUND:  # `envelope.key_tail`, inlined
                             key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
-                            if key is None:
+                            if key.__class__ is bytes:
+                                aad = header + suffix + len(key).to_bytes(4, "big") + key
+                            elif key is None:
                                 aad = header + suffix + NO_KEY
-                            elif key is not _UNKNOWN:
-                                aad = header + suffix + key_tail(key)
-                        if aad is not None:
+                        if aad is not None and entry[1] > now():
                             try:
                                 plaintext = entry[0].decrypt(header[_NONCE_PART], data, aad)
                             except InvalidTag:
                                 plaintext = None
+                            else:
+                                inner = self.inner
+                                return plaintext if inner is None else inner(plaintext, ctx)
         if plaintext is None:
             try:
                 plaintext = self._decrypt(data, ctx)
