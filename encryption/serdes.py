@@ -72,8 +72,9 @@ UNKNOWN_KEY_MESSAGE: Final = (
     "or pass bind_key=False to write records not bound to their key"
 )
 # Parts of a header (see encryption.envelope) as ready slices for the inlined decrypting path.
-_DATA_KEY_PART: Final = slice(2, -NONCE_SIZE)  # KEK name and version, wrapped data key: the cache key
+_BEFORE_NONCE: Final = slice(None, -NONCE_SIZE)  # version, flags, KEK name and version, wrapped data key
 _NONCE_PART: Final = slice(-NONCE_SIZE, None)
+_NOTHING_READ: Final = (None, 0, None)  # DecryptingDeserializer._last before the first record
 # A decompression bomb must not take the consumer down: payloads inflate to at most this.
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
@@ -462,6 +463,9 @@ class DecryptingDeserializer:
         self._cached_key = self.cache.entries.get  # bound once: a method lookup on an OrderedDict is slow
         self._suffixes = self._opener.suffixes.values
         self._now = self.cache.now
+        # (header without its nonce, its flags, the data key's cache entry) of the last record read by
+        # the inlined path; forgotten when that data key's time in the cache is up.
+        self._last: tuple[bytes | None, int, Any] = _NOTHING_READ
 
     def __repr__(self) -> str:
         return f"DecryptingDeserializer(cached_keys={len(self.cache)})"
@@ -480,14 +484,24 @@ class DecryptingDeserializer:
         name, header = headers[0]
         if name != HEADER or header.__class__ is not bytes:
             return self._read(data, ctx)
-        # Found in the cache, the key part is a cache key (8 bytes or more: see `ParsedHeader.cache_key`),
-        # so the header is that plus version, flags and a 12-byte nonce.
-        cached_key, now = self._cached_key, self._now  # locals: see `inner` in EncryptingSerializer
-        entry = cached_key(header[_DATA_KEY_PART])
+        # A producer's records share their header but for the nonce, so the last one read here is
+        # remembered (`_last`): comparing with it is cheaper than the cache lookup. Equal to it, or found
+        # in the cache, the header is a cache key (8 bytes or more: see `ParsedHeader.cache_key`) after
+        # version and flags, and then a 12-byte nonce.
+        head = header[_BEFORE_NONCE]
+        last = self._last
+        if head == last[0]:
+            flags, entry = last[1], last[2]
+            remember = False
+        else:
+            entry = self._cached_key(head[2:])  # the cache key: see `ParsedHeader.cache_key`
+            if entry is None or header[0] != FORMAT_VERSION:
+                return self._read(data, ctx)
+            flags = header[1]
+            remember = True
         suffix = self._suffixes.get(ctx.topic)
-        if entry is None or suffix is None or header[0] != FORMAT_VERSION:
+        if suffix is None:
             return self._read(data, ctx)
-        flags = header[1]
         if flags == 0 and not self.require_key_bound:
             aad = header + suffix
         elif flags == FLAG_KEY_BOUND:  # `envelope.key_tail`, inlined
@@ -500,12 +514,16 @@ class DecryptingDeserializer:
                 return self._read(data, ctx)
         else:
             return self._read(data, ctx)
+        now = self._now  # a local: see `inner` in EncryptingSerializer
         if entry[1] <= now():  # the data key's time in the cache is up: the general path reloads it
+            self._last = _NOTHING_READ
             return self._read(data, ctx)
         try:
             plaintext: bytes = entry[0].decrypt(header[_NONCE_PART], data, aad)
         except InvalidTag:
             return self._read(data, ctx)
+        if remember:  # once a record authenticated under it
+            self._last = (head, flags, entry)
         inner = self.inner
         return plaintext if inner is None else inner(plaintext, ctx)
 

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from encryption import (
+    DataKeyCache,
     DecryptingDeserializer,
     DecryptionError,
     EncryptingSerializer,
@@ -188,3 +189,29 @@ def test_the_inlined_deserializer_refuses_what_the_general_path_refuses(
             refused += outcome[0] != "read"
     assert lenient.cache.kms_calls == 2  # one unwrap per data key; no variant reached the KMS
     assert refused > len(records) * 10  # most variants are refused
+    genuine = {headers[0][1][:-12] for _, headers, _ in records}
+    assert warm._last[0] in genuine  # a header that never authenticated is not remembered
+
+
+def test_the_remembered_header_is_forgotten_with_its_expired_data_key(
+    kms: LocalKms, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    cache = DataKeyCache(kms, ttl_seconds=60, now=lambda: clock[0])
+    deserializer = DecryptingDeserializer(kms, cache=cache)
+    serializer = EncryptingSerializer(kms, "orders", bind_key=False)
+    records = []
+    for i in range(4):
+        headers: list[tuple[str, bytes]] = []
+        records.append((serializer(b"record %d" % i, context(UNKNOWN, headers)), headers))
+    for value, headers in records[:2]:  # the first takes the general path, the second is remembered
+        deserializer(value, context(UNKNOWN, headers))
+    assert cache.kms_calls == 1 and deserializer._last[0] is not None
+    clock[0] += 60  # the data key's time in the cache is up: the general path unwraps it again
+    value, headers = records[2]
+    assert deserializer(value, context(UNKNOWN, headers)) == b"record 2"
+    assert cache.kms_calls == 2 and deserializer._last[0] is None
+    monkeypatch.setattr(deserializer, "_decrypt", must_not_run)  # then the inlined path, with the new entry
+    value, headers = records[3]
+    assert deserializer(value, context(UNKNOWN, headers)) == b"record 3"
+    assert deserializer._last[2] is cache.entries[headers[0][1][2:-12]]
