@@ -464,7 +464,8 @@ class DecryptingDeserializer:
         self._suffixes = self._opener.suffixes.values
         self._now = self.cache.now
         # (header without its nonce, its flags, the data key's cache entry) of the last record read by
-        # the inlined path; forgotten when that data key's time in the cache is up.
+        # the inlined path; forgotten when that data key's time in the cache is up. It may outlive the
+        # cache's entry when the cache drops it for room: one data key more in memory, never past its time.
         self._last: tuple[bytes | None, int, Any] = _NOTHING_READ
 
     def __repr__(self) -> str:
