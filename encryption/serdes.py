@@ -66,15 +66,15 @@ from encryption.signing import Signer, verify_signature
 WIRE_KEY_ATTR: Final = "kgov_wire_key"
 _VALUE: Final = MessageField.VALUE
 _UNKNOWN: Final = object()  # no key serializer left the record's key on the context
-_UNBOUND: Final = object()  # bind_key=False: the key stays out of the associated data
 UNKNOWN_KEY_MESSAGE: Final = (
     "bind_key=True but the record's Kafka key is not known, so the record would not be bound to it: "
     "use RecordKeySerializer as key serializer (also for null keys) or pass a RecordContext(key=...); "
     "or pass bind_key=False to write records not bound to their key"
 )
 # Parts of a header (see encryption.envelope) as ready slices for the inlined decrypting path.
-_DATA_KEY_PART: Final = slice(2, -NONCE_SIZE)  # KEK name and version, wrapped data key: the cache key
+_BEFORE_NONCE: Final = slice(None, -NONCE_SIZE)  # version, flags, KEK name and version, wrapped data key
 _NONCE_PART: Final = slice(-NONCE_SIZE, None)
+_NOTHING_READ: Final = (None, 0, None)  # DecryptingDeserializer._last before the first record
 # A decompression bomb must not take the consumer down: payloads inflate to at most this.
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
@@ -348,29 +348,49 @@ class EncryptingSerializer:
         data = inner(obj, ctx) if inner is not None and obj is not None else obj
         # Hot path, inlined on purpose (each Python call costs ~0.1 us against ~0.7 us of AES at 1 KiB):
         # bytes, header form with no other header yet, no compression or signature. Whatever it does not
-        # handle (first record, spent data key, new topic) goes through `_encrypt`, the reference path.
+        # handle (first record, spent data key, new topic, a key that is not bytes or None) goes through
+        # `_encrypt`, the reference path, which also refuses an unknown key. Guard clauses keep every jump
+        # short (see DecryptingDeserializer.__call__). The two branches differ only in the flags and the
+        # key's tail of the associated data (`envelope.key_tail`, inlined); written out twice so that
+        # unbound records pay for no tail. tests/unit/encryption/test_hot_paths.py checks both against
+        # `_encrypt` byte for byte.
         hot = self._sealer.hot
-        if hot is not None and data.__class__ is bytes:
-            headers = ctx.headers
-            key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN) if self.bind_key else _UNBOUND
-            if headers.__class__ is list and not headers and key is not _UNKNOWN:  # unknown: `_encrypt` refuses
-                nonces, now, expires, prefixes, encrypt, suffixes = hot
-                nonce = next(nonces, None)
-                try:
-                    suffix = suffixes[ctx.topic]
-                except KeyError:  # first record of a topic
-                    return self._encrypt(data, ctx)
-                if nonce is not None and now() < expires:
-                    if key is _UNBOUND:
-                        header = prefixes[0] + nonce
-                        aad = header + suffix
-                    else:
-                        header = prefixes[FLAG_KEY_BOUND] + nonce
-                        aad = header + suffix + key_tail(key)
-                    ciphertext: bytes = encrypt(nonce, data, aad)
-                    headers.append((HEADER, header))
-                    return ciphertext
-        return self._encrypt(data, ctx)
+        if hot is None or data.__class__ is not bytes:
+            return self._encrypt(data, ctx)
+        headers = ctx.headers
+        if headers.__class__ is not list or headers:
+            return self._encrypt(data, ctx)
+        if self.bind_key:
+            key = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
+            if key.__class__ is bytes:
+                tail = len(key).to_bytes(4, "big") + key
+            elif key is None:
+                tail = NO_KEY
+            else:
+                return self._encrypt(data, ctx)
+            nonces, now, expires, prefixes, encrypt, suffixes = hot
+            nonce = next(nonces, None)
+            if nonce is None or now() >= expires:
+                return self._encrypt(data, ctx)
+            try:
+                suffix = suffixes[ctx.topic]
+            except KeyError:  # first record of a topic
+                return self._encrypt(data, ctx)
+            header = prefixes[FLAG_KEY_BOUND] + nonce
+            ciphertext: bytes = encrypt(nonce, data, header + suffix + tail)
+        else:
+            nonces, now, expires, prefixes, encrypt, suffixes = hot
+            nonce = next(nonces, None)
+            if nonce is None or now() >= expires:
+                return self._encrypt(data, ctx)
+            try:
+                suffix = suffixes[ctx.topic]
+            except KeyError:
+                return self._encrypt(data, ctx)
+            header = prefixes[0] + nonce
+            ciphertext = encrypt(nonce, data, header + suffix)
+        headers.append((HEADER, header))
+        return ciphertext
 
     def _encrypt(self, data: Any, ctx: SerializationContext) -> bytes | None:
         key = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
@@ -443,47 +463,79 @@ class DecryptingDeserializer:
         self._cached_key = self.cache.entries.get  # bound once: a method lookup on an OrderedDict is slow
         self._suffixes = self._opener.suffixes.values
         self._now = self.cache.now
+        # (header without its nonce, its flags, the data key's cache entry) of the last record read by
+        # the inlined path; forgotten when that data key's time in the cache is up. It may outlive the
+        # cache's entry when the cache drops it for room: one data key more in memory, never past its time.
+        self._last: tuple[bytes | None, int, Any] = _NOTHING_READ
 
     def __repr__(self) -> str:
         return f"DecryptingDeserializer(cached_keys={len(self.cache)})"
 
     def __call__(self, data: bytes | None, ctx: SerializationContext | None = None) -> Any:
-        plaintext: bytes | None = None
         # Hot path, inlined (see EncryptingSerializer.__call__): our header alone, cached data key, no
-        # compression, no signatures. Anything else, including a failed tag, takes the general path,
-        # which raises the documented error.
-        if self._fast and data.__class__ is bytes and ctx is not None:
-            headers = ctx.headers
-            if headers.__class__ is list and len(headers) == 1:
-                name, header = headers[0]
-                if name == HEADER and header.__class__ is bytes and len(header) > 14 and header[0] == FORMAT_VERSION:
-                    flags = header[1]
-                    cached_key, now = self._cached_key, self._now  # locals: see `inner` in EncryptingSerializer
-                    entry = cached_key(header[_DATA_KEY_PART])
-                    suffix = self._suffixes.get(ctx.topic)
-                    if entry is not None and suffix is not None and entry[1] > now():
-                        aad = None
-                        if flags == 0:
-                            if not self.require_key_bound:
-                                aad = header + suffix
-                        elif flags == FLAG_KEY_BOUND:
-                            key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
-                            if key is None:
-                                aad = header + suffix + NO_KEY
-                            elif key is not _UNKNOWN:
-                                aad = header + suffix + key_tail(key)
-                        if aad is not None:
-                            try:
-                                plaintext = entry[0].decrypt(header[_NONCE_PART], data, aad)
-                            except InvalidTag:
-                                plaintext = None
+        # compression, no signatures, a key that is bytes or None when the record is bound to it. Anything
+        # else, including a failed tag, takes the general path (`_read`), which raises the documented
+        # error. Written as guard clauses: CPython 3.11 specialises a comparison only when the jump after
+        # it is short (no EXTENDED_ARG), which nested ifs around the whole path are not.
+        if not self._fast or data.__class__ is not bytes or ctx is None:
+            return self._read(data, ctx)
+        headers = ctx.headers
+        if headers.__class__ is not list or len(headers) != 1:
+            return self._read(data, ctx)
+        name, header = headers[0]
+        if name != HEADER or header.__class__ is not bytes:
+            return self._read(data, ctx)
+        # A producer's records share their header but for the nonce, so the last one read here is
+        # remembered (`_last`): comparing with it is cheaper than the cache lookup. Equal to it, or found
+        # in the cache, the header is a cache key (8 bytes or more: see `ParsedHeader.cache_key`) after
+        # version and flags, and then a 12-byte nonce.
+        head = header[_BEFORE_NONCE]
+        last = self._last
+        if head == last[0]:
+            flags, entry = last[1], last[2]
+            remember = False
+        else:
+            entry = self._cached_key(head[2:])  # the cache key: see `ParsedHeader.cache_key`
+            if entry is None or header[0] != FORMAT_VERSION:
+                return self._read(data, ctx)
+            flags = header[1]
+            remember = True
+        suffix = self._suffixes.get(ctx.topic)
+        if suffix is None:
+            return self._read(data, ctx)
+        if flags == 0 and not self.require_key_bound:
+            aad = header + suffix
+        elif flags == FLAG_KEY_BOUND:  # `envelope.key_tail`, inlined
+            key: Any = getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
+            if key.__class__ is bytes:
+                aad = header + suffix + len(key).to_bytes(4, "big") + key
+            elif key is None:
+                aad = header + suffix + NO_KEY
+            else:
+                return self._read(data, ctx)
+        else:
+            return self._read(data, ctx)
+        now = self._now  # a local: see `inner` in EncryptingSerializer
+        if entry[1] <= now():  # the data key's time in the cache is up: the general path reloads it
+            self._last = _NOTHING_READ
+            return self._read(data, ctx)
+        try:
+            plaintext: bytes = entry[0].decrypt(header[_NONCE_PART], data, aad)
+        except InvalidTag:
+            return self._read(data, ctx)
+        if remember:  # once a record authenticated under it
+            self._last = (head, flags, entry)
+        inner = self.inner
+        return plaintext if inner is None else inner(plaintext, ctx)
+
+    def _read(self, data: bytes | None, ctx: SerializationContext | None) -> Any:
+        """`__call__` by the general path: decrypts (or refuses, naming the record), then `inner`."""
+        try:
+            plaintext = self._decrypt(data, ctx)
+        except DecryptionError as exc:
+            raise exc.located(**record_location(ctx)) from exc.__cause__
         if plaintext is None:
-            try:
-                plaintext = self._decrypt(data, ctx)
-            except DecryptionError as exc:
-                raise exc.located(**record_location(ctx)) from exc.__cause__
-            if plaintext is None:
-                return None
+            return None
         inner = self.inner
         return inner(plaintext, ctx) if inner is not None else plaintext
 
