@@ -99,6 +99,11 @@ class RecordContext(SerializationContext):
     ) -> None:
         super().__init__(topic, field, headers)
         if key is not _UNKNOWN:
+            if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+                raise EncryptionError(
+                    f"RecordContext(key=...) takes the record's key as written to Kafka (bytes, or None), "
+                    f"got {type(key).__name__}: serialize it first"
+                )
             setattr(self, WIRE_KEY_ATTR, key)
         self.partition = partition
         self.offset = offset

@@ -101,3 +101,11 @@ def test_the_pairing_is_checked_when_the_producer_config_is_built(kms: LocalKms)
     # What it returns goes straight into the producer.
     SerializingProducer({"bootstrap.servers": NO_BROKER, **check_serializer_pairing(good)})
 
+
+
+def test_a_record_context_key_that_is_not_the_wire_bytes_is_refused_clearly() -> None:
+    # A str key used to reach `len(key).to_bytes(...) + key` and fail there with a bare TypeError.
+    with pytest.raises(EncryptionError, match=r"takes the record's key as written to Kafka \(bytes, or None\), got str"):
+        RecordContext("orders", VALUE, [], key="k")
+    for key in (b"k", bytearray(b"k"), None):
+        RecordContext("orders", VALUE, [], key=key)
