@@ -141,8 +141,8 @@ def _outcome(run: Callable[[bytes, SerializationContext], Any], value: bytes, he
         return "read", run(value, context(key, list(headers)))
     except DecryptionError as exc:
         return "refused", exc.reason
-    except TypeError as exc:  # a str key: neither path can bind it
-        return "TypeError", str(exc)
+    except EncryptionError as exc:  # a str key: RecordContext refuses it before either path runs
+        return "EncryptionError", str(exc)
 
 
 def _variants(value: bytes, headers: list[tuple[str, bytes]], key: object) -> list[tuple[bytes, list[Any], object]]:
