@@ -150,9 +150,13 @@ def _find_header(headers: Any, name: str) -> bytes | None:
                     raise DecryptionError(f"record carries more than one {name!r} header")
                 found = True
                 value = item[1]
+    if value is None or isinstance(value, bytes):
+        return value
     if isinstance(value, str):
         return value.encode("utf-8")
-    return value
+    if isinstance(value, bytearray | memoryview):  # hand-built headers; consumed ones are bytes
+        return bytes(value)
+    raise DecryptionError(f"record header {name!r} must be bytes, got {type(value).__name__}")
 
 
 def record_location(ctx: SerializationContext | None) -> dict[str, Any]:
