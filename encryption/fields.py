@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
+import decimal
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -630,32 +633,55 @@ def _json_pointer(ref: str, root: Mapping[str, Any]) -> Any:
 Exclusions = Mapping[Path, frozenset[str]]
 
 
+# What a record may hold where a rule's path goes on (a union's other branch): values with nothing
+# inside them. Anything else there (an object a `to_dict` hook would convert later, a tuple, which
+# fastavro also reads as a union branch chosen by name) could hide a tagged field from the walk.
+_LEAVES = (str, bytes, bytearray, memoryview, bool, int, float, decimal.Decimal, datetime.date, datetime.time,
+           uuid.UUID)
+
+
 def _transform(
-    obj: Any, path: Path, change: Callable[[Any], Any], exclusions: Exclusions, prefix: Path = ()
+    obj: Any, path: Path, change: Callable[[Any], Any], exclusions: Exclusions, prefix: Path = (), *,
+    strict: bool = False,
 ) -> Any:
     """A copy of `obj` with the values at `path` replaced by `change(value)`; other parts are shared.
-    Under a "{}" segment, keys in `exclusions[prefix + "{}"]` (declared JSON properties) are skipped."""
+    Under a "{}" segment, keys in `exclusions[prefix + "{}"]` (declared JSON properties) are skipped.
+    `strict` (encrypting): any mapping is looked into (the Avro and JSON writers accept any), and a
+    container it cannot look into on the way (a tuple, an object) is refused, never passed on unencrypted."""
     if obj is None:
         return None
     if not path:
         return change(obj)
+    if strict:
+        if isinstance(obj, Mapping) and not isinstance(obj, dict):
+            obj = dict(obj)
+        elif not isinstance(obj, (dict, list, *_LEAVES)):
+            name = ".".join(p for p in prefix if p not in ("[]", "{}")) or "the record"
+            raise EncryptionError(
+                f"{name} is a {type(obj).__name__}, which field-level encryption cannot look into: pass dicts "
+                "and lists (a tuple would be read as an array or an Avro union branch chosen by name; convert "
+                "objects with to_dict before this serializer, not in the inner one)")
     head, rest = path[0], path[1:]
     where = (*prefix, head)
     if head == "[]":
-        return [_transform(item, rest, change, exclusions, where) for item in obj] if isinstance(obj, list) else obj
+        if not isinstance(obj, list):
+            return obj
+        return [_transform(item, rest, change, exclusions, where, strict=strict) for item in obj]
     if head == "{}":
         if not isinstance(obj, dict):
             return obj
         skip = exclusions.get(where, frozenset())
-        return {k: v if k in skip else _transform(v, rest, change, exclusions, where) for k, v in obj.items()}
+        return {k: v if k in skip else _transform(v, rest, change, exclusions, where, strict=strict)
+                for k, v in obj.items()}
     if isinstance(obj, dict) and head in obj:
         copy = dict(obj)
-        copy[head] = _transform(obj[head], rest, change, exclusions, where)
+        copy[head] = _transform(obj[head], rest, change, exclusions, where, strict=strict)
         return copy
     return obj
 
 
 def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
+    """The values at `path`, looking into any mapping, list or tuple (as the writers would)."""
     if obj is None:
         return
     if not path:
@@ -664,12 +690,12 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
     head, rest = path[0], path[1:]
     where = (*prefix, head)
     if head == "[]":
-        children: Iterable[Any] = obj if isinstance(obj, list) else ()
+        children: Iterable[Any] = obj if isinstance(obj, list | tuple) else ()
     elif head == "{}":
         skip = exclusions.get(where, frozenset())
-        children = [v for k, v in obj.items() if k not in skip] if isinstance(obj, dict) else ()
+        children = [v for k, v in obj.items() if k not in skip] if isinstance(obj, Mapping) else ()
     else:
-        children = (obj[head],) if isinstance(obj, dict) and head in obj else ()
+        children = (obj[head],) if isinstance(obj, Mapping) and head in obj else ()
     for child in children:
         yield from _values_at(child, rest, exclusions, where)
 
@@ -747,7 +773,7 @@ class FieldEncryptingSerializer:
                     )
             for rule in self.policy.rules:
                 obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic),
-                                 self.policy.exclusions)
+                                 self.policy.exclusions, strict=True)
         return self.inner(obj, ctx) if self.inner is not None else obj
 
     def _encrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
@@ -792,7 +818,9 @@ class FieldDecryptingDeserializer:
             raise DecryptionError("FieldDecryptingDeserializer needs the SerializationContext")
         obj = self.inner(data, ctx) if self.inner is not None else data
         try:
-            for rule in self.policy.rules:
+            # In the reverse order of encryption: a value two rules reach (a declared JSON property that
+            # another allOf part's tagged additionalProperties also covers) was sealed by each in turn.
+            for rule in reversed(self.policy.rules):
                 obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic),
                                  self.policy.exclusions)
         except DecryptionError as exc:
