@@ -257,7 +257,7 @@ class FieldPolicy:
                     continue
                 tagged = (f"field {dotted!r}" if dotted else "the record") + f" is tagged {sorted(chosen)}" + (
                     f" at {candidate.where}" if chosen & candidate.inline_tags else " by the schema's metadata")
-                if candidate.unsupported is not None and not encryptable:
+                if candidate.unsupported is not None and (not encryptable or candidate.unsupported == _MARKER_NAME_REASON):
                     raise EncryptionError(
                         f"{tagged}, which cannot be honoured: {candidate.unsupported} "
                         "(nothing is written in plaintext: the policy is refused)")
@@ -495,6 +495,12 @@ _CONDITIONAL_REASON = (
     "where it is declared under properties (a tag there is honoured whatever the conditions)"
 )
 _NAMES_REASON = "property names (object keys) are never encrypted: move the sensitive data into a value"
+# A field path marks array items with "[]" and map values with "{}": a property of that name would be
+# read as one (its value left as it is), so a tag on it, or inside it, is refused whatever else is there.
+_MARKER_NAME_REASON = (
+    "a property named '[]' or '{}' cannot be told apart from array items or map values in a field path: "
+    "rename the property"
+)
 # Keywords whose subschemas kgov does not walk, the data path they describe, and why.
 _UNWALKED_SCHEMA = (
     ("additionalItems", "[]", _TUPLE_REASON), ("contains", "[]", _TUPLE_REASON),
@@ -595,7 +601,8 @@ class _JsonWalker:
                     walk(sub, (*path, "[]"), f"{pointer}/{key}/{index}", unsupported or _TUPLE_REASON)
         properties = part.get("properties")
         for name, sub in (properties.items() if isinstance(properties, Mapping) else ()):
-            walk(sub, (*path, name), f"{pointer}/properties/{_pointer_token(name)}", field=True)
+            walk(sub, (*path, name), f"{pointer}/properties/{_pointer_token(name)}",
+                 _MARKER_NAME_REASON if name in ("[]", "{}") else unsupported, field=True)
         additional = part.get("additionalProperties")
         if isinstance(additional, Mapping):
             # A key is additional for each subschema that does not declare it (allOf parts all apply):

@@ -363,3 +363,27 @@ def test_avro_tags_on_a_referenced_named_type() -> None:
     untagged_record = {**address, "confluent:tags": ["INTERNAL"]}
     policy = FieldPolicy.from_avro(person, references=[json.dumps(untagged_record)])
     assert [rule.name for rule in policy.rules] == ["homes.[].street"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"[]": {"type": "string", "confluent:tags": PII}}},
+    {"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "{}": {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": PII}}}}}}},
+    # beside items at the same field path, which would otherwise take the property's tag for theirs
+    {"type": "object", "properties": {"a": {"type": ["array", "object"], "items": {"type": "string"},
+                                            "properties": {"[]": {"type": "string", "confluent:tags": PII}}}}},
+], ids=["top-level", "nested-under-braces", "beside-items"])
+def test_json_properties_named_like_path_markers_are_refused_when_tagged(schema: dict[str, Any]) -> None:
+    # The field path ("a", "[]") reads as a's array items: {"a": {"[]": "secret"}} was written as is.
+    with pytest.raises(EncryptionError, match=r"a property named '\[\]' or '\{\}' cannot be told apart"):
+        FieldPolicy.from_json_schema(schema)
+
+
+def test_json_properties_named_like_path_markers_are_fine_untagged(kms: LocalKms) -> None:
+    schema = {"type": "object", "properties": {"[]": {"type": "string"}, "ssn": {"type": "string",
+                                                                              "confluent:tags": PII}}}
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"[]": "plain", "ssn": "078-05-1120"}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert encrypted["[]"] == "plain" and "078-05-1120" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
