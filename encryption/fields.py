@@ -578,22 +578,26 @@ class _JsonWalker:
         # else: an array: its items carry the tags, as in Confluent.
         for part, part_pointer, part_refs in parts:
             items = part.get("items")
-            if array and isinstance(items, Mapping):
+            inherit = array and isinstance(items, Mapping)
+            if inherit:
                 self.position(items, (*path, "[]"), f"{part_pointer}/items", part_refs, qualified=qualified,
                               inherited=frozenset(tags), sites=tuple(tag_sites), unsupported=unsupported, field=True)
-            else:
-                self._children(part, part_pointer, part_refs, path, unsupported)
+            # The part's other keywords too (prefixItems, contains, if/then/else ...): a tag there is
+            # honoured or refused, never skipped.
+            self._children(part, part_pointer, part_refs, path, unsupported, items_walked=inherit)
 
     def _children(
         self, part: Mapping[str, Any], pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
+        *, items_walked: bool = False,
     ) -> None:
-        """Walks what `part` says about the values inside the one at `path`."""
+        """Walks what `part` says about the values inside the one at `path` (its `items` schema unless
+        `items_walked`)."""
         def walk(sub: Any, sub_path: Path, sub_pointer: str, reason: str | None = unsupported,
                  field: bool = False) -> None:
             self.position(sub, sub_path, sub_pointer, refs, qualified=".".join(sub_path), unsupported=reason,
                           field=field)
 
-        if isinstance(part.get("items"), Mapping):
+        if isinstance(part.get("items"), Mapping) and not items_walked:
             walk(part["items"], (*path, "[]"), f"{pointer}/items")
         for key in ("items", "prefixItems"):
             if isinstance(part.get(key), list):

@@ -387,3 +387,25 @@ def test_json_properties_named_like_path_markers_are_fine_untagged(kms: LocalKms
     encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
     assert encrypted["[]"] == "plain" and "078-05-1120" not in json.dumps(encrypted)
     assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+
+
+@pytest.mark.parametrize("beside_items", [
+    {"prefixItems": [{"type": "string", "confluent:tags": PII}]},
+    {"contains": {"type": "string", "confluent:tags": PII}},
+    {"if": True, "then": {"items": {"type": "string", "confluent:tags": PII}}},
+    {"unevaluatedItems": {"type": "string", "confluent:tags": PII}},
+], ids=["prefixItems", "contains", "then-items", "unevaluatedItems"])
+def test_json_tags_beside_an_array_items_schema_are_not_skipped(kms: LocalKms, beside_items: dict[str, Any]) -> None:
+    # The walk went into an array's `items` and no further: the tag beside it was never seen, and the
+    # item it describes was written in plaintext. Now it is honoured with the items (the same values).
+    schema = {"type": "object", "properties": {
+        "a": {"type": "array", "items": {"type": "string"}, **beside_items}}}
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"a": ["078-05-1120", "other"]}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert "078-05-1120" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    # Beside items that are not strings, it is refused instead.
+    schema["properties"]["a"]["items"] = {"type": "integer"}
+    with pytest.raises(EncryptionError, match="cannot be honoured"):
+        FieldPolicy.from_json_schema(schema)
