@@ -538,6 +538,16 @@ class _JsonWalker:
         `$ref`s followed to reach it."""
         if not isinstance(schema, Mapping):
             return
+        for keyword in ("$dynamicRef", "$recursiveRef"):
+            if keyword in schema:
+                raise EncryptionError(
+                    f"schema uses {keyword} at {pointer}: field-level encryption follows $ref only, so the "
+                    "tags of what it refers to would be skipped: write $ref")
+        embedded = schema.get("$id")
+        if schema is not self.root and isinstance(embedded, str) and not embedded.startswith("#"):
+            raise EncryptionError(
+                f"schema has an embedded $id at {pointer}: field-level encryption resolves $ref against the "
+                "root schema only, and a $ref under it would mean another subschema: remove the $id")
         out.append((schema, pointer, refs))
         if "$ref" in schema:
             ref = schema["$ref"]

@@ -409,3 +409,26 @@ def test_json_tags_beside_an_array_items_schema_are_not_skipped(kms: LocalKms, b
     schema["properties"]["a"]["items"] = {"type": "integer"}
     with pytest.raises(EncryptionError, match="cannot be honoured"):
         FieldPolicy.from_json_schema(schema)
+
+
+DRAFT2020 = "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize(("schema", "says"), [
+    # "#/$defs/x" under an embedded $id means that resource's x (tagged), not the root's
+    ({"$schema": DRAFT2020, "type": "object", "$defs": {"x": {"type": "string"}}, "properties": {
+        "p": {"$id": "https://example.com/sub", "$defs": {"x": {"type": "string", "confluent:tags": PII}},
+              "type": "object", "properties": {"q": {"$ref": "#/$defs/x"}}}}},
+     r"embedded \$id at #/properties/p"),
+    ({"$schema": DRAFT2020, "type": "object", "$dynamicAnchor": "node", "properties": {
+        "ssn": {"type": "string", "confluent:tags": PII}, "child": {"$dynamicRef": "#node"}}},
+     r"uses \$dynamicRef at #/properties/child"),
+    ({"$schema": "https://json-schema.org/draft/2019-09/schema", "type": "object", "$recursiveAnchor": True,
+      "properties": {"ssn": {"type": "string", "confluent:tags": PII}, "child": {"$recursiveRef": "#"}}},
+     r"uses \$recursiveRef at #/properties/child"),
+], ids=["embedded-id", "dynamicRef", "recursiveRef"])
+def test_json_references_the_walk_cannot_follow_are_refused(schema: dict[str, Any], says: str) -> None:
+    # Each left a tagged value in plaintext: the walk resolved the $ref against the root (an untagged
+    # x) or did not follow the reference at all (child.ssn).
+    with pytest.raises(EncryptionError, match=says):
+        FieldPolicy.from_json_schema(schema)
