@@ -256,14 +256,11 @@ def test_a_client_gone_while_its_step_runs_leaves_nothing_behind(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="kgov.gateway")
-    gate = threading.Event()
-    authz = authz_factory(allow_everyone_if_no_acl_found=True)
-    audit = MemorySink()
+    audit, gate = MemorySink(), threading.Event()
     gw = gateway_factory(
-        Services(authz.service, auth_audit=audit), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
-        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate), sasl_workers=1,
-        sasl_max_waiting_steps=0,
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service, auth_audit=audit),
+        security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",), sasl_workers=1, sasl_max_waiting_steps=0,
+        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate),
     )
     pool = gw.gateway.sasl_steps
     gone = RawClient(gw.bootstrap)
