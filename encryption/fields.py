@@ -529,6 +529,10 @@ class _JsonWalker:
         self.exclusions: dict[Path, frozenset[str]] = {}
         self.ref_types: dict[str, frozenset[str] | None] = {}
         self.budget = _PositionBudget()
+        # The keywords that set a subschema's base URI: draft-04 and earlier spell it `id`.
+        dialect = root.get("$schema")
+        self.id_keywords = ("$id", "id") if isinstance(dialect, str) and re.search(r"draft-0[34]/", dialect) \
+            else ("$id",)
 
     def _parts(
         self, schema: Any, pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
@@ -543,11 +547,12 @@ class _JsonWalker:
                 raise EncryptionError(
                     f"schema uses {keyword} at {pointer}: field-level encryption follows $ref only, so the "
                     "tags of what it refers to would be skipped: write $ref")
-        embedded = schema.get("$id")
-        if schema is not self.root and isinstance(embedded, str) and not embedded.startswith("#"):
-            raise EncryptionError(
-                f"schema has an embedded $id at {pointer}: field-level encryption resolves $ref against the "
-                "root schema only, and a $ref under it would mean another subschema: remove the $id")
+        for keyword in self.id_keywords:
+            embedded = schema.get(keyword)
+            if schema is not self.root and isinstance(embedded, str) and not embedded.startswith("#"):
+                raise EncryptionError(
+                    f"schema has an embedded {keyword} at {pointer}: field-level encryption resolves $ref against "
+                    f"the root schema only, and a $ref under it would mean another subschema: remove the {keyword}")
         out.append((schema, pointer, refs))
         if "$ref" in schema:
             ref = schema["$ref"]

@@ -426,7 +426,12 @@ DRAFT2020 = "https://json-schema.org/draft/2020-12/schema"
     ({"$schema": "https://json-schema.org/draft/2019-09/schema", "type": "object", "$recursiveAnchor": True,
       "properties": {"ssn": {"type": "string", "confluent:tags": PII}, "child": {"$recursiveRef": "#"}}},
      r"uses \$recursiveRef at #/properties/child"),
-], ids=["embedded-id", "dynamicRef", "recursiveRef"])
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+      "definitions": {"x": {"type": "string"}}, "properties": {
+          "p": {"id": "https://example.com/sub", "definitions": {"x": {"type": "string", "confluent:tags": PII}},
+                "type": "object", "properties": {"q": {"$ref": "#/definitions/x"}}}}},
+     r"embedded id at #/properties/p"),
+], ids=["embedded-id", "dynamicRef", "recursiveRef", "draft-04-id"])
 def test_json_references_the_walk_cannot_follow_are_refused(schema: dict[str, Any], says: str) -> None:
     # Each left a tagged value in plaintext: the walk resolved the $ref against the root (an untagged
     # x) or did not follow the reference at all (child.ssn).
