@@ -249,6 +249,7 @@ class FieldPolicy:
                     field_tags |= pattern_tags
             positions.setdefault(candidate.path, []).append((candidate, dotted, frozenset(field_tags & sensitive)))
         rules = []
+        by_pattern: dict[Path, str] = {}  # rules that honour a patternProperties tag: where it is
         for path, group in positions.items():
             walked = [(c, chosen) for c, _, chosen in group if c.unsupported is None]
             encryptable = [c for c, _ in walked if c.kind is not None]
@@ -272,6 +273,9 @@ class FieldPolicy:
             selected = [(c, chosen | stray) for c, chosen in walked if chosen]
             if not selected and stray:
                 selected = [(encryptable[0], stray)]
+            for candidate, _, chosen in group:
+                if chosen and candidate.unsupported == _PATTERN_PROPERTIES_REASON:
+                    by_pattern.setdefault(path, candidate.where)
             for candidate, chosen in selected:
                 assert candidate.kind is not None  # checked above
                 dotted = ".".join(p for p in path if p not in ("[]", "{}"))
@@ -282,7 +286,26 @@ class FieldPolicy:
                     )
                 rules.append(FieldRule(path, candidate.kind, bool(chosen & deterministic),
                                        field_keks.pop() if field_keks else None))
+        _check_patterns_cover_declared(by_pattern, {rule.path for rule in rules}, exclusions or {})
         return cls(rules, cutoffs, exclusions)
+
+
+def _check_patterns_cover_declared(by_pattern: Mapping[Path, str], rule_paths: set[Path],
+                                   exclusions: Exclusions) -> None:
+    """A tagged patternProperties is honoured by the "{}" rule of additionalProperties, which skips the
+    declared properties; a pattern may match those too (JSON Schema applies both), so each declared
+    property skipped there must be encrypted by a rule of its own, or the policy is refused."""
+    for path, where in by_pattern.items():
+        for index, segment in enumerate(path):
+            if segment != "{}":
+                continue
+            for name in sorted(exclusions.get(path[:index + 1], ())):
+                if (*path[:index], name, *path[index + 1:]) not in rule_paths:
+                    declared = ".".join(p for p in (*path[:index], name, *path[index + 1:]) if p not in ("[]", "{}"))
+                    raise EncryptionError(
+                        f"the patternProperties tag at {where} may also describe the declared property "
+                        f"{declared!r}, which is not encrypted (the additionalProperties rule skips declared "
+                        "properties): tag that property too, or declare the patterned ones under properties")
 
 
 def _avro_kind(avro_type: Any) -> Kind | None:
@@ -486,6 +509,12 @@ _PATTERN_REASON = (
     "values matched by patternProperties or unevaluatedProperties are not walked: declare the property "
     "under properties, or tag additionalProperties (which covers every undeclared property)"
 )
+# The same, for patternProperties: unlike additionalProperties and unevaluatedProperties, they also
+# describe the declared properties they match, which the additionalProperties rule skips.
+_PATTERN_PROPERTIES_REASON = (
+    "values matched by patternProperties are not walked: declare the property under properties, or tag "
+    "additionalProperties (which covers every undeclared property)"
+)
 _TUPLE_REASON = (
     "positional array items (prefixItems, items given as a list, additionalItems, contains, "
     "unevaluatedItems) are not walked: describe the items with one items schema and tag it"
@@ -509,7 +538,7 @@ _UNWALKED_SCHEMA = (
     ("then", "", _CONDITIONAL_REASON), ("else", "", _CONDITIONAL_REASON), ("not", "", _CONDITIONAL_REASON),
 )
 _UNWALKED_MAPS = (
-    ("patternProperties", "{}", _PATTERN_REASON), ("dependentSchemas", "", _CONDITIONAL_REASON),
+    ("patternProperties", "{}", _PATTERN_PROPERTIES_REASON), ("dependentSchemas", "", _CONDITIONAL_REASON),
     ("dependencies", "", _CONDITIONAL_REASON),
 )
 

@@ -437,3 +437,25 @@ def test_json_references_the_walk_cannot_follow_are_refused(schema: dict[str, An
     # x) or did not follow the reference at all (child.ssn).
     with pytest.raises(EncryptionError, match=says):
         FieldPolicy.from_json_schema(schema)
+
+
+def test_json_pattern_tag_matching_a_declared_property_is_not_skipped(kms: LocalKms) -> None:
+    # patternProperties describe every matching key, declared ones too; the additionalProperties rule
+    # that honours the pattern's tag skips the declared ones, so "ssn_x" was written in plaintext.
+    tagged = {"type": "string", "confluent:tags": PII}
+    schema = {"type": "object", "properties": {"ssn_x": {"type": "string"}},
+              "patternProperties": {"^ssn": tagged}, "additionalProperties": tagged}
+    with pytest.raises(EncryptionError, match="may also describe the declared property 'ssn_x', which is not"):
+        FieldPolicy.from_json_schema(schema)
+    nested = {"type": "object", "properties": {"ssn_x": {"type": "object", "properties": {"v": {"type": "string"}}}},
+              "patternProperties": {"^ssn": {"type": "object", "properties": {"v": tagged}}},
+              "additionalProperties": {"type": "object", "properties": {"v": tagged}}}
+    with pytest.raises(EncryptionError, match=r"declared property 'ssn_x\.v'"):
+        FieldPolicy.from_json_schema(nested)
+    # With the declared property tagged too, every value the pattern describes is encrypted.
+    schema["properties"]["ssn_x"] = tagged
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"ssn_x": "078-05-1120", "ssn_y": "219-09-9999"}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert "078-05-1120" not in json.dumps(encrypted) and "219-09-9999" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
