@@ -249,7 +249,8 @@ class FieldPolicy:
                     field_tags |= pattern_tags
             positions.setdefault(candidate.path, []).append((candidate, dotted, frozenset(field_tags & sensitive)))
         rules = []
-        by_pattern: dict[Path, str] = {}  # rules that honour a patternProperties tag: where it is
+        # Rules that honour a tag of patternProperties or of a conditional subschema: where it is.
+        by_pattern: dict[Path, str] = {}
         for path, group in positions.items():
             walked = [(c, chosen) for c, _, chosen in group if c.unsupported is None]
             encryptable = [c for c, _ in walked if c.kind is not None]
@@ -274,7 +275,7 @@ class FieldPolicy:
             if not selected and stray:
                 selected = [(encryptable[0], stray)]
             for candidate, _, chosen in group:
-                if chosen and candidate.unsupported == _PATTERN_PROPERTIES_REASON:
+                if chosen and candidate.unsupported in (_PATTERN_PROPERTIES_REASON, _CONDITIONAL_REASON):
                     by_pattern.setdefault(path, candidate.where)
             for candidate, chosen in selected:
                 assert candidate.kind is not None  # checked above
@@ -292,8 +293,9 @@ class FieldPolicy:
 
 def _check_patterns_cover_declared(by_pattern: Mapping[Path, str], rule_paths: set[Path],
                                    exclusions: Exclusions) -> None:
-    """A tagged patternProperties is honoured by the "{}" rule of additionalProperties, which skips the
-    declared properties; a pattern may match those too (JSON Schema applies both), so each declared
+    """A tagged patternProperties (or additionalProperties inside if/then/else, dependentSchemas ...) is
+    honoured by the "{}" rule of the additionalProperties beside it, which skips the declared properties;
+    a pattern (or the conditional's own additionalProperties) may describe those too, so each declared
     property skipped there must be encrypted by a rule of its own, or the policy is refused."""
     for path, where in by_pattern.items():
         for index, segment in enumerate(path):
@@ -303,9 +305,9 @@ def _check_patterns_cover_declared(by_pattern: Mapping[Path, str], rule_paths: s
                 if (*path[:index], name, *path[index + 1:]) not in rule_paths:
                     declared = ".".join(p for p in (*path[:index], name, *path[index + 1:]) if p not in ("[]", "{}"))
                     raise EncryptionError(
-                        f"the patternProperties tag at {where} may also describe the declared property "
+                        f"the tag at {where} may also describe the declared property "
                         f"{declared!r}, which is not encrypted (the additionalProperties rule skips declared "
-                        "properties): tag that property too, or declare the patterned ones under properties")
+                        "properties): tag that property too")
 
 
 def _avro_kind(avro_type: Any) -> Kind | None:

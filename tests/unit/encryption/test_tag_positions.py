@@ -459,3 +459,18 @@ def test_json_pattern_tag_matching_a_declared_property_is_not_skipped(kms: Local
     encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
     assert "078-05-1120" not in json.dumps(encrypted) and "219-09-9999" not in json.dumps(encrypted)
     assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+
+
+@pytest.mark.parametrize("conditional", [
+    {"if": True, "then": {"additionalProperties": {"type": "string", "confluent:tags": PII}}},
+    {"dependentSchemas": {"k": {"additionalProperties": {"type": "string", "confluent:tags": PII}}}},
+], ids=["then", "dependentSchemas"])
+def test_json_conditional_additional_properties_tag_covering_a_declared_property_is_refused(
+    conditional: dict[str, Any],
+) -> None:
+    # The conditional's additionalProperties describe "k" (it declares no properties of its own); the
+    # root's additionalProperties rule that honoured its tag skipped "k", written in plaintext.
+    schema = {"type": "object", "properties": {"k": {"type": "string"}},
+              "additionalProperties": {"type": "string", "confluent:tags": PII}, **conditional}
+    with pytest.raises(EncryptionError, match="may also describe the declared property 'k', which is not encrypted"):
+        FieldPolicy.from_json_schema(schema)
