@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
+import decimal
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -246,6 +249,8 @@ class FieldPolicy:
                     field_tags |= pattern_tags
             positions.setdefault(candidate.path, []).append((candidate, dotted, frozenset(field_tags & sensitive)))
         rules = []
+        # Rules that honour a tag of patternProperties or of a conditional subschema: where it is.
+        by_pattern: dict[Path, str] = {}
         for path, group in positions.items():
             walked = [(c, chosen) for c, _, chosen in group if c.unsupported is None]
             encryptable = [c for c, _ in walked if c.kind is not None]
@@ -254,7 +259,7 @@ class FieldPolicy:
                     continue
                 tagged = (f"field {dotted!r}" if dotted else "the record") + f" is tagged {sorted(chosen)}" + (
                     f" at {candidate.where}" if chosen & candidate.inline_tags else " by the schema's metadata")
-                if candidate.unsupported is not None and not encryptable:
+                if candidate.unsupported is not None and (not encryptable or candidate.unsupported == _MARKER_NAME_REASON):
                     raise EncryptionError(
                         f"{tagged}, which cannot be honoured: {candidate.unsupported} "
                         "(nothing is written in plaintext: the policy is refused)")
@@ -269,6 +274,9 @@ class FieldPolicy:
             selected = [(c, chosen | stray) for c, chosen in walked if chosen]
             if not selected and stray:
                 selected = [(encryptable[0], stray)]
+            for candidate, _, chosen in group:
+                if chosen and candidate.unsupported in (_PATTERN_PROPERTIES_REASON, _CONDITIONAL_REASON):
+                    by_pattern.setdefault(path, candidate.where)
             for candidate, chosen in selected:
                 assert candidate.kind is not None  # checked above
                 dotted = ".".join(p for p in path if p not in ("[]", "{}"))
@@ -279,7 +287,27 @@ class FieldPolicy:
                     )
                 rules.append(FieldRule(path, candidate.kind, bool(chosen & deterministic),
                                        field_keks.pop() if field_keks else None))
+        _check_patterns_cover_declared(by_pattern, {rule.path for rule in rules}, exclusions or {})
         return cls(rules, cutoffs, exclusions)
+
+
+def _check_patterns_cover_declared(by_pattern: Mapping[Path, str], rule_paths: set[Path],
+                                   exclusions: Exclusions) -> None:
+    """A tagged patternProperties (or additionalProperties inside if/then/else, dependentSchemas ...) is
+    honoured by the "{}" rule of the additionalProperties beside it, which skips the declared properties;
+    a pattern (or the conditional's own additionalProperties) may describe those too, so each declared
+    property skipped there must be encrypted by a rule of its own, or the policy is refused."""
+    for path, where in by_pattern.items():
+        for index, segment in enumerate(path):
+            if segment != "{}":
+                continue
+            for name in sorted(exclusions.get(path[:index + 1], ())):
+                if (*path[:index], name, *path[index + 1:]) not in rule_paths:
+                    declared = ".".join(p for p in (*path[:index], name, *path[index + 1:]) if p not in ("[]", "{}"))
+                    raise EncryptionError(
+                        f"the tag at {where} may also describe the declared property "
+                        f"{declared!r}, which is not encrypted (the additionalProperties rule skips declared "
+                        "properties): tag that property too")
 
 
 def _avro_kind(avro_type: Any) -> Kind | None:
@@ -483,6 +511,12 @@ _PATTERN_REASON = (
     "values matched by patternProperties or unevaluatedProperties are not walked: declare the property "
     "under properties, or tag additionalProperties (which covers every undeclared property)"
 )
+# The same, for patternProperties: unlike additionalProperties and unevaluatedProperties, they also
+# describe the declared properties they match, which the additionalProperties rule skips.
+_PATTERN_PROPERTIES_REASON = (
+    "values matched by patternProperties are not walked: declare the property under properties, or tag "
+    "additionalProperties (which covers every undeclared property)"
+)
 _TUPLE_REASON = (
     "positional array items (prefixItems, items given as a list, additionalItems, contains, "
     "unevaluatedItems) are not walked: describe the items with one items schema and tag it"
@@ -492,6 +526,12 @@ _CONDITIONAL_REASON = (
     "where it is declared under properties (a tag there is honoured whatever the conditions)"
 )
 _NAMES_REASON = "property names (object keys) are never encrypted: move the sensitive data into a value"
+# A field path marks array items with "[]" and map values with "{}": a property of that name would be
+# read as one (its value left as it is), so a tag on it, or inside it, is refused whatever else is there.
+_MARKER_NAME_REASON = (
+    "a property named '[]' or '{}' cannot be told apart from array items or map values in a field path: "
+    "rename the property"
+)
 # Keywords whose subschemas kgov does not walk, the data path they describe, and why.
 _UNWALKED_SCHEMA = (
     ("additionalItems", "[]", _TUPLE_REASON), ("contains", "[]", _TUPLE_REASON),
@@ -500,7 +540,7 @@ _UNWALKED_SCHEMA = (
     ("then", "", _CONDITIONAL_REASON), ("else", "", _CONDITIONAL_REASON), ("not", "", _CONDITIONAL_REASON),
 )
 _UNWALKED_MAPS = (
-    ("patternProperties", "{}", _PATTERN_REASON), ("dependentSchemas", "", _CONDITIONAL_REASON),
+    ("patternProperties", "{}", _PATTERN_PROPERTIES_REASON), ("dependentSchemas", "", _CONDITIONAL_REASON),
     ("dependencies", "", _CONDITIONAL_REASON),
 )
 
@@ -520,6 +560,10 @@ class _JsonWalker:
         self.exclusions: dict[Path, frozenset[str]] = {}
         self.ref_types: dict[str, frozenset[str] | None] = {}
         self.budget = _PositionBudget()
+        # The keywords that set a subschema's base URI: draft-04 and earlier spell it `id`.
+        dialect = root.get("$schema")
+        self.id_keywords = ("$id", "id") if isinstance(dialect, str) and re.search(r"draft-0[34]/", dialect) \
+            else ("$id",)
 
     def _parts(
         self, schema: Any, pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
@@ -529,6 +573,17 @@ class _JsonWalker:
         `$ref`s followed to reach it."""
         if not isinstance(schema, Mapping):
             return
+        for keyword in ("$dynamicRef", "$recursiveRef"):
+            if keyword in schema:
+                raise EncryptionError(
+                    f"schema uses {keyword} at {pointer}: field-level encryption follows $ref only, so the "
+                    "tags of what it refers to would be skipped: write $ref")
+        for keyword in self.id_keywords:
+            embedded = schema.get(keyword)
+            if schema is not self.root and isinstance(embedded, str) and not embedded.startswith("#"):
+                raise EncryptionError(
+                    f"schema has an embedded {keyword} at {pointer}: field-level encryption resolves $ref against "
+                    f"the root schema only, and a $ref under it would mean another subschema: remove the {keyword}")
         out.append((schema, pointer, refs))
         if "$ref" in schema:
             ref = schema["$ref"]
@@ -569,22 +624,26 @@ class _JsonWalker:
         # else: an array: its items carry the tags, as in Confluent.
         for part, part_pointer, part_refs in parts:
             items = part.get("items")
-            if array and isinstance(items, Mapping):
+            inherit = array and isinstance(items, Mapping)
+            if inherit:
                 self.position(items, (*path, "[]"), f"{part_pointer}/items", part_refs, qualified=qualified,
                               inherited=frozenset(tags), sites=tuple(tag_sites), unsupported=unsupported, field=True)
-            else:
-                self._children(part, part_pointer, part_refs, path, unsupported)
+            # The part's other keywords too (prefixItems, contains, if/then/else ...): a tag there is
+            # honoured or refused, never skipped.
+            self._children(part, part_pointer, part_refs, path, unsupported, items_walked=inherit)
 
     def _children(
         self, part: Mapping[str, Any], pointer: str, refs: tuple[str, ...], path: Path, unsupported: str | None,
+        *, items_walked: bool = False,
     ) -> None:
-        """Walks what `part` says about the values inside the one at `path`."""
+        """Walks what `part` says about the values inside the one at `path` (its `items` schema unless
+        `items_walked`)."""
         def walk(sub: Any, sub_path: Path, sub_pointer: str, reason: str | None = unsupported,
                  field: bool = False) -> None:
             self.position(sub, sub_path, sub_pointer, refs, qualified=".".join(sub_path), unsupported=reason,
                           field=field)
 
-        if isinstance(part.get("items"), Mapping):
+        if isinstance(part.get("items"), Mapping) and not items_walked:
             walk(part["items"], (*path, "[]"), f"{pointer}/items")
         for key in ("items", "prefixItems"):
             if isinstance(part.get(key), list):
@@ -592,7 +651,8 @@ class _JsonWalker:
                     walk(sub, (*path, "[]"), f"{pointer}/{key}/{index}", unsupported or _TUPLE_REASON)
         properties = part.get("properties")
         for name, sub in (properties.items() if isinstance(properties, Mapping) else ()):
-            walk(sub, (*path, name), f"{pointer}/properties/{_pointer_token(name)}", field=True)
+            walk(sub, (*path, name), f"{pointer}/properties/{_pointer_token(name)}",
+                 _MARKER_NAME_REASON if name in ("[]", "{}") else unsupported, field=True)
         additional = part.get("additionalProperties")
         if isinstance(additional, Mapping):
             # A key is additional for each subschema that does not declare it (allOf parts all apply):
@@ -630,32 +690,55 @@ def _json_pointer(ref: str, root: Mapping[str, Any]) -> Any:
 Exclusions = Mapping[Path, frozenset[str]]
 
 
+# What a record may hold where a rule's path goes on (a union's other branch): values with nothing
+# inside them. Anything else there (an object a `to_dict` hook would convert later, a tuple, which
+# fastavro also reads as a union branch chosen by name) could hide a tagged field from the walk.
+_LEAVES = (str, bytes, bytearray, memoryview, bool, int, float, decimal.Decimal, datetime.date, datetime.time,
+           uuid.UUID)
+
+
 def _transform(
-    obj: Any, path: Path, change: Callable[[Any], Any], exclusions: Exclusions, prefix: Path = ()
+    obj: Any, path: Path, change: Callable[[Any], Any], exclusions: Exclusions, prefix: Path = (), *,
+    strict: bool = False,
 ) -> Any:
     """A copy of `obj` with the values at `path` replaced by `change(value)`; other parts are shared.
-    Under a "{}" segment, keys in `exclusions[prefix + "{}"]` (declared JSON properties) are skipped."""
+    Under a "{}" segment, keys in `exclusions[prefix + "{}"]` (declared JSON properties) are skipped.
+    `strict` (encrypting): any mapping is looked into (the Avro and JSON writers accept any), and a
+    container it cannot look into on the way (a tuple, an object) is refused, never passed on unencrypted."""
     if obj is None:
         return None
     if not path:
         return change(obj)
+    if strict:
+        if isinstance(obj, Mapping) and not isinstance(obj, dict):
+            obj = dict(obj)
+        elif not isinstance(obj, (dict, list, *_LEAVES)):
+            name = ".".join(p for p in prefix if p not in ("[]", "{}")) or "the record"
+            raise EncryptionError(
+                f"{name} is a {type(obj).__name__}, which field-level encryption cannot look into: pass dicts "
+                "and lists (a tuple would be read as an array or an Avro union branch chosen by name; convert "
+                "objects with to_dict before this serializer, not in the inner one)")
     head, rest = path[0], path[1:]
     where = (*prefix, head)
     if head == "[]":
-        return [_transform(item, rest, change, exclusions, where) for item in obj] if isinstance(obj, list) else obj
+        if not isinstance(obj, list):
+            return obj
+        return [_transform(item, rest, change, exclusions, where, strict=strict) for item in obj]
     if head == "{}":
         if not isinstance(obj, dict):
             return obj
         skip = exclusions.get(where, frozenset())
-        return {k: v if k in skip else _transform(v, rest, change, exclusions, where) for k, v in obj.items()}
+        return {k: v if k in skip else _transform(v, rest, change, exclusions, where, strict=strict)
+                for k, v in obj.items()}
     if isinstance(obj, dict) and head in obj:
         copy = dict(obj)
-        copy[head] = _transform(obj[head], rest, change, exclusions, where)
+        copy[head] = _transform(obj[head], rest, change, exclusions, where, strict=strict)
         return copy
     return obj
 
 
 def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
+    """The values at `path`, looking into any mapping, list or tuple (as the writers would)."""
     if obj is None:
         return
     if not path:
@@ -664,12 +747,12 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
     head, rest = path[0], path[1:]
     where = (*prefix, head)
     if head == "[]":
-        children: Iterable[Any] = obj if isinstance(obj, list) else ()
+        children: Iterable[Any] = obj if isinstance(obj, list | tuple) else ()
     elif head == "{}":
         skip = exclusions.get(where, frozenset())
-        children = [v for k, v in obj.items() if k not in skip] if isinstance(obj, dict) else ()
+        children = [v for k, v in obj.items() if k not in skip] if isinstance(obj, Mapping) else ()
     else:
-        children = (obj[head],) if isinstance(obj, dict) and head in obj else ()
+        children = (obj[head],) if isinstance(obj, Mapping) and head in obj else ()
     for child in children:
         yield from _values_at(child, rest, exclusions, where)
 
@@ -747,7 +830,7 @@ class FieldEncryptingSerializer:
                     )
             for rule in self.policy.rules:
                 obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic),
-                                 self.policy.exclusions)
+                                 self.policy.exclusions, strict=True)
         return self.inner(obj, ctx) if self.inner is not None else obj
 
     def _encrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
@@ -792,7 +875,9 @@ class FieldDecryptingDeserializer:
             raise DecryptionError("FieldDecryptingDeserializer needs the SerializationContext")
         obj = self.inner(data, ctx) if self.inner is not None else data
         try:
-            for rule in self.policy.rules:
+            # In the reverse order of encryption: a value two rules reach (a declared JSON property that
+            # another allOf part's tagged additionalProperties also covers) was sealed by each in turn.
+            for rule in reversed(self.policy.rules):
                 obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic),
                                  self.policy.exclusions)
         except DecryptionError as exc:

@@ -144,6 +144,10 @@ def is_loopback_host(host: str) -> bool:
 
 
 def is_base_url(value: str) -> bool:
-    """An absolute http(s) URL with a host and no query or fragment: something to put paths after."""
-    parts = urlsplit(value)
+    """An absolute http(s) URL with a host and no query or fragment: something to put paths after.
+    False for what cannot be parsed ("http://[::1", an unclosed IPv6 literal, raises in `urlsplit`)."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not (parts.query or parts.fragment)

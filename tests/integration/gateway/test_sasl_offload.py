@@ -250,3 +250,47 @@ def test_a_failure_from_a_worker_thread_still_waits_the_fixed_failure_delay(
         assert raw.closed_by_peer()
     finally:
         raw.close()
+
+
+def test_a_client_gone_while_its_step_runs_leaves_nothing_behind(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    audit, gate = MemorySink(), threading.Event()
+    gw = gateway_factory(
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service, auth_audit=audit),
+        security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",), sasl_workers=1, sasl_max_waiting_steps=0,
+        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate),
+    )
+    pool = gw.gateway.sasl_steps
+    gone = RawClient(gw.bootstrap)
+    later: RawClient | None = None
+    try:
+        plain_handshake(gone)
+        gone.send(36, 1, AUTH(auth_bytes=plain_token("slow-gone", "pw")))
+        deadline = time.monotonic() + 10
+        while pool.pending < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.pending == 1
+        gone.close()
+        # Its reading is paused while the step runs, so the gateway learns of the close only after it.
+        gate.set()
+        while (pool.pending or gw.gateway._connections) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.pending == 0  # the slot is free again (the bound is one step: a leak would refuse the next)
+        assert not gw.gateway._connections  # and the departed connection is gone
+        later = RawClient(gw.bootstrap)
+        plain_handshake(later)
+        assert later.call(36, 1, AUTH(auth_bytes=plain_token("later", "pw"))).error_code == 0
+        assert later.call(3, 12, metadata()).brokers
+    finally:
+        gate.set()
+        gone.close()
+        if later is not None:
+            later.close()
+    assert pool.refused == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    successes = [e.data["authenticationInfo"]["principal"] for e in audit.events
+                 if str(e.type) == "io.kgov.authentication" and e.data["result"]["success"]]
+    # The departed client's step did succeed (its credentials were good); nothing else is recorded for it.
+    assert successes == ["User:slow-gone", "User:later"]

@@ -302,3 +302,63 @@ def test_json_objects_with_declared_and_additional_properties(kms: LocalKms) -> 
     assert encrypted["id"] == "r1" and encrypted["meta"] == {"note": "not sensitive, declared"}
     assert encrypted["extra"]["note"] != "secret"
     assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+
+
+def test_a_value_two_rules_reach_decrypts_to_what_was_written(kms: LocalKms) -> None:
+    # "ssn" is declared (and tagged) by one allOf part; the other part's tagged additionalProperties
+    # applies to every key, "ssn" included, so both rules seal it: decryption peels them in reverse.
+    schema = {"type": "object", "allOf": [
+        {"properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}},
+        {"additionalProperties": {"type": "string", "confluent:tags": ["PII"]}},
+    ]}
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"ssn": "078-05-1120", "note": "call after six"}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert "078-05-1120" not in json.dumps(encrypted) and "call after six" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+
+
+AVRO_UNION = {"type": "record", "name": "R", "fields": [
+    {"name": "u", "type": ["null", {"type": "record", "name": "In", "fields": [
+        {"name": "x", "type": "string", "confluent:tags": ["PII"]}]}]},
+    {"name": "a", "type": {"type": "array", "items": "string"}, "confluent:tags": ["PII"]},
+]}
+
+
+def _union_writer(obj: Any, _ctx: SerializationContext | None) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_UNION), obj)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("record", [
+    {"u": ("In", {"x": "SECRET-1"}), "a": []},  # fastavro's union tuple notation
+    {"u": None, "a": ("SECRET-1", "SECRET-2")},  # a tuple fastavro writes as an array
+], ids=["union-tuple-notation", "tuple-array"])
+def test_containers_the_walk_cannot_see_into_are_refused_not_written_in_plaintext(
+    kms: LocalKms, record: dict[str, Any]
+) -> None:
+    assert b"SECRET-1" in _union_writer(record, ctx())  # the writer takes it as it is
+    policy = FieldPolicy.from_avro(AVRO_UNION)
+    with pytest.raises(EncryptionError, match="tuple, which field-level encryption cannot look into"):
+        FieldEncryptingSerializer(kms, "orders", policy, _union_writer)(record, ctx())
+
+
+def test_objects_on_a_tagged_path_are_refused_and_any_mapping_is_encrypted(kms: LocalKms) -> None:
+    import types
+
+    policy = FieldPolicy.from_avro(AVRO_UNION)
+    serializer = FieldEncryptingSerializer(kms, "orders", policy, _union_writer)
+
+    class Customer:  # what an inner serializer's to_dict hook would turn into a dict
+        u = None
+        a = ["SECRET-1"]
+
+    with pytest.raises(EncryptionError, match="Customer, which field-level encryption cannot look into"):
+        serializer(Customer(), ctx())
+    wire = serializer(types.MappingProxyType({"u": types.MappingProxyType({"x": "SECRET-1"}), "a": ["SECRET-2"]}),
+                      ctx())
+    assert b"SECRET" not in wire
+    decrypted = FieldDecryptingDeserializer(kms, policy, lambda data, _: fastavro.schemaless_reader(
+        io.BytesIO(data), fastavro.parse_schema(AVRO_UNION)))(wire, ctx())
+    assert decrypted == {"u": {"x": "SECRET-1"}, "a": ["SECRET-2"]}

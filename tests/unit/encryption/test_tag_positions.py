@@ -363,3 +363,114 @@ def test_avro_tags_on_a_referenced_named_type() -> None:
     untagged_record = {**address, "confluent:tags": ["INTERNAL"]}
     policy = FieldPolicy.from_avro(person, references=[json.dumps(untagged_record)])
     assert [rule.name for rule in policy.rules] == ["homes.[].street"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"[]": {"type": "string", "confluent:tags": PII}}},
+    {"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "{}": {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": PII}}}}}}},
+    # beside items at the same field path, which would otherwise take the property's tag for theirs
+    {"type": "object", "properties": {"a": {"type": ["array", "object"], "items": {"type": "string"},
+                                            "properties": {"[]": {"type": "string", "confluent:tags": PII}}}}},
+], ids=["top-level", "nested-under-braces", "beside-items"])
+def test_json_properties_named_like_path_markers_are_refused_when_tagged(schema: dict[str, Any]) -> None:
+    # The field path ("a", "[]") reads as a's array items: {"a": {"[]": "secret"}} was written as is.
+    with pytest.raises(EncryptionError, match=r"a property named '\[\]' or '\{\}' cannot be told apart"):
+        FieldPolicy.from_json_schema(schema)
+
+
+def test_json_properties_named_like_path_markers_are_fine_untagged(kms: LocalKms) -> None:
+    schema = {"type": "object", "properties": {"[]": {"type": "string"}, "ssn": {"type": "string",
+                                                                              "confluent:tags": PII}}}
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"[]": "plain", "ssn": "078-05-1120"}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert encrypted["[]"] == "plain" and "078-05-1120" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+
+
+@pytest.mark.parametrize("beside_items", [
+    {"prefixItems": [{"type": "string", "confluent:tags": PII}]},
+    {"contains": {"type": "string", "confluent:tags": PII}},
+    {"if": True, "then": {"items": {"type": "string", "confluent:tags": PII}}},
+    {"unevaluatedItems": {"type": "string", "confluent:tags": PII}},
+], ids=["prefixItems", "contains", "then-items", "unevaluatedItems"])
+def test_json_tags_beside_an_array_items_schema_are_not_skipped(kms: LocalKms, beside_items: dict[str, Any]) -> None:
+    # The walk went into an array's `items` and no further: the tag beside it was never seen, and the
+    # item it describes was written in plaintext. Now it is honoured with the items (the same values).
+    schema = {"type": "object", "properties": {
+        "a": {"type": "array", "items": {"type": "string"}, **beside_items}}}
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"a": ["078-05-1120", "other"]}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert "078-05-1120" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    # Beside items that are not strings, it is refused instead.
+    schema["properties"]["a"]["items"] = {"type": "integer"}
+    with pytest.raises(EncryptionError, match="cannot be honoured"):
+        FieldPolicy.from_json_schema(schema)
+
+
+DRAFT2020 = "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize(("schema", "says"), [
+    # "#/$defs/x" under an embedded $id means that resource's x (tagged), not the root's
+    ({"$schema": DRAFT2020, "type": "object", "$defs": {"x": {"type": "string"}}, "properties": {
+        "p": {"$id": "https://example.com/sub", "$defs": {"x": {"type": "string", "confluent:tags": PII}},
+              "type": "object", "properties": {"q": {"$ref": "#/$defs/x"}}}}},
+     r"embedded \$id at #/properties/p"),
+    ({"$schema": DRAFT2020, "type": "object", "$dynamicAnchor": "node", "properties": {
+        "ssn": {"type": "string", "confluent:tags": PII}, "child": {"$dynamicRef": "#node"}}},
+     r"uses \$dynamicRef at #/properties/child"),
+    ({"$schema": "https://json-schema.org/draft/2019-09/schema", "type": "object", "$recursiveAnchor": True,
+      "properties": {"ssn": {"type": "string", "confluent:tags": PII}, "child": {"$recursiveRef": "#"}}},
+     r"uses \$recursiveRef at #/properties/child"),
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+      "definitions": {"x": {"type": "string"}}, "properties": {
+          "p": {"id": "https://example.com/sub", "definitions": {"x": {"type": "string", "confluent:tags": PII}},
+                "type": "object", "properties": {"q": {"$ref": "#/definitions/x"}}}}},
+     r"embedded id at #/properties/p"),
+], ids=["embedded-id", "dynamicRef", "recursiveRef", "draft-04-id"])
+def test_json_references_the_walk_cannot_follow_are_refused(schema: dict[str, Any], says: str) -> None:
+    # Each left a tagged value in plaintext: the walk resolved the $ref against the root (an untagged
+    # x) or did not follow the reference at all (child.ssn).
+    with pytest.raises(EncryptionError, match=says):
+        FieldPolicy.from_json_schema(schema)
+
+
+def test_json_pattern_tag_matching_a_declared_property_is_not_skipped(kms: LocalKms) -> None:
+    # patternProperties describe every matching key, declared ones too; the additionalProperties rule
+    # that honours the pattern's tag skips the declared ones, so "ssn_x" was written in plaintext.
+    tagged = {"type": "string", "confluent:tags": PII}
+    schema = {"type": "object", "properties": {"ssn_x": {"type": "string"}},
+              "patternProperties": {"^ssn": tagged}, "additionalProperties": tagged}
+    with pytest.raises(EncryptionError, match="may also describe the declared property 'ssn_x', which is not"):
+        FieldPolicy.from_json_schema(schema)
+    nested = {"type": "object", "properties": {"ssn_x": {"type": "object", "properties": {"v": {"type": "string"}}}},
+              "patternProperties": {"^ssn": {"type": "object", "properties": {"v": tagged}}},
+              "additionalProperties": {"type": "object", "properties": {"v": tagged}}}
+    with pytest.raises(EncryptionError, match=r"declared property 'ssn_x\.v'"):
+        FieldPolicy.from_json_schema(nested)
+    # With the declared property tagged too, every value the pattern describes is encrypted.
+    schema["properties"]["ssn_x"] = tagged
+    policy = FieldPolicy.from_json_schema(schema)
+    record = {"ssn_x": "078-05-1120", "ssn_y": "219-09-9999"}
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    assert "078-05-1120" not in json.dumps(encrypted) and "219-09-9999" not in json.dumps(encrypted)
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+
+
+@pytest.mark.parametrize("conditional", [
+    {"if": True, "then": {"additionalProperties": {"type": "string", "confluent:tags": PII}}},
+    {"dependentSchemas": {"k": {"additionalProperties": {"type": "string", "confluent:tags": PII}}}},
+], ids=["then", "dependentSchemas"])
+def test_json_conditional_additional_properties_tag_covering_a_declared_property_is_refused(
+    conditional: dict[str, Any],
+) -> None:
+    # The conditional's additionalProperties describe "k" (it declares no properties of its own); the
+    # root's additionalProperties rule that honoured its tag skipped "k", written in plaintext.
+    schema = {"type": "object", "properties": {"k": {"type": "string"}},
+              "additionalProperties": {"type": "string", "confluent:tags": PII}, **conditional}
+    with pytest.raises(EncryptionError, match="may also describe the declared property 'k', which is not encrypted"):
+        FieldPolicy.from_json_schema(schema)

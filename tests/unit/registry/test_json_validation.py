@@ -456,6 +456,9 @@ KEYWORD_WORK = {
     "contains, applied to each item": ({"contains": {"type": "string"}}, [0] * 60_000),
     "a long $ref": ({"$defs": {"x" * 10_000: True}, "type": "array", "items": {"$ref": "#/$defs/" + "x" * 10_000}},
                     [0] * 20_000),
+    "a $ref of many pointer segments": (
+        {"x": functools.reduce(lambda inner, _: {"a": inner}, range(400), {}), "type": "array",
+         "items": {"$ref": "#/x" + "/a" * 400}}, ["s"] * 20_000),
     "multipleOf with large integers": ({"type": "array", "items": {"multipleOf": 3**2_000}}, [3**2_500] * 25_000),
     "items: true, through every item": ({"allOf": [{"items": True}] * 50}, [0] * 100_000),
     "allOf of true subschemas": ({"type": "array", "items": {"allOf": [True] * 5_000}}, [0] * 400),

@@ -49,7 +49,8 @@ def test_external_provider_must_be_pinned_and_fetched_safely() -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["kgov.example.com", "ftp://kgov.example.com", "https://", "https://kgov.example.com/?a=1", "https://h/#f"]
+    "url", ["kgov.example.com", "ftp://kgov.example.com", "https://", "https://kgov.example.com/?a=1", "https://h/#f",
+            "https://[::1"]
 )
 def test_public_base_url_must_be_an_absolute_http_url(url: str) -> None:
     with pytest.raises(ValidationError, match="public_base_url must be an absolute http"):
@@ -75,6 +76,10 @@ def test_discovery_base_url_from_the_bound_address() -> None:
     assert base(("10.1.2.3", 8080)) == "http://10.1.2.3:8080"
     assert base(("10.1.2.3", 443), "https") == "https://10.1.2.3"
     assert base(("::1", 8080), root_path="/kgov") == "http://[::1]:8080/kgov"
+    # A token_issuer that is not a URL kgov can parse is a name, not the base (it raised: every request 500)
+    oauth = Settings(oauth={"token_issuer": "http://[::1"}).oauth
+    assert base(("10.1.2.3", 8080)) == "http://10.1.2.3:8080"
+    oauth = Settings().oauth
     with pytest.raises(ApiError) as err:
         base(None)
     assert err.value.status == 500 and "oauth.public_base_url" in err.value.message
