@@ -68,6 +68,11 @@ from gateway.codec import (
     parse_request_header,
     produce_acks,
 )
+from gateway.connection_limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    ConnectionLimits,
+)
 from gateway.fetch_session import sessionless_frame, sessionless_response
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.invalid_request import (
@@ -144,6 +149,10 @@ class GatewayOptions:
     max_reauth_ms: int = 0
     max_request_bytes: int = 100 * 1024 * 1024
     idle_timeout_s: float = 600.0
+    # Kafka's max.connections / max.connections.per.ip (/.overrides): `gateway.connection_limits`.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
     # Worker threads for SaslAuthenticate steps (0: one per CPU) and how many steps may wait for one
     # before new logins are refused (`gateway.sasl_steps`).
@@ -233,6 +242,9 @@ class Gateway:
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
+        # Open client connections per IP and in total, counted from accept to close (`connection_made`).
+        self.connection_limits = ConnectionLimits(options.max_connections, options.max_connections_per_ip,
+                                                  options.max_connections_per_ip_overrides)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.connection_counter = 0
@@ -541,6 +553,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.paused: set[str] = set()
         self.closed = False
         self.peer = ("", 0)  # as the socket gives it (the per-IP connection quota's key)
+        self.counted = False  # counted in `Gateway.connection_limits` (released in `connection_lost`)
         self.client_host = ""  # the peer's IP as Kafka writes it (getHostAddress()): logs, audit, ACL host
         self.sasl: SaslSession | None = None
         self.principal = ANONYMOUS
@@ -573,10 +586,20 @@ class ClientConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.gateway._connections.add(self)
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.client_host = java_host_address(self.peer[0])
+        refusal = self.gateway.connection_limits.admit(self.client_host)
+        if refusal is not None:
+            # Over max_connections_per_ip or max_connections: closed at once, before anything is read
+            # or opened upstream (Kafka's Acceptor: an INFO line and a close).
+            log.info("%s", refusal)
+            self.closed = True
+            self.close_reason = "too many connections"
+            transport.abort()
+            return
+        self.counted = True
+        self.gateway._connections.add(self)
         local = transport.get_extra_info("sockname") or ("", 0)
         self.gateway.connection_counter += 1
         # Kafka's Selector connection id: both addresses as getHostAddress() writes them.
@@ -735,6 +758,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._close_upstream()
         self.closed = True
         self.gateway._connections.discard(self)
+        if self.counted:
+            self.counted = False
+            self.gateway.connection_limits.release(self.client_host)
         for handle in (self.idle_handle, self.mute_handle):
             if handle is not None:
                 handle.cancel()
