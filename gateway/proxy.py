@@ -95,8 +95,10 @@ from gateway.sasl_steps import DEFAULT_MAX_WAITING, SaslStepPool
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
+    LISTING_WAIT_S,
     METADATA_WITH_IDS_VERSION,
-    REFRESH_INTERVAL_S,
+    ListingGate,
+    Miss,
     TopicIds,
     ids_supported,
     refresh_request,
@@ -239,6 +241,8 @@ class Gateway:
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
         self._versions_at = 0.0
         self.topic_ids = TopicIds()  # what the upstream's topic ids name (Fetch v13+)
+        # The gateway's listings of the upstream's topics: one at a time, one per second at most.
+        self.topic_listing: ListingGate[ClientConnection] = ListingGate()
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
@@ -574,10 +578,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
         # A failed authentication's delay has ended: close once every earlier request is answered.
         self.closing_after_answers = False
-        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them; the
-        # request waiting for the answer (served again, before the reader's next frame, once it came);
-        # and that same request, marked to be planned with what the map then holds.
-        self._topic_ids_asked_at = -REFRESH_INTERVAL_S
+        # Topic ids (gateway.topic_ids): the request waiting for the gateway's listing (served again,
+        # before the reader's next frame, once it ended); and that same request, marked to be planned
+        # with what the map then holds.
         self._topic_ids_waiting: Frame | None = None
         self._topic_ids_asked_for: Frame | None = None
 
@@ -782,6 +785,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._close_upstream()
 
     def _close_upstream(self) -> None:
+        # A topic listing under way on this connection will not be answered: its waiters go on.
+        for waiter in self.gateway.topic_listing.abandon(self):
+            waiter.resume("topic-ids")
         if self.reauth_handle is not None:
             self.reauth_handle.cancel()
             self.reauth_handle = None
@@ -1080,36 +1086,50 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
         """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits
-        (reading paused, the frame kept to be served first) while the upstream lists its topics on
-        this connection, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most
-        one listing per `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at
-        once. Requests after it wait, so the upstream still sees the client's requests in order."""
+        (reading paused, the frame kept to be served first) for the gateway's listing of the upstream's
+        topics, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. The listing is
+        single-flight for the whole gateway (`topic_ids.ListingGate`): the first miss sends it on its own
+        upstream connection, misses meanwhile wait for that one (at most `LISTING_WAIT_S`), and within
+        `REFRESH_INTERVAL_S` of its start unknown ids are answered at once. Requests after the held one
+        wait too, so the upstream still sees the client's requests in order."""
         if self._topic_ids_asked_for is frame:
-            self._topic_ids_asked_for = None  # the listing this frame waited for has come
+            self._topic_ids_asked_for = None  # the listing this frame waited for has ended
             return False
         versions = self.gateway.upstream_versions
-        now = time.monotonic()
-        if (not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None
-                or not ids_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
+        if not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None or not ids_supported(versions):
             return False
-        self._topic_ids_asked_at = now
-        spec, version = SPECS[3], refresh_version(versions)
-        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
-
-        def on_answer(answer: Frame) -> None:
-            try:
-                self.gateway.topic_ids.replace(
-                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
-            except CodecError as exc:
-                self.abort(str(exc))
-                return
-            self.resume("topic-ids")
-
-        self.awaiting_upstream.append(Slot(header, spec, now, 0, on_answer=on_answer))
-        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
+        gate = self.gateway.topic_listing
+        miss = gate.on_miss(self, time.monotonic())
+        if miss is Miss.ANSWER:
+            return False
+        if miss is Miss.LIST:
+            self._list_topics(versions, gate.listings)
         self._topic_ids_waiting = self._topic_ids_asked_for = frame
         self.pause("topic-ids")
         return True
+
+    def _list_topics(self, versions: Mapping[int, tuple[int, int]], token: int) -> None:
+        """The gateway's listing `token`: a Metadata request for every topic on this connection's
+        upstream connection (as the gateway's upstream identity); its answer replaces the map."""
+        gateway = self.gateway
+        spec, version = SPECS[3], refresh_version(versions)
+        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+
+        def end() -> None:
+            for waiter in gateway.topic_listing.finish(token):
+                waiter.resume("topic-ids")
+
+        def on_answer(answer: Frame) -> None:
+            try:
+                gateway.topic_ids.replace(
+                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
+            except CodecError as exc:
+                self.abort(str(exc))
+            end()
+
+        asyncio.get_running_loop().call_later(LISTING_WAIT_S, end)
+        self.awaiting_upstream.append(Slot(header, spec, time.perf_counter(), 0, on_answer=on_answer))
+        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
 
     def _send_upstream(self, *parts: Frame) -> None:
         up = self.upstream
