@@ -7,10 +7,10 @@ directly, and that buffer *is* the frame (no copy at all).
 
 The scratch buffer starts small (`INITIAL_SCRATCH_BYTES`: an idle connection costs 4 KiB, not the
 ceiling) and grows by doubling, up to its ceiling (`SCRATCH_BYTES`), when a frame does not fit or a
-read filled it (more was waiting in the socket: bigger reads mean fewer system calls). It halves again,
-down to its start, when it is empty after `_SHRINK_AFTER` reads in a row that used less than a quarter
-of it (a burst is over). Growing copies the unread bytes once; shrinking happens only when nothing is
-unread, so it copies nothing.
+read filled it (more was waiting in the socket: bigger reads mean fewer system calls). It goes back to
+its start when it is empty after `_SHRINK_AFTER` reads in a row that used less than a quarter of it
+(the burst is over: a producer gone quiet must not keep 256 KiB until its next burst). Growing copies
+the unread bytes once; shrinking happens only when nothing is unread, so it copies nothing.
 
 Frames are pulled one at a time (`next_frame`), as Kafka's broker reads them (`NetworkReceive`, one
 receive per channel until it is answered): each size prefix is checked when its frame is reached,
@@ -32,7 +32,7 @@ _SIZE_BYTES: Final = 4
 SCRATCH_BYTES: Final = 256 * 1024
 INITIAL_SCRATCH_BYTES: Final = 4 * 1024
 _MIN_SCRATCH_BYTES: Final = 16
-# Reads in a row that filled less than a quarter of the scratch buffer before it halves (when empty).
+# Reads in a row that filled less than a quarter of the scratch buffer before it shrinks (when empty).
 _SHRINK_AFTER: Final = 4
 
 Frame = bytes | bytearray
@@ -160,13 +160,13 @@ class FrameReader:
             self._small_reads = 0
 
     def _drained(self) -> None:
-        """Nothing unread is left: start at the buffer's beginning again, and halve a buffer the last
-        reads hardly used (no copy: nothing is unread)."""
+        """Nothing unread is left: start at the buffer's beginning again, and give back a buffer the
+        last reads hardly used (no copy: nothing is unread)."""
         self._start = self._end = 0
         self._needs_bytes = True
         if self._small_reads >= _SHRINK_AFTER and len(self._scratch) > self._min_scratch and not self._grow:
             self._small_reads = 0
-            self._resize(max(len(self._scratch) // 2, self._min_scratch))
+            self._resize(self._min_scratch)
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when it is not complete yet. Raises FrameError when the
