@@ -594,12 +594,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.client_host = java_host_address(self.peer[0])
         refusal = self.gateway.connection_limits.admit(self.client_host)
         if refusal is not None:
-            # Over max_connections_per_ip or max_connections: closed at once, before anything is read
-            # or opened upstream (Kafka's Acceptor: an INFO line and a close).
+            # Over max_connections_per_ip or max_connections: closed at once (a FIN, as Kafka's
+            # Acceptor closes the channel after its INFO line), before anything is read or opened upstream.
             log.info("%s", refusal)
             self.closed = True
             self.close_reason = "too many connections"
-            transport.abort()
+            transport.close()
             return
         self.counted = True
         self.gateway._connections.add(self)
