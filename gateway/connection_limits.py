@@ -62,6 +62,11 @@ class ConnectionLimits:
         self.total = 0
         self.refused = 0  # connections refused so far (both limits)
 
+    @property
+    def full(self) -> bool:
+        """No connection can be admitted from any address (`max_connections` reached)."""
+        return self.total >= self.max_connections
+
     def limit_of(self, key: str) -> int:
         return self._overrides.get(key, self.max_connections_per_ip)
 
@@ -72,7 +77,7 @@ class ConnectionLimits:
         """Counts a new connection from `address` and answers None, or answers the log line of its
         refusal (Kafka's for the per-IP limit) without counting it."""
         key = ip_key(address)
-        if self.total >= self.max_connections:
+        if self.full:
             self.refused += 1
             return (f"Rejected connection from {key}, the gateway already has the configured maximum of "
                     f"{self.max_connections} connections (gateway.max_connections).")

@@ -262,6 +262,7 @@ class Gateway:
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
                                                                   options.sasl_max_waiting_steps)
         self._refusals_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+        self._full_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
 
     def warn_logins_refused(self) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
@@ -274,6 +275,18 @@ class Gateway:
         pool = self.sasl_steps
         log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
                     "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers, pool.refused)
+
+    def warn_full(self) -> None:
+        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections are refused because
+        the gateway holds `max_connections` (each refusal has its INFO line): every client is affected,
+        so the operator must hear of it."""
+        now = time.monotonic()
+        if now - self._full_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+            return
+        self._full_warned_at = now
+        limits = self.connection_limits
+        log.warning("refusing new connections: %d are open (gateway.max_connections = %d); %d refused so far",
+                    limits.total, limits.max_connections, limits.refused)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -597,6 +610,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             # Over max_connections_per_ip or max_connections: closed at once (a FIN, as Kafka's
             # Acceptor closes the channel after its INFO line), before anything is read or opened upstream.
             log.info("%s", refusal)
+            if self.gateway.connection_limits.full:
+                self.gateway.warn_full()
             self.closed = True
             self.close_reason = "too many connections"
             transport.close()

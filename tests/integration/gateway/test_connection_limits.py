@@ -104,6 +104,9 @@ def test_connections_over_the_gateway_wide_limit_are_closed_at_once(
         assert not any(served(c) for c in refused)
     assert caplog.messages.count("Rejected connection from 127.0.0.2, the gateway already has the configured maximum "
                                  "of 3 connections (gateway.max_connections).") == 1
+    # The operator hears of it once (not once per refusal): every new client is affected.
+    assert [m for m in caplog.messages if m.startswith("refusing new connections")] == [
+        "refusing new connections: 3 are open (gateway.max_connections = 3); 1 refused so far"]
     assert len(upstream_starts) == 3
     open_[2].close()
     wait_for(lambda: limits.total == 2)
