@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from gateway.connection_limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, parse_overrides
 from sasl.config import is_loopback_host
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
@@ -75,6 +76,11 @@ class GatewayConfig(BaseModel):
     sasl_workers: int = Field(default=0, ge=0, le=256)
     sasl_max_waiting_steps: int = Field(default=512, ge=0, le=100_000)
     idle_timeout_s: float = Field(default=600.0, gt=0)
+    # Kafka's max.connections / max.connections.per.ip (/.overrides): client connections over them are
+    # refused at once (gateway/README.md "Connection limits"). Kafka's defaults are unlimited.
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=2**31 - 1)
+    max_connections_per_ip: int = Field(default=DEFAULT_MAX_CONNECTIONS_PER_IP, ge=0, le=2**31 - 1)
+    max_connections_per_ip_overrides: dict[str, int] = {}
     # One request-log event per request (Kafka's kafka.request.logger, JSON shape).
     request_log: bool = True
     # Quota windows (Kafka's quota.window.num / quota.window.size.seconds).
@@ -92,6 +98,13 @@ class GatewayConfig(BaseModel):
             raise ValueError(
                 f"gateway.tls_client_auth={self.tls_client_auth} needs gateway.tls_ca_file: the CA (PEM) that "
                 "signs client certificates"
+            )
+        parse_overrides(self.max_connections_per_ip_overrides)
+        if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:
+            # Kafka's KafkaConfig check: 0 only makes sense for the addresses an override lets in.
+            raise ValueError(
+                "gateway.max_connections_per_ip = 0 refuses every client: set a limit, or list the addresses "
+                "allowed to connect in gateway.max_connections_per_ip_overrides"
             )
         login = self.upstream_login
         if login == "OAUTHBEARER":

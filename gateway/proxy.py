@@ -68,6 +68,11 @@ from gateway.codec import (
     parse_request_header,
     produce_acks,
 )
+from gateway.connection_limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    ConnectionLimits,
+)
 from gateway.fetch_session import sessionless_frame, sessionless_response
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.invalid_request import (
@@ -90,8 +95,10 @@ from gateway.sasl_steps import DEFAULT_MAX_WAITING, SaslStepPool
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
+    LISTING_WAIT_S,
     METADATA_WITH_IDS_VERSION,
-    REFRESH_INTERVAL_S,
+    ListingGate,
+    Miss,
     TopicIds,
     ids_supported,
     refresh_request,
@@ -144,6 +151,10 @@ class GatewayOptions:
     max_reauth_ms: int = 0
     max_request_bytes: int = 100 * 1024 * 1024
     idle_timeout_s: float = 600.0
+    # Kafka's max.connections / max.connections.per.ip (/.overrides): `gateway.connection_limits`.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     sasl_failure_delay_s: float = SASL_FAILURE_DELAY_S
     # Worker threads for SaslAuthenticate steps (0: one per CPU) and how many steps may wait for one
     # before new logins are refused (`gateway.sasl_steps`).
@@ -230,9 +241,14 @@ class Gateway:
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
         self._versions_at = 0.0
         self.topic_ids = TopicIds()  # what the upstream's topic ids name (Fetch v13+)
+        # The gateway's listings of the upstream's topics: one at a time, one per second at most.
+        self.topic_listing: ListingGate[ClientConnection] = ListingGate()
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
         self._connections: set[ClientConnection] = set()
+        # Open client connections per IP and in total, counted from accept to close (`connection_made`).
+        self.connection_limits = ConnectionLimits(options.max_connections, options.max_connections_per_ip,
+                                                  options.max_connections_per_ip_overrides)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.connection_counter = 0
@@ -246,6 +262,7 @@ class Gateway:
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
                                                                   options.sasl_max_waiting_steps)
         self._refusals_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+        self._full_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
 
     def warn_logins_refused(self) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
@@ -258,6 +275,18 @@ class Gateway:
         pool = self.sasl_steps
         log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
                     "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers, pool.refused)
+
+    def warn_full(self) -> None:
+        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections are refused because
+        the gateway holds `max_connections` (each refusal has its INFO line): every client is affected,
+        so the operator must hear of it."""
+        now = time.monotonic()
+        if now - self._full_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+            return
+        self._full_warned_at = now
+        limits = self.connection_limits
+        log.warning("refusing new connections: %d are open (gateway.max_connections = %d); %d refused so far",
+                    limits.total, limits.max_connections, limits.refused)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Runs `coro` on the gateway's loop, keeping a reference until it finishes."""
@@ -541,6 +570,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.paused: set[str] = set()
         self.closed = False
         self.peer = ("", 0)  # as the socket gives it (the per-IP connection quota's key)
+        self.counted = False  # counted in `Gateway.connection_limits` (released in `connection_lost`)
         self.client_host = ""  # the peer's IP as Kafka writes it (getHostAddress()): logs, audit, ACL host
         self.sasl: SaslSession | None = None
         self.principal = ANONYMOUS
@@ -561,10 +591,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close_reason: str | None = None  # why the gateway closed it (None: the client did, or not closed)
         # A failed authentication's delay has ended: close once every earlier request is answered.
         self.closing_after_answers = False
-        # Topic ids (gateway.topic_ids): when this connection last asked the upstream for them; the
-        # request waiting for the answer (served again, before the reader's next frame, once it came);
-        # and that same request, marked to be planned with what the map then holds.
-        self._topic_ids_asked_at = -REFRESH_INTERVAL_S
+        # Topic ids (gateway.topic_ids): the request waiting for the gateway's listing (served again,
+        # before the reader's next frame, once it ended); and that same request, marked to be planned
+        # with what the map then holds.
         self._topic_ids_waiting: Frame | None = None
         self._topic_ids_asked_for: Frame | None = None
 
@@ -573,10 +602,22 @@ class ClientConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.gateway._connections.add(self)
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.client_host = java_host_address(self.peer[0])
+        refusal = self.gateway.connection_limits.admit(self.client_host)
+        if refusal is not None:
+            # Over max_connections_per_ip or max_connections: closed at once (a FIN, as Kafka's
+            # Acceptor closes the channel after its INFO line), before anything is read or opened upstream.
+            log.info("%s", refusal)
+            if self.gateway.connection_limits.full:
+                self.gateway.warn_full()
+            self.closed = True
+            self.close_reason = "too many connections"
+            transport.close()
+            return
+        self.counted = True
+        self.gateway._connections.add(self)
         local = transport.get_extra_info("sockname") or ("", 0)
         self.gateway.connection_counter += 1
         # Kafka's Selector connection id: both addresses as getHostAddress() writes them.
@@ -735,6 +776,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._close_upstream()
         self.closed = True
         self.gateway._connections.discard(self)
+        if self.counted:
+            self.counted = False
+            self.gateway.connection_limits.release(self.client_host)
         for handle in (self.idle_handle, self.mute_handle):
             if handle is not None:
                 handle.cancel()
@@ -756,6 +800,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._close_upstream()
 
     def _close_upstream(self) -> None:
+        # A topic listing under way on this connection will not be answered: its waiters go on.
+        for waiter in self.gateway.topic_listing.abandon(self):
+            waiter.resume("topic-ids")
         if self.reauth_handle is not None:
             self.reauth_handle.cancel()
             self.reauth_handle = None
@@ -1054,36 +1101,50 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def _hold_for_topic_ids(self, key: int, request: Any, frame: Frame) -> bool:
         """A Fetch or Produce v13+ (or a Metadata v12+) naming an id the gateway has no name for waits
-        (reading paused, the frame kept to be served first) while the upstream lists its topics on
-        this connection, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. At most
-        one listing per `REFRESH_INTERVAL_S` per connection; within it, unknown ids are answered at
-        once. Requests after it wait, so the upstream still sees the client's requests in order."""
+        (reading paused, the frame kept to be served first) for the gateway's listing of the upstream's
+        topics, then is served again, ids still unknown answered UNKNOWN_TOPIC_ID. The listing is
+        single-flight for the whole gateway (`topic_ids.ListingGate`): the first miss sends it on its own
+        upstream connection, misses meanwhile wait for that one (at most `LISTING_WAIT_S`), and within
+        `REFRESH_INTERVAL_S` of its start unknown ids are answered at once. Requests after the held one
+        wait too, so the upstream still sees the client's requests in order."""
         if self._topic_ids_asked_for is frame:
-            self._topic_ids_asked_for = None  # the listing this frame waited for has come
+            self._topic_ids_asked_for = None  # the listing this frame waited for has ended
             return False
         versions = self.gateway.upstream_versions
-        now = time.monotonic()
-        if (not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None
-                or not ids_supported(versions) or now - self._topic_ids_asked_at < REFRESH_INTERVAL_S):
+        if not self.gateway.topic_ids.missing(request_ids(key, request)) or versions is None or not ids_supported(versions):
             return False
-        self._topic_ids_asked_at = now
-        spec, version = SPECS[3], refresh_version(versions)
-        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
-
-        def on_answer(answer: Frame) -> None:
-            try:
-                self.gateway.topic_ids.replace(
-                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
-            except CodecError as exc:
-                self.abort(str(exc))
-                return
-            self.resume("topic-ids")
-
-        self.awaiting_upstream.append(Slot(header, spec, now, 0, on_answer=on_answer))
-        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
+        gate = self.gateway.topic_listing
+        miss = gate.on_miss(self, time.monotonic())
+        if miss is Miss.ANSWER:
+            return False
+        if miss is Miss.LIST:
+            self._list_topics(versions, gate.listings)
         self._topic_ids_waiting = self._topic_ids_asked_for = frame
         self.pause("topic-ids")
         return True
+
+    def _list_topics(self, versions: Mapping[int, tuple[int, int]], token: int) -> None:
+        """The gateway's listing `token`: a Metadata request for every topic on this connection's
+        upstream connection (as the gateway's upstream identity); its answer replaces the map."""
+        gateway = self.gateway
+        spec, version = SPECS[3], refresh_version(versions)
+        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+
+        def end() -> None:
+            for waiter in gateway.topic_listing.finish(token):
+                waiter.resume("topic-ids")
+
+        def on_answer(answer: Frame) -> None:
+            try:
+                gateway.topic_ids.replace(
+                    (t.topic_id, t.name) for t in decode_response(spec, version, answer).topics if t.error_code == 0)
+            except CodecError as exc:
+                self.abort(str(exc))
+            end()
+
+        asyncio.get_running_loop().call_later(LISTING_WAIT_S, end)
+        self.awaiting_upstream.append(Slot(header, spec, time.perf_counter(), 0, on_answer=on_answer))
+        self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
 
     def _send_upstream(self, *parts: Frame) -> None:
         up = self.upstream

@@ -7,7 +7,9 @@ The gateway has no metadata cache of its own: it learns the pairs from the upstr
 Metadata v10+ response that crosses it (the only way a client learns an id) and, when a Fetch names
 an id it has not seen (a client that learned it through another gateway node, or before a restart),
 from a Metadata request of its own for all topics (`refresh_request`). An id still unknown after
-that refresh is answered UNKNOWN_TOPIC_ID (fail closed), never forwarded.
+that refresh is answered UNKNOWN_TOPIC_ID (fail closed), never forwarded. Such listings are the
+gateway's, not a connection's (`ListingGate`): one at a time, at most one per `REFRESH_INTERVAL_S`,
+and a miss during a listing waits for it, so many connections cannot make many listings.
 
 A pair never goes wrong: Kafka never reuses an id and cannot rename a topic, so an id names one
 topic for life. A pair of a deleted topic at worst authorizes a Fetch by the name the topic had,
@@ -19,10 +21,11 @@ half-built map.
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 # Fetch and Produce v13 are the first to name topics by id, Metadata v10 the first to answer topic ids.
 BY_ID_VERSION: Final = 13
@@ -30,9 +33,13 @@ METADATA_WITH_IDS_VERSION: Final = 10
 # The newest Metadata version the refresh asks for (the bundled schema's and Kafka 4's ceiling is 13;
 # 12 is what the bundled Tansu answers).
 _REFRESH_METADATA_MAX: Final = 12
-# A connection refreshes at most this often: a client naming random ids cannot turn each Fetch into
-# a listing of every topic upstream. Within it, an unknown id is answered UNKNOWN_TOPIC_ID at once.
+# The gateway lists the upstream's topics at most this often, whatever the number of connections: a
+# client naming random ids cannot turn each Fetch into a listing of every topic upstream. Within it,
+# an unknown id is answered UNKNOWN_TOPIC_ID at once.
 REFRESH_INTERVAL_S: Final = 1.0
+# Requests waiting for another connection's listing go on without it after this long (their unknown
+# ids answered UNKNOWN_TOPIC_ID): one stuck upstream connection must not hold every other one.
+LISTING_WAIT_S: Final = 10.0
 # Learning only adds pairs, so pairs of deleted topics pile up between listings; past this many the
 # map starts again from what is being learned (a miss then lists the cluster anew).
 MAX_PAIRS: Final = 200_000
@@ -111,3 +118,55 @@ def refresh_request(metadata_request: Any, version: int) -> Any:
     """A Metadata request for every topic (with ids), never creating one."""
     return metadata_request[version](topics=None, allow_auto_topic_creation=False,
                                      include_topic_authorized_operations=False)
+
+
+class Miss(enum.Enum):
+    """What a request naming an unknown id does (`ListingGate.on_miss`)."""
+
+    LIST = "list"  # it starts a listing on its connection and waits for it
+    WAIT = "wait"  # a listing is under way: it waits for that one
+    ANSWER = "answer"  # a listing began less than REFRESH_INTERVAL_S ago: unknown ids are answered now
+
+
+W = TypeVar("W")
+
+
+class ListingGate(Generic[W]):
+    """Single flight for the gateway's topic listings: at most one under way, and at most one begun
+    per `interval_s`, for the whole gateway. The waiters (connections holding a request) are handed
+    back when the listing ends, answered or not. Event-loop only, no locks; the clock is the caller's."""
+
+    def __init__(self, interval_s: float = REFRESH_INTERVAL_S) -> None:
+        self._interval = interval_s
+        self._began_at: float | None = None
+        self._waiters: list[W] | None = None  # None: no listing under way
+        self._owner: W | None = None
+        self.listings = 0  # listings begun so far (also each listing's token)
+
+    @property
+    def under_way(self) -> bool:
+        return self._waiters is not None
+
+    def on_miss(self, waiter: W, now: float) -> Miss:
+        if self._waiters is not None:
+            self._waiters.append(waiter)
+            return Miss.WAIT
+        if self._began_at is not None and now - self._began_at < self._interval:
+            return Miss.ANSWER
+        self._began_at = now
+        self._waiters, self._owner = [waiter], waiter
+        self.listings += 1
+        return Miss.LIST
+
+    def finish(self, token: int) -> list[W]:
+        """The listing `token` (the value of `listings` when it began) ended, with its answer, a
+        failure or its wait running out: its waiters, to serve their requests again. A later call for
+        the same listing, or one for a listing already replaced, answers nobody."""
+        if token != self.listings or self._waiters is None:
+            return []
+        waiters, self._waiters, self._owner = self._waiters, None, None
+        return waiters
+
+    def abandon(self, owner: W) -> list[W]:
+        """`owner`'s connection closed: its listing, if under way, ends unanswered."""
+        return self.finish(self.listings) if self._waiters is not None and self._owner is owner else []

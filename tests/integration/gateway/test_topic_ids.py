@@ -153,7 +153,7 @@ def test_an_id_the_gateway_never_saw_is_resolved_by_asking_the_upstream(
     assert outcome(raw.receive(1, 13)) == {topic_id: (0, True)}
     assert raw.receive(3, 12).brokers and second == first + 1
     assert gw.gateway.topic_ids.name(topic_id) == topic
-    # An unknown id right after a listing is answered at once (one listing per second per connection).
+    # An unknown id right after a listing is answered at once (one listing per second for the whole gateway).
     stranger = uuid.uuid4()
     started = time.monotonic()
     assert outcome(raw.call(1, 13, fetch_by_id(13, stranger))) == {stranger: (100, False)}
@@ -205,3 +205,58 @@ def test_metadata_v12_by_id_describes_allowed_ids_and_answers_denied_and_unknown
     assert sorted(((t.name or "", t.topic_id, t.error_code, len(t.partitions)) for t in response.topics),
                   key=lambda x: x[2]) == [(ok, ids[ok], 0, 1), ("", ids[bad], 29, 0), ("", stranger, 100, 0)]
     assert denied_names(authz) == [bad]
+
+
+def count_listings(gw: RunningGateway) -> list[int]:
+    """Counts the gateway's listings of the upstream's topics as their answers arrive (each listing's
+    answer replaces the id map once)."""
+    ids = gw.gateway.topic_ids
+    answered: list[int] = []
+    replace = ids.replace
+
+    def counting(pairs: Any) -> None:
+        answered.append(1)
+        replace(pairs)
+
+    ids.replace = counting  # type: ignore[method-assign]
+    return answered
+
+
+def test_one_listing_per_second_for_the_whole_gateway_not_per_connection(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service))
+    listings = count_listings(gw)
+    first, second = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    assert outcome(first.call(1, 13, fetch_by_id(13, a))) == {a: (100, False)}
+    assert len(listings) == 1
+    # Another connection's unknown id within the second is answered at once, without a listing: a
+    # principal with many connections cannot list the cluster once per connection per second.
+    started = time.monotonic()
+    assert outcome(second.call(1, 13, fetch_by_id(13, b))) == {b: (100, False)}
+    assert time.monotonic() - started < 0.5 and len(listings) == 1
+    time.sleep(1.05)
+    assert outcome(second.call(1, 13, fetch_by_id(13, c))) == {c: (100, False)}
+    assert len(listings) == 2
+    first.close()
+    second.close()
+
+
+def test_misses_on_many_connections_at_once_share_one_listing_and_all_learn_the_id(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    topic = f"flight-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    produce(kafka_broker, topic, b"v")
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service))
+    topic_id = topic_ids(kafka_broker)[topic]  # never seen by this gateway
+    listings = count_listings(gw)
+    clients = [RawClient(gw.bootstrap) for _ in range(8)]
+    for client in clients:  # all sent before any answer is read
+        client.send(1, 13, fetch_by_id(13, topic_id))
+    # Every request waited for the one listing (or came after it): none is answered UNKNOWN_TOPIC_ID.
+    assert [outcome(client.receive(1, 13)) for client in clients] == [{topic_id: (0, True)}] * 8
+    assert len(listings) == 1 and gw.gateway.topic_listing.listings == 1
+    for client in clients:
+        client.close()

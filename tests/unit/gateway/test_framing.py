@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.framing import FrameError, FrameReader
+from gateway.framing import INITIAL_SCRATCH_BYTES, SCRATCH_BYTES, FrameError, FrameReader
 
 
 def framed(payload: bytes) -> bytes:
@@ -135,11 +135,13 @@ def test_limit_must_be_positive() -> None:
     payloads=st.lists(st.binary(max_size=300), max_size=20),
     cuts=st.lists(st.integers(min_value=0, max_value=7000), max_size=30),
     scratch=st.sampled_from([16, 64, 1000, 256 * 1024]),
+    initial=st.sampled_from([16, 64, 4096]),
 )
-def test_any_chunking_yields_the_same_frames(payloads: list[bytes], cuts: list[int], scratch: int) -> None:
+def test_any_chunking_yields_the_same_frames(payloads: list[bytes], cuts: list[int], scratch: int,
+                                             initial: int) -> None:
     stream = b"".join(framed(p) for p in payloads)
     points = sorted({c for c in cuts if c < len(stream)} | {0, len(stream)})
-    r = FrameReader(1000, scratch_bytes=scratch)
+    r = FrameReader(1000, scratch_bytes=scratch, initial_scratch_bytes=initial)
     out: list[bytes] = []
     for a, b in itertools.pairwise(points):
         out.extend(bytes(f) for f in r.feed(stream[a:b]))
@@ -165,15 +167,16 @@ def test_garbage_only_ever_raises_frame_error_and_memory_stays_bounded(data: byt
     limits=st.lists(st.sampled_from([50, 300, 700]), min_size=1, max_size=12),
     chunk=st.integers(min_value=1, max_value=900),
     scratch=st.sampled_from([16, 128, 1024]),
+    initial=st.sampled_from([16, 32, 4096]),
 )
 def test_memory_stays_within_scratch_and_one_frame_of_the_limit_in_force(
-    sizes: list[int], limits: list[int], chunk: int, scratch: int,
+    sizes: list[int], limits: list[int], chunk: int, scratch: int, initial: int,
 ) -> None:
     """The limit changes between frames; whatever the chunking, frames come out in order up to the
     first one over the limit in force when it is reached, and memory never exceeds the scratch buffer
     plus one frame within that limit (the pre-authentication bound)."""
     stream = b"".join(framed(bytes([i % 256]) * n) for i, n in enumerate(sizes))
-    r = FrameReader(limits[0], scratch_bytes=scratch)
+    r = FrameReader(limits[0], scratch_bytes=scratch, initial_scratch_bytes=initial)
     expected = []
     for i, n in enumerate(sizes):
         if n > limits[i % len(limits)]:
@@ -199,3 +202,52 @@ def test_memory_stays_within_scratch_and_one_frame_of_the_limit_in_force(
     except FrameError:
         assert len(out) < len(sizes)
     assert out == expected
+
+
+def test_an_idle_reader_holds_a_small_scratch_buffer() -> None:
+    # 1,000 idle connections (and as many upstream connections) must not cost 256 KiB each.
+    r = FrameReader(100 * 1024 * 1024)
+    assert r.held_bytes == r.scratch_bytes == INITIAL_SCRATCH_BYTES == 4096
+
+
+def test_a_frame_under_the_ceiling_grows_the_scratch_buffer_and_arrives_whole() -> None:
+    r = FrameReader(1 << 20)
+    payload = bytes(range(256)) * 400  # 102,400 bytes: more than the initial buffer, less than the ceiling
+    stream = framed(b"first") + framed(payload) + framed(b"after")
+    out = [bytes(f) for f in r.feed(stream[:1500])]
+    # Its size checked, the frame has room in the scratch buffer (grown for it, under the ceiling).
+    assert 4 + len(payload) <= r.scratch_bytes <= SCRATCH_BYTES
+    assert r.held_bytes == r.scratch_bytes  # no buffer of its own
+    for i in range(1500, len(stream), 1500):  # TCP-sized reads
+        out.extend(bytes(f) for f in r.feed(stream[i : i + 1500]))
+    assert out == [b"first", payload, b"after"]
+
+
+def test_reads_that_fill_the_buffer_double_it_up_to_the_ceiling() -> None:
+    r = FrameReader(1 << 20, scratch_bytes=64 * 1024)
+    stream = framed(b"x" * 100) * 5000  # more than the socket gives at once: every read fills the buffer
+    pos, sizes, frames = 0, [r.scratch_bytes], 0
+    while pos < len(stream):
+        buf = r.get_buffer()
+        n = min(len(buf), len(stream) - pos)
+        buf[:n] = stream[pos : pos + n]
+        pos += n
+        r.buffer_updated(n)
+        while r.next_frame() is not None:
+            frames += 1
+        sizes.append(r.scratch_bytes)
+    assert frames == 5000
+    assert sizes[0] == 4096 and max(sizes) == 64 * 1024
+    # It only grows while reads fill it, by doublings, and never past the ceiling.
+    assert all(a <= b and b % a == 0 for a, b in itertools.pairwise(sizes)) and sizes[-1] == 64 * 1024
+
+
+def test_the_scratch_buffer_shrinks_back_once_reads_are_small_again() -> None:
+    r = FrameReader(1 << 20)
+    r.feed(framed(b"x" * 200_000))
+    assert r.scratch_bytes == SCRATCH_BYTES
+    for _ in range(3):  # a quiet connection: one small request per read
+        assert r.feed(framed(b"heartbeat")) == [b"heartbeat"]
+    assert r.scratch_bytes == SCRATCH_BYTES  # not at the first small read: bursts have gaps
+    assert r.feed(framed(b"heartbeat")) == [b"heartbeat"]
+    assert r.scratch_bytes == INITIAL_SCRATCH_BYTES

@@ -277,3 +277,30 @@ def test_metadata_v12_kept_id_the_upstream_no_longer_knows_is_passed_on_next_to_
     assert [t.topic_id for t in p.forward.topics] == [A]
     # "orders" was deleted meanwhile: the upstream answers its id nameless; the client hears that.
     assert _answer(p, (None, A, 100)) == [(None, A, 100), (None, B, 29)]
+
+
+def test_the_listing_gate_is_single_flight_and_once_per_interval_for_everyone() -> None:
+    from gateway.topic_ids import ListingGate, Miss
+
+    gate: ListingGate[str] = ListingGate(interval_s=1.0)
+    assert gate.on_miss("a", now=10.0) is Miss.LIST and gate.under_way
+    token = gate.listings
+    assert gate.on_miss("b", now=10.2) is Miss.WAIT and gate.on_miss("c", now=30.0) is Miss.WAIT  # however late
+    assert gate.finish(token) == ["a", "b", "c"] and not gate.under_way
+    assert gate.finish(token) == []  # the wait's timer, or a late answer: nobody twice
+    assert gate.on_miss("d", now=10.9) is Miss.ANSWER  # within a second of the last listing's start
+    assert gate.on_miss("d", now=11.0) is Miss.LIST and gate.listings == token + 1
+
+
+def test_a_listing_whose_connection_closed_or_timed_out_releases_its_waiters_once() -> None:
+    from gateway.topic_ids import ListingGate, Miss
+
+    gate: ListingGate[str] = ListingGate(interval_s=1.0)
+    assert gate.on_miss("owner", now=0.0) is Miss.LIST
+    gate.on_miss("other", now=0.1)
+    assert gate.abandon("other") == []  # only the connection the listing runs on ends it
+    assert gate.abandon("owner") == ["owner", "other"] and not gate.under_way
+    stale = gate.listings
+    assert gate.on_miss("next", now=5.0) is Miss.LIST
+    assert gate.finish(stale) == [] and gate.under_way  # an old listing's late end leaves the new one be
+    assert gate.finish(gate.listings) == ["next"]
