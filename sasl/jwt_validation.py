@@ -165,11 +165,25 @@ class JwksCache:
         return self._loaded_at is None or self._monotonic() - self._loaded_at >= self._refresh_s
 
     def ensure_fresh(self) -> None:
-        if self._stale():
+        """Fetches the JWKS when it is stale. Only the first load makes callers wait; afterwards one
+        caller refreshes while every other one goes on with the keys it has (a provider answering slowly
+        must not hold every login thread, e.g. all of the gateway's SASL workers, for the fetch timeout)."""
+        if not self._stale():
+            return
+        if self._loaded_at is None:
             with self._fetch_lock:
                 if self._stale():  # another thread may have fetched while we waited
                     with contextlib.suppress(Exception):  # a failed refresh keeps the cached keys
                         self.refresh()
+            return
+        if not self._fetch_lock.acquire(blocking=False):
+            return  # a refresh is under way: the current keys serve meanwhile
+        try:
+            if self._stale():
+                with contextlib.suppress(Exception):
+                    self.refresh()
+        finally:
+            self._fetch_lock.release()
 
     def _expedite(self, kid: str) -> bool:
         """At most one refresh per kid per interval (remembering a bounded number of kids), and at

@@ -515,3 +515,34 @@ def test_validated_token_says_until_when_the_validator_accepts_it(exp: float, sk
     end_s = token.accepted_until_ms / 1000
     assert make(now=end_s - 0.001, clock_skew_s=skew)[0].validate(sign(exp=exp, iat=NOW - 120)).principal_name
     rejects(make(now=end_s, clock_skew_s=skew)[0], sign(exp=exp, iat=NOW - 120), "JWT expired")
+
+
+def test_a_stale_jwks_is_refreshed_by_one_caller_while_the_others_use_the_keys_they_have() -> None:
+    import threading
+
+    gate, entered = threading.Event(), threading.Event()
+
+    class SlowFetcher(Fetcher):
+        slow = False
+
+        def __call__(self) -> dict[str, Any]:
+            if self.slow:
+                entered.set()
+                assert gate.wait(10)
+            return super().__call__()
+
+    fetcher = SlowFetcher(RSA, EC)
+    v, _, mono = make(fetcher)
+    assert v.validate(sign(RSA)).principal_name == "worker-1"  # first load
+    mono.t += 3601  # stale
+    fetcher.slow = True
+    refresher = threading.Thread(target=lambda: v.validate(sign(RSA)))
+    refresher.start()
+    assert entered.wait(5)
+    # The provider hangs for this refresh; other logins are answered from the keys already held.
+    done = threading.Event()
+    threading.Thread(target=lambda: (v.validate(sign(EC)), done.set())).start()
+    assert done.wait(2), "a validation waited for another caller's JWKS refresh"
+    gate.set()
+    refresher.join(5)
+    assert not refresher.is_alive()
