@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import select
 import socket
 import ssl
 import time
@@ -128,6 +129,10 @@ UPSTREAM_VERSIONS_TTL_S = 300.0
 FAILED_AUTH_ANSWER_WAIT_S = 30.0
 UPSTREAM_LOST = "upstream connection lost"
 LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
+# A TLS client's time for its handshake (asyncio's default: 60 s), counted against the connection limits.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# poll() events that say the peer closed its side (a FIN or a reset), whatever is still unread.
+_PEER_GONE = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
 # An API the gateway answers itself (security admin APIs, quotas): returns the response message.
@@ -145,6 +150,9 @@ class GatewayOptions:
     listener_name: str = "EXTERNAL"
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL
     ssl_context: ssl.SSLContext | None = None
+    # How long a TLS client has to complete its handshake (asyncio's default is 60 s); the connection
+    # counts against the connection limits meanwhile (`ClientConnection._tls_handshake`).
+    tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
     upstream_ssl: ssl.SSLContext | None = None
     sasl_mechanisms: tuple[str, ...] = ()
     mechanism_factory: MechanismFactory | None = None
@@ -301,8 +309,10 @@ class Gateway:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         server = await self._loop.create_server(
+            # TLS, when on, is started by the connection itself (`ClientConnection._tls_handshake`), so
+            # that a connection counts against the limits from its accept, handshake included.
             lambda: ClientConnection(self, None), self.options.listen_host, self.options.listen_port,
-            ssl=self.options.ssl_context, reuse_address=True,
+            reuse_address=True,
         )
         if self.options.listen_port == 0:
             self.options.listen_port = server.sockets[0].getsockname()[1]
@@ -356,7 +366,7 @@ class Gateway:
         async def serve() -> None:
             assert self._loop is not None
             server = await self._loop.create_server(
-                lambda: ClientConnection(self, node_id), sock=sock, ssl=self.options.ssl_context
+                lambda: ClientConnection(self, node_id), sock=sock  # TLS: `ClientConnection._tls_handshake`
             )
             self._servers.append(server)
 
@@ -600,6 +610,8 @@ class ClientConnection(asyncio.BufferedProtocol):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Counts the accepted TCP connection (or refuses it), then serves it, after a TLS handshake
+        on a TLS listener."""
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         peer = transport.get_extra_info("peername") or ("", 0)
@@ -618,6 +630,47 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self.counted = True
         self.gateway._connections.add(self)
+        context = self.options.ssl_context
+        if context is not None:
+            # Counted from the accept: a handshake in progress holds a slot, and has
+            # `tls_handshake_timeout_s` to finish. Nothing is read until `start_tls` takes over.
+            transport.pause_reading()
+            self.gateway.spawn(self._tls_handshake(transport, context))
+            return
+        self._established(transport)
+
+    async def _tls_handshake(self, transport: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """The TLS handshake of a connection already counted (`connection_made`), bounded by
+        `tls_handshake_timeout_s`. asyncio's TLS layer does not report a connection lost during the
+        handshake to the protocol, so a failed one is released here."""
+        if self.closed or transport.is_closing():
+            return  # closed before the handshake began (`connection_lost` ran already)
+        tls: asyncio.BaseTransport | None = None
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, self, context, server_side=True,
+                ssl_handshake_timeout=self.options.tls_handshake_timeout_s,
+            )
+        except (OSError, ssl.SSLError) as exc:  # a timeout is a ConnectionAbortedError
+            log.debug("TLS handshake with %s failed: %s", self.client_host, str(exc) or type(exc).__name__)
+        except asyncio.CancelledError:
+            self._handshake_failed(transport)
+            raise
+        if self.closed or not isinstance(tls, asyncio.Transport):
+            if tls is not None:
+                tls.close()
+            self._handshake_failed(transport)
+            return
+        self._established(tls)
+
+    def _handshake_failed(self, transport: asyncio.Transport) -> None:
+        self.closed = True
+        transport.abort()
+        self.connection_lost(None)  # releases the slot (once: `counted`)
+
+    def _established(self, transport: asyncio.Transport) -> None:
+        """A counted connection ready to serve (its TLS handshake done, on a TLS listener)."""
+        self.transport = transport
         local = transport.get_extra_info("sockname") or ("", 0)
         self.gateway.connection_counter += 1
         # Kafka's Selector connection id: both addresses as getHostAddress() writes them.
@@ -812,6 +865,16 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()
         self.upstream = None
+
+    def _peer_gone(self) -> bool:
+        """True when the client has closed its side (a FIN or a reset) although reading is paused, so
+        asyncio has not seen it: `poll` reports it whatever data is still unread (POLLRDHUP, Linux)."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None or sock.fileno() < 0:
+            return self.transport is None or self.transport.is_closing()
+        poller = select.poll()
+        poller.register(sock.fileno(), _PEER_GONE)
+        return bool(poller.poll(0))
 
     def _check_idle(self) -> None:
         if self.closed:
@@ -1312,7 +1375,16 @@ class ClientConnection(asyncio.BufferedProtocol):
             if self.closed:
                 return  # the client left while its step ran; the mechanism audited its own failure
             try:
-                answer(sasl.finish_authenticate(future.result(), self._now_ms()))
+                step = sasl.finish_authenticate(future.result(), self._now_ms())
+                if step.done and self._peer_gone():
+                    # Reading was paused during the step, so the client's close is seen only now: its
+                    # login is dropped, neither audited as a success nor followed by an upstream
+                    # connection. (A failure goes on as usual: audited, and closed after the delay.)
+                    log.info("client %s closed its connection during its SASL step; its login as %s is dropped",
+                             self.connection_id, sasl.principal)
+                    self.abort("client closed during its SASL step")
+                    return
+                answer(step)
             except Exception as exc:
                 # Outside `_serve_frames`, which would otherwise close the connection for this fault.
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
