@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
+import socket
+import ssl
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +20,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from authz.model import Principal
-from tests.integration.gateway.conftest import RunningGateway
+from gateway.proxy import Services
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, upstream_of
+from tests.integration.gateway.test_connection_limits import served, wait_for
 from tests.integration.gateway.test_proxy import create_topics
 from tests.integration.gateway.test_sasl import grant_prefix
 
@@ -130,3 +136,69 @@ def test_ssl_listener_with_client_certificates_uses_the_subject_as_principal(
     anonymous.produce(topic, b"x")
     anonymous.flush(5)
     assert errors
+
+
+class TlsClient(RawClient):
+    """A RawClient over TLS, verifying the gateway's certificate."""
+
+    def __init__(self, bootstrap: str, ca: Path) -> None:
+        context = ssl.create_default_context(cafile=str(ca))
+        self.sock = context.wrap_socket(socket.create_connection(upstream_of(bootstrap), timeout=10),
+                                        server_hostname="127.0.0.1")
+        self.correlation = 0
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the gateway closes `sock` (a FIN or a reset) within `seconds`."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_tls_handshakes_in_progress_count_against_the_connection_limits_and_time_out(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cert, key = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    timeout_s = 1.5
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         security_protocol="SSL", ssl_context=context, max_connections_per_ip=3,
+                         tls_handshake_timeout_s=timeout_s)
+    limits = gw.gateway.connection_limits
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    # TCP connections that never send a ClientHello: each holds a slot from its accept.
+    silent = [socket.create_connection(upstream_of(gw.bootstrap), timeout=10) for _ in range(3)]
+    try:
+        opened = time.monotonic()
+        wait_for(lambda: limits.total == 3)
+        extra = socket.create_connection(upstream_of(gw.bootstrap), timeout=10)
+        try:
+            assert closed_within(extra, 1.0)  # over the limit: closed at once, not after the handshake timeout
+        finally:
+            extra.close()
+        assert time.monotonic() - opened < timeout_s
+        assert caplog.messages.count("Rejected connection from 127.0.0.1, address already has the configured "
+                                     "maximum of 3 connections.") == 1
+        for sock in silent:
+            assert not closed_within(sock, 0.01)  # still open, within their handshake time
+        for sock in silent:  # then closed by the handshake timeout, and their slots freed
+            assert closed_within(sock, timeout_s + 5)
+        assert time.monotonic() - opened >= timeout_s * 0.9
+        wait_for(lambda: limits.total == 0)
+    finally:
+        for sock in silent:
+            sock.close()
+    clients = [TlsClient(gw.bootstrap, cert) for _ in range(3)]  # a completed handshake is served as before
+    try:
+        assert all(served(c) for c in clients)
+        assert limits.total == 3
+    finally:
+        for c in clients:
+            c.close()
+    wait_for(lambda: limits.total == 0)
