@@ -8,8 +8,9 @@ writes the `subjects` part of the classification file `kgov audit run` reads (se
 
 - A subject's tags are the union over all its versions: records written with an older version
   are still in the topic. Soft-deleted versions count too: deleting a schema version deletes no record
-  written with it, and deserializers still read those by id. Hard-deleted ones are gone from the registry. Tags of referenced schemas count too, transitively (a value that embeds a
-  tagged `Address` holds that data).
+  written with it, and deserializers still read those by id. Hard-deleted ones are gone from the
+  registry. Tags of referenced schemas count too, transitively (a value that embeds a tagged `Address`
+  holds that data).
 - Protobuf schemas are read for their metadata tags only (inline tags are field options, not JSON).
 - Only the default context is listed (the registry's `GET /schemas`), as Confluent's endpoint does.
 - An existing classification file can be merged (`--merge`): its `topics` are kept, its subjects'
@@ -33,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 TIMEOUT_S = 30.0
-# A registry's schema listing is read whole; this bounds the memory a wrong URL or a hostile server can
-# make the command use (Confluent's own listing of 10,000 subjects with history is well under this).
+# The schema listing is held whole (all its pages); this bounds the memory a wrong URL or a hostile server
+# can make the command use (Confluent's own listing of 10,000 subjects with history is well under this).
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 _MAX_DEPTH = 200  # nesting depth of a schema document walked for inline tags
 # Schemas asked for per request: Confluent's `schema.search.max.limit` default. A registry with a lower
