@@ -30,7 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TIMEOUT_S = 30.0
@@ -51,8 +51,8 @@ class ClassifyError(ValueError):
 class RegistryAccess:
     url: str
     user: str | None = None
-    password: str | None = None
-    bearer_token: str | None = None
+    password: str | None = field(default=None, repr=False)
+    bearer_token: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     allow_plain_http: bool = False  # credentials over http:// to a host other than loopback
 

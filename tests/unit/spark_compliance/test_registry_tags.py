@@ -215,3 +215,10 @@ def test_credentials_are_not_sent_over_plain_http_to_a_remote_registry(monkeypat
     monkeypatch.setattr("spark_compliance.registry_tags.TIMEOUT_S", 0.5)
     with pytest.raises(ClassifyError, match="cannot reach the registry"):
         fetch_schemas(RegistryAccess("http://192.0.2.7:9", "admin", "pw", allow_plain_http=True))
+
+
+def test_registry_access_repr_holds_no_secret() -> None:
+    from spark_compliance.registry_tags import RegistryAccess
+
+    text = repr(RegistryAccess("https://r.example", "admin", "s3cret-pass", "tok-abc"))
+    assert "s3cret-pass" not in text and "tok-abc" not in text and "admin" in text
