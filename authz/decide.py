@@ -558,12 +558,9 @@ class AuthorizerData:
                             if found is not None and (deny_rule is None or scan_key(found) < scan_key(deny_rule)):
                                 deny_rule = found
                     allow = g.allow
-                    found = allow.get(op)
-                    if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
-                        pattern_allow = found
-                    found = allow.get(_ALL)
-                    if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
-                        pattern_allow = found
+                    for found in (allow.get(op), allow.get(_ALL)):
+                        if found is not None and (pattern_allow is None or scan_key(found) > scan_key(pattern_allow)):
+                            pattern_allow = found
             if deny_rule is not None:
                 return Decision(DENIED, deny_rule)  # Kafka stops at the first DENY it meets
             if pattern_allow is not None:

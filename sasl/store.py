@@ -6,13 +6,13 @@ Tables (component `sasl`):
 - `sasl_delegation_tokens`: KIP-48 token information; the HMAC itself is not stored (as Kafka), only
   SHA-256 of it to find a token by the HMAC a client presents.
 - `sasl_signing_keys`: the token issuer's keys (private PEM, public JWK), with retirement times.
-- `sasl_server_secrets` (v2): random keys the nodes must share, each created once. `scram-unknown-user`
-  keys the fake SCRAM salts shown for unknown user names, so every node and every restart shows the
-  same salt for the same name, as it would for a real user. `scram-unknown-token` does the same for
+- `sasl_server_secrets` (v2): random keys the nodes must share, each created once, on first use by
+  `server_secret`. `scram-unknown-user` keys the fake SCRAM salts shown for unknown user names, so
+  every node and every restart shows the same salt for the same name, as it would for a real user. `scram-unknown-token` does the same for
   unknown delegation-token ids (`tokenauth`) and keys the password their fake derivation runs with;
   a key of its own, since with the users' key an unknown id would show the same salt as a login
-  without `tokenauth` under that name, while a real token's differs. It is only a row, made on first
-  use by `server_secret` (no schema change, so no new version that older nodes would refuse).
+  without `tokenauth` under that name, while a real token's differs (a second row, so no schema change
+  and no new version that older nodes would refuse).
 Every write bumps the `sasl` change version so other nodes reload their snapshot.
 """
 
@@ -109,10 +109,7 @@ def _create_v1(conn: Connection) -> None:
 
 
 def _create_v2(conn: Connection) -> None:
-    server_secrets.create(conn, checkfirst=True)
-    name = SCRAM_UNKNOWN_USER_SECRET
-    if conn.execute(sa.select(server_secrets.c.name).where(server_secrets.c.name == name)).first() is None:
-        conn.execute(sa.insert(server_secrets).values(name=name, value=secrets.token_bytes(32)))
+    server_secrets.create(conn, checkfirst=True)  # its rows are made on first use (`server_secret`)
 
 
 MIGRATIONS = [
