@@ -341,6 +341,14 @@ def _inline_tags(schema: Any, where: str) -> frozenset[str]:
     return frozenset(tags)
 
 
+def _gather_tags(schema: Any, where: str, tags: set[str], sites: list[str]) -> None:
+    """Adds the tags written on `schema` to `tags`, and `where` to `sites` when there are any."""
+    found = _inline_tags(schema, where)
+    if found:
+        tags |= found
+        sites.append(where)
+
+
 # Value positions a schema may unroll into: recursive types unrolled MAX_RECURSION times can multiply.
 MAX_POSITIONS = 100_000
 
@@ -443,17 +451,13 @@ class _AvroWalker:
                 )
             found = reference if reference in self.named else avro_type
             site = f"{where} (the named type {found})"
-            if _inline_tags(definition, site):
-                tags |= _inline_tags(definition, site)
-                sites.append(site)
+            _gather_tags(definition, site, tags, sites)
             out.append(_AvroBranch(definition, where, namespace))
             return
         if not isinstance(avro_type, Mapping):
             out.append(_AvroBranch(avro_type, where, namespace))
             return
-        if _inline_tags(avro_type, where):
-            tags |= _inline_tags(avro_type, where)
-            sites.append(where)
+        _gather_tags(avro_type, where, tags, sites)
         kind = avro_type.get("type")
         if kind in _AVRO_COMPLEX:
             if kind in ("record", "enum", "fixed"):
@@ -610,9 +614,7 @@ class _JsonWalker:
         self._parts(schema, pointer, refs, path, unsupported, parts)
         tags, tag_sites = set(inherited), list(sites)
         for part, part_pointer, _ in parts:
-            if _inline_tags(part, part_pointer):
-                tags |= _inline_tags(part, part_pointer)
-                tag_sites.append(part_pointer)
+            _gather_tags(part, part_pointer, tags, tag_sites)
         types = _json_types(schema, self.root, self.ref_types)
         array = "array" in types and types <= {"array", "null"} and any(
             isinstance(part.get("items"), Mapping) for part, _, _ in parts)

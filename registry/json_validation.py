@@ -251,13 +251,8 @@ def _program_size(regex: str) -> int:
 
 
 def _found(keyword: str, regex: object, text: str) -> bool:
-    if not isinstance(regex, str):
-        raise UnevaluablePatternError(keyword, str(regex), "it is not a string")
-    try:
-        compiled = compile_pattern(regex)
-    except UnsupportedPatternError as exc:
-        raise UnevaluablePatternError(keyword, regex, exc.reason) from None
-    size = _program_size(regex)
+    compiled = _compiled(keyword, regex)
+    size = _program_size(compiled.regex)
     spending = _SPENDING.get()
     if spending is not None:  # RE2's worst case: its NFA, text times program
         spending.left -= _MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0)

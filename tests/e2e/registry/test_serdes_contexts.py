@@ -77,10 +77,14 @@ def clients(kgov_url: str) -> Iterator[dict[str, RegistryClient]]:
         yield {".": root, ".ctx": bound}
 
 
-def register(url: str, subject: str, schema: dict[str, Any], schema_type: str) -> None:
-    response = httpx.post(f"{url}/subjects/{subject}/versions", auth=AUTH, timeout=10,
-                          json={"schema": json.dumps(schema), "schemaType": schema_type})
+def register(url: str, subject: str, schema: dict[str, Any], schema_type: str,
+             references: list[tuple[str, str]] | None = None) -> int:
+    """Registers `schema`; `references` are (name, subject) pairs, each to version 1."""
+    response = httpx.post(f"{url}/subjects/{subject}/versions", auth=AUTH, timeout=10, json={
+        "schema": json.dumps(schema), "schemaType": schema_type,
+        "references": [{"name": n, "subject": s, "version": 1} for n, s in references or ()]})
     assert response.status_code == 200, response.text
+    return int(response.json()["id"])
 
 
 def qualified_strategy(context: str) -> Callable[[SerializationContextLike, str | None], str]:
@@ -192,13 +196,6 @@ def test_nested_references_resolve_in_the_context_of_the_version_holding_them(
     assert AvroDeserializer(clients[".ctx"])(framed, ctx) == value
 
 
-def register_with_refs(url: str, subject: str, schema: dict[str, Any], references: list[tuple[str, str]]) -> int:
-    response = httpx.post(f"{url}/subjects/{subject}/versions", auth=AUTH, timeout=10, json={
-        "schema": json.dumps(schema), "references": [{"name": n, "subject": s, "version": 1} for n, s in references]})
-    assert response.status_code == 200, response.text
-    return int(response.json()["id"])
-
-
 def add_as_older_kgov_did(engine: Engine, subject: str, schema_id: int) -> None:
     """Version 1 of `subject` using `schema_id`: an older kgov shared one id between subjects of several
     contexts when the text and the references as written were the same."""
@@ -216,8 +213,8 @@ def test_an_id_shared_across_contexts_reads_as_the_clients_context_or_not_at_all
     tag = uuid.uuid4().hex[:8]
     register(kgov_url, f":.a:customer-{tag}", CUSTOMER_AVRO["."], "AVRO")
     register(kgov_url, f":.b:customer-{tag}", CUSTOMER_AVRO[".ctx"], "AVRO")
-    shared = register_with_refs(kgov_url, f":.a:orders-{tag}", json.loads(ORDER_AVRO),
-                                [("com.acme.Customer", f"customer-{tag}")])
+    shared = register(kgov_url, f":.a:orders-{tag}", json.loads(ORDER_AVRO), "AVRO",
+                      [("com.acme.Customer", f"customer-{tag}")])
     add_as_older_kgov_did(served[1], f":.b:orders-{tag}", shared)
     ctx = SerializationContext(f"orders-{tag}", MessageField.VALUE)
     with RegistryClient(f"{kgov_url}/contexts/.a", basic_auth=AUTH) as in_a, \
@@ -236,12 +233,12 @@ def test_references_that_loop_are_refused_not_followed(served: tuple[str, Engine
     tag = uuid.uuid4().hex[:8]
     leaf = {"type": "record", "name": "Leaf", "namespace": "com.acme", "fields": []}
     register(kgov_url, f"b-{tag}", leaf, "AVRO")
-    a = register_with_refs(kgov_url, f"a-{tag}", {"type": "record", "name": "A", "namespace": "com.acme",
-                                                  "fields": [{"name": "b", "type": "com.acme.Leaf"}]},
-                           [("com.acme.Leaf", f"b-{tag}")])
-    b = register_with_refs(kgov_url, f"bb-{tag}", {"type": "record", "name": "B", "namespace": "com.acme",
-                                                   "fields": [{"name": "a", "type": "com.acme.A"}]},
-                           [("com.acme.A", f"a-{tag}")])
+    a = register(kgov_url, f"a-{tag}", {"type": "record", "name": "A", "namespace": "com.acme",
+                                        "fields": [{"name": "b", "type": "com.acme.Leaf"}]}, "AVRO",
+                 [("com.acme.Leaf", f"b-{tag}")])
+    b = register(kgov_url, f"bb-{tag}", {"type": "record", "name": "B", "namespace": "com.acme",
+                                         "fields": [{"name": "a", "type": "com.acme.A"}]}, "AVRO",
+                 [("com.acme.A", f"a-{tag}")])
     add_as_older_kgov_did(served[1], f":.ctx:a-{tag}", a)
     add_as_older_kgov_did(served[1], f":.ctx:b-{tag}", b)
     ctx = SerializationContext(f"loop-{tag}", MessageField.VALUE)

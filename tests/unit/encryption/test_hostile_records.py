@@ -3,42 +3,17 @@
 from __future__ import annotations
 
 import base64
-import struct
 from typing import Any
 
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from encryption import DataKeyCache, DecryptingDeserializer, DecryptionError, EncryptingSerializer, LocalKms
-from encryption.envelope import HEADER, header_prefix, parse_header
+from encryption.envelope import HEADER, parse_header
 from encryption.errors import KmsError
 from encryption.fields import DETERMINISTIC_MAGIC, FieldDecryptingDeserializer, FieldPolicy
 from encryption.kms import WrappedKey
-
-
-class CountingKms:
-    """A LocalKms that records which key names reached it."""
-
-    def __init__(self, inner: LocalKms) -> None:
-        self.inner = inner
-        self.unwrapped: list[str] = []
-        self.derived: list[str] = []
-
-    def unwrap(self, wrapped: WrappedKey) -> bytes:
-        self.unwrapped.append(wrapped.key_name)
-        return self.inner.unwrap(wrapped)
-
-    def derived_secret(self, key_name: str, label: bytes) -> bytes:
-        self.derived.append(key_name)
-        return self.inner.derived_secret(key_name, label)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def forged_header(kek: bytes, version: int = 1, blob: bytes = b"\0" * 60) -> bytes:
-    part = bytes((len(kek),)) + kek + struct.pack(">IH", version, len(blob)) + blob
-    return header_prefix(0, part) + b"\0" * 12
+from tests.unit.encryption.forgery import CountingKms, forged_header
 
 
 def ctx(header: bytes) -> SerializationContext:

@@ -3,9 +3,6 @@ carrying fresh wrapped-key bytes under a real KEK cannot make a consumer call th
 
 from __future__ import annotations
 
-import struct
-from typing import Any
-
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -21,29 +18,13 @@ from encryption import (
     UnwrapLimit,
     UnwrapRateLimitedError,
 )
-from encryption.envelope import HEADER, header_prefix
-from encryption.kms import WrappedKey
+from encryption.envelope import HEADER
 from encryption.reencrypt import Reencryptor
-
-
-class CountingKms:
-    """The real LocalKms, counting the unwraps that reach it."""
-
-    def __init__(self, inner: LocalKms) -> None:
-        self.inner = inner
-        self.unwraps = 0
-
-    def unwrap(self, wrapped: WrappedKey) -> bytes:
-        self.unwraps += 1
-        return self.inner.unwrap(wrapped)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+from tests.unit.encryption.forgery import CountingKms, forged_header
 
 
 def forged(kek: bytes, blob: bytes, version: int = 1) -> SerializationContext:
-    part = bytes((len(kek),)) + kek + struct.pack(">IH", version, len(blob)) + blob
-    return SerializationContext("orders", MessageField.VALUE, [(HEADER, header_prefix(0, part) + b"\0" * 12)])
+    return SerializationContext("orders", MessageField.VALUE, [(HEADER, forged_header(kek, version, blob))])
 
 
 def honest(kms: LocalKms) -> tuple[bytes, SerializationContext]:
