@@ -24,7 +24,7 @@ from authz.model import (
     ResourceType,
 )
 from gateway.fetch_session import SESSIONS_SINCE, make_sessionless
-from gateway.topic_ids import BY_ID_SINCE
+from gateway.topic_ids import BY_ID_SINCE, has_id
 
 # Kafka's `KafkaPrincipal.ANONYMOUS`: the principal of a connection that did not authenticate.
 ANONYMOUS: Final = Principal("User", "ANONYMOUS")
@@ -334,7 +334,7 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
     # describe the other topic. It is forwarded by id alone, whatever the upstream prefers (Tansu
     # answers the name).
     def by_id(t: Any) -> bool:
-        return t.name is None or (version >= BY_ID_SINCE[3] and _non_zero(t.topic_id))
+        return t.name is None or (version >= BY_ID_SINCE[3] and has_id(t.topic_id))
 
     resolved = [(t, az.topic_name(t.topic_id) if by_id(t) else t.name) for t in request.topics]
     names = {n: 1 for _t, n in resolved if n is not None}
@@ -385,11 +385,6 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
             plan.local = resp_cls(brokers=[], topics=entries)
             plan.patches = []
     return plan
-
-
-def _non_zero(topic_id: uuid.UUID | None) -> bool:
-    """Kafka's Uuid.ZERO_UUID means "no id" (kafka-python decodes it as None)."""
-    return topic_id is not None and topic_id.int != 0
 
 
 def _group_then(op: Operation, inner: Planner | None, *, field_name: str = "group_id") -> Planner:
