@@ -20,6 +20,7 @@ from authz.model import Acl
 from authz.service import AuthorizerService
 from gateway.proxy import Gateway, GatewayOptions, Services
 from tests.support.ports import free_port, wait_for_port
+from tests.support.sockets import recv_exactly
 
 
 class RunningGateway:
@@ -157,13 +158,7 @@ class RawClient:
         return self.receive(api_key, version)
 
     def _exactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the gateway")
-            buf += chunk
-        return buf
+        return recv_exactly(self.sock, n, "closed by the gateway")
 
     def closed_by_peer(self, timeout: float = 5) -> bool:
         self.sock.settimeout(timeout)
