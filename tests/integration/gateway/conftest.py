@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
@@ -50,6 +51,14 @@ class RunningGateway:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
+    """Polls `check` every 10 ms until it holds; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def upstream_of(bootstrap: str) -> tuple[str, int]:

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.codec import API_VERSIONS_KEY, SPECS, encode_response, parse_request_header
 from gateway.proxy import ClientConnection, GatewayOptions, Services
-from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, wait_until
 from tests.support.sockets import recv_frame
 
 LIFETIME_MS = 400
@@ -101,13 +101,6 @@ def upstream() -> Iterator[ScriptedUpstream]:
     yield server
     server.release.set()
     server.close()
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_reauthentication_waits_for_in_flight_requests_and_holds_new_ones(
