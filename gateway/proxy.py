@@ -1005,11 +1005,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         log.debug("closing %s after the answers to earlier requests: %s", self.connection_id, reason)
         self.close_reason = reason
         self.pause("closing")
+        self._close_once_answered(f"earlier requests unanswered before a close ({reason})")
+
+    def _close_once_answered(self, timeout_reason: str) -> None:
+        """Closes as soon as every slot is answered (`_flush` writes them in order and closes), or
+        aborts with `timeout_reason` if they are not within FAILED_AUTH_ANSWER_WAIT_S."""
         self.closing_after_answers = True
         self._flush()
         if not self.closed:
-            asyncio.get_running_loop().call_later(
-                FAILED_AUTH_ANSWER_WAIT_S, self.abort, f"earlier requests unanswered before a close ({reason})")
+            asyncio.get_running_loop().call_later(FAILED_AUTH_ANSWER_WAIT_S, self.abort, timeout_reason)
 
     def _refuse_unreadable(self, frame: Frame, error: CodecError) -> None:
         """Closes the connection, unanswered, after the answers to the requests before it. After the
@@ -1442,11 +1446,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 slot.response = () if step.silent else (response,)
             # Requests sent before the failing one may still wait on the upstream (pipelined before a
             # re-authentication): the close waits for their answers, which `_flush` writes in order.
-            self.closing_after_answers = True
-            self._flush()
-            if not self.closed:
-                asyncio.get_running_loop().call_later(
-                    FAILED_AUTH_ANSWER_WAIT_S, self.abort, "earlier requests unanswered after a failed authentication")
+            self._close_once_answered("earlier requests unanswered after a failed authentication")
 
         asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
 

@@ -24,7 +24,7 @@ from authz.model import (
     ResourceType,
 )
 from gateway.fetch_session import SESSIONS_SINCE, make_sessionless
-from gateway.topic_ids import BY_ID_SINCE
+from gateway.topic_ids import BY_ID_SINCE, has_id
 
 # Kafka's `KafkaPrincipal.ANONYMOUS`: the principal of a connection that did not authenticate.
 ANONYMOUS: Final = Principal("User", "ANONYMOUS")
@@ -106,37 +106,18 @@ def _split_topics(
     shape: TopicShape,
     allowed: Callable[[str], bool],
     denied_code: Callable[[str], int],
-    plan: Plan,
-    *,
-    top_level: dict[str, Any] | None = None,
 ) -> Plan:
     """Keeps allowed topics in the request; denied ones are answered with their code."""
-    topics = getattr(request, shape.req_topics) or []
     kept: list[Any] = []
-    denied: list[tuple[str, list[int], int]] = []
-    for topic in topics:
+    entries: list[Any] = []
+    for topic in getattr(request, shape.req_topics) or []:
         name = getattr(topic, shape.req_name)
         if name is not None and allowed(name):
             kept.append(topic)
         else:
-            denied.append((name or "", _partition_ids(topic, shape), denied_code(name or "")))
-    if not denied:
-        plan.forward = request
-        return plan
-    entries = [_denied_entry(resp_cls, shape, n, p, c) for n, p, c in denied]
-    if not kept:
-        plan.local = resp_cls(**{shape.resp_topics: entries}, **(top_level or {}))
-        plan.forward = None
-        return plan
-    setattr(request, shape.req_topics, kept)
-    plan.forward = request
-    plan.rewritten = True
-
-    def add_denied(response: Any) -> None:
-        getattr(response, shape.resp_topics).extend(entries)
-
-    plan.patches.append(add_denied)
-    return plan
+            entries.append(_denied_entry(resp_cls, shape, name or "", _partition_ids(topic, shape),
+                                         denied_code(name or "")))
+    return _trimmed(request, shape.req_topics, kept, resp_cls, shape.resp_topics, entries)
 
 
 def _trimmed(request: Any, req_field: str, kept: list[Any], resp_cls: Any, resp_field: str,
@@ -209,7 +190,7 @@ Planner = Callable[[RequestAuthorizer, int, Any, Any], Plan]
 def _topic_planner(shape: TopicShape, op: Operation) -> Planner:
     def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
         ok = az.topics(request, shape, op)
-        return _split_topics(request, resp_cls, shape, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+        return _split_topics(request, resp_cls, shape, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
     return plan
 
@@ -248,11 +229,11 @@ def _plan_produce(az: RequestAuthorizer, version: int, request: Any, resp_cls: A
             return _split_by_id(az, request, resp_cls, PRODUCE, Operation.WRITE,
                                 every=TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         return _split_topics(request, resp_cls, PRODUCE, lambda _n: False,
-                             lambda _n: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Plan())
+                             lambda _n: TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if version >= 13:
         return _split_by_id(az, request, resp_cls, PRODUCE, Operation.WRITE)
     ok = az.topics(request, PRODUCE, Operation.WRITE)
-    return _split_topics(request, resp_cls, PRODUCE, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    return _split_topics(request, resp_cls, PRODUCE, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
 
 def _fetch_replica_id(version: int, request: Any) -> int:
@@ -272,7 +253,7 @@ def _plan_fetch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any
         plan = _split_by_id(az, request, resp_cls, FETCH, Operation.READ)
     else:
         ok = az.topics(request, FETCH, Operation.READ)
-        plan = _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+        plan = _split_topics(request, resp_cls, FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
     # Only the partitions listed here were authorized: no KIP-227 session may serve others upstream
     # (gateway.fetch_session). A local answer already carries session id 0 (the schema default).
     if plan.forward is not None and version >= SESSIONS_SINCE:
@@ -353,7 +334,7 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
     # describe the other topic. It is forwarded by id alone, whatever the upstream prefers (Tansu
     # answers the name).
     def by_id(t: Any) -> bool:
-        return t.name is None or (version >= BY_ID_SINCE[3] and _non_zero(t.topic_id))
+        return t.name is None or (version >= BY_ID_SINCE[3] and has_id(t.topic_id))
 
     resolved = [(t, az.topic_name(t.topic_id) if by_id(t) else t.name) for t in request.topics]
     names = {n: 1 for _t, n in resolved if n is not None}
@@ -406,11 +387,6 @@ def _plan_metadata_topics(az: RequestAuthorizer, version: int, request: Any, res
     return plan
 
 
-def _non_zero(topic_id: uuid.UUID | None) -> bool:
-    """Kafka's Uuid.ZERO_UUID means "no id" (kafka-python decodes it as None)."""
-    return topic_id is not None and topic_id.int != 0
-
-
 def _group_then(op: Operation, inner: Planner | None, *, field_name: str = "group_id") -> Planner:
     """APIs checked on their group first; a denied group fails the whole request with 30."""
 
@@ -458,7 +434,7 @@ def _plan_offset_fetch(az: RequestAuthorizer, version: int, request: Any, resp_c
         plan.patches.append(filter_topics)
         return plan
     ok = az.topics(request, OFFSET_FETCH, Operation.DESCRIBE)
-    return _split_topics(request, resp_cls, OFFSET_FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    return _split_topics(request, resp_cls, OFFSET_FETCH, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
 
 def _plan_find_coordinator(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -550,7 +526,7 @@ def _plan_create_topics(az: RequestAuthorizer, version: int, request: Any, resp_
     if az.cluster(Operation.CREATE, log_if_denied=False):
         return Plan(forward=request)
     ok = az.topics(request, CREATE_TOPICS, Operation.CREATE)
-    return _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    return _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
 
 def _plan_init_producer_id(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -594,7 +570,7 @@ def _plan_txn_offset_commit(az: RequestAuthorizer, version: int, request: Any, r
     if not az.allowed(ResourceType.GROUP, request.group_id, Operation.READ):
         return Plan(local=_whole_error(request, resp_cls, GROUP_AUTHORIZATION_FAILED))
     ok = az.topics(request, OFFSET_COMMIT, Operation.READ)
-    return _split_topics(request, resp_cls, OFFSET_COMMIT, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED, Plan())
+    return _split_topics(request, resp_cls, OFFSET_COMMIT, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
 
 _TOPIC_CONFIG, _BROKER_CONFIG, _BROKER_LOGGER_CONFIG = 2, 4, 8

@@ -25,7 +25,7 @@ import enum
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeGuard, TypeVar
 
 # Fetch and Produce v13 are the first to name topics by id, Metadata v10 the first to answer topic ids.
 BY_ID_VERSION: Final = 13
@@ -47,9 +47,14 @@ MAX_PAIRS: Final = 200_000
 _Pairs = Iterable[tuple[uuid.UUID | None, str | None]]
 
 
+def has_id(topic_id: uuid.UUID | None) -> TypeGuard[uuid.UUID]:
+    """Kafka's Uuid.ZERO_UUID means "no id" (kafka-python decodes it as None)."""
+    return topic_id is not None and topic_id.int != 0
+
+
 def _usable(pairs: _Pairs) -> dict[uuid.UUID, str]:
-    # Kafka's Uuid.ZERO_UUID ("no id", which kafka-python decodes as None) and null names carry nothing.
-    return {i: n for i, n in pairs if i is not None and i.int != 0 and n is not None}
+    # Pairs without an id (`has_id`) or with a null name carry nothing.
+    return {i: n for i, n in pairs if has_id(i) and n is not None}
 
 
 class TopicIds:
@@ -98,7 +103,7 @@ def request_ids(api_key: int, request: Any) -> list[uuid.UUID | None]:
     besides their name: Kafka describes those by the id, gateway.request_authz)."""
     if api_key == 3:
         return [t.topic_id for t in request.topics or ()
-                if t.name is None or (t.topic_id is not None and t.topic_id.int != 0)]
+                if t.name is None or has_id(t.topic_id)]
     topics = request.topic_data if api_key == 0 else request.topics
     return [t.topic_id for t in topics or ()]
 

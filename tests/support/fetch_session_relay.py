@@ -31,6 +31,7 @@ from gateway.codec import (
     encode_response,
     parse_request_header,
 )
+from tests.support.sockets import recv_frame
 
 FETCH = SPECS[1]
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -38,21 +39,11 @@ INVALID_FETCH_SESSION_EPOCH = 71
 
 
 def _read_frame(sock: socket.socket) -> bytes | None:
-    head = _exactly(sock, 4)
-    return None if head is None else _exactly(sock, int.from_bytes(head, "big"))
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        try:
-            chunk = sock.recv(n - len(buf))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
+    """The next frame, None once the peer closed or the socket failed."""
+    try:
+        return recv_frame(sock)
+    except OSError:  # ConnectionError included
+        return None
 
 
 def _hang_up(sock: socket.socket) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
@@ -20,6 +21,7 @@ from authz.model import Acl
 from authz.service import AuthorizerService
 from gateway.proxy import Gateway, GatewayOptions, Services
 from tests.support.ports import free_port, wait_for_port
+from tests.support.sockets import recv_exactly
 
 
 class RunningGateway:
@@ -49,6 +51,14 @@ class RunningGateway:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
+    """Polls `check` every 10 ms until it holds; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def upstream_of(bootstrap: str) -> tuple[str, int]:
@@ -157,13 +167,7 @@ class RawClient:
         return self.receive(api_key, version)
 
     def _exactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the gateway")
-            buf += chunk
-        return buf
+        return recv_exactly(self.sock, n, "closed by the gateway")
 
     def closed_by_peer(self, timeout: float = 5) -> bool:
         self.sock.settimeout(timeout)

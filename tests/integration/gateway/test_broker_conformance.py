@@ -26,15 +26,6 @@ def api_versions() -> Any:
     return SPECS[18].request[3](client_software_name="raw", client_software_version="1")
 
 
-def closed_unanswered(raw: RawClient, timeout: float = 2) -> bool:
-    """True when the gateway closes the connection without sending a byte."""
-    raw.sock.settimeout(timeout)
-    try:
-        return raw.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
-
 # -- 1. a second ApiVersions before the SaslHandshake ---------------------------------------------
 
 
@@ -54,7 +45,7 @@ def test_a_second_api_versions_before_the_handshake_closes_at_once_unanswered(
     started = time.monotonic()
     raw.send(18, 3, api_versions())
     # Kafka: IllegalStateException in handleApiVersionsRequest, closed by the Selector at once.
-    assert closed_unanswered(raw)
+    assert raw.closed_by_peer(timeout=2)
     assert time.monotonic() - started < DELAY_MS / 1000  # not an authentication failure: no delay
     raw.close()
     assert len(auth_events(gw)) == events_before
@@ -86,7 +77,7 @@ def test_create_acls_naming_an_unknown_element_closes_the_connection_and_creates
     # Kafka's CreateAclsRequest.validate refuses the whole request while parsing: no answer at all,
     # not even for the valid creation sent with it.
     raw.send(30, 3, SPECS[30].request[3](creations=[_creation(), _creation(**{field: 0})]))
-    assert closed_unanswered(raw)
+    assert raw.closed_by_peer(timeout=2)
     raw.close()
     assert not [a for a in gw.runtime.authorizer.describe_acls(everything()) if a.principal == "User:carol"]
 
@@ -111,7 +102,7 @@ def test_describe_acls_naming_an_unknown_element_closes_the_connection_an_unassi
     assert (unassigned.error_code, unassigned.resources) == (0, [])
     assert raw.call(29, 3, _describe()).resources  # the admin's own ACL
     raw.send(29, 3, _describe(pattern_type_filter=0))
-    assert closed_unanswered(raw)
+    assert raw.closed_by_peer(timeout=2)
     raw.close()
 
 
@@ -129,7 +120,7 @@ def test_delete_acls_with_a_filter_naming_an_unknown_or_unassigned_code_closes_a
         # DeleteAclsRequest checks after fromCode: 99 is UNKNOWN there too. The match-all filter sent
         # with it is not applied either.
         raw.send(31, 3, SPECS[31].request[3](filters=[flt(**match_all), flt(**{**match_all, **bad})]))
-        assert closed_unanswered(raw)
+        assert raw.closed_by_peer(timeout=2)
         raw.close()
     assert gw.runtime.authorizer.describe_acls(everything()) == before
 
@@ -161,7 +152,7 @@ def test_an_oversized_frame_during_a_reauthentication_is_an_audited_failure_clos
     assert handshake(raw) == 0
     started = time.monotonic()
     raw.sock.sendall((600_000).to_bytes(4, "big"))  # over sasl.server.max.receive.size (512 KiB)
-    assert closed_unanswered(raw, timeout=5)
+    assert raw.closed_by_peer(timeout=5)
     assert time.monotonic() - started >= DELAY_MS / 1000 * 0.9  # Kafka's delayed close
     raw.close()
     failure = auth_events(gw)[-1]
@@ -182,7 +173,7 @@ def test_an_oversized_or_negative_frame_before_the_first_login_is_a_failed_authe
         raw = RawClient(gw.bootstrap)
         started = time.monotonic()
         raw.sock.sendall(size.to_bytes(4, "big", signed=True))
-        assert closed_unanswered(raw, timeout=5)
+        assert raw.closed_by_peer(timeout=5)
         assert time.monotonic() - started >= DELAY_MS / 1000 * 0.9
         raw.close()
         failure = auth_events(gw)[-1]

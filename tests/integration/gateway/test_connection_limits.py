@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable
 
 import pytest
 
 from gateway.codec import SPECS
 from gateway.proxy import ClientConnection, Services
-from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, upstream_of
+from tests.integration.gateway.conftest import (
+    AuthzFixture,
+    RawClient,
+    RunningGateway,
+    upstream_of,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.broker]
 
@@ -32,13 +37,6 @@ def served(client: RawClient) -> bool:
     except OSError:
         return False
     return bool(response.error_code == 0)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -81,12 +79,12 @@ def test_connections_over_the_per_ip_limit_are_closed_at_once_without_an_upstrea
     assert (limits.count("127.0.0.1"), limits.total, limits.refused) == (2, 7, 2)
     # A connection counts until it closes: once one is gone, the address may connect again.
     first[0].close()
-    wait_for(lambda: limits.count("127.0.0.1") == 1)
+    wait_until(lambda: limits.count("127.0.0.1") == 1)
     again = From(gw.bootstrap, "127.0.0.1")
     assert served(again)
     for c in [*first[1:], extra, *other, *overridden, again]:
         c.close()
-    wait_for(lambda: limits.total == 0)
+    wait_until(lambda: limits.total == 0)
 
 
 def test_connections_over_the_gateway_wide_limit_are_closed_at_once(
@@ -109,7 +107,7 @@ def test_connections_over_the_gateway_wide_limit_are_closed_at_once(
         "refusing new connections: 3 are open (gateway.max_connections = 3); 1 refused so far"]
     assert len(upstream_starts) == 3
     open_[2].close()
-    wait_for(lambda: limits.total == 2)
+    wait_until(lambda: limits.total == 2)
     late = From(gw.bootstrap, "127.0.0.4")
     assert served(late)
     for c in [*open_, *refused, late]:

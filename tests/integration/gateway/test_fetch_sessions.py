@@ -12,13 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from authz.model import AclFilter, Operation, Principal, ResourceType
 from gateway.codec import SPECS
 from gateway.proxy import Services
 from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, upstream_of
-from tests.integration.gateway.test_proxy import acl, create_topics
+from tests.integration.gateway.test_proxy import acl, create_topics, produce
 from tests.support.fetch_session_relay import FetchSessionRelay
 
 pytestmark = [pytest.mark.broker]
@@ -29,13 +28,6 @@ def relay(kafka_broker: str) -> Iterator[FetchSessionRelay]:
     r = FetchSessionRelay(upstream_of(kafka_broker))
     yield r
     r.close()
-
-
-def produce(bootstrap: str, topic: str, *values: bytes) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for v in values:
-        p.produce(topic, v, partition=0)
-    assert p.flush(20) == 0
 
 
 def gateway_before(relay: FetchSessionRelay, authz: AuthzFixture,

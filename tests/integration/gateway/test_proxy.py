@@ -28,6 +28,13 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 1) -> None:
         f.result(20)
 
 
+def produce(bootstrap: str, topic: str, *values: bytes) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for v in values:
+        p.produce(topic, v, partition=0)
+    assert p.flush(20) == 0
+
+
 def consume(bootstrap: str, topic: str, count: int, timeout: float = 30, **conf: Any) -> list[bytes]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}", **FAST_GROUP, **conf})
     c.subscribe([topic])

@@ -23,6 +23,11 @@ ADMIN = Principal("User", "admin")
 PASSWORD = "alice-secret-password"
 
 
+def auth_events(gw: RunningGateway) -> list[dict[str, Any]]:
+    """The authentication audit events of a `runtime_factory` gateway, oldest first."""
+    return [e.data for e in gw.memory.events if str(e.type) == "io.kgov.authentication"]  # type: ignore[attr-defined]
+
+
 def sasl_conf(gw: RunningGateway, mechanism: str, user: str = "alice", password: str = PASSWORD) -> dict[str, Any]:
     return {"bootstrap.servers": gw.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
             "sasl.username": user, "sasl.password": password}

@@ -17,7 +17,7 @@ from authz.model import Principal
 from gateway.codec import SPECS
 from sasl.scram import MECHANISMS, ScramClient
 from tests.integration.gateway.conftest import RawClient, RunningGateway
-from tests.integration.gateway.test_sasl import PASSWORD, grant_prefix, sasl_conf, scram_login
+from tests.integration.gateway.test_sasl import PASSWORD, auth_events, grant_prefix, sasl_conf, scram_login
 
 pytestmark = [pytest.mark.broker]
 
@@ -46,10 +46,6 @@ def gateway(factory: Callable[..., RunningGateway], max_reauth_ms: int = 60_000,
         for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             gw.runtime.credentials.set_scram_credential(user, mech, PASSWORD, actor=ADMIN)
     return gw
-
-
-def auth_events(gw: RunningGateway) -> list[dict[str, Any]]:
-    return [e.data for e in gw.memory.events if str(e.type) == "io.kgov.authentication"]
 
 
 def metadata(names: list[str] | None = None) -> Any:

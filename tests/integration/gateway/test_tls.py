@@ -21,8 +21,14 @@ from cryptography.x509.oid import NameOID
 
 from authz.model import Principal
 from gateway.proxy import Services
-from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, upstream_of
-from tests.integration.gateway.test_connection_limits import served, wait_for
+from tests.integration.gateway.conftest import (
+    AuthzFixture,
+    RawClient,
+    RunningGateway,
+    upstream_of,
+    wait_until,
+)
+from tests.integration.gateway.test_connection_limits import served
 from tests.integration.gateway.test_proxy import create_topics
 from tests.integration.gateway.test_sasl import grant_prefix
 
@@ -176,7 +182,7 @@ def test_tls_handshakes_in_progress_count_against_the_connection_limits_and_time
     silent = [socket.create_connection(upstream_of(gw.bootstrap), timeout=10) for _ in range(3)]
     try:
         opened = time.monotonic()
-        wait_for(lambda: limits.total == 3)
+        wait_until(lambda: limits.total == 3)
         extra = socket.create_connection(upstream_of(gw.bootstrap), timeout=10)
         try:
             assert closed_within(extra, 1.0)  # over the limit: closed at once, not after the handshake timeout
@@ -190,7 +196,7 @@ def test_tls_handshakes_in_progress_count_against_the_connection_limits_and_time
         for sock in silent:  # then closed by the handshake timeout, and their slots freed
             assert closed_within(sock, timeout_s + 5)
         assert time.monotonic() - opened >= timeout_s * 0.9
-        wait_for(lambda: limits.total == 0)
+        wait_until(lambda: limits.total == 0)
     finally:
         for sock in silent:
             sock.close()
@@ -201,4 +207,4 @@ def test_tls_handshakes_in_progress_count_against_the_connection_limits_and_time
     finally:
         for c in clients:
             c.close()
-    wait_for(lambda: limits.total == 0)
+    wait_until(lambda: limits.total == 0)

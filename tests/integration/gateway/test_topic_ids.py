@@ -8,22 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError
 
 from authz.model import Operation, ResourceType
 from gateway.codec import SPECS
 from gateway.proxy import Services
 from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway
-from tests.integration.gateway.test_proxy import FAST_GROUP, acl, create_topics
+from tests.integration.gateway.test_proxy import FAST_GROUP, acl, create_topics, produce
 
 pytestmark = [pytest.mark.broker]
-
-
-def produce(bootstrap: str, topic: str, *values: bytes) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for v in values:
-        p.produce(topic, v, partition=0)
-    assert p.flush(20) == 0
 
 
 def topic_ids(bootstrap: str) -> dict[str, uuid.UUID]:

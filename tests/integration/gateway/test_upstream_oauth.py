@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 
 from gateway.codec import SPECS
 from gateway.upstream_token import UpstreamLoginError
-from tests.integration.gateway.conftest import RawClient, RunningGateway, serve_control_plane
+from tests.integration.gateway.conftest import RawClient, RunningGateway, serve_control_plane, wait_until
 from tests.integration.gateway.test_proxy import consume, create_topics
 from tests.integration.gateway.test_sasl import ADMIN, grant_prefix
 from tests.support.hanging import HangingEndpoint
@@ -80,13 +80,6 @@ def outer_gateway(factory: Callable[..., RunningGateway], inner: RunningGateway,
     """Gateway A: plain TCP for its clients (everyone allowed), OAUTHBEARER to gateway B."""
     return factory(name=name, upstream=inner.bootstrap, clock=clock, authz={"allow_everyone_if_no_acl_found": True},
                    gateway=outer_gateway_section(endpoint, secret))
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def tokens_of(gw: RunningGateway) -> Any:

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from gateway.codec import SPECS
 from tests.integration.gateway.conftest import RawClient, RunningGateway, serve_control_plane
 from tests.integration.gateway.test_proxy import FAST_GROUP, create_topics
-from tests.integration.gateway.test_sasl import ADMIN, grant_prefix
+from tests.integration.gateway.test_sasl import ADMIN, auth_events, grant_prefix
 from tests.integration.gateway.test_upstream_oauth import CLIENT_ID, SECRET, Clock, outer_gateway_section
 
 pytestmark = [pytest.mark.broker]
@@ -57,10 +57,6 @@ def scram_outer(factory: Callable[..., RunningGateway], inner: RunningGateway,
     return factory(name="a", upstream=inner.bootstrap, authz={"allow_everyone_if_no_acl_found": True}, gateway={
         "security_protocol": "PLAINTEXT", "address_mode": "single", "upstream_security_protocol": "SASL_PLAINTEXT",
         "upstream_sasl_mechanism": mechanism, "upstream_username": SVC, "upstream_password": SVC_PASSWORD})
-
-
-def auth_events(gw: RunningGateway) -> list[dict[str, Any]]:
-    return [e.data for e in gw.memory.events if str(e.type) == "io.kgov.authentication"]  # type: ignore[attr-defined]
 
 
 def reauths(gw: RunningGateway, *, success: bool = True) -> int:

@@ -19,7 +19,8 @@ import pytest
 
 from gateway.codec import API_VERSIONS_KEY, SPECS, encode_response, parse_request_header
 from gateway.proxy import ClientConnection, GatewayOptions, Services
-from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, wait_until
+from tests.support.sockets import recv_frame
 
 LIFETIME_MS = 400
 SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA = 17, 36, 3
@@ -50,21 +51,11 @@ class ScriptedUpstream:
             t.start()
             self._threads.append(t)
 
-    @staticmethod
-    def _read(conn: socket.socket, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = conn.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError
-            buf += chunk
-        return buf
-
     def _serve(self, conn: socket.socket) -> None:
         held = False
         try:
             while True:
-                frame = self._read(conn, int.from_bytes(self._read(conn, 4), "big"))
+                frame = recv_frame(conn)
                 h = parse_request_header(frame)
                 sasl = h.api_key != API_VERSIONS_KEY
                 if sasl:
@@ -110,13 +101,6 @@ def upstream() -> Iterator[ScriptedUpstream]:
     yield server
     server.release.set()
     server.close()
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_reauthentication_waits_for_in_flight_requests_and_holds_new_ones(

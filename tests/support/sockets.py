@@ -1,0 +1,22 @@
+"""Reading exact byte counts and size-prefixed Kafka frames from a blocking socket (raw test clients
+and scripted test servers)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def recv_exactly(sock: socket.socket, n: int, closed: str = "closed by the peer") -> bytes:
+    """Exactly `n` bytes; ConnectionError(`closed`) when the peer closes first."""
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(closed)
+        buf += chunk
+    return buf
+
+
+def recv_frame(sock: socket.socket) -> bytes:
+    """One `Size int32` + payload frame: its payload."""
+    return recv_exactly(sock, int.from_bytes(recv_exactly(sock, 4), "big"))
