@@ -590,6 +590,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.connection_id = ""
         self.raw_sasl = False
         self._serve_scheduled = False  # `_serve_frames` is due on the loop (reading resumed with frames unread)
+        # A TLS handshake under way (`_tls_handshake`): bytes delivered meanwhile are kept, not served. The
+        # TLS layer hands over application data sent with the client's last handshake flight before
+        # `start_tls` returns the TLS transport; served then, the answer would leave in plaintext.
+        self._tls_pending = False
         self._header_parsed = False  # the request being served got past its header (`_refuse_unreadable`)
         self._last_client_id = ""
         self.muted_until = 0.0
@@ -635,6 +639,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             # Counted from the accept: a handshake in progress holds a slot, and has
             # `tls_handshake_timeout_s` to finish. Nothing is read until `start_tls` takes over.
             transport.pause_reading()
+            self._tls_pending = True
             self.gateway.spawn(self._tls_handshake(transport, context))
             return
         self._established(transport)
@@ -671,6 +676,8 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _established(self, transport: asyncio.Transport) -> None:
         """A counted connection ready to serve (its TLS handshake done, on a TLS listener)."""
         self.transport = transport
+        early = self._tls_pending  # bytes may have arrived with the handshake's last flight
+        self._tls_pending = False
         local = transport.get_extra_info("sockname") or ("", 0)
         self.gateway.connection_counter += 1
         # Kafka's Selector connection id: both addresses as getHostAddress() writes them.
@@ -708,6 +715,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         # the SASL exchange itself, and a client that never logs in must not make it open upstream
         # connections and upstream logins (an amplification a broker does not offer).
         self.idle_handle = asyncio.get_running_loop().call_later(self.options.idle_timeout_s, self._check_idle)
+        if early:
+            self._serve_frames()
 
     def _start_upstream(self) -> None:
         if not self.upstream_started:
@@ -930,7 +939,8 @@ class ClientConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.last_activity = time.monotonic()
         self.reader.buffer_updated(nbytes)
-        self._serve_frames()
+        if not self._tls_pending:
+            self._serve_frames()
 
     def _serve_frames(self) -> None:
         """Serves the requests read so far one frame at a time, as Kafka's broker reads them: each

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from authz.model import Principal
+from gateway.codec import SPECS, decode_response
 from gateway.proxy import Services
 from tests.integration.gateway.conftest import (
     AuthzFixture,
@@ -208,3 +209,64 @@ def test_tls_handshakes_in_progress_count_against_the_connection_limits_and_time
         for c in clients:
             c.close()
     wait_until(lambda: limits.total == 0)
+
+
+class EagerTlsClient(RawClient):
+    """A TLS client that sends its first request in the same TCP write as its handshake's last flight
+    (TLS 1.3 allows it; librdkafka's ApiVersions often arrives so), so the gateway's TLS layer has
+    application data in hand the moment the handshake completes."""
+
+    def __init__(self, bootstrap: str, ca: Path, first: bytes) -> None:
+        context = ssl.create_default_context(cafile=str(ca))
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+        self.sock = socket.create_connection(upstream_of(bootstrap), timeout=10)
+        self.correlation = 0
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname="127.0.0.1")
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.outgoing.read())
+                self._feed()
+        self.tls.write(first)  # the client Finished is still in `outgoing`: both leave together
+        self.sock.sendall(self.outgoing.read())
+
+    def _feed(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed by the gateway")
+        self.incoming.write(data)
+
+    def _exactly(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            try:
+                out += self.tls.read(n - len(out))
+            except ssl.SSLWantReadError:
+                self._feed()
+        return out
+
+
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
+def test_a_request_sent_with_the_handshakes_last_flight_is_answered_over_tls(
+    runtime_factory: Callable[..., RunningGateway], tmp_path: Path, protocol: str,
+) -> None:
+    # The request reaches the gateway before its handshake coroutine resumes: it used to be served
+    # before the connection knew its TLS transport, and the answer went out in plaintext
+    # (librdkafka: "SSL routines::bad record type" in state APIVERSION_QUERY).
+    cert, key = self_signed(tmp_path)
+    gw = runtime_factory(gateway={"security_protocol": protocol, "tls_cert_file": str(cert),
+                                  "tls_key_file": str(key)})
+    request = SPECS[18].request[3](client_software_name="t", client_software_version="1")
+    request.with_header(correlation_id=7, client_id="eager")
+    for _ in range(5):
+        client = EagerTlsClient(gw.bootstrap, cert, bytes(request.encode(version=3, header=True, framed=True)))
+        try:
+            size = int.from_bytes(client._exactly(4), "big")
+            response = decode_response(SPECS[18], 3, client._exactly(size))
+            assert response.error_code == 0
+            assert len(response.api_keys) > 10
+        finally:
+            client.close()
