@@ -277,16 +277,27 @@ class FieldPolicy:
             for candidate, _, chosen in group:
                 if chosen and candidate.unsupported in (_PATTERN_PROPERTIES_REASON, _CONDITIONAL_REASON):
                     by_pattern.setdefault(path, candidate.where)
-            for candidate, chosen in selected:
-                assert candidate.kind is not None  # checked above
-                dotted = ".".join(p for p in path if p not in ("[]", "{}"))
-                field_keks = {keks[tag] for tag in chosen if tag in keks}
-                if len(field_keks) > 1:
-                    raise EncryptionError(
-                        f"field {dotted!r} is selected by ENCRYPT rules naming different KEKs {sorted(field_keks)}"
-                    )
-                rules.append(FieldRule(path, candidate.kind, bool(chosen & deterministic),
-                                       field_keks.pop() if field_keks else None))
+            if not selected:
+                continue
+            # Several positions describing the values at one path (an Avro union of two records with the
+            # same tagged field, one property tagged in two allOf parts) make ONE rule, under the union of
+            # their tags: each value is encrypted once, whichever position describes it.
+            dotted = ".".join(p for p in path if p not in ("[]", "{}"))
+            kinds = {candidate.kind for candidate, _ in selected}
+            if len(kinds) > 1:
+                raise EncryptionError(
+                    f"field {dotted!r} is a string in one part of the schema and bytes in another: its "
+                    "encrypted form would differ by branch; tag it where it has one type"
+                )
+            chosen = frozenset().union(*(tags for _, tags in selected))
+            field_keks = {keks[tag] for tag in chosen if tag in keks}
+            if len(field_keks) > 1:
+                raise EncryptionError(
+                    f"field {dotted!r} is selected by ENCRYPT rules naming different KEKs {sorted(field_keks)}"
+                )
+            kind = kinds.pop()
+            assert kind is not None  # checked above
+            rules.append(FieldRule(path, kind, bool(chosen & deterministic), field_keks.pop() if field_keks else None))
         _check_patterns_cover_declared(by_pattern, {rule.path for rule in rules}, exclusions or {})
         return cls(rules, cutoffs, exclusions)
 

@@ -474,3 +474,46 @@ def test_json_conditional_additional_properties_tag_covering_a_declared_property
               "additionalProperties": {"type": "string", "confluent:tags": PII}, **conditional}
     with pytest.raises(EncryptionError, match="may also describe the declared property 'k', which is not encrypted"):
         FieldPolicy.from_json_schema(schema)
+
+
+# -- one path, several positions: encrypted once ------------------------------------------------------
+
+
+def test_a_field_described_by_two_union_branches_is_encrypted_once(kms: LocalKms) -> None:
+    # Two records in one union, each with a tagged `ssn`: the values at `holder.ssn` used to be sealed
+    # once per branch, so a consumer decrypting once got ciphertext back.
+    tagged = {"name": "ssn", "type": "string", "confluent:tags": PII}
+    schema = record([{"name": "holder", "type": [record([tagged], "Person"), record([tagged], "Company")]}],
+                    "Account")
+    policy = FieldPolicy.from_avro(schema)
+    assert [rule.name for rule in policy.rules] == ["holder.ssn"]
+    keyless, _ = avro_round_trip(kms, schema, {"holder": {"ssn": "078-05-1120"}})
+    # One seal: the envelope's plaintext is the value itself.
+    single = FieldPolicy.from_json_schema({"type": "object", "properties": {"holder": {
+        "type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": PII}}}}})
+    opened = FieldDecryptingDeserializer(kms, single)(keyless, ctx())
+    assert opened == {"holder": {"ssn": "078-05-1120"}}
+
+
+def test_a_property_tagged_in_two_all_of_parts_is_encrypted_once(kms: LocalKms) -> None:
+    tagged = {"type": "string", "confluent:tags": PII}
+    schema = {"type": "object", "properties": {"ssn": tagged}, "allOf": [{"properties": {"ssn": tagged}}]}
+    encrypted = json_round_trip(kms, schema, {"ssn": "078-05-1120"})
+    single = FieldPolicy.from_json_schema({"type": "object", "properties": {"ssn": tagged}})
+    assert FieldDecryptingDeserializer(kms, single)(encrypted, ctx()) == {"ssn": "078-05-1120"}
+
+
+def test_one_path_under_two_tags_takes_the_union_of_their_rules(kms: LocalKms) -> None:
+    # One position tagged PII, the other SSN (deterministic): the one rule is deterministic.
+    schema = {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}},
+              "allOf": [{"properties": {"ssn": {"type": "string", "confluent:tags": ["SSN"]}}}]}
+    policy = FieldPolicy.from_json_schema(schema, tags=["PII"], deterministic_tags=["SSN"])
+    assert [(rule.name, rule.deterministic) for rule in policy.rules] == [("ssn", True)]
+
+
+def test_one_path_that_is_a_string_in_one_branch_and_bytes_in_another_is_refused() -> None:
+    schema = record([{"name": "holder", "type": [
+        record([{"name": "ssn", "type": "string", "confluent:tags": PII}], "Person"),
+        record([{"name": "ssn", "type": "bytes", "confluent:tags": PII}], "Company")]}], "Account")
+    with pytest.raises(EncryptionError, match="string in one part of the schema and bytes in another"):
+        FieldPolicy.from_avro(schema)
