@@ -6,11 +6,14 @@ commit to the database first, then refresh; a background thread polls the change
 
 With `max_snapshot_age_s` > 0, a snapshot not confirmed current by the database for that long (the
 database unreachable, so revocations made elsewhere cannot arrive) is stale: every decision is then
-DENIED (rule `StaleAclSnapshot`) except super users', until a refresh succeeds again.
+DENIED (rule `StaleAclSnapshot`) except super users', until a refresh succeeds again. That age, and
+when the next poll is due, are read from `elapsed_clock`, which keeps counting while the machine is
+suspended.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -55,6 +58,27 @@ LARGE_SNAPSHOT = 200_000
 
 Clock = Callable[[], datetime]
 STALE_SNAPSHOT_DECISION = Decision(AuthorizationResult.DENIED, StaleSnapshot())
+
+
+def _suspend_counting_clock() -> Callable[[], float]:
+    """Seconds on a clock that never goes back and keeps counting while the machine is suspended.
+
+    `time.monotonic()` is CLOCK_MONOTONIC on Linux, which stops during suspend: after a resume a
+    snapshot last confirmed before the suspend would look as fresh as it was then. CLOCK_BOOTTIME
+    counts the suspended time. Elsewhere (no CLOCK_BOOTTIME, or a kernel that refuses it) this falls
+    back to `time.monotonic()`. A partial, not a lambda: it is read once per authorization when
+    `max_snapshot_age_s` is on."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return time.monotonic
+    try:
+        time.clock_gettime(boottime)
+    except OSError:
+        return time.monotonic
+    return functools.partial(time.clock_gettime, boottime)
+
+
+elapsed_clock: Callable[[], float] = _suspend_counting_clock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +137,7 @@ class AuthorizerService:
         source: str = "kgov",
         clock: Clock = lambda: datetime.now(UTC),
         extra_super_users: frozenset[Principal] = frozenset(),
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = elapsed_clock,
     ) -> None:
         self.store = AclStore(engine)
         self.config = config
@@ -127,11 +151,15 @@ class AuthorizerService:
         self._versions = (-1, -1)
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by close(), and by a request that finds the snapshot stale
         self._thread: threading.Thread | None = None
         self.decisions_allowed = 0
         self.decisions_denied = 0
         self.audit_failures = 0
+        # Ages and the poll schedule are measured on this clock (seconds; suspend counts, see elapsed_clock).
         self.monotonic = monotonic
+        # When the background poller refreshes next; inf while it refreshes, and without a poller.
+        self._next_poll_at = float("inf")
         self._confirmed_at: float | None = None  # when the database last confirmed the snapshot current
         # confirmed_at + max_snapshot_age_s, or None when unlimited: what the hot path compares against
         self._deadline: float | None = None
@@ -150,6 +178,7 @@ class AuthorizerService:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -223,18 +252,31 @@ class AuthorizerService:
             self.warm()
         except Exception:
             log.warning("could not warm the by-resource-type index", exc_info=True)
-        while not self._stop.wait(self.config.refresh_interval_s):
+        interval = self.config.refresh_interval_s
+        self._next_poll_at = self.monotonic() + interval
+        while not self._stop.is_set():
+            now = self.monotonic()
+            if now < self._next_poll_at:
+                # Event.wait times out on CLOCK_MONOTONIC, which stops during suspend; a request that finds
+                # the snapshot stale after a resume ends this wait early (_wake_poller_if_due), so the node
+                # refreshes at once instead of denying for the rest of the interval.
+                self._wake.wait(self._next_poll_at - now)
+                self._wake.clear()
+                continue
+            self._next_poll_at = float("inf")  # a poll is running: nothing to wake
             try:
                 self.refresh()
             except Exception:  # the database may be briefly away: keep serving the last snapshot
                 log.warning("authorizer refresh failed; serving the previous snapshot", exc_info=True)
                 if self.snapshot_state().stale:
                     self._note_stale()  # logged when it happens, not at the next request
+            finally:
+                self._next_poll_at = self.monotonic() + interval
 
     # ------------------------------------------------------------------ snapshot age
 
     def _confirmed(self, asked: float) -> None:
-        """The database answered a question asked at `asked` (monotonic): the snapshot is current as of then.
+        """The database answered a question asked at `asked` (self.monotonic): the snapshot is current as of then.
         The caller holds the refresh lock."""
         if self._confirmed_at is not None and asked < self._confirmed_at:
             return
@@ -281,14 +323,26 @@ class AuthorizerService:
         (a kgov extension: Kafka has no snapshot age)."""
         data = self._data
         deadline = self._deadline
-        if data is not None and (deadline is None or self.monotonic() < deadline):
-            return data
+        if data is not None:
+            if deadline is None:
+                return data
+            now = self.monotonic()
+            if now < deadline:
+                return data
+            self._wake_poller_if_due(now)
         if Principal(ctx.principal.type, ctx.principal.name) in self.super_users:
             return SUPER_USER_DECISION
         if data is None:
             raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
         self._note_stale()
         return STALE_SNAPSHOT_DECISION
+
+    def _wake_poller_if_due(self, now: float) -> None:
+        """A stale snapshot whose next poll is already due (the poller is still sleeping out an interval
+        that a suspend interrupted): poll now. Not before it is due, so that during a database outage
+        requests do not turn the poller into a retry loop."""
+        if now >= self._next_poll_at and not self._wake.is_set():
+            self._wake.set()
 
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[Decision]:
         data = self._data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -189,3 +190,19 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{what} must be HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def refuse_weak_admin_password_beyond_loopback(weak: bool, hosts: Iterable[str]) -> None:
+    """Dev mode admits a weak bootstrap admin password (`Settings.weak_admin_password`) only while every
+    listener that takes it is on loopback: beyond, TLS or not, anyone who reaches a port could guess a
+    super user's password. The one check behind `kgov up`, `kgov serve` (kgov/exposure.py) and the
+    gateway (gateway/runtime.py); it lives here because the gateway must not import `kgov`."""
+    if not weak:
+        return
+    exposed = [h for h in hosts if not is_loopback_host(h)]
+    if exposed:
+        raise ValueError(
+            f"refusing a weak admin password on {exposed[0]!r} in dev mode (under 12 characters, or a common "
+            f"one): the bootstrap admin is a super user. Set KGOV_ADMIN__PASSWORD to at least 12 characters "
+            f"(`kgov up` generates one when it is unset)"
+        )

@@ -22,13 +22,12 @@ from authz.database import open_engine
 from authz.model import Principal
 from authz.service import AuthorizerService
 from gateway.admin_apis import admin_handlers
-from gateway.config import GatewayConfig, parse_host_port
+from gateway.config import GatewayConfig, parse_host_port, refuse_weak_admin_password_beyond_loopback
 from gateway.proxy import Gateway, GatewayOptions, Services
 from gateway.quota_store import QuotaStore
 from gateway.quotas import QuotaEnforcer
 from gateway.upstream_login import OAuthBearerLogin
 from gateway.upstream_token import RefreshPolicy, UpstreamTokenSource
-from sasl.config import is_loopback_host
 from sasl.service import CredentialService
 
 
@@ -107,12 +106,8 @@ def build_runtime(
     upstream_text = upstream or config.upstream
     if not upstream_text:
         raise ValueError("the gateway needs an upstream cluster: pass --upstream HOST:PORT or set gateway.upstream")
-    if getattr(settings, "dev_mode", False) and getattr(settings, "weak_admin_password", False) and (
-            not is_loopback_host(listen_host)):
-        # dev mode admits a weak bootstrap password (a super user's), on loopback only, as `kgov up` and
-        # `kgov serve` do.
-        raise ValueError(f"refusing a weak admin password on {listen_host!r} in dev mode: set "
-                         "KGOV_ADMIN__PASSWORD to at least 12 characters")
+    if getattr(settings, "dev_mode", False):
+        refuse_weak_admin_password_beyond_loopback(getattr(settings, "weak_admin_password", False), [listen_host])
     enabled = [m.upper() for m in settings.sasl.enabled_mechanisms]
     unknown = [m for m in (config.mechanisms or []) if m.upper() not in enabled]
     if unknown:

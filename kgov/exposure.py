@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.config import GatewayConfig, parse_host_port
+from gateway.config import GatewayConfig, parse_host_port, refuse_weak_admin_password_beyond_loopback
 from sasl.config import is_loopback_host
 
 REMOTE_FLAG = "--allow-remote-plaintext"
@@ -50,15 +50,8 @@ def forwarded_header_options(proxies: Sequence[str]) -> dict[str, Any]:
 
 
 def check_dev_admin_password(weak: bool, control_plane_host: str, gateway: GatewayConfig) -> None:
-    """`kgov up` accepts a weak KGOV_ADMIN__PASSWORD (dev mode) only while it listens on loopback alone:
-    beyond it, TLS or not, anyone who reaches a port could guess the super user's password."""
-    if not weak:
-        return
-    gateway_host, _ = parse_host_port(gateway.listen, "gateway.listen")
-    exposed = [h for h in (control_plane_host, gateway_host) if not is_loopback_host(h)]
-    if exposed:
-        raise ValueError(
-            f"refusing a weak admin password (under 12 characters, or a common one) on {exposed[0]!r}: the "
-            f"bootstrap admin is a super user. Set KGOV_ADMIN__PASSWORD to at least 12 characters, or unset "
-            f"it to have one generated"
-        )
+    """`kgov up` and `kgov serve` in dev mode: a weak KGOV_ADMIN__PASSWORD only while both the control plane
+    and the configured gateway listener are on loopback."""
+    if weak:  # only then: `kgov serve` runs no gateway, so a malformed gateway.listen must not stop it
+        gateway_host, _ = parse_host_port(gateway.listen, "gateway.listen")
+        refuse_weak_admin_password_beyond_loopback(weak, [control_plane_host, gateway_host])

@@ -126,6 +126,9 @@ def _get_page(opener: urllib.request.OpenerDirector, access: RegistryAccess, url
 
 
 def _is_loopback(host: str | None) -> bool:
+    # A deliberate copy of sasl.config.is_loopback_host (plus urlsplit's None host): spark_compliance
+    # imports nothing of kgov's but audit (ARCHITECTURE.md), so that it runs on a Spark cluster with only
+    # its own package installed. A change to one is a change to both.
     if host is None:
         return False
     if host.lower() == "localhost":
@@ -225,6 +228,8 @@ def _listed(value: Any) -> list[Any]:
 
 def topic_of(subject: str) -> str | None:
     """The topic of a TopicNameStrategy subject (`orders-value`, `:.ctx:orders-key`), else None."""
+    # The context qualifier is read as registry.model._split_qualified reads it (Confluent's
+    # QualifiedSubject): a deliberate copy, not an import, for the reason given in _is_loopback.
     name = subject
     if name.startswith(":.") and ":" in name[2:]:
         name = name[name.index(":", 2) + 1:]

@@ -7,7 +7,11 @@ reports the stale state; once the database is back A applies the revocation and 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,7 +40,7 @@ from authz.model import (
     ResourceType,
     StaleSnapshot,
 )
-from authz.service import AuthorizerService
+from authz.service import AuthorizerService, _suspend_counting_clock, elapsed_clock
 
 pytestmark = pytest.mark.postgres
 
@@ -120,9 +124,10 @@ def outage(db_url: str, tmp_path: Path) -> Iterator[Outage]:
 
 def node(url: str, clock: list[float] | None = None, **config: float) -> tuple[AuthorizerService, Engine]:
     engine = open_engine(url)
+    settings: dict[str, float] = {"refresh_interval_s": 0.05, **config}
     service = AuthorizerService(
-        engine, AuthzConfig(super_users="User:root", refresh_interval_s=0.05, **config),
-        monotonic=(lambda: clock[0]) if clock is not None else time.monotonic,
+        engine, AuthzConfig(super_users="User:root", **settings),
+        monotonic=(lambda: clock[0]) if clock is not None else elapsed_clock,
     )
     return service, engine
 
@@ -254,4 +259,107 @@ def test_before_the_first_load_kafkas_not_ready_rule_still_applies(outage: Outag
         assert a.authorize(ROOT, [READ_ORDERS])[0].allowed
         assert not a.snapshot_state().loaded and not a.snapshot_state().stale
     finally:
+        engine_a.dispose()
+
+
+# ---------------------------------------------------------------------- suspend and resume
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CLOCK_BOOTTIME is Linux's")
+def test_ages_are_measured_on_a_clock_that_counts_suspend() -> None:
+    # CLOCK_MONOTONIC (time.monotonic) stops while the machine is suspended; CLOCK_BOOTTIME does not.
+    assert isinstance(elapsed_clock, functools.partial)
+    assert elapsed_clock.func is time.clock_gettime and elapsed_clock.args == (time.CLOCK_BOOTTIME,)
+    assert inspect.signature(AuthorizerService).parameters["monotonic"].default is elapsed_clock
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert before <= elapsed_clock() <= time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def test_without_a_boot_clock_ages_fall_back_to_monotonic(monkeypatch: pytest.MonkeyPatch) -> None:
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        def refused(clock_id: int) -> float:
+            raise OSError(22, "Invalid argument")
+
+        monkeypatch.setattr(time, "clock_gettime", refused)  # a kernel or sandbox that refuses the clock
+        assert _suspend_counting_clock() is time.monotonic
+        monkeypatch.undo()
+        monkeypatch.delattr(time, "CLOCK_BOOTTIME")  # a platform without it
+    assert _suspend_counting_clock() is time.monotonic
+
+
+def test_after_a_resume_the_snapshot_is_stale_and_the_first_request_refreshes_it_at_once(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = [1000.0]
+    # The longest poll interval allowed: a poller left to sleep it out would refresh about 1 s late.
+    a, engine = node(db_url, clock, refresh_interval_s=1.0, max_snapshot_age_s=5)
+    a.start()  # the background poller; its waits are real time, its schedule is the injected clock
+    try:
+        a.create_acls([BOB_READS], actor=ADMIN)
+        assert a.authorize(BOB, [READ_ORDERS])[0].allowed
+        clock[0] += 3600.0  # the machine was suspended for an hour: the injected boot clock counted it
+        resumed = time.monotonic()
+        first = a.authorize(BOB, [READ_ORDERS])[0]
+        # Nothing confirmed the snapshot for an hour: denied, as any snapshot past the bound.
+        assert not first.allowed and isinstance(first.rule, StaleSnapshot)
+        while a.snapshot_state().stale and time.monotonic() - resumed < 10:
+            time.sleep(0.01)
+        assert time.monotonic() - resumed < 0.5, "the poller slept out its interval instead of refreshing"
+        state = a.snapshot_state()
+        assert not state.stale and state.age_s == 0  # confirmed at the resumed clock's time
+        assert a.authorize(BOB, [READ_ORDERS])[0].allowed
+        assert len(stale_errors(caplog)) == 1
+        a.close()  # the poller logs the recovery right after it swapped the state in: wait for it
+        assert any("refreshed from the database again" in r.getMessage() for r in caplog.records)
+    finally:
+        a.close()
+        engine.dispose()
+
+
+class CountingEvent(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def test_requests_on_a_stale_snapshot_do_not_turn_the_poller_into_a_retry_loop(outage: Outage) -> None:
+    clock = [1000.0]
+    a, engine_a = node(outage.url_a, clock, refresh_interval_s=1.0, max_snapshot_age_s=5)
+    attempts: list[float] = []
+    refresh = a.refresh
+
+    def counted() -> bool:
+        attempts.append(clock[0])
+        return refresh()
+
+    a.refresh = counted  # type: ignore[method-assign]
+    wakes = CountingEvent()
+    a._wake = wakes  # every wake costs the poller a turn on the GIL: requests wake it only when a poll is due
+    a.start()
+    try:
+        outage.cut(engine_a)
+        clock[0] += 3600.0  # resumed, and the database is not there
+        assert not a.authorize(BOB, [READ_ORDERS])[0].allowed  # wakes the poller: one attempt, which fails
+        deadline = time.monotonic() + 5
+        while not attempts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # let that attempt finish and schedule the next one
+        for _ in range(500):
+            assert not a.authorize(BOB, [READ_ORDERS])[0].allowed
+        time.sleep(0.3)
+        # The injected clock stands still, so no further poll is due: the requests woke no more.
+        assert attempts == [4600.0] and wakes.sets == 1
+        clock[0] += 1.0  # the next poll is due: it happens, once
+        deadline = time.monotonic() + 5
+        while len(attempts) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert attempts == [4600.0, 4601.0]
+        outage.restore()
+    finally:
+        a.close()
         engine_a.dispose()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import refuse_weak_admin_password_beyond_loopback
 from gateway.runtime import build_runtime
 from kgov.settings import Settings
 
@@ -18,6 +19,17 @@ def test_a_mechanism_the_credential_service_does_not_enable_is_refused_at_start(
                                          r"\(SCRAM-SHA-512\) does not enable"):
         build_runtime(settings, listen="127.0.0.1:0", upstream="127.0.0.1:9")
     assert not (tmp_path / "kgov.db").exists() and not (tmp_path / "audit").exists()  # nothing opened
+
+
+def test_the_weak_password_check_names_the_first_listener_beyond_loopback() -> None:
+    # The one check behind kgov up, kgov serve and the gateway.
+    refuse_weak_admin_password_beyond_loopback(True, ["127.0.0.1", "::1", "localhost"])
+    refuse_weak_admin_password_beyond_loopback(False, ["0.0.0.0", "10.0.0.1"])  # a strong password goes anywhere
+    with pytest.raises(ValueError, match=r"refusing a weak admin password on '10\.0\.0\.1' in dev mode") as err:
+        refuse_weak_admin_password_beyond_loopback(True, ["127.0.0.1", "10.0.0.1", "0.0.0.0"])
+    assert "KGOV_ADMIN__PASSWORD to at least 12 characters" in str(err.value)
+    with pytest.raises(ValueError, match=r"on 'kafka\.example' in dev mode"):  # a name is not known to be local
+        refuse_weak_admin_password_beyond_loopback(True, ["kafka.example"])
 
 
 def test_dev_mode_with_a_weak_admin_password_is_refused_beyond_loopback(tmp_path: Path) -> None:
