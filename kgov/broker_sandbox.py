@@ -335,6 +335,7 @@ class OwnerOnlyRelay:
         self.port: int = self._listener.getsockname()[1]
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
+        self._transports: set[asyncio.WriteTransport] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kgov-broker-relay", daemon=True)
 
     @property
@@ -352,10 +353,18 @@ class OwnerOnlyRelay:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Connections still relayed (a client that kept its socket open) are cut, then their tasks
+            # end: cancelled mid-splice they would leave transports for the garbage collector to close.
+            for transport in list(self._transports):
+                transport.abort()
+            for _ in range(5):
+                tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+                if not tasks:
+                    break
+                await asyncio.wait(tasks, timeout=1)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
             if self._server is not None:
                 await self._server.wait_closed()
 
@@ -382,7 +391,12 @@ class OwnerOnlyRelay:
         except OSError:
             writer.transport.abort()
             return
-        await _splice((reader, writer), upstream)
+        ends = {writer.transport, upstream[1].transport}
+        self._transports |= ends
+        try:
+            await _splice((reader, writer), upstream)
+        finally:
+            self._transports -= ends
 
 
 # --- inside the namespace --------------------------------------------------------------------------

@@ -99,6 +99,11 @@ class BrokerSupervisor:
         self._thread = threading.Thread(target=self._run, name="kgov-broker-supervisor", daemon=True)
         self._thread.start()
 
+    @property
+    def broker(self) -> RunningBroker:
+        """The broker last started (it may have exited since)."""
+        return self._broker
+
     def problem(self) -> str | None:
         """None while the broker runs; else what is wrong (for /health)."""
         return self._problem

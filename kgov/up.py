@@ -106,16 +106,19 @@ def _give_up(message: str) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _supervised(start: Callable[[], RunningBroker], log_path: Path,
-                policy: RestartPolicy | None) -> BrokerSupervisor:
-    return BrokerSupervisor(start, log_hint=str(log_path), on_give_up=_give_up,
+def _supervised(start: Callable[[], RunningBroker], log_path: Path, policy: RestartPolicy | None,
+                on_give_up: Callable[[str], None] | None = None) -> BrokerSupervisor:
+    return BrokerSupervisor(start, log_hint=str(log_path),
+                            on_give_up=on_give_up if on_give_up is not None else _give_up,
                             policy=policy if policy is not None else RestartPolicy())
 
 
 @contextlib.contextmanager
-def embedded_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iterator[SupervisedBroker]:
+def embedded_broker(data_dir: Path, policy: RestartPolicy | None = None, *,
+                    on_give_up: Callable[[str], None] | None = None) -> Iterator[SupervisedBroker]:
     """Tansu with memory storage on a free loopback port, restarted on that port when it dies
-    (kgov.broker_supervisor); yields it as `127.0.0.1:PORT`."""
+    (kgov.broker_supervisor); yields it as `127.0.0.1:PORT`. Once the supervisor gives up it calls
+    `on_give_up` (default: stop this process as SIGTERM would)."""
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     log_path = private_file(data_dir / "tansu.log")
@@ -136,7 +139,7 @@ def embedded_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iter
             raise
         return _PlainBroker(proc)
 
-    supervisor = _supervised(start, log_path, policy)
+    supervisor = _supervised(start, log_path, policy, on_give_up)
     try:
         supervisor.watch()
         yield SupervisedBroker(f"127.0.0.1:{port}", supervisor)
@@ -157,13 +160,15 @@ class _SandboxedBroker:
     def wait(self) -> str:
         """How Tansu ended, as the script reports it (`exited: N`), else how the script itself ended."""
         assert self.proc.stdout is not None
-        with contextlib.suppress(OSError, ValueError):
+        reported = None
+        with contextlib.suppress(OSError, ValueError):  # ValueError: stop() closed the pipe meanwhile
             for line in self.proc.stdout:
                 word, _, code = line.decode(errors="replace").strip().partition(" ")
                 if word == broker_sandbox.EXITED and code.lstrip("-").isdigit():
-                    self.proc.wait()
-                    return describe_exit(int(code))
-        return f"(its sandbox) {describe_exit(self.proc.wait())}"
+                    reported = describe_exit(int(code))
+        self.proc.stdout.close()
+        sandbox = describe_exit(self.proc.wait())
+        return reported if reported is not None else f"(its sandbox) {sandbox}"
 
     def stop(self) -> None:
         stop_process(self.proc)
