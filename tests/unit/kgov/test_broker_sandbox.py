@@ -374,3 +374,28 @@ def test_kgov_up_falls_back_for_real_where_the_kernel_refuses_user_namespaces(tm
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout == "False\n"
     assert kgov.up.EMBEDDED_BROKER_WARNING in run.stderr and "No space left on device" in run.stderr
+
+
+def test_a_sock_diag_answer_about_another_socket_is_no_answer() -> None:
+    asked = broker_sandbox._sockid(("127.0.0.1", 40000), ("127.0.0.1", 9092))
+    v4 = socket.inet_aton("127.0.0.1")
+    mapped = bytes(10) + b"\xff\xff" + v4
+    assert broker_sandbox._same_tuple(asked, asked)
+    assert broker_sandbox._same_tuple(asked, asked[:4] + mapped + mapped + bytes(16))  # a dual-stack socket
+    other_port = broker_sandbox._sockid(("127.0.0.1", 40001), ("127.0.0.1", 9092))
+    other_host = broker_sandbox._sockid(("127.0.0.2", 40000), ("127.0.0.1", 9092))
+    assert not broker_sandbox._same_tuple(asked, other_port)
+    assert not broker_sandbox._same_tuple(asked, other_host)
+
+
+def test_sandbox_reports_how_its_broker_ended_when_nobody_asked_it_to(tmp_path: Path) -> None:
+    """kgov's supervisor learns Tansu's own exit status from the script (`exited: N`), not just the script's."""
+    broker = [sys.executable, "-c", "import socket, time, sys; s = socket.create_server(('127.0.0.1', 9092)); "
+                                    "time.sleep(0.3); sys.exit(4)"]
+    with _sandbox(tmp_path / "b.sock", broker) as running:
+        if running is None:  # no namespaces on this host
+            return
+        proc, _ = running
+        assert proc.stdout is not None
+        assert proc.stdout.read() == f"{broker_sandbox.EXITED} 4\n"
+        assert proc.wait(10) == 0
