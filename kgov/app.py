@@ -175,6 +175,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     app.state.authorizer = authorizer
     app.state.audit = MultiSink([events])
     app.state.clock = now
+    # More reasons for /health to answer 503: each returns None when fine, else what is wrong (no secrets).
+    # `kgov up` adds its embedded broker's (kgov.broker_supervisor).
+    app.state.health_checks = []
     app.state.authenticator = build_authenticator(app.state)
 
     app.add_middleware(RequestBodyLimit, max_bytes=settings.http_request_max_bytes)
@@ -238,6 +241,9 @@ def _install_operations(app: FastAPI) -> None:
         if authorizer.snapshot_state().stale:
             # Out of the load balancer: this node denies every request but super users' (authz.max_snapshot_age_s).
             raise StarletteHTTPException(503, "ACL snapshot older than authz.max_snapshot_age_s: database unreachable")
+        for check in app.state.health_checks:
+            if (problem := check()) is not None:
+                raise StarletteHTTPException(503, problem)
         return {"status": "UP"}
 
     @app.get("/metrics", tags=["operations"], response_class=PlainTextResponse)

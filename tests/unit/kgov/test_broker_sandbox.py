@@ -4,9 +4,11 @@ gives it no network of its own."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -19,7 +21,16 @@ import pytest
 
 import kgov.up
 from kgov import broker_sandbox
-from kgov.broker_sandbox import OwnerOnlyRelay, peer_uid
+from kgov.broker_sandbox import (
+    AmbiguousOwner,
+    OwnerOnlyRelay,
+    OwnerUnknowable,
+    choose_peer_lookup,
+    diag_peer_uid,
+    proc_peer_uid,
+)
+
+LOOKUPS = pytest.mark.parametrize("lookup", [proc_peer_uid, diag_peer_uid], ids=["proc", "sock_diag"])
 
 
 @pytest.fixture
@@ -64,12 +75,13 @@ def test_proc_net_address_is_the_kernels_spelling() -> None:
     assert broker_sandbox._proc_net_address("127.0.0.1", 8080) == "0100007F:1F90"
 
 
-def test_peer_uid_names_the_owner_of_the_other_end() -> None:
+@LOOKUPS
+def test_peer_uid_names_the_owner_of_the_other_end(lookup: Any) -> None:
     with socket.create_server(("127.0.0.1", 0)) as server, \
             socket.create_connection(server.getsockname()[:2], timeout=5) as client:
         conn, _ = server.accept()
         with conn:
-            assert peer_uid(conn) == os.geteuid()
+            assert lookup(conn) == os.geteuid()
             client.close()
             conn.close()
 
@@ -83,7 +95,8 @@ def _client_state(port: int) -> str | None:
     return None
 
 
-def test_peer_uid_has_no_owner_for_a_peer_that_already_closed() -> None:
+@LOOKUPS
+def test_peer_uid_has_no_owner_for_a_peer_that_already_closed(lookup: Any) -> None:
     """Once the client has closed, the kernel lists its end (FIN_WAIT2, then TIME_WAIT) with uid 0 whoever
     opened it: read as an owner, any user's connect-send-close passed a relay run by root, requests and all."""
     with socket.create_server(("127.0.0.1", 0)) as server:
@@ -98,7 +111,7 @@ def test_peer_uid_has_no_owner_for_a_peer_that_already_closed() -> None:
         conn, _ = server.accept()
         with conn:
             assert conn.recv(100) == b"requests"  # what a relay would have forwarded
-            assert peer_uid(conn) is None
+            assert lookup(conn) is None
 
 
 def test_peer_uid_finds_a_dual_stack_client_in_the_ipv6_table() -> None:
@@ -111,8 +124,9 @@ def test_peer_uid_finds_a_dual_stack_client_in_the_ipv6_table() -> None:
         client.connect(("::ffff:127.0.0.1", server.getsockname()[1]))
         conn, _ = server.accept()
         with conn:
-            assert peer_uid(conn) == os.geteuid()
-            assert peer_uid(conn, tables=[Path("/proc/net/tcp")]) is None  # not in the IPv4 table
+            assert proc_peer_uid(conn) == os.geteuid()
+            assert proc_peer_uid(conn, tables=[Path("/proc/net/tcp")]) is None  # not in the IPv4 table
+            assert diag_peer_uid(conn) == os.geteuid()  # one lookup by 4-tuple finds it too
 
 
 def _through_relay(unix_path: Path, owner_uid: int, **options: Any) -> tuple[bytes, int]:
@@ -133,8 +147,85 @@ def test_relay_closes_other_users_connections_unanswered(echo_socket: Path) -> N
     assert _through_relay(echo_socket, os.geteuid() + 1) == (b"", 1)  # as if this process were someone else
 
 
-def test_relay_fails_closed_when_the_kernel_cannot_say_who_connects(echo_socket: Path, tmp_path: Path) -> None:
-    assert _through_relay(echo_socket, os.geteuid(), tables=[tmp_path / "no-such-table"]) == (b"", 1)
+def test_relay_asks_sock_diag_and_falls_back_to_proc_where_netlink_fails(
+        echo_socket: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    relay = OwnerOnlyRelay(echo_socket, os.geteuid())
+    relay.stop()
+    assert relay.lookup_name == "sock_diag"
+
+    def no_netlink(conn: socket.socket, **kw: Any) -> int | None:
+        raise PermissionError(13, "socket(AF_NETLINK): Permission denied")
+
+    monkeypatch.setattr(broker_sandbox, "diag_peer_uid", no_netlink)
+    relay = OwnerOnlyRelay(echo_socket, os.geteuid())
+    relay.stop()
+    assert relay.lookup_name == "proc"
+    assert _through_relay(echo_socket, os.geteuid()) == (b"HELLO", 0)
+    assert _through_relay(echo_socket, os.geteuid() + 1) == (b"", 1)
+
+
+def test_relay_is_refused_where_the_kernel_cannot_say_who_connects(echo_socket: Path, tmp_path: Path) -> None:
+    with pytest.raises(OwnerUnknowable):
+        OwnerOnlyRelay(echo_socket, os.geteuid(), lookups=("proc",), tables=[tmp_path / "no-such-table"])
+
+
+def test_relay_fails_closed_when_a_lookup_fails(echo_socket: Path) -> None:
+    relay = OwnerOnlyRelay(echo_socket, os.geteuid())
+    port = relay.start()
+    try:
+        for failure in (OSError(24, "Too many open files"), ValueError("malformed answer")):
+            def failing(conn: socket.socket, failure: Exception = failure) -> int | None:
+                raise failure
+
+            relay._lookup = failing
+            assert _exchange(port) == b""
+        assert relay.refused == 2
+    finally:
+        relay.stop()
+
+
+def test_a_lookup_is_chosen_only_if_it_names_this_user(tmp_path: Path) -> None:
+    assert choose_peer_lookup()[0] == "sock_diag"
+    assert choose_peer_lookup(candidates=("proc",))[0] == "proc"
+    with pytest.raises(OwnerUnknowable):  # a lookup that answers someone else is no lookup
+        choose_peer_lookup(expected_uid=os.geteuid() + 1)
+
+
+def test_diag_peer_uid_finds_nothing_for_a_connection_that_is_gone() -> None:
+    """The kernel answers ENOENT for a 4-tuple it does not know: refused, like any other failure."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname()[:2], timeout=5)
+        conn, _ = server.accept()
+        with conn:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # RST: the client's socket is gone at once, no TIME_WAIT left
+            assert diag_peer_uid(conn) is None
+
+
+def test_the_relay_refuses_to_run_as_the_overflow_uid(echo_socket: Path, tmp_path: Path) -> None:
+    """Running as the overflow uid (`nobody`), the relay could not tell kgov from an unmapped user of
+    another user namespace: it refuses to start rather than let the broker be reached that way."""
+    overflow = tmp_path / "overflowuid"
+    overflow.write_text(f"{os.geteuid()}\n")
+    with pytest.raises(AmbiguousOwner, match=r"overflow uid .*Run `kgov up` as another user"):
+        OwnerOnlyRelay(echo_socket, os.geteuid(), overflow_uid_path=overflow)
+    overflow.write_text(f"{os.geteuid() + 1}\n")
+    OwnerOnlyRelay(echo_socket, os.geteuid(), overflow_uid_path=overflow).stop()
+    overflow.unlink()  # unreadable: the kernel's default, 65534
+    assert broker_sandbox.overflow_uid(overflow) == 65534
+
+
+def test_kgov_up_stops_rather_than_fall_back_when_it_runs_as_the_overflow_uid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unsandboxed fallback would open the broker to every local user: worse than refusing."""
+    overflow = tmp_path / "overflowuid"
+    overflow.write_text(str(os.geteuid()))
+    monkeypatch.setattr(kgov.up, "OwnerOnlyRelay", functools.partial(OwnerOnlyRelay, overflow_uid_path=overflow))
+    started: list[Any] = []
+    monkeypatch.setattr(kgov.up, "embedded_broker", lambda *a: started.append(a))
+    with pytest.raises(AmbiguousOwner), kgov.up.dev_broker(tmp_path):
+        pass
+    assert started == []
 
 
 def test_sandbox_script_reports_when_namespaces_are_refused(monkeypatch: pytest.MonkeyPatch,
@@ -150,18 +241,18 @@ def test_sandbox_script_reports_when_namespaces_are_refused(monkeypatch: pytest.
 def test_without_a_private_network_kgov_up_warns_and_runs_the_plain_broker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     @contextlib.contextmanager
-    def unavailable(data_dir: Path) -> Iterator[str]:
+    def unavailable(data_dir: Path, policy: Any) -> Iterator[str]:
         raise kgov.up.IsolationUnavailable("unshare refused")
         yield ""  # pragma: no cover
 
     @contextlib.contextmanager
-    def plain(data_dir: Path) -> Iterator[str]:
+    def plain(data_dir: Path, policy: Any) -> Iterator[str]:
         yield "127.0.0.1:1"
 
     monkeypatch.setattr(kgov.up, "isolated_broker", unavailable)
     monkeypatch.setattr(kgov.up, "embedded_broker", plain)
-    with kgov.up.dev_broker(tmp_path) as (address, isolated):
-        assert (address, isolated) == ("127.0.0.1:1", False)
+    with kgov.up.dev_broker(tmp_path) as (broker, isolated):
+        assert (broker, isolated) == ("127.0.0.1:1", False)
     err = capsys.readouterr().err
     assert kgov.up.EMBEDDED_BROKER_WARNING in err and "unshare refused" in err
 
@@ -271,8 +362,8 @@ def test_kgov_up_falls_back_for_real_where_the_kernel_refuses_user_namespaces(tm
     script.write_text(
         "import pathlib, socket, sys\n"
         "from kgov.up import dev_broker\n"
-        "with dev_broker(pathlib.Path(sys.argv[1])) as (address, isolated):\n"
-        "    host, port = address.split(':')\n"
+        "with dev_broker(pathlib.Path(sys.argv[1])) as (broker, isolated):\n"
+        "    host, port = broker.address.split(':')\n"
         "    socket.create_connection((host, int(port)), timeout=5).close()\n"
         "    print(isolated)\n")
     root = Path(kgov.up.__file__).resolve().parents[1]
@@ -283,3 +374,28 @@ def test_kgov_up_falls_back_for_real_where_the_kernel_refuses_user_namespaces(tm
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout == "False\n"
     assert kgov.up.EMBEDDED_BROKER_WARNING in run.stderr and "No space left on device" in run.stderr
+
+
+def test_a_sock_diag_answer_about_another_socket_is_no_answer() -> None:
+    asked = broker_sandbox._sockid(("127.0.0.1", 40000), ("127.0.0.1", 9092))
+    v4 = socket.inet_aton("127.0.0.1")
+    mapped = bytes(10) + b"\xff\xff" + v4
+    assert broker_sandbox._same_tuple(asked, asked)
+    assert broker_sandbox._same_tuple(asked, asked[:4] + mapped + mapped + bytes(16))  # a dual-stack socket
+    other_port = broker_sandbox._sockid(("127.0.0.1", 40001), ("127.0.0.1", 9092))
+    other_host = broker_sandbox._sockid(("127.0.0.2", 40000), ("127.0.0.1", 9092))
+    assert not broker_sandbox._same_tuple(asked, other_port)
+    assert not broker_sandbox._same_tuple(asked, other_host)
+
+
+def test_sandbox_reports_how_its_broker_ended_when_nobody_asked_it_to(tmp_path: Path) -> None:
+    """kgov's supervisor learns Tansu's own exit status from the script (`exited: N`), not just the script's."""
+    broker = [sys.executable, "-c", "import socket, time, sys; s = socket.create_server(('127.0.0.1', 9092)); "
+                                    "time.sleep(0.3); sys.exit(4)"]
+    with _sandbox(tmp_path / "b.sock", broker) as running:
+        if running is None:  # no namespaces on this host
+            return
+        proc, _ = running
+        assert proc.stdout is not None
+        assert proc.stdout.read() == f"{broker_sandbox.EXITED} 4\n"
+        assert proc.wait(10) == 0

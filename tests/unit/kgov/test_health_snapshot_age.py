@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from kgov.app import build_app
 from kgov.settings import load_settings
-
-
-def wait_for(condition: object, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
+from tests.support.waiting import wait_for
 
 
 def test_a_node_cut_off_from_its_database_reports_itself_down(tmp_path: Path) -> None:
