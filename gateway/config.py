@@ -75,6 +75,9 @@ class GatewayConfig(BaseModel):
     # that a new login fails as a failed authentication (gateway/README.md, "Login work").
     sasl_workers: int = Field(default=0, ge=0, le=256)
     sasl_max_waiting_steps: int = Field(default=512, ge=0, le=100_000)
+    # One client address's share of those waiting places (unset: an eighth of sasl_max_waiting_steps), so
+    # that one address flooding the gateway with slow logins does not refuse everyone else's.
+    sasl_max_waiting_steps_per_ip: int | None = Field(default=None, ge=0, le=100_000)
     idle_timeout_s: float = Field(default=600.0, gt=0)
     # Kafka's max.connections / max.connections.per.ip (/.overrides): client connections over them are
     # refused at once (gateway/README.md "Connection limits"). Kafka's defaults are unlimited.
@@ -100,6 +103,12 @@ class GatewayConfig(BaseModel):
                 "signs client certificates"
             )
         parse_overrides(self.max_connections_per_ip_overrides)
+        if (self.sasl_max_waiting_steps_per_ip is not None
+                and self.sasl_max_waiting_steps_per_ip > self.sasl_max_waiting_steps):
+            raise ValueError(
+                f"gateway.sasl_max_waiting_steps_per_ip ({self.sasl_max_waiting_steps_per_ip}) must not exceed "
+                f"gateway.sasl_max_waiting_steps ({self.sasl_max_waiting_steps}): it is one address's share of them"
+            )
         if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:
             # Kafka's KafkaConfig check: 0 only makes sense for the addresses an override lets in.
             raise ValueError(

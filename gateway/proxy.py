@@ -92,7 +92,7 @@ from gateway.sasl_session import (
     SaslSession,
     StepOutcome,
 )
-from gateway.sasl_steps import DEFAULT_MAX_WAITING, SaslStepPool
+from gateway.sasl_steps import DEFAULT_MAX_WAITING, Refusal, SaslStepPool
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
@@ -168,6 +168,8 @@ class GatewayOptions:
     # before new logins are refused (`gateway.sasl_steps`).
     sasl_workers: int = 0
     sasl_max_waiting_steps: int = DEFAULT_MAX_WAITING
+    # One client address's share of those (None: an eighth, `sasl_steps.default_max_waiting_per_source`).
+    sasl_max_waiting_steps_per_ip: int | None = None
     # False when the mechanisms audit their own failures (sasl.service.CredentialService does).
     audit_auth_failures: bool = True
     # The gateway's own login to the upstream: (mechanism, username, password), or OAUTHBEARER.
@@ -268,21 +270,31 @@ class Gateway:
         self.expired_connections_killed = 0
         # SaslAuthenticate steps run here, off the event loop (`ClientConnection._authenticate`).
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
-                                                                  options.sasl_max_waiting_steps)
-        self._refusals_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+                                                                  options.sasl_max_waiting_steps,
+                                                                  options.sasl_max_waiting_steps_per_ip)
+        self._refusals_warned_at: dict[str, float] = {}  # the last WARN of each kind (`warn_logins_refused`)
         self._full_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
 
-    def warn_logins_refused(self) -> None:
+    def warn_logins_refused(self, source: str | None = None) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
         SASL worker thread (each refusal also has its INFO line and audit event): the operator's sign
-        that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood."""
+        that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood;
+        `source`: refused for that address's share (`sasl_max_waiting_steps_per_ip`), with its own line."""
         now = time.monotonic()
-        if now - self._refusals_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+        key = "" if source is None else "per-ip"
+        last = self._refusals_warned_at.get(key)
+        if last is not None and now - last < LOGIN_REFUSALS_WARN_INTERVAL_S:
             return
-        self._refusals_warned_at = now
+        self._refusals_warned_at[key] = now
         pool = self.sasl_steps
+        if source is not None:
+            log.warning("refusing new SASL logins from %s: %d of its steps wait (gateway.sasl_max_waiting_steps_per_ip); "
+                        "%d refused for their address so far", source, pool.waiting_of(source),
+                        pool.refused_per_source)
+            return
         log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
-                    "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers, pool.refused)
+                    "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers,
+                    pool.refused - pool.refused_per_source)
 
     def warn_full(self) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections are refused because
@@ -1405,12 +1417,20 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._close_after_earlier_answers(f"error answering a SASL step: {type(exc).__name__}")
             self.resume("sasl-step")
 
-        if pool.submit(begun.run, done, may_refuse=not sasl.reauthenticating):
+        refusal = pool.submit(begun.run, done, source=self.client_host, may_refuse=not sasl.reauthenticating)
+        if refusal is None:
             self.pause("sasl-step")
             return
-        reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
-                  f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
-        self.gateway.warn_logins_refused()
+        if refusal is Refusal.SOURCE_FULL:
+            reason = (f"too many SASL steps from {self.client_host} waiting at the gateway "
+                      f"({pool.max_waiting_per_source} waiting, gateway.sasl_max_waiting_steps_per_ip)")
+            self.gateway.warn_logins_refused(self.client_host)
+        elif refusal is Refusal.FULL:
+            reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
+                      f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
+            self.gateway.warn_logins_refused()
+        else:
+            reason = "the gateway is shutting down"
         answer(sasl.refuse_step(reason))
 
     def _after_auth_step(self, step: AuthStep, slot: Slot, response: bytes, *, mechanism: str | None = None) -> None:
@@ -1444,7 +1464,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         # whether a user exists).
         log.info("Failed %sauthentication with %s (%s)", "re-" if step.reauthentication else "",
                  self.connection_id, step.error_message or f"error code {step.error_code}")
-        # Hold the answer for a fixed delay (no timing side channel), then close.
+        # Hold the answer for a fixed delay (no timing side channel), then close; a login refused for a
+        # busy gateway is closed at once (`SaslSession.refuse_step`: no credential was looked at).
         self.pause("sasl-failed")
         if slot is not None:
             self.slots.append(slot)
@@ -1458,7 +1479,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             # re-authentication): the close waits for their answers, which `_flush` writes in order.
             self._close_once_answered("earlier requests unanswered after a failed authentication")
 
-        asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
+        if step.busy:
+            fail()
+        else:
+            asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
 
     def _audit_auth(self, success: bool, mechanism: str, reason: str | None, reauth: bool,
                     *, from_mechanism: bool = False) -> None:

@@ -165,6 +165,7 @@ def build_runtime(
         sasl_failure_delay_s=credentials.failure_delay_s,
         sasl_workers=config.sasl_workers,
         sasl_max_waiting_steps=config.sasl_max_waiting_steps,
+        sasl_max_waiting_steps_per_ip=config.sasl_max_waiting_steps_per_ip,
         audit_auth_failures=False,
         source=source,
         upstream_sasl=_upstream_login(config),
