@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gateway.connection_limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, parse_overrides
+from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from sasl.config import is_loopback_host
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
@@ -70,6 +71,10 @@ class GatewayConfig(BaseModel):
     upstream_oauth_retry_backoff_ms: int = Field(default=100, ge=1, le=3_600_000)
     upstream_oauth_retry_backoff_max_ms: int = Field(default=10_000, ge=1, le=3_600_000)
     max_request_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    # Kafka's queued.max.request.bytes (Kafka: unbounded): the bytes of large request frames being read
+    # or served, all client connections together; a connection that cannot get memory for its next frame
+    # stops being read until memory returns (gateway/README.md "Reading frames"). At least max_request_bytes.
+    queued_max_request_bytes: int = Field(default=DEFAULT_QUEUED_MAX_REQUEST_BYTES, gt=0)
     # SaslAuthenticate steps (key derivations, signature checks) run on this many worker threads, off
     # the event loop; 0 = one per CPU. At most `sasl_max_waiting_steps` may wait for a thread: beyond
     # that a new login fails as a failed authentication (gateway/README.md, "Login work").
@@ -103,6 +108,13 @@ class GatewayConfig(BaseModel):
                 "signs client certificates"
             )
         parse_overrides(self.max_connections_per_ip_overrides)
+        if self.queued_max_request_bytes < self.max_request_bytes:
+            # Kafka's KafkaConfig check (queued.max.request.bytes against socket.request.max.bytes).
+            raise ValueError(
+                f"gateway.queued_max_request_bytes ({self.queued_max_request_bytes}) must be at least "
+                f"gateway.max_request_bytes ({self.max_request_bytes}): a request of the largest size would never "
+                "be read"
+            )
         if (self.sasl_max_waiting_steps_per_ip is not None
                 and self.sasl_max_waiting_steps_per_ip > self.sasl_max_waiting_steps):
             raise ValueError(

@@ -75,6 +75,7 @@ from gateway.connection_limits import (
     ConnectionLimits,
 )
 from gateway.fetch_session import sessionless_frame, sessionless_response
+from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES, FrameMemoryPool
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.invalid_request import (
     ApiNotEnabledError,
@@ -158,6 +159,9 @@ class GatewayOptions:
     mechanism_factory: MechanismFactory | None = None
     max_reauth_ms: int = 0
     max_request_bytes: int = 100 * 1024 * 1024
+    # Kafka's queued.max.request.bytes: large request frames being read or served, all connections
+    # together (`gateway.frame_memory`); at least `max_request_bytes`.
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     idle_timeout_s: float = 600.0
     # Kafka's max.connections / max.connections.per.ip (/.overrides): `gateway.connection_limits`.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -272,6 +276,11 @@ class Gateway:
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
                                                                   options.sasl_max_waiting_steps,
                                                                   options.sasl_max_waiting_steps_per_ip)
+        # Large request frames' buffers, every client connection together (`ClientConnection.memory`).
+        if options.queued_max_request_bytes < options.max_request_bytes:
+            raise ValueError("queued_max_request_bytes must be at least max_request_bytes: a frame of the largest "
+                             "size would never get its memory")
+        self.frame_memory = FrameMemoryPool(options.queued_max_request_bytes)
         self._refusals_warned_at: dict[str, float] = {}  # the last WARN of each kind (`warn_logins_refused`)
         self._full_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
 
@@ -585,6 +594,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.upstream: UpstreamConnection | None = None
         self.upstream_started = False  # `_connect_upstream` spawned (at connect, or after a SASL login)
         self.reader = FrameReader(self.options.max_request_bytes)
+        # This connection's share of the gateway's frame memory; the reader draws on it once the client
+        # is authenticated (at connect without SASL, after its login), as Kafka reads SASL frames outside
+        # its MemoryPool.
+        self.memory = gateway.frame_memory.connection(lambda: self.resume("memory"))
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
         self.pending_frames: list[Frame] = []
@@ -722,6 +735,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 asyncio.get_running_loop().call_later(delay, self.abort, "connection creation rate exceeded")
                 return
         if self.sasl is None:
+            self.reader.memory = self.memory
             self._start_upstream()
         # else after the client's login (`_after_auth_step`): before it the gateway answers ApiVersions and
         # the SASL exchange itself, and a client that never logs in must not make it open upstream
@@ -849,6 +863,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._close_upstream()
         self.closed = True
+        self.memory.close()
         self.gateway._connections.discard(self)
         if self.counted:
             self.counted = False
@@ -862,6 +877,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self.closed = True
         self.close_reason = reason
+        self.memory.close()
         log.debug("closing %s: %s", self.connection_id, reason)
         if self.transport is not None:
             self.transport.abort()
@@ -973,6 +989,11 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._on_frame_error(exc)
                 return
             if frame is None:
+                if reader.awaiting_memory:
+                    # No room for this frame in the gateway's frame memory: stop reading until memory
+                    # returns (`FrameMemory.reserve` queued us; its grant resumes us), as Kafka mutes the
+                    # channel. The connection stays open.
+                    self.pause("memory")
                 break
             started = time.perf_counter()
             try:
@@ -995,6 +1016,10 @@ class ClientConnection(asyncio.BufferedProtocol):
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
                 return
+            if self._topic_ids_waiting is None:
+                # Served: forwarded (the upstream transport's buffer is bounded by its own high-water
+                # mark) or answered. A frame held for topic ids keeps its memory until it is served.
+                self.memory.release()
             if quotas is not None and self.principal is not None:
                 throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
                                                       time.perf_counter() - started)
@@ -1440,6 +1465,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             assert self.sasl.principal is not None
             self.principal = self.sasl.principal
             self.reader.max_frame_bytes = self.options.max_request_bytes
+            self.reader.memory = self.memory
             self._audit_auth(True, mechanism, None, step.reauthentication)
             self._complete(slot, response)
             self._start_upstream()

@@ -158,6 +158,7 @@ def build_runtime(
         mechanism_factory=credentials.server_mechanism,
         max_reauth_ms=settings.sasl.connections_max_reauth_ms,
         max_request_bytes=config.max_request_bytes,
+        queued_max_request_bytes=config.queued_max_request_bytes,
         idle_timeout_s=config.idle_timeout_s,
         max_connections=config.max_connections,
         max_connections_per_ip=config.max_connections_per_ip,
