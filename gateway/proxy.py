@@ -1490,8 +1490,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         # whether a user exists).
         log.info("Failed %sauthentication with %s (%s)", "re-" if step.reauthentication else "",
                  self.connection_id, step.error_message or f"error code {step.error_code}")
-        # Hold the answer for a fixed delay (no timing side channel), then close; a login refused for a
-        # busy gateway is closed at once (`SaslSession.refuse_step`: no credential was looked at).
+        # Hold the answer for a fixed delay (no timing side channel), then close. A login refused for a
+        # busy gateway waits the same delay before its unanswered close (`SaslSession.refuse_step`): a
+        # client flooding with logins reconnects no faster than after a wrong password.
         self.pause("sasl-failed")
         if slot is not None:
             self.slots.append(slot)
@@ -1505,10 +1506,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             # re-authentication): the close waits for their answers, which `_flush` writes in order.
             self._close_once_answered("earlier requests unanswered after a failed authentication")
 
-        if step.busy:
-            fail()
-        else:
-            asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
+        asyncio.get_running_loop().call_later(self.options.sasl_failure_delay_s, fail)
 
     def _audit_auth(self, success: bool, mechanism: str, reason: str | None, reauth: bool,
                     *, from_mechanism: bool = False) -> None:

@@ -91,9 +91,6 @@ class AuthStep:
     reason: str | None = None  # for the audit trail only; set on every refusal worth an audit event
     reauthentication: bool = False
     silent: bool = False  # close without answering at all
-    # Refused for want of a SASL worker thread (`refuse_step`): closed at once, unanswered, without the
-    # failure delay; no credential was looked at.
-    busy: bool = False
     mechanism_failure: bool = False  # the mechanism itself refused (and audits that itself, if it does)
 
 
@@ -295,17 +292,18 @@ class SaslSession:
 
     def refuse_step(self, reason: str) -> AuthStep:
         """The caller could not run the step `begin_authenticate` gave (too many steps waiting): the
-        exchange ends, and the connection is closed at once without an answer, as a broker that went
-        away would leave it. A client then reconnects after its backoff, where the error 58 of a failed
-        login is fatal to Java clients (`NetworkClient.processDisconnection`: AUTHENTICATION_FAILED
-        raises an AuthenticationException, a close in AUTHENTICATE is a disconnect, retried). Nothing
-        in it depends on the credential, which was not looked at. `reason` goes to the audit event and
-        the log only. Only a first login is refused: re-authentications always wait."""
+        exchange ends, and the connection is closed without an answer (after the failure delay, as any
+        failed exchange), as a broker that went away would leave it. A client then reconnects after its
+        backoff, where the error 58 of a failed login is fatal to Java clients
+        (`NetworkClient.processDisconnection`: AUTHENTICATION_FAILED keeps an AuthenticationException
+        that the producer and consumer raise; a close in AUTHENTICATE is a disconnect, retried). Nothing
+        in it depends on the credential, which was not looked at. `reason` goes to the audit event only.
+        Only a first login is refused: re-authentications always wait."""
         self._stepping = False
         self.state = State.FAILED
         reauth = self._reauthenticating
         message = "closed unanswered: the gateway is busy authenticating other clients; the client retries"
-        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, silent=True, busy=True, reason=reason,
+        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, silent=True, reason=reason,
                         reauthentication=reauth)
 
     def finish_authenticate(self, outcome: StepOutcome, now_ms: int) -> AuthStep:

@@ -147,7 +147,7 @@ def test_logins_beyond_the_waiting_bound_are_closed_unanswered_and_reauthenticat
     gw = gateway_factory(
         Services(authz.service, auth_audit=audit), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
         mechanism_factory=factory, sasl_workers=1, sasl_max_waiting_steps=2, sasl_max_waiting_steps_per_ip=2,
-        sasl_failure_delay_s=1.0, max_reauth_ms=60_000,
+        sasl_failure_delay_s=DELAY_MS / 1000, max_reauth_ms=60_000,
     )
     pool = gw.gateway.sasl_steps
     fast = RawClient(gw.bootstrap)
@@ -167,11 +167,11 @@ def test_logins_beyond_the_waiting_bound_are_closed_unanswered_and_reauthenticat
         for n, raw in enumerate(refused):
             started = time.monotonic()
             raw.send(36, 1, AUTH(auth_bytes=plain_token(f"slow-late{n}", "pw")))
-            # Closed at once without an answer (recv reads the end of the stream, not a response), as
-            # a broker that went away: the client reconnects after its backoff. No failure delay (1 s
-            # here): no credential was looked at.
+            # Closed without an answer (recv reads the end of the stream, not a response), as a broker
+            # that went away: the client reconnects after its backoff. After the failure delay, as any
+            # failed login.
             assert raw.closed_by_peer()
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started >= DELAY_MS / 1000 * 0.9
         assert pool.refused == 2
         # One WARN line for the operator, not one per refusal (those are INFO, as any failed login).
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -229,7 +229,8 @@ def test_one_address_flooding_slow_logins_does_not_refuse_or_hold_up_another_add
         Services(authz_factory(allow_everyone_if_no_acl_found=True).service, auth_audit=audit),
         security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
         mechanism_factory=lambda name, address, *, reauthenticating=None: Recorded(gate),
-        sasl_workers=1, sasl_max_waiting_steps=8, sasl_max_waiting_steps_per_ip=3, sasl_failure_delay_s=1.0,
+        sasl_workers=1, sasl_max_waiting_steps=8, sasl_max_waiting_steps_per_ip=3,
+        sasl_failure_delay_s=DELAY_MS / 1000,
     )
     pool = gw.gateway.sasl_steps
     flood = [RawClient(gw.bootstrap, source="127.0.0.1") for _ in range(6)]
