@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from gateway.config import GatewayConfig
 from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES, FrameMemory, FrameMemoryPool
 from gateway.framing import SCRATCH_BYTES, FrameReader
 
@@ -120,3 +122,15 @@ def test_the_reader_allocates_a_large_frame_only_once_the_pool_has_room() -> Non
     assert pool.used == 0
     # Small frames never touch the pool.
     assert reader.feed((3).to_bytes(4, "big") + b"abc") == [b"abc"] and pool.used == 0 and pool.waits == 1
+
+
+def test_settings_default_and_refusal() -> None:
+    assert GatewayConfig().queued_max_request_bytes == 512 * 1024 * 1024
+    assert GatewayConfig(max_request_bytes=1 << 20, queued_max_request_bytes=1 << 20)
+    with pytest.raises(ValidationError, match=r"queued_max_request_bytes \(1048575\) must be at least "
+                                              r"gateway.max_request_bytes \(1048576\)"):
+        GatewayConfig(max_request_bytes=1 << 20, queued_max_request_bytes=(1 << 20) - 1)
+    with pytest.raises(ValidationError, match=r"at least gateway\.max_request_bytes"):
+        GatewayConfig(max_request_bytes=600 * 1024 * 1024)  # above the default pool: raise both
+    with pytest.raises(ValidationError):
+        GatewayConfig(queued_max_request_bytes=0)

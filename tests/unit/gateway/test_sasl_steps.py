@@ -7,7 +7,9 @@ import threading
 from concurrent.futures import Future
 
 import pytest
+from pydantic import ValidationError
 
+from gateway.config import GatewayConfig
 from gateway.sasl_steps import Refusal, SaslStepPool, default_max_waiting_per_source, default_workers
 
 
@@ -148,3 +150,13 @@ def test_sizes() -> None:
         SaslStepPool(workers=-1)
     with pytest.raises(ValueError):
         SaslStepPool(workers=1, max_waiting=-1)
+
+
+def test_settings_per_address_share() -> None:
+    assert GatewayConfig().sasl_max_waiting_steps_per_ip is None  # an eighth of sasl_max_waiting_steps
+    assert GatewayConfig(sasl_max_waiting_steps=10, sasl_max_waiting_steps_per_ip=10)
+    with pytest.raises(ValidationError, match=r"sasl_max_waiting_steps_per_ip \(11\) must not exceed "
+                                              r"gateway.sasl_max_waiting_steps \(10\)"):
+        GatewayConfig(sasl_max_waiting_steps=10, sasl_max_waiting_steps_per_ip=11)
+    with pytest.raises(ValidationError):
+        GatewayConfig(sasl_max_waiting_steps_per_ip=-1)
