@@ -4,7 +4,8 @@ receive cannot get memory is muted, not closed, and is read again once memory re
 
 What counts: the buffer `gateway.framing.FrameReader` gives a frame larger than its scratch buffer's
 ceiling (256 KiB), from the moment its size prefix is read until the gateway has served the frame
-(forwarded it upstream or answered it) or the connection closed. Smaller frames live in the
+(answered it, or forwarded it and the upstream transport's buffer is back under its high-water mark:
+`gateway.proxy.ClientConnection._release_served_frame`) or the connection closed. Smaller frames live in the
 connection's scratch buffer, which is bounded per connection already. Frames read before a client's
 login (at most 512 KiB each) do not count, as Kafka's `SaslServerAuthenticator` reads them outside the
 pool: an unauthenticated client cannot take memory that logged-in producers wait for.

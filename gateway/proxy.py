@@ -129,6 +129,10 @@ UPSTREAM_VERSIONS_TTL_S = 300.0
 # failing one (still with the upstream) before giving up on them.
 FAILED_AUTH_ANSWER_WAIT_S = 30.0
 UPSTREAM_LOST = "upstream connection lost"
+# Pauses during which what the client sent still waits on the upstream side (the upstream transport
+# above its write high-water mark, or frames held while the upstream connects): a large frame served
+# meanwhile keeps its frame memory until they end, so the bound covers bytes not yet sent upstream.
+_UPSTREAM_BACKLOG: frozenset[str] = frozenset({"upstream", "upstream-connecting"})
 LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
 # A TLS client's time for its handshake (asyncio's default: 60 s), counted against the connection limits.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -304,6 +308,19 @@ class Gateway:
         log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
                     "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers,
                     pool.refused - pool.refused_per_source)
+
+    def warn_frame_memory_full(self) -> None:
+        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections wait for frame memory:
+        their reading is paused, so the operator must hear that `queued_max_request_bytes` is too small
+        for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics)."""
+        now = time.monotonic()
+        last = self._refusals_warned_at.get("frame-memory")
+        if last is not None and now - last < LOGIN_REFUSALS_WARN_INTERVAL_S:
+            return
+        self._refusals_warned_at["frame-memory"] = now
+        pool = self.frame_memory
+        log.warning("pausing reads: large request frames hold %d of %d bytes (gateway.queued_max_request_bytes); "
+                    "%d connections wait for memory", pool.used, pool.capacity, pool.waiting)
 
     def warn_full(self) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections are refused because
@@ -598,6 +615,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         # is authenticated (at connect without SASL, after its login), as Kafka reads SASL frames outside
         # its MemoryPool.
         self.memory = gateway.frame_memory.connection(lambda: self.resume("memory"))
+        self._served_frame_held = False  # the memory held is a served frame's, waiting on the upstream side
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
         self.pending_frames: list[Frame] = []
@@ -935,6 +953,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason not in self.paused:
             return
         self.paused.discard(reason)
+        if reason in _UPSTREAM_BACKLOG and self._served_frame_held and not self.paused & _UPSTREAM_BACKLOG:
+            self._served_frame_held = False
+            self.memory.release()
         if self.paused or self.transport is None or self.closed:
             return
         if self.reader.needs_bytes and self._topic_ids_waiting is None:
@@ -994,6 +1015,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                     # returns (`FrameMemory.reserve` queued us; its grant resumes us), as Kafka mutes the
                     # channel. The connection stays open.
                     self.pause("memory")
+                    self.gateway.warn_frame_memory_full()
                 break
             started = time.perf_counter()
             try:
@@ -1016,10 +1038,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
                 return
-            if self._topic_ids_waiting is None:
-                # Served: forwarded (the upstream transport's buffer is bounded by its own high-water
-                # mark) or answered. A frame held for topic ids keeps its memory until it is served.
-                self.memory.release()
+            self._release_served_frame()
             if quotas is not None and self.principal is not None:
                 throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
                                                       time.perf_counter() - started)
@@ -1030,6 +1049,17 @@ class ClientConnection(asyncio.BufferedProtocol):
         transport = self.transport
         if not self.paused and not self.closed and transport is not None and not transport.is_reading():
             transport.resume_reading()  # paused while frames waited (`resume`): all are served now
+
+    def _release_served_frame(self) -> None:
+        """Returns the memory of the large frame just served (answered, or forwarded to the upstream),
+        unless it still waits: for topic ids (it is served again later, and released then), or in the
+        upstream side's buffers (`_UPSTREAM_BACKLOG`: released by `resume` when that ends)."""
+        if not self.memory.held or self._topic_ids_waiting is not None:
+            return
+        if self.paused & _UPSTREAM_BACKLOG:
+            self._served_frame_held = True
+        else:
+            self.memory.release()
 
     def _on_frame_error(self, exc: FrameError) -> None:
         """A negative size or one over the limit. During an exchange it fails the authentication
