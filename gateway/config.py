@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gateway.connection_limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, parse_overrides
+from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from sasl.config import is_loopback_host
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
@@ -71,11 +72,18 @@ class GatewayConfig(BaseModel):
     upstream_oauth_retry_backoff_ms: int = Field(default=100, ge=1, le=3_600_000)
     upstream_oauth_retry_backoff_max_ms: int = Field(default=10_000, ge=1, le=3_600_000)
     max_request_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    # Kafka's queued.max.request.bytes (Kafka: unbounded): the bytes of large request frames being read
+    # or served, all client connections together; a connection that cannot get memory for its next frame
+    # stops being read until memory returns (gateway/README.md "Reading frames"). At least max_request_bytes.
+    queued_max_request_bytes: int = Field(default=DEFAULT_QUEUED_MAX_REQUEST_BYTES, gt=0)
     # SaslAuthenticate steps (key derivations, signature checks) run on this many worker threads, off
     # the event loop; 0 = one per CPU. At most `sasl_max_waiting_steps` may wait for a thread: beyond
     # that a new login fails as a failed authentication (gateway/README.md, "Login work").
     sasl_workers: int = Field(default=0, ge=0, le=256)
     sasl_max_waiting_steps: int = Field(default=512, ge=0, le=100_000)
+    # One client address's share of those waiting places (unset: an eighth of sasl_max_waiting_steps), so
+    # that one address flooding the gateway with slow logins does not refuse everyone else's.
+    sasl_max_waiting_steps_per_ip: int | None = Field(default=None, ge=0, le=100_000)
     idle_timeout_s: float = Field(default=600.0, gt=0)
     # Kafka's max.connections / max.connections.per.ip (/.overrides): client connections over them are
     # refused at once (gateway/README.md "Connection limits"). Kafka's defaults are unlimited.
@@ -101,6 +109,19 @@ class GatewayConfig(BaseModel):
                 "signs client certificates"
             )
         parse_overrides(self.max_connections_per_ip_overrides)
+        if self.queued_max_request_bytes < self.max_request_bytes:
+            # Kafka's KafkaConfig check (queued.max.request.bytes against socket.request.max.bytes).
+            raise ValueError(
+                f"gateway.queued_max_request_bytes ({self.queued_max_request_bytes}) must be at least "
+                f"gateway.max_request_bytes ({self.max_request_bytes}): a request of the largest size would never "
+                "be read"
+            )
+        if (self.sasl_max_waiting_steps_per_ip is not None
+                and self.sasl_max_waiting_steps_per_ip > self.sasl_max_waiting_steps):
+            raise ValueError(
+                f"gateway.sasl_max_waiting_steps_per_ip ({self.sasl_max_waiting_steps_per_ip}) must not exceed "
+                f"gateway.sasl_max_waiting_steps ({self.sasl_max_waiting_steps}): it is one address's share of them"
+            )
         if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:
             # Kafka's KafkaConfig check: 0 only makes sense for the addresses an override lets in.
             raise ValueError(

@@ -21,11 +21,16 @@ violation (Kafka's `InvalidReceiveException`): `next_frame` raises, after every 
 pulled. Memory per connection is bounded by the scratch buffer's ceiling plus one frame within the limit: a
 frame's own buffer is allocated only after its size passed the check, and bytes the caller has not
 pulled yet wait in the scratch buffer (the caller stops reading the socket meanwhile).
+
+Across connections, a large frame's buffer is allocated only once `memory` (when set: the gateway-wide
+pool of `gateway.frame_memory`, Kafka's `queued.max.request.bytes`) reserved its size. Until it does,
+`next_frame` answers None and `awaiting_memory` is True: the caller stops reading the socket and asks
+again when the pool says the memory is there (Kafka's Selector mutes such a channel).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 _SIZE_BYTES: Final = 4
 # The scratch buffer's ceiling, and its size when a reader starts (and shrinks back to).
@@ -57,9 +62,15 @@ class FrameError(ValueError):
         return f"Invalid receive (size = {self.size} larger than {self.limit})"
 
 
+class FrameBudget(Protocol):
+    def reserve(self, nbytes: int) -> bool:
+        """True when `nbytes` may be allocated for a frame now; False: ask again later."""
+        ...
+
+
 class FrameReader:
-    __slots__ = ("_big", "_big_filled", "_end", "_grow", "_max", "_min_scratch", "_needs_bytes", "_offered",
-                 "_scratch", "_scratch_ceiling", "_small_reads", "_start", "_view")
+    __slots__ = ("_awaiting_memory", "_big", "_big_filled", "_end", "_grow", "_max", "_min_scratch", "_needs_bytes",
+                 "_offered", "_scratch", "_scratch_ceiling", "_small_reads", "_start", "_view", "memory")
 
     def __init__(self, max_frame_bytes: int, scratch_bytes: int = SCRATCH_BYTES,
                  initial_scratch_bytes: int = INITIAL_SCRATCH_BYTES) -> None:
@@ -78,6 +89,9 @@ class FrameReader:
         self._offered = 0  # the length of the last buffer handed out by `get_buffer`
         self._grow = False  # the last read filled the scratch buffer: double it at the next `get_buffer`
         self._small_reads = 0  # reads in a row that used less than a quarter of the scratch buffer
+        # Reserves the buffer of each frame larger than the scratch buffer's ceiling (None: no bound).
+        self.memory: FrameBudget | None = None
+        self._awaiting_memory = False
 
     @property
     def max_frame_bytes(self) -> int:
@@ -103,6 +117,12 @@ class FrameReader:
     def scratch_bytes(self) -> int:
         """The scratch buffer's current size (between its initial size and its ceiling)."""
         return len(self._scratch)
+
+    @property
+    def awaiting_memory(self) -> bool:
+        """The next frame's size is known but `memory` could not reserve it yet: `next_frame` answers
+        None until it does, and reading the socket would only fill the scratch buffer."""
+        return self._awaiting_memory
 
     @property
     def needs_bytes(self) -> bool:
@@ -198,7 +218,13 @@ class FrameReader:
                 self._needs_bytes = self._end - stop < _SIZE_BYTES
             return frame
         if _SIZE_BYTES + size > self._scratch_ceiling:
-            # A large frame, its size checked: give it its own buffer, filled in place from now on.
+            # A large frame, its size checked: give it its own buffer, filled in place from now on, once
+            # the gateway-wide pool has room for it.
+            if self.memory is not None and not self.memory.reserve(size):
+                self._awaiting_memory = True
+                self._needs_bytes = False
+                return None
+            self._awaiting_memory = False
             have = self._end - start - _SIZE_BYTES
             big = bytearray(size)
             big[:have] = view[start + _SIZE_BYTES : self._end]

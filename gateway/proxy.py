@@ -75,6 +75,7 @@ from gateway.connection_limits import (
     ConnectionLimits,
 )
 from gateway.fetch_session import sessionless_frame, sessionless_response
+from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES, FrameMemoryPool
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.invalid_request import (
     ApiNotEnabledError,
@@ -92,7 +93,7 @@ from gateway.sasl_session import (
     SaslSession,
     StepOutcome,
 )
-from gateway.sasl_steps import DEFAULT_MAX_WAITING, SaslStepPool
+from gateway.sasl_steps import DEFAULT_MAX_WAITING, Refusal, SaslStepPool
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
@@ -128,6 +129,10 @@ UPSTREAM_VERSIONS_TTL_S = 300.0
 # failing one (still with the upstream) before giving up on them.
 FAILED_AUTH_ANSWER_WAIT_S = 30.0
 UPSTREAM_LOST = "upstream connection lost"
+# Pauses during which what the client sent still waits on the upstream side (the upstream transport
+# above its write high-water mark, or frames held while the upstream connects): a large frame served
+# meanwhile keeps its frame memory until they end, so the bound covers bytes not yet sent upstream.
+_UPSTREAM_BACKLOG: frozenset[str] = frozenset({"upstream", "upstream-connecting"})
 LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
 # A TLS client's time for its handshake (asyncio's default: 60 s), counted against the connection limits.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -158,6 +163,9 @@ class GatewayOptions:
     mechanism_factory: MechanismFactory | None = None
     max_reauth_ms: int = 0
     max_request_bytes: int = 100 * 1024 * 1024
+    # Kafka's queued.max.request.bytes: large request frames being read or served, all connections
+    # together (`gateway.frame_memory`); at least `max_request_bytes`.
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     idle_timeout_s: float = 600.0
     # Kafka's max.connections / max.connections.per.ip (/.overrides): `gateway.connection_limits`.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -168,6 +176,8 @@ class GatewayOptions:
     # before new logins are refused (`gateway.sasl_steps`).
     sasl_workers: int = 0
     sasl_max_waiting_steps: int = DEFAULT_MAX_WAITING
+    # One client address's share of those (None: an eighth, `sasl_steps.default_max_waiting_per_source`).
+    sasl_max_waiting_steps_per_ip: int | None = None
     # False when the mechanisms audit their own failures (sasl.service.CredentialService does).
     audit_auth_failures: bool = True
     # The gateway's own login to the upstream: (mechanism, username, password), or OAUTHBEARER.
@@ -268,21 +278,49 @@ class Gateway:
         self.expired_connections_killed = 0
         # SaslAuthenticate steps run here, off the event loop (`ClientConnection._authenticate`).
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
-                                                                  options.sasl_max_waiting_steps)
-        self._refusals_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+                                                                  options.sasl_max_waiting_steps,
+                                                                  options.sasl_max_waiting_steps_per_ip)
+        # Large request frames' buffers, every client connection together (`ClientConnection.memory`).
+        if options.queued_max_request_bytes < options.max_request_bytes:
+            raise ValueError("queued_max_request_bytes must be at least max_request_bytes: a frame of the largest "
+                             "size would never get its memory")
+        self.frame_memory = FrameMemoryPool(options.queued_max_request_bytes)
+        self._refusals_warned_at: dict[str, float] = {}  # the last WARN of each kind (`warn_logins_refused`)
         self._full_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
 
-    def warn_logins_refused(self) -> None:
+    def warn_logins_refused(self, source: str | None = None) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
         SASL worker thread (each refusal also has its INFO line and audit event): the operator's sign
-        that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood."""
+        that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood;
+        `source`: refused for that address's share (`sasl_max_waiting_steps_per_ip`), with its own line."""
         now = time.monotonic()
-        if now - self._refusals_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+        key = "" if source is None else "per-ip"
+        last = self._refusals_warned_at.get(key)
+        if last is not None and now - last < LOGIN_REFUSALS_WARN_INTERVAL_S:
             return
-        self._refusals_warned_at = now
+        self._refusals_warned_at[key] = now
         pool = self.sasl_steps
+        if source is not None:
+            log.warning("refusing new SASL logins from %s: %d of its steps wait (gateway.sasl_max_waiting_steps_per_ip); "
+                        "%d refused for their address so far", source, pool.waiting_of(source),
+                        pool.refused_per_source)
+            return
         log.warning("refusing new SASL logins: %d steps wait for %d worker threads (gateway.sasl_max_waiting_steps, "
-                    "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers, pool.refused)
+                    "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers,
+                    pool.refused - pool.refused_per_source)
+
+    def warn_frame_memory_full(self) -> None:
+        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections wait for frame memory:
+        their reading is paused, so the operator must hear that `queued_max_request_bytes` is too small
+        for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics)."""
+        now = time.monotonic()
+        last = self._refusals_warned_at.get("frame-memory")
+        if last is not None and now - last < LOGIN_REFUSALS_WARN_INTERVAL_S:
+            return
+        self._refusals_warned_at["frame-memory"] = now
+        pool = self.frame_memory
+        log.warning("pausing reads: large request frames hold %d of %d bytes (gateway.queued_max_request_bytes); "
+                    "%d connections wait for memory", pool.used, pool.capacity, pool.waiting)
 
     def warn_full(self) -> None:
         """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections are refused because
@@ -573,6 +611,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.upstream: UpstreamConnection | None = None
         self.upstream_started = False  # `_connect_upstream` spawned (at connect, or after a SASL login)
         self.reader = FrameReader(self.options.max_request_bytes)
+        # This connection's share of the gateway's frame memory; the reader draws on it once the client
+        # is authenticated (at connect without SASL, after its login), as Kafka reads SASL frames outside
+        # its MemoryPool.
+        self.memory = gateway.frame_memory.connection(lambda: self.resume("memory"))
+        self._served_frame_held = False  # the memory held is a served frame's, waiting on the upstream side
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
         self.pending_frames: list[Frame] = []
@@ -710,6 +753,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 asyncio.get_running_loop().call_later(delay, self.abort, "connection creation rate exceeded")
                 return
         if self.sasl is None:
+            self.reader.memory = self.memory
             self._start_upstream()
         # else after the client's login (`_after_auth_step`): before it the gateway answers ApiVersions and
         # the SASL exchange itself, and a client that never logs in must not make it open upstream
@@ -837,6 +881,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._close_upstream()
         self.closed = True
+        self.memory.close()
         self.gateway._connections.discard(self)
         if self.counted:
             self.counted = False
@@ -850,6 +895,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self.closed = True
         self.close_reason = reason
+        self.memory.close()
         log.debug("closing %s: %s", self.connection_id, reason)
         if self.transport is not None:
             self.transport.abort()
@@ -907,6 +953,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason not in self.paused:
             return
         self.paused.discard(reason)
+        if reason in _UPSTREAM_BACKLOG and self._served_frame_held and not self.paused & _UPSTREAM_BACKLOG:
+            self._served_frame_held = False
+            self.memory.release()
         if self.paused or self.transport is None or self.closed:
             return
         if self.reader.needs_bytes and self._topic_ids_waiting is None:
@@ -961,6 +1010,12 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._on_frame_error(exc)
                 return
             if frame is None:
+                if reader.awaiting_memory:
+                    # No room for this frame in the gateway's frame memory: stop reading until memory
+                    # returns (`FrameMemory.reserve` queued us; its grant resumes us), as Kafka mutes the
+                    # channel. The connection stays open.
+                    self.pause("memory")
+                    self.gateway.warn_frame_memory_full()
                 break
             started = time.perf_counter()
             try:
@@ -983,6 +1038,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
                 return
+            self._release_served_frame()
             if quotas is not None and self.principal is not None:
                 throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
                                                       time.perf_counter() - started)
@@ -993,6 +1049,17 @@ class ClientConnection(asyncio.BufferedProtocol):
         transport = self.transport
         if not self.paused and not self.closed and transport is not None and not transport.is_reading():
             transport.resume_reading()  # paused while frames waited (`resume`): all are served now
+
+    def _release_served_frame(self) -> None:
+        """Returns the memory of the large frame just served (answered, or forwarded to the upstream),
+        unless it still waits: for topic ids (it is served again later, and released then), or in the
+        upstream side's buffers (`_UPSTREAM_BACKLOG`: released by `resume` when that ends)."""
+        if not self.memory.held or self._topic_ids_waiting is not None:
+            return
+        if self.paused & _UPSTREAM_BACKLOG:
+            self._served_frame_held = True
+        else:
+            self.memory.release()
 
     def _on_frame_error(self, exc: FrameError) -> None:
         """A negative size or one over the limit. During an exchange it fails the authentication
@@ -1405,12 +1472,20 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._close_after_earlier_answers(f"error answering a SASL step: {type(exc).__name__}")
             self.resume("sasl-step")
 
-        if pool.submit(begun.run, done, may_refuse=not sasl.reauthenticating):
+        refusal = pool.submit(begun.run, done, source=self.client_host, may_refuse=not sasl.reauthenticating)
+        if refusal is None:
             self.pause("sasl-step")
             return
-        reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
-                  f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
-        self.gateway.warn_logins_refused()
+        if refusal is Refusal.SOURCE_FULL:
+            reason = (f"too many SASL steps from {self.client_host} waiting at the gateway "
+                      f"({pool.max_waiting_per_source} waiting, gateway.sasl_max_waiting_steps_per_ip)")
+            self.gateway.warn_logins_refused(self.client_host)
+        elif refusal is Refusal.FULL:
+            reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
+                      f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")
+            self.gateway.warn_logins_refused()
+        else:
+            reason = "the gateway is shutting down"
         answer(sasl.refuse_step(reason))
 
     def _after_auth_step(self, step: AuthStep, slot: Slot, response: bytes, *, mechanism: str | None = None) -> None:
@@ -1420,6 +1495,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             assert self.sasl.principal is not None
             self.principal = self.sasl.principal
             self.reader.max_frame_bytes = self.options.max_request_bytes
+            self.reader.memory = self.memory
             self._audit_auth(True, mechanism, None, step.reauthentication)
             self._complete(slot, response)
             self._start_upstream()
@@ -1444,7 +1520,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         # whether a user exists).
         log.info("Failed %sauthentication with %s (%s)", "re-" if step.reauthentication else "",
                  self.connection_id, step.error_message or f"error code {step.error_code}")
-        # Hold the answer for a fixed delay (no timing side channel), then close.
+        # Hold the answer for a fixed delay (no timing side channel), then close. A login refused for a
+        # busy gateway waits the same delay before its unanswered close (`SaslSession.refuse_step`): a
+        # client flooding with logins reconnects no faster than after a wrong password.
         self.pause("sasl-failed")
         if slot is not None:
             self.slots.append(slot)

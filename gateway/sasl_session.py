@@ -292,14 +292,19 @@ class SaslSession:
 
     def refuse_step(self, reason: str) -> AuthStep:
         """The caller could not run the step `begin_authenticate` gave (too many steps waiting): the
-        exchange fails as wrong credentials do (58, delayed close), with a message that says nothing
-        about the credential. `reason` goes to the audit event only."""
+        exchange ends, and the connection is closed without an answer (after the failure delay, as any
+        failed exchange), as a broker that went away would leave it. A client then reconnects after its
+        backoff, where the error 58 of a failed login is fatal to Java clients
+        (`NetworkClient.processDisconnection`: AUTHENTICATION_FAILED keeps an AuthenticationException
+        that the producer and consumer raise; a close in AUTHENTICATE is a disconnect, retried). Nothing
+        in it depends on the credential, which was not looked at. `reason` goes to the audit event only.
+        Only a first login is refused: re-authentications always wait."""
         self._stepping = False
         self.state = State.FAILED
         reauth = self._reauthenticating
-        message = (f"Authentication failed during {'re-authentication' if reauth else 'authentication'}: the server "
-                   "is busy authenticating other clients, retry later")
-        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, reason=reason, reauthentication=reauth)
+        message = "closed unanswered: the gateway is busy authenticating other clients; the client retries"
+        return AuthStep(SASL_AUTHENTICATION_FAILED, message, b"", failed=True, silent=True, reason=reason,
+                        reauthentication=reauth)
 
     def finish_authenticate(self, outcome: StepOutcome, now_ms: int) -> AuthStep:
         """The second half of `authenticate`: the answer to the step's outcome. `now_ms` is when the

@@ -8,12 +8,18 @@ or a JWKS fetch for an unknown key id. On the gateway's event loop every such st
 other client's produce and fetch for its whole duration. hashlib's PBKDF2 and `cryptography`'s
 verifications release the GIL, so on a worker thread they run beside the loop.
 
-The pool is bounded twice: `workers` threads, and at most `max_waiting` steps waiting for one. A step
-offered beyond that is refused at once (`submit` answers False) and the caller fails the login as a
-failed authentication (audited, after the failure delay), so a login storm costs bounded memory and a
-bounded wait instead of a queue that grows without limit. Steps of re-authentications are never
-refused (`submit(..., may_refuse=False)`): they belong to connections that already proved their
-identity, at most one step each, and refusing one would close a working connection.
+The pool is bounded three times: `workers` threads, at most `max_waiting` steps waiting for one, and
+at most `max_waiting_per_source` of those from one source (a client IP address). A step offered beyond
+either bound is refused at once (`submit` answers why) and the caller ends the login without running
+it, so a login storm costs bounded memory and a bounded wait instead of a queue that grows without
+limit. Steps of re-authentications are never refused (`submit(..., may_refuse=False)`): they belong
+to connections that already proved their identity, at most one step each, and refusing one would
+close a working connection.
+
+Fairness: the waiting steps are kept per source and a free thread takes the next step of the next
+source in turn (round robin), not the oldest step of all. One address flooding the gateway with slow
+logins therefore holds at most `max_waiting_per_source` places, and another address's login waits
+behind at most one step of each source, not behind the whole flood.
 
 Departure from Kafka: a broker runs `SaslServerAuthenticator.authenticate` on its network threads
 (`num.network.threads`, each serving many connections), so a slow login there stalls the other
@@ -27,14 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import os
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
 DEFAULT_MAX_WAITING = 512
+# One source's share of the waiting places, by default: an eighth, so that one address flooding the
+# gateway leaves seven eighths to everyone else (64 of the default 512).
+DEFAULT_WAITING_SHARE_DIVISOR = 8
+
+
+def default_max_waiting_per_source(max_waiting: int) -> int:
+    """One source's default share of `max_waiting`: an eighth, at least 1 when anything may wait."""
+    return max(max_waiting // DEFAULT_WAITING_SHARE_DIVISOR, min(max_waiting, 1))
 
 
 def default_workers() -> int:
@@ -45,53 +62,114 @@ def default_workers() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+class Refusal(enum.Enum):
+    """Why `submit` did not take a step."""
+
+    CLOSED = "closed"  # the gateway is stopping
+    FULL = "full"  # `max_waiting` steps wait already
+    SOURCE_FULL = "source-full"  # `max_waiting_per_source` steps of this source wait already
+
+
+@dataclass(slots=True)
+class _Waiting(Generic[T]):
+    run: Callable[[], T]
+    on_done: Callable[[Future[T]], None]
+
+
 class SaslStepPool(Generic[T]):
-    def __init__(self, workers: int = 0, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
-        if workers < 0 or max_waiting < 0:
-            raise ValueError("workers and max_waiting must not be negative")
+    def __init__(self, workers: int = 0, max_waiting: int = DEFAULT_MAX_WAITING,
+                 max_waiting_per_source: int | None = None) -> None:
+        if max_waiting_per_source is None:
+            max_waiting_per_source = default_max_waiting_per_source(max_waiting)
+        if workers < 0 or max_waiting < 0 or max_waiting_per_source < 0:
+            raise ValueError("workers, max_waiting and max_waiting_per_source must not be negative")
         self.workers = workers or default_workers()
         self.max_waiting = max_waiting
+        self.max_waiting_per_source = max_waiting_per_source
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kgov-sasl-step")
-        self._pending = 0  # submitted, outcome not yet handed back to the loop
-        self.refused = 0  # steps refused because `max_waiting` were waiting (for tests and metrics)
+        self._running = 0  # handed to a thread, outcome not yet handed back to the loop
+        # Waiting steps per source, the sources in their turn's order (the next to run is first).
+        self._queues: dict[str, deque[_Waiting[T]]] = {}
+        self._waiting = 0
+        self.refused = 0  # steps refused because too many were waiting (for tests and metrics)
+        self.refused_per_source = 0  # of those, refused for their source's share
         self._closed = False
 
     @property
     def pending(self) -> int:
         """Steps running or waiting for a thread."""
-        return self._pending
+        return self._running + self._waiting
 
     @property
     def waiting(self) -> int:
         """Steps waiting for a thread (their count is bounded by `max_waiting`)."""
-        return max(self._pending - self.workers, 0)
+        return self._waiting
 
-    def submit(self, run: Callable[[], T], on_done: Callable[[Future[T]], None], *, may_refuse: bool = True) -> bool:
-        """Runs `run` on a worker thread, then `on_done(future)` on the calling event loop. False,
-        without running anything, when the pool is closed or (`may_refuse`) `max_waiting` steps wait
-        already. Must be called on the event loop's thread."""
-        if self._closed or (may_refuse and self._pending >= self.workers + self.max_waiting):
-            self.refused += not self._closed
-            return False
+    def waiting_of(self, source: str) -> int:
+        """Steps of `source` waiting for a thread (bounded by `max_waiting_per_source`)."""
+        queue = self._queues.get(source)
+        return len(queue) if queue is not None else 0
+
+    def submit(self, run: Callable[[], T], on_done: Callable[[Future[T]], None], *, source: str = "",
+               may_refuse: bool = True) -> Refusal | None:
+        """Runs `run` on a worker thread, then `on_done(future)` on the calling event loop, and answers
+        None; or answers why it runs nothing: the pool is closed, or (`may_refuse`) `max_waiting` steps
+        wait already, or `max_waiting_per_source` of `source`'s. A step runs at once when a thread is
+        free and no other step waits. Must be called on the event loop's thread."""
+        if self._closed:
+            return Refusal.CLOSED
+        if self._running < self.workers and not self._waiting:
+            self._start(_Waiting(run, on_done))
+            return None
+        queue = self._queues.get(source)
+        if may_refuse and self._waiting >= self.max_waiting:
+            self.refused += 1
+            return Refusal.FULL
+        if may_refuse and (len(queue) if queue is not None else 0) >= self.max_waiting_per_source:
+            self.refused += 1
+            self.refused_per_source += 1
+            return Refusal.SOURCE_FULL
+        if queue is None:
+            queue = self._queues[source] = deque()
+        queue.append(_Waiting(run, on_done))
+        self._waiting += 1
+        return None
+
+    def _start(self, step: _Waiting[T]) -> None:
         loop = asyncio.get_running_loop()
-        future = self._executor.submit(run)
-        self._pending += 1
+        self._running += 1
+        on_done = step.on_done
 
         def deliver(done: Future[T]) -> None:
-            self._pending -= 1
-            if not self._closed:
-                on_done(done)
+            self._running -= 1
+            if self._closed:
+                return
+            self._next()
+            on_done(done)
 
         def hand_back(done: Future[T]) -> None:  # on the worker thread
             # A closed loop raises: the gateway stopped and nobody waits for this outcome.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(deliver, done)
 
-        future.add_done_callback(hand_back)
-        return True
+        self._executor.submit(step.run).add_done_callback(hand_back)
+
+    def _next(self) -> None:
+        """A thread is free: the next source in turn runs its oldest waiting step, and goes to the end
+        of the line if it has more."""
+        while self._running < self.workers and self._queues:
+            source = next(iter(self._queues))
+            queue = self._queues.pop(source)
+            step = queue.popleft()
+            self._waiting -= 1
+            if queue:
+                self._queues[source] = queue
+            self._start(step)
 
     def close(self) -> None:
         """Drops the waiting steps; running ones finish on their threads and their outcomes are
         discarded. Does not wait."""
         self._closed = True
+        self._queues.clear()
+        self._waiting = 0
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -144,10 +144,13 @@ def serve_control_plane(settings: Any, tls: tuple[Path, Path] | None = None, clo
 class RawClient:
     """A bare Kafka connection speaking through kafka-python's message classes."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, source: str | None = None) -> None:
+        """`source`: the local address to connect from (another loopback address, e.g. 127.0.0.2, is
+        another client address to the gateway)."""
         import socket
 
-        self.sock = socket.create_connection(upstream_of(bootstrap), timeout=10)
+        self.sock = socket.create_connection(upstream_of(bootstrap), timeout=10,
+                                             source_address=(source, 0) if source is not None else None)
         self.correlation = 0
 
     def send(self, api_key: int, version: int, request: Any, client_id: str | None = "raw") -> int:

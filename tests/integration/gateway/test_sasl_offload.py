@@ -56,11 +56,13 @@ def one_derivation_s() -> float:
 def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
     runtime_factory: Callable[..., RunningGateway],
 ) -> None:
-    # One worker thread: the storm keeps one core busy and leaves the other to the loop and Tansu.
+    # One worker thread: the storm keeps one core busy and leaves the other to the loop and Tansu. The
+    # storm comes from one address: it may hold every waiting place (up to 200 logins here; by default
+    # one address holds at most an eighth of them, 64).
     gw = runtime_factory(
         sasl={"failed_authentication_delay_ms": DELAY_MS, "plain_cache_size": 0,
               "max_failed_attempts_per_source": 100_000},
-        gateway={"sasl_workers": 1},
+        gateway={"sasl_workers": 1, "sasl_max_waiting_steps_per_ip": 512},
     )
     creds = gw.runtime.credentials
     creds.set_scram_credential("alice", "SCRAM-SHA-256", PASSWORD, actor=ADMIN)
@@ -130,7 +132,7 @@ class GatedPlain:
         return Success(Principal("User", user))
 
 
-def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reauthentications_wait(
+def test_logins_beyond_the_waiting_bound_are_closed_unanswered_and_reauthentications_wait(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -146,8 +148,8 @@ def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reau
     audit = MemorySink()
     gw = gateway_factory(
         Services(authz.service, auth_audit=audit), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
-        mechanism_factory=factory, sasl_workers=1, sasl_max_waiting_steps=2, sasl_failure_delay_s=DELAY_MS / 1000,
-        max_reauth_ms=60_000,
+        mechanism_factory=factory, sasl_workers=1, sasl_max_waiting_steps=2, sasl_max_waiting_steps_per_ip=2,
+        sasl_failure_delay_s=DELAY_MS / 1000, max_reauth_ms=60_000,
     )
     pool = gw.gateway.sasl_steps
     fast = RawClient(gw.bootstrap)
@@ -166,17 +168,21 @@ def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reau
         assert (pool.pending, pool.waiting) == (3, 2)  # one running (held by the gate), two waiting
         for n, raw in enumerate(refused):
             started = time.monotonic()
-            answer = raw.call(36, 1, AUTH(auth_bytes=plain_token(f"slow-late{n}", "pw")))
-            assert time.monotonic() - started >= DELAY_MS / 1000 * 0.9  # the failure delay, as any failure
-            assert (answer.error_code, answer.error_message) == (
-                58, "Authentication failed during authentication: the server is busy authenticating other clients, "
-                    "retry later")
+            raw.send(36, 1, AUTH(auth_bytes=plain_token(f"slow-late{n}", "pw")))
+            # Closed without an answer (recv reads the end of the stream, not a response), as a broker
+            # that went away: the client reconnects after its backoff. After the failure delay, as any
+            # failed login.
             assert raw.closed_by_peer()
+            assert time.monotonic() - started >= DELAY_MS / 1000 * 0.9
         assert pool.refused == 2
         # One WARN line for the operator, not one per refusal (those are INFO, as any failed login).
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert warnings == ["refusing new SASL logins: 2 steps wait for 1 worker threads "
                             "(gateway.sasl_max_waiting_steps, gateway.sasl_workers); 1 refused so far"]
+        infos = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Failed authentication")]
+        assert len(infos) == 2 and all(line.endswith(
+            "(closed unanswered: the gateway is busy authenticating other clients; the client retries)")
+            for line in infos)
         # A re-authentication of an established session waits for the thread instead of being refused.
         plain_handshake(fast)
         fast.send(36, 1, AUTH(auth_bytes=plain_token("fast", "pw")))
@@ -202,6 +208,70 @@ def test_logins_beyond_the_waiting_bound_fail_as_failed_authentications_and_reau
     assert all(e["authenticationInfo"]["principal"] is None for e in busy)
     assert sum(e["result"]["success"] for e in events) == 5  # fast, its re-authentication, slow0-2
     assert [e["result"]["reauthentication"] for e in events if e["result"]["success"]].count(True) == 1
+
+
+def test_one_address_flooding_slow_logins_does_not_refuse_or_hold_up_another_addresss_login(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """127.0.0.1 opens more slow logins than its share of the waiting places; 127.0.0.2's login is let
+    in, and runs after one of the flood's steps, not after all of them."""
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    gate = threading.Event()
+    ran: list[str] = []
+
+    class Recorded(GatedPlain):
+        def step(self, data: bytes) -> Step:
+            outcome = super().step(data)
+            ran.append(data.split(b"\x00")[1].decode())
+            return outcome
+
+    audit = MemorySink()
+    gw = gateway_factory(
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service, auth_audit=audit),
+        security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+        mechanism_factory=lambda name, address, *, reauthenticating=None: Recorded(gate),
+        sasl_workers=1, sasl_max_waiting_steps=8, sasl_max_waiting_steps_per_ip=3,
+        sasl_failure_delay_s=DELAY_MS / 1000,
+    )
+    pool = gw.gateway.sasl_steps
+    flood = [RawClient(gw.bootstrap, source="127.0.0.1") for _ in range(6)]
+    victim = RawClient(gw.bootstrap, source="127.0.0.2")
+    try:
+        for raw in (*flood, victim):
+            plain_handshake(raw)
+        for n, raw in enumerate(flood[:4]):  # one runs (held by the gate), three wait: the address's share
+            raw.send(36, 1, AUTH(auth_bytes=plain_token(f"slow-flood{n}", "pw")))
+            deadline = time.monotonic() + 10
+            while pool.pending < n + 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert (pool.pending, pool.waiting, pool.waiting_of("127.0.0.1")) == (4, 3, 3)
+        for raw in flood[4:]:  # over the share: closed unanswered, though 5 places are free
+            raw.send(36, 1, AUTH(auth_bytes=plain_token("flood-late", "pw")))
+            assert raw.closed_by_peer()
+        assert (pool.refused, pool.refused_per_source) == (2, 2)
+        victim.send(36, 1, AUTH(auth_bytes=plain_token("victim", "pw")))
+        while pool.pending < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.waiting_of("127.0.0.2") == 1
+        gate.set()
+        assert victim.receive(36, 1).error_code == 0
+        assert victim.call(3, 12, metadata()).brokers
+        for raw in flood[:4]:
+            assert raw.receive(36, 1).error_code == 0
+    finally:
+        gate.set()
+        for raw in (*flood, victim):
+            raw.close()
+    # Round robin between the addresses: the victim's step ran second, not fifth.
+    assert ran == ["slow-flood0", "slow-flood1", "victim", "slow-flood2", "slow-flood3"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["refusing new SASL logins from 127.0.0.1: 3 of its steps wait "
+                        "(gateway.sasl_max_waiting_steps_per_ip); 1 refused for their address so far"]
+    refusals = [e.data for e in audit.events if not e.data["result"]["success"]]
+    assert [(e["result"]["reason"], e["requestMetadata"]["clientAddress"]) for e in refusals] == [
+        ("too many SASL steps from 127.0.0.1 waiting at the gateway (3 waiting, "
+         "gateway.sasl_max_waiting_steps_per_ip)", "127.0.0.1")] * 2
 
 
 def test_a_request_sent_with_the_login_is_served_only_after_the_steps_outcome(

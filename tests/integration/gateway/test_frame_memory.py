@@ -1,0 +1,239 @@
+"""The gateway-wide bound on large request frames (`[gateway] queued_max_request_bytes`, Kafka's
+queued.max.request.bytes): real sockets, the gateway in front of Tansu. Several connections send
+frames larger than the scratch buffer, slowly, into a pool that holds one at a time: the pool never
+exceeds its bound, a connection that cannot get memory is paused (not closed) and served once memory
+returns, and a connection that dies mid-frame gives its bytes back."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gateway.codec import SPECS, decode_response
+from gateway.framing import SCRATCH_BYTES
+from gateway.proxy import Services
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, upstream_of
+from tests.integration.gateway.test_frame_reading import framed
+from tests.integration.gateway.test_sasl_reauth import metadata
+
+pytestmark = [pytest.mark.broker]
+
+LIMIT = 1024 * 1024  # max_request_bytes, and the pool's capacity: one large frame fits at a time
+TOPICS = 2_600  # names of 240 characters: a Metadata request of about 640 KiB
+
+
+def big_metadata(raw: RawClient, tag: str) -> tuple[bytes, list[str]]:
+    names = [f"{tag}-{n:05d}-".ljust(240, "x") for n in range(TOPICS)]
+    frame = framed(raw, 3, 12, metadata(names))
+    assert SCRATCH_BYTES < len(frame) - 4 < LIMIT
+    return frame, names
+
+
+def send_slowly(raw: RawClient, data: bytes, *, chunk: int = 64 * 1024, pause_s: float = 0.01) -> None:
+    for start in range(0, len(data), chunk):
+        raw.sock.sendall(data[start:start + chunk])
+        time.sleep(pause_s)
+
+
+def receive_metadata(raw: RawClient) -> Any:
+    raw.sock.settimeout(30)
+    size = int.from_bytes(raw._exactly(4), "big")
+    return decode_response(SPECS[3], 12, raw._exactly(size))
+
+
+def receive_metadata_after(raw: RawClient, rest: bytes) -> Any:
+    sender = threading.Thread(target=raw.sock.sendall, args=(rest,))
+    sender.start()
+    try:
+        return receive_metadata(raw)
+    finally:
+        sender.join(30)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def gateway(authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway]) -> RunningGateway:
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    return gateway_factory(Services(authz.service), max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT)
+
+
+def test_large_frames_from_several_connections_share_the_bound_and_all_are_served(
+    gateway: RunningGateway, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kgov.gateway")
+    pool = gateway.gateway.frame_memory
+    clients = [RawClient(gateway.bootstrap) for _ in range(4)]
+    frames = [big_metadata(raw, f"t{n}") for n, raw in enumerate(clients)]
+    most: list[int] = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:  # what the pool holds, seen from outside, while the frames arrive
+        while not sampling.is_set():
+            most[0] = max(most[0], pool.used)
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample)
+    senders = [threading.Thread(target=send_slowly, args=(raw, frame))
+               for raw, (frame, _) in zip(clients, frames, strict=True)]
+    sampler.start()
+    try:
+        for t in senders:
+            t.start()
+        answers = [receive_metadata(raw) for raw in clients]
+        for t in senders:
+            t.join(30)
+    finally:
+        sampling.set()
+        sampler.join()
+        for raw in clients:
+            raw.close()
+    for answer, (_, names) in zip(answers, frames, strict=True):
+        assert [t.name for t in answer.topics] == names  # every request was served whole
+        assert {t.error_code for t in answer.topics} == {3}  # UNKNOWN_TOPIC_OR_PARTITION, from Tansu
+    assert pool.waits >= 1  # some connection had to wait: it was paused, not closed
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # one line per 10 s for the operator, not one per wait
+    assert re.fullmatch(r"pausing reads: large request frames hold \d+ of 1048576 bytes "
+                        r"\(gateway.queued_max_request_bytes\); [1-3] connections wait for memory", warnings[0])
+    assert 0 < most[0] <= pool.peak <= pool.capacity == LIMIT
+    wait_for(lambda: pool.used == 0 and pool.waiting == 0, "the pool was not emptied")
+
+
+def test_a_connection_that_dies_mid_frame_returns_its_memory_to_the_one_waiting(gateway: RunningGateway) -> None:
+    pool = gateway.gateway.frame_memory
+    dying, waiting, later = (RawClient(gateway.bootstrap) for _ in range(3))
+    try:
+        frame, _ = big_metadata(dying, "dying")
+        dying.sock.sendall(frame[: len(frame) // 2])  # its size is read: the pool holds the whole frame
+        wait_for(lambda: pool.used == len(frame) - 4, "the first frame's memory was not reserved")
+        frame2, names2 = big_metadata(waiting, "waiting")
+        waiting.sock.sendall(frame2[:100_000])
+        wait_for(lambda: pool.waiting == 1, "the second connection did not wait for memory")
+        assert pool.used == len(frame) - 4  # never both
+        dying.close()  # a reset or a FIN, mid-frame
+        answer = receive_metadata_after(waiting, frame2[100_000:])
+        assert [t.name for t in answer.topics] == names2
+        wait_for(lambda: pool.used == 0, "the memory of the dead connection or the served frame was not returned")
+        # The connection that waited goes on as usual, and so does everyone else.
+        assert waiting.call(3, 12, metadata()).brokers
+        assert later.call(3, 12, metadata()).brokers
+        assert pool.peak <= pool.capacity
+    finally:
+        for raw in (dying, waiting, later):
+            raw.close()
+
+
+def test_a_gateway_whose_pool_is_smaller_than_one_request_is_refused(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    with pytest.raises(ValueError, match="queued_max_request_bytes must be at least max_request_bytes"):
+        gateway_factory(Services(authz_factory().service), max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT - 1)
+
+
+class StallingRelay:
+    """A TCP relay in front of Tansu that can stop reading what the gateway sends (`stalled`): an
+    upstream that does not keep up. Its sockets take little into the kernel (a small receive buffer), so
+    what it does not read piles up in the gateway's upstream transport."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.stalled = threading.Event()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # inherited by accepted sockets
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            up = socket.create_connection(self.upstream, timeout=30)
+            self._sockets += [conn, up]
+            threading.Thread(target=self._pump, args=(conn, up, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, conn, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, stallable: bool) -> None:
+        source.settimeout(None)
+        while True:
+            while stallable and self.stalled.is_set():
+                time.sleep(0.005)
+            try:
+                data = source.recv(64 * 1024)
+                if not data:
+                    break
+                target.sendall(data)
+            except OSError:
+                break
+        for sock in (source, target):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.sock.close()
+        for sock in self._sockets:
+            sock.close()
+
+
+@pytest.fixture
+def relay(kafka_broker: str) -> Iterator[StallingRelay]:
+    relay = StallingRelay(upstream_of(kafka_broker))
+    yield relay
+    relay.close()
+
+
+def test_a_forwarded_frame_keeps_its_memory_until_the_upstream_has_taken_it(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], relay: StallingRelay,
+) -> None:
+    from tests.integration.gateway.test_proxy import _one_record_batch
+
+    limit = 16 * 1024 * 1024
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         upstream=upstream_of(relay.address), address_mode="single",
+                         max_request_bytes=limit, queued_max_request_bytes=limit)
+    pool = gw.gateway.frame_memory
+    produce = SPECS[0].request[9]
+    topic = produce.TopicProduceData
+    request = produce(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[topic(
+        name=f"absent-{uuid.uuid4().hex[:8]}",
+        partition_data=[topic.PartitionProduceData(index=0, records=_one_record_batch(b"v" * (12 << 20)))])])
+    raw = RawClient(gw.bootstrap)
+    try:
+        assert raw.call(3, 12, metadata()).brokers  # the upstream connection is open (through the relay)
+        relay.stalled.set()
+        frame = framed(raw, 0, 9, request)
+        sender = threading.Thread(target=raw.sock.sendall, args=(frame,))
+        sender.start()
+        (conn,) = gw.gateway._connections
+        wait_for(lambda: bool(conn.awaiting_upstream), "the produce request was not forwarded")
+        # Forwarded, but most of it still in the gateway's upstream transport: still counted.
+        time.sleep(0.2)
+        assert "upstream" in conn.paused and pool.used == len(frame) - 4
+        relay.stalled.clear()
+        answer = raw.receive(0, 9)
+        assert [p.error_code for t in answer.responses for p in t.partition_responses] == [0]  # Tansu took it
+        sender.join(30)
+        wait_for(lambda: pool.used == 0, "the forwarded frame's memory was not returned")
+        assert raw.call(3, 12, metadata()).brokers
+    finally:
+        relay.stalled.clear()
+        raw.close()
