@@ -57,7 +57,7 @@ def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
     runtime_factory: Callable[..., RunningGateway],
 ) -> None:
     # One worker thread: the storm keeps one core busy and leaves the other to the loop and Tansu. The
-    # storm comes from one address: it may hold every waiting place (up to 200 logins here; by default
+    # storm comes from one address: it may hold every waiting place (up to 300 logins here; by default
     # one address holds at most an eighth of them, 64).
     gw = runtime_factory(
         sasl={"failed_authentication_delay_ms": DELAY_MS, "plain_cache_size": 0,
@@ -69,8 +69,9 @@ def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
     creds.set_scram_credential("slow", "SCRAM-SHA-512", "slow-secret", iterations=MAX_ITERATIONS, actor=ADMIN)
     other = RawClient(gw.bootstrap)
     assert scram_login(other, "SCRAM-SHA-256", "alice", PASSWORD).error_code == 0
-    # Enough logins for at least 0.8 s of derivations: what the old gateway ran on its event loop.
-    storm = max(20, min(200, math.ceil(0.8 / one_derivation_s())))
+    # Enough logins for about 1.2 s of derivations (what the old gateway ran on its event loop), measured
+    # now: twice the 0.6 s asserted below, since the machine's load may change between the two.
+    storm = max(20, min(300, math.ceil(1.2 / one_derivation_s())))
     clients = [RawClient(gw.bootstrap) for _ in range(storm)]
     for raw in clients:
         plain_handshake(raw)
@@ -108,7 +109,7 @@ def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
     assert storm_ended - storm_started >= 0.6
     assert len(during) >= 5
     # ... while the other client's Metadata round trips (through the gateway to Tansu) stayed short.
-    # On the event loop the derivations held every other client for their whole sum (>= 0.8 s).
+    # On the event loop the derivations held every other client for their whole sum (>= 0.6 s).
     assert max(during) < 0.25, (storm, storm_ended - storm_started, sorted(during)[-5:])
     failures = [e for e in gw.memory.events if str(e.type) == "io.kgov.authentication"
                 and e.data["result"]["success"] is False]
