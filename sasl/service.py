@@ -8,7 +8,6 @@ CREDENTIAL_CHANGE audit event; every failed authentication an AUTHENTICATION eve
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import hmac
@@ -31,11 +30,13 @@ from audit.sinks import AuditSink
 from authz.model import Principal
 from sasl import issuer as issuer_mod
 from sasl.delegation import (
+    TOKEN_SALT_LENGTH,
     DelegationTokenError,
     TokenErrorCode,
     TokenInfo,
     TokenPolicy,
     check_request_allowed,
+    credentials_match_secret,
     decode_hmac,
     expire_answer_ms,
     expired,
@@ -43,6 +44,7 @@ from sasl.delegation import (
     new_token,
     renewed,
     token_hmac,
+    token_scram_credentials,
     visible,
 )
 from sasl.issuer import IssuedToken
@@ -63,7 +65,6 @@ from sasl.scram import (
     credential_from_salted,
     derive_credential,
     fake_credential,
-    fake_salt,
 )
 from sasl.session import session_lifetime_ms
 from sasl.store import (
@@ -125,6 +126,9 @@ class _Snapshot:
     version: int
     scram: Mapping[tuple[str, str], ScramCredential]
     tokens: Mapping[str, TokenInfo]
+    # (token id, mechanism) -> the token's SCRAM credential, derived when it was created; only those
+    # made under this node's `delegation_token_secret_key` (`_usable_token_credentials`).
+    token_credentials: Mapping[tuple[str, str], ScramCredential]
     keys: tuple[StoredSigningKey, ...]
     # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
     unknown_shapes: Mapping[str, FakeCredentialShape]
@@ -306,6 +310,7 @@ class CredentialService:
         self._unknown_token_key = self.store.server_secret(SCRAM_UNKNOWN_TOKEN_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
+        self._foreign_tokens: set[str] = set()
         self._snapshot = self._load()
         own_issuer = self.oauth.jwks_url is None
         fetch = http_jwks_fetcher(self.oauth.jwks_url) if self.oauth.jwks_url else self._own_jwks
@@ -343,6 +348,7 @@ class CredentialService:
     def _load(self) -> _Snapshot:
         version = self.store.version()
         tokens = {t.token_id: t for t in self.store.all_tokens()}
+        token_credentials = self._usable_token_credentials(tokens, self.store.token_credentials())
         keys = []
         for k in self.store.signing_keys():
             try:
@@ -358,7 +364,50 @@ class CredentialService:
         }
         has_512 = any(m == SCRAM_SHA_512.name for (_u, m) in scram)
         plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
-        return _Snapshot(version, scram, tokens, tuple(keys), shapes, plain)
+        return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain)
+
+    def _usable_token_credentials(
+        self, tokens: Mapping[str, TokenInfo], stored: Mapping[tuple[str, str], ScramCredential]
+    ) -> dict[tuple[str, str], ScramCredential]:
+        """The stored token credentials this node may log in with: those whose salt says they were
+        derived under its own `delegation_token_secret_key` (`credentials_match_secret`), so that
+        changing the key invalidates every token, as in Kafka.
+
+        A live token without credentials (created before store migration 3, or by an older node
+        during a rolling upgrade) gets them here, once: derived (one PBKDF2 per mechanism) and
+        stored, so other nodes and restarts read them instead. Nodes that load it before they are
+        stored derive the same values (the salt is keyed), so the race costs work, never
+        correctness. Tokens created by this version always come with theirs (`create_token`), so
+        a load never derives every token."""
+        secret = self._token_secret
+        if secret is None:
+            return {}
+        now = self.now_ms()
+        usable: dict[tuple[str, str], ScramCredential] = {}
+        foreign: list[str] = []
+        derived: dict[str, dict[str, ScramCredential]] = {}
+        for token_id, info in tokens.items():
+            mine = {m: c for m in MECHANISMS if (c := stored.get((token_id, m))) is not None}
+            if mine and not credentials_match_secret(secret, token_id, *mine.values()):
+                foreign.append(token_id)
+                continue
+            if len(mine) < len(MECHANISMS) and not info.is_expired(now):
+                fresh = token_scram_credentials(secret, token_id)
+                derived[token_id] = {m: c for m, c in fresh.items() if m not in mine}
+                mine = fresh
+            usable.update(((token_id, m), c) for m, c in mine.items())
+        if derived:
+            self.store.add_token_credentials(derived)
+            log.info("derived the SCRAM credentials of %d delegation token(s) made before they were stored",
+                     len(derived))
+        new_foreign = set(foreign) - self._foreign_tokens
+        if new_foreign:
+            # Ids only: never a credential. Such tokens fail at login as unknown ids do.
+            log.warning("%d delegation token(s) were created under another delegation_token_secret_key and "
+                        "cannot log in through this node (every node sharing the database needs the same key)",
+                        len(new_foreign))
+        self._foreign_tokens = set(foreign)
+        return usable
 
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
@@ -422,46 +471,22 @@ class CredentialService:
         if not token_auth:
             cred = snap.scram.get((username, mechanism.name))
             return ScramIdentity(Principal("User", username), cred) if cred else None
-        if self._token_secret is None:
-            return None
-        now = self.now_ms()
+        # A token's credential was derived when it was created: a dictionary look-up, as for a user.
+        # An unknown or expired id (or any id, without `delegation_token_secret_key`) gets None, and
+        # `ScramServer` goes on with `unknown_scram_credential`, which it computes for every name,
+        # found or not, with HMACs only: neither path runs a PBKDF2, so both cost the same.
         info = snap.tokens.get(username)
-        live = info is not None and not info.is_expired(now)
-        cred = self._token_scram_credential(mechanism, username, self._token_secret if live else None)
-        if info is None or not live:
+        cred = snap.token_credentials.get((username, mechanism.name))
+        if info is None or cred is None or info.is_expired(self.now_ms()):
             return None
         # The token still works during its expiry millisecond (Kafka compares `expiryTimestamp <
         # now`), so the session may last until the millisecond after it.
         return ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
 
-    def _token_scram_credential(
-        self, mechanism: ScramMechanism, token_id: str, token_secret: bytes | None
-    ) -> ScramCredential:
-        """One PBKDF2 for every `tokenauth` attempt, whether the token exists or not, so the time a
-        login takes does not tell whether a token id exists (or has expired).
-
-        A live token (`token_secret` given): Kafka's `prepareScramCredentials`, password =
-        base64(HMAC), minimum iterations. Kafka salts randomly per broker; here the salt is keyed by
-        the secret and the id, so every node shows the same salt, as it does for a user. Any other id
-        runs the same derivation with a password of the same length keyed by the database's shared
-        `scram-unknown-token` secret, and the salt `unknown_scram_credential` shows for it (24 keyed bytes, as a real one).
-        Nothing is cached: a cache would make a repeated (or someone else's earlier) attempt with a
-        real id cheaper than one with an unknown id; Kafka avoids the cost by deriving every token's
-        credential ahead, on every broker."""
-        if token_secret is not None:
-            mac = token_hmac(token_secret, token_id)
-            salt = hmac.digest(token_secret, b"scram-salt\x00" + token_id.encode(), "sha256")[:24]
-        else:
-            key = self._unknown_token_key
-            mac = hmac.digest(key, b"token-password\x00" + token_id.encode(), "sha512")
-            salt = fake_salt(mechanism, token_id, key=key, shape=self._token_shape(mechanism))
-        password = base64.b64encode(mac).decode()
-        return derive_credential(mechanism, password, iterations=mechanism.min_iterations, salt=salt)
-
     @staticmethod
     def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:
         # A delegation token's credential: minimum iterations, 24 keyed bytes of salt.
-        return FakeCredentialShape(iterations=mechanism.min_iterations, salt_length=24)
+        return FakeCredentialShape(iterations=mechanism.min_iterations, salt_length=TOKEN_SALT_LENGTH)
 
     def unknown_scram_credential(
         self, mechanism: ScramMechanism, username: str, token_auth: bool
@@ -843,6 +868,8 @@ class CredentialService:
             token_authenticated=token_authenticated,
         )
         mac = token_hmac(secret, info.token_id)
+        # Kafka derives these on every broker whenever it loads a token; here once, on this node.
+        credentials = token_scram_credentials(secret, info.token_id)
         audit = self._audit_change(
             "delegationToken.Create",
             f"delegation-token={info.token_id}",
@@ -856,7 +883,7 @@ class CredentialService:
             requester,
             client_address,
         )
-        self.store.insert_token(info, hmac_lookup_key(mac), before_commit=audit)
+        self.store.insert_token(info, hmac_lookup_key(mac), credentials, before_commit=audit)
         self.refresh()
         return CreatedToken(info, mac)
 
