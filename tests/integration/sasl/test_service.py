@@ -829,3 +829,28 @@ def test_an_unknown_token_id_shows_another_salt_than_the_same_name_without_token
         as_user = server_first(svc, SCRAM_SHA_512, name)
         assert as_token["s"] != as_user["s"]
         assert server_first(svc, SCRAM_SHA_512, name, token=True) == as_token  # stable per id
+
+
+def test_oauthbearer_refuses_a_token_whose_exp_is_not_after_its_iat_or_nbf(env) -> None:
+    """Signed by the issuer's own key and inside the clock skew, so only the time consistency of its
+    claims can refuse it (Kafka: `validateTimeConsistency` unsecured, jose4j on the JWKS path)."""
+    from jose import jwt
+
+    svc, clock, audit, _ = env
+    key = svc._signing_key()
+    now = int(clock().timestamp())
+
+    def token(**times: int) -> bytes:
+        claims = {"iss": "kgov", "aud": "kgov", "sub": "worker", **times}
+        signed = jwt.encode(claims, key.private_pem, algorithm=key.alg, headers={"kid": key.kid})
+        return build_client_initial_response(signed)
+
+    ok = svc.server_mechanism("OAUTHBEARER", "10.0.0.7").step(token(iat=now - 60, nbf=now - 60, exp=now + 60))
+    assert isinstance(ok, Success) and ok.principal == Principal("User", "worker")
+    for bad, claim in ((token(iat=now, exp=now - 5), "iat"), (token(iat=now, exp=now), "iat"),
+                       (token(iat=now - 60, nbf=now + 10, exp=now + 5), "nbf")):
+        server = svc.server_mechanism("OAUTHBEARER", "10.0.0.7")
+        assert isinstance(server.step(bad), Challenge)
+        final = server.step(b"\x01")
+        assert isinstance(final, Failure) and final.reason == f"JWT 'exp' is not after its '{claim}'"
+        assert audit.events[-1].data["result"]["reason"] == final.reason
