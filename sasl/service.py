@@ -80,6 +80,11 @@ ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
 
 
+# Stand-ins `scram_identity` uses for an unknown token id: always expired, never a match.
+_NO_TOKEN: Final = TokenInfo("", Principal("User", ""), Principal("User", ""), (), -1, -1, -1)
+_NO_CREDENTIAL: Final = ScramCredential(b"", b"", b"", 0)
+
+
 class CredentialError(ValueError):
     """A refused credential change; `code` is Kafka's error code, the message safe to show."""
 
@@ -475,13 +480,15 @@ class CredentialService:
         # An unknown or expired id (or any id, without `delegation_token_secret_key`) gets None, and
         # `ScramServer` goes on with `unknown_scram_credential`, which it computes for every name,
         # found or not, with HMACs only: neither path runs a PBKDF2, so both cost the same.
-        info = snap.tokens.get(username)
-        cred = snap.token_credentials.get((username, mechanism.name))
-        if info is None or cred is None or info.is_expired(self.now_ms()):
-            return None
+        # The same steps run for every id (stand-ins for what is missing), so that a real id with a
+        # wrong HMAC does not take measurably longer to fail than an unknown or expired one.
+        info = snap.tokens.get(username, _NO_TOKEN)
+        cred = snap.token_credentials.get((username, mechanism.name), _NO_CREDENTIAL)
+        live = not info.is_expired(self.now_ms()) and cred is not _NO_CREDENTIAL
         # The token still works during its expiry millisecond (Kafka compares `expiryTimestamp <
         # now`), so the session may last until the millisecond after it.
-        return ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
+        identity = ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
+        return identity if live else None
 
     @staticmethod
     def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:
