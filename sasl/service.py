@@ -315,6 +315,8 @@ class CredentialService:
         self._unknown_token_key = self.store.server_secret(SCRAM_UNKNOWN_TOKEN_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
+        # What the last load accepted / refused of the stored token credentials (see `_load`).
+        self._held_token_credentials: Mapping[tuple[str, str], ScramCredential] = {}
         self._foreign_tokens: set[str] = set()
         self._snapshot = self._load()
         own_issuer = self.oauth.jwks_url is None
@@ -353,7 +355,7 @@ class CredentialService:
     def _load(self) -> _Snapshot:
         version = self.store.version()
         tokens = {t.token_id: t for t in self.store.all_tokens()}
-        token_credentials = self._usable_token_credentials(tokens, self.store.token_credentials())
+        token_credentials = self._usable_token_credentials(tokens)
         keys = []
         for k in self.store.signing_keys():
             try:
@@ -371,32 +373,43 @@ class CredentialService:
         plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
         return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain)
 
-    def _usable_token_credentials(
-        self, tokens: Mapping[str, TokenInfo], stored: Mapping[tuple[str, str], ScramCredential]
-    ) -> dict[tuple[str, str], ScramCredential]:
-        """The stored token credentials this node may log in with: those whose salt says they were
-        derived under its own `delegation_token_secret_key` (`credentials_match_secret`), so that
-        changing the key invalidates every token, as in Kafka.
+    def _usable_token_credentials(self, tokens: Mapping[str, TokenInfo]) -> dict[tuple[str, str], ScramCredential]:
+        """The token credentials this node may log in with: those whose salt says they were derived
+        under its own `delegation_token_secret_key` (`credentials_match_secret`), so that changing the
+        key invalidates every token, as in Kafka.
+
+        Incremental: a token's stored credentials never change (written with it, removed with it),
+        so those the previous load accepted are kept and only tokens new to this node are read and
+        checked; a reload costs no credential rows and no HMAC for the tokens already held.
 
         A live token without credentials (created before store migration 3, or by an older node
-        during a rolling upgrade) gets them here, once: derived (one PBKDF2 per mechanism) and
-        stored, so other nodes and restarts read them instead. Nodes that load it before they are
-        stored derive the same values (the salt is keyed), so the race costs work, never
-        correctness. Tokens created by this version always come with theirs (`create_token`), so
-        a load never derives every token."""
+        during a rolling upgrade) gets them here, once: derived (one PBKDF2 per mechanism) and stored,
+        so other nodes and restarts read them instead. Nodes that load it before they are stored
+        derive the same values (the salt is keyed), so the race costs work, never correctness. Tokens
+        created by this version always come with theirs (`create_token`): a load never derives every
+        token."""
         secret = self._token_secret
         if secret is None:
             return {}
-        now = self.now_ms()
+        held = self._held_token_credentials
         usable: dict[tuple[str, str], ScramCredential] = {}
-        foreign: list[str] = []
+        new: list[str] = []
+        for token_id in tokens:
+            keys = [(token_id, m) for m in MECHANISMS]
+            if all(k in held for k in keys):
+                usable.update((k, held[k]) for k in keys)
+            elif token_id not in self._foreign_tokens:
+                new.append(token_id)
+        foreign = self._foreign_tokens & tokens.keys()
+        now = self.now_ms()
+        stored = self.store.token_credentials(new) if new else {}
         derived: dict[str, dict[str, ScramCredential]] = {}
-        for token_id, info in tokens.items():
+        for token_id in new:
             mine = {m: c for m in MECHANISMS if (c := stored.get((token_id, m))) is not None}
             if mine and not credentials_match_secret(secret, token_id, *mine.values()):
-                foreign.append(token_id)
+                foreign.add(token_id)
                 continue
-            if len(mine) < len(MECHANISMS) and not info.is_expired(now):
+            if len(mine) < len(MECHANISMS) and not tokens[token_id].is_expired(now):
                 fresh = token_scram_credentials(secret, token_id)
                 derived[token_id] = {m: c for m, c in fresh.items() if m not in mine}
                 mine = fresh
@@ -405,13 +418,14 @@ class CredentialService:
             self.store.add_token_credentials(derived)
             log.info("derived the SCRAM credentials of %d delegation token(s) made before they were stored",
                      len(derived))
-        new_foreign = set(foreign) - self._foreign_tokens
-        if new_foreign:
-            # Ids only: never a credential. Such tokens fail at login as unknown ids do.
+        if foreign - self._foreign_tokens:
+            # A count only: never an id's credential, never a secret. Such tokens fail at login as
+            # unknown ids do.
             log.warning("%d delegation token(s) were created under another delegation_token_secret_key and "
                         "cannot log in through this node (every node sharing the database needs the same key)",
-                        len(new_foreign))
-        self._foreign_tokens = set(foreign)
+                        len(foreign))
+        self._foreign_tokens = foreign
+        self._held_token_credentials = usable
         return usable
 
     def refresh(self) -> None:

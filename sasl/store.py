@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,10 +294,19 @@ class CredentialStore:
             _insert_token_credentials(conn, info.token_id, credentials)
             _changed(conn, before_commit, info)
 
-    def token_credentials(self) -> dict[tuple[str, str], ScramCredential]:
-        """Every stored token credential by (token id, mechanism)."""
+    def token_credentials(self, token_ids: Collection[str] | None = None) -> dict[tuple[str, str], ScramCredential]:
+        """The stored token credentials by (token id, mechanism): of `token_ids`, or all."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(token_credentials)).all()
+            if token_ids is None:
+                rows = conn.execute(sa.select(token_credentials)).all()
+            else:
+                ids = list(token_ids)
+                rows = []
+                for i in range(0, len(ids), 500):  # bounded IN lists
+                    chunk = ids[i : i + 500]
+                    rows += conn.execute(
+                        sa.select(token_credentials).where(token_credentials.c.token_id.in_(chunk))
+                    ).all()
         return {
             (r.token_id, r.mechanism): ScramCredential(
                 bytes(r.salt), bytes(r.stored_key), bytes(r.server_key), r.iterations

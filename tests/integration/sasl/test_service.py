@@ -757,6 +757,26 @@ def test_expiry_and_deletion_stop_token_logins_on_every_node(db_url: str, monkey
     engine_b.dispose()
 
 
+def test_a_reload_reads_only_the_credentials_of_tokens_new_to_the_node(db_url: str) -> None:
+    """A token's stored credentials never change, so a node keeps those it holds and reads (and
+    checks against its secret) only new tokens' on a reload."""
+    engine = open_engine(db_url)
+    a = CredentialService(engine, settings())
+    b = CredentialService(engine, settings())
+    held = a.create_token(ALICE).info.token_id
+    b.refresh()
+    reads: list[list[str] | None] = []
+    real = b.store.token_credentials
+    b.store.token_credentials = lambda ids=None: reads.append(None if ids is None else list(ids)) or real(ids)
+    added = a.create_token(BOB).info.token_id
+    b.refresh()
+    assert reads == [[added]]
+    b.refresh()  # nothing new
+    assert reads == [[added]]
+    assert {t for t, _m in b._current().token_credentials} == {held, added}
+    engine.dispose()
+
+
 def test_tokens_made_before_stored_credentials_get_them_once(db_url: str, monkeypatch) -> None:
     """A token from before store migration 3 (or from an older node in a rolling upgrade) has no
     stored credentials: the first node to load it derives and stores them, later nodes read them.
