@@ -83,6 +83,7 @@ _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
 # Stand-ins `scram_identity` uses for an unknown token id: always expired, never a match.
 _NO_TOKEN: Final = TokenInfo("", Principal("User", ""), Principal("User", ""), (), -1, -1, -1)
 _NO_CREDENTIAL: Final = ScramCredential(b"", b"", b"", 0)
+_NO_CREDENTIALS: Final[Mapping[str, ScramCredential]] = {}
 
 
 class CredentialError(ValueError):
@@ -131,9 +132,9 @@ class _Snapshot:
     version: int
     scram: Mapping[tuple[str, str], ScramCredential]
     tokens: Mapping[str, TokenInfo]
-    # (token id, mechanism) -> the token's SCRAM credential, derived when it was created; only those
+    # token id -> mechanism -> the token's SCRAM credential, derived when it was created; only those
     # made under this node's `delegation_token_secret_key` (`_usable_token_credentials`).
-    token_credentials: Mapping[tuple[str, str], ScramCredential]
+    token_credentials: Mapping[str, Mapping[str, ScramCredential]]
     keys: tuple[StoredSigningKey, ...]
     # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
     unknown_shapes: Mapping[str, FakeCredentialShape]
@@ -316,7 +317,7 @@ class CredentialService:
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
         # What the last load accepted / refused of the stored token credentials (see `_load`).
-        self._held_token_credentials: Mapping[tuple[str, str], ScramCredential] = {}
+        self._held_token_credentials: Mapping[str, Mapping[str, ScramCredential]] = {}
         self._foreign_tokens: set[str] = set()
         self._snapshot = self._load()
         own_issuer = self.oauth.jwks_url is None
@@ -373,7 +374,9 @@ class CredentialService:
         plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
         return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain)
 
-    def _usable_token_credentials(self, tokens: Mapping[str, TokenInfo]) -> dict[tuple[str, str], ScramCredential]:
+    def _usable_token_credentials(
+        self, tokens: Mapping[str, TokenInfo]
+    ) -> dict[str, Mapping[str, ScramCredential]]:
         """The token credentials this node may log in with: those whose salt says they were derived
         under its own `delegation_token_secret_key` (`credentials_match_secret`), so that changing the
         key invalidates every token, as in Kafka.
@@ -392,12 +395,12 @@ class CredentialService:
         if secret is None:
             return {}
         held = self._held_token_credentials
-        usable: dict[tuple[str, str], ScramCredential] = {}
+        usable: dict[str, Mapping[str, ScramCredential]] = {}
         new: list[str] = []
         for token_id in tokens:
-            keys = [(token_id, m) for m in MECHANISMS]
-            if all(k in held for k in keys):
-                usable.update((k, held[k]) for k in keys)
+            creds = held.get(token_id)
+            if creds is not None:
+                usable[token_id] = creds
             elif token_id not in self._foreign_tokens:
                 new.append(token_id)
         foreign = self._foreign_tokens & tokens.keys()
@@ -413,7 +416,8 @@ class CredentialService:
                 fresh = token_scram_credentials(secret, token_id)
                 derived[token_id] = {m: c for m, c in fresh.items() if m not in mine}
                 mine = fresh
-            usable.update(((token_id, m), c) for m, c in mine.items())
+            if len(mine) == len(MECHANISMS):  # else an expired token from before migration 3
+                usable[token_id] = mine
         if derived:
             self.store.add_token_credentials(derived)
             log.info("derived the SCRAM credentials of %d delegation token(s) made before they were stored",
@@ -497,7 +501,7 @@ class CredentialService:
         # The same steps run for every id (stand-ins for what is missing), so that a real id with a
         # wrong HMAC does not take measurably longer to fail than an unknown or expired one.
         info = snap.tokens.get(username, _NO_TOKEN)
-        cred = snap.token_credentials.get((username, mechanism.name), _NO_CREDENTIAL)
+        cred = snap.token_credentials.get(username, _NO_CREDENTIALS).get(mechanism.name, _NO_CREDENTIAL)
         live = not info.is_expired(self.now_ms()) and cred is not _NO_CREDENTIAL
         # The token still works during its expiry millisecond (Kafka compares `expiryTimestamp <
         # now`), so the session may last until the millisecond after it.
