@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from passlib.hash import pbkdf2_sha256
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from audit.model import EventType, change_event
 from audit.request_log import authentication_event
@@ -419,9 +420,14 @@ class CredentialService:
             if len(mine) == len(MECHANISMS):  # else an expired token from before migration 3
                 usable[token_id] = mine
         if derived:
-            self.store.add_token_credentials(derived)
-            log.info("derived the SCRAM credentials of %d delegation token(s) made before they were stored",
-                     len(derived))
+            try:
+                self.store.add_token_credentials(derived)
+                log.info("derived and stored the SCRAM credentials of %d delegation token(s) made before "
+                         "they were stored", len(derived))
+            except SQLAlchemyError as exc:
+                # This node logs them in with what it derived; other nodes derive their own.
+                log.warning("could not store the SCRAM credentials derived for %d delegation token(s): %s",
+                            len(derived), type(exc).__name__)
         if foreign - self._foreign_tokens:
             # A count only: never an id's credential, never a secret. Such tokens fail at login as
             # unknown ids do.
@@ -494,12 +500,11 @@ class CredentialService:
         if not token_auth:
             cred = snap.scram.get((username, mechanism.name))
             return ScramIdentity(Principal("User", username), cred) if cred else None
-        # A token's credential was derived when it was created: a dictionary look-up, as for a user.
-        # An unknown or expired id (or any id, without `delegation_token_secret_key`) gets None, and
-        # `ScramServer` goes on with `unknown_scram_credential`, which it computes for every name,
-        # found or not, with HMACs only: neither path runs a PBKDF2, so both cost the same.
-        # The same steps run for every id (stand-ins for what is missing), so that a real id with a
-        # wrong HMAC does not take measurably longer to fail than an unknown or expired one.
+        # A token's credential was derived when it was created: a look-up, as for a user. An unknown
+        # or expired id (or any id, without `delegation_token_secret_key`) gets None, and `ScramServer`
+        # goes on with `unknown_scram_credential`, which it computes for every name, found or not,
+        # with HMACs only. No PBKDF2 either way, and the same steps here for every id (stand-ins for
+        # what is missing), so a real id with a wrong HMAC takes no longer to fail than any other.
         info = snap.tokens.get(username, _NO_TOKEN)
         cred = snap.token_credentials.get(username, _NO_CREDENTIALS).get(mechanism.name, _NO_CREDENTIAL)
         live = not info.is_expired(self.now_ms()) and cred is not _NO_CREDENTIAL

@@ -777,26 +777,33 @@ def test_a_reload_reads_only_the_credentials_of_tokens_new_to_the_node(db_url: s
     engine.dispose()
 
 
-def test_tokens_made_before_stored_credentials_get_them_once(db_url: str, monkeypatch) -> None:
-    """A token from before store migration 3 (or from an older node in a rolling upgrade) has no
-    stored credentials: the first node to load it derives and stores them, later nodes read them.
-    An expired one is left alone."""
+def legacy_tokens(engine, clock: Clock) -> None:
+    """A live and an expired token as kgov with sasl schema version 2 stored them (no credentials)."""
     import sqlalchemy as sa
 
     from authz.database import migrate
     from sasl.delegation import hmac_lookup_key, token_hmac
     from sasl.store import COMPONENT, MIGRATIONS, delegation_tokens
 
-    engine = open_engine(db_url)
     assert migrate(engine, COMPONENT, MIGRATIONS[:2]) == 2
-    clock = Clock()
     now = int(clock().timestamp() * 1000)
-    with engine.begin() as conn:  # as kgov with schema version 2 wrote tokens
+    with engine.begin() as conn:
         for token_id, max_ms in (("legacy-live", now + 3_600_000), ("legacy-expired", now - 1)):
             conn.execute(sa.insert(delegation_tokens).values(
                 token_id=token_id, hmac_sha256=hmac_lookup_key(token_hmac(SECRET_KEY.encode(), token_id)),
                 owner="User:alice", requester="User:alice", renewers="[]", issue_ms=now - 10,
                 expiry_ms=max_ms, max_ms=max_ms))
+
+
+def test_tokens_made_before_stored_credentials_get_them_once(db_url: str, monkeypatch) -> None:
+    """A token from before store migration 3 (or from an older node in a rolling upgrade) has no
+    stored credentials: the first node to load it derives and stores them, later nodes read them.
+    An expired one is left alone."""
+    from sasl.delegation import token_hmac
+
+    engine = open_engine(db_url)
+    clock = Clock()
+    legacy_tokens(engine, clock)
     pbkdf2 = Pbkdf2Calls(monkeypatch)
     first = CredentialService(engine, settings(), clock=clock)
     assert sorted(pbkdf2.take()) == [("sha256", 4096, 88, 24), ("sha512", 4096, 88, 24)]
@@ -808,6 +815,33 @@ def test_tokens_made_before_stored_credentials_get_them_once(db_url: str, monkey
         for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
             ok, seen = server_login(node, mech, "legacy-live", hmac_b64, pbkdf2)
             assert isinstance(ok, Success) and ok.principal == ALICE and seen == []
+    engine.dispose()
+
+
+def test_a_node_that_cannot_store_derived_credentials_still_logs_the_token_in(
+    db_url: str, monkeypatch, caplog
+) -> None:
+    import logging
+
+    from sqlalchemy.exc import OperationalError
+
+    from sasl.delegation import token_hmac
+    from sasl.store import CredentialStore
+
+    engine = open_engine(db_url)
+    clock = Clock()
+    legacy_tokens(engine, clock)
+
+    def refuse(self, derived):
+        raise OperationalError("INSERT", {}, Exception("read-only"))
+
+    monkeypatch.setattr(CredentialStore, "add_token_credentials", refuse)
+    with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
+        node = CredentialService(engine, settings(), clock=clock)
+    assert "could not store the SCRAM credentials derived for 1 delegation token(s): OperationalError" in caplog.text
+    assert node.store.token_credentials() == {}
+    hmac_b64 = base64.b64encode(token_hmac(SECRET_KEY.encode(), "legacy-live")).decode()
+    assert isinstance(scram_login(node, SCRAM_SHA_512, "legacy-live", hmac_b64, token=True), Success)
     engine.dispose()
 
 
