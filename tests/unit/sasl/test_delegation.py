@@ -10,17 +10,23 @@ import pytest
 
 from authz.model import Principal
 from sasl.delegation import (
+    TOKEN_SALT_LENGTH,
     DelegationTokenError,
     TokenErrorCode,
     TokenPolicy,
+    credentials_match_secret,
     decode_hmac,
     expire_answer_ms,
     expired,
     new_token,
     renewed,
     token_hmac,
+    token_salt,
+    token_scram_credentials,
     visible,
 )
+from sasl.mechanism import Challenge, Success
+from sasl.scram import MECHANISMS, ScramClient, ScramIdentity, ScramServer
 
 ALICE, BOB, CAROL, EVE = (Principal("User", n) for n in ("alice", "bob", "carol", "eve"))
 POLICY = TokenPolicy(max_lifetime_ms=7_000, expiry_time_ms=1_000)
@@ -157,10 +163,6 @@ def test_token_scram_credentials_are_kafkas_prepare_scram_credentials() -> None:
     """Per mechanism: password base64(HmacSHA512(secret, id)), minimum iterations; the salt keyed by
     the secret and the id, the same for both mechanisms and on every call. A SCRAM client holding the
     HMAC logs in against them."""
-    from sasl.delegation import TOKEN_SALT_LENGTH, credentials_match_secret, token_salt, token_scram_credentials
-    from sasl.mechanism import Challenge, Success
-    from sasl.scram import MECHANISMS, ScramClient, ScramIdentity, ScramServer
-
     secret = b"delegation-secret-0123456789"
     creds = token_scram_credentials(secret, "tok-1")
     assert sorted(creds) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
