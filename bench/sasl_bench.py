@@ -1,6 +1,6 @@
 """Credential-service throughput on one core: SCRAM server handshakes, cached PLAIN logins, JWT validations.
 
-    .venv/bin/python bench/sasl_bench.py [--seconds 3]
+    .venv/bin/python bench/sasl_bench.py [--seconds 0.5] [--rounds 8] [--only all|throughput|tokens]
 
 Targets (issue 3): >= 20,000 SCRAM handshakes/s and >= 20,000 JWT validations/s on one core.
 - SCRAM: the server side of complete SCRAM-SHA-256 and SCRAM-SHA-512 exchanges (client-first ->
@@ -10,6 +10,13 @@ Targets (issue 3): >= 20,000 SCRAM handshakes/s and >= 20,000 JWT validations/s 
 - PLAIN: `CredentialService.verify_password` for a user whose verification is cached (a burst of
   logins with one password), through the real service over SQLite.
 - JWT: distinct RS256 (and ES256) tokens from kgov's issuer validated with a cached JWKS.
+- Delegation-token logins (`--only tokens`): the server's side of one `tokenauth=true` SCRAM attempt
+  (both steps, through `CredentialService.server_mechanism` over SQLite) per mechanism: a login with
+  the right HMAC, and the failed attempts an attacker can make (a real id with a wrong HMAC, an unknown
+  id, an expired token's id), which must cost the same (the time must not tell whether an id exists).
+  The median microseconds per attempt of each round, the best round kept. Also the cost of
+  `create_token`, which derives the token's credentials, and of a snapshot reload with 1,000 tokens
+  (CPU time: the reload is single-threaded and the machine is shared).
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ import base64
 import hashlib
 import hmac
 import os
+import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -164,12 +173,165 @@ def raw_rsa_runner() -> Runner:
     return lambda seconds: _timed(verify, seconds)
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(len(a), "big")
+
+
+# A login with the right HMAC, then what an attacker without it can try: a real id with a wrong
+# proof, an id that does not exist, an expired token's id. The last three must cost the same.
+TOKEN_KINDS = ("real token", "real id, wrong HMAC", "unknown id", "expired id")
+
+
+def token_login_runner(tmp: str, mech: ScramMechanism, kind: str) -> Runner:
+    """Returns a runner whose result is the median server time of one attempt, in microseconds."""
+    engine = open_engine(f"sqlite:///{tmp}/tokens-{mech.name}-{kind[:4]}.db")
+    clock = _Clock()
+    settings = Settings(
+        dev_mode=True,
+        sasl={"delegation_token_secret_key": "bench-delegation-token-secret", "max_failed_attempts_per_source": 10**9},
+    )
+    svc = CredentialService(engine, settings, clock=clock)
+    owner = Principal("User", "bench")
+    for _ in range(100):  # a few other tokens in the snapshot
+        svc.create_token(owner)
+    real = svc.create_token(owner)
+    stale = svc.create_token(owner, max_lifetime_ms=1)
+    clock.now += timedelta(milliseconds=2)
+    name = {"unknown id": None, "expired id": stale.info.token_id}.get(kind, real.info.token_id)
+    password = base64.b64encode(real.hmac).decode()
+    client_key: bytes | None = None  # the real client's, derived once from the salt the server shows
+
+    def attempt(i: int) -> float:
+        nonlocal client_key
+        user = name or f"{uuid.UUID(int=i)}"  # unknown: a new id every time
+        nonce = f"t{i}"
+        server = svc.server_mechanism(mech.name, "10.0.0.1")
+        bare = f"n={user},r={nonce},tokenauth=true"
+        first_message = f"n,,{bare}".encode()
+        t0 = time.perf_counter()
+        challenge = server.step(first_message)
+        elapsed = time.perf_counter() - t0
+        assert isinstance(challenge, Challenge)
+        server_first = challenge.data.decode()
+        fields = dict(item.split("=", 1) for item in server_first.split(","))
+        without_proof = f"c=biws,r={fields['r']}"
+        auth = f"{bare},{server_first},{without_proof}".encode()
+        if kind == "real token":
+            if client_key is None:
+                salted = mech.salted_password(password, base64.b64decode(fields["s"]), int(fields["i"]))
+                client_key = mech.hmac(salted, b"Client Key")
+            proof = _xor(client_key, mech.hmac(hashlib.new(mech.hash_name, client_key).digest(), auth))
+        else:
+            proof = os.urandom(mech.digest_size)
+        final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+        t0 = time.perf_counter()
+        result = server.step(final)
+        elapsed += time.perf_counter() - t0
+        assert isinstance(result, Success) == (kind == "real token"), result
+        return elapsed
+
+    counter = [0]
+
+    def run(seconds: float) -> float:
+        times: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline or len(times) < 5:
+            counter[0] += 1
+            times.append(attempt(counter[0]))
+        return statistics.median(times) * 1e6
+
+    return run
+
+
+def create_token_runner(tmp: str) -> Runner:
+    """Median milliseconds of one `create_token` (its credentials derived, stored, snapshot reloaded)."""
+    engine = open_engine(f"sqlite:///{tmp}/tokens-create.db")
+    settings = Settings(dev_mode=True, sasl={"delegation_token_secret_key": "bench-delegation-token-secret"})
+    svc = CredentialService(engine, settings)
+    owner = Principal("User", "bench")
+
+    def run(seconds: float) -> float:
+        times: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline or len(times) < 3:
+            t0 = time.perf_counter()
+            svc.create_token(owner)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    return run
+
+
+def reload_runner(tmp: str, tokens: int = 1000) -> Runner:
+    """Median CPU milliseconds of one snapshot reload (`refresh`) with `tokens` delegation tokens."""
+    engine = open_engine(f"sqlite:///{tmp}/tokens-reload.db")
+    settings = Settings(dev_mode=True, sasl={"delegation_token_secret_key": "bench-delegation-token-secret"})
+    svc = CredentialService(engine, settings)
+    for _ in range(tokens):
+        svc.create_token(Principal("User", "bench"))
+
+    def run(seconds: float) -> float:
+        times: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline or len(times) < 3:
+            t0 = time.process_time()
+            svc.refresh()
+            times.append(time.process_time() - t0)
+        return statistics.median(times) * 1e3
+
+    return run
+
+
+def token_logins(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [
+            (f"tokenauth {mech.name} {kind}", token_login_runner(tmp, mech, kind))
+            for mech in (SCRAM_SHA_256, SCRAM_SHA_512)
+            for kind in TOKEN_KINDS
+        ]
+        create, reload = create_token_runner(tmp), reload_runner(tmp)
+        best = [float("inf")] * len(rows)
+        best_create = best_reload = float("inf")
+        for _ in range(args.rounds):
+            for i, (_name, runner) in enumerate(rows):
+                best[i] = min(best[i], runner(args.seconds))
+            best_create = min(best_create, create(args.seconds))
+            best_reload = min(best_reload, reload(args.seconds))
+    for (name, _runner), micros in zip(rows, best, strict=True):
+        print(f"{name:<44} {micros:>10,.1f} us/attempt (server, median)")
+    for start in (0, len(TOKEN_KINDS)):
+        wrong = best[start + 1]
+        ratios = ", ".join(f"{TOKEN_KINDS[k]} {best[start + k] / wrong:.2f}" for k in (2, 3))
+        print(f"{rows[start][0].split()[1]}, failed attempts against a real id's: {ratios}")
+    print(f"{'create_token (both credentials derived)':<44} {best_create:>10,.2f} ms (median)")
+    print(f"{'snapshot reload, 1,000 tokens':<44} {best_reload:>10,.2f} ms CPU (median)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one round of one measurement")
     parser.add_argument("--rounds", type=int, default=8, help="rounds, interleaved; the best of each is kept")
+    parser.add_argument("--only", choices=("all", "throughput", "tokens"), default="all",
+                        help="throughput: the rows with targets; tokens: delegation-token login costs")
     args = parser.parse_args()
     pin_to_one_core()
+    if args.only != "tokens":
+        throughput(args)
+    if args.only != "throughput":
+        token_logins(args)
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores shared with other work)")
+    return 0
+
+
+def throughput(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows: list[tuple[str, Runner, int | None]] = [
             ("SCRAM-SHA-256 server handshakes/s", scram_runner(SCRAM_SHA_256), TARGET),
@@ -192,8 +354,6 @@ def main() -> int:
     jwt_rate, raw = best[3], best[6]
     print(f"JWT RS256 validation / raw RSA verify: {jwt_rate / raw:.2f}")
     print("targets met" if ok else "BELOW TARGET")
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores shared with other work)")
-    return 0
 
 
 if __name__ == "__main__":

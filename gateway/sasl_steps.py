@@ -1,8 +1,7 @@
 """Worker threads for SASL mechanism steps, so a login's key derivation never stalls the event loop.
 
 A SaslAuthenticate step may cost milliseconds of CPU: PBKDF2 for a PLAIN verification the cache
-cannot answer (about 10 ms for SCRAM-SHA-512 at 16,384 iterations) and for every delegation-token
-login (about 2.2 ms, on purpose: `sasl.service.CredentialService._token_scram_credential`), a JWT
+cannot answer (about 10 ms for SCRAM-SHA-512 at 16,384 iterations), a JWT
 signature check for OAUTHBEARER, now and then a store read (the credential snapshot's version poll)
 or a JWKS fetch for an unknown key id. On the gateway's event loop every such step would hold every
 other client's produce and fetch for its whole duration. hashlib's PBKDF2 and `cryptography`'s

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from authz.model import Principal
+from sasl.scram import MECHANISMS, ScramCredential, derive_credential
 
 
 class TokenErrorCode(enum.IntEnum):
@@ -97,6 +98,36 @@ class TokenPolicy:
 
 def token_hmac(secret: bytes, token_id: str) -> bytes:
     return hmac.digest(secret, token_id.encode("utf-8"), "sha512")
+
+
+TOKEN_SALT_LENGTH = 24
+
+
+def token_salt(secret: bytes, token_id: str) -> bytes:
+    """The salt of a token's SCRAM credentials: keyed by the secret and the id, so every node shows the
+    same salt for a token (Kafka salts randomly on each broker) and a stored credential can be checked
+    against the secret it was made with (`credentials_match_secret`)."""
+    return hmac.digest(secret, b"scram-salt\x00" + token_id.encode(), "sha256")[:TOKEN_SALT_LENGTH]
+
+
+def token_scram_credentials(secret: bytes, token_id: str) -> dict[str, ScramCredential]:
+    """Kafka's `DelegationTokenManager.prepareScramCredentials`: for every SCRAM mechanism, the
+    credential whose password is base64(HMAC) at the mechanism's minimum iterations. One PBKDF2 per
+    mechanism: run once per token (at creation), never per login."""
+    password = base64.b64encode(token_hmac(secret, token_id)).decode()
+    salt = token_salt(secret, token_id)
+    return {
+        name: derive_credential(mech, password, iterations=mech.min_iterations, salt=salt)
+        for name, mech in MECHANISMS.items()
+    }
+
+
+def credentials_match_secret(secret: bytes, token_id: str, *credentials: ScramCredential) -> bool:
+    """Whether stored token credentials were derived under `secret` (their salt says so). Ones made
+    under another `delegation.token.secret.key` are never used: changing the key invalidates every
+    token, as in Kafka, where each broker derives the credentials from its own key."""
+    salt = token_salt(secret, token_id)
+    return all(hmac.compare_digest(c.salt, salt) for c in credentials)
 
 
 def hmac_lookup_key(hmac_value: bytes) -> str:

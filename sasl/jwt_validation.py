@@ -10,7 +10,8 @@ What is refused, each with its own reason for the audit trail (the client only s
   RSA keys under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
 - a token without `kid` unless exactly one JWKS key fits it (see `_kidless_choice`);
 - a bad signature; missing or expired `exp`, future `nbf`/`iat` (all in whole seconds, as jose4j's
-  NumericDateValidator compares them, and with the configured skew);
+  NumericDateValidator compares them, and with the configured skew); an `exp` not after `iat` or
+  `nbf` (a token that was never valid, see `_check_claims`);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
 - a principal with surrounding whitespace or control characters (line-based logs print it as is);
 - JSON numbers that are not finite (`NaN`, `Infinity`, `1e400`): Python's json would read them, and a
@@ -394,6 +395,18 @@ class JwtValidator:
                 raise TokenValidationError(f"JWT '{name}' is in the future")
         if "iat" not in claims:
             raise TokenValidationError("JWT has no 'iat'")
+        # A token whose `exp` is not after its `iat` (or `nbf`) was never valid; inside the clock skew
+        # it would still pass every check above. Kafka refuses it on both of its paths, differently:
+        # the unsecured validator (`OAuthBearerValidationUtils.validateTimeConsistency`) when `exp <=
+        # iat` on the claims as given (fractions count, `nbf` is not compared); the JWKS path
+        # (`BrokerJwtValidator` -> jose4j `NumericDateValidator`) only when `exp` is strictly before
+        # `iat` or `nbf` in whole seconds, so there `exp == iat` passes and lives for the skew.
+        # Deliberately stricter than the JWKS path (fail closed): `exp <= iat` and `exp <= nbf` on the
+        # claims as given, which refuses everything either Kafka path refuses.
+        for name in ("iat", "nbf"):
+            value = claims.get(name)
+            if value is not None and exp <= value:
+                raise TokenValidationError(f"JWT 'exp' is not after its '{name}'")
         if p.issuer is not None and claims.get("iss") != p.issuer:
             raise TokenValidationError("JWT issuer does not match")
         if p.audience is not None:

@@ -8,7 +8,6 @@ CREDENTIAL_CHANGE audit event; every failed authentication an AUTHENTICATION eve
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import hmac
@@ -24,6 +23,7 @@ from typing import Any, Final
 
 from passlib.hash import pbkdf2_sha256
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from audit.model import EventType, change_event
 from audit.request_log import authentication_event
@@ -31,11 +31,13 @@ from audit.sinks import AuditSink
 from authz.model import Principal
 from sasl import issuer as issuer_mod
 from sasl.delegation import (
+    TOKEN_SALT_LENGTH,
     DelegationTokenError,
     TokenErrorCode,
     TokenInfo,
     TokenPolicy,
     check_request_allowed,
+    credentials_match_secret,
     decode_hmac,
     expire_answer_ms,
     expired,
@@ -43,6 +45,7 @@ from sasl.delegation import (
     new_token,
     renewed,
     token_hmac,
+    token_scram_credentials,
     visible,
 )
 from sasl.issuer import IssuedToken
@@ -63,7 +66,6 @@ from sasl.scram import (
     credential_from_salted,
     derive_credential,
     fake_credential,
-    fake_salt,
 )
 from sasl.session import session_lifetime_ms
 from sasl.store import (
@@ -77,6 +79,12 @@ from sasl.store import (
 log = logging.getLogger("kgov.sasl")
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
+
+
+# Stand-ins `scram_identity` uses for an unknown token id: always expired, never a match.
+_NO_TOKEN: Final = TokenInfo("", Principal("User", ""), Principal("User", ""), (), -1, -1, -1)
+_NO_CREDENTIAL: Final = ScramCredential(b"", b"", b"", 0)
+_NO_CREDENTIALS: Final[Mapping[str, ScramCredential]] = {}
 
 
 class CredentialError(ValueError):
@@ -125,6 +133,9 @@ class _Snapshot:
     version: int
     scram: Mapping[tuple[str, str], ScramCredential]
     tokens: Mapping[str, TokenInfo]
+    # token id -> mechanism -> the token's SCRAM credential, derived when it was created; only those
+    # made under this node's `delegation_token_secret_key` (`_usable_token_credentials`).
+    token_credentials: Mapping[str, Mapping[str, ScramCredential]]
     keys: tuple[StoredSigningKey, ...]
     # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
     unknown_shapes: Mapping[str, FakeCredentialShape]
@@ -306,6 +317,9 @@ class CredentialService:
         self._unknown_token_key = self.store.server_secret(SCRAM_UNKNOWN_TOKEN_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
+        # What the last load accepted / refused of the stored token credentials (see `_load`).
+        self._held_token_credentials: Mapping[str, Mapping[str, ScramCredential]] = {}
+        self._foreign_tokens: set[str] = set()
         self._snapshot = self._load()
         own_issuer = self.oauth.jwks_url is None
         fetch = http_jwks_fetcher(self.oauth.jwks_url) if self.oauth.jwks_url else self._own_jwks
@@ -343,6 +357,7 @@ class CredentialService:
     def _load(self) -> _Snapshot:
         version = self.store.version()
         tokens = {t.token_id: t for t in self.store.all_tokens()}
+        token_credentials = self._usable_token_credentials(tokens)
         keys = []
         for k in self.store.signing_keys():
             try:
@@ -358,7 +373,70 @@ class CredentialService:
         }
         has_512 = any(m == SCRAM_SHA_512.name for (_u, m) in scram)
         plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
-        return _Snapshot(version, scram, tokens, tuple(keys), shapes, plain)
+        return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain)
+
+    def _usable_token_credentials(
+        self, tokens: Mapping[str, TokenInfo]
+    ) -> dict[str, Mapping[str, ScramCredential]]:
+        """The token credentials this node may log in with: those whose salt says they were derived
+        under its own `delegation_token_secret_key` (`credentials_match_secret`), so that changing the
+        key invalidates every token, as in Kafka.
+
+        Incremental: a token's stored credentials never change (written with it, removed with it),
+        so those the previous load accepted are kept and only tokens new to this node are read and
+        checked; a reload costs no credential rows and no HMAC for the tokens already held.
+
+        A live token without credentials (created before store migration 3, or by an older node
+        during a rolling upgrade) gets them here, once: derived (one PBKDF2 per mechanism) and stored,
+        so other nodes and restarts read them instead. Nodes that load it before they are stored
+        derive the same values (the salt is keyed), so the race costs work, never correctness. Tokens
+        created by this version always come with theirs (`create_token`): a load never derives every
+        token."""
+        secret = self._token_secret
+        if secret is None:
+            return {}
+        held = self._held_token_credentials
+        usable: dict[str, Mapping[str, ScramCredential]] = {}
+        new: list[str] = []
+        for token_id in tokens:
+            creds = held.get(token_id)
+            if creds is not None:
+                usable[token_id] = creds
+            elif token_id not in self._foreign_tokens:
+                new.append(token_id)
+        foreign = self._foreign_tokens & tokens.keys()
+        now = self.now_ms()
+        stored = self.store.token_credentials(new) if new else {}
+        derived: dict[str, dict[str, ScramCredential]] = {}
+        for token_id in new:
+            mine = {m: c for m in MECHANISMS if (c := stored.get((token_id, m))) is not None}
+            if mine and not credentials_match_secret(secret, token_id, *mine.values()):
+                foreign.add(token_id)
+                continue
+            if len(mine) < len(MECHANISMS) and not tokens[token_id].is_expired(now):
+                fresh = token_scram_credentials(secret, token_id)
+                derived[token_id] = {m: c for m, c in fresh.items() if m not in mine}
+                mine = fresh
+            if len(mine) == len(MECHANISMS):  # else an expired token from before migration 3
+                usable[token_id] = mine
+        if derived:
+            try:
+                self.store.add_token_credentials(derived)
+                log.info("derived and stored the SCRAM credentials of %d delegation token(s) made before "
+                         "they were stored", len(derived))
+            except SQLAlchemyError as exc:
+                # This node logs them in with what it derived; other nodes derive their own.
+                log.warning("could not store the SCRAM credentials derived for %d delegation token(s): %s",
+                            len(derived), type(exc).__name__)
+        if foreign - self._foreign_tokens:
+            # A count only: never an id's credential, never a secret. Such tokens fail at login as
+            # unknown ids do.
+            log.warning("%d delegation token(s) were created under another delegation_token_secret_key and "
+                        "cannot log in through this node (every node sharing the database needs the same key)",
+                        len(foreign))
+        self._foreign_tokens = foreign
+        self._held_token_credentials = usable
+        return usable
 
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
@@ -422,46 +500,23 @@ class CredentialService:
         if not token_auth:
             cred = snap.scram.get((username, mechanism.name))
             return ScramIdentity(Principal("User", username), cred) if cred else None
-        if self._token_secret is None:
-            return None
-        now = self.now_ms()
-        info = snap.tokens.get(username)
-        live = info is not None and not info.is_expired(now)
-        cred = self._token_scram_credential(mechanism, username, self._token_secret if live else None)
-        if info is None or not live:
-            return None
+        # A token's credential was derived when it was created: a look-up, as for a user. An unknown
+        # or expired id (or any id, without `delegation_token_secret_key`) gets None, and `ScramServer`
+        # goes on with `unknown_scram_credential`, which it computes for every name, found or not,
+        # with HMACs only. No PBKDF2 either way, and the same steps here for every id (stand-ins for
+        # what is missing), so a real id with a wrong HMAC takes no longer to fail than any other.
+        info = snap.tokens.get(username, _NO_TOKEN)
+        cred = snap.token_credentials.get(username, _NO_CREDENTIALS).get(mechanism.name, _NO_CREDENTIAL)
+        live = not info.is_expired(self.now_ms()) and cred is not _NO_CREDENTIAL
         # The token still works during its expiry millisecond (Kafka compares `expiryTimestamp <
         # now`), so the session may last until the millisecond after it.
-        return ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
-
-    def _token_scram_credential(
-        self, mechanism: ScramMechanism, token_id: str, token_secret: bytes | None
-    ) -> ScramCredential:
-        """One PBKDF2 for every `tokenauth` attempt, whether the token exists or not, so the time a
-        login takes does not tell whether a token id exists (or has expired).
-
-        A live token (`token_secret` given): Kafka's `prepareScramCredentials`, password =
-        base64(HMAC), minimum iterations. Kafka salts randomly per broker; here the salt is keyed by
-        the secret and the id, so every node shows the same salt, as it does for a user. Any other id
-        runs the same derivation with a password of the same length keyed by the database's shared
-        `scram-unknown-token` secret, and the salt `unknown_scram_credential` shows for it (24 keyed bytes, as a real one).
-        Nothing is cached: a cache would make a repeated (or someone else's earlier) attempt with a
-        real id cheaper than one with an unknown id; Kafka avoids the cost by deriving every token's
-        credential ahead, on every broker."""
-        if token_secret is not None:
-            mac = token_hmac(token_secret, token_id)
-            salt = hmac.digest(token_secret, b"scram-salt\x00" + token_id.encode(), "sha256")[:24]
-        else:
-            key = self._unknown_token_key
-            mac = hmac.digest(key, b"token-password\x00" + token_id.encode(), "sha512")
-            salt = fake_salt(mechanism, token_id, key=key, shape=self._token_shape(mechanism))
-        password = base64.b64encode(mac).decode()
-        return derive_credential(mechanism, password, iterations=mechanism.min_iterations, salt=salt)
+        identity = ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
+        return identity if live else None
 
     @staticmethod
     def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:
         # A delegation token's credential: minimum iterations, 24 keyed bytes of salt.
-        return FakeCredentialShape(iterations=mechanism.min_iterations, salt_length=24)
+        return FakeCredentialShape(iterations=mechanism.min_iterations, salt_length=TOKEN_SALT_LENGTH)
 
     def unknown_scram_credential(
         self, mechanism: ScramMechanism, username: str, token_auth: bool
@@ -843,6 +898,8 @@ class CredentialService:
             token_authenticated=token_authenticated,
         )
         mac = token_hmac(secret, info.token_id)
+        # Kafka derives these on every broker whenever it loads a token; here once, on this node.
+        credentials = token_scram_credentials(secret, info.token_id)
         audit = self._audit_change(
             "delegationToken.Create",
             f"delegation-token={info.token_id}",
@@ -856,7 +913,7 @@ class CredentialService:
             requester,
             client_address,
         )
-        self.store.insert_token(info, hmac_lookup_key(mac), before_commit=audit)
+        self.store.insert_token(info, hmac_lookup_key(mac), credentials, before_commit=audit)
         self.refresh()
         return CreatedToken(info, mac)
 

@@ -13,6 +13,12 @@ Tables (component `sasl`):
   a key of its own, since with the users' key an unknown id would show the same salt as a login
   without `tokenauth` under that name, while a real token's differs (a second row, so no schema change
   and no new version that older nodes would refuse).
+- `sasl_delegation_token_credentials` (v3): each token's SCRAM credential per mechanism (salt,
+  StoredKey, ServerKey, iterations; never the HMAC), derived once when the token is created so a
+  login costs no PBKDF2. Tokens created before v3 (or by an older node during a rolling upgrade) get
+  theirs from the first node that loads them (`add_token_credentials`), not in the migration: that
+  needs `delegation_token_secret_key`, which the store never sees, and would hold the migration lock
+  for a PBKDF2 per token. Removed with their token.
 Every write bumps the `sasl` change version so other nodes reload their snapshot.
 """
 
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +87,17 @@ delegation_tokens = sa.Table(
     sa.Column("max_ms", sa.BigInteger, nullable=False),
 )
 
+token_credentials = sa.Table(
+    "sasl_delegation_token_credentials",
+    metadata,
+    sa.Column("token_id", sa.String(64), primary_key=True),
+    sa.Column("mechanism", sa.String(32), primary_key=True),
+    sa.Column("salt", sa.LargeBinary, nullable=False),
+    sa.Column("stored_key", sa.LargeBinary, nullable=False),
+    sa.Column("server_key", sa.LargeBinary, nullable=False),
+    sa.Column("iterations", sa.Integer, nullable=False),
+)
+
 signing_keys = sa.Table(
     "sasl_signing_keys",
     metadata,
@@ -112,9 +129,15 @@ def _create_v2(conn: Connection) -> None:
     server_secrets.create(conn, checkfirst=True)  # its rows are made on first use (`server_secret`)
 
 
+def _create_v3(conn: Connection) -> None:
+    # Existing tokens get their rows from the first node that loads them (see the module docstring).
+    token_credentials.create(conn, checkfirst=True)
+
+
 MIGRATIONS = [
     Migration(1, "credential tables", _create_v1),
     Migration(2, "shared server secrets", _create_v2),
+    Migration(3, "delegation-token SCRAM credentials", _create_v3),
 ]
 
 
@@ -257,10 +280,64 @@ class CredentialStore:
         return [_account(r) for r in rows]
 
     # -- delegation tokens ----------------------------------------------------------------------
-    def insert_token(self, info: TokenInfo, hmac_sha256: str, *, before_commit: OnCommit = None) -> None:
+    def insert_token(
+        self,
+        info: TokenInfo,
+        hmac_sha256: str,
+        credentials: Mapping[str, ScramCredential],
+        *,
+        before_commit: OnCommit = None,
+    ) -> None:
+        """The token and its SCRAM credentials (per mechanism name), in one transaction."""
         with self._write() as conn:
             conn.execute(sa.insert(delegation_tokens).values(hmac_sha256=hmac_sha256, **_token_values(info)))
+            _insert_token_credentials(conn, info.token_id, credentials)
             _changed(conn, before_commit, info)
+
+    def token_credentials(self, token_ids: Collection[str] | None = None) -> dict[tuple[str, str], ScramCredential]:
+        """The stored token credentials by (token id, mechanism): of `token_ids`, or all."""
+        with self.engine.connect() as conn:
+            if token_ids is None:
+                rows = conn.execute(sa.select(token_credentials)).all()
+            else:
+                ids = list(token_ids)
+                rows = []
+                for i in range(0, len(ids), 500):  # bounded IN lists
+                    chunk = ids[i : i + 500]
+                    rows += conn.execute(
+                        sa.select(token_credentials).where(token_credentials.c.token_id.in_(chunk))
+                    ).all()
+        return {
+            (r.token_id, r.mechanism): ScramCredential(
+                bytes(r.salt), bytes(r.stored_key), bytes(r.server_key), r.iterations
+            )
+            for r in rows
+        }
+
+    def add_token_credentials(self, derived: Mapping[str, Mapping[str, ScramCredential]]) -> int:
+        """Stores credentials derived for tokens that had none (token id -> mechanism -> credential);
+        skips tokens removed meanwhile and mechanisms already stored. Returns the rows added.
+
+        No version bump: nodes derive the same values (the salt is keyed, see
+        `sasl.delegation.token_salt`), and every later load reads them from here."""
+        added = 0
+        with self._write() as conn:
+            lock_component(conn, COMPONENT)  # serialised with `delete_token` / `delete_expired_tokens`
+            for token_id, creds in derived.items():
+                exists = conn.execute(
+                    sa.select(delegation_tokens.c.token_id).where(delegation_tokens.c.token_id == token_id)
+                ).first()
+                if exists is None:
+                    continue
+                have = set(
+                    conn.execute(
+                        sa.select(token_credentials.c.mechanism).where(token_credentials.c.token_id == token_id)
+                    ).scalars()
+                )
+                missing = {m: c for m, c in creds.items() if m not in have}
+                _insert_token_credentials(conn, token_id, missing)
+                added += len(missing)
+        return added
 
     def update_token_expiry(self, token_id: str, expiry_ms: int, *, before_commit: OnCommit = None) -> None:
         with self._write() as conn:
@@ -273,6 +350,8 @@ class CredentialStore:
 
     def delete_token(self, token_id: str, *, before_commit: OnCommit = None) -> None:
         with self._write() as conn:
+            lock_component(conn, COMPONENT)
+            conn.execute(sa.delete(token_credentials).where(token_credentials.c.token_id == token_id))
             conn.execute(sa.delete(delegation_tokens).where(delegation_tokens.c.token_id == token_id))
             _changed(conn, before_commit, token_id)
 
@@ -292,6 +371,9 @@ class CredentialStore:
         """Kafka's expiry sweep: tokens past their expiry or maximum timestamp."""
         cond = (delegation_tokens.c.expiry_ms < now_ms) | (delegation_tokens.c.max_ms < now_ms)
         with self._write() as conn:
+            lock_component(conn, COMPONENT)
+            expired = sa.select(delegation_tokens.c.token_id).where(cond)
+            conn.execute(sa.delete(token_credentials).where(token_credentials.c.token_id.in_(expired)))
             n = conn.execute(sa.delete(delegation_tokens).where(cond)).rowcount
             if n:
                 bump_version(conn, COMPONENT)
@@ -349,6 +431,24 @@ class CredentialStore:
 
 def _account(r: Any) -> ServiceAccount:
     return ServiceAccount(r.client_id, r.secret_hash, tuple(json.loads(r.scopes)), r.created_ms)
+
+
+def _insert_token_credentials(conn: Connection, token_id: str, credentials: Mapping[str, ScramCredential]) -> None:
+    if credentials:
+        conn.execute(
+            sa.insert(token_credentials),
+            [
+                {
+                    "token_id": token_id,
+                    "mechanism": mechanism,
+                    "salt": c.salt,
+                    "stored_key": c.stored_key,
+                    "server_key": c.server_key,
+                    "iterations": c.iterations,
+                }
+                for mechanism, c in credentials.items()
+            ],
+        )
 
 
 def _token_values(info: TokenInfo) -> dict[str, Any]:

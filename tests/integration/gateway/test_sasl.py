@@ -113,12 +113,20 @@ def scram_login(raw: RawClient, mechanism: str, user: str, password: str, *, tok
     return final
 
 
-def test_delegation_token_login_is_the_owner_and_token_authenticated(sasl_gateway: RunningGateway) -> None:
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_delegation_token_login_is_the_owner_and_token_authenticated(
+    sasl_gateway: RunningGateway, mechanism: str
+) -> None:
     gw = sasl_gateway
     created = gw.runtime.credentials.create_token(Principal("User", "alice"), max_lifetime_ms=3_600_000)
+    hmac_b64 = base64.b64encode(created.hmac).decode()
     raw = RawClient(gw.bootstrap)
-    final = scram_login(raw, "SCRAM-SHA-256", created.info.token_id, base64.b64encode(created.hmac).decode(),
-                        token=True)
+    wrong = scram_login(raw, mechanism, created.info.token_id, base64.b64encode(bytes(64)).decode(), token=True)
+    assert wrong.error_code == 58  # SASL_AUTHENTICATION_FAILED, as for an unknown id
+    assert raw.closed_by_peer()
+    raw.close()
+    raw = RawClient(gw.bootstrap)
+    final = scram_login(raw, mechanism, created.info.token_id, hmac_b64, token=True)
     assert final.error_code == 0
     assert 0 < final.session_lifetime_ms <= 3_600_000  # KIP-368: the token's remaining life
     metadata = raw.call(3, 12, SPECS[3].request[12](topics=None, allow_auto_topic_creation=False))

@@ -220,6 +220,27 @@ def test_client_credentials_and_bearer(app_env) -> None:
     assert client.delete("/v1/oauth/clients/spark-job", headers=ADMIN).status_code == 404
 
 
+def test_bearer_token_whose_exp_is_not_after_its_iat_or_nbf_is_refused(app_env) -> None:
+    """HTTP Bearer authentication goes through the same validator as OAUTHBEARER: a token signed by
+    the issuer's key, inside the clock skew, is refused when its `exp` is not after `iat` or `nbf`."""
+    from jose import jwt
+
+    client, app, clock, _ = app_env
+    grant(app, "User:worker", ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    key = app.state.credentials._signing_key()
+    now = int(clock().timestamp())
+
+    def bearer(**times: int) -> dict[str, str]:
+        claims = {"iss": "kgov", "aud": "kgov", "sub": "worker", **times}
+        token = jwt.encode(claims, key.private_pem, algorithm=key.alg, headers={"kid": key.kid})
+        return {"Authorization": f"Bearer {token}"}
+
+    assert client.get("/v1/scram/users", headers=bearer(iat=now - 60, exp=now + 60)).status_code == 200
+    for times in ({"iat": now, "exp": now - 5}, {"iat": now - 60, "nbf": now + 10, "exp": now + 5}):
+        r = client.get("/v1/scram/users", headers=bearer(**times))
+        assert r.status_code == 401, times
+
+
 def test_token_endpoint_rfc6749_edges(app_env) -> None:
     """RFC 6749 §5.2: a missing grant_type is invalid_request; a client that tried the Authorization
     header gets 401 with WWW-Authenticate whatever it sent there; an oversized form is refused

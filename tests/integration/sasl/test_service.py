@@ -360,7 +360,7 @@ def test_failed_audit_write_rolls_the_change_back(db_url: str) -> None:
     assert svc.describe_scram_users() == []
     with pytest.raises(Exception, match="disk full"):
         svc.create_token(ALICE)
-    assert svc.store.all_tokens() == []
+    assert svc.store.all_tokens() == [] and svc.store.token_credentials() == {}
     with pytest.raises(Exception, match="disk full"):
         svc.set_client("c", "client-secret-0123456789", [], actor=ALICE)
     assert svc.list_clients() == []
@@ -613,32 +613,262 @@ def test_oauthbearer_token_inside_its_clock_skew_gets_a_session_that_ends_with_i
     engine.dispose()
 
 
-def test_every_token_id_costs_one_derivation_found_or_not(env, monkeypatch) -> None:
-    """A real token's SCRAM credential is derived from its HMAC (one PBKDF2); an unknown or expired id
-    runs the same derivation (hash, iterations, password and salt lengths) on every attempt, and a real
-    id is not cheaper the second time (nothing cached), so the time taken does not tell them apart."""
-    import hashlib
+class Pbkdf2Calls:
+    """Records every PBKDF2 (hash, iterations, password length, salt length) while installed."""
+
+    def __init__(self, monkeypatch) -> None:
+        import hashlib
+
+        self.calls: list[tuple[str, int, int, int]] = []
+        real = hashlib.pbkdf2_hmac
+
+        def counting(h, password, salt, n, *a):
+            self.calls.append((h, n, len(password), len(salt)))
+            return real(h, password, salt, n, *a)
+
+        monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
+
+    def take(self) -> list[tuple[str, int, int, int]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def server_login(svc: CredentialService, mech, user: str, password: str, pbkdf2: Pbkdf2Calls):
+    """A `tokenauth` SCRAM login where only the server's steps are watched for PBKDF2 (the client
+    derives its salted password, as a real client does). Returns (result, server's PBKDF2 calls)."""
+    server = svc.server_mechanism(mech.name, "10.0.0.1")
+    client = ScramClient(mech, user, password, token_auth=True)
+    first = server.step(client.first_message())
+    seen = pbkdf2.take()
+    assert isinstance(first, Challenge)
+    final = client.final_message(first.data)
+    pbkdf2.take()
+    result = server.step(final)
+    seen += pbkdf2.take()
+    if isinstance(result, Success):
+        client.verify_server_final(result.data)
+    return result, seen
+
+
+def test_a_token_login_runs_no_pbkdf2_found_or_not(env, monkeypatch) -> None:
+    """A real token's credentials are derived once, when it is created; a login looks them up. An
+    unknown or expired id gets the keyed fake, HMACs only. Neither runs a PBKDF2, both run the same
+    HMACs, and what the client sees has one shape (minimum iterations, 24 bytes of salt)."""
+    import hmac as hmac_mod
     import uuid
 
     svc, clock, *_ = env
-    live = svc.create_token(ALICE).info.token_id
+    pbkdf2 = Pbkdf2Calls(monkeypatch)
+    live = svc.create_token(ALICE)
+    # creation: one derivation per mechanism, with base64(HMAC) as the password and a 24-byte salt
+    assert pbkdf2.take() == [("sha256", 4096, 88, 24), ("sha512", 4096, 88, 24)]
     expired = svc.create_token(BOB, max_lifetime_ms=60_000).info.token_id
     clock.advance(milliseconds=60_001)
-    calls: list[tuple[str, int, int, int]] = []
-    real = hashlib.pbkdf2_hmac
-
-    def counting(h, password, salt, n, *a):
-        calls.append((h, n, len(password), len(salt)))
-        return real(h, password, salt, n, *a)
-
-    monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
+    pbkdf2.take()
+    hmac_calls: list[str] = []
+    real_digest = hmac_mod.digest
+    monkeypatch.setattr(hmac_mod, "digest", lambda k, m, d: hmac_calls.append(d) or real_digest(k, m, d))
+    live_id = live.info.token_id
     for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
-        for name in (live, expired, str(uuid.uuid4()), live, "not-even-a-uuid"):
-            calls.clear()
+        work = {}
+        for name in (live_id, expired, str(uuid.uuid4()), live_id, "not-even-a-uuid"):
+            hmac_calls.clear()
             shown = server_first(svc, mech, name, token=True)
-            assert calls == [(mech.hash_name, 4096, 88, 24)], name
-            # what the client sees looks like a real token's: minimum iterations, 24 bytes of salt
+            assert pbkdf2.take() == [], name
+            work[name] = list(hmac_calls)
             assert shown["i"] == "4096" and len(base64.b64decode(shown["s"], validate=True)) == 24
+            assert server_first(svc, mech, name, token=True)["s"] == shown["s"]  # stable per id
+        assert len({tuple(w) for w in work.values()}) == 1 and work[live_id], work  # same HMACs for every id
+        ok, seen = server_login(svc, mech, live_id, base64.b64encode(live.hmac).decode(), pbkdf2)
+        assert isinstance(ok, Success) and ok.principal == ALICE and ok.token_authenticated and seen == []
+
+
+def test_token_credentials_are_stored_at_creation_and_removed_with_the_token(env, monkeypatch) -> None:
+    svc, clock, *_ = env
+    created = svc.create_token(ALICE, max_lifetime_ms=60_000)
+    token_id = created.info.token_id
+    stored = svc.store.token_credentials()
+    assert sorted(stored) == [(token_id, "SCRAM-SHA-256"), (token_id, "SCRAM-SHA-512")]
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        cred = stored[(token_id, mech.name)]
+        assert cred.iterations == 4096
+        assert base64.b64decode(server_first(svc, mech, token_id, token=True)["s"]) == cred.salt
+        # Kafka's prepareScramCredentials: password = base64(HMAC), minimum iterations
+        salted = mech.salted_password(base64.b64encode(created.hmac).decode(), cred.salt, 4096)
+        assert mech.hash(mech.hmac(salted, b"Client Key")) == cred.stored_key
+    # expire with a negative period removes the token and its credentials
+    svc.expire_token(ALICE, base64.b64encode(created.hmac).decode(), -1)
+    assert svc.store.token_credentials() == {}
+    # the expiry sweep (run by every create) removes an expired token's credentials too
+    old = svc.create_token(BOB, max_lifetime_ms=1_000).info.token_id
+    clock.advance(seconds=2)
+    new = svc.create_token(BOB).info.token_id
+    assert {t for t, _m in svc.store.token_credentials()} == {new} != {old}
+
+
+def test_renewal_keeps_the_credential_and_logins_working(env, monkeypatch) -> None:
+    svc, clock, *_ = env
+    created = svc.create_token(ALICE, renewers=[BOB])  # expires in one day unless renewed
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    before = svc.store.token_credentials()
+    clock.advance(hours=23)
+    svc.renew_token(BOB, hmac_b64, 86_400_000)
+    clock.advance(hours=2)  # past the first expiry
+    assert svc.store.token_credentials() == before
+    pbkdf2 = Pbkdf2Calls(monkeypatch)
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        ok, seen = server_login(svc, mech, created.info.token_id, hmac_b64, pbkdf2)
+        assert isinstance(ok, Success) and ok.principal == ALICE and seen == []
+        assert ok.session_lifetime_ms == 22 * 3_600_000 + 1
+        wrong = base64.b64encode(bytes(64)).decode()  # an HMAC of the right length, not this token's
+        failed, seen = server_login(svc, mech, created.info.token_id, wrong, pbkdf2)
+        assert isinstance(failed, Failure) and failed.data == b"e=invalid-proof" and seen == []
+
+
+def test_expiry_and_deletion_stop_token_logins_on_every_node(db_url: str, monkeypatch) -> None:
+    """Two nodes on one database: a token made on one logs in on the other without any derivation
+    there, and stops there once it expires or is removed."""
+    engine_a, engine_b = open_engine(db_url), open_engine(db_url)
+    clock = Clock()
+    a = CredentialService(engine_a, settings(), clock=clock)
+    b = CredentialService(engine_b, settings(), clock=clock)
+    pbkdf2 = Pbkdf2Calls(monkeypatch)
+    removed = a.create_token(ALICE)
+    timed = a.create_token(BOB, max_lifetime_ms=60_000)
+    pbkdf2.take()
+    b.refresh()  # as the version poll does
+    assert pbkdf2.take() == []  # the other node reads the credentials, it does not derive them
+    logins = [(removed.info.token_id, base64.b64encode(removed.hmac).decode()),
+              (timed.info.token_id, base64.b64encode(timed.hmac).decode())]
+    for node in (a, b):
+        for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+            for token_id, hmac_b64 in logins:
+                ok, seen = server_login(node, mech, token_id, hmac_b64, pbkdf2)
+                assert isinstance(ok, Success) and seen == []
+    a.expire_token(ALICE, logins[0][1], -1)
+    clock.advance(milliseconds=60_001)
+    b._checked_at = 0.0
+    for node in (a, b):
+        for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+            for token_id, hmac_b64 in logins:
+                failed, seen = server_login(node, mech, token_id, hmac_b64, pbkdf2)
+                assert isinstance(failed, Failure) and failed.data == b"e=invalid-proof" and seen == []
+    engine_a.dispose()
+    engine_b.dispose()
+
+
+def test_a_reload_reads_only_the_credentials_of_tokens_new_to_the_node(db_url: str) -> None:
+    """A token's stored credentials never change, so a node keeps those it holds and reads (and
+    checks against its secret) only new tokens' on a reload."""
+    engine = open_engine(db_url)
+    a = CredentialService(engine, settings())
+    b = CredentialService(engine, settings())
+    held = a.create_token(ALICE).info.token_id
+    b.refresh()
+    reads: list[list[str] | None] = []
+    real = b.store.token_credentials
+    b.store.token_credentials = lambda ids=None: reads.append(None if ids is None else list(ids)) or real(ids)
+    added = a.create_token(BOB).info.token_id
+    b.refresh()
+    assert reads == [[added]]
+    b.refresh()  # nothing new
+    assert reads == [[added]]
+    assert set(b._current().token_credentials) == {held, added}
+    engine.dispose()
+
+
+def legacy_tokens(engine, clock: Clock) -> None:
+    """A live and an expired token as kgov with sasl schema version 2 stored them (no credentials)."""
+    import sqlalchemy as sa
+
+    from authz.database import migrate
+    from sasl.delegation import hmac_lookup_key, token_hmac
+    from sasl.store import COMPONENT, MIGRATIONS, delegation_tokens
+
+    assert migrate(engine, COMPONENT, MIGRATIONS[:2]) == 2
+    now = int(clock().timestamp() * 1000)
+    with engine.begin() as conn:
+        for token_id, max_ms in (("legacy-live", now + 3_600_000), ("legacy-expired", now - 1)):
+            conn.execute(sa.insert(delegation_tokens).values(
+                token_id=token_id, hmac_sha256=hmac_lookup_key(token_hmac(SECRET_KEY.encode(), token_id)),
+                owner="User:alice", requester="User:alice", renewers="[]", issue_ms=now - 10,
+                expiry_ms=max_ms, max_ms=max_ms))
+
+
+def test_tokens_made_before_stored_credentials_get_them_once(db_url: str, monkeypatch) -> None:
+    """A token from before store migration 3 (or from an older node in a rolling upgrade) has no
+    stored credentials: the first node to load it derives and stores them, later nodes read them.
+    An expired one is left alone."""
+    from sasl.delegation import token_hmac
+
+    engine = open_engine(db_url)
+    clock = Clock()
+    legacy_tokens(engine, clock)
+    pbkdf2 = Pbkdf2Calls(monkeypatch)
+    first = CredentialService(engine, settings(), clock=clock)
+    assert sorted(pbkdf2.take()) == [("sha256", 4096, 88, 24), ("sha512", 4096, 88, 24)]
+    assert sorted(first.store.token_credentials()) == [("legacy-live", "SCRAM-SHA-256"), ("legacy-live", "SCRAM-SHA-512")]
+    second = CredentialService(engine, settings(), clock=clock)
+    assert pbkdf2.take() == []
+    hmac_b64 = base64.b64encode(token_hmac(SECRET_KEY.encode(), "legacy-live")).decode()
+    for node in (first, second):
+        for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+            ok, seen = server_login(node, mech, "legacy-live", hmac_b64, pbkdf2)
+            assert isinstance(ok, Success) and ok.principal == ALICE and seen == []
+    engine.dispose()
+
+
+def test_a_node_that_cannot_store_derived_credentials_still_logs_the_token_in(
+    db_url: str, monkeypatch, caplog
+) -> None:
+    import logging
+
+    from sqlalchemy.exc import OperationalError
+
+    from sasl.delegation import token_hmac
+    from sasl.store import CredentialStore
+
+    engine = open_engine(db_url)
+    clock = Clock()
+    legacy_tokens(engine, clock)
+
+    def refuse(self, derived):
+        raise OperationalError("INSERT", {}, Exception("read-only"))
+
+    monkeypatch.setattr(CredentialStore, "add_token_credentials", refuse)
+    with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
+        node = CredentialService(engine, settings(), clock=clock)
+    assert "could not store the SCRAM credentials derived for 1 delegation token(s): OperationalError" in caplog.text
+    assert node.store.token_credentials() == {}
+    hmac_b64 = base64.b64encode(token_hmac(SECRET_KEY.encode(), "legacy-live")).decode()
+    assert isinstance(scram_login(node, SCRAM_SHA_512, "legacy-live", hmac_b64, token=True), Success)
+    engine.dispose()
+
+
+def test_a_new_delegation_token_secret_invalidates_every_token(db_url: str, monkeypatch, caplog) -> None:
+    """As in Kafka, where every broker derives token credentials from its own key: stored credentials
+    made under another `delegation_token_secret_key` never log in, and the node says so (no secrets)."""
+    import logging
+
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings())
+    created = svc.create_token(ALICE)
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    pbkdf2 = Pbkdf2Calls(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
+        rotated = CredentialService(engine, settings(delegation_token_secret_key="another-secret-key-0123456789"))
+    assert pbkdf2.take() == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("1 delegation token(s) were created under another delegation_token_secret_key" in w for w in warnings)
+    assert not any(hmac_b64 in w or SECRET_KEY in w for w in warnings)
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        failed, seen = server_login(rotated, mech, created.info.token_id, hmac_b64, pbkdf2)
+        assert isinstance(failed, Failure) and seen == []
+        # it looks like an unknown id there
+        assert server_first(rotated, mech, created.info.token_id, token=True)["i"] == "4096"
+        ok, _ = server_login(svc, mech, created.info.token_id, hmac_b64, pbkdf2)
+        assert isinstance(ok, Success)
+    engine.dispose()
 
 
 def test_an_unknown_token_id_shows_another_salt_than_the_same_name_without_tokenauth(env) -> None:
@@ -653,3 +883,28 @@ def test_an_unknown_token_id_shows_another_salt_than_the_same_name_without_token
         as_user = server_first(svc, SCRAM_SHA_512, name)
         assert as_token["s"] != as_user["s"]
         assert server_first(svc, SCRAM_SHA_512, name, token=True) == as_token  # stable per id
+
+
+def test_oauthbearer_refuses_a_token_whose_exp_is_not_after_its_iat_or_nbf(env) -> None:
+    """Signed by the issuer's own key and inside the clock skew, so only the time consistency of its
+    claims can refuse it (Kafka: `validateTimeConsistency` unsecured, jose4j on the JWKS path)."""
+    from jose import jwt
+
+    svc, clock, audit, _ = env
+    key = svc._signing_key()
+    now = int(clock().timestamp())
+
+    def token(**times: int) -> bytes:
+        claims = {"iss": "kgov", "aud": "kgov", "sub": "worker", **times}
+        signed = jwt.encode(claims, key.private_pem, algorithm=key.alg, headers={"kid": key.kid})
+        return build_client_initial_response(signed)
+
+    ok = svc.server_mechanism("OAUTHBEARER", "10.0.0.7").step(token(iat=now - 60, nbf=now - 60, exp=now + 60))
+    assert isinstance(ok, Success) and ok.principal == Principal("User", "worker")
+    for bad, claim in ((token(iat=now, exp=now - 5), "iat"), (token(iat=now, exp=now), "iat"),
+                       (token(iat=now - 60, nbf=now + 10, exp=now + 5), "nbf")):
+        server = svc.server_mechanism("OAUTHBEARER", "10.0.0.7")
+        assert isinstance(server.step(bad), Challenge)
+        final = server.step(b"\x01")
+        assert isinstance(final, Failure) and final.reason == f"JWT 'exp' is not after its '{claim}'"
+        assert audit.events[-1].data["result"]["reason"] == final.reason

@@ -10,17 +10,23 @@ import pytest
 
 from authz.model import Principal
 from sasl.delegation import (
+    TOKEN_SALT_LENGTH,
     DelegationTokenError,
     TokenErrorCode,
     TokenPolicy,
+    credentials_match_secret,
     decode_hmac,
     expire_answer_ms,
     expired,
     new_token,
     renewed,
     token_hmac,
+    token_salt,
+    token_scram_credentials,
     visible,
 )
+from sasl.mechanism import Challenge, Success
+from sasl.scram import MECHANISMS, ScramClient, ScramIdentity, ScramServer
 
 ALICE, BOB, CAROL, EVE = (Principal("User", n) for n in ("alice", "bob", "carol", "eve"))
 POLICY = TokenPolicy(max_lifetime_ms=7_000, expiry_time_ms=1_000)
@@ -151,3 +157,29 @@ def test_expire_with_a_negative_period_answers_the_period_as_kraft() -> None:
     assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=-5_000), -5_000) == -5_000
     assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=300), 300) == 500
     assert expire_answer_ms(expired(t, caller=ALICE, now_ms=200, expiry_period_ms=99_999), 99_999) == 7_100
+
+
+def test_token_scram_credentials_are_kafkas_prepare_scram_credentials() -> None:
+    """Per mechanism: password base64(HmacSHA512(secret, id)), minimum iterations; the salt keyed by
+    the secret and the id, the same for both mechanisms and on every call. A SCRAM client holding the
+    HMAC logs in against them."""
+    secret = b"delegation-secret-0123456789"
+    creds = token_scram_credentials(secret, "tok-1")
+    assert sorted(creds) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert creds == token_scram_credentials(secret, "tok-1")
+    salt = token_salt(secret, "tok-1")
+    assert len(salt) == TOKEN_SALT_LENGTH and salt != token_salt(secret, "tok-2") != token_salt(b"other", "tok-1")
+    password = base64.b64encode(token_hmac(secret, "tok-1")).decode()
+    for name, cred in creds.items():
+        mech = MECHANISMS[name]
+        assert cred.iterations == mech.min_iterations == 4096 and cred.salt == salt
+        salted = hashlib.pbkdf2_hmac(mech.hash_name, password.encode(), salt, 4096)
+        assert cred.server_key == hmac.digest(salted, b"Server Key", mech.hash_name)
+        server = ScramServer(mech, lambda _n, _t, c=cred: ScramIdentity(ALICE, c, token_authenticated=True))
+        client = ScramClient(mech, "tok-1", password, token_auth=True)
+        first = server.step(client.first_message())
+        assert isinstance(first, Challenge)
+        assert isinstance(server.step(client.final_message(first.data)), Success)
+    assert credentials_match_secret(secret, "tok-1", *creds.values())
+    assert not credentials_match_secret(b"another-secret-0123456789", "tok-1", *creds.values())
+    assert not credentials_match_secret(secret, "tok-2", creds["SCRAM-SHA-256"])

@@ -138,9 +138,9 @@ def test_bad_signature_rejected() -> None:
 
 def test_expired_rejected_with_skew() -> None:
     v, _, _ = make()
-    rejects(v, sign(exp=NOW - 31), "expired")
-    assert v.validate(sign(exp=NOW - 29)).principal_name == "worker-1"  # within the 30 s skew
-    rejects(v, sign(exp=NOW - 30), "expired")  # jose4j: expired when now - skew >= exp
+    rejects(v, sign(exp=NOW - 31, iat=NOW - 600), "expired")
+    assert v.validate(sign(exp=NOW - 29, iat=NOW - 600)).principal_name == "worker-1"  # within the 30 s skew
+    rejects(v, sign(exp=NOW - 30, iat=NOW - 600), "expired")  # jose4j: expired when now - skew >= exp
     rejects(v, sign(exp=None), "no numeric 'exp'")
     rejects(v, sign(exp="soon"), "no numeric 'exp'")
 
@@ -546,3 +546,28 @@ def test_a_stale_jwks_is_refreshed_by_one_caller_while_the_others_use_the_keys_t
     gate.set()
     refresher.join(5)
     assert not refresher.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("times", "refused"),
+    [
+        ({"iat": NOW, "exp": NOW - 10}, "iat"),  # exp before iat, still inside the 30 s skew
+        ({"iat": NOW, "exp": NOW}, "iat"),  # as Kafka's validateTimeConsistency; jose4j lets it pass
+        ({"iat": NOW + 0.6, "exp": NOW + 0.3}, "iat"),  # the same whole second: jose4j lets it pass
+        ({"iat": NOW - 60, "nbf": NOW + 20, "exp": NOW + 10}, "nbf"),  # exp before nbf
+        ({"iat": NOW - 60, "nbf": NOW + 10, "exp": NOW + 10}, "nbf"),
+        ({"iat": NOW, "exp": NOW + 0.5}, None),  # after iat as given
+        ({"iat": NOW - 60, "nbf": NOW, "exp": NOW + 1}, None),
+    ],
+)
+def test_exp_not_after_iat_or_nbf_is_refused(times: dict[str, float], refused: str | None) -> None:
+    """A token whose lifetime ends before (or when) it starts was never valid. Kafka's unsecured
+    validator refuses `exp <= iat`; jose4j (the JWKS path) `exp` before `iat` or `nbf` in whole
+    seconds. kgov refuses the union of both, on the claims as given; each refused case above passed
+    every other check (its `exp` is inside the skew, `iat` and `nbf` not in the future)."""
+    v, _, _ = make()
+    token = sign(**times)
+    if refused is None:
+        assert v.validate(token).principal_name == "worker-1"
+    else:
+        rejects(v, token, f"JWT 'exp' is not after its '{refused}'")
