@@ -289,6 +289,9 @@ class ValidationPolicy:
     scope_claim: str = "scope"
     required_scopes: frozenset[str] = frozenset()
     clock_skew_s: int = 30
+    # Principal names a token may not claim: kgov's own admin user when tokens come from an external
+    # identity provider (`CredentialService`), since that name is a super user on every login path.
+    reserved_principals: frozenset[str] = frozenset()
 
 
 class JwtValidator:
@@ -424,6 +427,14 @@ class JwtValidator:
             # name forge lines in the line-based authorizer log. Neither is a name worth accepting.
             raise TokenValidationError(
                 f"JWT principal claim {p.principal_claim!r} has surrounding spaces or control characters"
+            )
+        if principal in p.reserved_principals:
+            # A deliberate departure: Kafka makes any principal listed in super.users a super user, however
+            # it logged in. kgov's admin user is one implicitly (`[admin] user`, "admin" by default); an
+            # external identity provider that lets a user or application be named so must not make it one.
+            raise TokenValidationError(
+                f"JWT principal claim {p.principal_claim!r} names kgov's admin user, which only kgov's own "
+                "credentials may log in as"
             )
         raw_scope = claims.get(p.scope_claim)
         if isinstance(raw_scope, str):

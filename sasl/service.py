@@ -338,12 +338,21 @@ class CredentialService:
                 scope_claim=self.oauth.scope_claim,
                 required_scopes=frozenset(self.oauth.required_scopes),
                 clock_skew_s=self.oauth.clock_skew_s,
+                reserved_principals=self._reserved_principals(settings, own_issuer),
             ),
             now_s=lambda: self._clock().timestamp(),
         )
 
     def __repr__(self) -> str:
         return f"CredentialService(version={self._snapshot.version})"
+
+    @staticmethod
+    def _reserved_principals(settings: Any, own_issuer: bool) -> frozenset[str]:
+        """With an external identity provider, tokens naming kgov's admin user (a super user everywhere:
+        kgov's `[admin] user`, when the settings have one) are refused; kgov's own issuer only issues
+        tokens to its service accounts, which an administrator creates."""
+        admin = getattr(getattr(settings, "admin", None), "user", None)
+        return frozenset({admin}) if not own_issuer and isinstance(admin, str) and admin else frozenset()
 
     # -- time, snapshot --------------------------------------------------------------------------
     def now_ms(self) -> int:

@@ -9,10 +9,12 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from kgov.app import build_app
 from kgov.settings import Settings
+from sasl.oauthbearer import TokenValidationError
 from tests.support.ports import free_port
 from tests.support.server import serve_app
 
@@ -102,4 +104,12 @@ def test_external_identity_provider_by_jwks_url(tmp_path: Path) -> None:
         validator = consumer_app.state.credentials.validator
         assert validator.validate(token).principal_name == "ext-worker"
         assert consumer_app.state.credentials.jwks.refresh_count == 1
+        # The provider has an application named like kgov's admin user (a super user here): refused.
+        issuer_app.state.credentials.set_client("admin", "admin-app-secret-0123456789", [], actor="test")
+        named_admin = issuer_app.state.credentials.issue_token(
+            issuer_app.state.credentials.authenticate_client("admin", "admin-app-secret-0123456789"), None)
+        with pytest.raises(TokenValidationError, match="names kgov's admin user"):
+            validator.validate(named_admin.access_token)
+        # ... and the issuer's own deployment, where "admin" is its own service account, accepts it.
+        assert issuer_app.state.credentials.validator.validate(named_admin.access_token).principal_name == "admin"
         consumer_app.state.engine.dispose()

@@ -571,3 +571,13 @@ def test_exp_not_after_iat_or_nbf_is_refused(times: dict[str, float], refused: s
         assert v.validate(token).principal_name == "worker-1"
     else:
         rejects(v, token, f"JWT 'exp' is not after its '{refused}'")
+
+
+def test_a_reserved_principal_is_refused() -> None:
+    """kgov's admin user, with an external identity provider: its name would make the token a super user."""
+    v, _, _ = make(reserved_principals=frozenset({"admin"}))
+    rejects(v, sign(sub="admin"), "names kgov's admin user")
+    assert v.validate(sign(sub="admin2")).principal_name == "admin2"
+    assert v.validate(sign(sub="Admin")).principal_name == "Admin"  # Kafka principals are case-sensitive
+    plain, _, _ = make()
+    assert plain.validate(sign(sub="admin")).principal_name == "admin"
