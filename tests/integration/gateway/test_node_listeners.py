@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -31,9 +30,9 @@ def _refused(port: int) -> bool:
 
 @pytest.mark.parametrize("steps_before_close", [0, 1], ids=["task-not-yet-run", "task-inside-create-server"])
 def test_a_node_listener_opened_just_before_close_does_not_outlive_the_gateway(
-    steps_before_close: int, authz_factory: Callable[..., AuthzFixture], tmp_path: Path,
+    steps_before_close: int, authz_factory: Callable[..., AuthzFixture], refused_port: int,
 ) -> None:
-    dead_upstream = ("127.0.0.1", free_port())  # refused: the start's version check gives up at once
+    dead_upstream = ("127.0.0.1", refused_port)  # the start's version check gives up at once
     port = free_port()
     options = GatewayOptions("127.0.0.1", 0, dead_upstream, address_mode="per-node", node_port_base=port - NODE)
     gateway = Gateway(options, Services(authz_factory(allow_everyone_if_no_acl_found=True).service))
