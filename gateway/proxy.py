@@ -263,6 +263,7 @@ class Gateway:
         self.topic_listing: ListingGate[ClientConnection] = ListingGate()
         self._servers: list[asyncio.base_events.Server] = []
         self._node_ports: dict[int, int] = {}
+        self._node_sockets: list[socket.socket] = []  # the per-node listeners' sockets (`_open_node_listener`)
         self._connections: set[ClientConnection] = set()
         # Open client connections per IP and in total, counted from accept to close (`connection_made`).
         self.connection_limits = ConnectionLimits(options.max_connections, options.max_connections_per_ip,
@@ -378,6 +379,8 @@ class Gateway:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.sasl_steps.close()
+        for sock in self._node_sockets:  # a node listener whose serving task was cancelled before it ran
+            sock.close()
         for s in self._servers:
             with contextlib.suppress(Exception):
                 await s.wait_closed()
@@ -400,13 +403,19 @@ class Gateway:
             return
         sock.setblocking(False)
         self._node_ports[node_id] = port
+        # `close` closes it even when it cancels `serve` before that ran (it owns the socket from here).
+        self._node_sockets.append(sock)
 
         async def serve() -> None:
             assert self._loop is not None
+            # Registered before it serves: `create_server` starts serving and then awaits, and a `close`
+            # cancelling it there left a server listening that `close` never saw.
             server = await self._loop.create_server(
-                lambda: ClientConnection(self, node_id), sock=sock  # TLS: `ClientConnection._tls_handshake`
+                lambda: ClientConnection(self, node_id), sock=sock,  # TLS: `ClientConnection._tls_handshake`
+                start_serving=False,
             )
             self._servers.append(server)
+            await server.start_serving()
 
         self.spawn(serve())
 

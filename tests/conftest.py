@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.ports import refused_port as _refused_port
 from tests.support.postgres import create_database, postgres_server
 from tests.support.tansu import tansu_broker
 
@@ -35,3 +36,11 @@ def kafka_broker() -> Iterator[str]:
     """`host:port` of a real Tansu broker, shared by the session."""
     with tansu_broker() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port where nothing listens and nothing can start listening during the test: an
+    unreachable endpoint (see tests.support.ports.refused_port)."""
+    with _refused_port() as port:
+        yield port

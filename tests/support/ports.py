@@ -4,12 +4,37 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def free_port() -> int:
+    """A loopback port for a server that binds it later (with SO_REUSEADDR, as uvicorn, asyncio, the
+    gateway's node listeners, Tansu, PostgreSQL and Vault all do).
+
+    Looked up free and then released, a port could be handed meanwhile to another process's bind(0) or
+    outgoing connection (other test sessions share the machine). So it is released through one accepted
+    connection that this side closes first: the port stays in TIME_WAIT for a minute, during which the
+    kernel hands it to no bind(0) and no connect(), while a SO_REUSEADDR bind takes it at once. Where a
+    test only needs a port that refuses connections, `refused_port` holds one instead."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = int(listener.getsockname()[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            accepted, _ = listener.accept()
+            accepted.close()  # closed first: TIME_WAIT is on the server side, the port's side
+    return port
+
+
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses every connection for as long as the context lasts: bound (so no other
+    process can take it meanwhile) and never listening (so a connect is answered with a reset at once)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        yield int(s.getsockname()[1])
 
 
 def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:

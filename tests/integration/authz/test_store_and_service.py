@@ -83,18 +83,21 @@ def test_invalid_acls_fail_alone_and_leave_storage_intact(
     assert a.describe_acls(AclFilter()) == [acl("ok")]
 
 
-def test_changes_reach_another_node_within_a_second(services: tuple[AuthorizerService, AuthorizerService]) -> None:
+def test_changes_reach_another_node_by_its_polling(services: tuple[AuthorizerService, AuthorizerService]) -> None:
+    # Node b polls every 0.05 s here (the promise of "within a second" rests on refresh_interval_s, at most
+    # 1 s): it sees a change within a poll or two. The bound is sixty polls, for a loaded machine.
+    bound_s = 3.0
     a, b = services
     assert not allowed(b, "payments")
     a.create_acls([acl("payments")], actor=ADMIN)
     started = time.monotonic()
     while not allowed(b, "payments"):
-        assert time.monotonic() - started < 1.0, "node b did not see the new ACL within 1 s"
+        assert time.monotonic() - started < bound_s, f"node b did not see the new ACL within {bound_s} s"
         time.sleep(0.01)
     a.delete_acls([AclFilter.exact(acl("payments"))], actor=ADMIN)
     started = time.monotonic()
     while allowed(b, "payments"):
-        assert time.monotonic() - started < 1.0, "node b did not see the deletion within 1 s"
+        assert time.monotonic() - started < bound_s, f"node b did not see the deletion within {bound_s} s"
         time.sleep(0.01)
 
 

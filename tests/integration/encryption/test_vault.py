@@ -28,8 +28,8 @@ from tests.support.ports import free_port, wait_for_port
 ROOT_TOKEN = "kgov-test-root"  # a throwaway dev server's token
 
 
-def test_unreachable_vault_is_reported_as_unavailable() -> None:
-    kms = VaultTransitKms(url=f"http://127.0.0.1:{free_port()}", token="s.not-a-real-token", timeout=1)
+def test_unreachable_vault_is_reported_as_unavailable(refused_port: int) -> None:
+    kms = VaultTransitKms(url=f"http://127.0.0.1:{refused_port}", token="s.not-a-real-token", timeout=1)
     with pytest.raises(KmsUnavailableError, match="Vault unavailable"):
         kms.wrap("orders", b"k" * 32)
     waits: list[float] = []

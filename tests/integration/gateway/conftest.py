@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,8 +54,11 @@ class RunningGateway:
         self.loop.close()
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 5) -> None:
-    """Polls `check` every 10 ms until it holds; fails the test after `timeout` seconds."""
+def wait_until(check: Callable[[], bool], timeout: float = 30) -> None:
+    """Polls `check` every 10 ms until it holds; fails the test after `timeout` seconds. For what must
+    happen eventually: a passing test returns as soon as it holds, so the default only bounds a failing
+    one, generously for a loaded machine. A bound that is itself the behaviour under test is passed
+    explicitly."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "timed out"
@@ -126,12 +130,16 @@ def serve_control_plane(settings: Any, tls: tuple[Path, Path] | None = None, clo
 
     from kgov.app import build_app
 
-    port = free_port()
+    # Bound here and handed to uvicorn (which listens on it, and closes it): a port only looked up free
+    # could be taken by another process before the server bound it.
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(
         build_app(settings, clock=clock), host="127.0.0.1", port=port, log_level="warning",
         ssl_certfile=str(tls[0]) if tls else None, ssl_keyfile=str(tls[1]) if tls else None,
     ))
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         wait_for_port("127.0.0.1", port)
@@ -147,8 +155,6 @@ class RawClient:
     def __init__(self, bootstrap: str, source: str | None = None) -> None:
         """`source`: the local address to connect from (another loopback address, e.g. 127.0.0.2, is
         another client address to the gateway)."""
-        import socket
-
         self.sock = socket.create_connection(upstream_of(bootstrap), timeout=10,
                                              source_address=(source, 0) if source is not None else None)
         self.correlation = 0

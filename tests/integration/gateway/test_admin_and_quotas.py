@@ -254,7 +254,7 @@ def test_fetch_over_the_consumer_quota_gets_an_empty_throttled_answer_and_a_mute
     second = raw.call(1, 12, request)
     # ~52 kB against 5 kB/s over a padded 1 s window (11 x 0.1 s): Kafka's formula gives ~9.4 s
     assert second.throttle_time_ms > 5000 and second.responses == [] and second.session_id == 0
-    assert time.monotonic() - started < 1.0  # answered at once ...
+    assert time.monotonic() - started < 3.0  # answered at once (held, it would take the ~9.4 s) ...
     raw.send(18, 3, SPECS[18].request[3](client_software_name="t", client_software_version="1"))
     raw.sock.settimeout(1.5)
     with pytest.raises(TimeoutError):  # ... and then the connection is not read for the throttle time

@@ -32,7 +32,9 @@ def api_versions() -> Any:
 def test_a_second_api_versions_before_the_handshake_closes_at_once_unanswered(
     runtime_factory: Callable[..., RunningGateway], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    gw = gateway(runtime_factory)
+    # A failure delay that a prompt close cannot be mistaken for, even on a loaded machine.
+    delay_s = 3.0
+    gw = gateway(runtime_factory, delay_ms=int(delay_s * 1000))
     caplog.set_level(logging.WARNING, logger="kgov.gateway")
     raw = RawClient(gw.bootstrap)
     # KIP-511: a too-new ApiVersions (v99, header v2) is answered UNSUPPORTED_VERSION in a v0 response
@@ -45,8 +47,8 @@ def test_a_second_api_versions_before_the_handshake_closes_at_once_unanswered(
     started = time.monotonic()
     raw.send(18, 3, api_versions())
     # Kafka: IllegalStateException in handleApiVersionsRequest, closed by the Selector at once.
-    assert raw.closed_by_peer(timeout=2)
-    assert time.monotonic() - started < DELAY_MS / 1000  # not an authentication failure: no delay
+    assert raw.closed_by_peer(timeout=10)
+    assert time.monotonic() - started < delay_s / 2  # not an authentication failure: no delay
     raw.close()
     assert len(auth_events(gw)) == events_before
     assert "Unexpected ApiVersions request received during SASL authentication state HANDSHAKE_REQUEST" in caplog.text
@@ -77,7 +79,7 @@ def test_create_acls_naming_an_unknown_element_closes_the_connection_and_creates
     # Kafka's CreateAclsRequest.validate refuses the whole request while parsing: no answer at all,
     # not even for the valid creation sent with it.
     raw.send(30, 3, SPECS[30].request[3](creations=[_creation(), _creation(**{field: 0})]))
-    assert raw.closed_by_peer(timeout=2)
+    assert raw.closed_by_peer()
     raw.close()
     assert not [a for a in gw.runtime.authorizer.describe_acls(everything()) if a.principal == "User:carol"]
 
@@ -102,7 +104,7 @@ def test_describe_acls_naming_an_unknown_element_closes_the_connection_an_unassi
     assert (unassigned.error_code, unassigned.resources) == (0, [])
     assert raw.call(29, 3, _describe()).resources  # the admin's own ACL
     raw.send(29, 3, _describe(pattern_type_filter=0))
-    assert raw.closed_by_peer(timeout=2)
+    assert raw.closed_by_peer()
     raw.close()
 
 
@@ -120,7 +122,7 @@ def test_delete_acls_with_a_filter_naming_an_unknown_or_unassigned_code_closes_a
         # DeleteAclsRequest checks after fromCode: 99 is UNKNOWN there too. The match-all filter sent
         # with it is not applied either.
         raw.send(31, 3, SPECS[31].request[3](filters=[flt(**match_all), flt(**{**match_all, **bad})]))
-        assert raw.closed_by_peer(timeout=2)
+        assert raw.closed_by_peer()
         raw.close()
     assert gw.runtime.authorizer.describe_acls(everything()) == before
 

@@ -65,7 +65,7 @@ def test_connections_over_the_per_ip_limit_are_closed_at_once_without_an_upstrea
         first = [From(gw.bootstrap, "127.0.0.1") for _ in range(2)]
         assert all(served(c) for c in first)
         extra = From(gw.bootstrap, "127.0.0.1")
-        assert extra.closed_by_peer(timeout=2)
+        assert extra.closed_by_peer()
         # Another address has its own count, and an override its own limit.
         other = [From(gw.bootstrap, "127.0.0.2") for _ in range(2)]
         overridden = [From(gw.bootstrap, "127.0.0.3") for _ in range(4)]

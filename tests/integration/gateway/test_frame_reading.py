@@ -72,7 +72,7 @@ def ends(raw: RawClient, timeout: float) -> bool:
 
 def connection_id(gw: RunningGateway, raw: RawClient) -> str:
     port = raw.sock.getsockname()[1]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while not (found := [c for c in list(gw.gateway._connections) if c.peer[1] == port]):
         assert time.monotonic() < deadline, "the gateway did not accept the connection"
         time.sleep(0.01)

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.broker]
 
 def _connection(gw: RunningGateway, raw: RawClient) -> Any:
     port = raw.sock.getsockname()[1]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while not (found := [c for c in list(gw.gateway._connections) if c.peer[1] == port]):
         assert time.monotonic() < deadline, "the gateway did not accept the connection"
         time.sleep(0.01)

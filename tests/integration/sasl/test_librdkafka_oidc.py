@@ -15,7 +15,6 @@ from confluent_kafka import Producer
 from kgov.app import build_app
 from kgov.settings import Settings
 from sasl.oauthbearer import TokenValidationError
-from tests.support.ports import free_port
 from tests.support.server import serve_app
 
 ADMIN_PW = "admin-password-for-oidc"
@@ -47,7 +46,7 @@ class TokenResponses:
         self.answers.append((status[0], bytes(body)))
 
 
-def test_librdkafka_fetches_a_valid_token(tmp_path: Path) -> None:
+def test_librdkafka_fetches_a_valid_token(tmp_path: Path, refused_port: int) -> None:
     settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW})
     app = build_app(settings)
     recorder = TokenResponses(app)
@@ -58,7 +57,7 @@ def test_librdkafka_fetches_a_valid_token(tmp_path: Path) -> None:
         errors: list[str] = []
         producer = Producer(
             {
-                "bootstrap.servers": f"127.0.0.1:{free_port()}",  # nothing listens: only the token fetch matters
+                "bootstrap.servers": f"127.0.0.1:{refused_port}",  # nothing listens: only the token fetch matters
                 "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanisms": "OAUTHBEARER",
                 "sasl.oauthbearer.method": "oidc",

@@ -18,7 +18,6 @@ from gateway.upstream_token import (
     token_request,
 )
 from sasl.issuer import generate_signing_key, mint_access_token
-from tests.support.ports import free_port
 
 ENDPOINT = "https://idp.example.com/oauth2/token"
 NOW_MS = 1_700_000_000_000
@@ -120,11 +119,11 @@ def test_token_source_repr_names_no_secret() -> None:
     assert "top-secret-value" not in repr(source) and "gw" in repr(source)
 
 
-def test_unreachable_endpoint_fails_softly_then_logins_fail_at_once_until_the_retry() -> None:
+def test_unreachable_endpoint_fails_softly_then_logins_fail_at_once_until_the_retry(refused_port: int) -> None:
     """A real refused TCP connection; the clock and the jitter are injected, so the retry time is exact.
     (The background retries themselves: tests/unit/gateway/test_upstream_token_refresh.py.)"""
     now = [NOW_MS]
-    source = UpstreamTokenSource(f"http://127.0.0.1:{free_port()}/token", "gw", "s3cret-value",
+    source = UpstreamTokenSource(f"http://127.0.0.1:{refused_port}/token", "gw", "s3cret-value",
                                  now_ms=lambda: now[0], timeout_s=2, rand=lambda: 0.5)
 
     async def attempt() -> UpstreamLoginError:

@@ -26,7 +26,6 @@ from gateway.upstream_token import (
     retry_delay_ms,
 )
 from tests.support.hanging import HangingEndpoint
-from tests.support.ports import free_port
 
 CLIENT_ID = "gw-refresh"
 SECRET = "gw-refresh-secret-0c4f"
@@ -165,8 +164,9 @@ def source_for(endpoint: str, clock: ManualClock, *, rand: float = 0.5, timeout_
                                rand=lambda: rand, timeout_s=timeout_s, policy=policy)
 
 
-async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Real time for what takes real time (an HTTP round trip); the manual clock stands still."""
+async def eventually(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Real time for what takes real time (an HTTP round trip); the manual clock stands still. The
+    timeout only bounds a failing test: a passing one goes on as soon as the condition holds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not condition():
@@ -233,7 +233,8 @@ def test_logins_get_the_current_token_at_once_while_a_refresh_hangs(
         await clock.advance(600 * S)
         await eventually(lambda: len(hanging.accepted) == 1)  # the refresh is in flight ...
         # ... and 50 logins at once get the current token without waiting for it
-        got = await asyncio.wait_for(asyncio.gather(*(source.token() for _ in range(50))), timeout=0.5)
+        # (at once: the hanging fetch would hold them for its 30 s)
+        got = await asyncio.wait_for(asyncio.gather(*(source.token() for _ in range(50))), timeout=5)
         assert got == [first] * 50
         assert source.attempts == 2 and len(hanging.accepted) == 1
         await source.close()
@@ -270,10 +271,10 @@ def test_logins_without_a_valid_token_share_one_fetch(
 
 
 def test_start_survives_a_down_endpoint_and_retries_with_capped_backoff(
-    issuer: tuple[Issuer, str], clock: ManualClock, caplog: pytest.LogCaptureFixture,
+    issuer: tuple[Issuer, str], clock: ManualClock, caplog: pytest.LogCaptureFixture, refused_port: int,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    down = f"http://127.0.0.1:{free_port()}/oauth/token"
+    down = f"http://127.0.0.1:{refused_port}/oauth/token"
     source = source_for(down, clock)
 
     async def scenario() -> None:
@@ -364,7 +365,7 @@ def test_close_stops_a_hanging_fetch_and_its_waiting_logins(
         await eventually(lambda: len(hanging.accepted) == 1)
         logins = [asyncio.ensure_future(source.token()) for _ in range(5)]
         await asyncio.sleep(0.01)
-        await asyncio.wait_for(source.close(), timeout=1)
+        await asyncio.wait_for(source.close(), timeout=5)  # not the hanging fetch's 30 s
         results = await asyncio.gather(starting, *logins, return_exceptions=True)
         assert results[0] is None  # start gave up quietly: the gateway is stopping
         assert {str(r) for r in results[1:]} == {"the gateway is shutting down"}

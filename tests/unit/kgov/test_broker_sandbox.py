@@ -104,7 +104,7 @@ def test_peer_uid_has_no_owner_for_a_peer_that_already_closed(lookup: Any) -> No
         client_port = client.getsockname()[1]
         client.sendall(b"requests")
         client.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while _client_state(client_port) in (None, "01") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert _client_state(client_port) not in (None, "01")  # what is left of it, listed with uid 0
@@ -334,7 +334,7 @@ def test_a_broker_deaf_to_sigterm_dies_with_its_sandbox(tmp_path: Path) -> None:
         proc, children = running
         proc.send_signal(signal.SIGKILL)  # what kgov's stop_process ends with
         proc.wait(10)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.02)
     alive = [pid for pid in children if _alive(pid)]

@@ -15,7 +15,10 @@ def test_a_node_cut_off_from_its_database_reports_itself_down(tmp_path: Path) ->
     data = tmp_path / "data"
     # Public metrics: a scrape with credentials needs the credential store, which is in the database
     # this test takes away (/health, open, says the node is down either way).
-    settings = load_settings(data_dir=data, dev_mode=True, authz={"max_snapshot_age_s": 0.5},
+    # Polled every 0.05 s against a bound of 1.5 s: a loaded machine's pause does not make the connected
+    # node look down.
+    settings = load_settings(data_dir=data, dev_mode=True,
+                             authz={"max_snapshot_age_s": 1.5, "refresh_interval_s": 0.05},
                              metrics={"public": True})
     with TestClient(build_app(settings)) as client:
         assert client.get("/health").json() == {"status": "UP"}

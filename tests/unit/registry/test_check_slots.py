@@ -29,7 +29,7 @@ def in_another_request(slots: CheckSlots) -> tuple[str, float]:
 
     thread = threading.Thread(target=attempt)
     thread.start()
-    thread.join(5)
+    thread.join(30)
     return outcome[0]
 
 
@@ -50,7 +50,7 @@ def test_held_takes_a_free_slot_and_never_waits() -> None:
     with slots_of_one.held():
         outcome, took = in_another_request(slots_of_one)
         assert outcome == "busy"
-        assert took < 0.5  # refused at once, not after a wait
+        assert took < 2.5  # refused at once, not after a wait (of 5 s)
     assert slots_of_one.free == 1
 
 
@@ -77,7 +77,7 @@ def test_waiting_ends_with_a_timeout_and_leaves_no_trace() -> None:
             with pytest.raises(ChecksTimedOut):
                 async with slots.waited():
                     pytest.fail("got a slot that was taken")
-            assert 0.2 <= time.monotonic() - started < 2
+            assert 0.2 <= time.monotonic() - started < 5
         assert slots.free == 1
         async with slots.waited():  # nothing left queued in front
             assert slots.free == 0
@@ -100,7 +100,7 @@ def test_waiters_are_served_in_order_and_a_worker_thread_does_not_jump_the_queue
             await asyncio.sleep(0.05)  # all three queued
         # Released, but handed straight to "a": never free for a thread that did not queue.
         assert slots.free == 0
-        assert await asyncio.to_thread(in_another_request, slots) == ("busy", pytest.approx(0, abs=0.5))
+        assert await asyncio.to_thread(in_another_request, slots) == ("busy", pytest.approx(0, abs=2.5))
         await asyncio.gather(*tasks)
 
     asyncio.run(scenario())
@@ -126,18 +126,18 @@ def test_the_slot_held_while_waiting_covers_the_worker_threads_of_the_request() 
 
 
 def test_a_slot_released_in_one_event_loop_wakes_a_waiter_in_another() -> None:
-    slots = CheckSlots(1, wait_s=5)
+    slots = CheckSlots(1, wait_s=30)  # a waiter that is not woken times out: far longer than the bound below
     holding, waiting = threading.Event(), threading.Event()
     got: list[float] = []
 
     async def holder() -> None:
         async with slots.waited():
             holding.set()
-            waiting.wait(5)
+            waiting.wait(30)
             await asyncio.sleep(0.1)
 
     async def waiter() -> None:
-        holding.wait(5)
+        holding.wait(30)
         started = time.monotonic()
         waiting.set()
         async with slots.waited():
@@ -147,8 +147,8 @@ def test_a_slot_released_in_one_event_loop_wakes_a_waiter_in_another() -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
-    assert len(got) == 1 and got[0] < 2
+        thread.join(40)
+    assert len(got) == 1 and got[0] < 10
     assert slots.free == 1
 
 
