@@ -267,11 +267,8 @@ def _program_size(regex: str) -> int:
 def _found(keyword: str, regex: object, text: str) -> bool:
     compiled = _compiled(keyword, regex)
     size = _program_size(compiled.regex)
-    spending = _SPENDING.get()
-    if spending is not None:  # RE2's worst case: its NFA, text times program
-        spending.left -= _MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0)
-        if spending.left < 0:
-            spending.exhausted()
+    # RE2's worst case: its NFA, text times program
+    _charge(_MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0))
     try:
         return compiled.matches(text, text_kind="a string" if keyword == "pattern" else "a property name")
     except UnsupportedPatternError as exc:
@@ -533,13 +530,9 @@ def _sized(keyword: Keyword) -> Keyword:
     """`keyword` charged one unit per entry of its value: `properties`, `required` and the like loop
     over the schema's entries whatever the value holds."""
     def sized(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        spending = _SPENDING.get()
-        if spending is not None:
-            # `dependentRequired` and `dependencies` hold lists of names
-            spending.left -= len(value) + sum(len(names) for names in value.values() if isinstance(names, list)) \
-                if isinstance(value, dict) else len(value) if isinstance(value, list) else 0
-            if spending.left < 0:
-                spending.exhausted()
+        # `dependentRequired` and `dependencies` hold lists of names
+        _charge(len(value) + sum(len(names) for names in value.values() if isinstance(names, list))
+                if isinstance(value, dict) else len(value) if isinstance(value, list) else 0)
         return keyword(validator, value, instance, schema)
     return sized
 
@@ -557,13 +550,8 @@ def _per_char(keyword: Keyword, *, reads_value: bool) -> Keyword:
     """`format` (when a format checker is set: the serdes set none) charged by the length of the string
     it checks, `$ref` by the length of the reference it resolves."""
     def per_char(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        spending = _SPENDING.get()
-        if spending is not None:
-            text = value if reads_value else instance
-            spending.left -= _reference_units(text) if reads_value else \
-                _MATCH + (len(text) // _READ_CHARS if isinstance(text, str) else 0)
-            if spending.left < 0:
-                spending.exhausted()
+        _charge(_reference_units(value) if reads_value else
+                _MATCH + (len(instance) // _READ_CHARS if isinstance(instance, str) else 0))
         return keyword(validator, value, instance, schema)
     return per_char
 
@@ -726,11 +714,7 @@ def _evolve(self: Any, **changes: Any) -> Any:
     # from its global table: the stock class, whose keywords use `re`. This one keeps to linear time,
     # and counts the step against the value's budget (`within_budget`).
     schema = changes.get("schema", self.schema)
-    spending = _SPENDING.get()
-    if spending is not None:
-        spending.left -= _APPLY + (_KEYWORD * len(schema) if isinstance(schema, dict) else 0)
-        if spending.left < 0:
-            spending.exhausted()
+    _charge(_APPLY + (_KEYWORD * len(schema) if isinstance(schema, dict) else 0))
     # `validator_for` answers the default for a boolean schema and one without `$schema`
     cls = linear_time(jsonschema.validators.validator_for(schema, default=type(self))) \
         if isinstance(schema, dict) and "$schema" in schema else type(self)
