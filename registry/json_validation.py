@@ -100,12 +100,13 @@ class WorkBudget:
     """How much work validating one value may take, in steps (a subschema application, or as much work
     inside keywords): `base` plus `per_node` per JSON node of the value (each object, array, string,
     number, boolean and null counts one; `per_node=0` bounds every value alike). The default is above
-    what ordinary schemas use (1.1 to 3 steps a node; 7.0 to 11.1 for a `oneOf` of a dozen branches,
-    9.1 for the 2020-12 meta-schema; see registry/README.md, Serdes) and refuses a 30-level fan-out schema in
-    about 0.1 s."""
+    what ordinary schemas use (0.8 to 2.5 steps a node; 5.2 to 8.1 for a `oneOf` of a dozen branches,
+    6.7 for the 2020-12 meta-schema; see registry/README.md, Serdes) and refuses a 30-level fan-out
+    schema in about 0.2 s. It was 16 a node when a subschema applied cost, and was charged, twice what it
+    is now."""
 
     base: int = attrs.field(default=50_000)
-    per_node: int = attrs.field(default=16)
+    per_node: int = attrs.field(default=12)
 
     @base.validator
     @per_node.validator
@@ -119,11 +120,11 @@ DEFAULT_WORK_BUDGET: Final = WorkBudget()
 
 # The checks of a schema the serdes validate against (its patterns compiled, the meta-schema), counted
 # over the schema's nodes and those of the schemas it references. The meta-schemas of 2019-09 and
-# 2020-12 take 9 to 10 steps a node of ordinary schemas, up to 24 on schemas of many small subschemas
-# (`"properties": {"a": true, ...}`), draft 7 and earlier 1 to 4 (`bench/registry_json_validation_bench.py
-# --schema-check`); twice the most leaves room and still bounds what a registry's schema costs each
-# consumer in proportion to its size.
-SCHEMA_CHECK_BUDGET: Final = WorkBudget(per_node=48)
+# 2020-12 take 6.7 to 7.6 steps a node of ordinary schemas, up to 17.6 on schemas of many small
+# subschemas (`"properties": {"a": true, ...}`), draft 7 and earlier 1.7 to 2.8
+# (`bench/registry_json_validation_bench.py --schema-check`); over twice the most leaves room and still
+# bounds what a registry's schema costs each consumer in proportion to its size.
+SCHEMA_CHECK_BUDGET: Final = WorkBudget(per_node=40)
 
 
 _END: Final = object()
@@ -164,7 +165,8 @@ def json_nodes(value: Any) -> int:
 # bench/registry_json_validation_bench.py; see registry/README.md, Serdes), as it is done: the budget's
 # steps are `_STEP` units each, about what applying a subschema of one or two keywords costs.
 _STEP: Final = 64
-_APPLY: Final = 48  # making the validator of a subschema applied, plus for each of its keywords
+_APPLY: Final = 24  # making the validator of a subschema applied (48 before `_evolve` made it without
+# `__init__` and `$ref` resolutions were kept: 2.6 us to 0.6), plus for each of its keywords
 _KEYWORD: Final = 8  # (jsonschema reads them all, known or not, and calls the known ones)
 _MATCH: Final = 16  # one regex search, and at worst (RE2 leaving its DFA for its NFA: 7 ns a character
 _SEARCHED: Final = 16  # and instruction) one unit per this many characters times program instructions

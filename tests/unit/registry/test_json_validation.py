@@ -293,11 +293,11 @@ def test_a_fan_out_schema_is_refused_within_the_budget(draft: str) -> None:
     schema = fan_out(30, draft)
     assert len(json.dumps(schema)) < 3_000
     message = refusal(schema, {})
-    assert message.startswith("JSON Schema validation exceeded its work budget of 50016 steps "
-                              "(50000 plus 16 per JSON node, the value having 1)")
+    assert message.startswith("JSON Schema validation exceeded its work budget of 50012 steps "
+                              "(50000 plus 12 per JSON node, the value having 1)")
     assert "validate=False" in message
     # A larger value earns more steps, in proportion to its nodes.
-    assert "work budget of 50096 steps (50000 plus 16 per JSON node, the value having 6)" in refusal(
+    assert "work budget of 50072 steps (50000 plus 12 per JSON node, the value having 6)" in refusal(
         schema, {"a": [1, 2, {"b": None}]})
 
 
@@ -577,7 +577,8 @@ def test_one_of_and_any_of_report_as_jsonschema_did() -> None:
 
 def test_ordinary_schemas_take_few_steps_per_node() -> None:
     """Steps are counted, not timed (registry/README.md has the figures of larger values): a `oneOf` of a
-    dozen branches on small items, the heaviest ordinary shape measured, stays below the default 16 a node."""
+    dozen branches on small items, the heaviest ordinary shape measured, stays below the default 12 a node
+    (8.1; 11.1 when a subschema applied was charged twice what it is now)."""
     events = {"$schema": DRAFT2020, "type": "array", "items": {"oneOf": [{"$ref": f"#/$defs/e{n}"} for n in range(12)]},
               "$defs": {f"e{n}": {"type": "object", "required": ["type", "actor"], "additionalProperties": False,
                                   "properties": {"type": {"const": f"event.{n}"}, "count": {"type": "integer"},
@@ -585,7 +586,7 @@ def test_ordinary_schemas_take_few_steps_per_node() -> None:
                                                      "id": {"type": "string", "pattern": "^u-[0-9]{1,12}$"}}}}}
                         for n in range(12)}}
     value = [{"type": f"event.{n % 12}", "actor": {"id": f"u-{n}"}, "count": n} for n in range(300)]
-    assert steps_of(_validator(events), value) < 12 * json_nodes(value)
+    assert steps_of(_validator(events), value) < 9 * json_nodes(value) < WorkBudget().per_node * json_nodes(value)
     assert steps_of(_validator(ORDER), order(40)) < 3 * json_nodes(order(40))
 
 
