@@ -519,7 +519,7 @@ class JSONDeserializer:
         if client is None and schema_str is None and validate:
             raise SerializationError("JSONDeserializer needs a registry client or a schema to validate against")
         self._client = client
-        self._fixed = _validator(json.loads(schema_str)) if schema_str and validate else None
+        self._fixed = _validator(_schema_document(schema_str)) if schema_str and validate else None
         self._validate = validate
         self._budget = work_budget
         self._validators: dict[int, Any] = {}  # a validator, or the refusal of the schema (`_Refused`)

@@ -90,6 +90,11 @@ def test_a_refused_schema_is_checked_once_per_id(checks: list[Any], text: str, m
     assert client.lookups == 2
 
 
+def test_a_deserializers_own_schema_that_is_not_json_is_refused_as_invalid() -> None:
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: Expecting ',' delimiter"):
+        JSONDeserializer(None, '{"type": "object" "x": 1}')
+
+
 def test_a_schema_is_checked_once_per_id(checks: list[Any]) -> None:
     client = OneSchemaRegistry(json.dumps({"type": "object"}))
     deserializer = JSONDeserializer(client)  # type: ignore[arg-type]
