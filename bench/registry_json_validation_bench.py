@@ -34,8 +34,9 @@ from typing import Any
 
 import jsonschema
 import jsonschema.exceptions
+import referencing.jsonschema
 
-from registry import json_validation
+from registry import json_validation, serdes
 from registry.json_validation import linear_time
 
 within_budget = getattr(json_validation, "within_budget", None)  # None in a tree without the budget
@@ -282,16 +283,21 @@ def hostile_figures() -> None:
               "ab" * 500_000),
              ("every keyword on each item", {"type": "array", "items": every_keyword}, dense))
     for name, schema, value in cases:
-        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
-        nodes = json_validation.json_nodes(value)
-        started = time.perf_counter()
-        try:
-            with within_budget(value):
-                jsonschema.exceptions.best_match(validator.iter_errors(value))
-            outcome = "passed"
-        except json_validation.WorkBudgetExceededError as exc:
-            outcome = f"refused at {exc.steps:,} steps"
-        print(f"  {name}, {nodes:,} nodes: {outcome} in {time.perf_counter() - started:.2f} s")
+        print(f"  {timed_refusal(name, schema, value)}")
+
+
+def timed_refusal(name: str, schema: Any, value: Any) -> str:
+    """How `value` fares against `schema` under the default budget, and how long it takes."""
+    validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+    nodes = json_validation.json_nodes(value)
+    started = time.perf_counter()
+    try:
+        with within_budget(value):
+            jsonschema.exceptions.best_match(validator.iter_errors(value))
+        outcome = "passed"
+    except json_validation.WorkBudgetExceededError as exc:
+        outcome = f"refused at {exc.steps:,} steps"
+    return f"{name}, {nodes:,} nodes: {outcome} in {time.perf_counter() - started:.3f} s"
 
 
 ALL_KEYWORDS: dict[str, Any] = {"type": ["object", "array", "string", "number", "integer", "boolean", "null"], "minimum": 0, "maximum": 10,
@@ -342,6 +348,55 @@ def per_step_figures() -> None:
         print(f"  {name}: {took * 1e3:.0f} ms, {spending.steps:,} steps, {took * 1e6 / max(spending.steps, 1):.2f} us a step")
 
 
+def refusal_figures() -> None:
+    """Time to refusal of the 30-level fan-out under the default budget: on `{}` (the base alone, best of
+    5), on a 1 MB value of 100,002 nodes and on the densest 1 MB (`[0,0,...]`, 500,001 nodes), one run
+    each, as they take seconds."""
+    print(min((timed_refusal("30-level fan-out", fan_out(30), {}) for _ in range(5)),
+              key=lambda line: float(line.split(" in ")[-1].removesuffix(" s"))))
+    print(timed_refusal("30-level fan-out", fan_out(30), {"k": ["abcdefgh"] * 100_000}))
+    print(timed_refusal("30-level fan-out", fan_out(30), [0] * 500_000))
+
+
+def schema_check_figures() -> None:
+    """Steps per JSON node and time of the checks of a schema (its patterns and the meta-schema), as
+    `serdes._validator` makes them when a deserializer first meets a schema id; then the time a
+    deserializer takes to refuse values of an id whose large schema fails its meta-schema check at the
+    end, ten values (the refusal kept per id: checked once)."""
+    huge = schema_document(400)
+    cases = (("payment record", SCHEMA), ("order", ORDER_SCHEMA), ("GeoJSON", GEOJSON), ("12 event types", EVENTS),
+             ("comment thread", THREAD), ("Product", PRODUCT), ("400 orders in $defs", huge))
+    for name, schema in cases:
+        cls = json_validation.validator_class_for(schema)
+        started = time.perf_counter()
+        with within_budget(schema, json_validation.WorkBudget(base=10**15)) as spending:
+            json_validation.check_patterns(schema, referencing.jsonschema.DRAFT202012)
+            json_validation.check_schema(cls, schema)
+        took = time.perf_counter() - started
+        nodes = json_validation.json_nodes(schema)
+        size = len(json.dumps(schema, separators=(",", ":")))
+        print(f"  {name}: {size:,} bytes, {nodes:,} nodes, {spending.steps:,} steps "
+              f"({spending.steps / nodes:.2f} per node), {took * 1e3:.0f} ms")
+    broken = {**huge, "type": 5}  # the meta-schema's `type` comes after its `$defs`: all is checked first
+
+    class Client:
+        def schema_by_id(self, schema_id: int) -> Any:
+            return serdes.FetchedSchema(json.dumps(broken), "JSON")
+
+        def qualified(self, subject: str) -> str:
+            return subject
+
+    deserializer = serdes.JSONDeserializer(Client())  # type: ignore[arg-type]
+    started = time.perf_counter()
+    for _ in range(10):
+        try:
+            deserializer(serdes.frame(1, b"{}"))
+        except serdes.SerializationError as exc:
+            refusal = str(exc)
+    print(f"  ten values of an id whose {len(json.dumps(broken)):,}-byte schema is invalid: "
+          f"{time.perf_counter() - started:.2f} s ({refusal[:60]}...)")
+
+
 def ordinary_figures(rounds: int) -> None:
     """Per validation within the budget, as `serdes._validate` does: runs against any tree with a budget."""
     record = linear_time(jsonschema.Draft7Validator)(SCHEMA)
@@ -358,7 +413,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--ordinary", action="store_true", help="only the ordinary validations, within the budget")
     parser.add_argument("--per-step", action="store_true", help="only the microseconds per step of hostile shapes")
+    parser.add_argument("--refusal", action="store_true", help="only the fan-out's time to refusal on 1 MB")
+    parser.add_argument("--schema-check", action="store_true", help="only the steps and time of schema checks")
     args = parser.parse_args()
+    if args.schema_check:
+        schema_check_figures()
+        return
+    if args.refusal:
+        refusal_figures()
+        return
     if args.ordinary:
         ordinary_figures(args.rounds)
         return

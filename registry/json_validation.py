@@ -17,7 +17,9 @@ The work of one value is bounded too: a schema whose `$ref`s fan out (`allOf` of
 definition that does the same, 30 levels deep, in 2 KB) makes jsonschema evaluate each path through
 them, 2**depth subschema applications. Every application of a subschema to a part of the value
 (`descend`, `$ref`, `if`, `not`, `contains`, the evaluated-property searches) makes a new validator
-through `evolve`, which these classes define, so `evolve` is where applications are counted. The work
+through `evolve`, which these classes define, so `evolve` is where applications are counted (it makes
+the validator without attrs' `__init__`, and a `$ref`'s resolution is kept for the rest of the value:
+`_validate_reference`; together a quarter to a third of what a fan-out's step cost). The work
 inside a keyword is counted as it is done, in proportion to the sizes it compares: `enum` and `const`
 by the nodes compared, `uniqueItems` by the nodes hashed, each regex search by its text times its
 program (RE2's worst case), a pattern's compilation, `multipleOf` by the digits divided, a `$ref` by its characters and the segments of its pointer, `properties`,
@@ -31,7 +33,8 @@ shared across threads, and fresh for each value. `anyOf` and `oneOf` leave a fai
 first error (jsonschema evaluates it whole, to report its errors should no branch match: they are
 gathered only then), `unevaluatedItems` keeps the evaluated indexes in a set (jsonschema's list made
 it quadratic), and `multipleOf` answers for integers beyond a float's range (jsonschema raised
-`OverflowError`); answers and errors are jsonschema's.
+`OverflowError`); answers and errors are jsonschema's. The serdes check a schema (its patterns and
+meta-schema) within `SCHEMA_CHECK_BUDGET`, counted over the schema's nodes.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import jsonschema.exceptions
 import jsonschema.validators
 import jsonschema_specifications  # jsonschema's own registry of meta-schemas (a dependency of jsonschema >= 4.18)
 import referencing
+import referencing.exceptions
 import referencing.jsonschema
 from jsonschema.exceptions import ValidationError
 
@@ -83,6 +87,8 @@ class WorkBudgetExceededError(Exception):
         super().__init__(f"JSON Schema validation exceeded its work budget of {steps} steps "
                          f"({budget.base} plus {budget.per_node} per JSON node, the value having {nodes})")
         self.steps = steps
+        self.budget = budget
+        self.nodes = nodes
 
 
 class CircularValueError(ValueError):
@@ -94,12 +100,13 @@ class WorkBudget:
     """How much work validating one value may take, in steps (a subschema application, or as much work
     inside keywords): `base` plus `per_node` per JSON node of the value (each object, array, string,
     number, boolean and null counts one; `per_node=0` bounds every value alike). The default is above
-    what ordinary schemas use (1.1 to 3 steps a node; 7.0 to 11.1 for a `oneOf` of a dozen branches,
-    9.1 for the 2020-12 meta-schema; see registry/README.md, Serdes) and refuses a 30-level fan-out schema in
-    about 0.35 s."""
+    what ordinary schemas use (0.8 to 2.5 steps a node; 5.2 to 8.1 for a `oneOf` of a dozen branches,
+    6.7 for the 2020-12 meta-schema; see registry/README.md, Serdes) and refuses a 30-level fan-out
+    schema in about 0.2 s. It was 16 a node when a subschema applied cost, and was charged, twice what it
+    is now."""
 
     base: int = attrs.field(default=50_000)
-    per_node: int = attrs.field(default=16)
+    per_node: int = attrs.field(default=12)
 
     @base.validator
     @per_node.validator
@@ -110,6 +117,14 @@ class WorkBudget:
 
 
 DEFAULT_WORK_BUDGET: Final = WorkBudget()
+
+# The checks of a schema the serdes validate against (its patterns compiled, the meta-schema), counted
+# over the schema's nodes and those of the schemas it references. The meta-schemas of 2019-09 and
+# 2020-12 take 6.7 to 7.6 steps a node of ordinary schemas, up to 17.6 on schemas of many small
+# subschemas (`"properties": {"a": true, ...}`), draft 7 and earlier 1.7 to 2.8
+# (`bench/registry_json_validation_bench.py --schema-check`); over twice the most leaves room and still
+# bounds what a registry's schema costs each consumer in proportion to its size.
+SCHEMA_CHECK_BUDGET: Final = WorkBudget(per_node=40)
 
 
 _END: Final = object()
@@ -150,7 +165,8 @@ def json_nodes(value: Any) -> int:
 # bench/registry_json_validation_bench.py; see registry/README.md, Serdes), as it is done: the budget's
 # steps are `_STEP` units each, about what applying a subschema of one or two keywords costs.
 _STEP: Final = 64
-_APPLY: Final = 48  # making the validator of a subschema applied, plus for each of its keywords
+_APPLY: Final = 24  # making the validator of a subschema applied (48 before `_evolve` made it without
+# `__init__` and `$ref` resolutions were kept: 2.6 us to 0.6), plus for each of its keywords
 _KEYWORD: Final = 8  # (jsonschema reads them all, known or not, and calls the known ones)
 _MATCH: Final = 16  # one regex search, and at worst (RE2 leaving its DFA for its NFA: 7 ns a character
 _SEARCHED: Final = 16  # and instruction) one unit per this many characters times program instructions
@@ -175,13 +191,15 @@ class _Spending:
     (a walk of it) only when those run out, so ordinary values pay nothing for the bound. A context
     manager (a class rather than a generator: it is entered once per value validated)."""
 
-    __slots__ = ("budget", "left", "nodes", "token", "value")
+    __slots__ = ("budget", "documents", "left", "nodes", "resolved", "token", "value")
 
-    def __init__(self, value: Any, budget: WorkBudget) -> None:
+    def __init__(self, value: Any, budget: WorkBudget, documents: bool) -> None:
         self.value = value
+        self.documents = documents
         self.budget = budget
         self.left = budget.base * _STEP
         self.nodes: int | None = None
+        self.resolved: dict[tuple[int, Any], tuple[Any, Any]] = {}  # `_validate_reference`'s
         self.token: contextvars.Token[_Spending | None] | None = None
 
     def __enter__(self) -> _Spending:
@@ -202,7 +220,7 @@ class _Spending:
     def exhausted(self) -> None:
         """Called when `left` falls below zero: grants the per-node steps once, else refuses."""
         if self.nodes is None:
-            self.nodes = json_nodes(self.value)
+            self.nodes = sum(map(json_nodes, self.value)) if self.documents else json_nodes(self.value)
             self.left += self.budget.per_node * self.nodes * _STEP
             if self.left >= 0:
                 return
@@ -223,10 +241,11 @@ def _charge(units: int) -> None:
             spending.exhausted()
 
 
-def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> _Spending:
+def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET, *, documents: bool = False) -> _Spending:
     """A context manager: validating `value` inside it raises `WorkBudgetExceededError` past
-    `budget`'s steps; what it gives `as` counts them (`.steps`)."""
-    return _Spending(value, budget)
+    `budget`'s steps; what it gives `as` counts them (`.steps`). With `documents`, `value` is a list of
+    JSON documents whose nodes are counted (the list itself none), added to until the budget runs out."""
+    return _Spending(value, budget, documents)
 
 
 def _compiled(keyword: str, regex: object) -> CompiledPattern:
@@ -253,11 +272,8 @@ def _program_size(regex: str) -> int:
 def _found(keyword: str, regex: object, text: str) -> bool:
     compiled = _compiled(keyword, regex)
     size = _program_size(compiled.regex)
-    spending = _SPENDING.get()
-    if spending is not None:  # RE2's worst case: its NFA, text times program
-        spending.left -= _MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0)
-        if spending.left < 0:
-            spending.exhausted()
+    # RE2's worst case: its NFA, text times program
+    _charge(_MATCH + ((len(text) + 2) * size // _SEARCHED if isinstance(text, str) else 0))
     try:
         return compiled.matches(text, text_kind="a string" if keyword == "pattern" else "a property name")
     except UnsupportedPatternError as exc:
@@ -519,13 +535,9 @@ def _sized(keyword: Keyword) -> Keyword:
     """`keyword` charged one unit per entry of its value: `properties`, `required` and the like loop
     over the schema's entries whatever the value holds."""
     def sized(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        spending = _SPENDING.get()
-        if spending is not None:
-            # `dependentRequired` and `dependencies` hold lists of names
-            spending.left -= len(value) + sum(len(names) for names in value.values() if isinstance(names, list)) \
-                if isinstance(value, dict) else len(value) if isinstance(value, list) else 0
-            if spending.left < 0:
-                spending.exhausted()
+        # `dependentRequired` and `dependencies` hold lists of names
+        _charge(len(value) + sum(len(names) for names in value.values() if isinstance(names, list))
+                if isinstance(value, dict) else len(value) if isinstance(value, list) else 0)
         return keyword(validator, value, instance, schema)
     return sized
 
@@ -543,13 +555,8 @@ def _per_char(keyword: Keyword, *, reads_value: bool) -> Keyword:
     """`format` (when a format checker is set: the serdes set none) charged by the length of the string
     it checks, `$ref` by the length of the reference it resolves."""
     def per_char(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        spending = _SPENDING.get()
-        if spending is not None:
-            text = value if reads_value else instance
-            spending.left -= _reference_units(text) if reads_value else \
-                _MATCH + (len(text) // _READ_CHARS if isinstance(text, str) else 0)
-            if spending.left < 0:
-                spending.exhausted()
+        _charge(_reference_units(value) if reads_value else
+                _MATCH + (len(instance) // _READ_CHARS if isinstance(instance, str) else 0))
         return keyword(validator, value, instance, schema)
     return per_char
 
@@ -561,6 +568,12 @@ def _reference_units(reference: object) -> int:
     first `_FREE_SEGMENTS` (`#/$defs/name`) are in the application's own charge, as they were before."""
     if not isinstance(reference, str):
         return _MATCH
+    return _string_reference_units(reference)
+
+
+@functools.lru_cache(maxsize=1_024)
+def _string_reference_units(reference: str) -> int:
+    # Kept: a schema's references are few and applied again and again (decoding one took 12 % of a `$ref`).
     segments = urllib.parse.unquote(reference).count("/")
     return _MATCH + len(reference) // _READ_CHARS + _SEGMENT * max(segments - _FREE_SEGMENTS, 0)
 
@@ -682,7 +695,10 @@ def _descending(specification: Any, applicable: Any) -> Any:
             evolved = self.evolve(schema=schema)
         else:
             if resolver is None:
-                resolver = self._resolver.in_subresource(specification.create_resource(schema))
+                # Only an `$id` (`id` before draft 6) moves the base URI: without either key every
+                # dialect's `id_of` answers None and `in_subresource` its resolver as it is.
+                resolver = self._resolver if isinstance(schema, dict) and "$id" not in schema and "id" not in schema \
+                    else self._resolver.in_subresource(specification.create_resource(schema))
             evolved = self.evolve(schema=schema, _resolver=resolver)
         for keyword, value in applicable(schema):
             keyword_function = evolved.VALIDATORS.get(keyword)
@@ -702,17 +718,64 @@ def _evolve(self: Any, **changes: Any) -> Any:
     # jsonschema's own `evolve` picks the class of a subschema (or referenced schema) with a `$schema`
     # from its global table: the stock class, whose keywords use `re`. This one keeps to linear time,
     # and counts the step against the value's budget (`within_budget`).
-    schema = changes.setdefault("schema", self.schema)
-    spending = _SPENDING.get()
-    if spending is not None:
-        spending.left -= _APPLY + (_KEYWORD * len(schema) if isinstance(schema, dict) else 0)
-        if spending.left < 0:
-            spending.exhausted()
-    cls = linear_time(jsonschema.validators.validator_for(schema, default=type(self)))
+    schema = changes.get("schema", self.schema)
+    _charge(_APPLY + (_KEYWORD * len(schema) if isinstance(schema, dict) else 0))
+    # `validator_for` answers the default for a boolean schema and one without `$schema`
+    cls = linear_time(jsonschema.validators.validator_for(schema, default=type(self))) \
+        if isinstance(schema, dict) and "$schema" in schema else type(self)
+    if cls._DIRECT_FIELDS and self._ref_resolver is None and changes.keys() <= _DIRECT_CHANGES:
+        # Made without `__init__` (2.6 us, a fifth of a `$ref` applied; this takes 0.4): its
+        # `__attrs_post_init__` makes a resolver, which this one has, and lists the schema's keywords,
+        # which `_iter_errors` lists itself when they are missing and `descend` reads from the schema.
+        evolved = object.__new__(cls)
+        evolved.schema = schema
+        evolved._ref_resolver = None
+        evolved.format_checker = self.format_checker
+        evolved._registry = self._registry
+        resolver = changes.get("_resolver")
+        evolved._resolver = self._resolver if resolver is None else resolver
+        return evolved
+    changes["schema"] = schema
     for alias, name in type(self)._EVOLVED_FIELDS:
         if alias not in changes:
             changes[alias] = getattr(self, name)
     return cls(**changes)
+
+
+# The fields (alias, name) `_evolve` sets itself, those of jsonschema's classes since 4.18, and the
+# changes it makes so.
+_DIRECT: Final = [("schema", "schema"), ("resolver", "_ref_resolver"), ("format_checker", "format_checker"),
+                  ("registry", "_registry"), ("_resolver", "_resolver")]
+_DIRECT_CHANGES: Final = frozenset(("schema", "_resolver"))
+
+
+def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[ValidationError]:
+    # jsonschema's, with each resolution kept for the rest of the value (`_Spending.resolved`): `referencing`
+    # walks the pointer again at every application (about half the time of a `$ref` applied, the most
+    # frequent step of a fan-out). A `Resolver` is immutable (its base URI, registry and dynamic scope),
+    # so its answer to a reference never changes; the answer is kept by the resolver's `id`, the resolver
+    # held beside it so that the `id` is not reused while kept.
+    if self._ref_resolver is not None:  # jsonschema's deprecated `RefResolver`
+        return _LEGACY_REFERENCE(self, ref, instance)  # type: ignore[no-any-return]
+    resolver = self._resolver
+    spending = _SPENDING.get()
+    kept = None if spending is None else spending.resolved.get((id(resolver), ref))
+    if kept is not None and kept[0] is resolver:
+        resolved = kept[1]
+    else:
+        try:
+            resolved = resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable as err:
+            raise jsonschema.exceptions._WrappedReferencingError(err) from err
+        if spending is not None and len(spending.resolved) < _KEPT_RESOLUTIONS:
+            spending.resolved[id(resolver), ref] = (resolver, resolved)
+    return self.descend(instance, resolved.contents, resolver=resolved.resolver)  # type: ignore[no-any-return]
+
+
+# At most this many resolutions are kept per value: a subschema with an `$id` makes a new resolver at
+# each application, whose resolutions would otherwise be kept one per application.
+_KEPT_RESOLUTIONS: Final = 4_096
+_LEGACY_REFERENCE: Final = jsonschema.validators.Draft202012Validator._validate_reference
 
 
 _LINEAR: dict[Any, Any] = {}
@@ -752,7 +815,9 @@ def linear_time(cls: Any) -> Any:
                 cls, validators={k: v for k, v in keywords.items() if k in cls.VALIDATORS})
             found.evolve = _evolve
             found._EVOLVED_FIELDS = [(field.alias, field.name) for field in attrs.fields(found) if field.init]
+            found._DIRECT_FIELDS = found._EVOLVED_FIELDS == _DIRECT
             found.iter_errors = _iter_errors
+            found._validate_reference = _validate_reference
             found.descend = _descending(_specification(cls), found._APPLICABLE_VALIDATORS)
             _LINEAR[cls] = _LINEAR[found] = found
         return found
@@ -789,11 +854,17 @@ def check_schema(cls: Any, schema: Any) -> None:
     in linear time and its `regex` format (every `pattern` and `patternProperties` name) read by RE2:
     the patterns Java and RE2 accept (`\\p{L}`), not the ones Python's `re` compiles."""
     checker = jsonschema.FormatChecker(formats=())
-    checker.checkers = {**cls.FORMAT_CHECKER.checkers,
-                        "regex": (lambda regex: _compiled("pattern", regex) is not None, UnevaluablePatternError)}
+    checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_sized_pattern, UnevaluablePatternError)}
     meta = linear_time(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls))
     for error in meta(cls.META_SCHEMA, format_checker=checker).iter_errors(schema):
         raise jsonschema.exceptions.SchemaError.create_from(error)
+
+
+def _sized_pattern(regex: object) -> bool:
+    """Whether `regex` can be evaluated (else `UnevaluablePatternError`), its compilation charged to the
+    schema being checked (`_program_size`: a pattern can take 0.3 ms to compile, its text a few bytes)."""
+    _program_size(_compiled("pattern", regex).regex)
+    return True
 
 
 def check_patterns(contents: Any, specification: referencing.Specification[Any]) -> None:
@@ -810,10 +881,10 @@ def check_patterns(contents: Any, specification: referencing.Specification[Any])
         if isinstance(node.get("$schema"), str):
             spec = referencing.jsonschema.specification_with(node["$schema"], default=spec)
         if isinstance(node.get("pattern"), str):
-            _compiled("pattern", node["pattern"])
+            _program_size(_compiled("pattern", node["pattern"]).regex)
         if isinstance(node.get("patternProperties"), dict):
             for regex in node["patternProperties"]:
-                _compiled("patternProperties", regex)
+                _program_size(_compiled("patternProperties", regex).regex)
         try:
             pending.extend((child, spec) for child in spec.subresources_of(node))
         except (AttributeError, TypeError):  # a malformed keyword; the validator meets it when evaluating

@@ -15,12 +15,14 @@ with, so a serializer whose subjects fall in several contexts parses its schema 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import struct
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+import attrs
 import fastavro
 import jsonschema
 import jsonschema.exceptions
@@ -32,6 +34,7 @@ import referencing.jsonschema
 from registry.client import FetchedSchema, RegistryClient, RegistryClientError
 from registry.json_validation import (
     DEFAULT_WORK_BUDGET,
+    SCHEMA_CHECK_BUDGET,
     CircularValueError,
     UnevaluablePatternError,
     WorkBudget,
@@ -334,22 +337,43 @@ def _unevaluable(exc: UnevaluablePatternError) -> SerializationError:
 def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()) -> Any:
     """A validator for `schema` whose `$ref`s to the referenced schemas resolve by reference name; it
     takes linear time (`registry.json_validation`: regexes on RE2, `uniqueItems` by hashing), and a
-    pattern that cannot be matched so is refused here, naming it."""
+    pattern that cannot be matched so is refused here, naming it.
+
+    The checks of the schemas (against the meta-schema, and of their patterns) are counted like a value
+    within `SCHEMA_CHECK_BUDGET`, over the JSON nodes of the schema and the referenced ones: a schema
+    comes from the registry, and one that takes more is refused."""
+    checked: list[Any] = [schema]  # what the budget counts, the referenced schemas added once parsed
     try:
-        cls = validator_class_for(schema)
-        check_patterns(schema, referencing.jsonschema.DRAFT202012)
-        check_schema(cls, schema)
-        resources = [(name, referencing.Resource.from_contents(
-            json.loads(doc.schema), default_specification=referencing.jsonschema.DRAFT7)) for name, doc in referenced]
-        for _, resource in resources:
-            check_patterns(resource.contents, referencing.jsonschema.DRAFT7)
+        with within_budget(checked, SCHEMA_CHECK_BUDGET, documents=True):
+            cls = validator_class_for(schema)
+            check_patterns(schema, referencing.jsonschema.DRAFT202012)
+            check_schema(cls, schema)
+            resources = [(name, referencing.Resource.from_contents(
+                json.loads(doc.schema), default_specification=referencing.jsonschema.DRAFT7))
+                for name, doc in referenced]
+            checked.extend(resource.contents for _, resource in resources)
+            for _, resource in resources:
+                check_patterns(resource.contents, referencing.jsonschema.DRAFT7)
     except UnevaluablePatternError as exc:
         raise _unevaluable(exc) from None
     except jsonschema.exceptions.SchemaError as exc:
-        raise SerializationError(f"invalid JSON Schema: {exc.message}") from exc
+        raise SerializationError(f"invalid JSON Schema: {_shortened_middle(exc.message)}") from exc
+    except WorkBudgetExceededError as exc:
+        raise SerializationError(
+            f"JSON Schema not checked: checking it took more than its work budget of {exc.steps} steps "
+            f"({exc.budget.base} plus {exc.budget.per_node} per JSON node, the schema and the schemas it "
+            f"references having {exc.nodes}); values are refused (validate=False turns validation off)") from None
+    except RecursionError:
+        raise SerializationError("invalid JSON Schema: nested too deeply to check") from None
     except ValueError as exc:
         raise SerializationError(f"invalid referenced JSON Schema: {exc}") from exc
     return validator_with(cls, schema, resources)
+
+
+def _shortened_middle(text: str) -> str:
+    """`text`, its middle left out when long: jsonschema's meta-schema errors quote the part of the
+    schema that fails (`{...} is not valid under any of the given schemas`), which can be all of it."""
+    return text if len(text) <= 2 * _QUOTED else f"{text[:_QUOTED]} ... {text[-_QUOTED:]}"
 
 
 def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET) -> None:
@@ -380,8 +404,35 @@ def _mismatch(error: jsonschema.exceptions.ValidationError) -> str:
     def shortened(text: str) -> str:
         return text if len(text) <= _QUOTED else text[:_QUOTED] + "..."
 
-    constraint = json.dumps(error.validator_value, default=str, ensure_ascii=False)
+    constraint = "".join(itertools.islice(_json_text(error.validator_value), _QUOTED + 1))
     return f"at {shortened(error.json_path)}, {error.validator} {shortened(constraint)} is not met"
+
+
+def _json_text(value: Any) -> Iterator[str]:
+    """`json.dumps(value, default=str, ensure_ascii=False)`, a character at a time, made as it is read:
+    `_mismatch` quotes the first `_QUOTED` characters of a constraint, which can be as large as the
+    schema (an `enum` of 100,000 members), and dumping it whole cost every refused value as much.
+    Strings are cut past `_QUOTED` characters, which leaves the characters read unchanged."""
+    if isinstance(value, str):
+        yield from json.dumps(value[:_QUOTED + 1], ensure_ascii=False)
+    elif isinstance(value, Mapping):
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            if index:
+                yield from ", "
+            yield from _json_text(key if isinstance(key, str) else json.dumps(key, default=str))
+            yield from ": "
+            yield from _json_text(item)
+        yield "}"
+    elif isinstance(value, (list, tuple)):
+        yield "["
+        for index, item in enumerate(value):
+            if index:
+                yield from ", "
+            yield from _json_text(item)
+        yield "]"
+    else:
+        yield from json.dumps(value, default=str, ensure_ascii=False)
 
 
 _QUOTED: Final = 200  # characters of a path or a constraint quoted in an error
@@ -442,6 +493,22 @@ class JSONSerializer:
         return frame(schema_id, text.encode())
 
 
+@attrs.frozen
+class _Refused:
+    """A fetched schema the deserializer refused: the message it refuses its values with."""
+
+    message: str
+
+
+def _schema_document(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SerializationError(f"invalid JSON Schema: {exc}") from None
+    except RecursionError:
+        raise SerializationError("invalid JSON Schema: nested too deeply to read") from None
+
+
 class JSONDeserializer:
     """Validates against `schema_str` when given, else against the writer's schema fetched by id,
     within `work_budget` steps per value."""
@@ -452,23 +519,32 @@ class JSONDeserializer:
         if client is None and schema_str is None and validate:
             raise SerializationError("JSONDeserializer needs a registry client or a schema to validate against")
         self._client = client
-        self._fixed = _validator(json.loads(schema_str)) if schema_str and validate else None
+        self._fixed = _validator(_schema_document(schema_str)) if schema_str and validate else None
         self._validate = validate
         self._budget = work_budget
-        self._validators: dict[int, Any] = {}
+        self._validators: dict[int, Any] = {}  # a validator, or the refusal of the schema (`_Refused`)
         self._from_dict = from_dict
 
     def _validator_for(self, schema_id: int) -> Any:
         if self._fixed is not None or not self._validate or self._client is None:
             return self._fixed
         found = self._validators.get(schema_id)
+        if isinstance(found, _Refused):
+            raise SerializationError(found.message)
         if found is None:
             fetched = self._client.schema_by_id(schema_id)
             if fetched.schema_type != "JSON":
                 raise SerializationError(f"schema {schema_id} is {fetched.schema_type}, not JSON")
             referrer = id_referrer(self._client, schema_id, fetched)
-            found = self._validators[schema_id] = _validator(
-                json.loads(fetched.schema), referenced_schemas(self._client, fetched.references, referrer))
+            referenced = referenced_schemas(self._client, fetched.references, referrer)
+            # A schema id names one schema for good, so a schema refused (invalid, or past the budget) is
+            # refused again without checking it at each value.
+            try:
+                found = _validator(_schema_document(fetched.schema), referenced)
+            except SerializationError as exc:
+                self._validators[schema_id] = _Refused(str(exc))
+                raise
+            self._validators[schema_id] = found
         return found
 
     def __call__(self, data: bytes | None, ctx: SerializationContextLike | None = None) -> Any:

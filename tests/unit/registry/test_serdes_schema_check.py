@@ -1,0 +1,205 @@
+"""What a schema from the registry costs the JSON deserializer before any value: its checks (patterns,
+meta-schema) are counted within `SCHEMA_CHECK_BUDGET` and done once per schema id, refused or not; a
+refusal's message quotes a bounded part of the schema's constraint, however large it is."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import jsonschema
+import jsonschema.exceptions
+import pytest
+import referencing.jsonschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import registry.serdes
+from registry.client import FetchedSchema
+from registry.json_validation import (
+    SCHEMA_CHECK_BUDGET,
+    WorkBudget,
+    check_schema,
+    json_nodes,
+    validator_class_for,
+    within_budget,
+)
+from registry.serdes import (
+    _QUOTED,
+    JSONDeserializer,
+    SerializationError,
+    _mismatch,
+    _validate,
+    _validator,
+    frame,
+)
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+DRAFT2019 = "https://json-schema.org/draft/2019-09/schema"
+DRAFT2020 = "https://json-schema.org/draft/2020-12/schema"
+
+
+class OneSchemaRegistry:
+    """A registry client that answers every schema id with one schema text (as a compromised or
+    misconfigured registry could), counting the lookups."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.lookups = 0
+
+    def schema_by_id(self, schema_id: int) -> FetchedSchema:
+        self.lookups += 1
+        return FetchedSchema(self.schema, "JSON")
+
+    def qualified(self, subject: str) -> str:
+        return subject
+
+
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The schemas `registry.serdes` checks against their meta-schema, in order."""
+    checked: list[Any] = []
+
+    def counted(cls: Any, schema: Any) -> None:
+        checked.append(schema)
+        check_schema(cls, schema)
+
+    monkeypatch.setattr(registry.serdes, "check_schema", counted)
+    return checked
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (json.dumps({"type": 5}), "invalid JSON Schema: 5 is not valid under any of the given schemas"),
+    ('{"type": ', "invalid JSON Schema: Expecting value: line 1 column 10 (char 9)"),
+    (json.dumps({"pattern": "(?=x)"}), 'JSON Schema pattern "(?=x)" cannot be evaluated'),
+])
+def test_a_refused_schema_is_checked_once_per_id(checks: list[Any], text: str, message: str) -> None:
+    # An id names one schema for good: its refusal is kept, as its validator is. Before, each value
+    # checked the schema again (a 1 MB schema failing at its end: 5 s a value).
+    client = OneSchemaRegistry(text)
+    deserializer = JSONDeserializer(client)  # type: ignore[arg-type]
+    for _ in range(3):
+        with pytest.raises(SerializationError) as refused:
+            deserializer(frame(7, b"{}"))
+        assert str(refused.value).startswith(message)
+    assert client.lookups == 1
+    assert len(checks) <= 1
+    with pytest.raises(SerializationError):
+        deserializer(frame(8, b"{}"))  # another id is another schema
+    assert client.lookups == 2
+
+
+def test_a_deserializers_own_schema_that_is_not_json_is_refused_as_invalid() -> None:
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: Expecting ',' delimiter"):
+        JSONDeserializer(None, '{"type": "object" "x": 1}')
+
+
+def test_a_schema_is_checked_once_per_id(checks: list[Any]) -> None:
+    client = OneSchemaRegistry(json.dumps({"type": "object"}))
+    deserializer = JSONDeserializer(client)  # type: ignore[arg-type]
+    for _ in range(3):
+        assert deserializer(frame(7, b"{}")) == {}
+    assert checks == [{"type": "object"}]
+
+
+def test_the_checks_of_a_schema_are_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    properties = {"$schema": DRAFT2020, "properties": {f"p{i}": {"type": "string"} for i in range(50)}}
+    _validator(properties)
+    monkeypatch.setattr(registry.serdes, "SCHEMA_CHECK_BUDGET", WorkBudget(base=200, per_node=0))
+    with pytest.raises(SerializationError) as refused:
+        _validator(properties)
+    assert str(refused.value) == (
+        "JSON Schema not checked: checking it took more than its work budget of 200 steps (200 plus 0 per "
+        "JSON node, the schema and the schemas it references having 103); values are refused (validate=False "
+        "turns validation off)")
+    # The referenced schemas count, their nodes as well as their patterns' compilations.
+    monkeypatch.setattr(registry.serdes, "SCHEMA_CHECK_BUDGET", WorkBudget(base=1_000, per_node=0))
+    _validator({"$ref": "lib.json"}, [("lib.json", FetchedSchema(json.dumps({"type": "string"}), "JSON"))])
+    patterns = {"definitions": {f"p{i}": {"pattern": f"^[b-y]{{500}}{i}$"} for i in range(100)}}  # compiled here first
+    with pytest.raises(SerializationError, match=r"having 204\)"):
+        _validator({"$ref": "lib.json"}, [("lib.json", FetchedSchema(json.dumps(patterns), "JSON"))])
+
+
+def meta_schema_steps(schema: Any) -> float:
+    """Steps per JSON node of `schema`'s meta-schema check."""
+    with within_budget(schema, WorkBudget(base=10**12)) as spending:
+        check_schema(validator_class_for(schema), schema)
+    return spending.steps / json_nodes(schema)
+
+
+@pytest.mark.parametrize("draft", [DRAFT7, DRAFT2019, DRAFT2020])
+def test_schemas_of_many_small_subschemas_stay_within_the_schema_budget(draft: str) -> None:
+    # The costliest ordinary shape measured: the 2019-09 and 2020-12 meta-schemas take 15 to 17.6 steps a
+    # node of `true` or `{}` subschemas, more than a value's default 12, under half the schema budget's 40.
+    for subschema in (True, {}, {"type": "string"}):
+        schema = {"$schema": draft, "properties": {f"p{i}": subschema for i in range(300)}}
+        assert meta_schema_steps(schema) < SCHEMA_CHECK_BUDGET.per_node / 2
+    wide = {"$schema": draft, "properties": {f"p{i}": True for i in range(6_000)}}
+    _validator(wide)  # past the base: the per-node share is what lets it through
+
+
+def test_a_schema_nested_too_deeply_to_check_is_refused_cleanly() -> None:
+    deep = functools.reduce(lambda inner, _: {"not": inner}, range(400), {})
+    with pytest.raises(SerializationError, match=r"^invalid JSON Schema: nested too deeply to check$"):
+        _validator(deep)
+
+
+def test_a_schema_error_quoting_a_large_part_of_the_schema_is_shortened() -> None:
+    with pytest.raises(SerializationError) as refused:
+        _validator({"type": {f"k{i}": i for i in range(10_000)}})
+    message = str(refused.value)
+    assert message.startswith("invalid JSON Schema: {'k0': 0, 'k1': 1")
+    assert message.endswith("'k9999': 9999} is not valid under any of the given schemas")
+    assert " ... " in message and len(message) < 3 * _QUOTED
+
+
+class Unreadable:
+    """A constraint's member the message must not reach: reading it fails the test."""
+
+    def __str__(self) -> str:
+        raise AssertionError("the whole constraint was written out")
+
+
+def error_with(constraint: Any) -> jsonschema.exceptions.ValidationError:
+    return jsonschema.exceptions.ValidationError("message", validator="enum", validator_value=constraint,
+                                                 path=["a", 0])
+
+
+def test_a_refusal_writes_only_the_part_of_the_constraint_it_quotes() -> None:
+    # The constraint can be as large as the schema (an `enum` of 100,000 members); `json.dumps` of all of
+    # it cost each refused value as much, for the 200 characters quoted.
+    for constraint in ([*range(1_000), Unreadable()], {"a": "x" * 10**6, "b": Unreadable()},
+                       [[[[list(range(100))]]], Unreadable()]):
+        assert _mismatch(error_with(constraint)).endswith("... is not met")
+    assert _mismatch(error_with("x" * 10**6)) == f'at $.a[0], enum "{"x" * (_QUOTED - 1)}... is not met'
+    enum = {"enum": list(range(200_000))}
+    with pytest.raises(SerializationError, match=r'enum \[0, 1, 2, .*\.\.\. is not met$'):
+        _validate(_validator(enum), -1)
+
+
+JSON_CONSTRAINTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=250),
+    lambda children: st.lists(children, max_size=60) | st.dictionaries(st.text(max_size=30), children, max_size=8),
+    max_leaves=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_CONSTRAINTS)
+def test_a_refusal_quotes_a_constraint_as_json_dumps_writes_it(constraint: Any) -> None:
+    written = json.dumps(constraint, default=str, ensure_ascii=False)
+    expected = written if len(written) <= _QUOTED else written[:_QUOTED] + "..."
+    assert _mismatch(error_with(constraint)) == f"at $.a[0], enum {expected} is not met"
+
+
+def test_the_patterns_of_a_schema_are_charged_to_its_check() -> None:
+    # A pattern of a few characters can take a large program (0.3 ms to compile): the checks charge each
+    # compilation, as values' searches do.
+    few = {"$defs": {f"p{i}": {"pattern": f"^x{i}$"} for i in range(100)}}
+    large = {"$defs": {f"p{i}": {"pattern": f"^[a-z]{{500}}{i}$"} for i in range(100)}}
+    steps = []
+    for schema in (few, large):
+        with within_budget(schema, WorkBudget(base=10**12)) as spending:
+            registry.json_validation.check_patterns(schema, referencing.jsonschema.DRAFT202012)
+        steps.append(spending.steps)
+    assert steps[1] - steps[0] > 100 * 10  # 1,000 instructions at 2 units each: 15 steps a pattern
