@@ -63,9 +63,19 @@ EMBEDDED_BROKER_WARNING = (
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port for the embedded broker, which binds it later (with SO_REUSEADDR, as Tokio's
+    listeners do). Released through one accepted connection that this side closes first, the port stays
+    in TIME_WAIT for a minute: meanwhile the kernel hands it to no other bind(0) or outgoing connection,
+    so the broker's start, and its restarts at the same address within that minute, find it free."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = int(listener.getsockname()[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            accepted, _ = listener.accept()
+            accepted.close()  # closed first: the TIME_WAIT is on the port's side
+    return port
 
 
 # Tansu reads these from its environment when no flag sets them (its `broker --help`).

@@ -31,3 +31,22 @@ def test_broker_does_not_inherit_kgov_secrets_or_tansu_overrides(tmp_path: Path,
     assert env is not None and env["PATH"] == "/usr/bin:/bin"
     assert not {"KGOV_ADMIN__PASSWORD", "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY", "SCHEMA_REGISTRY",
                 "OTEL_EXPORTER_OTLP_ENDPOINT"} & set(env)
+
+
+def test_the_brokers_port_is_held_for_it_until_it_binds() -> None:
+    """Between kgov choosing the port and Tansu binding it, no other bind(0) may be handed it: the port
+    is left in TIME_WAIT, which refuses a plain bind and lets a SO_REUSEADDR one (Tansu's) take it."""
+    import errno
+    import socket
+
+    from kgov.up import _free_port
+
+    port = _free_port()
+    with socket.socket() as plain:
+        with pytest.raises(OSError) as taken:
+            plain.bind(("127.0.0.1", port))
+        assert taken.value.errno == errno.EADDRINUSE
+    with socket.socket() as reusing:
+        reusing.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        reusing.bind(("127.0.0.1", port))
+        reusing.listen(1)
