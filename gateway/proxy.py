@@ -903,6 +903,9 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def close_after_flush(self) -> None:
         self.closed = True
+        # Nothing more is read or served: the frame memory goes back now, not when the client has taken
+        # the last answers (`connection_lost`), which a client that stops reading never does.
+        self.memory.close()
         if self.transport is not None:
             self.transport.close()
         self._close_upstream()
@@ -1082,6 +1085,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         log.debug("closing %s after the answers to earlier requests: %s", self.connection_id, reason)
         self.close_reason = reason
         self.pause("closing")
+        if not self._served_frame_held:
+            # No frame is read or served any more: the memory of the one refused (or of one being read)
+            # goes back now. A served frame still in the upstream side's buffers keeps it until they drain.
+            self.memory.close()
         self._close_once_answered(f"earlier requests unanswered before a close ({reason})")
 
     def _close_once_answered(self, timeout_reason: str) -> None:
