@@ -293,3 +293,20 @@ def test_a_connection_closed_for_a_bad_large_request_returns_its_memory_though_i
         assert conn in gateway.gateway._connections  # still closing: the memory came back before the close
     finally:
         raw.close()
+
+
+def test_a_closing_connection_whose_client_reads_nothing_is_cut_after_the_answer_wait(
+    gateway: RunningGateway, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gateway import proxy
+
+    monkeypatch.setattr(proxy, "FAILED_AUTH_ANSWER_WAIT_S", 0.5)
+    raw, conn, _ = refused_while_answers_pile_up(gateway)
+    try:
+        assert conn.transport.get_write_buffer_size() > 0  # the close waits for the client to read
+        # Kafka closes a connection that makes no progress after connections.max.idle.ms; a close that
+        # waited for the client for ever would hold its connection slot (max_connections_per_ip) for ever.
+        wait_for(lambda: conn not in gateway.gateway._connections, "the closing connection was never cut", timeout=5)
+        assert gateway.gateway.connection_limits.count(conn.client_host) == 0
+    finally:
+        raw.close()
