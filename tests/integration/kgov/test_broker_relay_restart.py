@@ -21,8 +21,6 @@ from kgov.broker_supervisor import RestartPolicy
 from tests.integration.kgov.test_broker_restart import _broker, _dies_soon
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.broker]
-
 # Restarted after 4 s: the window in which the relay still names the socket of the broker that ended.
 SLOW_RESTART = RestartPolicy(first_delay_s=4, max_delay_s=4, quick_s=60, give_up_after=5)
 OTHER_UID = 65533  # an unprivileged user that is not kgov's (and not the overflow uid)
