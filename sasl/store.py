@@ -314,6 +314,20 @@ class CredentialStore:
             for r in rows
         }
 
+    def token_hmac_keys(self, token_ids: Collection[str]) -> dict[str, str]:
+        """The stored HMAC lookup keys (`sasl.delegation.hmac_lookup_key`) of `token_ids`, by token id."""
+        ids = list(token_ids)
+        keys: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):  # bounded IN lists
+                rows = conn.execute(
+                    sa.select(delegation_tokens.c.token_id, delegation_tokens.c.hmac_sha256).where(
+                        delegation_tokens.c.token_id.in_(ids[i : i + 500])
+                    )
+                ).all()
+                keys.update((r.token_id, r.hmac_sha256) for r in rows)
+        return keys
+
     def add_token_credentials(self, derived: Mapping[str, Mapping[str, ScramCredential]]) -> int:
         """Stores credentials derived for tokens that had none (token id -> mechanism -> credential);
         skips tokens removed meanwhile and mechanisms already stored. Returns the rows added.

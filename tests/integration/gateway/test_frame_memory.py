@@ -237,3 +237,76 @@ def test_a_forwarded_frame_keeps_its_memory_until_the_upstream_has_taken_it(
     finally:
         relay.stalled.clear()
         raw.close()
+
+
+class NonReadingClient(RawClient):
+    """A client whose socket takes little into the kernel (a small receive buffer) and that reads nothing
+    while the test wants it so: the gateway's answers to it pile up in the gateway's transport."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(10)
+        self.sock.connect(upstream_of(bootstrap))
+        self.correlation = 0
+
+
+def bad_large_metadata(raw: RawClient) -> bytes:
+    """A Metadata v12 of about 300 KiB (a large frame: it takes pool memory) whose body stops inside a
+    topic name: refused once read, the connection closed after the answers to the requests before it."""
+    names = [f"bad-{n:05d}-".ljust(240, "x") for n in range(1_250)]
+    whole = framed(raw, 3, 12, metadata(names))[4:]
+    body = whole[:-100]
+    assert SCRATCH_BYTES < len(body) < LIMIT
+    return len(body).to_bytes(4, "big") + body
+
+
+def refused_while_answers_pile_up(gw: RunningGateway) -> tuple[NonReadingClient, Any, int]:
+    """A connection the gateway closes for a bad large request while the answers to two earlier requests
+    (about 40 KiB, from Tansu) wait in its transport, the client reading nothing: the close waits for the
+    client to take them. Answers (the client, its ClientConnection, the bad frame's size)."""
+    raw = NonReadingClient(gw.bootstrap)
+    wait_for(lambda: len(gw.gateway._connections) == 1, "the gateway did not take the connection")
+    (conn,) = gw.gateway._connections
+    # The gateway's side of the socket takes little into the kernel too (a slow network, as it were).
+    conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    earlier = b"".join(framed(raw, 3, 12, metadata([f"early-{k}-{n:03d}-".ljust(200, "y") for n in range(100)]))
+                       for k in range(2))
+    bad = bad_large_metadata(raw)
+    sender = threading.Thread(target=raw.sock.sendall, args=(earlier + bad,))
+    sender.start()
+    sender.join(30)
+    wait_for(lambda: conn.closed, "the gateway did not close the connection after the bad request")
+    return raw, conn, len(bad) - 4
+
+
+def test_a_connection_closed_for_a_bad_large_request_returns_its_memory_though_its_client_reads_nothing(
+    gateway: RunningGateway,
+) -> None:
+    pool = gateway.gateway.frame_memory
+    raw, conn, _ = refused_while_answers_pile_up(gateway)
+    try:
+        assert conn.transport.get_write_buffer_size() > 0  # the close waits for the client to read
+        # The refused frame was served (refused): its bytes are not waited for any more. Held until the
+        # client reads, six such connections of one user would stall every large request of the gateway.
+        wait_for(lambda: pool.used == 0, "a closing connection kept the memory of its refused frame", timeout=2)
+        assert conn in gateway.gateway._connections  # still closing: the memory came back before the close
+    finally:
+        raw.close()
+
+
+def test_a_closing_connection_whose_client_reads_nothing_is_cut_after_the_answer_wait(
+    gateway: RunningGateway, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gateway import proxy
+
+    monkeypatch.setattr(proxy, "FAILED_AUTH_ANSWER_WAIT_S", 0.5)
+    raw, conn, _ = refused_while_answers_pile_up(gateway)
+    try:
+        assert conn.transport.get_write_buffer_size() > 0  # the close waits for the client to read
+        # Kafka closes a connection that makes no progress after connections.max.idle.ms; a close that
+        # waited for the client for ever would hold its connection slot (max_connections_per_ip) for ever.
+        wait_for(lambda: conn not in gateway.gateway._connections, "the closing connection was never cut", timeout=5)
+        assert gateway.gateway.connection_limits.count(conn.client_host) == 0
+    finally:
+        raw.close()

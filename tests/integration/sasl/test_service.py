@@ -818,6 +818,32 @@ def test_tokens_made_before_stored_credentials_get_them_once(db_url: str, monkey
     engine.dispose()
 
 
+def test_a_node_with_another_secret_key_does_not_store_credentials_for_an_old_token(db_url: str, caplog) -> None:
+    """A node whose `delegation_token_secret_key` differs from the one an old token was made under (a
+    misconfigured node in a rolling upgrade) must not derive and store credentials for it: they would be
+    for an HMAC no client has, and every node with the right key would then refuse the token as made
+    under another key, for the rest of its life. It leaves the token to the nodes that made it."""
+    import logging
+
+    from sasl.delegation import token_hmac
+
+    engine = open_engine(db_url)
+    clock = Clock()
+    legacy_tokens(engine, clock)  # made under SECRET_KEY
+    with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
+        other = CredentialService(engine, settings(delegation_token_secret_key="another-secret-key-0123456789"),
+                                  clock=clock)
+    assert other.store.token_credentials() == {}
+    assert any("1 delegation token(s) were created under another delegation_token_secret_key" in r.getMessage()
+               for r in caplog.records)
+    right = CredentialService(engine, settings(), clock=clock)
+    hmac_b64 = base64.b64encode(token_hmac(SECRET_KEY.encode(), "legacy-live")).decode()
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        assert isinstance(scram_login(right, mech, "legacy-live", hmac_b64, token=True), Success)
+        assert isinstance(scram_login(other, mech, "legacy-live", hmac_b64, token=True), Failure)
+    engine.dispose()
+
+
 def test_a_node_that_cannot_store_derived_credentials_still_logs_the_token_in(
     db_url: str, monkeypatch, caplog
 ) -> None:
