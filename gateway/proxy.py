@@ -13,7 +13,9 @@ upstream answers (upstream answers in order too), and slots are flushed from the
 
 SASL: a SaslAuthenticate's mechanism step (a key derivation, a signature check) runs on the gateway's
 worker threads (`gateway.sasl_steps`), never on the event loop; its connection is paused until the
-outcome is back (`ClientConnection._authenticate`).
+outcome is back (`ClientConnection._authenticate`). The security admin APIs the gateway answers itself
+(`gateway.admin_apis`: database writes, key derivations) run the same way on threads of their own
+(`ClientConnection._serve_admin_request`).
 
 Backpressure: client reads pause while the upstream transport is above its write high-water mark,
 while too many requests are in flight, while the upstream is still connecting with a full buffer,
@@ -133,6 +135,14 @@ UPSTREAM_LOST = "upstream connection lost"
 # above its write high-water mark, or frames held while the upstream connects): a large frame served
 # meanwhile keeps its frame memory until they end, so the bound covers bytes not yet sent upstream.
 _UPSTREAM_BACKLOG: frozenset[str] = frozenset({"upstream", "upstream-connecting"})
+# Pauses during which the frame just served is still in use: the upstream side's (above), or an admin
+# request's handler reading it on a worker thread (`ClientConnection._serve_admin_request`).
+_FRAME_IN_USE: frozenset[str] = _UPSTREAM_BACKLOG | {"admin-request"}
+# Threads for the security admin APIs answered by the gateway (`gateway.admin_apis`). Their work is
+# mostly database writes, which one database serialises anyway (SQLite's write lock, the stores'
+# component locks), plus a delegation token's two PBKDF2s: two threads keep one client's loop of admin
+# requests from holding every other, without letting admin work take every CPU from the event loop.
+ADMIN_WORKERS = 2
 LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
 # A TLS client's time for its handshake (asyncio's default: 60 s), counted against the connection limits.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -281,6 +291,9 @@ class Gateway:
         self.sasl_steps: SaslStepPool[StepOutcome] = SaslStepPool(options.sasl_workers,
                                                                   options.sasl_max_waiting_steps,
                                                                   options.sasl_max_waiting_steps_per_ip)
+        # Security admin requests run here, off the event loop (`ClientConnection._serve_admin_request`).
+        self.admin_requests: SaslStepPool[bytes] = SaslStepPool(ADMIN_WORKERS,
+                                                                 thread_name_prefix="kgov-admin-request")
         # Large request frames' buffers, every client connection together (`ClientConnection.memory`).
         if options.queued_max_request_bytes < options.max_request_bytes:
             raise ValueError("queued_max_request_bytes must be at least max_request_bytes: a frame of the largest "
@@ -379,6 +392,7 @@ class Gateway:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.sasl_steps.close()
+        self.admin_requests.close()
         for sock in self._node_sockets:  # a node listener whose serving task was cancelled before it ran
             sock.close()
         for s in self._servers:
@@ -974,7 +988,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason not in self.paused:
             return
         self.paused.discard(reason)
-        if reason in _UPSTREAM_BACKLOG and self._served_frame_held and not self.paused & _UPSTREAM_BACKLOG:
+        if reason in _FRAME_IN_USE and self._served_frame_held and not self.paused & _FRAME_IN_USE:
             self._served_frame_held = False
             self.memory.release()
         if self.paused or self.transport is None or self.closed:
@@ -1073,11 +1087,12 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def _release_served_frame(self) -> None:
         """Returns the memory of the large frame just served (answered, or forwarded to the upstream),
-        unless it still waits: for topic ids (it is served again later, and released then), or in the
-        upstream side's buffers (`_UPSTREAM_BACKLOG`: released by `resume` when that ends)."""
+        unless it still waits: for topic ids (it is served again later, and released then), in the
+        upstream side's buffers, or for an admin handler on a worker thread (`_FRAME_IN_USE`: released
+        by `resume` when that ends)."""
         if not self.memory.held or self._topic_ids_waiting is not None:
             return
-        if self.paused & _UPSTREAM_BACKLOG:
+        if self.paused & _FRAME_IN_USE:
             self._served_frame_held = True
         else:
             self.memory.release()
@@ -1176,13 +1191,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         ctx = self._context(header)
         handler = self.services.local_handlers.get(key)
         if handler is not None:
-            request = decode_request(spec, header, frame)
-            try:
-                response = handler(ctx, version, request)
-            except InvalidRequestError as exc:
-                self._refuse_invalid_request(header, exc)
-                return
-            self._complete(slot, encode_response(spec, version, header.correlation_id, response))
+            # Decoded here, so a malformed request is refused as any other (`_serve_frames`).
+            self._serve_admin_request(handler, spec, header, slot, ctx, decode_request(spec, header, frame))
             return
         if key not in PLANNERS:
             raise ApiNotEnabledError(key, version, f"{spec.name} is not allowed through the gateway")
@@ -1257,6 +1267,62 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
+
+    def _serve_admin_request(self, handler: LocalHandler, spec: ApiSpec, header: RequestHeader, slot: Slot,
+                             ctx: RequestContext, request: Any) -> None:
+        """Runs a security admin API's handler (`gateway.admin_apis`: database writes, a delegation
+        token's key derivations) on the gateway's admin threads, never on the event loop, where one
+        client sending them in a loop would stall every other client. As for a SASL step
+        (`_authenticate`), the connection is paused until the answer is back, so no later request is
+        read meanwhile: the answer takes its place in order. Outcomes as when it ran on the loop:
+        InvalidRequestError closes the connection unanswered with Kafka's log lines
+        (`_refuse_invalid_request`), AuthorizerNotReadyError aborts it, any other error closes this
+        connection only, after the earlier answers (`_serve_frames`); an error encoding the answer is
+        one of those (it was a CodecError, logged as an unreadable request, when encoded on the loop).
+
+        Request-time quota: the handler's time on its thread is recorded for the principal when the
+        answer is back (on the loop, where every quota sensor is kept), and may mute the connection as
+        `_serve_frames` does for the loop's own time; the time waiting for a thread is not counted, as
+        Kafka counts a request's handler-thread time, not its queue time (ClientRequestQuotaManager)."""
+        version, correlation_id = header.api_version, header.correlation_id
+        principal, client_id = self.principal.name, header.client_id or ""
+        spent = [0.0]  # written on the worker thread, read after its outcome is handed back
+
+        def run() -> bytes:
+            started = time.perf_counter()
+            try:
+                return encode_response(spec, version, correlation_id, handler(ctx, version, request))
+            finally:
+                spent[0] = time.perf_counter() - started
+
+        def done(future: Future[bytes]) -> None:
+            if self.closed:
+                return  # closed meanwhile (shutdown, upstream lost): a write that ran stays done
+            quotas = self.services.quotas
+            if quotas is not None:
+                throttle = quotas.record_request_time(principal, client_id, spent[0])
+                if throttle > 0:
+                    self._mute(throttle)
+            try:
+                response = future.result()
+            except InvalidRequestError as exc:
+                self._refuse_invalid_request(header, exc)
+            except AuthorizerNotReadyError:
+                self.abort("authorizer not ready")
+            except Exception as exc:
+                # The type only, as in `_serve_frames`: a message may quote request data or a store's parameters.
+                log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
+                self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
+            else:
+                self._complete(slot, response)
+            self.resume("admin-request")
+
+        # Never refused: this connection has no other admin request running (it is paused meanwhile), so
+        # the waiting ones are bounded by the connection limits; the pool serves client addresses in turn.
+        if self.gateway.admin_requests.submit(run, done, source=self.client_host, may_refuse=False) is not None:
+            self.abort("gateway shutting down")  # the pool is closed
+            return
+        self.pause("admin-request")
 
     def _refuse_invalid_request(self, header: RequestHeader, error: InvalidRequestError) -> None:
         """Kafka's close for a request its parser refuses (ERROR lines, see gateway.invalid_request),

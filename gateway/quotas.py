@@ -54,6 +54,7 @@ class QuotaEnforcer:
         self._configs: QuotaConfigs = {}
         self._version = -1
         self._sensors: dict[tuple[str, Any], Rate] = {}
+        self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._records = 0
@@ -68,12 +69,17 @@ class QuotaEnforcer:
         self._configs = configs
 
     def refresh(self) -> None:
+        """Loads the stored quotas if they changed. Called by the poll thread and by AlterClientQuotas on
+        a gateway admin thread (`gateway.admin_apis`), so one at a time: unserialised, a slower load of an
+        older version could swap its configs in after a newer one's version was noted, and the stale
+        quotas would stay until the next change. Readers take `_configs` without a lock."""
         if self._store is None:
             return
-        if self._store.version() == self._version:
-            return
-        self._version, configs = self._store.load()
-        self._configs = configs
+        with self._refresh_lock:
+            if self._store.version() == self._version:
+                return
+            self._version, configs = self._store.load()
+            self._configs = configs
 
     def start(self) -> None:
         self.refresh()

@@ -24,6 +24,11 @@ Departure from Kafka: a broker runs `SaslServerAuthenticator.authenticate` on it
 (`num.network.threads`, each serving many connections), so a slow login there stalls the other
 connections of its network thread, and nothing bounds the logins waiting.
 
+The gateway's security admin requests (ACLs, SCRAM credentials, quotas, delegation tokens) run on a
+pool of this class too, with threads of their own (`ClientConnection._serve_admin_request`): never
+refused (`may_refuse=False`), since each connection has at most one admin request running (its
+reading is paused meanwhile), so the waiting ones are bounded by the connection limits.
+
 Every count is kept on the event loop's thread (`submit` is called there and completions are handed
 back to it), so no lock is needed.
 """
@@ -77,7 +82,7 @@ class _Waiting(Generic[T]):
 
 class SaslStepPool(Generic[T]):
     def __init__(self, workers: int = 0, max_waiting: int = DEFAULT_MAX_WAITING,
-                 max_waiting_per_source: int | None = None) -> None:
+                 max_waiting_per_source: int | None = None, thread_name_prefix: str = "kgov-sasl-step") -> None:
         if max_waiting_per_source is None:
             max_waiting_per_source = default_max_waiting_per_source(max_waiting)
         if workers < 0 or max_waiting < 0 or max_waiting_per_source < 0:
@@ -85,7 +90,7 @@ class SaslStepPool(Generic[T]):
         self.workers = workers or default_workers()
         self.max_waiting = max_waiting
         self.max_waiting_per_source = max_waiting_per_source
-        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kgov-sasl-step")
+        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix=thread_name_prefix)
         self._running = 0  # handed to a thread, outcome not yet handed back to the loop
         # Waiting steps per source, the sources in their turn's order (the next to run is first).
         self._queues: dict[str, deque[_Waiting[T]]] = {}

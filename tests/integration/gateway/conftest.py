@@ -65,6 +65,33 @@ def wait_until(check: Callable[[], bool], timeout: float = 30) -> None:
         time.sleep(0.01)
 
 
+@contextlib.contextmanager
+def metadata_round_trips(raw: Any) -> Iterator[list[tuple[float, float]]]:
+    """While the block runs, a thread of its own sends Metadata (no topics: through the gateway to the
+    broker) on `raw` (a logged-in RawClient) one at a time, 2 ms apart; yields the (sent at, seconds to
+    the answer) of every round trip so far: another client's latency while the block loads the gateway."""
+    from gateway.codec import SPECS
+
+    latencies: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def measure() -> None:
+        while not stop.is_set():
+            sent = time.monotonic()
+            assert raw.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False)
+                            ).throttle_time_ms == 0
+            latencies.append((sent, time.monotonic() - sent))
+            time.sleep(0.002)
+
+    measurer = threading.Thread(target=measure)
+    measurer.start()
+    try:
+        yield latencies
+    finally:
+        stop.set()
+        measurer.join(timeout=30)
+
+
 def upstream_of(bootstrap: str) -> tuple[str, int]:
     host, port = bootstrap.rsplit(":", 1)
     return host, int(port)

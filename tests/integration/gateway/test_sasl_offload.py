@@ -22,7 +22,13 @@ from gateway.codec import SPECS
 from gateway.proxy import Services
 from sasl.mechanism import Step, Success, UnsupportedMechanismError
 from sasl.scram import MAX_ITERATIONS
-from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, wait_until
+from tests.integration.gateway.conftest import (
+    AuthzFixture,
+    RawClient,
+    RunningGateway,
+    metadata_round_trips,
+    wait_until,
+)
 from tests.integration.gateway.test_frame_reading import framed
 from tests.integration.gateway.test_sasl import PASSWORD, scram_login
 
@@ -76,19 +82,7 @@ def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
     for raw in clients:
         plain_handshake(raw)
 
-    latencies: list[tuple[float, float]] = []  # (sent at, seconds to the answer)
-    stop = threading.Event()
-
-    def measure() -> None:
-        while not stop.is_set():
-            sent = time.monotonic()
-            assert other.call(3, 12, metadata()).throttle_time_ms == 0
-            latencies.append((sent, time.monotonic() - sent))
-            time.sleep(0.002)
-
-    measurer = threading.Thread(target=measure)
-    measurer.start()
-    try:
+    with metadata_round_trips(other) as latencies:  # (sent at, seconds to the answer)
         time.sleep(0.2)  # the other client's latency before the storm
         storm_started = time.monotonic()
         for n, raw in enumerate(clients):
@@ -96,9 +90,6 @@ def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
         answers = [raw.receive(36, 1) for raw in clients]
         storm_ended = time.monotonic()
         time.sleep(0.1)
-    finally:
-        stop.set()
-        measurer.join(timeout=30)
     for raw in clients:
         raw.close()
     other.close()
