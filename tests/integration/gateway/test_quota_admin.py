@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -51,6 +53,49 @@ def test_store_roundtrip_defaults_and_removal(db_url: str) -> None:
     enforcer = QuotaEnforcer(QuotaStore(engine))
     enforcer.refresh()
     assert enforcer.configs[ALICE] == {PRODUCER_BYTE_RATE: 1500.0}
+    engine.dispose()
+
+
+class PausedFirstLoad(QuotaStore):
+    """The first `load` reads the store, then waits for `release` before it returns: a poll that read
+    an older version and is slow to finish."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self._loads = 0
+
+    def load(self) -> tuple[int, dict[QuotaEntity, dict[str, float]]]:
+        loaded = super().load()
+        self._loads += 1
+        if self._loads == 1:
+            self.entered.set()
+            assert self.release.wait(30)
+        return loaded
+
+
+def test_a_slow_poll_never_undoes_a_later_refresh(db_url: str) -> None:
+    # The poll thread and AlterClientQuotas (on a gateway admin thread) both refresh the enforcer. The
+    # refresh after a write must leave the written quotas in force, even when a poll that loaded the
+    # version before the write ends after it.
+    engine = open_engine(db_url)
+    store = PausedFirstLoad(engine)
+    store.migrate()
+    store.alter([(ALICE, [QuotaOp(PRODUCER_BYTE_RATE, 1000)])])
+    enforcer = QuotaEnforcer(store)
+    poll = threading.Thread(target=enforcer.refresh)
+    poll.start()
+    assert store.entered.wait(30)  # the poll has read 1000 and waits
+    store.alter([(ALICE, [QuotaOp(PRODUCER_BYTE_RATE, 2000)])])
+    after_write = threading.Thread(target=enforcer.refresh)
+    after_write.start()
+    after_write.join(timeout=0.3)  # unserialised, it would be done by now, before the poll
+    store.release.set()
+    poll.join(timeout=30)
+    after_write.join(timeout=30)
+    assert not poll.is_alive() and not after_write.is_alive()
+    assert enforcer.configs == {ALICE: {PRODUCER_BYTE_RATE: 2000.0}}
     engine.dispose()
 
 
