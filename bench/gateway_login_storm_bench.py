@@ -18,11 +18,17 @@ own CPU goes to framing, not to PBKDF2.
   Printed: the flood's logins/s and refusals, the victim's logins (succeeded / refused) and their
   latency p50 / p99 / max.
 
-Printed per kind `plain-slow` and `scram`: logins/s, and the other client's Metadata latency p50 / p99 /
-max before (quiet) and during the storm.
+- `admin-token` / `admin-acls`: not logins but the security admin APIs the gateway answers itself:
+  `--clients` connections, each logged in once as the super user `admin`, send CreateDelegationToken
+  (two PBKDF2s and a SQLite write each) / CreateAcls (one new ACL, a SQLite write) one after another.
+
+Printed per kind `plain-slow`, `scram`, `admin-token` and `admin-acls`: logins (or admin requests) per
+second, and the other client's Metadata latency p50 / p99 / max before (quiet) and during the storm.
 
     .venv/bin/python bench/gateway_login_storm_bench.py [--seconds 5] [--clients 32] [--kinds plain-slow,scram]
         [--source DIR] [--sasl-workers N] [--max-waiting N]
+
+    .venv/bin/python bench/gateway_login_storm_bench.py --kinds admin-token,admin-acls --clients 1
 
     .venv/bin/python bench/gateway_login_storm_bench.py --kinds flood --clients 160 --max-waiting 64
 
@@ -70,10 +76,12 @@ def prepare_database(tmp: Path) -> dict[str, str]:
         service.set_scram_credential(f"slow{n}", "SCRAM-SHA-512", STORM_PASSWORD, iterations=MAX_ITERATIONS,
                                      actor="bench")
     service.set_scram_credential("cheap", "SCRAM-SHA-512", STORM_PASSWORD, actor="bench")
+    service.set_scram_credential("admin", "SCRAM-SHA-512", STORM_PASSWORD, actor="bench")  # the super user
     engine.dispose()
     return {**os.environ, "KGOV_DB": db, "KGOV_DATA_DIR": str(tmp), "KGOV_GATEWAY__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
             "KGOV_GATEWAY__ADDRESS_MODE": "single", "KGOV_SASL__PLAIN_CACHE_SIZE": "0",
-            "KGOV_SASL__MAX_FAILED_ATTEMPTS_PER_SOURCE": "1000000", "KGOV_GATEWAY__REQUEST_LOG": "false"}
+            "KGOV_SASL__MAX_FAILED_ATTEMPTS_PER_SOURCE": "1000000", "KGOV_GATEWAY__REQUEST_LOG": "false",
+            "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY": "bench-delegation-token-secret"}
 
 
 class Wire:
@@ -140,8 +148,44 @@ async def login(port: int, kind: str, n: int, source: str = FLOOD_ADDRESS) -> bo
             await writer.wait_closed()
 
 
+async def admin_loop(port: int, kind: str, w: int, deadline: float) -> tuple[int, int]:
+    """One connection logged in as `admin`, sending `kind`'s admin request one after another until
+    `deadline`: (answered without error, answered with one)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    wire = Wire(reader, writer)
+    auth = SPECS[36].request[1]
+    assert (await wire.call(17, 1, SPECS[17].request[1](mechanism="SCRAM-SHA-512"))).error_code == 0
+    client = CachedScramClient("admin", STORM_PASSWORD)
+    first = await wire.call(36, 1, auth(auth_bytes=client.first_message()))
+    assert (await wire.call(36, 1, auth(auth_bytes=client.final_message(bytes(first.auth_bytes))))).error_code == 0
+    token = SPECS[38].request[3]
+    acls = SPECS[30].request[3]
+    ok = failed = n = 0
+    try:
+        while time.monotonic() < deadline:
+            n += 1
+            if kind == "admin-token":
+                answer = await wire.call(38, 3, token(owner_principal_type=None, owner_principal_name=None,
+                                                      max_lifetime_ms=-1, renewers=[]))
+                good = answer.error_code == 0
+            else:
+                answer = await wire.call(30, 3, acls(creations=[acls.AclCreation(
+                    resource_type=2, resource_name=f"bench-{w}-{n}", resource_pattern_type=3, principal="User:x",
+                    host="*", operation=3, permission_type=3)]))
+                good = [r.error_code for r in answer.results] == [0]
+            ok += good
+            failed += not good
+    finally:
+        writer.close()
+    return ok, failed
+
+
 async def storm(port: int, kind: str, clients: int, seconds: float, backoff_s: float = 0.0) -> tuple[int, int, float]:
     deadline = time.monotonic() + seconds
+    if kind.startswith("admin-"):
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(admin_loop(port, kind, w, deadline) for w in range(clients)))
+        return sum(o[0] for o in outcomes), sum(o[1] for o in outcomes), time.monotonic() - started
     ok = failed = 0
 
     async def worker(w: int) -> None:
@@ -260,7 +304,8 @@ def run_kind(port: int, kind: str, clients: int, seconds: float) -> None:
     ok, failed, elapsed = asyncio.run(storm(port, kind, clients, seconds))
     during = parent.recv()
     proc.join()
-    print(f"{kind:10s} {ok / elapsed:8.1f} logins/s ({ok} ok, {failed} failed, {clients} clients, {elapsed:.1f} s)")
+    unit = "requests/s" if kind.startswith("admin-") else "logins/s"
+    print(f"{kind:10s} {ok / elapsed:8.1f} {unit} ({ok} ok, {failed} failed, {clients} clients, {elapsed:.1f} s)")
     print(f"           other client quiet:  {latency_text(quiet)}")
     print(f"           other client storm:  {latency_text(during)}")
 
