@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,14 +18,19 @@ import pytest
 
 from authz.model import Principal
 from gateway.codec import SPECS, decode_response
+from gateway.framing import SCRATCH_BYTES
+from gateway.proxy import Services
 from gateway.quota_model import REQUEST_PERCENTAGE
 from tests.integration.gateway.conftest import (
+    AuthzFixture,
     RawClient,
     RunningGateway,
     metadata_round_trips,
     recv_exactly,
     wait_until,
 )
+from tests.integration.gateway.test_frame_memory import LIMIT
+from tests.integration.gateway.test_frame_reading import framed
 from tests.integration.gateway.test_sasl import scram_login
 
 pytestmark = [pytest.mark.broker]
@@ -189,3 +195,44 @@ def test_an_admin_handlers_time_on_its_thread_counts_toward_the_request_quota(gw
     admin.close()
     assert muted_s >= 0.8, (muted_s, free_s)
     assert free_s < 0.5, (muted_s, free_s)
+
+
+def test_a_large_admin_request_keeps_its_frame_memory_until_its_handler_is_done(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # A CreateAcls handler that waits for the test (the one fault injection of this file): while it runs
+    # on its thread, the request's decoded fields still point into its frame, so the frame stays counted
+    # in the gateway's frame memory, and the connection reads nothing more.
+    gate, entered = threading.Event(), threading.Event()
+    response = SPECS[30].response
+    result = response.fields["results"].data_class
+
+    def gated(ctx: Any, version: int, request: Any) -> Any:
+        entered.set()
+        assert gate.wait(30)
+        return response(results=[result(error_code=0, error_message=None) for _ in request.creations])
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: gated}), max_request_bytes=LIMIT,
+                         queued_max_request_bytes=LIMIT)
+    pool = gw.gateway.frame_memory
+    raw = RawClient(gw.bootstrap)
+    try:
+        creations = CREATE_ACLS(creations=[CREATE_ACLS.AclCreation(
+            resource_type=2, resource_name=f"t-{n:05d}-".ljust(240, "x"), resource_pattern_type=3,
+            principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
+        frame = framed(raw, 30, 3, creations)
+        assert SCRATCH_BYTES < len(frame) - 4 < LIMIT  # a large frame: it takes pool memory
+        after = framed(raw, 3, 12, metadata())
+        raw.sock.sendall(frame + after)
+        assert entered.wait(30)
+        (conn,) = gw.gateway._connections
+        time.sleep(0.1)
+        assert pool.used == len(frame) - 4 and "admin-request" in conn.paused
+        gate.set()
+        assert [r.error_code for r in raw.receive(30, 3).results] == [0] * 1_500
+        assert raw.receive(3, 12).throttle_time_ms == 0  # read and answered only after the admin request
+        wait_until(lambda: pool.used == 0)
+    finally:
+        gate.set()
+        raw.close()
