@@ -150,7 +150,9 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _PEER_GONE = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
-# An API the gateway answers itself (security admin APIs, quotas): returns the response message.
+# An API the gateway answers itself (security admin APIs, quotas): returns the response message. Runs on
+# one of the gateway's admin threads (`ClientConnection._serve_admin_request`), so what it touches must be
+# safe to use from a thread other than the event loop's.
 LocalHandler = Callable[[RequestContext, int, Any], Any]
 
 
