@@ -62,7 +62,7 @@ EMBEDDED_BROKER_WARNING = (
 )
 
 
-def _free_port() -> int:
+def reserved_loopback_port() -> int:
     """A loopback port for the embedded broker, which binds it later (with SO_REUSEADDR, as Tokio's
     listeners do). Released through one accepted connection that this side closes first, the port stays
     in TIME_WAIT for a minute: meanwhile the kernel hands it to no other bind(0) or outgoing connection,
@@ -130,7 +130,7 @@ def embedded_broker(data_dir: Path, policy: RestartPolicy | None = None, *,
     """Tansu with memory storage on a free loopback port, restarted on that port when it dies
     (kgov.broker_supervisor); yields it as `127.0.0.1:PORT`. Once the supervisor gives up it calls
     `on_give_up` (default: stop this process as SIGTERM would)."""
-    port = _free_port()
+    port = reserved_loopback_port()
     url = f"tcp://127.0.0.1:{port}"
     log_path = private_file(data_dir / "tansu.log")
 

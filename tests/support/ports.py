@@ -7,25 +7,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kgov.up import reserved_loopback_port
+
 
 def free_port() -> int:
     """A loopback port for a server that binds it later (with SO_REUSEADDR, as uvicorn, asyncio, the
     gateway's node listeners, Tansu, PostgreSQL and Vault all do).
 
     Looked up free and then released, a port could be handed meanwhile to another process's bind(0) or
-    outgoing connection (other test sessions share the machine). So it is released through one accepted
-    connection that this side closes first: the port stays in TIME_WAIT for a minute, during which the
-    kernel hands it to no bind(0) and no connect(), while a SO_REUSEADDR bind takes it at once. Where a
-    test only needs a port that refuses connections, `refused_port` holds one instead."""
-    with socket.socket() as listener:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        port = int(listener.getsockname()[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=10):
-            accepted, _ = listener.accept()
-            accepted.close()  # closed first: TIME_WAIT is on the server side, the port's side
-    return port
+    outgoing connection (other test sessions share the machine). `kgov up` has the same need for its
+    broker's port, so this is its `reserved_loopback_port`: the port is left in TIME_WAIT for a minute,
+    during which the kernel hands it to no bind(0) and no connect(), while a SO_REUSEADDR bind takes it at
+    once. Where a test only needs a port that refuses connections, `refused_port` holds one instead."""
+    return reserved_loopback_port()
 
 
 @contextmanager

@@ -39,9 +39,9 @@ def test_the_brokers_port_is_held_for_it_until_it_binds() -> None:
     import errno
     import socket
 
-    from kgov.up import _free_port
+    from kgov.up import reserved_loopback_port
 
-    port = _free_port()
+    port = reserved_loopback_port()
     with socket.socket() as plain:
         with pytest.raises(OSError) as taken:
             plain.bind(("127.0.0.1", port))
