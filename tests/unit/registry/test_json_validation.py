@@ -620,6 +620,18 @@ def test_references_to_ids_and_anchors_do_not_search_the_schema_each_time() -> N
         assert refusal(schema, [0, "x"]).endswith('at $[1], type "integer" is not met')
 
 
+@pytest.mark.parametrize("reference", [{"a": 1}, ["x"], 5, None])
+@pytest.mark.parametrize("keyword", ["$ref", "$dynamicRef"])
+def test_a_reference_that_is_not_a_string_is_refused_as_unresolvable(reference: Any, keyword: str) -> None:
+    # A referenced schema is not checked against its meta-schema: a `$ref` that is no string raised
+    # `AttributeError` or `TypeError` through the deserializer, past consumers catching `SerializationError`.
+    for placed in ({"properties": {"x": {keyword: reference}}},
+                   {"$schema": DRAFT2020, "properties": {"x": {keyword: reference}}, "unevaluatedProperties": False}):
+        validator = _validator({"$ref": "lib.json"}, [("lib.json", FetchedSchema(json.dumps(placed), "JSON"))])
+        with pytest.raises(SerializationError, match=r"^JSON Schema reference cannot be resolved: "):
+            _validate(validator, {"x": 1})
+
+
 def test_a_referenced_schema_with_a_malformed_keyword_still_serves_pointers_into_it() -> None:
     # The registry it cannot be searched in is searched no sooner than before: when a `$ref` needs it.
     referenced = [("lib.json", FetchedSchema(json.dumps({"$defs": {"n": {"type": "integer"}}, "properties": [1]}),
