@@ -346,11 +346,13 @@ def _referred(validator: Any, schema: dict[str, Any], draft2019: bool) -> list[t
     `$dynamicRef` (2020-12) resolve to, for the searches of what a schema evaluates."""
     references = []
     if schema.get("$ref") is not None:
+        _textual(schema["$ref"])
         _charge(_reference_units(schema["$ref"]) + _fresh_resolution_units(schema["$ref"]))
         references.append(validator._resolver.lookup(schema["$ref"]))
     if draft2019 and "$recursiveRef" in schema:
         references.append(referencing.jsonschema.lookup_recursive_ref(validator._resolver))
     if not draft2019 and schema.get("$dynamicRef") is not None:
+        _textual(schema["$dynamicRef"])
         _charge(_reference_units(schema["$dynamicRef"]) + _fresh_resolution_units(schema["$dynamicRef"]))
         references.append(validator._resolver.lookup(schema["$dynamicRef"]))
     return [(validator.evolve(schema=resolved.contents, _resolver=resolved.resolver), resolved.contents)
@@ -769,6 +771,7 @@ def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[Validati
     if self._ref_resolver is not None:  # jsonschema's deprecated `RefResolver`
         return _LEGACY_REFERENCE(self, ref, instance)  # type: ignore[no-any-return]
     resolver = self._resolver
+    _textual(ref)
     spending = _SPENDING.get()
     kept = None if spending is None else spending.resolved.get((id(resolver), ref))
     if kept is not None and kept[0] is resolver:
@@ -782,6 +785,15 @@ def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[Validati
         if spending is not None and len(spending.resolved) < _KEPT_RESOLUTIONS:
             spending.resolved[id(resolver), ref] = (resolver, resolved)
     return self.descend(instance, resolved.contents, resolver=resolved.resolver)  # type: ignore[no-any-return]
+
+
+def _textual(ref: object) -> None:
+    """Refuses a reference that is not a string as unresolvable: a referenced schema is not checked
+    against its meta-schema, and `referencing` raised `AttributeError` on one (the kept resolutions'
+    table `TypeError`), which went through the serdes past callers catching `SerializationError`."""
+    if not isinstance(ref, str):
+        raise jsonschema.exceptions._WrappedReferencingError(
+            referencing.exceptions.Unresolvable(ref=f"({type(ref).__name__}, not a string)"))
 
 
 def _fresh_resolution_units(ref: object) -> int:
