@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
@@ -233,3 +234,38 @@ def same_as_jsonschema(schema: Any, values: list[Any], referenced: list[tuple[st
 def test_references_resolve_as_jsonschema_resolves_them(draft: str, data: st.DataObject) -> None:
     schema, referenced = data.draw(documents(draft))
     same_as_jsonschema(schema, data.draw(st.lists(objects(), min_size=1, max_size=4)), referenced)
+
+
+NESTED = {"$schema": DRAFT2020, "$id": "https://ex.com/root.json", "$defs": {"t": {"type": "integer"}},
+          "properties": {"a": {"$id": "inner.json", "$defs": {"t": {"type": "string"}}, "$ref": "#/$defs/t"},
+                         "b": {"$ref": "#/$defs/t"}}}
+
+
+def test_the_fast_construction_makes_what_init_makes() -> None:
+    # `_evolve` sets the fields itself, skipping attrs' `__init__`: each field as `__init__` would set it.
+    validator = _validator(NESTED)
+    inner = validator._resolver.in_subresource(referencing.jsonschema.DRAFT202012.create_resource(
+        NESTED["properties"]["a"]))
+    for changes in ({"schema": NESTED["properties"]["b"]}, {"schema": NESTED["properties"]["a"], "_resolver": inner}):
+        fast = validator.evolve(**changes)
+        with constructed_by_init():
+            made = validator.evolve(**changes)
+        assert type(fast) is type(made)
+        assert not hasattr(fast, "_validators") and hasattr(made, "_validators")  # it went through `__init__`
+        for field in attrs.fields(type(made)):
+            if field.init:
+                assert getattr(fast, field.name) is getattr(made, field.name), field.name
+    same_as_jsonschema(NESTED, [{"a": "x", "b": 1}, {"a": 1, "b": 1}, {"a": "x", "b": "x"}])
+
+
+def test_validators_are_made_through_init_when_jsonschemas_fields_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A jsonschema whose validator classes hold another field than those `_evolve` sets itself.
+    monkeypatch.setattr(registry.json_validation, "_DIRECT", [*registry.json_validation._DIRECT, ("extra", "_extra")])
+    cls = registry.json_validation.linear_time(jsonschema.validators.extend(jsonschema.Draft202012Validator, {}))
+    assert cls._DIRECT_FIELDS is False
+    validator = cls(NESTED, _resolver=_validator(NESTED)._resolver)
+    with within_budget({}, WorkBudget(base=10**9)):
+        assert hasattr(validator.evolve(schema={"type": "string"}), "_validators")
+        assert validator.is_valid({"a": "x", "b": 1})
+        assert not validator.is_valid({"a": 1, "b": 1})
+        assert not validator.is_valid({"a": "x", "b": "x"})
