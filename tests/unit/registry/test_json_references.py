@@ -269,3 +269,23 @@ def test_validators_are_made_through_init_when_jsonschemas_fields_differ(monkeyp
         assert validator.is_valid({"a": "x", "b": 1})
         assert not validator.is_valid({"a": 1, "b": 1})
         assert not validator.is_valid({"a": "x", "b": "x"})
+
+
+def same_text_elsewhere(draft: str) -> dict[str, Any]:
+    """"#/<defs>/t" in the root (an integer), in a resource reached by `$ref` and in one applied in
+    place (strings there): one text, two targets, met in one value."""
+    defs, key = ("$defs" if draft in MODERN else "definitions"), ("id" if draft == DRAFT4 else "$id")
+
+    def resource(uri: str) -> dict[str, Any]:
+        return {key: uri, defs: {"t": {"type": "string"}}, "properties": {"a": {"$ref": f"#/{defs}/t"}}}
+    return {"$schema": draft, defs: {"t": {"type": "integer"}, "x": resource("urn:ex:x")},
+            "properties": {"a": {"$ref": f"#/{defs}/t"}, "b": {"$ref": "urn:ex:x"}, "c": resource("urn:ex:y")}}
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_one_reference_text_meaning_two_targets_in_one_value(draft: str) -> None:
+    schema = same_text_elsewhere(draft)
+    values = [{"a": 1, "b": {"a": "s"}, "c": {"a": "s"}}, {"a": 1, "b": {"a": 1}}, {"a": 1, "c": {"a": 1}},
+              {"b": {"a": "s"}, "a": 1}, {"c": {"a": 2}, "b": {"a": 2}, "a": "s"}]
+    same_as_jsonschema(schema, values)
+    assert [_validator(schema).is_valid(value) for value in values] == [True, False, False, True, False]
