@@ -33,7 +33,9 @@ shared across threads, and fresh for each value. `anyOf` and `oneOf` leave a fai
 first error (jsonschema evaluates it whole, to report its errors should no branch match: they are
 gathered only then), `unevaluatedItems` keeps the evaluated indexes in a set (jsonschema's list made
 it quadratic), and `multipleOf` answers for integers beyond a float's range (jsonschema raised
-`OverflowError`); answers and errors are jsonschema's. The serdes check a schema (its patterns and
+`OverflowError`); answers and errors are jsonschema's. (One departure follows: a failing branch
+left at its first error never reaches what follows in it, so a `$ref` there that cannot be resolved,
+on which jsonschema raises, is never resolved; the answer is the one it would be whatever it meant.) The serdes check a schema (its patterns and
 meta-schema) within `SCHEMA_CHECK_BUDGET`, counted over the schema's nodes.
 """
 
