@@ -17,7 +17,7 @@ Run against a tree without the budget (`cd /work/main && .venv/bin/python <this 
 the linear figures only: the old side of the comparison.
 
 Then how long hostile schemas take to be refused under the default budget, on 1 MB values. With
-`--per-step`, only the microseconds a step of 23 hostile shapes costs (the budget's worth at worst);
+`--per-step`, only the microseconds a step of 25 hostile shapes costs (the budget's worth at worst);
 with `--ordinary`, only the record, a 40-line order and 20 GeoJSON polygons within the budget (for
 comparing trees: `PYTHONPATH=<other tree> ... --ordinary`).
 
@@ -333,6 +333,12 @@ def hostile_shapes() -> Any:
     yield "type error big dict", {"allOf": [{"type": "array"}] * 50}, {f"k{i}": [i, "v"] for i in range(30_000)}
     yield "multipleOf big", {"type": "array", "items": {"multipleOf": 3 ** 2000}}, [3 ** 2500] * 2_000
     yield "all keywords per item", {"$schema": D2020, "type": "array", "items": ALL_KEYWORDS}, [0] * 5_000
+    # a `$ref` beside an `$id`: a new resolver at each application, so its resolution is never kept
+    yield "$ref beside $id per item", {"$schema": D2020, "$id": "urn:root", "$defs": {"d": {}}, "type": "array",
+                                       "items": {"$id": "urn:item", "$ref": "urn:root#/$defs/d"}}, [0] * 5_000
+    wrapped = {"d0": {"minLength": 0}, **{f"d{n}": {"allOf": [{"$id": f"urn:w{n}", "$ref": f"urn:root#/$defs/d{n - 1}"}] * 2}
+                                        for n in range(1, 13)}}
+    yield "fan-out 12 through $ids", {"$schema": D2020, "$id": "urn:root", "$defs": wrapped, "$ref": "#/$defs/d12"}, {}
     yield "not-not nested", {"type": "array", "items": {"not": {"not": {"not": {"not": {"type": "integer"}}}}}}, [0] * 10_000
 
 

@@ -33,7 +33,9 @@ shared across threads, and fresh for each value. `anyOf` and `oneOf` leave a fai
 first error (jsonschema evaluates it whole, to report its errors should no branch match: they are
 gathered only then), `unevaluatedItems` keeps the evaluated indexes in a set (jsonschema's list made
 it quadratic), and `multipleOf` answers for integers beyond a float's range (jsonschema raised
-`OverflowError`); answers and errors are jsonschema's. The serdes check a schema (its patterns and
+`OverflowError`); answers and errors are jsonschema's. (One departure follows: a failing branch
+left at its first error never reaches what follows in it, so a `$ref` there that cannot be resolved,
+on which jsonschema raises, is never resolved; the answer is the one it would be whatever it meant.) The serdes check a schema (its patterns and
 meta-schema) within `SCHEMA_CHECK_BUDGET`, counted over the schema's nodes.
 """
 
@@ -120,11 +122,12 @@ DEFAULT_WORK_BUDGET: Final = WorkBudget()
 
 # The checks of a schema the serdes validate against (its patterns compiled, the meta-schema), counted
 # over the schema's nodes and those of the schemas it references. The meta-schemas of 2019-09 and
-# 2020-12 take 6.7 to 7.6 steps a node of ordinary schemas, up to 17.6 on schemas of many small
-# subschemas (`"properties": {"a": true, ...}`), draft 7 and earlier 1.7 to 2.8
-# (`bench/registry_json_validation_bench.py --schema-check`); over twice the most leaves room and still
-# bounds what a registry's schema costs each consumer in proportion to its size.
-SCHEMA_CHECK_BUDGET: Final = WorkBudget(per_node=40)
+# 2020-12 take 6.7 to 7.6 steps a node of ordinary schemas, up to 22.5 on schemas of many small
+# subschemas (`"properties": {"a": true, ...}`; 2019-09, whose `$recursiveRef`s resolve afresh:
+# `_RESOLVED`), draft 7 and earlier 1.7 to 2.8 (`bench/registry_json_validation_bench.py --schema-check`);
+# over twice the most leaves room and still bounds what a registry's schema costs each consumer in
+# proportion to its size.
+SCHEMA_CHECK_BUDGET: Final = WorkBudget(per_node=48)
 
 
 _END: Final = object()
@@ -175,6 +178,13 @@ _COMPILED: Final = 2  # charged when `_program_size` finds it compiled again
 _READ_CHARS: Final = 32  # characters of a `$ref` resolved or a string a format checker reads, per unit
 _SEGMENT: Final = 16  # one segment of a `$ref`'s JSON pointer followed (`referencing`: 1.2-1.5 us each)
 _FREE_SEGMENTS: Final = 2  # beyond the segments of `#/$defs/name`
+# A `$ref` resolved afresh rather than kept (`_validate_reference`: a resolver met for the first time,
+# as in a subschema with an `$id`, at each application): `referencing` walks its pointer (2-4 us, what
+# `_APPLY` no longer counts), and joins a reference not starting with "#" to the base URI and splits it
+# again (3-5 us more). A subschema with an `$id` entering its own resource joins that to the base URI.
+_RESOLVED: Final = 32
+_JOINED: Final = 48
+_SUBRESOURCE: Final = 64
 _COMPARED: Final = 6  # one JSON node compared by `enum` or `const`
 _COMPARED_CHARS: Final = 1024  # characters of two strings compared equal in length (memcmp)
 _HASHED: Final = 24  # one JSON node hashed whole by `uniqueItems`
@@ -338,12 +348,14 @@ def _referred(validator: Any, schema: dict[str, Any], draft2019: bool) -> list[t
     `$dynamicRef` (2020-12) resolve to, for the searches of what a schema evaluates."""
     references = []
     if schema.get("$ref") is not None:
-        _charge(_reference_units(schema["$ref"]))
+        _textual(schema["$ref"])
+        _charge(_reference_units(schema["$ref"]) + _fresh_resolution_units(schema["$ref"]))
         references.append(validator._resolver.lookup(schema["$ref"]))
     if draft2019 and "$recursiveRef" in schema:
         references.append(referencing.jsonschema.lookup_recursive_ref(validator._resolver))
     if not draft2019 and schema.get("$dynamicRef") is not None:
-        _charge(_reference_units(schema["$dynamicRef"]))
+        _textual(schema["$dynamicRef"])
+        _charge(_reference_units(schema["$dynamicRef"]) + _fresh_resolution_units(schema["$dynamicRef"]))
         references.append(validator._resolver.lookup(schema["$dynamicRef"]))
     return [(validator.evolve(schema=resolved.contents, _resolver=resolved.resolver), resolved.contents)
             for resolved in references]
@@ -697,8 +709,11 @@ def _descending(specification: Any, applicable: Any) -> Any:
             if resolver is None:
                 # Only an `$id` (`id` before draft 6) moves the base URI: without either key every
                 # dialect's `id_of` answers None and `in_subresource` its resolver as it is.
-                resolver = self._resolver if isinstance(schema, dict) and "$id" not in schema and "id" not in schema \
-                    else self._resolver.in_subresource(specification.create_resource(schema))
+                if isinstance(schema, dict) and "$id" not in schema and "id" not in schema:
+                    resolver = self._resolver
+                else:
+                    _charge(_SUBRESOURCE)
+                    resolver = self._resolver.in_subresource(specification.create_resource(schema))
             evolved = self.evolve(schema=schema, _resolver=resolver)
         for keyword, value in applicable(schema):
             keyword_function = evolved.VALIDATORS.get(keyword)
@@ -758,11 +773,13 @@ def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[Validati
     if self._ref_resolver is not None:  # jsonschema's deprecated `RefResolver`
         return _LEGACY_REFERENCE(self, ref, instance)  # type: ignore[no-any-return]
     resolver = self._resolver
+    _textual(ref)
     spending = _SPENDING.get()
     kept = None if spending is None else spending.resolved.get((id(resolver), ref))
     if kept is not None and kept[0] is resolver:
         resolved = kept[1]
     else:
+        _charge(_fresh_resolution_units(ref))
         try:
             resolved = resolver.lookup(ref)
         except referencing.exceptions.Unresolvable as err:
@@ -770,6 +787,20 @@ def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[Validati
         if spending is not None and len(spending.resolved) < _KEPT_RESOLUTIONS:
             spending.resolved[id(resolver), ref] = (resolver, resolved)
     return self.descend(instance, resolved.contents, resolver=resolved.resolver)  # type: ignore[no-any-return]
+
+
+def _textual(ref: object) -> None:
+    """Refuses a reference that is not a string as unresolvable: a referenced schema is not checked
+    against its meta-schema, and `referencing` raised `AttributeError` on one (the kept resolutions'
+    table `TypeError`), which went through the serdes past callers catching `SerializationError`."""
+    if not isinstance(ref, str):
+        raise jsonschema.exceptions._WrappedReferencingError(
+            referencing.exceptions.Unresolvable(ref=f"({type(ref).__name__}, not a string)"))
+
+
+def _fresh_resolution_units(ref: object) -> int:
+    """What resolving `ref` afresh costs beyond `_reference_units` (`_RESOLVED`, `_JOINED`)."""
+    return _RESOLVED + (0 if isinstance(ref, str) and ref.startswith("#") else _JOINED)
 
 
 # At most this many resolutions are kept per value: a subschema with an `$id` makes a new resolver at
