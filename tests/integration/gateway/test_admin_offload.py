@@ -236,3 +236,77 @@ def test_a_large_admin_request_keeps_its_frame_memory_until_its_handler_is_done(
     finally:
         gate.set()
         raw.close()
+
+
+def gated_create_acls() -> tuple[Callable[..., Any], threading.Event, threading.Event]:
+    """A CreateAcls handler that waits for the test: (handler, gate, entered)."""
+    gate, entered = threading.Event(), threading.Event()
+    response = SPECS[30].response
+    result = response.fields["results"].data_class
+
+    def gated(ctx: Any, version: int, request: Any) -> Any:
+        entered.set()
+        assert gate.wait(30)
+        return response(results=[result(error_code=0, error_message=None) for _ in request.creations])
+
+    return gated, gate, entered
+
+
+def test_a_connection_closed_while_its_admin_handler_runs_keeps_the_frame_counted_until_the_handler_is_done(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # The gateway closes the connection (here: its upstream connection is lost) while a large CreateAcls
+    # is still on its thread. The handler still reads the request's fields, which point into the frame:
+    # the frame's bytes stay counted in the frame memory until it is done, or clients closing during
+    # their admin requests would hold frames beyond `queued_max_request_bytes`.
+    gated, gate, entered = gated_create_acls()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: gated}), max_request_bytes=LIMIT,
+                         queued_max_request_bytes=LIMIT)
+    pool = gw.gateway.frame_memory
+    raw = RawClient(gw.bootstrap)
+    try:
+        creations = CREATE_ACLS(creations=[CREATE_ACLS.AclCreation(
+            resource_type=2, resource_name=f"t-{n:05d}-".ljust(240, "x"), resource_pattern_type=3,
+            principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
+        frame = framed(raw, 30, 3, creations)
+        assert SCRATCH_BYTES < len(frame) - 4 < LIMIT
+        (conn,) = gw.gateway._connections
+        wait_until(lambda: conn.upstream is not None and conn.upstream.transport is not None)
+        raw.sock.sendall(frame)
+        assert entered.wait(30)
+        gw.loop.call_soon_threadsafe(lambda: conn.upstream.transport.close())  # the upstream is lost
+        wait_until(lambda: conn.closed)
+        time.sleep(0.1)
+        assert pool.used == len(frame) - 4  # the handler still holds the frame
+        gate.set()
+        wait_until(lambda: pool.used == 0)  # and gives it back once done, once
+        time.sleep(0.1)
+        assert pool.used == 0
+        assert raw.closed_by_peer()  # unanswered
+    finally:
+        gate.set()
+        raw.close()
+
+
+def test_a_connection_whose_admin_handler_runs_is_not_idle(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # The idle timeout closes a connection with nothing in flight; an admin request on its thread (its
+    # answer not yet due, the client not read meanwhile) is in flight like a forwarded request.
+    gated, gate, entered = gated_create_acls()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: gated}), idle_timeout_s=0.3)
+    raw = RawClient(gw.bootstrap)
+    try:
+        cid = raw.send(30, 3, acl_creation("idle-topic"))
+        assert entered.wait(30)
+        (conn,) = gw.gateway._connections
+        time.sleep(0.8)  # more than twice the idle timeout
+        assert not conn.closed, conn.close_reason
+        gate.set()
+        got, message = answer(raw, 30, 3)
+        assert (got, [r.error_code for r in message.results]) == (cid, [0])
+    finally:
+        gate.set()
+        raw.close()
