@@ -907,7 +907,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._close_upstream()
         self.closed = True
-        self.memory.close()
+        self._close_memory()
         self.gateway._connections.discard(self)
         if self.counted:
             self.counted = False
@@ -921,7 +921,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self.closed = True
         self.close_reason = reason
-        self.memory.close()
+        self._close_memory()
         log.debug("closing %s: %s", self.connection_id, reason)
         if self.transport is not None:
             self.transport.abort()
@@ -931,7 +931,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.closed = True
         # Nothing more is read or served: the frame memory goes back now, not when the client has taken
         # the last answers (`connection_lost`), which a client that stops reading never does.
-        self.memory.close()
+        self._close_memory()
         transport = self.transport
         if transport is not None:
             transport.close()
@@ -943,6 +943,15 @@ class ClientConnection(asyncio.BufferedProtocol):
             if self._cut_handle is None:
                 self._cut_handle = asyncio.get_running_loop().call_later(FAILED_AUTH_ANSWER_WAIT_S, transport.abort)
         self._close_upstream()
+
+    def _close_memory(self) -> None:
+        """Nothing more is read: the connection's frame memory goes back, but for the served frame an
+        admin handler still reads on its thread (`_serve_admin_request`), which stays counted until the
+        handler is done, as Kafka releases a request's pool buffer when its handler is done with it, not
+        when the channel closes. Released at the close, the frame's bytes would be counted nowhere while
+        the handler still held them, and clients closed during admin requests would hold frames beyond
+        `queued_max_request_bytes`."""
+        self.memory.close(keep_held=self._served_frame_held and "admin-request" in self.paused)
 
     def _close_upstream(self) -> None:
         # A topic listing under way on this connection will not be answered: its waiters go on.
@@ -1299,7 +1308,13 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         def done(future: Future[bytes]) -> None:
             if self.closed:
-                return  # closed meanwhile (shutdown, upstream lost): a write that ran stays done
+                # Closed meanwhile (upstream lost, a failed upstream re-authentication): a write that ran
+                # stays done, unanswered; the frame the handler read goes back now (`_close_memory`).
+                self.paused.discard("admin-request")
+                if self._served_frame_held:
+                    self._served_frame_held = False
+                    self.memory.release()
+                return
             quotas = self.services.quotas
             if quotas is not None:
                 throttle = quotas.record_request_time(principal, client_id, spent[0])
