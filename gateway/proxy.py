@@ -981,7 +981,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         idle = time.monotonic() - self.last_activity
-        if idle >= self.options.idle_timeout_s and not self.slots:
+        # Requests in flight (answers due, or an admin request on its thread, whose slot joins `slots`
+        # only with its answer) keep a connection from being idle.
+        if idle >= self.options.idle_timeout_s and not self.slots and "admin-request" not in self.paused:
             self.abort("idle timeout")
             return
         self.idle_handle = asyncio.get_running_loop().call_later(
@@ -1332,6 +1334,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
             else:
                 self._complete(slot, response)
+            self.last_activity = time.monotonic()  # the idle time counts from the answer (`_check_idle`)
             self.resume("admin-request")
 
         # Never refused: this connection has no other admin request running (it is paused meanwhile), so
