@@ -310,3 +310,45 @@ def test_a_connection_whose_admin_handler_runs_is_not_idle(
     finally:
         gate.set()
         raw.close()
+
+
+def test_an_admin_request_whose_connection_closed_before_its_turn_is_not_run(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # Both admin threads are busy; a third connection's CreateAcls waits for one, and the gateway closes
+    # that connection meanwhile (its upstream connection is lost). Nobody will read its answer and its
+    # client cannot learn whether it ran: it is dropped, not run later for nobody (a client made to
+    # reconnect and resend would otherwise pile up work, each request run once per attempt).
+    gated, gate, _ = gated_create_acls()
+    runs: list[str] = []
+
+    def counted(ctx: Any, version: int, request: Any) -> Any:
+        runs.append(request.creations[0].resource_name)
+        return gated(ctx, version, request)
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: counted}))
+    pool = gw.gateway.admin_requests
+    clients = [RawClient(gw.bootstrap) for _ in range(3)]
+    try:
+        wait_until(lambda: len(gw.gateway._connections) == 3 and all(
+            c.upstream is not None and c.upstream.transport is not None for c in gw.gateway._connections))
+        for n, raw in enumerate(clients[:2]):
+            raw.send(30, 3, acl_creation(f"busy-{n}"))
+        wait_until(lambda: len(runs) == 2)
+        before = set(gw.gateway._connections)
+        clients[2].send(30, 3, acl_creation("dropped"))
+        wait_until(lambda: pool.waiting == 1)
+        (late,) = [c for c in before if "admin-request" in c.paused and c.peer[1] == clients[2].sock.getsockname()[1]]
+        gw.loop.call_soon_threadsafe(lambda: late.upstream.transport.close())  # the upstream is lost
+        wait_until(lambda: late.closed)
+        gate.set()
+        for raw in clients[:2]:
+            assert [r.error_code for r in raw.receive(30, 3).results] == [0]
+        wait_until(lambda: pool.pending == 0)
+        assert sorted(runs) == ["busy-0", "busy-1"]
+        assert clients[2].closed_by_peer()
+    finally:
+        gate.set()
+        for raw in clients:
+            raw.close()
