@@ -1292,6 +1292,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         (`_refuse_invalid_request`), AuthorizerNotReadyError aborts it, any other error closes this
         connection only, after the earlier answers (`_serve_frames`); an error encoding the answer is
         one of those (it was a CodecError, logged as an unreadable request, when encoded on the loop).
+        A connection closed meanwhile gets no answer: a request still waiting for a thread is not run,
+        one running finishes and its frame stays counted until then (`_close_memory`).
 
         Request-time quota: the handler's time on its thread is recorded for the principal when the
         answer is back (on the loop, where every quota sensor is kept), and may mute the connection as
@@ -1302,6 +1304,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         spent = [0.0]  # written on the worker thread, read after its outcome is handed back
 
         def run() -> bytes:
+            if self.closed:
+                # Closed before its turn (read across threads: a flag the loop only ever sets): no one
+                # will read the answer nor learn whether it ran, so it does not run for nobody (before
+                # the admin threads the handler ran at once, while its connection was open).
+                return b""
             started = time.perf_counter()
             try:
                 return encode_response(spec, version, correlation_id, handler(ctx, version, request))
