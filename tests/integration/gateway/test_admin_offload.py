@@ -271,6 +271,7 @@ def test_a_connection_closed_while_its_admin_handler_runs_keeps_the_frame_counte
             principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
         frame = framed(raw, 30, 3, creations)
         assert SCRATCH_BYTES < len(frame) - 4 < LIMIT
+        wait_until(lambda: len(gw.gateway._connections) == 1)  # accepted on the loop thread
         (conn,) = gw.gateway._connections
         wait_until(lambda: conn.upstream is not None and conn.upstream.transport is not None)
         raw.sock.sendall(frame)
