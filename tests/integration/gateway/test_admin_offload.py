@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from audit.model import AuditEvent
+from audit.sinks import AuditWriteError
 from authz.model import Principal
+from gateway.admin_apis import AclApis
 from gateway.codec import SPECS, decode_response
 from gateway.framing import SCRATCH_BYTES
 from gateway.proxy import Services
@@ -353,3 +356,31 @@ def test_an_admin_request_whose_connection_closed_before_its_turn_is_not_run(
         gate.set()
         for raw in clients:
             raw.close()
+
+
+class UnwritableRequestLog:
+    """A request log whose every write fails (a full disk): the audit trail is unavailable."""
+
+    def write(self, event: AuditEvent) -> None:
+        raise AuditWriteError("cannot write audit record to requests.jsonl: No space left on device")
+
+
+def test_an_admin_answer_whose_request_log_cannot_be_written_closes_the_connection(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The request log is written before an answer is sent (once a client has seen an answer, its event
+    # exists). When it cannot be, the answer is not sent and the connection is closed, as for any fault
+    # serving a request; the connection must not stay paused for ever, unanswered and never idle.
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, audit=UnwritableRequestLog(),
+                                  local_handlers={30: AclApis(authz.service).create}))
+    caplog.set_level(logging.ERROR, logger="kgov.gateway")
+    raw = RawClient(gw.bootstrap)
+    try:
+        raw.send(30, 3, acl_creation("unlogged-topic"))
+        assert raw.closed_by_peer()  # unanswered, closed
+        assert any("because of error: AuditWriteError" in r.getMessage() for r in caplog.records)
+        wait_until(lambda: not gw.gateway._connections)
+    finally:
+        raw.close()
