@@ -1324,23 +1324,29 @@ class ClientConnection(asyncio.BufferedProtocol):
                     self._served_frame_held = False
                     self.memory.release()
                 return
-            quotas = self.services.quotas
-            if quotas is not None:
-                throttle = quotas.record_request_time(principal, client_id, spent[0])
-                if throttle > 0:
-                    self._mute(throttle)
+            # Whatever fails here (the handler, or writing the request log before the answer: `_flush`)
+            # closes this connection as `_serve_frames` does; the connection is resumed in any case, so
+            # it never stays paused, unanswered, for ever.
             try:
-                response = future.result()
-            except InvalidRequestError as exc:
-                self._refuse_invalid_request(header, exc)
-            except AuthorizerNotReadyError:
-                self.abort("authorizer not ready")
+                quotas = self.services.quotas
+                if quotas is not None:
+                    throttle = quotas.record_request_time(principal, client_id, spent[0])
+                    if throttle > 0:
+                        self._mute(throttle)
+                try:
+                    response: bytes | None = future.result()
+                except InvalidRequestError as exc:
+                    self._refuse_invalid_request(header, exc)
+                    response = None
+                except AuthorizerNotReadyError:
+                    self.abort("authorizer not ready")
+                    response = None
+                if response is not None:
+                    self._complete(slot, response)
             except Exception as exc:
                 # The type only, as in `_serve_frames`: a message may quote request data or a store's parameters.
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
-            else:
-                self._complete(slot, response)
             self.last_activity = time.monotonic()  # the idle time counts from the answer (`_check_idle`)
             self.resume("admin-request")
 
