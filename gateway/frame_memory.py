@@ -5,7 +5,8 @@ receive cannot get memory is muted, not closed, and is read again once memory re
 What counts: the buffer `gateway.framing.FrameReader` gives a frame larger than its scratch buffer's
 ceiling (256 KiB), from the moment its size prefix is read until the gateway has served the frame
 (answered it, or forwarded it and the upstream transport's buffer is back under its high-water mark:
-`gateway.proxy.ClientConnection._release_served_frame`) or the connection closed. Smaller frames live in the
+`gateway.proxy.ClientConnection._release_served_frame`) or the connection closed (but a frame an admin
+handler still reads on its thread stays counted until the handler is done). Smaller frames live in the
 connection's scratch buffer, which is bounded per connection already. Frames read before a client's
 login (at most 512 KiB each) do not count, as Kafka's `SaslServerAuthenticator` reads them outside the
 pool: an unauthenticated client cannot take memory that logged-in producers wait for.
@@ -129,10 +130,12 @@ class FrameMemory:
         if held:
             self._pool._give_back(held)
 
-    def close(self) -> None:
-        """The connection is gone: leaves the line, and returns what it held. Idempotent."""
+    def close(self, *, keep_held: bool = False) -> None:
+        """The connection is gone: leaves the line, and returns what it held, unless `keep_held` (its
+        frame is still read elsewhere: the caller's `release` returns it when that ends). Idempotent."""
         self.closed = True
         if self.wanted:
             self.wanted = 0
             self._pool._leave(self)
-        self.release()
+        if not keep_held:
+            self.release()

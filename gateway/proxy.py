@@ -907,7 +907,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._close_upstream()
         self.closed = True
-        self.memory.close()
+        self._close_memory()
         self.gateway._connections.discard(self)
         if self.counted:
             self.counted = False
@@ -921,7 +921,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self.closed = True
         self.close_reason = reason
-        self.memory.close()
+        self._close_memory()
         log.debug("closing %s: %s", self.connection_id, reason)
         if self.transport is not None:
             self.transport.abort()
@@ -931,7 +931,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.closed = True
         # Nothing more is read or served: the frame memory goes back now, not when the client has taken
         # the last answers (`connection_lost`), which a client that stops reading never does.
-        self.memory.close()
+        self._close_memory()
         transport = self.transport
         if transport is not None:
             transport.close()
@@ -943,6 +943,15 @@ class ClientConnection(asyncio.BufferedProtocol):
             if self._cut_handle is None:
                 self._cut_handle = asyncio.get_running_loop().call_later(FAILED_AUTH_ANSWER_WAIT_S, transport.abort)
         self._close_upstream()
+
+    def _close_memory(self) -> None:
+        """Nothing more is read: the connection's frame memory goes back, but for the served frame an
+        admin handler still reads on its thread (`_serve_admin_request`), which stays counted until the
+        handler is done, as Kafka releases a request's pool buffer when its handler is done with it, not
+        when the channel closes. Released at the close, the frame's bytes would be counted nowhere while
+        the handler still held them, and clients closed during admin requests would hold frames beyond
+        `queued_max_request_bytes`."""
+        self.memory.close(keep_held=self._served_frame_held and "admin-request" in self.paused)
 
     def _close_upstream(self) -> None:
         # A topic listing under way on this connection will not be answered: its waiters go on.
@@ -972,7 +981,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         idle = time.monotonic() - self.last_activity
-        if idle >= self.options.idle_timeout_s and not self.slots:
+        # Requests in flight (answers due, or an admin request on its thread, whose slot joins `slots`
+        # only with its answer) keep a connection from being idle.
+        if idle >= self.options.idle_timeout_s and not self.slots and "admin-request" not in self.paused:
             self.abort("idle timeout")
             return
         self.idle_handle = asyncio.get_running_loop().call_later(
@@ -1281,6 +1292,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         (`_refuse_invalid_request`), AuthorizerNotReadyError aborts it, any other error closes this
         connection only, after the earlier answers (`_serve_frames`); an error encoding the answer is
         one of those (it was a CodecError, logged as an unreadable request, when encoded on the loop).
+        A connection closed meanwhile gets no answer: a request still waiting for a thread is not run,
+        one running finishes and its frame stays counted until then (`_close_memory`).
 
         Request-time quota: the handler's time on its thread is recorded for the principal when the
         answer is back (on the loop, where every quota sensor is kept), and may mute the connection as
@@ -1291,6 +1304,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         spent = [0.0]  # written on the worker thread, read after its outcome is handed back
 
         def run() -> bytes:
+            if self.closed:
+                # Closed before its turn (read across threads: a flag the loop only ever sets): no one
+                # will read the answer nor learn whether it ran, so it does not run for nobody (before
+                # the admin threads the handler ran at once, while its connection was open).
+                return b""
             started = time.perf_counter()
             try:
                 return encode_response(spec, version, correlation_id, handler(ctx, version, request))
@@ -1299,24 +1317,37 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         def done(future: Future[bytes]) -> None:
             if self.closed:
-                return  # closed meanwhile (shutdown, upstream lost): a write that ran stays done
-            quotas = self.services.quotas
-            if quotas is not None:
-                throttle = quotas.record_request_time(principal, client_id, spent[0])
-                if throttle > 0:
-                    self._mute(throttle)
+                # Closed meanwhile (upstream lost, a failed upstream re-authentication): a write that ran
+                # stays done, unanswered; the frame the handler read goes back now (`_close_memory`).
+                self.paused.discard("admin-request")
+                if self._served_frame_held:
+                    self._served_frame_held = False
+                    self.memory.release()
+                return
+            # Whatever fails here (the handler, or writing the request log before the answer: `_flush`)
+            # closes this connection as `_serve_frames` does; the connection is resumed in any case, so
+            # it never stays paused, unanswered, for ever.
             try:
-                response = future.result()
-            except InvalidRequestError as exc:
-                self._refuse_invalid_request(header, exc)
-            except AuthorizerNotReadyError:
-                self.abort("authorizer not ready")
+                quotas = self.services.quotas
+                if quotas is not None:
+                    throttle = quotas.record_request_time(principal, client_id, spent[0])
+                    if throttle > 0:
+                        self._mute(throttle)
+                try:
+                    response: bytes | None = future.result()
+                except InvalidRequestError as exc:
+                    self._refuse_invalid_request(header, exc)
+                    response = None
+                except AuthorizerNotReadyError:
+                    self.abort("authorizer not ready")
+                    response = None
+                if response is not None:
+                    self._complete(slot, response)
             except Exception as exc:
                 # The type only, as in `_serve_frames`: a message may quote request data or a store's parameters.
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
-            else:
-                self._complete(slot, response)
+            self.last_activity = time.monotonic()  # the idle time counts from the answer (`_check_idle`)
             self.resume("admin-request")
 
         # Never refused: this connection has no other admin request running (it is paused meanwhile), so

@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from audit.model import AuditEvent
+from audit.sinks import AuditWriteError
 from authz.model import Principal
+from gateway.admin_apis import AclApis
 from gateway.codec import SPECS, decode_response
 from gateway.framing import SCRATCH_BYTES
 from gateway.proxy import Services
@@ -235,4 +238,149 @@ def test_a_large_admin_request_keeps_its_frame_memory_until_its_handler_is_done(
         wait_until(lambda: pool.used == 0)
     finally:
         gate.set()
+        raw.close()
+
+
+def gated_create_acls() -> tuple[Callable[..., Any], threading.Event, threading.Event]:
+    """A CreateAcls handler that waits for the test: (handler, gate, entered)."""
+    gate, entered = threading.Event(), threading.Event()
+    response = SPECS[30].response
+    result = response.fields["results"].data_class
+
+    def gated(ctx: Any, version: int, request: Any) -> Any:
+        entered.set()
+        assert gate.wait(30)
+        return response(results=[result(error_code=0, error_message=None) for _ in request.creations])
+
+    return gated, gate, entered
+
+
+def test_a_connection_closed_while_its_admin_handler_runs_keeps_the_frame_counted_until_the_handler_is_done(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # The gateway closes the connection (here: its upstream connection is lost) while a large CreateAcls
+    # is still on its thread. The handler still reads the request's fields, which point into the frame:
+    # the frame's bytes stay counted in the frame memory until it is done, or clients closing during
+    # their admin requests would hold frames beyond `queued_max_request_bytes`.
+    gated, gate, entered = gated_create_acls()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: gated}), max_request_bytes=LIMIT,
+                         queued_max_request_bytes=LIMIT)
+    pool = gw.gateway.frame_memory
+    raw = RawClient(gw.bootstrap)
+    try:
+        creations = CREATE_ACLS(creations=[CREATE_ACLS.AclCreation(
+            resource_type=2, resource_name=f"t-{n:05d}-".ljust(240, "x"), resource_pattern_type=3,
+            principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
+        frame = framed(raw, 30, 3, creations)
+        assert SCRATCH_BYTES < len(frame) - 4 < LIMIT
+        wait_until(lambda: len(gw.gateway._connections) == 1)  # accepted on the loop thread
+        (conn,) = gw.gateway._connections
+        wait_until(lambda: conn.upstream is not None and conn.upstream.transport is not None)
+        raw.sock.sendall(frame)
+        assert entered.wait(30)
+        gw.loop.call_soon_threadsafe(lambda: conn.upstream.transport.close())  # the upstream is lost
+        wait_until(lambda: conn.closed)
+        time.sleep(0.1)
+        assert pool.used == len(frame) - 4  # the handler still holds the frame
+        gate.set()
+        wait_until(lambda: pool.used == 0)  # and gives it back once done, once
+        time.sleep(0.1)
+        assert pool.used == 0
+        assert raw.closed_by_peer()  # unanswered
+    finally:
+        gate.set()
+        raw.close()
+
+
+def test_a_connection_whose_admin_handler_runs_is_not_idle(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # The idle timeout closes a connection with nothing in flight; an admin request on its thread (its
+    # answer not yet due, the client not read meanwhile) is in flight like a forwarded request.
+    gated, gate, entered = gated_create_acls()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: gated}), idle_timeout_s=0.3)
+    raw = RawClient(gw.bootstrap)
+    try:
+        cid = raw.send(30, 3, acl_creation("idle-topic"))
+        assert entered.wait(30)
+        (conn,) = gw.gateway._connections
+        time.sleep(0.8)  # more than twice the idle timeout
+        assert not conn.closed, conn.close_reason
+        gate.set()
+        got, message = answer(raw, 30, 3)
+        assert (got, [r.error_code for r in message.results]) == (cid, [0])
+    finally:
+        gate.set()
+        raw.close()
+
+
+def test_an_admin_request_whose_connection_closed_before_its_turn_is_not_run(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # Both admin threads are busy; a third connection's CreateAcls waits for one, and the gateway closes
+    # that connection meanwhile (its upstream connection is lost). Nobody will read its answer and its
+    # client cannot learn whether it ran: it is dropped, not run later for nobody (a client made to
+    # reconnect and resend would otherwise pile up work, each request run once per attempt).
+    gated, gate, _ = gated_create_acls()
+    runs: list[str] = []
+
+    def counted(ctx: Any, version: int, request: Any) -> Any:
+        runs.append(request.creations[0].resource_name)
+        return gated(ctx, version, request)
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: counted}))
+    pool = gw.gateway.admin_requests
+    clients = [RawClient(gw.bootstrap) for _ in range(3)]
+    try:
+        wait_until(lambda: len(gw.gateway._connections) == 3 and all(
+            c.upstream is not None and c.upstream.transport is not None for c in gw.gateway._connections))
+        for n, raw in enumerate(clients[:2]):
+            raw.send(30, 3, acl_creation(f"busy-{n}"))
+        wait_until(lambda: len(runs) == 2)
+        before = set(gw.gateway._connections)
+        clients[2].send(30, 3, acl_creation("dropped"))
+        wait_until(lambda: pool.waiting == 1)
+        (late,) = [c for c in before if "admin-request" in c.paused and c.peer[1] == clients[2].sock.getsockname()[1]]
+        gw.loop.call_soon_threadsafe(lambda: late.upstream.transport.close())  # the upstream is lost
+        wait_until(lambda: late.closed)
+        gate.set()
+        for raw in clients[:2]:
+            assert [r.error_code for r in raw.receive(30, 3).results] == [0]
+        wait_until(lambda: pool.pending == 0)
+        assert sorted(runs) == ["busy-0", "busy-1"]
+        assert clients[2].closed_by_peer()
+    finally:
+        gate.set()
+        for raw in clients:
+            raw.close()
+
+
+class UnwritableRequestLog:
+    """A request log whose every write fails (a full disk): the audit trail is unavailable."""
+
+    def write(self, event: AuditEvent) -> None:
+        raise AuditWriteError("cannot write audit record to requests.jsonl: No space left on device")
+
+
+def test_an_admin_answer_whose_request_log_cannot_be_written_closes_the_connection(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The request log is written before an answer is sent (once a client has seen an answer, its event
+    # exists). When it cannot be, the answer is not sent and the connection is closed, as for any fault
+    # serving a request; the connection must not stay paused for ever, unanswered and never idle.
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, audit=UnwritableRequestLog(),
+                                  local_handlers={30: AclApis(authz.service).create}))
+    caplog.set_level(logging.ERROR, logger="kgov.gateway")
+    raw = RawClient(gw.bootstrap)
+    try:
+        raw.send(30, 3, acl_creation("unlogged-topic"))
+        assert raw.closed_by_peer()  # unanswered, closed
+        assert any("because of error: AuditWriteError" in r.getMessage() for r in caplog.records)
+        wait_until(lambda: not gw.gateway._connections)
+    finally:
         raw.close()

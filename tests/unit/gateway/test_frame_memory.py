@@ -55,6 +55,20 @@ def test_a_connection_that_leaves_returns_what_it_held_and_its_place_in_line() -
     assert pool.used == 0
 
 
+def test_a_connection_that_leaves_while_its_frame_is_still_read_keeps_it_counted_until_released() -> None:
+    pool = FrameMemoryPool(100)
+    (a, b), granted = accounts(pool, 2)
+    assert a.reserve(70)
+    assert not b.reserve(40)
+    a.close(keep_held=True)  # an admin handler still reads a's frame on its thread
+    assert (pool.used, a.held, granted) == (70, 70, [])
+    assert not a.reserve(1)  # closed all the same
+    a.release()  # the handler is done
+    assert (pool.used, a.held, granted) == (40, 0, [1])
+    a.close()
+    assert pool.used == 40  # nothing returned twice
+
+
 def test_a_grant_not_yet_used_is_returned_when_its_connection_leaves() -> None:
     pool = FrameMemoryPool(10)
     (a, b), granted = accounts(pool, 2)
