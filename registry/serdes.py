@@ -56,6 +56,12 @@ class SerializationError(ValueError):
     """A value that cannot be framed, encoded or decoded; the message says why."""
 
 
+class _TooDeepHere(SerializationError):
+    """A schema refused as nested too deeply for the stack this call had: a deeper caller hits Python's
+    recursion limit sooner, so the refusal depends on the call, not only on the schema, and is not
+    remembered for its id."""
+
+
 class SerializationContextLike(Protocol):
     @property
     def topic(self) -> str: ...
@@ -364,7 +370,7 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
             f"({exc.budget.base} plus {exc.budget.per_node} per JSON node, the schema and the schemas it "
             f"references having {exc.nodes}); values are refused (validate=False turns validation off)") from None
     except RecursionError:
-        raise SerializationError("invalid JSON Schema: nested too deeply to check") from None
+        raise _TooDeepHere("invalid JSON Schema: nested too deeply to check") from None
     except ValueError as exc:
         raise SerializationError(f"invalid referenced JSON Schema: {exc}") from exc
     return validator_with(cls, schema, resources)
@@ -506,7 +512,7 @@ def _schema_document(text: str) -> Any:
     except ValueError as exc:
         raise SerializationError(f"invalid JSON Schema: {exc}") from None
     except RecursionError:
-        raise SerializationError("invalid JSON Schema: nested too deeply to read") from None
+        raise _TooDeepHere("invalid JSON Schema: nested too deeply to read") from None
 
 
 class JSONDeserializer:
@@ -541,6 +547,8 @@ class JSONDeserializer:
             # refused again without checking it at each value.
             try:
                 found = _validator(_schema_document(fetched.schema), referenced)
+            except _TooDeepHere:
+                raise  # checked again at the next value, which may come from a shallower stack
             except SerializationError as exc:
                 self._validators[schema_id] = _Refused(str(exc))
                 raise

@@ -203,3 +203,39 @@ def test_the_patterns_of_a_schema_are_charged_to_its_check() -> None:
             registry.json_validation.check_patterns(schema, referencing.jsonschema.DRAFT202012)
         steps.append(spending.steps)
     assert steps[1] - steps[0] > 100 * 10  # 1,000 instructions at 2 units each: 15 steps a pattern
+
+
+def _stack_depth() -> int:
+    import sys
+
+    frame, n = sys._getframe(), 0
+    while frame is not None:
+        frame, n = frame.f_back, n + 1
+    return n
+
+
+def _with_frames_left(left: int, call: Any) -> Any:
+    """`call()` made when only about `left` frames remain below Python's recursion limit."""
+    import sys
+
+    if sys.getrecursionlimit() - _stack_depth() > left:
+        return _with_frames_left(left, call)
+    return call()
+
+
+def test_a_schema_too_deep_for_a_deep_caller_is_checked_again_from_a_shallow_one() -> None:
+    # Whether a schema is "nested too deeply to check" depends on the stack the caller had: refused once
+    # deep in an application's stack, its id must not be refused for good.
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"a": schema}}
+    registry_client = OneSchemaRegistry(json.dumps({"$schema": DRAFT7, **schema}))
+    deserializer = JSONDeserializer(registry_client)  # type: ignore[arg-type]
+    value: Any = "x"
+    for _ in range(40):
+        value = {"a": value}
+    data = frame(1, json.dumps(value).encode())
+    with pytest.raises(SerializationError, match="nested too deeply"):
+        _with_frames_left(120, lambda: deserializer(data))
+    assert deserializer(data) == value
+    assert registry_client.lookups == 2
