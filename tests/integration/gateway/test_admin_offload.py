@@ -206,26 +206,14 @@ def test_a_large_admin_request_keeps_its_frame_memory_until_its_handler_is_done(
     # A CreateAcls handler that waits for the test (the one fault injection of this file): while it runs
     # on its thread, the request's decoded fields still point into its frame, so the frame stays counted
     # in the gateway's frame memory, and the connection reads nothing more.
-    gate, entered = threading.Event(), threading.Event()
-    response = SPECS[30].response
-    result = response.fields["results"].data_class
-
-    def gated(ctx: Any, version: int, request: Any) -> Any:
-        entered.set()
-        assert gate.wait(30)
-        return response(results=[result(error_code=0, error_message=None) for _ in request.creations])
-
+    gated, gate, entered = gated_create_acls()
     authz = authz_factory(allow_everyone_if_no_acl_found=True)
     gw = gateway_factory(Services(authz.service, local_handlers={30: gated}), max_request_bytes=LIMIT,
                          queued_max_request_bytes=LIMIT)
     pool = gw.gateway.frame_memory
     raw = RawClient(gw.bootstrap)
     try:
-        creations = CREATE_ACLS(creations=[CREATE_ACLS.AclCreation(
-            resource_type=2, resource_name=f"t-{n:05d}-".ljust(240, "x"), resource_pattern_type=3,
-            principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
-        frame = framed(raw, 30, 3, creations)
-        assert SCRATCH_BYTES < len(frame) - 4 < LIMIT  # a large frame: it takes pool memory
+        frame = large_create_acls(raw)
         after = framed(raw, 3, 12, metadata())
         raw.sock.sendall(frame + after)
         assert entered.wait(30)
@@ -255,6 +243,17 @@ def gated_create_acls() -> tuple[Callable[..., Any], threading.Event, threading.
     return gated, gate, entered
 
 
+def large_create_acls(raw: RawClient) -> bytes:
+    """A framed CreateAcls of 1,500 creations: larger than the reader's scratch buffer, so it takes pool
+    memory, and smaller than LIMIT."""
+    creations = CREATE_ACLS(creations=[CREATE_ACLS.AclCreation(
+        resource_type=2, resource_name=f"t-{n:05d}-".ljust(240, "x"), resource_pattern_type=3,
+        principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
+    frame = framed(raw, 30, 3, creations)
+    assert SCRATCH_BYTES < len(frame) - 4 < LIMIT
+    return frame
+
+
 def test_a_connection_closed_while_its_admin_handler_runs_keeps_the_frame_counted_until_the_handler_is_done(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
 ) -> None:
@@ -269,11 +268,7 @@ def test_a_connection_closed_while_its_admin_handler_runs_keeps_the_frame_counte
     pool = gw.gateway.frame_memory
     raw = RawClient(gw.bootstrap)
     try:
-        creations = CREATE_ACLS(creations=[CREATE_ACLS.AclCreation(
-            resource_type=2, resource_name=f"t-{n:05d}-".ljust(240, "x"), resource_pattern_type=3,
-            principal="User:bob", host="*", operation=3, permission_type=3) for n in range(1_500)])
-        frame = framed(raw, 30, 3, creations)
-        assert SCRATCH_BYTES < len(frame) - 4 < LIMIT
+        frame = large_create_acls(raw)
         wait_until(lambda: len(gw.gateway._connections) == 1)  # accepted on the loop thread
         (conn,) = gw.gateway._connections
         wait_until(lambda: conn.upstream is not None and conn.upstream.transport is not None)
