@@ -143,7 +143,9 @@ _FRAME_IN_USE: frozenset[str] = _UPSTREAM_BACKLOG | {"admin-request"}
 # component locks), plus a delegation token's two PBKDF2s: two threads keep one client's loop of admin
 # requests from holding every other, without letting admin work take every CPU from the event loop.
 ADMIN_WORKERS = 2
-LOGIN_REFUSALS_WARN_INTERVAL_S = 10.0  # at most one WARN line this often while logins are refused
+# At most one WARN line of each kind this often while logins, connections or reads are refused for load
+# (`Gateway._warn_due`); each refusal has its own INFO line or audit event.
+REPEATED_WARN_INTERVAL_S = 10.0
 # A TLS client's time for its handshake (asyncio's default: 60 s), counted against the connection limits.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # poll() events that say the peer closed its side (a FIN or a reset), whatever is still unread.
@@ -301,20 +303,24 @@ class Gateway:
             raise ValueError("queued_max_request_bytes must be at least max_request_bytes: a frame of the largest "
                              "size would never get its memory")
         self.frame_memory = FrameMemoryPool(options.queued_max_request_bytes)
-        self._refusals_warned_at: dict[str, float] = {}  # the last WARN of each kind (`warn_logins_refused`)
-        self._full_warned_at = -LOGIN_REFUSALS_WARN_INTERVAL_S
+        self._warned_at: dict[str, float] = {}  # the last WARN line of each kind (`_warn_due`)
+
+    def _warn_due(self, kind: str) -> bool:
+        """Whether a WARN line of `kind` may be written now: one per `REPEATED_WARN_INTERVAL_S` each."""
+        now = time.monotonic()
+        last = self._warned_at.get(kind)
+        if last is not None and now - last < REPEATED_WARN_INTERVAL_S:
+            return False
+        self._warned_at[kind] = now
+        return True
 
     def warn_logins_refused(self, source: str | None = None) -> None:
-        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while logins are refused for want of a
+        """One WARN line per `REPEATED_WARN_INTERVAL_S` while logins are refused for want of a
         SASL worker thread (each refusal also has its INFO line and audit event): the operator's sign
         that `sasl_workers` or `sasl_max_waiting_steps` is too small for the load, or of a login flood;
         `source`: refused for that address's share (`sasl_max_waiting_steps_per_ip`), with its own line."""
-        now = time.monotonic()
-        key = "" if source is None else "per-ip"
-        last = self._refusals_warned_at.get(key)
-        if last is not None and now - last < LOGIN_REFUSALS_WARN_INTERVAL_S:
+        if not self._warn_due("logins" if source is None else "logins-per-ip"):
             return
-        self._refusals_warned_at[key] = now
         pool = self.sasl_steps
         if source is not None:
             log.warning("refusing new SASL logins from %s: %d of its steps wait (gateway.sasl_max_waiting_steps_per_ip); "
@@ -326,26 +332,21 @@ class Gateway:
                     pool.refused - pool.refused_per_source)
 
     def warn_frame_memory_full(self) -> None:
-        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections wait for frame memory:
+        """One WARN line per `REPEATED_WARN_INTERVAL_S` while connections wait for frame memory:
         their reading is paused, so the operator must hear that `queued_max_request_bytes` is too small
         for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics)."""
-        now = time.monotonic()
-        last = self._refusals_warned_at.get("frame-memory")
-        if last is not None and now - last < LOGIN_REFUSALS_WARN_INTERVAL_S:
+        if not self._warn_due("frame-memory"):
             return
-        self._refusals_warned_at["frame-memory"] = now
         pool = self.frame_memory
         log.warning("pausing reads: large request frames hold %d of %d bytes (gateway.queued_max_request_bytes); "
                     "%d connections wait for memory", pool.used, pool.capacity, pool.waiting)
 
     def warn_full(self) -> None:
-        """One WARN line per `LOGIN_REFUSALS_WARN_INTERVAL_S` while connections are refused because
+        """One WARN line per `REPEATED_WARN_INTERVAL_S` while connections are refused because
         the gateway holds `max_connections` (each refusal has its INFO line): every client is affected,
         so the operator must hear of it."""
-        now = time.monotonic()
-        if now - self._full_warned_at < LOGIN_REFUSALS_WARN_INTERVAL_S:
+        if not self._warn_due("connections"):
             return
-        self._full_warned_at = now
         limits = self.connection_limits
         log.warning("refusing new connections: %d are open (gateway.max_connections = %d); %d refused so far",
                     limits.total, limits.max_connections, limits.refused)
