@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kgov import broker_sandbox
 from kgov.up import reserved_loopback_port
 
 
@@ -32,11 +32,6 @@ def refused_port() -> Iterator[int]:
 
 
 def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+    """Returns once something accepts connections on host:port (RuntimeError after `timeout`): `kgov up`'s
+    own wait for its broker."""
+    broker_sandbox.wait_for_port(host, port, timeout)
