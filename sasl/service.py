@@ -45,6 +45,7 @@ from sasl.delegation import (
     new_token,
     renewed,
     token_hmac,
+    token_salt,
     token_scram_credentials,
     visible,
 )
@@ -546,9 +547,14 @@ class CredentialService:
         `tokenauth`, keyed by a secret of its own and shaped like a delegation token's (minimum
         iterations, 24 bytes of salt)."""
         if token_auth:
-            return fake_credential(
+            fake = fake_credential(
                 mechanism, username, key=self._unknown_token_key, shape=self._token_shape(mechanism)
             )
+            if self._token_secret is None:
+                return fake
+            # The salt a token with this id has (or had, or would have): the same for a live token, one
+            # that expired or was removed, and an id never issued, so the salt tells nobody which.
+            return dataclasses.replace(fake, salt=token_salt(self._token_secret, username))
         shape = self._current().unknown_shapes[mechanism.name]
         return fake_credential(mechanism, username, key=self._unknown_key, shape=shape)
 

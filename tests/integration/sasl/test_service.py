@@ -911,6 +911,26 @@ def test_an_unknown_token_id_shows_another_salt_than_the_same_name_without_token
         assert server_first(svc, SCRAM_SHA_512, name, token=True) == as_token  # stable per id
 
 
+def test_a_token_ids_salt_does_not_change_when_the_token_expires_or_is_removed(env) -> None:
+    """The salt SCRAM shows for a token id is the same while the token lives, once it has expired and
+    once it is removed: someone who knows the id cannot watch the salt to learn the token's fate."""
+    svc, clock, _, _ = env
+    created = svc.create_token(ALICE)
+    token_id, hmac_b64 = created.info.token_id, base64.b64encode(created.hmac).decode()
+    live = {m.name: server_first(svc, m, token_id, token=True) for m in (SCRAM_SHA_256, SCRAM_SHA_512)}
+    clock.advance(milliseconds=created.info.expiry_ms - svc.now_ms() + 1)
+    assert isinstance(scram_login(svc, SCRAM_SHA_256, token_id, hmac_b64, token=True), Failure)
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        expired = server_first(svc, mech, token_id, token=True)
+        assert (expired["s"], expired["i"]) == (live[mech.name]["s"], live[mech.name]["i"])
+    svc.store.delete_expired_tokens(svc.now_ms())
+    svc.refresh()
+    assert token_id not in svc._current().tokens
+    for mech in (SCRAM_SHA_256, SCRAM_SHA_512):
+        removed = server_first(svc, mech, token_id, token=True)
+        assert (removed["s"], removed["i"]) == (live[mech.name]["s"], live[mech.name]["i"])
+
+
 def test_oauthbearer_refuses_a_token_whose_exp_is_not_after_its_iat_or_nbf(env) -> None:
     """Signed by the issuer's own key and inside the clock skew, so only the time consistency of its
     claims can refuse it (Kafka: `validateTimeConsistency` unsecured, jose4j on the JWKS path)."""
