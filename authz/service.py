@@ -13,12 +13,10 @@ suspended.
 
 from __future__ import annotations
 
-import functools
 import gc
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +27,7 @@ from sqlalchemy.engine import Engine
 from audit.kafka_format import AUTHORIZER_LOGGER, authorizer_log_line, log4j_envelope, one_line
 from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
+from authz.clock import elapsed_clock
 from authz.config import AuthzConfig
 from authz.decide import SUPER_USER_DECISION, AuthorizerData, check_by_resource_type_args, validate_new_acl
 from authz.host_address import java_host_address
@@ -58,27 +57,6 @@ LARGE_SNAPSHOT = 200_000
 
 Clock = Callable[[], datetime]
 STALE_SNAPSHOT_DECISION = Decision(AuthorizationResult.DENIED, StaleSnapshot())
-
-
-def _suspend_counting_clock() -> Callable[[], float]:
-    """Seconds on a clock that never goes back and keeps counting while the machine is suspended.
-
-    `time.monotonic()` is CLOCK_MONOTONIC on Linux, which stops during suspend: after a resume a
-    snapshot last confirmed before the suspend would look as fresh as it was then. CLOCK_BOOTTIME
-    counts the suspended time. Elsewhere (no CLOCK_BOOTTIME, or a kernel that refuses it) this falls
-    back to `time.monotonic()`. A partial, not a lambda: it is read once per authorization when
-    `max_snapshot_age_s` is on."""
-    boottime = getattr(time, "CLOCK_BOOTTIME", None)
-    if boottime is None:
-        return time.monotonic
-    try:
-        time.clock_gettime(boottime)
-    except OSError:
-        return time.monotonic
-    return functools.partial(time.clock_gettime, boottime)
-
-
-elapsed_clock: Callable[[], float] = _suspend_counting_clock()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -24,6 +23,7 @@ from itertools import repeat
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from authz.clock import elapsed_clock
 from encryption.envelope import NONCE_SIZE, header_prefix, key_part
 from encryption.errors import (
     EncryptionError,
@@ -112,7 +112,7 @@ class DataKeyIssuer(ForgetsKeysOnFork):
         kms: Kms,
         policy: DataKeyPolicy | None = None,
         retry: RetryPolicy | None = None,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = elapsed_clock,
     ) -> None:
         super().__init__()
         self.kms = kms
@@ -255,7 +255,7 @@ class DataKeyCache:
         max_entries: int = 1000,
         ttl_seconds: float = 3600.0,
         retry: RetryPolicy | None = None,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = elapsed_clock,
         failure_ttl_seconds: float = 60.0,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:

@@ -37,7 +37,6 @@ import datetime
 import decimal
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
+from authz.clock import elapsed_clock
 from encryption.datakeys import (
     DEFAULT_UNWRAP_LIMIT,
     DataKeyCache,
@@ -771,7 +771,7 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
 
 
 class _DeterministicKeys:
-    def __init__(self, kms: Kms, retry: RetryPolicy, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, kms: Kms, retry: RetryPolicy, now: Callable[[], float] = elapsed_clock) -> None:
         self.kms = kms
         self.retry = retry
         self._ciphers: dict[str, AESSIV] = {}  # only KEKs the KMS knows: bounded by them

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
+from authz.clock import elapsed_clock
 from authz.database import bump_version, read_version, transaction
 from registry import store
 from registry.check_slots import CheckSlots
@@ -138,7 +138,7 @@ class Change:
 
 class SchemaRegistry:
     def __init__(self, engine: Engine, *, poll_interval_s: float = 1.0,
-                 monotonic: Callable[[], float] = time.monotonic, max_diff_work: int = DEFAULT_MAX_WORK,
+                 monotonic: Callable[[], float] = elapsed_clock, max_diff_work: int = DEFAULT_MAX_WORK,
                  checks: CheckSlots | None = None) -> None:
         self.engine = engine
         self._max_diff_work = max_diff_work

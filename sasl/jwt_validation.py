@@ -48,6 +48,7 @@ from jose import jwk as jose_jwk
 from jose.exceptions import JOSEError
 from jose.utils import base64url_decode
 
+from authz.clock import elapsed_clock
 from sasl.oauthbearer import TokenValidationError, ValidatedToken
 
 ALLOWED_ALGORITHMS: Final = frozenset(
@@ -125,7 +126,7 @@ class JwksCache:
         refresh_s: float = 3600,
         unknown_kid_refresh_s: float = 60,
         unknown_kid_min_interval_s: float = 10,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = elapsed_clock,
     ) -> None:
         self._fetch = fetch
         self._refresh_s = refresh_s

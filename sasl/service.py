@@ -14,7 +14,6 @@ import hmac
 import logging
 import secrets
 import threading
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from audit.model import EventType, change_event
 from audit.request_log import authentication_event
 from audit.sinks import AuditSink
+from authz.clock import elapsed_clock
 from authz.model import Principal
 from sasl import issuer as issuer_mod
 from sasl.delegation import (
@@ -152,7 +152,7 @@ class FailureLimiter:
         limit: int,
         window_s: float,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = elapsed_clock,
         max_sources: int = 100_000,
     ) -> None:
         self._limit = limit
@@ -194,7 +194,7 @@ class _PlainCache:
     """
 
     def __init__(
-        self, size: int, ttl_s: float = 300.0, monotonic: Callable[[], float] = time.monotonic
+        self, size: int, ttl_s: float = 300.0, monotonic: Callable[[], float] = elapsed_clock
     ) -> None:
         self._size = size
         self._ttl = ttl_s
@@ -462,10 +462,10 @@ class CredentialService:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
         with self._refresh_lock:
             self._snapshot = self._load()
-            self._checked_at = time.monotonic()
+            self._checked_at = elapsed_clock()
 
     def _current(self) -> _Snapshot:
-        now = time.monotonic()
+        now = elapsed_clock()
         if now - self._checked_at >= self.sasl.refresh_interval_s:
             self._checked_at = now
             if self.store.version() != self._snapshot.version:

@@ -40,7 +40,8 @@ from authz.model import (
     ResourceType,
     StaleSnapshot,
 )
-from authz.service import AuthorizerService, _suspend_counting_clock, elapsed_clock
+from authz.clock import _suspend_counting_clock, elapsed_clock
+from authz.service import AuthorizerService
 
 pytestmark = pytest.mark.postgres
 
