@@ -42,9 +42,12 @@ from kgov.exposure import (
     forwarded_header_options,
 )
 from kgov.private_files import private_dir, private_file
+from kgov.run_directory import run_directory
 from kgov.settings import Settings
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
+# The sandboxed broker's private directory in the temporary directory (isolated_broker).
+BROKER_RUN_PREFIX = "kgov-broker-"
 
 # The bundled Tansu (0.6) can require SASL (`--authentication`, SCRAM only), but a credential can only be
 # added through AlterUserScramCredentials, which that broker refuses before authentication, and its storage
@@ -205,9 +208,9 @@ def isolated_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iter
         # socket gets a directory of its own inside it, which the sandbox script removes when it ends. The
         # relay names the last broker's socket until the next one is ready: while the broker restarts, that
         # path must stay where nobody else can create anything, not in a directory of /tmp that another user
-        # could make again and listen in (tests/integration/kgov/test_broker_relay_restart.py).
-        home = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
-        stack.callback(shutil.rmtree, home, ignore_errors=True)
+        # could make again and listen in (tests/integration/kgov/test_broker_relay_restart.py). Held locked
+        # for the run, so that the next run removes it if this one is killed (kgov.run_directory).
+        home = stack.enter_context(run_directory(BROKER_RUN_PREFIX))
         try:
             # bound now, served after the first fork
             relay = OwnerOnlyRelay(Path("/nonexistent"), os.geteuid())
