@@ -313,23 +313,13 @@ def check_owner_distinguishable(owner_uid: int, path: Path = OVERFLOW_UID_PATH) 
             f"kgov. Run `kgov up` as another user, or give --upstream a cluster that authenticates")
 
 
-class OwnerOnlyRelay:
-    """A loopback TCP port whose connections, if they come from `owner_uid`, are relayed to `unix_path`.
+class _Relay:
+    """A loopback TCP port whose admitted connections are spliced to an upstream that `_connect` opens.
+    Runs its own event loop in a thread. Binds at construction; serves from `start`."""
 
-    Any other user's connection is closed unanswered: loopback TCP cannot be restricted to one user, but
-    the kernel says who opened each connection (sock_diag, else /proc: choose_peer_lookup). Any error in
-    that lookup refuses the connection. Runs its own event loop in a thread."""
-
-    def __init__(self, unix_path: Path, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES,
-                 lookups: Sequence[str] = ("sock_diag", "proc"),
-                 overflow_uid_path: Path = OVERFLOW_UID_PATH) -> None:
+    def __init__(self) -> None:
         """Binds a free 127.0.0.1 port (`port`); nothing is accepted before `start`, and no thread runs
-        before it either, so the caller may still fork with a preexec_fn in between. Raises AmbiguousOwner
-        when `owner_uid` is the overflow uid, OwnerUnknowable when no lookup works on this host."""
-        check_owner_distinguishable(owner_uid, overflow_uid_path)
-        self.lookup_name, self._lookup = choose_peer_lookup(tables, lookups)
-        self.unix_path = unix_path  # may be replaced while serving (a restarted broker's new socket)
-        self.owner_uid = owner_uid
+        before it either, so the caller may still fork with a preexec_fn in between."""
         self.refused = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -376,19 +366,29 @@ class OwnerOnlyRelay:
         self._listener.close()
         self._loop.close()
 
+    def _admit(self, conn: socket.socket) -> bool:
+        """Whether this accepted connection may go on (raising counts as no)."""
+        raise NotImplementedError
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The upstream end for an admitted connection; None (or OSError) closes the client's."""
+        raise NotImplementedError
+
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = writer.get_extra_info("socket")
         try:
-            owner = None if conn is None else self._lookup(conn)
+            admitted = conn is not None and self._admit(conn)
         except Exception:  # fail closed: whatever went wrong, nobody is let through
-            owner = None
-        if owner != self.owner_uid:
+            admitted = False
+        if not admitted:
             self.refused += 1
             writer.transport.abort()
             return
         try:
-            upstream = await asyncio.open_unix_connection(str(self.unix_path))
+            upstream = await self._connect()
         except OSError:
+            upstream = None
+        if upstream is None:
             writer.transport.abort()
             return
         ends = {writer.transport, upstream[1].transport}
@@ -397,6 +397,178 @@ class OwnerOnlyRelay:
             await _splice((reader, writer), upstream)
         finally:
             self._transports -= ends
+
+
+class OwnerOnlyRelay(_Relay):
+    """A loopback TCP port whose connections, if they come from `owner_uid`, are relayed to `unix_path`.
+
+    Any other user's connection is closed unanswered: loopback TCP cannot be restricted to one user, but
+    the kernel says who opened each connection (sock_diag, else /proc: choose_peer_lookup). Any error in
+    that lookup refuses the connection."""
+
+    def __init__(self, unix_path: Path, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES,
+                 lookups: Sequence[str] = ("sock_diag", "proc"),
+                 overflow_uid_path: Path = OVERFLOW_UID_PATH) -> None:
+        """Raises AmbiguousOwner when `owner_uid` is the overflow uid, OwnerUnknowable when no lookup
+        works on this host (before binding anything)."""
+        check_owner_distinguishable(owner_uid, overflow_uid_path)
+        self.lookup_name, self._lookup = choose_peer_lookup(tables, lookups)
+        self.unix_path = unix_path  # may be replaced while serving (a restarted broker's new socket)
+        self.owner_uid = owner_uid
+        super().__init__()
+
+    def _admit(self, conn: socket.socket) -> bool:
+        return self._lookup(conn) == self.owner_uid
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        return await asyncio.open_unix_connection(str(self.unix_path))
+
+
+_LISTEN = "0A"  # the `st` column of a listening socket (TCP_LISTEN)
+_TCP_LISTEN = 10
+_NLM_F_DUMP = 0x300
+_NLMSG_DONE = 3
+
+
+def _listener_addresses(port: int) -> frozenset[str]:
+    """How /proc/net/tcp and tcp6 write the local address of a listener that takes connections to
+    127.0.0.1:port: bound to it, to any IPv4 address, or (dual-stack IPv6) to :: or their mapped forms."""
+    return frozenset({_proc_net_address("127.0.0.1", port), _proc_net_address("0.0.0.0", port),
+                      _proc_net6_address("127.0.0.1", port), _proc_net6_address("0.0.0.0", port),
+                      "0" * 32 + f":{port:04X}"})
+
+
+def proc_listener_uids(port: int, tables: Sequence[Path] = PROC_NET_TABLES) -> set[int] | None:
+    """The uids owning the listening sockets where a connection to 127.0.0.1:port could go (the kernel's
+    socket tables; a listener's uid is its creator's). None when a table cannot be read. Reads every
+    line of both tables (some milliseconds with a few hundred sockets): the fallback for diag_listener_uids."""
+    wanted = _listener_addresses(port)
+    owners = set()
+    for table in tables:
+        try:
+            lines = table.read_text().splitlines()[1:]
+        except OSError:
+            return None
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 7 and fields[3] == _LISTEN and fields[1] in wanted:
+                owners.add(int(fields[7]))
+    return owners
+
+
+# What the kernel writes as the local address (inet_diag_sockid.idiag_src, 16 bytes) of a listener that
+# takes connections to 127.0.0.1: the address itself or any address, as IPv4 or as IPv4-mapped IPv6, or ::.
+_LOOPBACK_LISTENERS = frozenset({
+    socket.inet_aton("127.0.0.1") + bytes(12), bytes(16),
+    bytes(10) + b"\xff\xff" + socket.inet_aton("127.0.0.1"), bytes(10) + b"\xff\xff" + bytes(4),
+})
+
+
+def diag_listener_uids(port: int, *, sequence: int = 1) -> set[int] | None:
+    """proc_listener_uids' answer from sock_diag: a dump of the listening TCP sockets only (IPv4, then
+    IPv6), whose cost grows with the host's listeners, not with all its sockets. None on a malformed or
+    unfinished answer. Raises OSError when netlink itself cannot be used."""
+    owners: set[int] = set()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(_DIAG_TIMEOUT_S)
+        for family in (socket.AF_INET, socket.AF_INET6):
+            body = _DIAG_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 1 << _TCP_LISTEN) + bytes(_SOCKID_SIZE)
+            nl.sendto(_NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY,
+                                         _NLM_F_REQUEST | _NLM_F_DUMP, sequence, 0) + body, (0, 0))
+            if not _read_listener_dump(nl, sequence, port, owners):
+                return None
+    return owners
+
+
+def _read_listener_dump(nl: socket.socket, sequence: int, port: int, owners: set[int]) -> bool:
+    """Adds to `owners` the uids of the dumped listeners on 127.0.0.1:port (or any address); True once
+    the dump is done, False on anything else."""
+    wanted_port = struct.pack("!H", port)
+    while True:
+        try:
+            answer = nl.recv(65536)
+        except OSError:
+            return False
+        offset = 0
+        while offset + _NLMSG_HEADER.size <= len(answer):
+            length, kind, _, seq, _ = _NLMSG_HEADER.unpack_from(answer, offset)
+            if length < _NLMSG_HEADER.size or offset + length > len(answer) or seq != sequence:
+                return False
+            if kind == _NLMSG_DONE:
+                return True
+            if kind != _SOCK_DIAG_BY_FAMILY:
+                return False  # NLMSG_ERROR or something else
+            body = offset + _NLMSG_HEADER.size
+            if length < _NLMSG_HEADER.size + _DIAG_MESSAGE.size + _SOCKID_SIZE + _DIAG_TAIL.size:
+                return False
+            _, state, _, _ = _DIAG_MESSAGE.unpack_from(answer, body)
+            sockid = answer[body + _DIAG_MESSAGE.size:body + _DIAG_MESSAGE.size + _SOCKID_SIZE]
+            _, _, _, uid, _ = _DIAG_TAIL.unpack_from(answer, body + _DIAG_MESSAGE.size + _SOCKID_SIZE)
+            if state == _TCP_LISTEN and sockid[:2] == wanted_port and sockid[4:20] in _LOOPBACK_LISTENERS:
+                owners.add(int(uid))
+            offset += (length + 3) & ~3  # NLMSG_ALIGN
+        if offset == 0:
+            return False
+
+
+ListenerLookup = Callable[[int], "set[int] | None"]
+
+
+def choose_listener_lookup(tables: Sequence[Path] = PROC_NET_TABLES,
+                           candidates: Sequence[str] = ("sock_diag", "proc")) -> tuple[str, ListenerLookup]:
+    """The first lookup, of `candidates`, that names this process's uid alone as the owner of a listener
+    it opens: sock_diag (a dump of the listeners) or the /proc tables (a scan of every socket). Raises
+    OwnerUnknowable when none works."""
+    lookups: dict[str, ListenerLookup] = {"sock_diag": diag_listener_uids,
+                                          "proc": lambda port: proc_listener_uids(port, tables)}
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        for name in candidates:
+            try:
+                if lookups[name](probe.getsockname()[1]) == {os.geteuid()}:
+                    return name, lookups[name]
+            except OSError:
+                continue
+    raise OwnerUnknowable(f"neither {' nor '.join(candidates)} tells who listens on a loopback port")
+
+
+class PortHoldingRelay(_Relay):
+    """The plain (unsandboxed) broker's loopback port, held by kgov for the whole run and relayed to
+    the port the broker currently listens on (`target_port`), which changes with each start.
+
+    The broker's own port is free for anyone to bind while it restarts, so a connection to it is relayed
+    only if, once it is open, every listener that could have taken it belongs to `owner_uid`
+    (choose_listener_lookup): a port taken by another user is refused, and nothing of the client's reaches
+    it. Anyone may connect to this port, as to the unauthenticated broker itself
+    (kgov.up.EMBEDDED_BROKER_WARNING)."""
+
+    def __init__(self, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES,
+                 lookups: Sequence[str] = ("sock_diag", "proc")) -> None:
+        """Raises OwnerUnknowable when neither lookup shows this process's own listener."""
+        self.lookup_name, self._owners = choose_listener_lookup(tables, lookups)
+        self.owner_uid = owner_uid
+        self.target_port: int | None = None  # None until the broker first started
+        super().__init__()
+
+    def _admit(self, conn: socket.socket) -> bool:
+        return True
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        port = self.target_port
+        if port is None:
+            return None
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # Checked once connected, so that the listener that took the connection is among those checked:
+        # it cannot give way to one of kgov's user in between, as each start of the broker binds a port
+        # the last one did not have. Any failure of the lookup refuses (fail closed).
+        try:
+            owners = self._owners(port)
+        except Exception:
+            owners = None
+        if owners != {self.owner_uid}:
+            self.refused += 1
+            writer.transport.abort()
+            return None
+        return reader, writer
 
 
 # --- inside the namespace --------------------------------------------------------------------------

