@@ -432,7 +432,7 @@ class Gateway:
         counts = {kind: pool.still_running() for kind, pool in pools}
         if not any(counts.values()):
             return
-        log.info("shutting down: waiting up to %.1f s for %d admin requests and %d SASL steps still running",
+        log.info("shutting down: waiting up to %.1f s for %d admin request(s) and %d SASL step(s) still running",
                  timeout_s, counts["admin request"], counts["SASL step"])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
