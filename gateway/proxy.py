@@ -1544,6 +1544,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         spec = SPECS[API_VERSIONS_KEY]
         slot = Slot(header, spec, now, len(frame))
         version = header.api_version
+        sasl = self.sasl if self.sasl is not None and self.sasl.authenticating else None
+        if sasl is not None:
+            # Before the login Kafka's SaslServerAuthenticator answers it, outside the request quota.
+            self._request_time_settled = True
         if version > spec.max_version or version < 0:
             # KIP-511: answer v0 with UNSUPPORTED_VERSION and the ApiVersions range we support.
             response = spec.response(error_code=UNSUPPORTED_VERSION, api_keys=[
@@ -1553,10 +1557,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         request = decode_request(spec, header, frame)
         if version >= 3:
             self.software = (request.client_software_name or "unknown", request.client_software_version or "unknown")
-        if self.sasl is not None and self.sasl.authenticating:
-            # Before the login Kafka's SaslServerAuthenticator answers it, outside the request quota.
-            self._request_time_settled = True
-            self.sasl.api_versions_answered()
+        if sasl is not None:
+            sasl.api_versions_answered()
         else:
             # Kafka's KafkaApis: charged to the request quota before the answer, which carries the mute it
             # brought (KIP-219, `sendResponseMaybeThrottle`; the field exists from v1).
