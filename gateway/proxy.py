@@ -1350,8 +1350,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         Kafka counts a request's handler-thread time, not its queue time (ClientRequestQuotaManager).
         As Kafka's `RequestHandlerHelper.sendResponseMaybeThrottle` does (KIP-219, every request version
         alike), the answer goes out at once with `throttle_time_ms` set to the mute this request brought
-        (`_quota_mute_left_ms`: for its handler's time or the loop's part of it), then the connection is
-        muted; every version of these APIs has the field."""
+        (for its handler's time, or what is left of the one the loop's part of it began:
+        `_quota_mute_left_ms`), then the connection is muted; every version of these APIs has the field."""
         version, correlation_id = header.api_version, header.correlation_id
         principal, client_id = self.principal.name, header.client_id or ""
         spent = [0.0]  # written on the worker thread, read after its outcome is handed back
@@ -1384,6 +1384,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             # it never stays paused, unanswered, for ever.
             try:
                 quotas = self.services.quotas
+                throttle = 0
                 if quotas is not None:
                     throttle = quotas.record_request_time(principal, client_id, spent[0])
                     if throttle > 0:
@@ -1397,7 +1398,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                     self.abort("authorizer not ready")
                     message = None
                 if message is not None:
-                    slot.throttle_ms = self._quota_mute_left_ms()
+                    slot.throttle_ms = max(throttle, self._quota_mute_left_ms())
                     if slot.throttle_ms > 0 and _has_throttle_time(spec, version):
                         message.throttle_time_ms = max(message.throttle_time_ms, slot.throttle_ms)
                         response = encode_response(spec, version, correlation_id, message)
@@ -1497,19 +1498,22 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.mute_handle is None:
             self.mute_handle = loop.call_at(until, self._unmute)
 
-    def _charge_request_time(self, seconds: float) -> None:
+    def _charge_request_time(self, seconds: float) -> int:
         """Records `seconds` of the gateway's time serving this connection's request to the principal's
-        request quota (`request_percentage`), and mutes the connection when it is over."""
+        request quota (`request_percentage`), and mutes the connection when it is over; answers the
+        throttle time (0: within the quota)."""
         quotas = self.services.quotas
         if quotas is None:
-            return
-        throttle = quotas.record_request_time(self.principal.name, self._last_client_id, seconds)
+            return 0
+        throttle: int = quotas.record_request_time(self.principal.name, self._last_client_id, seconds)
         if throttle > 0:
             self._mute(throttle)
+        return throttle
 
     def _quota_mute_left_ms(self) -> int:
-        """How long the quota mute (`_mute`) still holds this connection, in whole milliseconds: what a
-        KIP-219 answer sent now tells its client to wait before its next request (0: not muted)."""
+        """How long the quota mute (`_mute`) still holds this connection, in whole milliseconds (0: not
+        muted). A KIP-219 answer sent now carries at least this: its request's own throttle time, or the
+        rest of the mute the loop's part of that request began."""
         if "quota" not in self.paused:
             return 0
         return max(round((self.muted_until - asyncio.get_running_loop().time()) * 1000), 0)
@@ -1562,9 +1566,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             # Kafka's KafkaApis: charged to the request quota before the answer, which carries the mute it
             # brought (KIP-219, `sendResponseMaybeThrottle`; the field exists from v1).
-            self._charge_request_time(time.perf_counter() - now)
+            throttle = self._charge_request_time(time.perf_counter() - now)
             self._request_time_settled = True
-            slot.throttle_ms = self._quota_mute_left_ms()
+            slot.throttle_ms = max(throttle, self._quota_mute_left_ms())
         if self.gateway.upstream_versions is None:
             self.gateway.spawn(self._api_versions_after_refresh(slot))
             self.slots.append(slot)
