@@ -398,6 +398,9 @@ def test_close_waits_for_the_running_admin_request_and_sasl_step_and_logs_the_ha
     def failing_create(ctx: Any, version: int, request: Any) -> Any:
         admin_entered.set()
         assert admin_gate.wait(30)
+        # The close waits on the loop, not blocking it: work that needs the loop still gets it (a blocked
+        # loop would time this out, and the failure logged would be a TimeoutError).
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), gw.loop).result(5)
         finished.append("admin request")
         raise RuntimeError("the store was closed under it: secret-detail")
 
