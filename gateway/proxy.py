@@ -138,11 +138,17 @@ _UPSTREAM_BACKLOG: frozenset[str] = frozenset({"upstream", "upstream-connecting"
 # Pauses during which the frame just served is still in use: the upstream side's (above), or an admin
 # request's handler reading it on a worker thread (`ClientConnection._serve_admin_request`).
 _FRAME_IN_USE: frozenset[str] = _UPSTREAM_BACKLOG | {"admin-request"}
+# Pauses during which a request of the connection runs on a worker thread (a SASL step, an admin request):
+# in flight, so the connection is not idle (`ClientConnection._check_idle`).
+_ON_A_THREAD: frozenset[str] = frozenset({"sasl-step", "admin-request"})
 # Threads for the security admin APIs answered by the gateway (`gateway.admin_apis`). Their work is
 # mostly database writes, which one database serialises anyway (SQLite's write lock, the stores'
 # component locks), plus a delegation token's two PBKDF2s: two threads keep one client's loop of admin
 # requests from holding every other, without letting admin work take every CPU from the event loop.
 ADMIN_WORKERS = 2
+# How long `Gateway.close` waits for the admin requests and SASL steps still running on their threads
+# (Kafka's KafkaRequestHandlerPool.shutdown waits for its handlers without a bound).
+SHUTDOWN_WAIT_S = 10.0
 # At most one WARN line of each kind this often while logins, connections or reads are refused for load
 # (`Gateway._warn_due`); each refusal has its own INFO line or audit event.
 REPEATED_WARN_INTERVAL_S = 10.0
@@ -255,6 +261,12 @@ def subject_dn(subject: Any) -> str:
     return ",".join(rdns)
 
 
+def _has_throttle_time(spec: ApiSpec, version: int) -> bool:
+    """Whether `spec`'s answer at `version` has a `throttle_time_ms` field (ApiVersions from v1)."""
+    fld = spec.response.fields.get("throttle_time_ms")
+    return fld is not None and bool(fld.for_version_q(version))
+
+
 def _sasl_enabled(protocol: str) -> bool:
     return protocol.startswith("SASL_")
 
@@ -296,7 +308,7 @@ class Gateway:
                                                                   options.sasl_max_waiting_steps,
                                                                   options.sasl_max_waiting_steps_per_ip)
         # Security admin requests run here, off the event loop (`ClientConnection._serve_admin_request`).
-        self.admin_requests: SaslStepPool[bytes] = SaslStepPool(ADMIN_WORKERS,
+        self.admin_requests: SaslStepPool[tuple[Any, bytes]] = SaslStepPool(ADMIN_WORKERS,
                                                                  thread_name_prefix="kgov-admin-request")
         # Large request frames' buffers, every client connection together (`ClientConnection.memory`).
         if options.queued_max_request_bytes < options.max_request_bytes:
@@ -385,7 +397,10 @@ class Gateway:
     def logs_in_upstream(self) -> bool:
         return self.options.upstream_sasl is not None or self.options.upstream_oauth is not None
 
-    async def close(self) -> None:
+    async def close(self, work_wait_s: float = SHUTDOWN_WAIT_S) -> None:
+        """Stops listening, closes every connection, then waits (at most `work_wait_s`) for the admin
+        requests and SASL steps still running on their threads before the caller closes the stores
+        they use (`_wait_for_running_work`)."""
         for s in self._servers:
             s.close()
         for c in list(self._connections):
@@ -396,6 +411,7 @@ class Gateway:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.sasl_steps.close()
         self.admin_requests.close()
+        await self._wait_for_running_work(work_wait_s)
         for sock in self._node_sockets:  # a node listener whose serving task was cancelled before it ran
             sock.close()
         for s in self._servers:
@@ -403,6 +419,32 @@ class Gateway:
                 await s.wait_closed()
         self._servers.clear()
         await asyncio.sleep(0)  # let aborted transports run connection_lost before the loop stops
+
+    async def _wait_for_running_work(self, timeout_s: float) -> None:
+        """Waits for the admin requests and SASL steps that were running on their threads when the pools
+        closed, as Kafka's `KafkaRequestHandlerPool.shutdown` awaits its handler threads: a write under
+        way finishes before the runtime closes its store, and a handler's failure is logged, not lost.
+        Their connections are closed already, so nothing is answered. Awaited on the loop, which keeps
+        running meanwhile (a step that waits for the loop cannot deadlock the close); bounded by
+        `timeout_s` in all (Kafka waits without a bound), after which what still runs is named in a
+        WARN line and abandoned."""
+        pools = (("admin request", self.admin_requests), ("SASL step", self.sasl_steps))
+        counts = {kind: pool.still_running() for kind, pool in pools}
+        if not any(counts.values()):
+            return
+        log.info("shutting down: waiting up to %.1f s for %d admin request(s) and %d SASL step(s) still running",
+                 timeout_s, counts["admin request"], counts["SASL step"])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for kind, pool in pools:
+            steps = await pool.wait_closed(max(deadline - loop.time(), 0.0))
+            for label, exc in steps.failed:
+                if not isinstance(exc, InvalidRequestError):  # a refusal of the client's request, not a fault
+                    # The type only, as in `_serve_frames`: a message may quote request data.
+                    log.error("%s %s failed while the gateway shut down: %s", kind, label, type(exc).__name__)
+            for label in steps.abandoned:
+                log.warning("shutting down with %s %s still running after %.1f s: abandoned, its outcome unknown",
+                            kind, label, timeout_s)
 
     def _open_node_listener(self, node_id: int, upstream: tuple[str, int]) -> None:
         """Opens the per-node listening socket synchronously (so the advertised port accepts at once)."""
@@ -665,6 +707,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._tls_pending = False
         self._header_parsed = False  # the request being served got past its header (`_refuse_unreadable`)
         self._last_client_id = ""
+        # The request being served was charged to the request quota before its answer, or is exempt
+        # (`_answer_api_versions`, the SASL exchange): `_serve_frames` does not charge it after.
+        self._request_time_settled = False
         self.muted_until = 0.0
         self.mute_handle: asyncio.TimerHandle | None = None
         self._cut_handle: asyncio.TimerHandle | None = None  # `close_after_flush`'s bound on the client
@@ -982,9 +1027,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         idle = time.monotonic() - self.last_activity
-        # Requests in flight (answers due, or an admin request on its thread, whose slot joins `slots`
-        # only with its answer) keep a connection from being idle.
-        if idle >= self.options.idle_timeout_s and not self.slots and "admin-request" not in self.paused:
+        # Requests in flight (answers due, or an admin request or a SASL step on its thread, whose slot
+        # joins `slots` only with its answer) keep a connection from being idle.
+        if idle >= self.options.idle_timeout_s and not self.slots and not self.paused & _ON_A_THREAD:
             self.abort("idle timeout")
             return
         self.idle_handle = asyncio.get_running_loop().call_later(
@@ -1049,7 +1094,6 @@ class ClientConnection(asyncio.BufferedProtocol):
         waits in the reader, bounded by its scratch buffer and one frame, and the socket is not read
         until it is served. A request that waited for topic ids (`_hold_for_topic_ids`) comes first."""
         self._serve_scheduled = False
-        quotas = self.services.quotas
         reader = self.reader
         while not self.paused and not self.closed:
             waiting, self._topic_ids_waiting = self._topic_ids_waiting, None
@@ -1088,11 +1132,10 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._close_after_earlier_answers(f"error serving a request: {type(exc).__name__}")
                 return
             self._release_served_frame()
-            if quotas is not None and self.principal is not None:
-                throttle = quotas.record_request_time(self.principal.name, self._last_client_id,
-                                                      time.perf_counter() - started)
-                if throttle > 0:
-                    self._mute(throttle)
+            if self._request_time_settled:
+                self._request_time_settled = False  # charged before its answer, or exempt (`_on_request`)
+            else:
+                self._charge_request_time(time.perf_counter() - started)
             if len(self.slots) >= MAX_IN_FLIGHT:
                 self.pause("in-flight")
         transport = self.transport
@@ -1163,6 +1206,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _on_request(self, frame: Frame) -> None:
         now = time.perf_counter()
         if self.raw_sasl:
+            self._request_time_settled = True  # the SASL exchange is outside the request quota (below)
             self._on_raw_sasl_token(frame, now)
             return
         self._header_parsed = False
@@ -1190,6 +1234,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         if spec is None or not spec.supports(version):
             raise ApiNotEnabledError(key, version, f"unsupported api key {key} version {version}")
+        if admission in (Admission.DURING_AUTHENTICATION, Admission.SASL):
+            # Kafka's SaslServerAuthenticator serves the exchange (re-authentications too) on the network
+            # thread, outside KafkaApis and its request quota: not charged (the principal is not known yet).
+            self._request_time_settled = True
         if admission is Admission.DURING_AUTHENTICATION:
             self._refuse_during_authentication(spec, header, frame, now)
             return
@@ -1299,24 +1347,30 @@ class ClientConnection(asyncio.BufferedProtocol):
         Request-time quota: the handler's time on its thread is recorded for the principal when the
         answer is back (on the loop, where every quota sensor is kept), and may mute the connection as
         `_serve_frames` does for the loop's own time; the time waiting for a thread is not counted, as
-        Kafka counts a request's handler-thread time, not its queue time (ClientRequestQuotaManager)."""
+        Kafka counts a request's handler-thread time, not its queue time (ClientRequestQuotaManager).
+        As Kafka's `RequestHandlerHelper.sendResponseMaybeThrottle` does (KIP-219, every request version
+        alike), the answer goes out at once with `throttle_time_ms` set to the mute this request brought
+        (for its handler's time, or what is left of the one the loop's part of it began:
+        `_quota_mute_left_ms`), then the connection is muted; every version of these APIs has the field."""
         version, correlation_id = header.api_version, header.correlation_id
         principal, client_id = self.principal.name, header.client_id or ""
         spent = [0.0]  # written on the worker thread, read after its outcome is handed back
 
-        def run() -> bytes:
+        def run() -> tuple[Any, bytes]:
+            """The answer and its encoding (off the loop; encoded again on the loop only when throttled)."""
             if self.closed:
                 # Closed before its turn (read across threads: a flag the loop only ever sets): no one
                 # will read the answer nor learn whether it ran, so it does not run for nobody (before
                 # the admin threads the handler ran at once, while its connection was open).
-                return b""
+                return None, b""
             started = time.perf_counter()
             try:
-                return encode_response(spec, version, correlation_id, handler(ctx, version, request))
+                message = handler(ctx, version, request)
+                return message, encode_response(spec, version, correlation_id, message)
             finally:
                 spent[0] = time.perf_counter() - started
 
-        def done(future: Future[bytes]) -> None:
+        def done(future: Future[tuple[Any, bytes]]) -> None:
             if self.closed:
                 # Closed meanwhile (upstream lost, a failed upstream re-authentication): a write that ran
                 # stays done, unanswered; the frame the handler read goes back now (`_close_memory`).
@@ -1330,19 +1384,24 @@ class ClientConnection(asyncio.BufferedProtocol):
             # it never stays paused, unanswered, for ever.
             try:
                 quotas = self.services.quotas
+                throttle = 0
                 if quotas is not None:
                     throttle = quotas.record_request_time(principal, client_id, spent[0])
                     if throttle > 0:
                         self._mute(throttle)
                 try:
-                    response: bytes | None = future.result()
+                    message, response = future.result()
                 except InvalidRequestError as exc:
                     self._refuse_invalid_request(header, exc)
-                    response = None
+                    message = None
                 except AuthorizerNotReadyError:
                     self.abort("authorizer not ready")
-                    response = None
-                if response is not None:
+                    message = None
+                if message is not None:
+                    slot.throttle_ms = max(throttle, self._quota_mute_left_ms())
+                    if slot.throttle_ms > 0 and _has_throttle_time(spec, version):
+                        message.throttle_time_ms = max(message.throttle_time_ms, slot.throttle_ms)
+                        response = encode_response(spec, version, correlation_id, message)
                     self._complete(slot, response)
             except Exception as exc:
                 # The type only, as in `_serve_frames`: a message may quote request data or a store's parameters.
@@ -1353,7 +1412,9 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         # Never refused: this connection has no other admin request running (it is paused meanwhile), so
         # the waiting ones are bounded by the connection limits; the pool serves client addresses in turn.
-        if self.gateway.admin_requests.submit(run, done, source=self.client_host, may_refuse=False) is not None:
+        label = f"{spec.name} v{version} of {self.connection_id}"
+        if self.gateway.admin_requests.submit(run, done, source=self.client_host, may_refuse=False,
+                                              label=label) is not None:
             self.abort("gateway shutting down")  # the pool is closed
             return
         self.pause("admin-request")
@@ -1437,6 +1498,26 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.mute_handle is None:
             self.mute_handle = loop.call_at(until, self._unmute)
 
+    def _charge_request_time(self, seconds: float) -> int:
+        """Records `seconds` of the gateway's time serving this connection's request to the principal's
+        request quota (`request_percentage`), and mutes the connection when it is over; answers the
+        throttle time (0: within the quota)."""
+        quotas = self.services.quotas
+        if quotas is None:
+            return 0
+        throttle: int = quotas.record_request_time(self.principal.name, self._last_client_id, seconds)
+        if throttle > 0:
+            self._mute(throttle)
+        return throttle
+
+    def _quota_mute_left_ms(self) -> int:
+        """How long the quota mute (`_mute`) still holds this connection, in whole milliseconds (0: not
+        muted). A KIP-219 answer sent now carries at least this: its request's own throttle time, or the
+        rest of the mute the loop's part of that request began."""
+        if "quota" not in self.paused:
+            return 0
+        return max(round((self.muted_until - asyncio.get_running_loop().time()) * 1000), 0)
+
     def _unmute(self) -> None:
         loop = asyncio.get_running_loop()
         if loop.time() < self.muted_until:
@@ -1467,6 +1548,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         spec = SPECS[API_VERSIONS_KEY]
         slot = Slot(header, spec, now, len(frame))
         version = header.api_version
+        sasl = self.sasl if self.sasl is not None and self.sasl.authenticating else None
+        if sasl is not None:
+            # Before the login Kafka's SaslServerAuthenticator answers it, outside the request quota.
+            self._request_time_settled = True
         if version > spec.max_version or version < 0:
             # KIP-511: answer v0 with UNSUPPORTED_VERSION and the ApiVersions range we support.
             response = spec.response(error_code=UNSUPPORTED_VERSION, api_keys=[
@@ -1476,13 +1561,19 @@ class ClientConnection(asyncio.BufferedProtocol):
         request = decode_request(spec, header, frame)
         if version >= 3:
             self.software = (request.client_software_name or "unknown", request.client_software_version or "unknown")
-        if self.sasl is not None:
-            self.sasl.api_versions_answered()
+        if sasl is not None:
+            sasl.api_versions_answered()
+        else:
+            # Kafka's KafkaApis: charged to the request quota before the answer, which carries the mute it
+            # brought (KIP-219, `sendResponseMaybeThrottle`; the field exists from v1).
+            throttle = self._charge_request_time(time.perf_counter() - now)
+            self._request_time_settled = True
+            slot.throttle_ms = max(throttle, self._quota_mute_left_ms())
         if self.gateway.upstream_versions is None:
             self.gateway.spawn(self._api_versions_after_refresh(slot))
             self.slots.append(slot)
             return
-        self._complete(slot, self._api_versions_frame(header))
+        self._complete(slot, self._api_versions_frame(header, slot.throttle_ms))
         self.gateway.maybe_refresh_upstream_versions()
 
     async def _api_versions_after_refresh(self, slot: Slot) -> None:
@@ -1491,14 +1582,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         except (TimeoutError, OSError, asyncio.IncompleteReadError, CodecError):
             self.abort("upstream unavailable")
             return
-        slot.response = (self._api_versions_frame(slot.header),)
+        slot.response = (self._api_versions_frame(slot.header, slot.throttle_ms),)
         self._flush()
 
-    def _api_versions_frame(self, header: RequestHeader) -> bytes:
+    def _api_versions_frame(self, header: RequestHeader, throttle_ms: int) -> bytes:
         spec = SPECS[API_VERSIONS_KEY]
         keys = [spec.response.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                 for k, lo, hi in self.gateway.api_versions()]
-        response = spec.response(error_code=0, api_keys=keys, throttle_time_ms=0)
+        response = spec.response(error_code=0, api_keys=keys, throttle_time_ms=throttle_ms)
         return encode_response(spec, header.api_version, header.correlation_id, response)
 
     def _sasl_handshake(self, spec: ApiSpec, header: RequestHeader, frame: Frame, now: float) -> None:
@@ -1595,9 +1686,11 @@ class ClientConnection(asyncio.BufferedProtocol):
                 # Outside `_serve_frames`, which would otherwise close the connection for this fault.
                 log.error("Closing socket for %s because of error: %s", self.connection_id, type(exc).__name__)
                 self._close_after_earlier_answers(f"error answering a SASL step: {type(exc).__name__}")
+            self.last_activity = time.monotonic()  # the idle time counts from the answer (`_check_idle`)
             self.resume("sasl-step")
 
-        refusal = pool.submit(begun.run, done, source=self.client_host, may_refuse=not sasl.reauthenticating)
+        refusal = pool.submit(begun.run, done, source=self.client_host, may_refuse=not sasl.reauthenticating,
+                              label=f"of {self.connection_id}")
         if refusal is None:
             self.pause("sasl-step")
             return

@@ -29,6 +29,11 @@ pool of this class too, with threads of their own (`ClientConnection._serve_admi
 refused (`may_refuse=False`), since each connection has at most one admin request running (its
 reading is paused meanwhile), so the waiting ones are bounded by the connection limits.
 
+Shutdown (`close`, then `wait_closed`): the waiting steps are dropped and the running ones are waited
+for, on the event loop (which keeps serving the outcomes and anything a step awaits from it), at most
+for a bound: as Kafka's `KafkaRequestHandlerPool.shutdown` waits for its handler threads (without a
+bound there), so a step's failure is still seen and the stores it writes are closed only after it.
+
 Every count is kept on the event loop's thread (`submit` is called there and completions are handed
 back to it), so no lock is needed.
 """
@@ -78,6 +83,16 @@ class Refusal(enum.Enum):
 class _Waiting(Generic[T]):
     run: Callable[[], T]
     on_done: Callable[[Future[T]], None]
+    label: str  # what the step is, for the shutdown's log lines (`wait_closed`)
+
+
+@dataclass(frozen=True, slots=True)
+class StepsAtClose:
+    """What `wait_closed` found of the steps running at `close`: the labels of those that raised (with
+    the exception) and of those still running when the wait ended (abandoned: their outcome is unknown)."""
+
+    failed: tuple[tuple[str, BaseException], ...] = ()
+    abandoned: tuple[str, ...] = ()
 
 
 class SaslStepPool(Generic[T]):
@@ -98,6 +113,9 @@ class SaslStepPool(Generic[T]):
         self.refused = 0  # steps refused because too many were waiting (for tests and metrics)
         self.refused_per_source = 0  # of those, refused for their source's share
         self._closed = False
+        # Steps handed to a thread, by their thread's future, with their labels (`wait_closed`).
+        self._on_threads: dict[Future[T], str] = {}
+        self._running_at_close: dict[Future[T], str] = {}
 
     @property
     def pending(self) -> int:
@@ -115,15 +133,16 @@ class SaslStepPool(Generic[T]):
         return len(queue) if queue is not None else 0
 
     def submit(self, run: Callable[[], T], on_done: Callable[[Future[T]], None], *, source: str = "",
-               may_refuse: bool = True) -> Refusal | None:
+               may_refuse: bool = True, label: str = "") -> Refusal | None:
         """Runs `run` on a worker thread, then `on_done(future)` on the calling event loop, and answers
         None; or answers why it runs nothing: the pool is closed, or (`may_refuse`) `max_waiting` steps
         wait already, or `max_waiting_per_source` of `source`'s. A step runs at once when a thread is
-        free and no other step waits. Must be called on the event loop's thread."""
+        free and no other step waits. Must be called on the event loop's thread. `label` names the step
+        in the shutdown's log lines (`wait_closed`)."""
         if self._closed:
             return Refusal.CLOSED
         if self._running < self.workers and not self._waiting:
-            self._start(_Waiting(run, on_done))
+            self._start(_Waiting(run, on_done, label))
             return None
         queue = self._queues.get(source)
         if may_refuse and self._waiting >= self.max_waiting:
@@ -135,7 +154,7 @@ class SaslStepPool(Generic[T]):
             return Refusal.SOURCE_FULL
         if queue is None:
             queue = self._queues[source] = deque()
-        queue.append(_Waiting(run, on_done))
+        queue.append(_Waiting(run, on_done, label))
         self._waiting += 1
         return None
 
@@ -146,8 +165,9 @@ class SaslStepPool(Generic[T]):
 
         def deliver(done: Future[T]) -> None:
             self._running -= 1
+            self._on_threads.pop(done, None)
             if self._closed:
-                return
+                return  # `wait_closed` reports its failure, if any
             self._next()
             on_done(done)
 
@@ -156,7 +176,9 @@ class SaslStepPool(Generic[T]):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(deliver, done)
 
-        self._executor.submit(step.run).add_done_callback(hand_back)
+        future = self._executor.submit(step.run)
+        self._on_threads[future] = step.label
+        future.add_done_callback(hand_back)
 
     def _next(self) -> None:
         """A thread is free: the next source in turn runs its oldest waiting step, and goes to the end
@@ -171,9 +193,29 @@ class SaslStepPool(Generic[T]):
             self._start(step)
 
     def close(self) -> None:
-        """Drops the waiting steps; running ones finish on their threads and their outcomes are
-        discarded. Does not wait."""
+        """Drops the waiting steps; running ones finish on their threads and their outcomes are not
+        handed to their `on_done` (`wait_closed` waits for them and reports failures). Does not wait."""
+        if not self._closed:
+            self._running_at_close = dict(self._on_threads)
         self._closed = True
         self._queues.clear()
         self._waiting = 0
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def still_running(self) -> int:
+        """Of the steps running at `close`, those not finished yet."""
+        return sum(not f.done() for f in self._running_at_close)
+
+    async def wait_closed(self, timeout_s: float) -> StepsAtClose:
+        """After `close`: waits, at most `timeout_s`, for the steps that were running on the threads,
+        without blocking the event loop, and answers which of them failed and which still run."""
+        assert self._closed, "wait_closed before close"
+        steps = self._running_at_close
+        waiting = [asyncio.wrap_future(f) for f in steps if not f.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout_s)
+            for w in waiting:  # the ones still running: their completion is nobody's business now
+                w.cancel()
+        failed = tuple((label, exc) for f, label in steps.items()
+                       if f.done() and not f.cancelled() and (exc := f.exception()) is not None)
+        return StepsAtClose(failed, tuple(label for f, label in steps.items() if not f.done()))

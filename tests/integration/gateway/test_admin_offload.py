@@ -7,6 +7,7 @@ clients of the gateway."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
@@ -35,6 +36,7 @@ from tests.integration.gateway.conftest import (
 from tests.integration.gateway.test_frame_memory import LIMIT
 from tests.integration.gateway.test_frame_reading import framed
 from tests.integration.gateway.test_sasl import scram_login
+from tests.integration.gateway.test_sasl_offload import AUTH, GatedPlain, plain_handshake, plain_token
 
 pytestmark = [pytest.mark.broker]
 
@@ -378,4 +380,102 @@ def test_an_admin_answer_whose_request_log_cannot_be_written_closes_the_connecti
         assert any("because of error: AuditWriteError" in r.getMessage() for r in caplog.records)
         wait_until(lambda: not gw.gateway._connections)
     finally:
+        raw.close()
+
+
+def test_close_waits_for_the_running_admin_request_and_sasl_step_and_logs_the_handlers_failure(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # As Kafka's KafkaRequestHandlerPool.shutdown waits for its handler threads, the gateway's close waits
+    # for the work on its threads (then the runtime closes the stores they write): here a CreateAcls whose
+    # handler fails once released, and a login's SASL step.
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    admin_gate, admin_entered = threading.Event(), threading.Event()
+    step_gate = threading.Event()
+    finished: list[str] = []
+
+    def failing_create(ctx: Any, version: int, request: Any) -> Any:
+        admin_entered.set()
+        assert admin_gate.wait(30)
+        # The close waits on the loop, not blocking it: work that needs the loop still gets it (a blocked
+        # loop would time this out, and the failure logged would be a TimeoutError).
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), gw.loop).result(5)
+        finished.append("admin request")
+        raise RuntimeError("the store was closed under it: secret-detail")
+
+    class NotedPlain(GatedPlain):
+        def step(self, received: bytes) -> Any:
+            outcome = super().step(received)
+            if received.split(b"\x00")[1].startswith(b"slow"):
+                finished.append("SASL step")
+            return outcome
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(
+        Services(authz.service, local_handlers={30: failing_create}), security_protocol="SASL_PLAINTEXT",
+        sasl_mechanisms=("PLAIN",), mechanism_factory=lambda name, address, *, reauthenticating=None: NotedPlain(
+            step_gate),
+    )
+    admin, login = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    try:
+        for raw in (admin, login):
+            plain_handshake(raw)
+        assert admin.call(36, 1, AUTH(auth_bytes=plain_token("admin", "pw"))).error_code == 0
+        admin.send(30, 3, acl_creation("closing-topic"))
+        assert admin_entered.wait(30)
+        login.send(36, 1, AUTH(auth_bytes=plain_token("slow-login", "pw")))
+        wait_until(lambda: gw.gateway.sasl_steps.pending == 1)
+        conn_ids = sorted(c.connection_id for c in gw.gateway._connections)
+
+        async def close() -> None:
+            await gw.gateway.close()
+            finished.append("closed")
+
+        closing = asyncio.run_coroutine_threadsafe(close(), gw.loop)
+        # Until the close says it waits (or, not waiting, has returned): then the work is let finish.
+        wait_until(lambda: closing.done() or any(r.getMessage().startswith("shutting down: waiting")
+                                                 for r in caplog.records))
+        admin_gate.set()
+        step_gate.set()
+        closing.result(30)
+        assert sorted(finished[:-1]) == ["SASL step", "admin request"] and finished[-1] == "closed"
+        messages = [r.getMessage() for r in caplog.records]
+        assert "shutting down: waiting up to 10.0 s for 1 admin request(s) and 1 SASL step(s) still running" in messages
+        # The handler's failure is logged (its type only: a message may quote request data), not lost.
+        failures = [m for m in messages if "failed while the gateway shut down" in m]
+        assert len(failures) == 1 and failures[0].startswith("admin request CREATE_ACLS v3 of ")
+        assert failures[0].endswith(": RuntimeError") and failures[0].split(" of ")[1].split(" failed")[0] in conn_ids
+        assert not any("secret-detail" in m for m in messages)
+        assert admin.closed_by_peer() and login.closed_by_peer()  # closed, unanswered
+    finally:
+        admin_gate.set()
+        step_gate.set()
+        admin.close()
+        login.close()
+
+
+def test_close_abandons_what_still_runs_after_its_bound_and_says_so(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    gated, gate, entered = gated_create_acls()
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service, local_handlers={30: gated}))
+    raw = RawClient(gw.bootstrap)
+    try:
+        raw.send(30, 3, acl_creation("stuck-topic"))
+        assert entered.wait(30)
+        (conn,) = gw.gateway._connections
+        started = time.monotonic()
+        gw.call(gw.gateway.close(work_wait_s=0.3))  # returns although the handler still runs
+        waited = time.monotonic() - started
+        assert 0.3 * 0.9 <= waited < 10, waited
+        assert not gate.is_set()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == [f"shutting down with admin request CREATE_ACLS v3 of {conn.connection_id} still running "
+                            "after 0.3 s: abandoned, its outcome unknown"]
+    finally:
+        gate.set()
         raw.close()

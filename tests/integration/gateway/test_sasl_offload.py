@@ -372,3 +372,39 @@ def test_a_client_gone_while_its_step_runs_leaves_nothing_behind(
     assert [r.getMessage() for r in caplog.records if "during its SASL step" in r.getMessage()] == [
         f"client {conn.connection_id} closed its connection during its SASL step; its login as User:slow-gone "
         "is dropped"]
+
+
+def test_a_connection_whose_sasl_step_runs_is_not_idle(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # The idle timeout closes a connection with nothing in flight; a SASL step on its thread (its answer not
+    # yet due, the client not read meanwhile) is in flight, as an admin request on its thread is.
+    gate = threading.Event()
+    gw = gateway_factory(
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service), security_protocol="SASL_PLAINTEXT",
+        sasl_mechanisms=("PLAIN",), mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate),
+        sasl_workers=1,
+    )
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        raw.send(36, 1, AUTH(auth_bytes=plain_token("slow", "pw")))
+        wait_until(lambda: gw.gateway.sasl_steps.pending == 1)
+        (conn,) = gw.gateway._connections
+
+        async def idle_check(*, step_ran_past_the_timeout: bool) -> bool:
+            """The idle check, run now (as its timer would), after the step ran past the idle timeout."""
+            if step_ran_past_the_timeout:
+                conn.last_activity -= 2 * conn.options.idle_timeout_s
+            conn._check_idle()
+            return conn.closed
+
+        assert not gw.call(idle_check(step_ran_past_the_timeout=True)), conn.close_reason
+        gate.set()
+        assert raw.receive(36, 1).error_code == 0
+        # The idle time counts from the step's answer, not from the request before it.
+        assert not gw.call(idle_check(step_ran_past_the_timeout=False)), conn.close_reason
+        assert raw.call(3, 12, metadata()).brokers
+    finally:
+        gate.set()
+        raw.close()

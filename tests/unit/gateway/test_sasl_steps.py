@@ -10,7 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config import GatewayConfig
-from gateway.sasl_steps import Refusal, SaslStepPool, default_max_waiting_per_source, default_workers
+from gateway.sasl_steps import (
+    Refusal,
+    SaslStepPool,
+    StepsAtClose,
+    default_max_waiting_per_source,
+    default_workers,
+)
 
 
 def test_steps_run_on_worker_threads_and_their_outcomes_come_back_on_the_loop() -> None:
@@ -72,6 +78,59 @@ def test_close_drops_waiting_steps_and_refuses_new_ones() -> None:
         assert pool.refused == 0  # closed is not busy
         await asyncio.sleep(0.2)
         assert ran == [1] and delivered == []  # the waiting one never ran; no outcome after close
+
+    asyncio.run(main())
+
+
+def test_wait_closed_waits_for_the_running_steps_and_names_failures_and_those_abandoned() -> None:
+    async def main() -> None:
+        pool: SaslStepPool[int] = SaslStepPool(workers=2, max_waiting=5)
+        failing_gate, stuck_gate = threading.Event(), threading.Event()
+        started = threading.Semaphore(0)
+        delivered: list[int] = []
+
+        def failing() -> int:
+            started.release()
+            assert failing_gate.wait(10)
+            raise RuntimeError("the store was closed under it")
+
+        def stuck() -> int:
+            started.release()
+            assert stuck_gate.wait(10)
+            return 2
+
+        assert pool.submit(failing, lambda f: delivered.append(1), label="failing") is None
+        assert pool.submit(stuck, lambda f: delivered.append(2), label="stuck") is None
+        assert pool.submit(lambda: 3, lambda f: delivered.append(3), label="waiting") is None  # no thread free
+        for _ in range(2):
+            assert await asyncio.to_thread(started.acquire, True, 10)
+        pool.close()
+        assert pool.still_running() == 2
+        waiting = asyncio.create_task(pool.wait_closed(0.5))
+        await asyncio.sleep(0)  # the wait has begun (it runs until its first await)
+        assert not waiting.done()
+        failing_gate.set()  # fails while the close waits for it: its failure is reported, not lost
+        outcome = await waiting
+        try:
+            assert [(label, type(exc)) for label, exc in outcome.failed] == [("failing", RuntimeError)]
+            assert outcome.abandoned == ("stuck",)  # still running when the bound ended
+            assert pool.still_running() == 1
+            assert delivered == []  # no outcome goes to its caller after close; the waiting step never ran
+        finally:
+            stuck_gate.set()
+
+    asyncio.run(main())
+
+
+def test_wait_closed_returns_at_once_when_nothing_runs() -> None:
+    async def main() -> None:
+        pool: SaslStepPool[int] = SaslStepPool(workers=1)
+        done = asyncio.Event()
+        assert pool.submit(lambda: 1, lambda f: done.set(), label="finished") is None
+        await asyncio.wait_for(done.wait(), 10)
+        pool.close()
+        assert pool.still_running() == 0
+        assert await asyncio.wait_for(pool.wait_closed(60), 1) == StepsAtClose()
 
     asyncio.run(main())
 

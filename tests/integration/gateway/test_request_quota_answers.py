@@ -1,0 +1,104 @@
+"""The request-time quota (`request_percentage`) on the answers the gateway gives itself: real sockets, the
+gateway in front of Tansu.
+
+As Kafka's `RequestHandlerHelper.sendResponseMaybeThrottle` (KIP-219) does for every request version, an
+answer over the quota goes out at once with `throttle_time_ms` set to the mute it brings, and the
+connection is muted after it. Before the login (ApiVersions, the SASL exchange) nothing is charged: Kafka's
+`SaslServerAuthenticator` serves those outside `KafkaApis` and its quotas."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from audit.sinks import MemorySink
+from gateway.admin_apis import AclApis
+from gateway.codec import SPECS
+from gateway.proxy import Services
+from gateway.quota_model import REQUEST_PERCENTAGE, EntityPart, QuotaEntity
+from gateway.quotas import QuotaEnforcer
+from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, wait_until
+from tests.integration.gateway.test_admin_offload import acl_creation
+from tests.integration.gateway.test_sasl_offload import AUTH, GatedPlain, plain_handshake, plain_token
+
+pytestmark = [pytest.mark.broker]
+
+# The longest mute of the request quota: one quota window (QuotaEnforcer's default window, 1 s), as Kafka's
+# ClientRequestQuotaManager bounds it.
+LONGEST_MUTE_MS = 1000
+
+
+def zero_request_quota(entity: QuotaEntity) -> QuotaEnforcer:
+    """A request-time quota of 0 for `entity`: any time the gateway spends on its requests is over it, so
+    each of them brings the longest mute."""
+    quotas = QuotaEnforcer()
+    quotas.set_configs({entity: {REQUEST_PERCENTAGE: 0.0}})
+    return quotas
+
+
+def api_versions() -> Any:
+    return SPECS[18].request[3](client_software_name="kgov-test", client_software_version="1")
+
+
+def test_an_admin_answer_carries_the_throttle_time_of_the_mute_it_brings(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    audit = MemorySink()
+    gw = gateway_factory(Services(authz.service, audit=audit, local_handlers={30: AclApis(authz.service).create},
+                                  quotas=zero_request_quota(QuotaEntity(client_id=EntityPart.of("throttled")))))
+    throttled, free = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    try:
+        cid = throttled.send(30, 3, acl_creation("quota-topic"), client_id="throttled")
+        created = throttled.receive(30, 3)
+        assert [r.error_code for r in created.results] == [0]  # done, and answered at once ...
+        assert created.throttle_time_ms == LONGEST_MUTE_MS  # ... telling the client the mute that follows
+        # ApiVersions after the login (no SASL here) is charged too, its answer (v1+) carrying its mute.
+        throttled.send(18, 3, api_versions(), client_id="throttled")
+        assert throttled.receive(18, 3).throttle_time_ms == LONGEST_MUTE_MS
+        # Another client id has no quota: neither charged nor muted.
+        free.send(30, 3, acl_creation("free-topic"), client_id="free")
+        assert free.receive(30, 3).throttle_time_ms == 0
+    finally:
+        throttled.close()
+        free.close()
+    wait_until(lambda: len([e for e in audit.events if e.data["requestHeader"]["requestApiKey"] == 30]) == 2)
+    logged = {(e.data["requestHeader"]["clientId"], e.data["requestHeader"]["correlationId"]): e.data["throttleTimeMs"]
+              for e in audit.events if e.data["requestHeader"]["requestApiKey"] == 30}
+    assert logged[("throttled", cid)] == LONGEST_MUTE_MS  # the request log says what the answer said
+    assert logged[("free", 1)] == 0
+
+
+def test_nothing_before_the_login_is_charged_and_api_versions_after_it_is(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # Both the unauthenticated principal and the user logging in have a request quota of 0.
+    quotas = zero_request_quota(QuotaEntity(user=EntityPart.of("ANONYMOUS")))
+    quotas.set_configs({**quotas.configs, QuotaEntity(user=EntityPart.of("fast")): {REQUEST_PERCENTAGE: 0.0}})
+    gate = threading.Event()
+    gate.set()  # no step waits
+    gw = gateway_factory(
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service, quotas=quotas),
+        security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate),
+    )
+    raw = RawClient(gw.bootstrap)
+    try:
+        assert raw.call(18, 3, api_versions()).throttle_time_ms == 0
+        plain_handshake(raw)
+        assert raw.call(36, 1, AUTH(auth_bytes=plain_token("fast", "pw"))).error_code == 0
+        (conn,) = gw.gateway._connections
+
+        async def muted_until() -> float:
+            return conn.muted_until
+
+        # Kafka's authenticator serves these outside the request quota: none of them muted the connection.
+        assert gw.call(muted_until()) == 0.0
+        # After the login ApiVersions goes through KafkaApis: charged, and its answer carries its mute.
+        assert raw.call(18, 3, api_versions()).throttle_time_ms == LONGEST_MUTE_MS
+        assert gw.call(muted_until()) > 0.0
+    finally:
+        raw.close()
