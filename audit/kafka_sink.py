@@ -29,6 +29,7 @@ import re
 import ssl
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -265,6 +266,12 @@ class KafkaSink:
             "sasl_plain_password": sasl_password,
         }
         self._producer_factory = producer_factory or _kafka_producer
+        _import_kafka()  # here, not on the shipper thread: catch_warnings is process-wide
+        quiet = logging.getLogger("kafka")
+        if quiet.level == logging.NOTSET:
+            # kafka-python logs an ERROR per reconnect attempt while the broker is down (several a
+            # second); this sink says the same once a minute. Unless logging configures `kafka`.
+            quiet.setLevel(logging.CRITICAL)
         self._warn = RateLimitedLog(log, log_interval_s, monotonic)
         self._cond = threading.Condition()
         self._buffer: deque[_Record] = deque()
@@ -506,6 +513,16 @@ def _failure(future: Any) -> Exception | None:
         return TimeoutError("no answer from the broker")
     exc = future.exception
     return exc if isinstance(exc, Exception) else None
+
+
+def _import_kafka() -> None:
+    """Imports kafka-python, which loads its protocol schemas through a deprecated importlib.resources
+    call (a DeprecationWarning; gateway/codec.py does the same). The imports are lazy so that `audit`
+    stays light for readers of its formats (spark_compliance)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+        import kafka.errors  # noqa: F401
 
 
 def _kafka_producer(config: dict[str, Any]) -> _Producer:
