@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,14 +12,10 @@ from typing import Any
 
 import pytest
 
-with warnings.catch_warnings():  # kafka-python's schemas load through a deprecated call (gateway/codec.py)
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-    from kafka.admin import NewTopic
-
 from audit.kafka_sink import CONTENT_TYPE, KafkaSink
 from audit.model import AuditEvent, EventType, change_event
 from audit.sinks import JsonLinesSink, MultiSink
+from tests.support.audit_topic import create_topic, read_topic
 from tests.support.leaks import KAFKA_PYTHON_CONNECT_LEAKS, collect_kafka_python_connect_leaks
 from tests.support.tansu import tansu_broker_advertising
 from tests.support.tcp_relay import TcpRelay
@@ -39,33 +33,6 @@ def make_events(n: int, sources: tuple[str, ...] = ("crn:///kafka=a",), start: i
                      method_name="CreateAcls", target=f"topic=t{start + i}", details={"n": start + i})
         for i in range(n)
     ]
-
-
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
-    topic = f"audit-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
-    return topic
-
-
-def read_topic(bootstrap: str, topic: str, count: int, timeout: float = 30) -> list[Any]:
-    """The first `count` records of every partition of `topic` (by partition, then offset)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=500)
-    try:
-        assert wait_for(lambda: consumer.partitions_for_topic(topic), 20), f"no metadata for {topic}"
-        consumer.assign([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))])
-        consumer.seek_to_beginning()
-        records: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(records) < count and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
 
 
 def fast_sink(bootstrap: str, topic: str, **options: Any) -> KafkaSink:
