@@ -317,7 +317,7 @@ class KafkaSink:
         """Queues `event` for shipping; never raises and never waits for the network."""
         record = _Record(event.source.encode("utf-8"), event.to_json().encode("utf-8"))
         with self._cond:
-            if self._closing:
+            if self._closing or self._finished:
                 refused = "closed"
             elif self._buffered_bytes + record.size > self.buffer_bytes:
                 self._buffer_full += 1
@@ -392,13 +392,16 @@ class KafkaSink:
                 if all(self._send(producer, attempt)):
                     backoff = self.retry_backoff_s
                 else:
+                    # A new producer for the retry: fresh metadata and connections, and no state left
+                    # from a failure the client may not recover from (every answer of the attempt is in).
+                    _close_quietly(producer)
+                    producer = None
                     backoff = self._back_off(backoff)
+        except Exception:
+            log.exception("the audit Kafka shipper for %s stopped; events are no longer shipped", self.topic)
         finally:
             if producer is not None:
-                try:
-                    producer.close(timeout=0)
-                except Exception as exc:  # the buffer is what matters; a failed close only frees sockets
-                    log.debug("closing the audit Kafka producer failed: %s", type(exc).__name__)
+                _close_quietly(producer)
             self._finish()
 
     def _next_attempt(self) -> list[_Record] | None:
@@ -502,6 +505,13 @@ class KafkaSink:
                     # close() was called: retry now, then within its deadline
                     break
         return min(backoff * 2, self.retry_backoff_max_s)
+
+
+def _close_quietly(producer: _Producer) -> None:
+    try:
+        producer.close(timeout=0)
+    except Exception as exc:  # the buffer is what matters; a failed close only frees sockets
+        log.debug("closing the audit Kafka producer failed: %s", type(exc).__name__)
 
 
 def _succeeded(future: Any) -> bool:
