@@ -2,7 +2,7 @@
 `confluent-audit-log-events` on a cluster of the operator's choice (its `destinations.bootstrap_servers`).
 
 The file sink (`audit.sinks.JsonLinesSink`) stays the record of truth; this sink is a copy for a SIEM or
-kgov's Spark audit, and it never fails or slows down the request that wrote the event:
+a Spark job, and it never fails or slows down the request that wrote the event:
 - `write` puts the serialized event into a bounded buffer (bytes, as the Java producer's `buffer.memory`)
   and returns; one shipper thread sends the buffer in order through kafka-python's producer. Nothing
   raises: an event that does not fit in the buffer is counted (`buffer_full`) and logged, rate-limited.
