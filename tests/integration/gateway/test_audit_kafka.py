@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from audit.kafka_sink import KafkaAuditSettings, KafkaSink
 from audit.model import EventType, change_event
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
 from tests.integration.gateway.conftest import RunningGateway
+from tests.integration.gateway.test_tls import _issue_client_cert, self_signed
 from tests.support.audit_topic import create_topic, read_topic
 from tests.support.leaks import KAFKA_PYTHON_CONNECT_LEAKS, collect_kafka_python_connect_leaks
 from tests.support.waiting import wait_for
@@ -106,3 +108,61 @@ def test_a_refused_login_is_a_counted_failure_and_the_password_is_never_logged(
     assert sink.stats().shipped == 0 and sink.stats().unshipped_at_close == 1
     assert any(r.name == "kgov.audit.kafka" and "failed" in r.getMessage() for r in caplog.records)
     assert not any(wrong in r.getMessage() for r in caplog.records)
+
+
+def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    cert, key = self_signed(tmp_path)
+    topic = create_topic(kafka_broker)
+    gw = runtime_factory(sasl=SASL, gateway={"security_protocol": "SASL_SSL", "tls_cert_file": str(cert),
+                                             "tls_key_file": str(key)})
+    gw.runtime.credentials.set_scram_credential("auditor", "SCRAM-SHA-256", PASSWORD, actor=ADMIN)
+    acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:auditor", "*", Operation.WRITE, Permission.ALLOW)
+    assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
+    tls = {"kafka_bootstrap_servers": gw.bootstrap, "kafka_topic": topic, "kafka_security_protocol": "SASL_SSL",
+           "kafka_sasl_mechanism": "SCRAM-SHA-256", "kafka_sasl_username": "auditor", "kafka_sasl_password": PASSWORD}
+    events = _events(3)
+
+    untrusting = KafkaSink.from_settings(KafkaAuditSettings(**tls), delivery_timeout_ms=3000)  # the system CAs
+    assert untrusting is not None
+    untrusting.write(events[0])
+    assert wait_for(lambda: untrusting.stats().delivery_failures >= 1, 20)
+    untrusting.close(timeout_s=0)
+    assert untrusting.stats().shipped == 0
+
+    sink = KafkaSink.from_settings(KafkaAuditSettings(**tls, kafka_ssl_ca_file=cert), delivery_timeout_ms=3000)
+    assert sink is not None
+    for event in events:
+        sink.write(event)
+    sink.close(timeout_s=20)
+    assert sink.stats().shipped == 3
+    assert [r.value.decode() for r in read_topic(kafka_broker, topic, 3)] == [e.to_json() for e in events]
+    requests = [e.data for e in gw.memory.events if e.type is EventType.REQUEST]  # type: ignore[attr-defined]
+    assert {r["principal"] for r in requests if r["requestHeader"]["requestApiKey"] == 0} == {"User:auditor"}
+    assert {r["securityProtocol"] for r in requests} == {"SASL_SSL"}
+
+
+def test_the_sink_presents_a_client_certificate(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    server_cert, server_key = self_signed(tmp_path)
+    ca, client_cert, client_key = _issue_client_cert(tmp_path)
+    gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(server_cert),
+                                  "tls_key_file": str(server_key), "tls_client_auth": "required",
+                                  "tls_ca_file": str(ca)})
+    topic = create_topic(kafka_broker)
+    principal = "User:CN=alice,OU=payments,O=kgov"
+    acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, principal, "*", Operation.WRITE, Permission.ALLOW)
+    assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
+    settings = KafkaAuditSettings(kafka_bootstrap_servers=gw.bootstrap, kafka_topic=topic,
+                                  kafka_security_protocol="SSL", kafka_ssl_ca_file=server_cert,
+                                  kafka_ssl_cert_file=client_cert, kafka_ssl_key_file=client_key)
+    sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000)
+    assert sink is not None
+    events = _events(2)
+    for event in events:
+        sink.write(event)
+    sink.close(timeout_s=20)
+    assert sink.stats().shipped == 2
+    assert [r.value.decode() for r in read_topic(kafka_broker, topic, 2)] == [e.to_json() for e in events]
