@@ -16,7 +16,7 @@ from audit.kafka_sink import KafkaAuditSettings, KafkaSink
 from audit.model import EventType, change_event
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
 from tests.integration.gateway.conftest import RunningGateway
-from tests.integration.gateway.test_tls import _issue_client_cert, self_signed
+from tests.integration.gateway.test_tls import mtls_gateway, self_signed
 from tests.support.audit_topic import create_topic, read_topic
 from tests.support.leaks import KAFKA_PYTHON_CONNECT_LEAKS, collect_kafka_python_connect_leaks
 from tests.support.waiting import wait_for
@@ -71,6 +71,14 @@ def _sink(gw: RunningGateway, topic: str, password: str) -> KafkaSink:
     return sink
 
 
+def _ship(sink: KafkaSink, events: list[Any]) -> None:
+    """Writes `events`, then closes `sink`, which ships them first; all of them must have been shipped."""
+    for event in events:
+        sink.write(event)
+    sink.close(timeout_s=20)
+    assert sink.stats().shipped == len(events)
+
+
 def _events(n: int) -> list[Any]:
     now = datetime.now(UTC)
     return [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=x", time=now, principal="User:admin",
@@ -82,12 +90,8 @@ def test_the_sink_logs_in_to_a_secured_cluster_with_scram(
 ) -> None:
     topic = create_topic(kafka_broker)
     gw = _secured_cluster(runtime_factory, topic)
-    sink = _sink(gw, topic, PASSWORD)
     events = _events(10)
-    for event in events:
-        sink.write(event)
-    sink.close(timeout_s=20)
-    assert sink.stats().shipped == 10
+    _ship(_sink(gw, topic, PASSWORD), events)
     assert [r.value.decode() for r in read_topic(kafka_broker, topic, 10)] == [e.to_json() for e in events]
     logins = [e for e in gw.memory.events if e.type is EventType.AUTHENTICATION]  # type: ignore[attr-defined]
     assert logins and all(e.data["authenticationInfo"]["principal"] == "User:auditor" for e in logins)
@@ -133,10 +137,7 @@ def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
 
     sink = KafkaSink.from_settings(KafkaAuditSettings(**tls, kafka_ssl_ca_file=cert), delivery_timeout_ms=3000)
     assert sink is not None
-    for event in events:
-        sink.write(event)
-    sink.close(timeout_s=20)
-    assert sink.stats().shipped == 3
+    _ship(sink, events)
     assert [r.value.decode() for r in read_topic(kafka_broker, topic, 3)] == [e.to_json() for e in events]
     requests = [e.data for e in gw.memory.events if e.type is EventType.REQUEST]  # type: ignore[attr-defined]
     assert {r["principal"] for r in requests if r["requestHeader"]["requestApiKey"] == 0} == {"User:auditor"}
@@ -146,11 +147,7 @@ def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
 def test_the_sink_presents_a_client_certificate(
     runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
 ) -> None:
-    server_cert, server_key = self_signed(tmp_path)
-    ca, client_cert, client_key = _issue_client_cert(tmp_path)
-    gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(server_cert),
-                                  "tls_key_file": str(server_key), "tls_client_auth": "required",
-                                  "tls_ca_file": str(ca)})
+    gw, server_cert, client_cert, client_key = mtls_gateway(runtime_factory, tmp_path)
     topic = create_topic(kafka_broker)
     principal = "User:CN=alice,OU=payments,O=kgov"
     acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, principal, "*", Operation.WRITE, Permission.ALLOW)
@@ -161,8 +158,5 @@ def test_the_sink_presents_a_client_certificate(
     sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000)
     assert sink is not None
     events = _events(2)
-    for event in events:
-        sink.write(event)
-    sink.close(timeout_s=20)
-    assert sink.stats().shipped == 2
+    _ship(sink, events)
     assert [r.value.decode() for r in read_topic(kafka_broker, topic, 2)] == [e.to_json() for e in events]
