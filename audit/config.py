@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from audit.kafka_sink import KafkaAuditSettings
 
 
-class AuditConfig(BaseModel):
+class AuditConfig(KafkaAuditSettings):
+    # The kafka_* settings (shipping the events to a Kafka topic) are KafkaAuditSettings'.
     # None: `<data_dir>/audit`. Holds events.jsonl (CloudEvents) and kafka-authorizer.log (Kafka's lines).
     dir: Path | None = None
     max_bytes: int = Field(default=100 * 1024 * 1024, gt=0)

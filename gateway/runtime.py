@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from audit.kafka_sink import KafkaSink
 from audit.sinks import AuditSink, JsonLinesSink, MultiSink, TextLineSink
 from authz.database import open_engine
 from authz.model import Principal
@@ -38,6 +39,8 @@ class GatewayRuntime:
     credentials: CredentialService
     quotas: QuotaEnforcer
     engine: Engine
+    # Ships the gateway's audit events to `[audit] kafka_topic` when configured (audit.kafka_sink).
+    audit_kafka: KafkaSink | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -124,7 +127,9 @@ def build_runtime(
                          backups=settings.audit.backups)
     request_lines = TextLineSink(audit_dir / "gateway-kafka-request.log", max_bytes=settings.audit.max_bytes,
                                  backups=settings.audit.backups)
-    sink: AuditSink = MultiSink([events, extra_audit]) if extra_audit is not None else events
+    kafka = KafkaSink.from_settings(settings.audit)
+    extra = [s for s in (kafka, extra_audit) if s is not None]
+    sink: AuditSink = MultiSink([events, *extra]) if extra else events
     source = f"crn:///kafka={settings.cluster_id}"
     authorizer = AuthorizerService(
         engine, settings.authz, audit=sink, lines=lines, source=source, clock=now,
@@ -176,7 +181,9 @@ def build_runtime(
         local_handlers=admin_handlers(authorizer, credentials, quota_store, quotas),
         request_lines=request_lines if config.request_log else None,
     )
-    runtime = GatewayRuntime(Gateway(options, services), authorizer, credentials, quotas, engine)
+    runtime = GatewayRuntime(Gateway(options, services), authorizer, credentials, quotas, engine, kafka)
+    if kafka is not None:
+        runtime._closers.append(kafka.close)  # closed last: ships what is buffered, within its bounded wait
     runtime._closers.extend([authorizer.close, quotas.close, events.close, lines.close, request_lines.close])
     if own_engine:
         runtime._closers.append(engine.dispose)

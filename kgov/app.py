@@ -25,6 +25,7 @@ import authz.api
 import gateway.api
 import registry.api
 import sasl.api
+from audit.kafka_sink import KafkaSink
 from audit.sinks import JsonLinesSink, MultiSink, TextLineSink
 from authz.database import open_engine
 from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http
@@ -54,6 +55,7 @@ class _AuthzCollector:
         yield decisions
         yield CounterMetricFamily("kgov_audit_write_failures", "Audit records that could not be written",
                                   value=service.audit_failures)
+        yield from _audit_kafka_metrics(self.app.state.audit_kafka)
         yield GaugeMetricFamily("kgov_authz_acls", "ACLs in the live snapshot", value=len(service.data))
         state = service.snapshot_state()
         yield GaugeMetricFamily("kgov_authz_snapshot_age_seconds",
@@ -62,6 +64,32 @@ class _AuthzCollector:
         yield GaugeMetricFamily("kgov_authz_snapshot_stale",
                                 "1 while the ACL snapshot is older than authz.max_snapshot_age_s (all but super "
                                 "users denied)", value=1.0 if state.stale else 0.0)
+
+
+def _audit_kafka_metrics(sinks: dict[str, KafkaSink]) -> Any:
+    """The Kafka audit sinks' counters (audit.kafka_sink), by component; nothing when none is configured."""
+    if not sinks:
+        return
+    labels = ["component"]
+    shipped = CounterMetricFamily("kgov_audit_kafka_shipped_events", "Audit events delivered to the Kafka topic",
+                                  labels=labels)
+    failures = CounterMetricFamily("kgov_audit_kafka_delivery_failures",
+                                   "Failed attempts to ship audit events to Kafka (the events are retried)",
+                                   labels=labels)
+    unshipped = CounterMetricFamily("kgov_audit_kafka_unshipped_events",
+                                    "Audit events that will not reach the Kafka topic (they are in the audit "
+                                    "file): buffer full, too large, left at shutdown", labels=[*labels, "reason"])
+    buffered = GaugeMetricFamily("kgov_audit_kafka_buffered_events", "Audit events waiting to be shipped to Kafka",
+                                 labels=labels)
+    for component, sink in sorted(sinks.items()):
+        stats = sink.stats()
+        shipped.add_metric([component], stats.shipped)
+        failures.add_metric([component], stats.delivery_failures)
+        unshipped.add_metric([component, "buffer_full"], stats.buffer_full)
+        unshipped.add_metric([component, "too_large"], stats.too_large)
+        unshipped.add_metric([component, "shutdown"], stats.unshipped_at_close)
+        buffered.add_metric([component], stats.buffered_events)
+    yield from (shipped, failures, unshipped, buffered)
 
 
 def _private_storage(settings: Settings) -> None:
@@ -142,11 +170,15 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
                            backups=settings.audit.backups)
     lines = TextLineSink(private_file(audit_dir / "kafka-authorizer.log"), max_bytes=settings.audit.max_bytes,
                          backups=settings.audit.backups)
+    # A copy of the events for a Kafka topic, when `[audit] kafka_bootstrap_servers` is set; the file stays
+    # the record of truth (audit.kafka_sink).
+    kafka = KafkaSink.from_settings(settings.audit)
+    audit = MultiSink([events] if kafka is None else [events, kafka])
     now = clock or (lambda: datetime.now(UTC))
     authorizer = AuthorizerService(
         engine,
         settings.authz,
-        audit=events,
+        audit=audit,
         lines=lines,
         source=f"crn:///kafka={settings.cluster_id}",
         clock=now,
@@ -164,6 +196,8 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
             authorizer.close()
             events.close()
             lines.close()
+            if kafka is not None:
+                kafka.close()  # ships what is buffered for at most `[audit] kafka_close_timeout_s`
             engine.dispose()
 
     # Swagger UI pulls its scripts from a CDN into the page where an admin types credentials: a dev-mode
@@ -173,7 +207,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.authorizer = authorizer
-    app.state.audit = MultiSink([events])
+    app.state.audit = audit
+    # Kafka audit sinks by component, for /metrics; `kgov up` adds its gateway's.
+    app.state.audit_kafka = {"control_plane": kafka} if kafka is not None else {}
     app.state.clock = now
     # More reasons for /health to answer 503: each returns None when fine, else what is wrong (no secrets).
     # `kgov up` adds its embedded broker's (kgov.broker_supervisor).

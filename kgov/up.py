@@ -471,6 +471,8 @@ def _run_up(args: argparse.Namespace) -> int:
         stack.enter_context(control_plane(app, args.host, args.port,
                                           forwarded_allow_ips=settings.http_forwarded_allow_ips))
         runtime = build_runtime(settings, upstream=upstream)
+        if runtime.audit_kafka is not None:
+            app.state.audit_kafka["gateway"] = runtime.audit_kafka  # /metrics reports both components
 
         def announce() -> None:
             gw = f"{runtime.gateway.options.listen_host}:{runtime.gateway.port}"

@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from audit.sinks import JsonLinesSink
+from audit.kafka_sink import KafkaSink
+from audit.sinks import JsonLinesSink, MultiSink
 from authz.database import open_engine
 from authz.model import InvalidAclError, Principal
 from sasl.delegation import DelegationTokenError, decode_hmac, hmac_lookup_key, token_json
@@ -42,13 +43,18 @@ class _Session:
             max_bytes=self.settings.audit.max_bytes,
             backups=self.settings.audit.backups,
         )
+        # The control plane's topic gets the command's events too; close() waits for them, bounded.
+        self.kafka = KafkaSink.from_settings(self.settings.audit)
+        sinks = MultiSink([self.audit] if self.kafka is None else [self.audit, self.kafka])
         self.service = CredentialService(
-            self.engine, self.settings, audit=self.audit, source=f"crn:///kafka={self.settings.cluster_id}"
+            self.engine, self.settings, audit=sinks, source=f"crn:///kafka={self.settings.cluster_id}"
         )
         self.actor = Principal("User", f"local:{getpass.getuser()}")
 
     def close(self) -> None:
         self.audit.close()
+        if self.kafka is not None:
+            self.kafka.close()
         self.engine.dispose()
 
 

@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kgov.up import embedded_broker
+from kgov.broker_sandbox import stop_process, wait_for_port
+from kgov.up import _tansu_broker_command, broker_environment, embedded_broker, reserved_loopback_port
 
 
 @contextmanager
@@ -20,3 +23,19 @@ def tansu_broker() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="kgov-tansu-") as tmp, \
             embedded_broker(Path(tmp), on_give_up=lambda message: None) as broker:
         yield broker.address
+
+
+@contextmanager
+def tansu_broker_advertising(advertised_port: int) -> Iterator[tuple[str, int]]:
+    """Starts `tansu broker` (memory storage, not supervised) on a free loopback port, advertising
+    `127.0.0.1:<advertised_port>` to clients (where a tests.support.tcp_relay.TcpRelay forwards to it);
+    yields the address it listens on."""
+    port = reserved_loopback_port()
+    command = _tansu_broker_command(f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{advertised_port}")
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, start_new_session=True, env=broker_environment(os.environ))
+    try:
+        wait_for_port("127.0.0.1", port, 30, proc)
+        yield "127.0.0.1", port
+    finally:
+        stop_process(proc)

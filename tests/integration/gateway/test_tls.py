@@ -124,14 +124,22 @@ def _issue_client_cert(tmp: Path) -> tuple[Path, Path, Path]:
     return ca_file, cert_file, key_file
 
 
-def test_ssl_listener_with_client_certificates_uses_the_subject_as_principal(
-    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
-) -> None:
+def mtls_gateway(runtime_factory: Callable[..., RunningGateway],
+                 tmp_path: Path) -> tuple[RunningGateway, Path, Path, Path]:
+    """A gateway with an SSL listener that requires client certificates; with its certificate and a
+    client's certificate and key (subject CN=alice,OU=payments,O=kgov)."""
     server_cert, server_key = self_signed(tmp_path)
     ca, client_cert, client_key = _issue_client_cert(tmp_path)
     gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(server_cert),
                                   "tls_key_file": str(server_key), "tls_client_auth": "required",
                                   "tls_ca_file": str(ca)})
+    return gw, server_cert, client_cert, client_key
+
+
+def test_ssl_listener_with_client_certificates_uses_the_subject_as_principal(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    gw, server_cert, client_cert, client_key = mtls_gateway(runtime_factory, tmp_path)
     principal = "User:CN=alice,OU=payments,O=kgov"
     topic = f"mtls-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_broker, topic)

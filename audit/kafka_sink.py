@@ -1,0 +1,542 @@
+"""Ships the audit trail's CloudEvents to a Kafka topic, as Confluent Platform ships its audit log to
+`confluent-audit-log-events` on a cluster of the operator's choice (its `destinations.bootstrap_servers`).
+
+The file sink (`audit.sinks.JsonLinesSink`) stays the record of truth; this sink is a copy for a SIEM or
+a Spark job, and it never fails or slows down the request that wrote the event:
+- `write` puts the serialized event into a bounded buffer (bytes, as the Java producer's `buffer.memory`)
+  and returns; one shipper thread sends the buffer in order through kafka-python's producer. Nothing
+  raises: an event that does not fit in the buffer is counted (`buffer_full`) and logged, rate-limited.
+- Records are keyed by the event's `source`, so one source's events land in one partition, in the order
+  written. A failed attempt (broker down, no metadata, not authorized, ...) is counted
+  (`delivery_failures`), logged rate-limited, and the undelivered events stay at the head of the buffer
+  and are sent again after a backoff, ahead of everything written since. Delivery is at least once: after
+  an attempt whose answer was lost, a reader may see an event twice (same CloudEvents `id`, by which
+  the spec says to deduplicate).
+- An event larger than the producer's `max_request_size` can never be sent: counted (`too_large`),
+  logged, and skipped (it is in the file).
+- Shutdown (`close`): nothing new is accepted, the shipper keeps sending for at most `close_timeout_s`,
+  then what is left is counted (`unshipped_at_close`) and logged; those events are only in the file.
+
+Records are the CloudEvents Kafka protocol binding's structured mode: the value is the event's JSON
+(`AuditEvent.to_json()`), header `content-type: application/cloudevents+json; charset=UTF-8`, key the
+event's `source`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import ssl
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from audit.model import AuditEvent
+
+log = logging.getLogger("kgov.audit.kafka")
+
+DEFAULT_TOPIC = "kgov-audit-log-events"
+CONTENT_TYPE = ("content-type", b"application/cloudevents+json; charset=UTF-8")
+# The Java producer's buffer.memory default.
+DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
+# Kafka's topic name rule (org.apache.kafka.common.internals.Topic.validate).
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>\d{1,5})")
+
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
+KafkaSaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def parse_bootstrap_servers(text: str) -> tuple[str, ...]:
+    """`host:port,host:port` (Kafka's bootstrap.servers) as a tuple; ValueError naming the bad entry."""
+    servers = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not servers:
+        raise ValueError("audit.kafka_bootstrap_servers is empty: give host:port[,host:port...]")
+    for server in servers:
+        match = _HOST_PORT.fullmatch(server)
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise ValueError(f"audit.kafka_bootstrap_servers: {server!r} is not host:port")
+    return servers
+
+
+class KafkaAuditSettings(BaseModel):
+    """The `[audit] kafka_*` settings (README's settings table). Shipping is off unless
+    `kafka_bootstrap_servers` is set."""
+
+    # A validation error would otherwise echo the section, the SASL password included.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    kafka_bootstrap_servers: str | None = None
+    kafka_topic: str = DEFAULT_TOPIC
+    kafka_security_protocol: KafkaSecurityProtocol = "PLAINTEXT"
+    kafka_sasl_mechanism: KafkaSaslMechanism = "SCRAM-SHA-512"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = Field(default=None, repr=False)
+    # CA bundle (PEM) that signs the brokers' certificates; unset: the system store.
+    kafka_ssl_ca_file: Path | None = None
+    # Client certificate and its unencrypted key (PEM), for brokers that require TLS client auth.
+    kafka_ssl_cert_file: Path | None = None
+    kafka_ssl_key_file: Path | None = None
+    kafka_buffer_bytes: int = Field(default=DEFAULT_BUFFER_BYTES, ge=64 * 1024)
+    kafka_close_timeout_s: float = Field(default=5.0, ge=0, le=300)
+
+    @field_validator("kafka_bootstrap_servers")
+    @classmethod
+    def _servers(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_bootstrap_servers(v)
+        return v
+
+    @field_validator("kafka_topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if not _TOPIC.fullmatch(v) or v in (".", ".."):
+            raise ValueError(f"audit.kafka_topic {v!r} is not a legal Kafka topic name "
+                             "(1-249 of a-z A-Z 0-9 . _ -)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaAuditSettings:
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        tls = self.kafka_security_protocol.endswith("SSL")
+        if sasl and (not self.kafka_sasl_username or self.kafka_sasl_password is None):
+            raise ValueError(f"audit.kafka_security_protocol={self.kafka_security_protocol} logs in: set "
+                             "audit.kafka_sasl_username and KGOV_AUDIT__KAFKA_SASL_PASSWORD")
+        if not sasl and (self.kafka_sasl_username or self.kafka_sasl_password is not None):
+            # Would be ignored: the operator believes the sink authenticates when it does not.
+            raise ValueError("audit.kafka_sasl_username/password are set but audit.kafka_security_protocol is "
+                             f"{self.kafka_security_protocol}: use SASL_SSL (or SASL_PLAINTEXT), or remove them")
+        files = (self.kafka_ssl_ca_file, self.kafka_ssl_cert_file, self.kafka_ssl_key_file)
+        if not tls and any(f is not None for f in files):
+            raise ValueError("audit.kafka_ssl_* files are set but audit.kafka_security_protocol is "
+                             f"{self.kafka_security_protocol}: use SSL or SASL_SSL, or remove them")
+        if (self.kafka_ssl_cert_file is None) != (self.kafka_ssl_key_file is None):
+            raise ValueError("audit.kafka_ssl_cert_file and audit.kafka_ssl_key_file go together (client certificate "
+                             "and its key)")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSinkStats:
+    """Counters since start (`kgov_audit_kafka_*` on /metrics). `delivery_failures` counts failed
+    attempts (their events stay buffered and are retried); the other failure counts are events that
+    will never reach the topic (they are in the file sink)."""
+
+    shipped: int
+    delivery_failures: int
+    buffer_full: int
+    too_large: int
+    unshipped_at_close: int
+    buffered_events: int
+    buffered_bytes: int
+
+
+class _Producer(Protocol):
+    """What the sink uses of kafka-python's KafkaProducer."""
+
+    def send(self, topic: str, value: bytes | None = ..., key: bytes | None = ...,
+             headers: list[tuple[str, bytes]] | None = ...) -> Any: ...
+    def flush(self, timeout: float | None = ...) -> None: ...
+    def close(self, timeout: float | None = ...) -> None: ...
+
+
+class RateLimitedLog:
+    """A WARNING per kind of problem at most every `interval_s`, saying how many were not logged since."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 60.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self.monotonic = monotonic
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def warning(self, kind: str, message: str, *args: object) -> bool:
+        """Logs unless `kind` was logged less than `interval_s` ago; whether it logged."""
+        now = self.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval_s:
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                return False
+            self._last[kind] = now
+            suppressed = self._suppressed.pop(kind, 0)
+        if suppressed:
+            message += f" ({suppressed} more since the last such warning)"
+        self.logger.warning(message, *args)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    key: bytes
+    value: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.key) + len(self.value)
+
+
+def tls_context(settings: KafkaAuditSettings) -> ssl.SSLContext | None:
+    if not settings.kafka_security_protocol.endswith("SSL"):
+        return None
+    ca = settings.kafka_ssl_ca_file
+    ctx = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if settings.kafka_ssl_cert_file is not None and settings.kafka_ssl_key_file is not None:
+        ctx.load_cert_chain(str(settings.kafka_ssl_cert_file), str(settings.kafka_ssl_key_file))
+    return ctx
+
+
+class KafkaSink:
+    """`AuditSink` that ships events to `topic` in the background (see the module docstring).
+
+    Timeouts are the producer's (milliseconds, as kafka-python names them): `delivery_timeout_ms` bounds
+    one attempt, `max_block_ms` a wait for the topic's metadata. `retry_backoff_s` doubles after each failed
+    attempt up to `retry_backoff_max_s`.
+    """
+
+    # One attempt sends at most this much, so each partition's share fits in one producer batch (below):
+    # a produce request's batch is written or refused whole, so an attempt fails per source all or nothing.
+    MAX_ATTEMPT_EVENTS = 1000
+    MAX_ATTEMPT_BYTES = 512 * 1024
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str = DEFAULT_TOPIC,
+        *,
+        security_protocol: KafkaSecurityProtocol = "PLAINTEXT",
+        sasl_mechanism: KafkaSaslMechanism | None = None,
+        sasl_username: str | None = None,
+        sasl_password: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        close_timeout_s: float = 5.0,
+        delivery_timeout_ms: int = 30_000,
+        max_block_ms: int = 1_000,
+        retry_backoff_s: float = 0.1,
+        retry_backoff_max_s: float = 5.0,
+        log_interval_s: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        producer_factory: Callable[[dict[str, Any]], _Producer] | None = None,
+        start: bool = True,
+    ) -> None:
+        self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
+        self.topic = topic
+        self.buffer_bytes = buffer_bytes
+        self.close_timeout_s = close_timeout_s
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.retry_backoff_s = retry_backoff_s
+        self.retry_backoff_max_s = retry_backoff_max_s
+        self.monotonic = monotonic
+        self._password = sasl_password
+        request_timeout_ms = max(1, delivery_timeout_ms // 3)
+        linger_ms = max(0, min(500, delivery_timeout_ms - request_timeout_ms - 1))
+        self._producer_config: dict[str, Any] = {
+            "bootstrap_servers": list(self.bootstrap_servers),
+            "client_id": "kgov-audit",
+            "acks": "all",
+            # Order per partition without the idempotent producer: a broker that lost its producer
+            # state (a restart, Tansu's memory storage) would otherwise refuse every later batch
+            # with UnknownProducerId. One request in flight keeps a retried batch ahead of the next.
+            "enable_idempotence": False,
+            "max_in_flight_requests_per_connection": 1,
+            # Each attempt is flushed at once; the linger only keeps an attempt's records of one
+            # partition in one batch while they are appended.
+            "linger_ms": linger_ms,
+            "batch_size": 2 * self.MAX_ATTEMPT_BYTES,
+            "delivery_timeout_ms": delivery_timeout_ms,
+            "request_timeout_ms": request_timeout_ms,
+            "max_block_ms": max_block_ms,
+            "bootstrap_timeout_ms": max(max_block_ms, 1_000),
+            "reconnect_backoff_max_ms": int(retry_backoff_max_s * 1000),
+            "security_protocol": security_protocol,
+            "ssl_context": ssl_context,
+            "sasl_mechanism": sasl_mechanism if security_protocol.startswith("SASL_") else None,
+            "sasl_plain_username": sasl_username,
+            "sasl_plain_password": sasl_password,
+        }
+        self._producer_factory = producer_factory or _kafka_producer
+        _import_kafka()  # here, not on the shipper thread: catch_warnings is process-wide
+        quiet = logging.getLogger("kafka")
+        if quiet.level == logging.NOTSET:
+            # kafka-python logs an ERROR per reconnect attempt while the broker is down (several a
+            # second); this sink says the same once a minute. Unless logging configures `kafka`.
+            quiet.setLevel(logging.CRITICAL)
+        self._warn = RateLimitedLog(log, log_interval_s, monotonic)
+        self._cond = threading.Condition()
+        self._buffer: deque[_Record] = deque()
+        self._buffered_bytes = 0
+        self._closing = False
+        self._close_deadline = float("inf")
+        self._finished = False  # the shipper has counted what was left; nothing changes after
+        self._shipped = 0
+        self._delivery_failures = 0
+        self._buffer_full = 0
+        self._too_large = 0
+        self._unshipped_at_close = 0
+        self._thread = threading.Thread(target=self._run, name=f"kgov-audit-kafka-{topic}", daemon=True)
+        if start:
+            self._thread.start()
+
+    @classmethod
+    def from_settings(cls, settings: KafkaAuditSettings, **options: Any) -> KafkaSink | None:
+        """The sink `settings` describe; None when `kafka_bootstrap_servers` is not set."""
+        if settings.kafka_bootstrap_servers is None:
+            return None
+        sasl = settings.kafka_security_protocol.startswith("SASL_")
+        password = settings.kafka_sasl_password
+        return cls(
+            settings.kafka_bootstrap_servers,
+            settings.kafka_topic,
+            security_protocol=settings.kafka_security_protocol,
+            sasl_mechanism=settings.kafka_sasl_mechanism if sasl else None,
+            sasl_username=settings.kafka_sasl_username if sasl else None,
+            sasl_password=password.get_secret_value() if sasl and password is not None else None,
+            ssl_context=tls_context(settings),
+            buffer_bytes=settings.kafka_buffer_bytes,
+            close_timeout_s=settings.kafka_close_timeout_s,
+            **options,
+        )
+
+    def __repr__(self) -> str:
+        return f"KafkaSink(bootstrap_servers={','.join(self.bootstrap_servers)!r}, topic={self.topic!r})"
+
+    # ------------------------------------------------------------------ the request path
+
+    def write(self, event: AuditEvent) -> None:
+        """Queues `event` for shipping; never raises and never waits for the network."""
+        record = _Record(event.source.encode("utf-8"), event.to_json().encode("utf-8"))
+        with self._cond:
+            if self._closing or self._finished:
+                refused = "closed"
+            elif self._buffered_bytes + record.size > self.buffer_bytes:
+                self._buffer_full += 1
+                refused = "full"
+            else:
+                self._buffer.append(record)
+                self._buffered_bytes += record.size
+                self._cond.notify()
+                return
+        if refused == "full":
+            self._warn.warning("buffer_full", "audit events not shipped to Kafka topic %s: the %d-byte buffer is full "
+                               "(the broker is unreachable or slow); they are in the audit file only",
+                               self.topic, self.buffer_bytes)
+        else:
+            with self._cond:
+                self._unshipped_at_close += 1
+            self._warn.warning("closed", "audit event written after the Kafka sink for %s closed: in the audit file "
+                               "only", self.topic)
+
+    def stats(self) -> KafkaSinkStats:
+        with self._cond:
+            return KafkaSinkStats(self._shipped, self._delivery_failures, self._buffer_full, self._too_large,
+                                  self._unshipped_at_close, len(self._buffer), self._buffered_bytes)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stops accepting events, ships what is buffered for at most `timeout_s` (default
+        `close_timeout_s`), then counts and logs what is left. Returns within about that bound."""
+        timeout = self.close_timeout_s if timeout_s is None else timeout_s
+        with self._cond:
+            if not self._closing:
+                self._closing = True
+                self._close_deadline = self.monotonic() + timeout
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            # The shipper checks the deadline between steps; a step waits at most max_block_ms for
+            # metadata, or until the deadline for a flush.
+            self._thread.join(timeout + self._producer_config["max_block_ms"] / 1000 + 2.0)
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._cond:
+            if self._finished:
+                return
+            self._finished = True
+            left = len(self._buffer)
+            self._unshipped_at_close += left
+            self._buffer.clear()
+            self._buffered_bytes = 0
+        if left:
+            log.warning("%d audit event(s) not shipped to Kafka topic %s before shutdown; they are in the audit "
+                        "file only", left, self.topic)
+
+    # ------------------------------------------------------------------ the shipper thread
+
+    def _run(self) -> None:
+        producer: _Producer | None = None
+        backoff = self.retry_backoff_s
+        try:
+            while True:
+                attempt = self._next_attempt()
+                if attempt is None:
+                    break
+                if producer is None:
+                    try:
+                        producer = self._producer_factory(dict(self._producer_config))
+                    except Exception as exc:
+                        self._failed_attempt(len(attempt), exc)
+                        backoff = self._back_off(backoff)
+                        continue
+                if all(self._send(producer, attempt)):
+                    backoff = self.retry_backoff_s
+                else:
+                    # A new producer for the retry: fresh metadata and connections, and no state left
+                    # from a failure the client may not recover from (every answer of the attempt is in).
+                    _close_quietly(producer)
+                    producer = None
+                    backoff = self._back_off(backoff)
+        except Exception:
+            log.exception("the audit Kafka shipper for %s stopped; events are no longer shipped", self.topic)
+        finally:
+            if producer is not None:
+                _close_quietly(producer)
+            self._finish()
+
+    def _next_attempt(self) -> list[_Record] | None:
+        """The records at the head of the buffer to send next (left in it until delivered); None once
+        closing and empty or past the close deadline."""
+        with self._cond:
+            while not self._buffer and not self._closing:
+                self._cond.wait()
+            if self._finished or not self._buffer or (self._closing and self.monotonic() >= self._close_deadline):
+                return None
+            attempt: list[_Record] = []
+            size = 0
+            for record in self._buffer:
+                if attempt and (len(attempt) >= self.MAX_ATTEMPT_EVENTS or size + record.size > self.MAX_ATTEMPT_BYTES):
+                    break
+                attempt.append(record)
+                size += record.size
+            return attempt
+
+    def _send(self, producer: _Producer, attempt: list[_Record]) -> list[bool]:
+        """Sends `attempt` and waits for the answers; removes what was delivered (or can never be: too
+        large) from the buffer. Returns which records left it."""
+        from kafka.errors import MessageSizeTooLargeError
+
+        futures: list[Any] = []
+        failure: Exception | None = None
+        too_large: int | None = None
+        for i, record in enumerate(attempt):
+            try:
+                futures.append(producer.send(self.topic, value=record.value, key=record.key, headers=[CONTENT_TYPE]))
+            except MessageSizeTooLargeError:
+                too_large = i
+                break
+            except Exception as exc:  # no metadata within max_block_ms, a closed producer, ...
+                failure = exc
+                break
+        if futures:
+            try:
+                producer.flush(timeout=self._flush_timeout())
+            except Exception as exc:
+                failure = failure or exc
+        delivered = [_succeeded(f) for f in futures] + [False] * (len(attempt) - len(futures))
+        if too_large is not None:
+            delivered[too_large] = True  # leaves the buffer: it can never be sent
+        if failure is None:
+            failure = next((_failure(f) for f in futures if not _succeeded(f)), None)
+        kept = [r for r, ok in zip(attempt, delivered, strict=True) if not ok]
+        with self._cond:
+            if self._finished:  # close() gave up waiting and counted the buffer as unshipped
+                return delivered
+            for _ in attempt:
+                self._buffered_bytes -= self._buffer.popleft().size
+            self._buffer.extendleft(reversed(kept))
+            self._buffered_bytes += sum(r.size for r in kept)
+            self._shipped += sum(delivered) - (too_large is not None)
+            self._too_large += too_large is not None
+        if too_large is not None:
+            self._warn.warning("too_large", "an audit event of %d bytes is larger than the producer's "
+                               "max_request_size: not shipped to Kafka topic %s (it is in the audit file)",
+                               attempt[too_large].size, self.topic)
+        if not all(delivered) and failure is not None:
+            self._failed_attempt(len(kept), failure)
+        return delivered
+
+    def _flush_timeout(self) -> float:
+        """A flush waits for every answer (the producer expires a batch after delivery_timeout_ms), or
+        until the close deadline."""
+        full = self.delivery_timeout_ms / 1000 + 1.0
+        with self._cond:
+            if self._closing:
+                return max(0.0, min(full, self._close_deadline - self.monotonic()))
+        return full
+
+    def _failed_attempt(self, events: int, exc: BaseException) -> None:
+        with self._cond:
+            self._delivery_failures += 1
+        self._warn.warning("delivery", "shipping %d audit event(s) to Kafka topic %s at %s failed (%s); they stay "
+                           "buffered and are retried", events, self.topic, ",".join(self.bootstrap_servers),
+                           self._describe(exc))
+
+    def _describe(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}"[:300]
+        if self._password:
+            text = text.replace(self._password, "***")  # defensive: no client error is known to quote it
+        return text
+
+    def _back_off(self, backoff: float) -> float:
+        """Waits `backoff` seconds (less once closing would pass the deadline); the next backoff."""
+        with self._cond:
+            wait = backoff
+            if self._closing:
+                wait = min(wait, max(0.0, self._close_deadline - self.monotonic()))
+            deadline = self.monotonic() + wait
+            was_closing = self._closing
+            while True:
+                left = deadline - self.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+                if self._closing and not was_closing:
+                    # close() was called: retry now, then within its deadline
+                    break
+        return min(backoff * 2, self.retry_backoff_max_s)
+
+
+def _close_quietly(producer: _Producer) -> None:
+    try:
+        producer.close(timeout=0)
+    except Exception as exc:  # the buffer is what matters; a failed close only frees sockets
+        log.debug("closing the audit Kafka producer failed: %s", type(exc).__name__)
+
+
+def _succeeded(future: Any) -> bool:
+    return bool(future.is_done and future.succeeded())
+
+
+def _failure(future: Any) -> Exception | None:
+    if not future.is_done:
+        return TimeoutError("no answer from the broker")
+    exc = future.exception
+    return exc if isinstance(exc, Exception) else None
+
+
+def _import_kafka() -> None:
+    """Imports kafka-python, which loads its protocol schemas through a deprecated importlib.resources
+    call (a DeprecationWarning; gateway/codec.py does the same). The imports are lazy so that `audit`
+    stays light for readers of its formats (spark_compliance)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+        import kafka.errors  # noqa: F401
+
+
+def _kafka_producer(config: dict[str, Any]) -> _Producer:
+    from kafka import KafkaProducer
+
+    producer: _Producer = KafkaProducer(**config)
+    return producer

@@ -1,0 +1,162 @@
+"""The gateway ships its audit events to `[audit] kafka_topic` (audit.kafka_sink); and the sink logs in to a
+secured cluster (SASL SCRAM), here a kgov gateway in front of Tansu."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from audit.kafka_sink import KafkaAuditSettings, KafkaSink
+from audit.model import EventType, change_event
+from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
+from tests.integration.gateway.conftest import RunningGateway
+from tests.integration.gateway.test_tls import mtls_gateway, self_signed
+from tests.support.audit_topic import create_topic, read_topic
+from tests.support.leaks import KAFKA_PYTHON_CONNECT_LEAKS, collect_kafka_python_connect_leaks
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.broker, KAFKA_PYTHON_CONNECT_LEAKS, pytest.mark.usefixtures("collect_leaks")]
+collect_leaks = collect_kafka_python_connect_leaks
+
+ADMIN = Principal("User", "admin")
+PASSWORD = "auditor-secret-password"
+SASL = {"failed_authentication_delay_ms": 0}
+
+
+def test_the_gateway_ships_its_events_exactly_as_in_its_file(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    topic = create_topic(kafka_broker)
+    gw = runtime_factory(sasl=SASL, audit={"kafka_bootstrap_servers": kafka_broker, "kafka_topic": topic})
+    assert gw.runtime.audit_kafka is not None
+    gw.runtime.credentials.set_scram_credential("alice", "SCRAM-SHA-512", PASSWORD, actor=ADMIN)
+    # alice may not write: the gateway audits the denied Produce (and her login)
+    p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORD,
+                  "message.timeout.ms": 3000})
+    p.produce(topic, b"x")
+    p.flush(10)
+    del p
+    assert wait_for(lambda: any(e.type is EventType.AUTHORIZATION for e in gw.memory.events))  # type: ignore[attr-defined]
+    gw.call(gw.runtime.stop())  # closes the sink: ships what is buffered, within its bounded wait
+    lines = (gw.settings.audit_dir / "gateway-events.jsonl").read_text().splitlines()  # type: ignore[attr-defined]
+    assert any('"granted":false' in line for line in lines)
+    records = read_topic(kafka_broker, topic, len(lines))
+    assert [r.value.decode() for r in records] == lines
+    stats = gw.runtime.audit_kafka.stats()
+    assert (stats.shipped, stats.delivery_failures, stats.unshipped_at_close) == (len(lines), 0, 0)
+
+
+def _secured_cluster(runtime_factory: Callable[..., RunningGateway], topic: str) -> RunningGateway:
+    """A gateway that requires SCRAM logins in front of Tansu; User:auditor may write `topic`."""
+    gw = runtime_factory(sasl=SASL)
+    gw.runtime.credentials.set_scram_credential("auditor", "SCRAM-SHA-512", PASSWORD, actor=ADMIN)
+    acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:auditor", "*", Operation.WRITE, Permission.ALLOW)
+    assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
+    return gw
+
+
+def _sink(gw: RunningGateway, topic: str, password: str) -> KafkaSink:
+    settings = KafkaAuditSettings(kafka_bootstrap_servers=gw.bootstrap, kafka_topic=topic,
+                                  kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
+                                  kafka_sasl_username="auditor", kafka_sasl_password=password)
+    sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000, retry_backoff_max_s=0.3)
+    assert sink is not None
+    return sink
+
+
+def _ship(sink: KafkaSink, events: list[Any]) -> None:
+    """Writes `events`, then closes `sink`, which ships them first; all of them must have been shipped."""
+    for event in events:
+        sink.write(event)
+    sink.close(timeout_s=20)
+    assert sink.stats().shipped == len(events)
+
+
+def _events(n: int) -> list[Any]:
+    now = datetime.now(UTC)
+    return [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=x", time=now, principal="User:admin",
+                         method_name="CreateAcls", target=f"topic=t{i}", details={}) for i in range(n)]
+
+
+def test_the_sink_logs_in_to_a_secured_cluster_with_scram(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    topic = create_topic(kafka_broker)
+    gw = _secured_cluster(runtime_factory, topic)
+    events = _events(10)
+    _ship(_sink(gw, topic, PASSWORD), events)
+    assert [r.value.decode() for r in read_topic(kafka_broker, topic, 10)] == [e.to_json() for e in events]
+    logins = [e for e in gw.memory.events if e.type is EventType.AUTHENTICATION]  # type: ignore[attr-defined]
+    assert logins and all(e.data["authenticationInfo"]["principal"] == "User:auditor" for e in logins)
+
+
+def test_a_refused_login_is_a_counted_failure_and_the_password_is_never_logged(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = create_topic(kafka_broker)
+    gw = _secured_cluster(runtime_factory, topic)
+    wrong = "wrong-password-do-not-log-it"
+    with caplog.at_level(logging.DEBUG):
+        sink = _sink(gw, topic, wrong)
+        assert wrong not in repr(sink)
+        sink.write(_events(1)[0])
+        assert wait_for(lambda: sink.stats().delivery_failures >= 1, 20)
+        sink.close(timeout_s=0)
+    assert sink.stats().shipped == 0 and sink.stats().unshipped_at_close == 1
+    assert any(r.name == "kgov.audit.kafka" and "failed" in r.getMessage() for r in caplog.records)
+    assert not any(wrong in r.getMessage() for r in caplog.records)
+
+
+def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    cert, key = self_signed(tmp_path)
+    topic = create_topic(kafka_broker)
+    gw = runtime_factory(sasl=SASL, gateway={"security_protocol": "SASL_SSL", "tls_cert_file": str(cert),
+                                             "tls_key_file": str(key)})
+    gw.runtime.credentials.set_scram_credential("auditor", "SCRAM-SHA-256", PASSWORD, actor=ADMIN)
+    acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:auditor", "*", Operation.WRITE, Permission.ALLOW)
+    assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
+    tls = {"kafka_bootstrap_servers": gw.bootstrap, "kafka_topic": topic, "kafka_security_protocol": "SASL_SSL",
+           "kafka_sasl_mechanism": "SCRAM-SHA-256", "kafka_sasl_username": "auditor", "kafka_sasl_password": PASSWORD}
+    events = _events(3)
+
+    untrusting = KafkaSink.from_settings(KafkaAuditSettings(**tls), delivery_timeout_ms=3000)  # the system CAs
+    assert untrusting is not None
+    untrusting.write(events[0])
+    assert wait_for(lambda: untrusting.stats().delivery_failures >= 1, 20)
+    untrusting.close(timeout_s=0)
+    assert untrusting.stats().shipped == 0
+
+    sink = KafkaSink.from_settings(KafkaAuditSettings(**tls, kafka_ssl_ca_file=cert), delivery_timeout_ms=3000)
+    assert sink is not None
+    _ship(sink, events)
+    assert [r.value.decode() for r in read_topic(kafka_broker, topic, 3)] == [e.to_json() for e in events]
+    requests = [e.data for e in gw.memory.events if e.type is EventType.REQUEST]  # type: ignore[attr-defined]
+    assert {r["principal"] for r in requests if r["requestHeader"]["requestApiKey"] == 0} == {"User:auditor"}
+    assert {r["securityProtocol"] for r in requests} == {"SASL_SSL"}
+
+
+def test_the_sink_presents_a_client_certificate(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    gw, server_cert, client_cert, client_key = mtls_gateway(runtime_factory, tmp_path)
+    topic = create_topic(kafka_broker)
+    principal = "User:CN=alice,OU=payments,O=kgov"
+    acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, principal, "*", Operation.WRITE, Permission.ALLOW)
+    assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
+    settings = KafkaAuditSettings(kafka_bootstrap_servers=gw.bootstrap, kafka_topic=topic,
+                                  kafka_security_protocol="SSL", kafka_ssl_ca_file=server_cert,
+                                  kafka_ssl_cert_file=client_cert, kafka_ssl_key_file=client_key)
+    sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000)
+    assert sink is not None
+    events = _events(2)
+    _ship(sink, events)
+    assert [r.value.decode() for r in read_topic(kafka_broker, topic, 2)] == [e.to_json() for e in events]
