@@ -77,7 +77,8 @@ def test_broker_down_counts_failures_blocks_no_write_keeps_the_file_and_shipping
     relay = relayed_broker
     topic = create_topic(relay.address)
     file = JsonLinesSink(tmp_path / "events.jsonl")
-    kafka = fast_sink(relay.address, topic)
+    # Waits of 3 s for metadata and for an answer: a write waiting on either would take that long.
+    kafka = fast_sink(relay.address, topic, delivery_timeout_ms=3000, max_block_ms=3000)
     audit = MultiSink([file, kafka])
     try:
         before = make_events(5)
@@ -93,9 +94,8 @@ def test_broker_down_counts_failures_blocks_no_write_keeps_the_file_and_shipping
                 started = time.monotonic()
                 audit.write(event)
                 slowest = max(slowest, time.monotonic() - started)
-            # The producer waits 500 ms for metadata and 2 s for an answer: a write waiting on either would show.
-            assert slowest < 0.25
-            assert wait_for(lambda: kafka.stats().delivery_failures >= 2, 20)
+            assert slowest < 1.0  # an append to the buffer, with room for a loaded machine
+            assert wait_for(lambda: kafka.stats().delivery_failures >= 2, 40)
         stats = kafka.stats()
         assert stats.shipped == 5 and stats.buffered_events == 20
         logged = [r.getMessage() for r in caplog.records]
