@@ -221,3 +221,17 @@ def test_settings_default_and_refusal() -> None:
         GatewayConfig(max_request_bytes=600 * 1024 * 1024)  # above the default pool: raise both
     with pytest.raises(ValidationError):
         GatewayConfig(queued_max_request_bytes=0)
+
+
+def test_per_ip_share_and_minimum_rate_settings() -> None:
+    config = GatewayConfig()
+    assert config.queued_max_request_bytes_per_ip is None  # the default share: `default_share`
+    assert config.large_request_min_bytes_per_s == 256 * 1024
+    assert GatewayConfig(max_request_bytes=1 << 20, queued_max_request_bytes_per_ip=1 << 20)
+    for share in (1 << 19, 513 * 1024 * 1024):
+        with pytest.raises(ValidationError, match=r"queued_max_request_bytes_per_ip \(\d+\) must be between "
+                                                  r"gateway.max_request_bytes \(1048576\) and "
+                                                  r"gateway.queued_max_request_bytes \(536870912\)"):
+            GatewayConfig(max_request_bytes=1 << 20, queued_max_request_bytes_per_ip=share)
+    with pytest.raises(ValidationError):
+        GatewayConfig(large_request_min_bytes_per_s=0)
