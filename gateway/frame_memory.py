@@ -4,8 +4,8 @@ receive cannot get memory is muted, not closed, and is read again once memory re
 
 What counts: the buffer `gateway.framing.FrameReader` gives a frame larger than its scratch buffer's
 ceiling (256 KiB), from the moment its size prefix is read until the gateway has served the frame
-(answered it, or forwarded it and the upstream transport's buffer is back under its high-water mark:
-`gateway.proxy.ClientConnection._release_served_frame`) or the connection closed (but a frame an admin
+(answered it, or forwarded it and the upstream transport's buffer is back under its high-water mark
+and the upstream connection is up: `gateway.proxy.ClientConnection._release_served_frame`) or the connection closed (but a frame an admin
 handler still reads on its thread stays counted until the handler is done). Smaller frames live in the
 connection's scratch buffer, which is bounded per connection already. Frames read before a client's
 login (at most 512 KiB each) do not count, as Kafka's `SaslServerAuthenticator` reads them outside the
