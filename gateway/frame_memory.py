@@ -214,10 +214,17 @@ class FrameMemory:
             self.held = nbytes
             return True
         self.wanted = nbytes
-        if not self._pool._has_room(self.source, nbytes):
+        if self.waits_for_share:
             self._pool.share_waits += 1
         self._pool._wait(self)
         return False
+
+    @property
+    def waits_for_share(self) -> bool:
+        """It waits because its source holds too much of its share, a share smaller than the pool (with
+        a share as large as the pool, what a source holds is the pool's to bound)."""
+        pool = self._pool
+        return bool(self.wanted) and pool.share < pool.capacity and not pool._has_room(self.source, self.wanted)
 
     def release(self) -> None:
         """The frame was served: its bytes go back to the pool (and to whoever waits for them)."""

@@ -356,13 +356,21 @@ class Gateway:
                     "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers,
                     pool.refused - pool.refused_per_source)
 
-    def warn_frame_memory_full(self) -> None:
+    def warn_frame_memory_full(self, source: str | None = None) -> None:
         """One WARN line per `REPEATED_WARN_INTERVAL_S` while connections wait for frame memory:
         their reading is paused, so the operator must hear that `queued_max_request_bytes` is too small
-        for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics)."""
+        for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics).
+        `source`: the connection waits for its address's share (`queued_max_request_bytes_per_ip`), with
+        a line of its own."""
+        pool = self.frame_memory
+        if source is not None:
+            if self._warn_due("frame-memory-per-ip"):
+                log.warning("pausing reads from %s: its connections hold %d of its %d bytes for large request frames "
+                            "(gateway.queued_max_request_bytes_per_ip); %d waits for an address's share so far",
+                            source, pool.used_by(source), pool.share, pool.share_waits)
+            return
         if not self._warn_due("frame-memory"):
             return
-        pool = self.frame_memory
         log.warning("pausing reads: large request frames hold %d of %d bytes (gateway.queued_max_request_bytes); "
                     "%d connections wait for memory", pool.used, pool.capacity, pool.waiting)
 
@@ -1118,7 +1126,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                     # returns (`FrameMemory.reserve` queued us; its grant resumes us), as Kafka mutes the
                     # channel. The connection stays open.
                     self.pause("memory")
-                    self.gateway.warn_frame_memory_full()
+                    self.gateway.warn_frame_memory_full(self.client_group if self.memory.waits_for_share else None)
                 break
             started = time.perf_counter()
             try:

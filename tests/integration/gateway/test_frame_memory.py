@@ -314,12 +314,14 @@ def test_a_closing_connection_whose_client_reads_nothing_is_cut_after_the_answer
 
 def test_slow_senders_of_one_address_hold_its_share_not_the_pool(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Five connections of 127.0.0.1 each send the size prefix of a large frame and a little of its
     body, then nothing (a client trickling its requests): together they would hold more than the pool.
     127.0.0.1's share (default: an eighth of the pool, at least max_request_bytes: 1 MiB here) holds
     one of them; the others wait for their own address's memory, and 127.0.0.2's large request is
     served meanwhile."""
+    caplog.set_level(logging.WARNING, logger="kgov.gateway")
     gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
                          max_request_bytes=LIMIT, queued_max_request_bytes=3 * LIMIT)
     pool = gw.gateway.frame_memory
@@ -338,6 +340,10 @@ def test_slow_senders_of_one_address_hold_its_share_not_the_pool(
         assert pool.used_by("127.0.0.1") == len(frame) - 4  # one of its frames: its share holds no second
         assert pool.waiting == 4 and pool.share_waits == 4
         assert victim.call(3, 12, metadata()).brokers
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == [f"pausing reads from 127.0.0.1: its connections hold {len(frame) - 4} of its {LIMIT} bytes "
+                            "for large request frames (gateway.queued_max_request_bytes_per_ip); 1 waits for an "
+                            "address's share so far"]  # one line per 10 s, at the first wait
     finally:
         for raw in (*slow, victim):
             raw.close()
@@ -383,6 +389,40 @@ def test_a_large_frame_that_does_not_arrive_in_time_closes_its_connection_and_re
     finally:
         stalled.close()
         steady.close()
+
+
+def test_the_reading_time_of_a_large_frame_stops_while_the_gateway_does_not_read_the_connection(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    """Paused by the gateway (here as a quota mute would pause it) for longer than the frame's reading
+    time, then read again: the frame is served, its client not closed."""
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT,
+                         large_request_min_bytes_per_s=1024 * 1024, large_request_grace_s=0.3)
+    raw = RawClient(gw.bootstrap)
+    try:
+        frame, names = big_metadata(raw, "paused")
+        raw.sock.sendall(frame[:100_000])
+        wait_for(lambda: len(gw.gateway._connections) == 1, "the gateway did not take the connection")
+        (conn,) = gw.gateway._connections
+        wait_for(lambda: conn._large_frame_timer is not None, "the frame's reading time did not start")
+
+        async def pause() -> None:
+            conn.pause("quota")
+
+        async def resume() -> None:
+            conn.resume("quota")
+
+        gw.call(pause())
+        assert conn._large_frame_timer is None and 0 < conn._large_frame_left <= 0.3 + (len(frame) - 4) / (1 << 20)
+        time.sleep(1.5)  # the time under test: longer than the whole reading time, all of it paused
+        assert not conn.closed
+        gw.call(resume())
+        answer = receive_metadata_after(raw, frame[100_000:])
+        assert [t.name for t in answer.topics] == names
+        assert gw.gateway.slow_large_requests_closed == 0 and conn._large_frame_left is None
+    finally:
+        raw.close()
 
 
 class SilentUpstream:

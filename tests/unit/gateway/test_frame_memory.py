@@ -93,11 +93,12 @@ def test_one_source_holds_at_most_its_share_and_does_not_hold_up_the_others() ->
     (a1, a2, a3, b, c), granted = accounts(pool, 5, "aaabc")
     assert a1.reserve(40)
     assert not a2.reserve(30)  # 70 > a's share of 50: a2 waits for a's memory
-    assert (pool.waits, pool.share_waits) == (1, 1)
+    assert (pool.waits, pool.share_waits) == (1, 1) and a2.waits_for_share and not a1.waits_for_share
     assert not a3.reserve(5)  # would fit a's share, but a2 waits already: no passing within a source
     assert b.reserve(50)  # another source is not held up by a's connections waiting
     assert (pool.used, pool.used_by("a"), pool.used_by("b"), pool.waiting) == (90, 40, 50, 2)
     assert not c.reserve(20)  # the pool is full: c waits, and is now the one nobody passes
+    assert not c.waits_for_share and pool.share_waits == 1
     b.release()  # 50 return: c (its source has room) gets them; a's wait for a's memory
     assert granted == [4] and (pool.used, c.held, a2.wanted) == (60, 20, 30)
     a1.release()  # a's memory returns: its connections get it, in their order
