@@ -122,10 +122,17 @@ class FrameMemoryPool:
         return True
 
     def _wait(self, account: FrameMemory) -> None:
+        """`account` (which `_try` refused) joins the end of the line. What `_grant` would note, without
+        walking the line: if nothing stalled it yet, every connection in it waits for its source's
+        share, so the newcomer stalls it if it waits for the pool itself (its source has room and no
+        connection of its source waits before it)."""
         self.waits += 1
         self._line.append(account)
-        self._waiting_by[account.source] = self._waiting_by.get(account.source, 0) + 1
-        self._grant()  # hands out nothing (`_try` refused it), but notes whether the line is stalled now
+        source = account.source
+        ahead = self._waiting_by.get(source, 0)
+        self._waiting_by[source] = ahead + 1
+        if not self._stalled and not ahead and self._has_room(source, account.wanted):
+            self._stalled = True
 
     def _unqueue(self, account: FrameMemory) -> None:
         left = self._waiting_by[account.source] - 1

@@ -154,7 +154,9 @@ def test_the_pool_never_exceeds_its_capacity_nor_a_share_and_counts_exactly_what
         assert pool.waiting == sum(1 for c in conns if c.wanted)
         # Memory is never left idle before a connection that could take it: walking the line as
         # `_grant` does, the first connection whose source has room finds no room in the pool.
+        # That one stalls the line: no newcomer passes it (and with no such one, nothing stalls it).
         blocked: set[str] = set()
+        stalled = False
         for waiting in pool._line:
             if waiting.source in blocked:
                 continue
@@ -162,7 +164,9 @@ def test_the_pool_never_exceeds_its_capacity_nor_a_share_and_counts_exactly_what
                 blocked.add(waiting.source)
                 continue
             assert pool.used + waiting.wanted > pool.capacity
+            stalled = True
             break
+        assert pool._stalled == stalled
     for conn in conns:
         conn.close()
     assert pool.used == 0 and pool.waiting == 0
