@@ -5,8 +5,9 @@ receive cannot get memory is muted, not closed, and is read again once memory re
 What counts: the buffer `gateway.framing.FrameReader` gives a frame larger than its scratch buffer's
 ceiling (256 KiB), from the moment its size prefix is read until the gateway has served the frame
 (answered it, or forwarded it and the upstream transport's buffer is back under its high-water mark
-and the upstream connection is up: `gateway.proxy.ClientConnection._release_served_frame`) or the connection closed (but a frame an admin
-handler still reads on its thread stays counted until the handler is done). Smaller frames live in the
+and the upstream connection is up: `gateway.proxy.ClientConnection._release_served_frame`) or the
+connection closed (but a frame an admin handler still reads on its thread stays counted until the
+handler is done). Smaller frames live in the
 connection's scratch buffer, which is bounded per connection already. Frames read before a client's
 login (at most 512 KiB each) do not count, as Kafka's `SaslServerAuthenticator` reads them outside the
 pool: an unauthenticated client cannot take memory that logged-in producers wait for.
@@ -43,9 +44,10 @@ from typing import Final
 # never less than one request of the largest size (`default_share`).
 DEFAULT_SHARE_DIVISOR: Final = 8
 # A large frame's body must arrive within this much reading time after its memory is granted, plus the
-# time it takes at `DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S` (`large_frame_deadline_s`). 30 s is Java's
-# and librdkafka's default `request.timeout.ms`: a client with default settings has given up on a
-# request whose bytes took longer than that to send.
+# time it takes at `DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S` (`large_frame_deadline_s`). 30 s is the Java
+# client's default `request.timeout.ms`, which counts from the moment the request is handed to the
+# network layer (`InFlightRequests.hasExpiredRequest`: `now - sendTimeMs`), its sending included: such a
+# client has given up on a request (and closed its connection) whose bytes took longer than that to send.
 LARGE_FRAME_GRACE_S: Final = 30.0
 # 256 KiB/s (2 Mbit/s): a 1 MiB request gets 34 s, a 100 MiB one about 7 minutes.
 DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S: Final = 256 * 1024
