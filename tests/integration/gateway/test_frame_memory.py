@@ -350,6 +350,25 @@ def test_slow_senders_of_one_address_hold_its_share_not_the_pool(
     wait_for(lambda: pool.used == 0 and pool.waiting == 0, "the slow senders' memory was not returned")
 
 
+def test_an_ipv6_client_draws_on_the_share_of_its_slash_64(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service), listen_host="::1",
+                         max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT)
+    pool = gw.gateway.frame_memory
+    raw = RawClient(f"::1:{gw.gateway.port}")
+    try:
+        frame, _ = big_metadata(raw, "v6")
+        raw.sock.sendall(frame[:100_000])
+        wait_for(lambda: pool.used_by("::/64") == len(frame) - 4, "the frame was not counted to the client's /64")
+        (conn,) = gw.gateway._connections
+        # Kafka's text of the address for logs, audit and ACLs; its /64 for the shares (the SASL queue's too).
+        assert (conn.client_host, conn.client_group) == ("0:0:0:0:0:0:0:1", "::/64")
+    finally:
+        raw.close()
+    wait_for(lambda: pool.used == 0, "the frame's memory was not returned")
+
+
 def test_a_large_frame_that_does_not_arrive_in_time_closes_its_connection_and_returns_its_memory(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
     caplog: pytest.LogCaptureFixture,
