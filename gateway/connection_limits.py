@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Final
 
 from authz.host_address import java_host_address
@@ -30,6 +31,32 @@ def ip_key(address: str) -> str:
     """One key per client address, as Java's `InetAddress` compares them (`::ffff:10.0.0.1` is
     10.0.0.1; an IPv6 address in any spelling is one address)."""
     return java_host_address(address)
+
+
+def share_key(address: str) -> str:
+    """The key of a client's per-address share (the SASL step queue's `sasl_max_waiting_steps_per_ip`,
+    the frame memory pool's `queued_max_request_bytes_per_ip`): an IPv4 address as it is (an
+    IPv4-mapped IPv6 address counts as its IPv4 address), an IPv6 address by its /64 network, written
+    `2001:db8:0:7::/64` (a zone suffix kept), since one host or one site is routinely given a whole
+    /64 and could otherwise take one share per address it picks. Clients behind one NAT, or one /64,
+    share one share. Anything that is not an IP literal is returned unchanged.
+
+    Not used for `max_connections_per_ip`, which counts per address exactly as Kafka's
+    `ConnectionQuotas` does (its overrides name addresses)."""
+    key = ip_key(address)
+    if ":" not in key:
+        return key  # IPv4 (a mapped one included), or not an IP
+    return _ipv6_network(key)
+
+
+@lru_cache(maxsize=4096)
+def _ipv6_network(address: str) -> str:
+    literal, sep, zone = address.partition("%")
+    try:
+        network = ipaddress.IPv6Network(f"{literal}/64", strict=False)
+    except ValueError:
+        return address
+    return f"{network.network_address}/64{sep}{zone}"
 
 
 def parse_overrides(overrides: Mapping[str, int]) -> dict[str, int]:

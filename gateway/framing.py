@@ -114,6 +114,16 @@ class FrameReader:
         return len(self._scratch) + (len(self._big) if self._big is not None else 0)
 
     @property
+    def large_frame_size(self) -> int:
+        """The size of the large frame being read into its own buffer (its memory granted), 0 when none."""
+        return len(self._big) if self._big is not None else 0
+
+    @property
+    def large_frame_filled(self) -> int:
+        """How much of that frame has arrived."""
+        return self._big_filled if self._big is not None else 0
+
+    @property
     def scratch_bytes(self) -> int:
         """The scratch buffer's current size (between its initial size and its ceiling)."""
         return len(self._scratch)

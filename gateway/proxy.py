@@ -18,8 +18,9 @@ outcome is back (`ClientConnection._authenticate`). The security admin APIs the 
 (`ClientConnection._serve_admin_request`).
 
 Backpressure: client reads pause while the upstream transport is above its write high-water mark,
-while too many requests are in flight, while the upstream is still connecting with a full buffer,
-and while the client is muted by a quota; upstream reads pause while the client cannot take more.
+while too many requests are in flight, while the upstream is still connecting and a request waits for
+it (one at most: its large frame keeps its pool memory), and while the client is muted by a quota;
+upstream reads pause while the client cannot take more.
 
 Upstream sessions (KIP-368): when the upstream grants a session lifetime, the gateway re-authenticates
 the upstream connection at 85-95% of it: client reads pause, in-flight requests complete, a new
@@ -75,9 +76,17 @@ from gateway.connection_limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_IP,
     ConnectionLimits,
+    share_key,
 )
 from gateway.fetch_session import sessionless_frame, sessionless_response
-from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES, FrameMemoryPool
+from gateway.frame_memory import (
+    DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S,
+    DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+    LARGE_FRAME_GRACE_S,
+    FrameMemoryPool,
+    default_share,
+    large_frame_deadline_s,
+)
 from gateway.framing import Frame, FrameError, FrameReader
 from gateway.invalid_request import (
     ApiNotEnabledError,
@@ -122,7 +131,6 @@ log = logging.getLogger("kgov.gateway")
 
 UNSUPPORTED_VERSION = 35
 MAX_IN_FLIGHT = 256
-PENDING_BYTES_HIGH = 4 * 1024 * 1024
 SASL_FAILURE_DELAY_S = 0.2  # Kroxylicious' fixedAuthDelay; a floor against timing side channels
 # Kafka's sasl.server.max.receive.size: the largest frame a client may send before it authenticated.
 MAX_UNAUTHENTICATED_BYTES = 524_288
@@ -186,6 +194,13 @@ class GatewayOptions:
     # Kafka's queued.max.request.bytes: large request frames being read or served, all connections
     # together (`gateway.frame_memory`); at least `max_request_bytes`.
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    # One client address group's share of those (`gateway.connection_limits.share_key`; None: an eighth,
+    # at least max_request_bytes, `frame_memory.default_share`).
+    queued_max_request_bytes_per_ip: int | None = None
+    # A large frame's body must arrive within `large_request_grace_s` of reading time plus its size at
+    # this rate once its memory is granted (`frame_memory.large_frame_deadline_s`), or the connection closes.
+    large_request_min_bytes_per_s: int = DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S
+    large_request_grace_s: float = LARGE_FRAME_GRACE_S
     idle_timeout_s: float = 600.0
     # Kafka's max.connections / max.connections.per.ip (/.overrides): `gateway.connection_limits`.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -314,7 +329,17 @@ class Gateway:
         if options.queued_max_request_bytes < options.max_request_bytes:
             raise ValueError("queued_max_request_bytes must be at least max_request_bytes: a frame of the largest "
                              "size would never get its memory")
-        self.frame_memory = FrameMemoryPool(options.queued_max_request_bytes)
+        share = options.queued_max_request_bytes_per_ip
+        if share is None:
+            share = default_share(options.queued_max_request_bytes, options.max_request_bytes)
+        elif not options.max_request_bytes <= share <= options.queued_max_request_bytes:
+            raise ValueError("queued_max_request_bytes_per_ip must be between max_request_bytes and "
+                             "queued_max_request_bytes")
+        # Per client address group (`share_key`), at most `share` (a departure from Kafka's MemoryPool,
+        # which has no per-client share: gateway/frame_memory.py).
+        self.frame_memory = FrameMemoryPool(options.queued_max_request_bytes, share)
+        # Connections closed because a large frame did not arrive in time (`ClientConnection._large_frame_overdue`).
+        self.slow_large_requests_closed = 0
         self._warned_at: dict[str, float] = {}  # the last WARN line of each kind (`_warn_due`)
 
     def _warn_due(self, kind: str) -> bool:
@@ -343,15 +368,34 @@ class Gateway:
                     "gateway.sasl_workers); %d refused so far", pool.waiting, pool.workers,
                     pool.refused - pool.refused_per_source)
 
-    def warn_frame_memory_full(self) -> None:
+    def warn_frame_memory_full(self, source: str | None = None) -> None:
         """One WARN line per `REPEATED_WARN_INTERVAL_S` while connections wait for frame memory:
         their reading is paused, so the operator must hear that `queued_max_request_bytes` is too small
-        for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics)."""
+        for the load, or that clients hold large frames (Kafka shows it in its MemoryPool metrics).
+        `source`: the connection waits for its address's share (`queued_max_request_bytes_per_ip`), with
+        a line of its own."""
+        pool = self.frame_memory
+        if source is not None:
+            if self._warn_due("frame-memory-per-ip"):
+                log.warning("pausing reads from %s: its connections hold %d of its %d bytes for large request frames "
+                            "(gateway.queued_max_request_bytes_per_ip); %d waits for an address's share so far",
+                            source, pool.used_by(source), pool.share, pool.share_waits)
+            return
         if not self._warn_due("frame-memory"):
             return
-        pool = self.frame_memory
         log.warning("pausing reads: large request frames hold %d of %d bytes (gateway.queued_max_request_bytes); "
                     "%d connections wait for memory", pool.used, pool.capacity, pool.waiting)
+
+    def warn_large_frame_too_slow(self, connection_id: str, size: int, filled: int, seconds: float) -> None:
+        """One WARN line per `REPEATED_WARN_INTERVAL_S` while connections are closed because a large
+        frame did not arrive in time (each close has its INFO line): a client trickling large frames
+        to hold pool memory, or a setting too strict for the clients' links."""
+        if not self._warn_due("slow-large-requests"):
+            return
+        log.warning("closing connections whose large requests arrive too slowly: %s sent %d of %d bytes in %.1f s "
+                    "of reading (gateway.large_request_min_bytes_per_s = %d); %d closed so far", connection_id,
+                    filled, size, seconds, self.options.large_request_min_bytes_per_s,
+                    self.slow_large_requests_closed)
 
     def warn_full(self) -> None:
         """One WARN line per `REPEATED_WARN_INTERVAL_S` while connections are refused because
@@ -684,6 +728,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         # its MemoryPool.
         self.memory = gateway.frame_memory.connection(lambda: self.resume("memory"))
         self._served_frame_held = False  # the memory held is a served frame's, waiting on the upstream side
+        # The large frame being read (its memory granted) must arrive in time (`_track_large_frame`): its
+        # reading time left (None: no large frame being read), when it runs out, and the timer.
+        self._large_frame_left: float | None = None
+        self._large_frame_due = 0.0
+        self._large_frame_timer: asyncio.TimerHandle | None = None
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
         self.pending_frames: list[Frame] = []
@@ -693,6 +742,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.peer = ("", 0)  # as the socket gives it (the per-IP connection quota's key)
         self.counted = False  # counted in `Gateway.connection_limits` (released in `connection_lost`)
         self.client_host = ""  # the peer's IP as Kafka writes it (getHostAddress()): logs, audit, ACL host
+        self.client_group = ""  # its per-address shares' key (`share_key`: an IPv6 client by its /64)
         self.sasl: SaslSession | None = None
         self.principal = ANONYMOUS
         self.software = ("unknown", "unknown")
@@ -736,6 +786,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.client_host = java_host_address(self.peer[0])
+        self.client_group = share_key(self.client_host)
+        self.memory.source = self.client_group  # before it reserves anything
         refusal = self.gateway.connection_limits.admit(self.client_host)
         if refusal is not None:
             # Over max_connections_per_ip or max_connections: closed at once (a FIN, as Kafka's
@@ -958,7 +1010,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.counted:
             self.counted = False
             self.gateway.connection_limits.release(self.client_host)
-        for handle in (self.idle_handle, self.mute_handle, self._cut_handle):
+        for handle in (self.idle_handle, self.mute_handle, self._cut_handle, self._large_frame_timer):
             if handle is not None:
                 handle.cancel()
 
@@ -1042,6 +1094,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         if not self.paused and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self.paused.add(reason)
+        if self._large_frame_timer is not None:
+            # Time the gateway does not read the connection is not the client's: the large frame's
+            # reading time stops until reading resumes.
+            self._large_frame_timer.cancel()
+            self._large_frame_timer = None
+            self._large_frame_left = max(self._large_frame_due - asyncio.get_running_loop().time(), 0.0)
 
     def resume(self, reason: str) -> None:
         if reason not in self.paused:
@@ -1052,6 +1110,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.memory.release()
         if self.paused or self.transport is None or self.closed:
             return
+        if self._large_frame_left is not None and self._large_frame_timer is None:
+            self._arm_large_frame_timer(self._large_frame_left)
         if self.reader.needs_bytes and self._topic_ids_waiting is None:
             self.transport.resume_reading()
         elif not self._serve_scheduled:
@@ -1102,13 +1162,15 @@ class ClientConnection(asyncio.BufferedProtocol):
             except FrameError as exc:
                 self._on_frame_error(exc)
                 return
+            if self._large_frame_left is not None or reader.large_frame_size:
+                self._track_large_frame()
             if frame is None:
                 if reader.awaiting_memory:
                     # No room for this frame in the gateway's frame memory: stop reading until memory
                     # returns (`FrameMemory.reserve` queued us; its grant resumes us), as Kafka mutes the
                     # channel. The connection stays open.
                     self.pause("memory")
-                    self.gateway.warn_frame_memory_full()
+                    self.gateway.warn_frame_memory_full(self.client_group if self.memory.waits_for_share else None)
                 break
             started = time.perf_counter()
             try:
@@ -1141,6 +1203,54 @@ class ClientConnection(asyncio.BufferedProtocol):
         transport = self.transport
         if not self.paused and not self.closed and transport is not None and not transport.is_reading():
             transport.resume_reading()  # paused while frames waited (`resume`): all are served now
+
+    def _track_large_frame(self) -> None:
+        """A large frame's body must arrive within its reading time once its memory is granted
+        (`frame_memory.large_frame_deadline_s`: `large_request_grace_s`, plus its size at
+        `large_request_min_bytes_per_s`), or the connection is closed (`_large_frame_overdue`): a client
+        that sends a size prefix, then a few bytes a second, would otherwise hold pool memory for as long
+        as it likes (the idle timeout never fires while bytes trickle in). Reading time: the clock stops
+        while the gateway pauses the connection (`pause`). Called when the reader may have begun or
+        finished one. Departure from Kafka, whose Selector puts no deadline on a receive in progress.
+        Frames read before the login (up to 512 KiB, outside the pool) are not watched."""
+        reader = self.reader
+        size = reader.large_frame_size if reader.memory is not None else 0
+        if size and self._large_frame_left is None:
+            options = self.options
+            self._large_frame_left = large_frame_deadline_s(size, options.large_request_min_bytes_per_s,
+                                                            options.large_request_grace_s)
+            if not self.paused:
+                self._arm_large_frame_timer(self._large_frame_left)
+        elif not size and self._large_frame_left is not None:
+            self._large_frame_left = None
+            if self._large_frame_timer is not None:
+                self._large_frame_timer.cancel()
+                self._large_frame_timer = None
+
+    def _arm_large_frame_timer(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._large_frame_due = loop.time() + seconds
+        self._large_frame_timer = loop.call_later(seconds, self._large_frame_overdue)
+
+    def _large_frame_overdue(self) -> None:
+        """The large frame being read did not arrive within its reading time: the connection is closed
+        after the answers to the requests before it, and the frame's memory goes back at once. An INFO
+        line per close, a WARN line at most every 10 s (`Gateway.warn_large_frame_too_slow`). Not
+        audited: no request was read (the gateway audits requests and logins, not closes)."""
+        self._large_frame_timer = None
+        reader = self.reader
+        size, filled = reader.large_frame_size, reader.large_frame_filled
+        if self.closed or not size:
+            return
+        options = self.options
+        seconds = large_frame_deadline_s(size, options.large_request_min_bytes_per_s, options.large_request_grace_s)
+        self._large_frame_left = None
+        self.gateway.slow_large_requests_closed += 1
+        log.info("closing %s (%s): a request of %d bytes was not received within %.1f s of reading, %d bytes "
+                 "arrived (gateway.large_request_min_bytes_per_s)", self.connection_id, self.principal, size,
+                 seconds, filled)
+        self.gateway.warn_large_frame_too_slow(self.connection_id, size, filled, seconds)
+        self._close_after_earlier_answers("large request not received in time")
 
     def _release_served_frame(self) -> None:
         """Returns the memory of the large frame just served (answered, or forwarded to the upstream),
@@ -1413,7 +1523,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         # Never refused: this connection has no other admin request running (it is paused meanwhile), so
         # the waiting ones are bounded by the connection limits; the pool serves client addresses in turn.
         label = f"{spec.name} v{version} of {self.connection_id}"
-        if self.gateway.admin_requests.submit(run, done, source=self.client_host, may_refuse=False,
+        if self.gateway.admin_requests.submit(run, done, source=self.client_group, may_refuse=False,
                                               label=label) is not None:
             self.abort("gateway shutting down")  # the pool is closed
             return
@@ -1481,10 +1591,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         if up is not None and up.transport is not None:
             up.transport.writelines(parts)
             return
+        # The upstream connection is being established (the client's first requests after its login):
+        # the request waits here, and nothing more is read until the connection is up, so what waits is
+        # one request, whose frame, when large, keeps its pool memory meanwhile (`_release_served_frame`:
+        # "upstream-connecting" is an `_UPSTREAM_BACKLOG` pause). Reading on would hold the client's next
+        # requests here, outside `queued_max_request_bytes`.
         self.pending_frames.extend(parts)
         self.pending_bytes += sum(len(p) for p in parts)
-        if self.pending_bytes > PENDING_BYTES_HIGH:
-            self.pause("upstream-connecting")
+        self.pause("upstream-connecting")
 
     def _mute(self, throttle_ms: int) -> None:
         """KIP-219: answer at once, then stop reading this client for the throttle time. Several
@@ -1689,15 +1803,15 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.last_activity = time.monotonic()  # the idle time counts from the answer (`_check_idle`)
             self.resume("sasl-step")
 
-        refusal = pool.submit(begun.run, done, source=self.client_host, may_refuse=not sasl.reauthenticating,
+        refusal = pool.submit(begun.run, done, source=self.client_group, may_refuse=not sasl.reauthenticating,
                               label=f"of {self.connection_id}")
         if refusal is None:
             self.pause("sasl-step")
             return
         if refusal is Refusal.SOURCE_FULL:
-            reason = (f"too many SASL steps from {self.client_host} waiting at the gateway "
+            reason = (f"too many SASL steps from {self.client_group} waiting at the gateway "
                       f"({pool.max_waiting_per_source} waiting, gateway.sasl_max_waiting_steps_per_ip)")
-            self.gateway.warn_logins_refused(self.client_host)
+            self.gateway.warn_logins_refused(self.client_group)
         elif refusal is Refusal.FULL:
             reason = (f"too many SASL steps waiting at the gateway ({pool.max_waiting} waiting for "
                       f"{pool.workers} worker threads, gateway.sasl_max_waiting_steps)")

@@ -159,6 +159,8 @@ def build_runtime(
         max_reauth_ms=settings.sasl.connections_max_reauth_ms,
         max_request_bytes=config.max_request_bytes,
         queued_max_request_bytes=config.queued_max_request_bytes,
+        queued_max_request_bytes_per_ip=config.queued_max_request_bytes_per_ip,
+        large_request_min_bytes_per_s=config.large_request_min_bytes_per_s,
         idle_timeout_s=config.idle_timeout_s,
         max_connections=config.max_connections,
         max_connections_per_ip=config.max_connections_per_ip,

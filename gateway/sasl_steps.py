@@ -8,7 +8,8 @@ other client's produce and fetch for its whole duration. hashlib's PBKDF2 and `c
 verifications release the GIL, so on a worker thread they run beside the loop.
 
 The pool is bounded three times: `workers` threads, at most `max_waiting` steps waiting for one, and
-at most `max_waiting_per_source` of those from one source (a client IP address). A step offered beyond
+at most `max_waiting_per_source` of those from one source (a client address: an IPv4 address or an
+IPv6 /64, `gateway.connection_limits.share_key`). A step offered beyond
 either bound is refused at once (`submit` answers why) and the caller ends the login without running
 it, so a login storm costs bounded memory and a bounded wait instead of a queue that grows without
 limit. Steps of re-authentications are never refused (`submit(..., may_refuse=False)`): they belong

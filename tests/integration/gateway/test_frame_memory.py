@@ -310,3 +310,185 @@ def test_a_closing_connection_whose_client_reads_nothing_is_cut_after_the_answer
         assert gateway.gateway.connection_limits.count(conn.client_host) == 0
     finally:
         raw.close()
+
+
+def test_slow_senders_of_one_address_hold_its_share_not_the_pool(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Five connections of 127.0.0.1 each send the size prefix of a large frame and a little of its
+    body, then nothing (a client trickling its requests): together they would hold more than the pool.
+    127.0.0.1's share (default: an eighth of the pool, at least max_request_bytes: 1 MiB here) holds
+    one of them; the others wait for their own address's memory, and 127.0.0.2's large request is
+    served meanwhile."""
+    caplog.set_level(logging.WARNING, logger="kgov.gateway")
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         max_request_bytes=LIMIT, queued_max_request_bytes=3 * LIMIT)
+    pool = gw.gateway.frame_memory
+    assert pool.share == LIMIT
+    slow = [RawClient(gw.bootstrap, source="127.0.0.1") for _ in range(5)]
+    victim = RawClient(gw.bootstrap, source="127.0.0.2")
+    try:
+        for n, raw in enumerate(slow):
+            frame, _ = big_metadata(raw, f"slow{n}")
+            raw.sock.sendall(frame[:100_000])
+        wait_for(lambda: pool.used + sum(c.memory.wanted for c in gw.gateway._connections) == 5 * (len(frame) - 4),
+                 "the slow senders' frames were not all reserved or waiting")
+        frame, names = big_metadata(victim, "victim")
+        answer = receive_metadata_after(victim, frame)
+        assert [t.name for t in answer.topics] == names  # served though 127.0.0.1 trickles five large frames
+        assert pool.used_by("127.0.0.1") == len(frame) - 4  # one of its frames: its share holds no second
+        assert pool.waiting == 4 and pool.share_waits == 4
+        assert victim.call(3, 12, metadata()).brokers
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == [f"pausing reads from 127.0.0.1: its connections hold {len(frame) - 4} of its {LIMIT} bytes "
+                            "for large request frames (gateway.queued_max_request_bytes_per_ip); 1 waits for an "
+                            "address's share so far"]  # one line per 10 s, at the first wait
+    finally:
+        for raw in (*slow, victim):
+            raw.close()
+    wait_for(lambda: pool.used == 0 and pool.waiting == 0, "the slow senders' memory was not returned")
+
+
+def test_an_ipv6_client_draws_on_the_share_of_its_slash_64(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service), listen_host="::1",
+                         max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT)
+    pool = gw.gateway.frame_memory
+    raw = RawClient(f"::1:{gw.gateway.port}")
+    try:
+        frame, _ = big_metadata(raw, "v6")
+        raw.sock.sendall(frame[:100_000])
+        wait_for(lambda: pool.used_by("::/64") == len(frame) - 4, "the frame was not counted to the client's /64")
+        (conn,) = gw.gateway._connections
+        # Kafka's text of the address for logs, audit and ACLs; its /64 for the shares (the SASL queue's too).
+        assert (conn.client_host, conn.client_group) == ("0:0:0:0:0:0:0:1", "::/64")
+    finally:
+        raw.close()
+    wait_for(lambda: pool.used == 0, "the frame's memory was not returned")
+
+
+def test_a_large_frame_that_does_not_arrive_in_time_closes_its_connection_and_returns_its_memory(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reading time for a frame of about 640 KiB: 0.3 s plus its size at 1 MiB/s, about 0.9 s. A client
+    that sends its prefix and 100 kB, then nothing, is closed once that has passed; one that sends at
+    about 6 MB/s (64 KiB every 10 ms) is served."""
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT,
+                         large_request_min_bytes_per_s=1024 * 1024, large_request_grace_s=0.3)
+    pool = gw.gateway.frame_memory
+    stalled, steady = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    try:
+        frame, _ = big_metadata(stalled, "stalled")
+        stalled.sock.sendall(frame[:100_000])
+        wait_for(lambda: pool.used == len(frame) - 4, "the stalled frame's memory was not reserved")
+        assert stalled.closed_by_peer(timeout=10)
+        wait_for(lambda: pool.used == 0, "the stalled frame's memory was not returned")
+        assert gw.gateway.slow_large_requests_closed == 1
+        (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "was not received" in
+                   r.getMessage()]
+        assert re.fullmatch(rf"closing \S+ \(User:ANONYMOUS\): a request of {len(frame) - 4} bytes was not received "
+                            r"within 0\.9 s of reading, 99996 bytes arrived \(gateway.large_request_min_bytes_per_s\)",
+                            line)
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert re.fullmatch(r"closing connections whose large requests arrive too slowly: \S+ sent 99996 of "
+                            rf"{len(frame) - 4} bytes in 0\.9 s of reading \(gateway.large_request_min_bytes_per_s = "
+                            r"1048576\); 1 closed so far", warning)
+        frame2, names2 = big_metadata(steady, "steady")
+        sender = threading.Thread(target=send_slowly, args=(steady, frame2))
+        sender.start()
+        answer = receive_metadata(steady)
+        sender.join(30)
+        assert [t.name for t in answer.topics] == names2
+        assert gw.gateway.slow_large_requests_closed == 1
+    finally:
+        stalled.close()
+        steady.close()
+
+
+def test_the_reading_time_of_a_large_frame_stops_while_the_gateway_does_not_read_the_connection(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    """Paused by the gateway (here as a quota mute would pause it) for longer than the frame's reading
+    time, then read again: the frame is served, its client not closed."""
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT,
+                         large_request_min_bytes_per_s=1024 * 1024, large_request_grace_s=0.3)
+    raw = RawClient(gw.bootstrap)
+    try:
+        frame, names = big_metadata(raw, "paused")
+        raw.sock.sendall(frame[:100_000])
+        wait_for(lambda: len(gw.gateway._connections) == 1, "the gateway did not take the connection")
+        (conn,) = gw.gateway._connections
+        wait_for(lambda: conn._large_frame_timer is not None, "the frame's reading time did not start")
+
+        async def pause() -> None:
+            conn.pause("quota")
+
+        async def resume() -> None:
+            conn.resume("quota")
+
+        gw.call(pause())
+        assert conn._large_frame_timer is None and 0 < conn._large_frame_left <= 0.3 + (len(frame) - 4) / (1 << 20)
+        time.sleep(1.5)  # the time under test: longer than the whole reading time, all of it paused
+        assert not conn.closed
+        gw.call(resume())
+        answer = receive_metadata_after(raw, frame[100_000:])
+        assert [t.name for t in answer.topics] == names
+        assert gw.gateway.slow_large_requests_closed == 0 and conn._large_frame_left is None
+    finally:
+        raw.close()
+
+
+class SilentUpstream:
+    """A listening socket that never accepts: connections to it are established (by the kernel) and
+    nothing is ever answered, so a gateway logging in upstream through it waits for its login."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = self.sock.getsockname()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_request_waiting_for_the_upstream_connection_keeps_its_memory_and_nothing_more_is_read(
+    gateway: RunningGateway,
+) -> None:
+    pool = gateway.gateway.frame_memory
+    silent = SilentUpstream()
+    # Connections from now on go to an upstream that never answers the gateway's login (set after the
+    # start, whose ApiVersions went to Tansu): every client's upstream connection stays "connecting".
+    gateway.gateway.options.upstream = silent.address
+    gateway.gateway.options.upstream_sasl = ("PLAIN", "gateway", "secret")
+    raw = RawClient(gateway.bootstrap)
+    try:
+        frame, _ = big_metadata(raw, "early")
+        raw.sock.sendall(frame + framed(raw, 3, 12, metadata()))  # a large request, then a small one
+        wait_for(lambda: len(gateway.gateway._connections) == 1, "the gateway did not take the connection")
+        (conn,) = gateway.gateway._connections
+        wait_for(lambda: "upstream-connecting" in conn.paused, "the gateway did not stop reading for the upstream")
+        # The large request waits for the upstream, counted in the pool; the small one was not taken in.
+        assert conn.pending_bytes == len(frame) and pool.used == len(frame) - 4
+        assert len(conn.slots) == 1
+    finally:
+        raw.close()
+        silent.close()
+    wait_for(lambda: pool.used == 0, "the waiting request's memory was not returned when its client left")
+
+
+def test_the_settings_reach_the_gateway(runtime_factory: Callable[..., RunningGateway]) -> None:
+    mib = 1024 * 1024
+    gw = runtime_factory(gateway={"max_request_bytes": mib, "queued_max_request_bytes": 16 * mib,
+                                  "queued_max_request_bytes_per_ip": 3 * mib,
+                                  "large_request_min_bytes_per_s": 100_000})
+    assert (gw.gateway.frame_memory.capacity, gw.gateway.frame_memory.share) == (16 * mib, 3 * mib)
+    assert gw.gateway.options.large_request_min_bytes_per_s == 100_000
+    default = runtime_factory(name="default", gateway={"max_request_bytes": mib, "queued_max_request_bytes": 16 * mib})
+    assert default.gateway.frame_memory.share == 2 * mib  # an eighth

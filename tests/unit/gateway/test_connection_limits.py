@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config import GatewayConfig
-from gateway.connection_limits import ConnectionLimits
+from gateway.connection_limits import ConnectionLimits, share_key
 
 
 def test_an_address_gets_its_limit_and_the_refusal_is_not_counted() -> None:
@@ -59,3 +59,15 @@ def test_settings_defaults_and_refusals() -> None:
         GatewayConfig(max_connections=0)
     with pytest.raises(ValidationError, match="0 or more"):
         GatewayConfig(max_connections_per_ip_overrides={"10.0.0.1": -1})
+
+
+def test_a_share_is_an_ipv4_address_or_an_ipv6_slash_64() -> None:
+    assert share_key("10.0.0.1") == share_key("::ffff:10.0.0.1") == "10.0.0.1"
+    # One /64 in any spelling is one share: a host given a /64 cannot take one share per address.
+    assert share_key("2001:db8:0:7::1") == share_key("2001:0DB8:0:7:ffff:1:2:3") == "2001:db8:0:7::/64"
+    assert share_key("2001:db8:0:8::1") == "2001:db8:0:8::/64"  # the next /64 is another share
+    assert share_key("fe80::1%eth0") == "fe80::/64%eth0" != share_key("fe80::1%eth1")
+    assert share_key("not-an-address") == "not-an-address"
+    # The connection limits stay per address, as Kafka's ConnectionQuotas count.
+    limits = ConnectionLimits(max_connections=100, max_connections_per_ip=1)
+    assert limits.admit("2001:db8:0:7::1") is None and limits.admit("2001:db8:0:7::2") is None

@@ -1,5 +1,5 @@
 """The gateway-wide pool of large frames' memory (Kafka's queued.max.request.bytes): bounded, first
-come first served, nothing kept by a connection that left."""
+come first served, one client address at most its share, nothing kept by a connection that left."""
 
 from __future__ import annotations
 
@@ -9,13 +9,21 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.config import GatewayConfig
-from gateway.frame_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES, FrameMemory, FrameMemoryPool
+from gateway.frame_memory import (
+    DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+    FrameMemory,
+    FrameMemoryPool,
+    default_share,
+    large_frame_deadline_s,
+)
 from gateway.framing import SCRATCH_BYTES, FrameReader
 
 
-def accounts(pool: FrameMemoryPool, n: int) -> tuple[list[FrameMemory], list[int]]:
+def accounts(pool: FrameMemoryPool, n: int, sources: str = "") -> tuple[list[FrameMemory], list[int]]:
+    """`n` accounts; `sources`: the source of each (one letter each; default: all of source "")."""
     granted: list[int] = []
-    return [pool.connection(lambda i=i: granted.append(i)) for i in range(n)], granted
+    return [pool.connection(lambda i=i: granted.append(i), sources[i] if sources else "")
+            for i in range(n)], granted
 
 
 def test_memory_is_reserved_up_to_the_capacity_and_handed_on_in_order_when_it_returns() -> None:
@@ -80,14 +88,57 @@ def test_a_grant_not_yet_used_is_returned_when_its_connection_leaves() -> None:
     assert pool.used == 0
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["reserve", "release", "close"]),
-                          st.integers(1, 100)), max_size=60))
-def test_the_pool_never_exceeds_its_capacity_and_counts_exactly_what_is_held(
-    ops: list[tuple[int, str, int]],
+def test_one_source_holds_at_most_its_share_and_does_not_hold_up_the_others() -> None:
+    pool = FrameMemoryPool(100, share=50)
+    (a1, a2, a3, b, c), granted = accounts(pool, 5, "aaabc")
+    assert a1.reserve(40)
+    assert not a2.reserve(30)  # 70 > a's share of 50: a2 waits for a's memory
+    assert (pool.waits, pool.share_waits) == (1, 1) and a2.waits_for_share and not a1.waits_for_share
+    assert not a3.reserve(5)  # would fit a's share, but a2 waits already: no passing within a source
+    assert b.reserve(50)  # another source is not held up by a's connections waiting
+    assert (pool.used, pool.used_by("a"), pool.used_by("b"), pool.waiting) == (90, 40, 50, 2)
+    assert not c.reserve(20)  # the pool is full: c waits, and is now the one nobody passes
+    assert not c.waits_for_share and pool.share_waits == 1
+    b.release()  # 50 return: c (its source has room) gets them; a's wait for a's memory
+    assert granted == [4] and (pool.used, c.held, a2.wanted) == (60, 20, 30)
+    a1.release()  # a's memory returns: its connections get it, in their order
+    assert granted == [4, 1, 2] and (pool.used_by("a"), a2.held, a3.held) == (35, 30, 5)
+    for account in (a2, a3, c):
+        account.close()
+    assert (pool.used, pool.waiting, pool.used_by("a")) == (0, 0, 0)
+
+
+def test_a_connection_whose_source_has_room_but_the_pool_has_not_is_passed_by_nobody() -> None:
+    pool = FrameMemoryPool(100, share=60)
+    (a, b, c, d), granted = accounts(pool, 4, "abcd")
+    assert a.reserve(60)
+    assert b.reserve(30)
+    assert not c.reserve(50)  # c's source has room, the pool has not: c waits at the head
+    assert not d.reserve(10)  # would fit, but may not pass c
+    a.release()
+    assert granted == [2, 3] and pool.used == 90
+    # A waiting connection whose source is at its share does not stall the line.
+    (a2, a3, e), granted2 = accounts(pool, 3, "aae")
+    b.release()  # 60 used (c 50, d 10)
+    assert a2.reserve(30)
+    assert not a3.reserve(40)  # 70 > a's share of 60: waits for a's memory, though the pool has 10 free
+    assert e.reserve(10) and granted2 == []  # a3 does not stall the line: e takes the last 10
+    assert (pool.used, pool.waiting) == (100, 1)
+    for account in (c, d, a2, a3, e):
+        account.close()
+    assert pool.used == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["reserve", "release", "close"]),
+                          st.integers(1, 100)), max_size=60),
+       st.sampled_from([None, 30, 60]))
+def test_the_pool_never_exceeds_its_capacity_nor_a_share_and_counts_exactly_what_is_held(
+    ops: list[tuple[int, str, int]], share: int | None,
 ) -> None:
-    pool = FrameMemoryPool(100)
-    conns, _ = accounts(pool, 5)
+    pool = FrameMemoryPool(100, share)
+    sources = "aabbcd"
+    conns, _ = accounts(pool, 6, sources)
     for n, op, size in ops:
         conn = conns[n]
         if op == "reserve":
@@ -96,15 +147,42 @@ def test_the_pool_never_exceeds_its_capacity_and_counts_exactly_what_is_held(
             conn.release()
         else:
             conn.close()
-            conns[n] = pool.connection(lambda: None)
+            conns[n] = pool.connection(lambda: None, sources[n])
         assert pool.used == sum(c.held for c in conns) <= pool.capacity
+        for source in set(sources):
+            assert pool.used_by(source) == sum(c.held for c in conns if c.source == source) <= pool.share
         assert pool.waiting == sum(1 for c in conns if c.wanted)
-        # Nobody waits while the head of the line would fit: memory is never left idle before it.
-        assert not conns or all(c.wanted == 0 for c in conns) or pool.used + next(
-            c.wanted for c in pool._line) > pool.capacity
+        # Memory is never left idle before a connection that could take it: walking the line as
+        # `_grant` does, the first connection whose source has room finds no room in the pool.
+        # That one stalls the line: no newcomer passes it (and with no such one, nothing stalls it).
+        blocked: set[str] = set()
+        stalled = False
+        for waiting in pool._line:
+            if waiting.source in blocked:
+                continue
+            if pool.used_by(waiting.source) + waiting.wanted > pool.share:
+                blocked.add(waiting.source)
+                continue
+            assert pool.used + waiting.wanted > pool.capacity
+            stalled = True
+            break
+        assert pool._stalled == stalled
     for conn in conns:
         conn.close()
     assert pool.used == 0 and pool.waiting == 0
+
+
+def test_default_share_and_the_large_frame_deadline() -> None:
+    mib = 1024 * 1024
+    assert default_share(512 * mib, 100 * mib) == 100 * mib  # one request of the largest size fits
+    assert default_share(512 * mib, mib) == 64 * mib  # else an eighth
+    assert default_share(mib, mib) == mib
+    assert FrameMemoryPool(100, share=500).share == 100  # never above the capacity
+    with pytest.raises(ValueError):
+        FrameMemoryPool(100, share=0)
+    assert large_frame_deadline_s(mib, 256 * 1024) == 34.0  # 30 s, plus 4 s at 256 KiB/s
+    assert large_frame_deadline_s(100 * mib, 256 * 1024) == 430.0
+    assert large_frame_deadline_s(1000, 1000, grace_s=0.5) == 1.5
 
 
 def test_sizes() -> None:
@@ -148,3 +226,17 @@ def test_settings_default_and_refusal() -> None:
         GatewayConfig(max_request_bytes=600 * 1024 * 1024)  # above the default pool: raise both
     with pytest.raises(ValidationError):
         GatewayConfig(queued_max_request_bytes=0)
+
+
+def test_per_ip_share_and_minimum_rate_settings() -> None:
+    config = GatewayConfig()
+    assert config.queued_max_request_bytes_per_ip is None  # the default share: `default_share`
+    assert config.large_request_min_bytes_per_s == 256 * 1024
+    assert GatewayConfig(max_request_bytes=1 << 20, queued_max_request_bytes_per_ip=1 << 20)
+    for share in (1 << 19, 513 * 1024 * 1024):
+        with pytest.raises(ValidationError, match=r"queued_max_request_bytes_per_ip \(\d+\) must be between "
+                                                  r"gateway.max_request_bytes \(1048576\) and "
+                                                  r"gateway.queued_max_request_bytes \(536870912\)"):
+            GatewayConfig(max_request_bytes=1 << 20, queued_max_request_bytes_per_ip=share)
+    with pytest.raises(ValidationError):
+        GatewayConfig(large_request_min_bytes_per_s=0)
