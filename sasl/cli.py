@@ -41,6 +41,7 @@ class _Session:
             audit_dir / "events.jsonl",
             max_bytes=self.settings.audit.max_bytes,
             backups=self.settings.audit.backups,
+            integrity=self.settings.audit_integrity_key(),
         )
         self.service = CredentialService(
             self.engine, self.settings, audit=self.audit, source=f"crn:///kafka={self.settings.cluster_id}"
