@@ -28,6 +28,7 @@ file: kept elsewhere, it is the anchor for the tail.
 from __future__ import annotations
 
 import base64
+import binascii
 import enum
 import hashlib
 import hmac
@@ -59,11 +60,25 @@ class IntegrityKeyError(Exception):
 @dataclass(frozen=True, slots=True)
 class IntegrityKey:
     secret: bytes = field(repr=False)
+    # HMAC-SHA-256 (RFC 2104) with the padded key's inner and outer hash states computed once: the same
+    # MAC as `hmac.digest`, about three times faster per record here (OpenSSL 3 sets a context up per call).
+    _pads: tuple[Any, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        block = (hashlib.sha256(self.secret).digest() if len(self.secret) > 64 else self.secret).ljust(64, b"\0")
+        object.__setattr__(self, "_pads", (hashlib.sha256(bytes(b ^ 0x36 for b in block)),
+                                           hashlib.sha256(bytes(b ^ 0x5C for b in block))))
+
+    def mac(self, message: bytes) -> bytes:
+        inner, outer = self._pads[0].copy(), self._pads[1].copy()
+        inner.update(message)
+        outer.update(inner.digest())
+        return outer.digest()
 
     @property
     def key_id(self) -> str:
         """Names the key in `start` records without revealing it: verifying with another key says so."""
-        return hmac.new(self.secret, _KEY_ID_LABEL, hashlib.sha256).hexdigest()[:16]
+        return self.mac(_KEY_ID_LABEL).hex()[:16]
 
 
 def chain_path(data_file: Path) -> Path:
@@ -86,8 +101,12 @@ def load_key(path: Path) -> IntegrityKey:
     return IntegrityKey(text.encode("ascii"))
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    """base64url without padding (43 characters for 32 bytes)."""
+    return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE).rstrip(b"=").decode("ascii")
 
 
 def _unb64(text: str) -> bytes:
@@ -99,12 +118,15 @@ def _canonical(entry: dict[str, Any]) -> bytes:
                       separators=(",", ":")).encode("utf-8")
 
 
-def _seal(key: bytes, prev: bytes, entry: dict[str, Any]) -> bytes:
-    return hmac.new(key, prev + _canonical(entry), hashlib.sha256).digest()
+def _seal(key: IntegrityKey, prev: bytes, entry: dict[str, Any]) -> bytes:
+    return key.mac(prev + _canonical(entry))
 
 
 def line_digest(line: bytes) -> str:
     return _b64(hashlib.sha256(line).digest())
+
+
+_WRITER_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +135,10 @@ class WriterInfo:
     host: str
     pid: int
     started: str
+
+    def __post_init__(self) -> None:
+        if not _WRITER_ID.fullmatch(self.writer):  # `Chain.record` writes it into JSON unescaped
+            raise ValueError("a writer id is 1-64 characters of [0-9A-Za-z_-]")
 
     @staticmethod
     def of_this_process(now: datetime | None = None, token: Callable[[int], str] = secrets.token_hex) -> WriterInfo:
@@ -125,7 +151,7 @@ class Chain:
     and calls `commit` once that is on disk, so a failed write does not advance the chain."""
 
     def __init__(self, key: IntegrityKey, info: WriterInfo) -> None:
-        self._key = key.secret
+        self._key = key
         self._key_id = key.key_id
         self.info = info
         self.seq = -1
@@ -150,9 +176,13 @@ class Chain:
         return self._entry(entry, self.mac)
 
     def record(self, line: str) -> str:
-        entry = {"k": "r", "w": self.info.writer, "n": self.seq + 1,
-                 "h": line_digest(line.encode("utf-8"))}
-        return self._entry(entry, self.mac)
+        # The hot path: the canonical form (`_canonical`: sorted keys, no spaces) written directly, since
+        # every value is JSON-safe as it is (base64url, an int, a checked writer id). Verified the slow way.
+        n = self.seq + 1
+        body = f'{{"h":"{line_digest(line.encode("utf-8"))}","k":"r","n":{n},"w":"{self.info.writer}"'
+        mac = self._key.mac(self.mac + body.encode("ascii") + b"}")
+        self._pending = (n, mac)
+        return f'{body},"m":"{_b64(mac)}"}}'
 
     def marker(self, kind: str) -> str:
         """`end` (this file is rotated away) or `stop` (the sink is closed)."""
@@ -359,7 +389,7 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
             if d.get("key") != key.key_id:
                 foreign.add(w)
                 report(e, Reason.UNKNOWN_KEY, f"writer {w} sealed with key {d.get('key')}, not {key.key_id}")
-            elif not hmac.compare_digest(_seal(key.secret, prev, d), _unb64_safe(d["m"])):
+            elif not hmac.compare_digest(_seal(key, prev, d), _unb64_safe(d["m"])):
                 report(e, Reason.MODIFIED, f"the header of writer {w} does not verify")
             elif kind == "start" and (d["n"] != 0 or prev != _ZERO):
                 report(e, Reason.MODIFIED, f"writer {w}'s start is not the beginning of its chain")
@@ -381,10 +411,10 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
                 report(e, Reason.REORDERED, f"writer {w}'s record {d['n']} comes before its record {seg.last_n + 1}")
             else:
                 report(e, Reason.DELETED, f"writer {w}'s records {seg.last_n + 1}..{d['n'] - 1} are missing")
-        elif not hmac.compare_digest(_seal(key.secret, seg.last_mac, d), mac):
+        elif not hmac.compare_digest(_seal(key, seg.last_mac, d), mac):
             following = next((x for x in entries[idx + 1:] if x.doc["w"] == w), None)
             if (following is not None and following.doc["n"] == d["n"]
-                    and hmac.compare_digest(_seal(key.secret, seg.last_mac, following.doc),
+                    and hmac.compare_digest(_seal(key, seg.last_mac, following.doc),
                                             _unb64_safe(following.doc["m"]))):
                 report(e, Reason.INSERTED, f"a seal of writer {w} that its chain skips")
                 continue

@@ -306,3 +306,26 @@ def test_load_key_errors_name_the_file_never_the_content(tmp_path: Path) -> None
     good.write_text("g" * 43 + "\n")
     key = load_key(good)
     assert "g" * 10 not in repr(key) and len(key.key_id) == 16 and key.key_id != KEY.key_id
+
+
+@pytest.mark.parametrize(("secret", "message", "expected"), [
+    # RFC 4231 test cases 1 and 6 (a key longer than SHA-256's block is hashed first)
+    (b"\x0b" * 20, b"Hi There", "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+    (b"\xaa" * 131, b"Test Using Larger Than Block-Size Key - Hash Key First",
+     "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
+])
+def test_the_precomputed_hmac_is_hmac_sha256(secret: bytes, message: bytes, expected: str) -> None:
+    assert IntegrityKey(secret).mac(message).hex() == expected
+
+
+def test_the_precomputed_hmac_matches_the_standard_library_on_any_length() -> None:
+    import hmac
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        secret = rng.randbytes(rng.randrange(1, 200))
+        message = rng.randbytes(rng.randrange(0, 300))
+        key = IntegrityKey(secret)
+        assert key.mac(message) == hmac.digest(secret, message, "sha256")
+        assert key.mac(message) == key.mac(message)  # the precomputed states are copied, never consumed
