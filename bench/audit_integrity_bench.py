@@ -96,7 +96,7 @@ def main() -> None:
             else:
                 cleanup(d)
     print(f"{args.records} records per round, {args.rounds} rounds, one core; microseconds per record "
-          f"(best round; median of rounds)")
+          f"(best round; median of rounds); load average {os.getloadavg()[0]:.1f}")
     for kind, label in (("json", "JsonLinesSink (CloudEvents)"), ("text", "TextLineSink (Kafka lines)")):
         plain, sealed = results[(kind, False)], results[(kind, True)]
         print(f"  {label:30s} plain {min(plain):6.2f} ({statistics.median(plain):6.2f})   "
