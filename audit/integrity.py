@@ -14,7 +14,7 @@ A chain file holds one JSON object per line, each sealed by a MAC over the previ
   verifies on its own and the link between two files is checked when both are present);
 - `r`: one data line, by its SHA-256; `end`: the writer rotated this file away; `stop`: the sink was closed.
 
-Several writers may append to one file (the control plane and a `kgov scram` command both write
+Several writers may append to one file (the control plane and each `kgov users` command write
 `events.jsonl`): each has its own chain and the verifier matches lines to seals by hash, per writer in order.
 
 What is detected: a changed, inserted, deleted or reordered line or seal; a rotated file whose tail was cut
@@ -37,7 +37,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -506,8 +506,10 @@ def _check_link(files: list[_Checked], index: int, seg: _Segment) -> None:
                                      f"of {prior.name}"))
 
 
-def verify_family(files: Sequence[AuditFile], key: IntegrityKey) -> list[FileReport]:
-    """`files` are one audit file and its rotations, oldest first (`NAME.<backups>` ... `NAME.1`, `NAME`)."""
+def verify_family(files: Iterable[AuditFile], key: IntegrityKey) -> list[FileReport]:
+    """`files` are one audit file and its rotations, oldest first (`NAME.<backups>` ... `NAME.1`, `NAME`).
+    Each is read and checked in turn (a family may be `backups + 1` files of `max_bytes`); only what
+    links files together is kept."""
     checked = [_check_file(f, key) for f in files]
     for index, c in enumerate(checked):
         for seg in c.segments.values():
@@ -563,5 +565,5 @@ def read_audit_file(path: Path) -> AuditFile:
 def verify_paths(paths: Iterable[Path], key: IntegrityKey) -> list[FileReport]:
     reports: list[FileReport] = []
     for _, members in sorted(family_order(paths).items()):
-        reports.extend(verify_family([read_audit_file(p) for p in members], key))
+        reports.extend(verify_family((read_audit_file(p) for p in members), key))
     return reports
