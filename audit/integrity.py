@@ -164,8 +164,10 @@ class Chain:
         self._pending = (entry["n"], mac)
         return json.dumps(entry, separators=(",", ":"))
 
-    def header(self, file_name: str, after: dict[str, Any] | None = None) -> str:
-        """`start` the first time, `cont` after a rotation; `after` is the file's last seal before us."""
+    def header(self, file_name: str, after: dict[str, Any] | None = None,
+               prefix: dict[str, Any] | None = None) -> str:
+        """`start` the first time, `cont` after a rotation; `after` is the file's last seal before us,
+        `prefix` (`prefix_digest`) what the file held before it had a chain file."""
         entry: dict[str, Any] = {
             "v": CHAIN_FORMAT_VERSION, "k": "start" if self.seq < 0 else "cont", "w": self.info.writer,
             "n": self.seq + 1, "prev": _b64(self.mac), "host": self.info.host, "pid": self.info.pid,
@@ -173,6 +175,8 @@ class Chain:
         }
         if after is not None and self.seq < 0:
             entry["after"] = after
+        if prefix is not None and self.seq < 0:
+            entry["prefix"] = prefix
         return self._entry(entry, self.mac)
 
     def record(self, line: str) -> str:
@@ -226,6 +230,7 @@ class Reason(enum.StrEnum):
     TRUNCATED = "truncated"
     TRUNCATED_MIDDLE_FILE = "truncated middle file"
     DELETED_MIDDLE_FILE = "deleted middle file"
+    UNSEALED = "not sealed"
     UNKNOWN_KEY = "unknown key"
     NO_CHAIN = "no chain file"
     NO_DATA = "data file deleted"
@@ -320,7 +325,13 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
     lines = _split_lines(f.data or b"")
     digests = [line_digest(line) for line in lines]
     first: Problem | None = None
+    unsealed = _unsealed_prefix(f, entries, lines)
+    if unsealed is not None:
+        first, skip = unsealed
+        digests = [""] * skip + digests[skip:]
     for i, digest in enumerate(digests):
+        if not digest:
+            continue
         taken = next((w for w, q in queues.items() if heads[w] < len(q) and q[heads[w]].doc["h"] == digest), None)
         if taken is not None:
             queues[taken][heads[taken]].data_line = i + 1
@@ -362,6 +373,36 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
     if first is not None:
         problems.append(first)
     return len(lines)
+
+
+def _unsealed_prefix(f: AuditFile, entries: list[_Entry], lines: list[bytes]) -> tuple[Problem, int] | None:
+    """The lines a file held before its chain began (`start`'s `prefix`): integrity was off when they were
+    written, or the chain file was deleted and a writer started again. Never a pass: they are reported,
+    and compared with the digest taken when sealing began."""
+    prefix = entries[0].doc.get("prefix") if entries and entries[0].doc["k"] == "start" else None
+    if not isinstance(prefix, dict):
+        return None
+    size, total, count = prefix.get("bytes"), 0, 0
+    while type(size) is int and count < len(lines) and total < size:
+        total += len(lines[count]) + 1
+        count += 1
+    covered = b"".join(x + b"\n" for x in lines[:count])
+    if total != size or _b64(hashlib.sha256(covered).digest()) != prefix.get("h"):
+        return Problem(f.name, 1, Reason.MODIFIED, "lines written before sealing began were changed since"), count
+    return Problem(f.name, 1, Reason.UNSEALED,
+                   f"the first {count} line(s) were written before sealing began (integrity turned on, or the "
+                   f"chain file deleted and the writer restarted); unchanged since"), count
+
+
+def prefix_digest(data_file: Path, size: int) -> dict[str, Any]:
+    """What a `start` records of the lines a file already holds when its chain file is new."""
+    digest = hashlib.sha256()
+    with open(data_file, "rb") as fh:
+        remaining = size
+        while remaining and (chunk := fh.read(min(remaining, 1 << 20))):
+            digest.update(chunk)
+            remaining -= len(chunk)
+    return {"bytes": size, "h": _b64(digest.digest())}
 
 
 def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from audit.integrity import Chain, IntegrityKey, WriterInfo, chain_path, last_seal
+from audit.integrity import Chain, IntegrityKey, WriterInfo, chain_path, last_seal, prefix_digest
 from audit.model import AuditEvent
 
 
@@ -51,11 +51,16 @@ class _RotatingFile:
         fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the sink's life
         if self._chain is not None:
             side = chain_path(self.path)
-            after = last_seal(side) if self._chain.seq < 0 else None
+            after = prefix = None
+            if self._chain.seq < 0:
+                after = last_seal(side)
+                held = fh.tell()
+                if held and not (side.exists() and side.stat().st_size):
+                    prefix = prefix_digest(self.path, held)  # lines from before integrity (or a lost chain)
             try:
                 fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 self._side = os.fdopen(fd, "a", encoding="utf-8")
-                self._seal_line(self._chain.header(self.path.name, after))
+                self._seal_line(self._chain.header(self.path.name, after, prefix))
             except BaseException:
                 fh.close()
                 raise

@@ -329,3 +329,23 @@ def test_the_precomputed_hmac_matches_the_standard_library_on_any_length() -> No
         key = IntegrityKey(secret)
         assert key.mac(message) == hmac.digest(secret, message, "sha256")
         assert key.mac(message) == key.mac(message)  # the precomputed states are copied, never consumed
+
+
+def test_lines_from_before_integrity_are_reported_not_sealed_and_their_change_is_found(tmp_path: Path) -> None:
+    """Turning integrity on over an existing file (or restarting after its chain file was deleted): the
+    lines already there are never passed as sealed; a digest taken then shows any later change."""
+    plain = TextLineSink(tmp_path / "a.log")
+    for i in range(3):
+        plain.write_line(line(0, i))
+    plain.close()
+    write_trail(tmp_path, runs=1, per_run=2, max_bytes=10**6)
+    [report] = verify(tmp_path)
+    assert [(p.line, p.reason) for p in report.problems] == [(1, Reason.UNSEALED)]
+    assert "first 3 line(s)" in report.problems[0].detail and report.records == 5
+    rewrite(tmp_path / "a.log", lambda ls: [ls[0], ls[1].replace("Denied", "Allowed"), *ls[2:]])
+    assert problems(tmp_path) == [("a.log", 1, Reason.MODIFIED)]
+    # The chain file deleted and a writer started again: the same, never a clean pass.
+    write_trail(tmp_path / "b", runs=1, per_run=3, max_bytes=10**6)
+    chain_path(tmp_path / "b" / "a.log").unlink()
+    write_trail(tmp_path / "b", runs=1, per_run=1, max_bytes=10**6)
+    assert problems(tmp_path / "b") == [("a.log", 1, Reason.UNSEALED)]
