@@ -306,7 +306,7 @@ def _parse_chain(f: AuditFile, problems: list[Problem]) -> list[_Entry]:
             ok = (isinstance(doc, dict) and isinstance(doc.get("w"), str) and type(doc.get("n")) is int
                   and isinstance(doc.get("m"), str) and doc.get("k") in ("start", "cont", "r", "end", "stop")
                   and (doc["k"] != "r" or isinstance(doc.get("h"), str)))
-        except ValueError:
+        except (ValueError, RecursionError):
             ok = False
         if not ok:
             problems.append(Problem(f.chain_name, i, Reason.MODIFIED, "not a chain entry"))
@@ -477,7 +477,7 @@ def _check_after(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
     for e in entries:
         after = e.doc.get("after")
         if e.doc["k"] == "start" and isinstance(after, dict):
-            ref = (after.get("w"), after.get("n"), after.get("m"))
+            ref = (str(after.get("w")), after.get("n") if type(after.get("n")) is int else -1, str(after.get("m")))
             if ref not in seen:
                 problems.append(Problem(f.chain_name, e.line, Reason.DELETED,
                                         f"entries before writer {e.doc['w']} started (up to writer {ref[0]}'s "

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from audit.integrity import (
     FileReport,
@@ -349,3 +351,48 @@ def test_lines_from_before_integrity_are_reported_not_sealed_and_their_change_is
     chain_path(tmp_path / "b" / "a.log").unlink()
     write_trail(tmp_path / "b", runs=1, per_run=1, max_bytes=10**6)
     assert problems(tmp_path / "b") == [("a.log", 1, Reason.UNSEALED)]
+
+
+def _valid_family(tmp_path: Path) -> tuple[bytes, bytes]:
+    write_trail(tmp_path, runs=2, per_run=3, max_bytes=10**6)
+    return (tmp_path / "a.log").read_bytes(), chain_path(tmp_path / "a.log").read_bytes()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_change_to_a_sealed_file_fails_and_nothing_crashes_the_verifier(tmp_path: Path,
+                                                                            data: st.DataObject) -> None:
+    """Reference model: the untouched pair verifies; any edit of either file (bytes flipped, inserted, cut,
+    or JSON of any shape in the chain file) never verifies and never raises. Cuts are at most 60 bytes,
+    shorter than any chain entry: whole entries cut from the newest tail are the documented blind spot."""
+    from audit.integrity import AuditFile, verify_family
+
+    if not (tmp_path / "a.log").exists():
+        _valid_family(tmp_path)
+    good_data, good_chain = (tmp_path / "a.log").read_bytes(), chain_path(tmp_path / "a.log").read_bytes()
+    assert verify_family([AuditFile("a.log", ".a.log.chain", good_data, good_chain)], KEY)[0].ok
+    target = data.draw(st.sampled_from(["data", "chain"]))
+    original = good_data if target == "data" else good_chain
+    edit = data.draw(st.sampled_from(["flip", "insert", "cut", "json"]))
+    pos = data.draw(st.integers(0, len(original) - 1))
+    if edit == "flip":
+        changed = original[:pos] + bytes([original[pos] ^ data.draw(st.integers(1, 255))]) + original[pos + 1:]
+    elif edit == "insert":
+        changed = original[:pos] + data.draw(st.binary(min_size=1, max_size=40)) + original[pos:]
+    elif edit == "cut":
+        changed = original[:pos] + original[pos + data.draw(st.integers(1, 60)):]
+    else:
+        junk = data.draw(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                                      lambda c: st.lists(c, max_size=3) | st.dictionaries(
+                                          st.sampled_from(["w", "n", "m", "k", "h", "after", "prefix", "prev"]),
+                                          c, max_size=5), max_leaves=10))
+        lines = original.split(b"\n")
+        lines.insert(data.draw(st.integers(0, len(lines) - 1)), json.dumps(junk).encode())
+        changed = b"\n".join(lines)
+    if changed == original:
+        return
+    pair = (changed, good_chain) if target == "data" else (good_data, changed)
+    [report] = verify_family([AuditFile("a.log", ".a.log.chain", *pair)], KEY)
+    # A trailing newline cut from the data file leaves the same lines: the one edit that changes nothing.
+    if not (target == "data" and changed + b"\n" == original):
+        assert not report.ok
