@@ -552,10 +552,17 @@ def verify_family(files: Iterable[AuditFile], key: IntegrityKey) -> list[FileRep
     Each is read and checked in turn (a family may be `backups + 1` files of `max_bytes`); only what
     links files together is kept."""
     checked = [_check_file(f, key) for f in files]
+    seen: dict[str, tuple[int, str]] = {}  # writer -> its highest record so far, and where
     for index, c in enumerate(checked):
         for seg in c.segments.values():
             if seg.kind == "cont":
                 _check_link(checked, index, seg)
+            before = seen.get(seg.writer)
+            if before is not None and seg.first_n <= before[0]:
+                c.problems.append(Problem(c.chain_name, seg.header_line, Reason.REORDERED,
+                                          f"writer {seg.writer}'s records from {seg.first_n} also appear in "
+                                          f"the older {before[1]}"))
+            seen[seg.writer] = (max(seg.last_n, before[0] if before else -1), c.name)
         if index < len(checked) - 1:
             # A rotated file's writers end with `end` (rotated away) or `stop` (closed). A writer that goes on
             # in a newer file is checked by its `cont` link; one that does not crashed, or its tail was cut.

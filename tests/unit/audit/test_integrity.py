@@ -396,3 +396,11 @@ def test_any_change_to_a_sealed_file_fails_and_nothing_crashes_the_verifier(tmp_
     # A trailing newline cut from the data file leaves the same lines: the one edit that changes nothing.
     if not (target == "data" and changed + b"\n" == original):
         assert not report.ok
+
+
+def test_a_file_copied_in_as_an_older_rotation_is_found(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    for src in (tmp_path / "a.log.1", chain_path(tmp_path / "a.log.1")):
+        (src.parent / src.name.replace("a.log.1", "a.log.40")).write_bytes(src.read_bytes())
+    found = problems(tmp_path)
+    assert found and {r for _, _, r in found} <= {Reason.REORDERED}, found
