@@ -592,7 +592,7 @@ def audit_files_in(directory: Path) -> list[Path]:
     """The audit files of a directory: kgov's own names, those with a chain file, and their rotations."""
     names = {p.name for p in directory.iterdir() if p.is_file()}
     found = {n for n in names if _AUDIT_FILE.fullmatch(n)}
-    found |= {n[1:-len(".chain")] for n in names if n.startswith(".") and n.endswith(".chain")}
+    found |= {data_file_of(directory / n).name for n in names if n.startswith(".") and n.endswith(".chain")}
     bases = {_base_and_index(n)[0] for n in found}
     found |= {n for n in names if not n.startswith(".") and _base_and_index(n)[0] in bases}
     return [directory / n for n in sorted(found)]
@@ -610,8 +610,17 @@ def read_audit_file(path: Path) -> AuditFile:
     return AuditFile(path.name, side.name, read(path), read(side))
 
 
+def data_file_of(path: Path) -> Path:
+    """`events.jsonl` for `.events.jsonl.chain` (a chain file named on the command line); else `path`."""
+    name = path.name
+    if name.startswith(".") and name.endswith(".chain") and len(name) > len("..chain"):
+        return path.with_name(name[1:-len(".chain")])
+    return path
+
+
 def verify_paths(paths: Iterable[Path], key: IntegrityKey) -> list[FileReport]:
     reports: list[FileReport] = []
-    for _, members in sorted(family_order(paths).items()):
+    unique = dict.fromkeys(data_file_of(p) for p in paths)
+    for _, members in sorted(family_order(unique).items()):
         reports.extend(verify_family((read_audit_file(p) for p in members), key))
     return reports

@@ -92,3 +92,13 @@ def test_a_configured_key_file_must_exist_and_integrity_can_be_turned_off(
     (tmp_path / "k").write_text("k" * 43)
     code, out, _ = kgov("audit", "verify", "--key", str(tmp_path / "k"))
     assert code == 1 and "events.jsonl: FAILED, events.jsonl line 1: no chain file" in out
+
+
+def test_files_named_on_the_command_line_chain_files_too(kgov: Run, tmp_path: Path) -> None:
+    add_users(kgov, 2)
+    audit = tmp_path / "data" / "audit"
+    for named in (audit / "events.jsonl", audit / ".events.jsonl.chain"):
+        code, out, _ = kgov("audit", "verify", str(named), str(audit / "events.jsonl"))
+        assert code == 0 and out.splitlines()[0] == "events.jsonl: OK, 2 records, 2 writers"
+    code, _, err = kgov("audit", "verify", str(audit / "nope.log"))
+    assert code == 2 and "no such file" in err
