@@ -624,3 +624,23 @@ def verify_paths(paths: Iterable[Path], key: IntegrityKey) -> list[FileReport]:
     for _, members in sorted(family_order(unique).items()):
         reports.extend(verify_family((read_audit_file(p) for p in members), key))
     return reports
+
+
+def missing_anchors(paths: Iterable[Path], anchors: Iterable[str]) -> list[str]:
+    """The anchors (`writer:seq:seal`, a `FileReport.head` kept from an earlier verify) that no chain file of
+    `paths` holds any more: records were cut from the end, or the files were replaced."""
+    wanted = set(anchors)
+    for path in dict.fromkeys(data_file_of(p) for p in paths):
+        try:
+            raw = chain_path(path).read_bytes()
+        except FileNotFoundError:
+            continue
+        for line in _split_lines(raw):
+            if not wanted:
+                return []
+            try:
+                doc = json.loads(line)
+                wanted.discard(f"{doc['w']}:{doc['n']}:{doc['m']}")
+            except (ValueError, RecursionError, TypeError, KeyError):
+                continue
+    return sorted(wanted)

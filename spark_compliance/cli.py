@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="audit files (with their rotations) to check instead of a directory")
     ver.add_argument("--key", metavar="FILE",
                      help="the key file the writers sealed with (default: [audit] integrity_key_file)")
+    ver.add_argument("--anchor", action="append", default=[], metavar="SEAL",
+                     help="a newest seal printed by an earlier verify (WRITER:SEQ:MAC), kept elsewhere: it must "
+                          "still be there (repeatable)")
     ver.set_defaults(func=_verify)
 
 
@@ -128,7 +131,7 @@ def _classify(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from audit.integrity import IntegrityKeyError, audit_files_in, load_key, verify_paths
+    from audit.integrity import IntegrityKeyError, audit_files_in, load_key, missing_anchors, verify_paths
 
     def fail(message: str) -> int:
         print(f"kgov audit verify: {message}", file=sys.stderr)
@@ -167,7 +170,10 @@ def _verify(args: argparse.Namespace) -> int:
         if report.head is not None and report.newest:
             # Keep this elsewhere (a ticket, another host): records cut from the tail show against it.
             print(f"  newest seal: {report.head}")
-    return 0 if all(r.ok for r in reports) else 1
+    gone = missing_anchors(paths, args.anchor)
+    for anchor in args.anchor:
+        print(f"anchor {anchor}: {'MISSING (records cut from the end, or files replaced)' if anchor in gone else 'found'}")
+    return 0 if all(r.ok for r in reports) and not gone else 1
 
 
 def main(argv: list[str] | None = None) -> int:

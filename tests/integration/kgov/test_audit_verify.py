@@ -102,3 +102,22 @@ def test_files_named_on_the_command_line_chain_files_too(kgov: Run, tmp_path: Pa
         assert code == 0 and out.splitlines()[0] == "events.jsonl: OK, 2 records, 2 writers"
     code, _, err = kgov("audit", "verify", str(audit / "nope.log"))
     assert code == 2 and "no such file" in err
+
+
+def test_a_kept_anchor_shows_records_cut_from_the_end(kgov: Run, tmp_path: Path) -> None:
+    """The blind spot of a chain (its newest tail cut, seals and all) closed by a seal kept elsewhere."""
+    add_users(kgov, 3)
+    code, out, _ = kgov("audit", "verify")
+    anchor = out.split("newest seal: ")[1].split()[0]
+    code, out, _ = kgov("audit", "verify", "--anchor", anchor)
+    assert code == 0 and f"anchor {anchor}: found" in out
+    audit = tmp_path / "data" / "audit"
+    events, chain = audit / "events.jsonl", audit / ".events.jsonl.chain"
+    events.write_text("".join(events.read_text().splitlines(keepends=True)[:-1]))
+    entries = chain.read_text().splitlines(keepends=True)
+    last_start = max(i for i, x in enumerate(entries) if json.loads(x)["k"] == "start")
+    chain.write_text("".join(entries[:last_start]))  # the third run gone, seals and all
+    code, out, _ = kgov("audit", "verify")
+    assert code == 0  # undetectable from the files alone ...
+    code, out, _ = kgov("audit", "verify", "--anchor", anchor)
+    assert code == 1 and f"anchor {anchor}: MISSING" in out  # ... but not against the anchor
