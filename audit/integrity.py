@@ -22,7 +22,7 @@ What is detected: a changed, inserted, deleted or reordered line or seal; a rota
 What is not: records cut from the end of the newest file of a writer still running (or of a writer that
 crashed) when no later `start` anchors them; the oldest files deleted (indistinguishable from rotation
 beyond `backups`); anything by someone who holds the key. `kgov audit verify` prints the newest seal of each
-file: kept elsewhere, it is the anchor for the tail.
+file: kept elsewhere and passed back with `--anchor` (`missing_anchors`), it is the anchor for the tail.
 """
 
 from __future__ import annotations
