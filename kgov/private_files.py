@@ -28,10 +28,9 @@ PRIVATE_FILE_MODE = 0o600
 
 # What kgov itself puts in its data and audit directories (audit files rotate to NAME.1, NAME.2, ..., each
 # with its chain file .NAME.chain, .NAME.1.chain, ...: audit.integrity).
-_AUDIT_FILE = AUDIT_FILE_PATTERN
 _KGOV_FILE = re.compile(
     r"kgov\.db(-wal|-shm|-journal)?|(delegation-token\.key|signing-key\.secret|audit-integrity\.key)(\.new)?"
-    rf"|tansu\.log|audit|{_AUDIT_FILE}|\.{_AUDIT_FILE}\.chain"
+    rf"|tansu\.log|audit|{AUDIT_FILE_PATTERN}|\.{AUDIT_FILE_PATTERN}\.chain"
 )
 
 
@@ -84,10 +83,10 @@ LOCAL_SECRET_MIN_CHARS = 32
 def local_secret(path: Path) -> str:
     """A generated key kept in the data directory (0600), the same from one run to the next.
 
-    The value is assigned to the settings after they were validated, so their 16-character check never
-    sees it: a file cut short (an interrupted write, a hand edit) would key every delegation token's HMAC,
-    seal the issuer's keys or the audit trail's chain, with next to nothing. It is refused instead, and a new key is written whole
-    under a temporary name before it takes the real one, so a crash never leaves such a file behind."""
+    The value is used after the settings were validated, so their 16-character check never sees it: a file
+    cut short (an interrupted write, a hand edit) would key every delegation token's HMAC, seal the issuer's
+    keys or the audit trail's chain with next to nothing. It is refused instead, and a new key is written
+    whole under a temporary name before it takes the real one, so a crash never leaves such a file behind."""
     if not path.exists():
         value = secrets.token_urlsafe(32)
         staged = path.with_name(path.name + ".new")

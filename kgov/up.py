@@ -296,8 +296,6 @@ def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequen
         thread.join(timeout=10)
 
 
-
-
 def client_settings(gateway: str, user: str, password: str | None, token_url: str) -> str:
     secret = password if password is not None else "<admin password>"
     return f"""
