@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
+from audit.integrity import Chain, IntegrityKey, WriterInfo, chain_path, last_seal, prefix_digest
 from audit.model import AuditEvent
 
 
@@ -24,9 +26,13 @@ class LineSink(Protocol):
 
 
 class _RotatingFile:
-    """Append-only text file rotated by size: `path`, `path.1` (newest) ... `path.<backups>`."""
+    """Append-only text file rotated by size: `path`, `path.1` (newest) ... `path.<backups>`.
 
-    def __init__(self, path: str | os.PathLike[str], max_bytes: int, backups: int) -> None:
+    With an integrity key every line is also sealed in the chain file beside it (`audit.integrity`), which
+    rotates with it; the data file itself stays exactly as without."""
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int, backups: int,
+                 integrity: IntegrityKey | None = None, writer: WriterInfo | None = None) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
         if backups < 0:
@@ -36,20 +42,63 @@ class _RotatingFile:
         self.backups = backups
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the sink's life
+        self._chain = Chain(integrity, writer or WriterInfo.of_this_process()) if integrity else None
+        self._side: TextIO | None = None
+        self._fh = self._open()
         self._size = self._fh.tell()
 
-    def _rotate(self) -> None:
+    def _open(self) -> TextIO:
+        fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the sink's life
+        if self._chain is not None:
+            side = chain_path(self.path)
+            after = prefix = None
+            if self._chain.seq < 0:
+                after = last_seal(side)
+                held = fh.tell()
+                if held and not (side.exists() and side.stat().st_size):
+                    prefix = prefix_digest(self.path, held)  # lines from before integrity (or a lost chain)
+            try:
+                fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self._side = os.fdopen(fd, "a", encoding="utf-8")
+                self._seal_line(self._chain.header(self.path.name, after, prefix))
+            except BaseException:
+                fh.close()
+                raise
+        return fh
+
+    def _seal_line(self, entry: str) -> None:
+        assert self._side is not None and self._chain is not None
+        self._side.write(entry + "\n")
+        self._side.flush()
+        self._chain.commit()
+
+    def _close_files(self, marker: str) -> None:
+        if self._chain is not None and self._side is not None and not self._side.closed:
+            with contextlib.suppress(OSError, ValueError):  # the chain's `cont` link still tells what follows
+                self._seal_line(self._chain.marker(marker))
+            self._side.close()
         self._fh.close()
+
+    @staticmethod
+    def _rename(src: Path, dst: Path) -> None:
+        """Moves a file and its chain file (also one left from a run with integrity on: the pair stays aligned).
+        Each is moved only if there, so a rotation retried after a failure between the two completes."""
+        if src.exists():
+            os.replace(src, dst)
+        if chain_path(src).exists():
+            os.replace(chain_path(src), chain_path(dst))
+
+    def _rotate(self) -> None:
+        self._close_files("end")
         if self.backups == 0:
             self.path.unlink(missing_ok=True)
+            chain_path(self.path).unlink(missing_ok=True)
         else:
             for i in range(self.backups - 1, 0, -1):
-                src = self.path.with_name(f"{self.path.name}.{i}")
-                if src.exists():
-                    os.replace(src, self.path.with_name(f"{self.path.name}.{i + 1}"))
-            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                self._rename(self.path.with_name(f"{self.path.name}.{i}"),
+                             self.path.with_name(f"{self.path.name}.{i + 1}"))
+            self._rename(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self._fh = self._open()
         self._size = 0
 
     def append(self, line: str) -> None:
@@ -62,21 +111,24 @@ class _RotatingFile:
                 self._fh.write(data)
                 self._fh.flush()
                 self._size += size
+                if self._chain is not None:
+                    self._seal_line(self._chain.record(line))
         except OSError as exc:
             raise AuditWriteError(f"cannot write audit record to {self.path}: {exc.strerror}") from exc
 
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            self._close_files("stop")
 
 
 class JsonLinesSink:
     """One CloudEvents JSON object per line, rotated by size."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, max_bytes: int = 100 * 1024 * 1024, backups: int = 10
+        self, path: str | os.PathLike[str], *, max_bytes: int = 100 * 1024 * 1024, backups: int = 10,
+        integrity: IntegrityKey | None = None, writer: WriterInfo | None = None,
     ) -> None:
-        self._file = _RotatingFile(path, max_bytes, backups)
+        self._file = _RotatingFile(path, max_bytes, backups, integrity, writer)
 
     @property
     def path(self) -> Path:
@@ -93,9 +145,10 @@ class TextLineSink:
     """Plain text lines (Kafka's log4j layout), rotated by size: what Kafka's log tooling reads."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, max_bytes: int = 100 * 1024 * 1024, backups: int = 10
+        self, path: str | os.PathLike[str], *, max_bytes: int = 100 * 1024 * 1024, backups: int = 10,
+        integrity: IntegrityKey | None = None, writer: WriterInfo | None = None,
     ) -> None:
-        self._file = _RotatingFile(path, max_bytes, backups)
+        self._file = _RotatingFile(path, max_bytes, backups, integrity, writer)
 
     def write_line(self, line: str) -> None:
         self._file.append(line)

@@ -117,16 +117,17 @@ def build_runtime(
         # Offered but refused at every handshake (UNSUPPORTED_SASL_MECHANISM): say so at start instead.
         raise ValueError(f"gateway.mechanisms names {', '.join(unknown)}, which [sasl] enabled_mechanisms "
                          f"({', '.join(enabled) or 'none'}) does not enable")
+    sealed = settings.audit_integrity_key()  # before anything is opened: a missing configured key stops here
     now = clock or (lambda: datetime.now(UTC))
     own_engine = engine is None
     engine = engine or open_engine(settings.database_url)
     audit_dir = settings.audit_dir
     events = JsonLinesSink(audit_dir / "gateway-events.jsonl", max_bytes=settings.audit.max_bytes,
-                           backups=settings.audit.backups)
+                           backups=settings.audit.backups, integrity=sealed)
     lines = TextLineSink(audit_dir / "gateway-kafka-authorizer.log", max_bytes=settings.audit.max_bytes,
-                         backups=settings.audit.backups)
+                         backups=settings.audit.backups, integrity=sealed)
     request_lines = TextLineSink(audit_dir / "gateway-kafka-request.log", max_bytes=settings.audit.max_bytes,
-                                 backups=settings.audit.backups)
+                                 backups=settings.audit.backups, integrity=sealed)
     kafka = KafkaSink.from_settings(settings.audit)
     extra = [s for s in (kafka, extra_audit) if s is not None]
     sink: AuditSink = MultiSink([events, *extra]) if extra else events

@@ -7,14 +7,18 @@ does not depend on the process umask.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import secrets
 import stat
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from audit.integrity import AUDIT_FILE_PATTERN
 
 log = logging.getLogger("kgov")
 
@@ -22,10 +26,11 @@ PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 
 
-# What kgov itself puts in its data and audit directories (audit files rotate to NAME.1, NAME.2, ...).
+# What kgov itself puts in its data and audit directories (audit files rotate to NAME.1, NAME.2, ..., each
+# with its chain file .NAME.chain, .NAME.1.chain, ...: audit.integrity).
 _KGOV_FILE = re.compile(
-    r"kgov\.db(-wal|-shm|-journal)?|(delegation-token\.key|signing-key\.secret)(\.new)?|tansu\.log|audit"
-    r"|(gateway-)?(events\.jsonl|kafka-authorizer\.log|kafka-request\.log)(\.\d+)?"
+    r"kgov\.db(-wal|-shm|-journal)?|(delegation-token\.key|signing-key\.secret|audit-integrity\.key)(\.new)?"
+    rf"|tansu\.log|audit|{AUDIT_FILE_PATTERN}|\.{AUDIT_FILE_PATTERN}\.chain"
 )
 
 
@@ -69,3 +74,40 @@ def sqlite_file(url: str) -> Path | None:
     if parsed.database.startswith("file:") or parsed.query.get("mode") == "memory":
         return None
     return Path(parsed.database)
+
+
+# What local_secret generates is 43 characters; settings take 16 at least from the operator.
+LOCAL_SECRET_MIN_CHARS = 32
+
+
+def local_secret(path: Path) -> str:
+    """A generated key kept in the data directory (0600), the same from one run to the next.
+
+    The value is used after the settings were validated, so their 16-character check never sees it: a file
+    cut short (an interrupted write, a hand edit) would key every delegation token's HMAC, seal the issuer's
+    keys or the audit trail's chain with next to nothing. It is refused instead, and a new key is written
+    whole under a temporary name before it takes the real one, so a crash never leaves such a file behind."""
+    if not path.exists():
+        value = secrets.token_urlsafe(32)
+        staged = path.with_name(path.name + ".new")
+        with contextlib.suppress(FileNotFoundError):
+            staged.unlink()  # left by a crash between writing and linking
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(value + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            with contextlib.suppress(FileExistsError):  # never replaces a key another start wrote meanwhile
+                os.link(staged, path)
+        finally:
+            staged.unlink()
+    private_file(path)  # an earlier version, or a copy, may have left it readable to others
+    value = path.read_text().strip()
+    if len(value) < LOCAL_SECRET_MIN_CHARS:
+        raise RuntimeError(
+            f"{path} holds a key of {len(value)} characters, fewer than the {LOCAL_SECRET_MIN_CHARS} kgov "
+            f"needs; delete the file to have a new one generated (what the old key signed or sealed stops "
+            f"opening), or set the corresponding KGOV_ variable"
+        )
+    return value

@@ -21,10 +21,11 @@ from pydantic_settings import (
 )
 
 from audit.config import AuditConfig
+from audit.integrity import IntegrityKey, IntegrityKeyError, load_key
 from authz.config import AuthzConfig, parse_super_users
 from authz.model import InvalidAclError, Principal
 from gateway.config import GatewayConfig
-from kgov.private_files import private_dir
+from kgov.private_files import local_secret, private_dir
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
@@ -173,6 +174,29 @@ class Settings(BaseSettings):
     @property
     def audit_dir(self) -> Path:
         return self.audit.dir if self.audit.dir is not None else self.data_dir / "audit"
+
+    @property
+    def audit_integrity_key_file(self) -> Path:
+        # Beside the database, not in the audit directory: whoever ships or rotates the audit files away
+        # (a log collector) does not get the key that seals them.
+        return self.audit.integrity_key_file or self.data_dir / "audit-integrity.key"
+
+    def audit_integrity_key(self) -> IntegrityKey | None:
+        """The key the audit sinks seal their chain with; None with `[audit] integrity = false`. The default
+        key file is generated on first use; a configured one must exist (a typo must not start a new key)."""
+        if not self.audit.integrity:
+            return None
+        path = self.audit_integrity_key_file
+        if self.audit.integrity_key_file is None:
+            private_dir(path.parent)
+            try:
+                return IntegrityKey(local_secret(path).encode("ascii"))
+            except RuntimeError as exc:  # cut short: `kgov` prints ValueErrors as a usage error, not a trace
+                raise ValueError(str(exc)) from None
+        try:
+            return load_key(path)
+        except IntegrityKeyError as exc:
+            raise ValueError(f"{exc} ([audit] integrity_key_file)") from None
 
 
 def _refuse_untrusted_config(path: Path, *, implicit: bool) -> None:

@@ -41,7 +41,7 @@ from kgov.exposure import (
     check_dev_gateway_exposure,
     forwarded_header_options,
 )
-from kgov.private_files import private_dir, private_file
+from kgov.private_files import local_secret, private_dir, private_file
 from kgov.run_directory import run_directory
 from kgov.settings import Settings
 
@@ -318,43 +318,6 @@ def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequen
         thread.join(timeout=10)
 
 
-# What _dev_secret generates is 43 characters; settings take 16 at least from the operator.
-DEV_SECRET_MIN_CHARS = 32
-
-
-def _dev_secret(path: Path) -> str:
-    """A generated key kept in the data directory (0600), the same from one run to the next.
-
-    The value is assigned to the settings after they were validated, so their 16-character check never
-    sees it: a file cut short (an interrupted write, a hand edit) would key every delegation token's HMAC,
-    or seal the issuer's keys, with next to nothing. It is refused instead, and a new key is written whole
-    under a temporary name before it takes the real one, so a crash never leaves such a file behind."""
-    if not path.exists():
-        value = secrets.token_urlsafe(32)
-        staged = path.with_name(path.name + ".new")
-        with contextlib.suppress(FileNotFoundError):
-            staged.unlink()  # left by a crash between writing and linking
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(value + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            with contextlib.suppress(FileExistsError):  # never replaces a key another start wrote meanwhile
-                os.link(staged, path)
-        finally:
-            staged.unlink()
-    private_file(path)  # an earlier version, or a copy, may have left it readable to others
-    value = path.read_text().strip()
-    if len(value) < DEV_SECRET_MIN_CHARS:
-        raise RuntimeError(
-            f"{path} holds a key of {len(value)} characters, fewer than the {DEV_SECRET_MIN_CHARS} kgov up "
-            f"needs; delete the file to have a new one generated (what the old key signed or sealed stops "
-            f"opening), or set the corresponding KGOV_ variable"
-        )
-    return value
-
-
 def client_settings(gateway: str, user: str, password: str | None, token_url: str) -> str:
     secret = password if password is not None else "<admin password>"
     return f"""
@@ -435,11 +398,11 @@ def _run_up(args: argparse.Namespace) -> int:
     if settings.sasl.delegation_token_secret_key is None:
         # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
         # so tokens issued by one run stay valid in the next.
-        settings.sasl.delegation_token_secret_key = SecretStr(_dev_secret(data_dir / "delegation-token.key"))
+        settings.sasl.delegation_token_secret_key = SecretStr(local_secret(data_dir / "delegation-token.key"))
     if settings.oauth.signing_key_secret is None:
         # Likewise a key that seals the token issuer's private keys in the database (a copy of kgov.db
         # alone cannot sign tokens). Keys stored plain by an earlier run still open.
-        settings.oauth.signing_key_secret = SecretStr(_dev_secret(data_dir / "signing-key.secret"))
+        settings.oauth.signing_key_secret = SecretStr(local_secret(data_dir / "signing-key.secret"))
     password = None
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)

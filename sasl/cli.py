@@ -42,6 +42,7 @@ class _Session:
             audit_dir / "events.jsonl",
             max_bytes=self.settings.audit.max_bytes,
             backups=self.settings.audit.backups,
+            integrity=self.settings.audit_integrity_key(),
         )
         # The control plane's topic gets the command's events too; close() waits for them, bounded.
         self.kafka = KafkaSink.from_settings(self.settings.audit)

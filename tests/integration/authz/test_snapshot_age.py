@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
+from authz.clock import _suspend_counting_clock, elapsed_clock
 from authz.config import AuthzConfig
 from authz.database import open_engine
 from authz.model import (
@@ -40,7 +41,6 @@ from authz.model import (
     ResourceType,
     StaleSnapshot,
 )
-from authz.clock import _suspend_counting_clock, elapsed_clock
 from authz.service import AuthorizerService
 
 pytestmark = pytest.mark.postgres

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from authz.clock import elapsed_clock
-from encryption.datakeys import DataKeyIssuer, DataKeyCache
+from encryption.datakeys import DataKeyCache, DataKeyIssuer
 from encryption.fields import _DeterministicKeys
 from registry.service import SchemaRegistry
 from sasl.jwt_validation import JwksCache

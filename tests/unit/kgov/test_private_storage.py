@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from kgov.app import build_app
-from kgov.private_files import private_file, sqlite_file
+from kgov.private_files import local_secret, private_file, sqlite_file
 from kgov.settings import load_settings
-from kgov.up import _dev_secret
 
 
 @pytest.fixture
@@ -45,10 +44,10 @@ def test_build_app_makes_data_database_and_audit_owner_only(tmp_path: Path, open
 
 def test_dev_secret_is_owner_only_even_when_found_loose(tmp_path: Path, open_umask: None) -> None:
     key = tmp_path / "delegation-token.key"
-    value = _dev_secret(key)
+    value = local_secret(key)
     assert mode(key) == 0o600
     key.chmod(0o644)
-    assert _dev_secret(key) == value
+    assert local_secret(key) == value
     assert mode(key) == 0o600
 
 
@@ -58,7 +57,7 @@ def test_dev_secret_cut_short_is_refused_not_used(tmp_path: Path, content: str) 
     key = tmp_path / "delegation-token.key"
     key.write_text(content)
     with pytest.raises(RuntimeError, match="delete the file") as refused:
-        _dev_secret(key)
+        local_secret(key)
     assert content.strip() == "" or content.strip() not in str(refused.value)
     assert key.read_text() == content  # nothing overwritten
 
@@ -66,10 +65,10 @@ def test_dev_secret_cut_short_is_refused_not_used(tmp_path: Path, content: str) 
 def test_dev_secret_is_written_whole_and_kept(tmp_path: Path) -> None:
     key = tmp_path / "signing-key.secret"
     (tmp_path / "signing-key.secret.new").write_text("")  # left by a crash before the link
-    value = _dev_secret(key)
+    value = local_secret(key)
     assert len(value) >= 32 and key.read_text() == value + "\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["signing-key.secret"]
-    assert _dev_secret(key) == value
+    assert local_secret(key) == value
 
 
 def test_private_file_does_not_create_through_a_symlink(tmp_path: Path) -> None:
@@ -127,3 +126,15 @@ def test_an_earlier_runs_data_dir_is_tightened(tmp_path: Path, open_umask: None)
     (data / "audit" / "events.jsonl.1").write_text("{}")
     build_app(load_settings(data_dir=data, dev_mode=True)).state.authorizer.close()
     assert mode(data) == 0o700 and mode(data / "kgov.db") == 0o600 and mode(data / "audit") == 0o700
+
+
+def test_an_audit_directory_holding_chain_files_is_still_kgovs_own(tmp_path: Path, open_umask: None) -> None:
+    """The chain files and the audit key (audit.integrity) count as kgov's: a loosened directory is tightened."""
+    data = tmp_path / "data"
+    build_app(load_settings(data_dir=data, dev_mode=True)).state.authorizer.close()
+    assert (data / "audit" / ".events.jsonl.chain").exists() and (data / "audit-integrity.key").exists()
+    assert mode(data / "audit-integrity.key") == 0o600
+    (data / "audit").chmod(0o755)
+    data.chmod(0o755)
+    build_app(load_settings(data_dir=data, dev_mode=True)).state.authorizer.close()
+    assert mode(data) == 0o700 and mode(data / "audit") == 0o700
