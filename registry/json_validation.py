@@ -26,7 +26,9 @@ program (RE2's worst case), a pattern's compilation, `multipleOf` by the digits 
 `required` and the like by their entries, each keyword a subschema holds (known or not), each item
 `contains` tries, the names `additionalProperties` and `unevaluatedProperties` go through, each `true`
 subschema applied, and each error by its message (jsonschema's messages quote the value) and at each
-keyword it passes on its way up. Inside `within_budget(value, budget)` a value whose work passes
+keyword it passes on its way up. A message quoting the value is written only when read (`QuotingError`:
+the serdes never read one), its length measured from the reprs of what it quotes, each measured once
+per value. Inside `within_budget(value, budget)` a value whose work passes
 `WorkBudget.base` steps plus `WorkBudget.per_node` per JSON node of the value raises
 `WorkBudgetExceededError`, which no keyword takes for an answer. The count lives in a context variable: one per thread, so validators can be
 shared across threads, and fresh for each value. `anyOf` and `oneOf` leave a failing branch at its
@@ -1007,9 +1009,10 @@ def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[Validati
 
 
 def _textual(ref: object) -> None:
-    """Refuses a reference that is not a string as unresolvable: a referenced schema is not checked
-    against its meta-schema, and `referencing` raised `AttributeError` on one (the kept resolutions'
-    table `TypeError`), which went through the serdes past callers catching `SerializationError`."""
+    """Refuses a reference that is not a string as unresolvable: the meta-schema checks of the serdes do
+    not look everywhere a `$ref` can lead (inside a `const`), and `referencing` raised `AttributeError` on
+    one (the kept resolutions' table `TypeError`), which went through the serdes past callers catching
+    `SerializationError`."""
     if not isinstance(ref, str):
         raise jsonschema.exceptions._WrappedReferencingError(
             referencing.exceptions.Unresolvable(ref=f"({type(ref).__name__}, not a string)"))
