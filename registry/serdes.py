@@ -407,7 +407,7 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
     whose `$ref`s fan out): the whole answer or no value."""
     try:
         with within_budget(value, budget):
-            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value), key=_relevance)
     except WorkBudgetExceededError as exc:
         raise SerializationError(f"{exc}; the value is refused (work_budget= raises the budget, validate=False "
                                  "turns validation off)") from None
@@ -421,6 +421,17 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
         raise SerializationError("value is nested too deeply to validate; the value is refused") from None
     if error is not None:
         raise SerializationError(f"value does not match the JSON Schema: {_mismatch(error)}")
+
+
+def _relevance(error: jsonschema.exceptions.ValidationError) -> Any:
+    """jsonschema's `relevance` of an error (which one a refusal names), where a draft 3 `type` listing
+    schemas counts as a type the value does not have: jsonschema looks each type up by hashing it, and its
+    `TypeError` went through the deserializer."""
+    try:
+        return jsonschema.exceptions.relevance(error)
+    except TypeError:
+        return (-len(error.path), error.path, error.validator not in jsonschema.exceptions.WEAK_MATCHES,
+                error.validator in jsonschema.exceptions.STRONG_MATCHES, True)
 
 
 def _mismatch(error: jsonschema.exceptions.ValidationError) -> str:

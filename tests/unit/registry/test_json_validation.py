@@ -436,6 +436,16 @@ def test_a_refusal_names_where_and_which_constraint_never_the_value() -> None:
     assert refusal({"enum": list(range(1_000))}, 5_000).endswith("... is not met")
 
 
+def test_a_draft_3_type_listing_schemas_is_refused_not_raised() -> None:
+    # jsonschema's `best_match` looks each of an error's types up by hashing it: `TypeError` through the
+    # deserializer, for a draft 3 `type` listing a schema.
+    schema = {"$schema": DRAFT3, "properties": {"a": {"type": ["null", {"type": "integer"}]}}}
+    _validate(_validator(schema), {"a": 1})
+    assert refusal(schema, {"a": "x"}).endswith('at $.a, type "integer" is not met')
+    two = {"$schema": DRAFT3, "properties": {**schema["properties"], "b": {"type": "string"}}}
+    assert "value does not match the JSON Schema: at $." in refusal(two, {"a": "x", "b": 1})
+
+
 def test_values_nested_too_deeply_are_refused_cleanly() -> None:
     """Python's recursion limit is a refusal like any other, not a RecursionError escaping the serdes."""
     deep: Any = 0
