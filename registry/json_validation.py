@@ -650,8 +650,8 @@ def _more_valid(validator: Any, branches: Any, first: int, instance: Any) -> Ite
 
 
 # jsonschema's keywords whose messages quote the value (or the schema), the same answers and messages,
-# written when read (`QuotingError`): `type`, the size bounds and `not` answer in constant time on any
-# value, and wrote its repr at each error.
+# written when read (`QuotingError`): `type` and the size bounds answer in constant time on any value,
+# and each of their errors wrote its repr.
 
 def _types_of(types: Any) -> Any:
     return [types] if isinstance(types, str) else types  # jsonschema's `ensure_list`
