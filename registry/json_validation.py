@@ -26,7 +26,9 @@ program (RE2's worst case), a pattern's compilation, `multipleOf` by the digits 
 `required` and the like by their entries, each keyword a subschema holds (known or not), each item
 `contains` tries, the names `additionalProperties` and `unevaluatedProperties` go through, each `true`
 subschema applied, and each error by its message (jsonschema's messages quote the value) and at each
-keyword it passes on its way up. Inside `within_budget(value, budget)` a value whose work passes
+keyword it passes on its way up. A message quoting the value is written only when read (`QuotingError`:
+the serdes never read one), its length measured from the reprs of what it quotes, each measured once
+per value. Inside `within_budget(value, budget)` a value whose work passes
 `WorkBudget.base` steps plus `WorkBudget.per_node` per JSON node of the value raises
 `WorkBudgetExceededError`, which no keyword takes for an answer. The count lives in a context variable: one per thread, so validators can be
 shared across threads, and fresh for each value. `anyOf` and `oneOf` leave a failing branch at its
@@ -51,6 +53,8 @@ from typing import Any, Final
 
 import attrs
 import jsonschema
+import jsonschema._keywords  # the keyword functions `_QUOTING` stands in for
+import jsonschema._legacy_keywords
 import jsonschema.exceptions
 import jsonschema.validators
 import jsonschema_specifications  # jsonschema's own registry of meta-schemas (a dependency of jsonschema >= 4.18)
@@ -65,7 +69,7 @@ from registry.schemas.json_model import (
     compile_pattern,
     quote_pattern,
 )
-from registry.schemas.json_schema import unique_items
+from registry.schemas.json_schema import repeats
 
 _DRAFT2019: Final = "https://json-schema.org/draft/2019-09/schema"
 
@@ -201,7 +205,7 @@ class _Spending:
     (a walk of it) only when those run out, so ordinary values pay nothing for the bound. A context
     manager (a class rather than a generator: it is entered once per value validated)."""
 
-    __slots__ = ("budget", "documents", "left", "nodes", "resolved", "token", "value")
+    __slots__ = ("budget", "documents", "left", "nodes", "quoted", "resolved", "token", "value")
 
     def __init__(self, value: Any, budget: WorkBudget, documents: bool) -> None:
         self.value = value
@@ -210,6 +214,7 @@ class _Spending:
         self.left = budget.base * _STEP
         self.nodes: int | None = None
         self.resolved: dict[tuple[int, Any], tuple[Any, Any]] = {}  # `_validate_reference`'s
+        self.quoted: dict[tuple[int, int | None], tuple[Any, int]] = {}  # `_quoted_length`'s
         self.token: contextvars.Token[_Spending | None] | None = None
 
     def __enter__(self) -> _Spending:
@@ -258,6 +263,99 @@ def within_budget(value: Any, budget: WorkBudget = DEFAULT_WORK_BUDGET, *, docum
     return _Spending(value, budget, documents)
 
 
+class QuotingError(ValidationError):  # type: ignore[misc]  # jsonschema is untyped
+    """A jsonschema error whose message quotes values (`[0, 0, ...] is not of type 'object'`), written
+    when it is first read: the serdes never read it (their refusal names the path and the constraint), and
+    writing it was most of the time a hostile schema took (a fan-out's leaves failing on `[0,0,...]` of
+    1 MB: 87 % of 26 s, a repr of the whole value at each error). The message is jsonschema's, from
+    `parts`: text, and values quoted (`_Quoted`, `_QuotedTail`). Its length, which the budget charges as
+    before, is known without writing it: the repr of a value is measured once per value validated
+    (`_quoted_length`). A value changed between validating it and reading the message is quoted as it is
+    when read (as `instance` always showed it)."""
+
+    def __init__(self, *parts: str | _Quoted | _QuotedTail, **fields: Any) -> None:
+        self._parts = parts
+        super().__init__("", **fields)
+        self._written: str | None = None  # `_Error.__init__` set it to "" through the setter
+
+    @property
+    def message(self) -> str:
+        if self._written is None:
+            self._written = "".join(part if isinstance(part, str) else part.written() for part in self._parts)
+        return self._written
+
+    @message.setter
+    def message(self, text: str) -> None:
+        self._written = text
+
+    def message_length(self) -> int:
+        """`len(self.message)`, the message unwritten."""
+        if self._written is not None:
+            return len(self._written)
+        return sum(len(part) if isinstance(part, str) else part.length() for part in self._parts)
+
+
+class _Quoted:
+    """Values a message quotes: each `repr`, ", " between (as jsonschema lists types and schemas)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, *values: Any) -> None:
+        self.values = values
+
+    def written(self) -> str:
+        return ", ".join(repr(value) for value in self.values)
+
+    def length(self) -> int:
+        return sum(_quoted_length(value) for value in self.values) + 2 * max(len(self.values) - 1, 0)
+
+
+class _QuotedTail:
+    """The items of the list `items` from `start`, as jsonschema quotes the items a schema does not
+    allow: the repr of that slice (`items: false`), or its items' reprs with ", " between
+    (`additionalItems: false`), as `repr` writes a list's."""
+
+    __slots__ = ("bracketed", "items", "start")
+
+    def __init__(self, items: list[Any], start: int, *, bracketed: bool) -> None:
+        self.items = items
+        self.start = start
+        self.bracketed = bracketed
+
+    def written(self) -> str:
+        tail = self.items[self.start:]
+        return repr(tail) if self.bracketed else ", ".join(repr(item) for item in tail)
+
+    def length(self) -> int:
+        if type(self.items) is not list:  # a subclass may write itself otherwise
+            return len(self.written())
+        return _quoted_length(self.items, self.start) - (0 if self.bracketed else 2)
+
+
+# The reprs of the values quoted are measured once per value validated, those of this many characters
+# or more (shorter ones cost about as much to look up), at most `_KEPT_QUOTES` of them.
+_KEPT_QUOTE_CHARS: Final = 256
+_KEPT_QUOTES: Final = 65_536
+
+
+def _quoted_length(value: Any, start: int | None = None) -> int:
+    """`len(repr(value))`, or of `value[start:]`: kept for the value being validated (`_Spending.quoted`,
+    by `id`, the value held beside it so that the `id` is not reused while kept). Values are not changed
+    while they are validated."""
+    spending = _SPENDING.get()
+    kept = None if spending is None else spending.quoted.get((id(value), start))
+    if kept is not None and kept[0] is value:
+        return int(kept[1])
+    length = len(repr(value if start is None else value[start:]))
+    if spending is not None and length >= _KEPT_QUOTE_CHARS and len(spending.quoted) < _KEPT_QUOTES:
+        spending.quoted[id(value), start] = (value, length)
+    return length
+
+
+def _message_length(error: ValidationError) -> int:
+    return error.message_length() if isinstance(error, QuotingError) else len(error.message)
+
+
 def _compiled(keyword: str, regex: object) -> CompiledPattern:
     if not isinstance(regex, str):
         raise UnevaluablePatternError(keyword, str(regex), "it is not a string")
@@ -302,7 +400,7 @@ def _listed(names: Sequence[Any]) -> str:
 
 def _pattern(validator: Any, regex: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and not _found("pattern", regex, instance):
-        yield ValidationError(f"{instance!r} does not match {regex!r}")
+        yield QuotingError(_Quoted(instance), " does not match ", _Quoted(regex))
 
 
 def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -459,7 +557,7 @@ def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Iterator[Va
     finally:
         _charge(work[0])
     if not found:
-        yield ValidationError(f"{instance!r} is not one of {enums!r}")
+        yield QuotingError(_Quoted(instance), " is not one of ", _Quoted(enums))
 
 
 def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -469,14 +567,15 @@ def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[V
     finally:
         _charge(work[0])
     if not same:
-        yield ValidationError(f"{const!r} was expected")
+        yield QuotingError(_Quoted(const), " was expected")
 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if unique and validator.is_type(instance, "array"):
         # Each item is hashed whole (`unique_items`): a scalar is one node, a container all of its own.
         _charge(_HASHED * sum(json_nodes(item) if isinstance(item, (dict, list)) else 1 for item in instance))
-        yield from unique_items(validator, unique, instance, schema)
+        if repeats(instance):
+            yield QuotingError(_Quoted(instance), " has non-unique elements")
 
 
 def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -514,33 +613,144 @@ def _first_valid(validator: Any, branches: Any, instance: Any) -> int | None:
     return None
 
 
-def _any_of(gathered: Keyword) -> Keyword:
+def _any_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Iterator[ValidationError] | None:
     """`anyOf`: jsonschema gathers every error of each branch before the one that matches, to report
-    them if none does; these answer by each branch's first error, and gather the errors (`gathered`,
-    jsonschema's keyword) only for a value no branch matches. The same answer and errors, without
-    evaluating whole failing branches (which took a `oneOf` of a dozen event types nearly twice the steps)."""
-    def any_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Any:
-        if _first_valid(validator, branches, instance) is not None:
-            return None
-        return gathered(validator, branches, instance, schema)
-    return any_of
+    them if none does; this answers by each branch's first error, and gathers the errors (`_gathered`)
+    only for a value no branch matches. The same answer and errors, without evaluating whole failing
+    branches (which took a `oneOf` of a dozen event types nearly twice the steps)."""
+    if _first_valid(validator, branches, instance) is not None:
+        return None
+    return _gathered(validator, branches, instance)
 
 
-def _one_of(gathered: Keyword) -> Keyword:
+def _one_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     """`oneOf`, as `_any_of` (then, as jsonschema, every later branch is tried: one more is an error)."""
-    def one_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Any:
-        first = _first_valid(validator, branches, instance)
-        if first is None:
-            return gathered(validator, branches, instance, schema)
-        return _more_valid(validator, branches, first, instance)
-    return one_of
+    first = _first_valid(validator, branches, instance)
+    if first is None:
+        return _gathered(validator, branches, instance)
+    return _more_valid(validator, branches, first, instance)
+
+
+def _gathered(validator: Any, branches: Any, instance: Any) -> Iterator[ValidationError]:
+    """jsonschema's error for a value no branch of `anyOf` or `oneOf` matches, every branch's errors its
+    context."""
+    errors: list[ValidationError] = []
+    for index, subschema in enumerate(branches):
+        found = list(validator.descend(instance, subschema, schema_path=index))
+        if not found:  # matched after all: no error, as jsonschema
+            return
+        errors.extend(found)
+    yield QuotingError(_Quoted(instance), " is not valid under any of the given schemas", context=errors)
 
 
 def _more_valid(validator: Any, branches: Any, first: int, instance: Any) -> Iterator[ValidationError]:
     more = [each for each in branches[first + 1:] if validator.evolve(schema=each).is_valid(instance)]
     if more:
-        reprs = ", ".join(repr(each) for each in [*more, branches[first]])
-        yield ValidationError(f"{instance!r} is valid under each of {reprs}")
+        yield QuotingError(_Quoted(instance), " is valid under each of ", _Quoted(*more, branches[first]))
+
+
+# jsonschema's keywords whose messages quote the value (or the schema), the same answers and messages,
+# written when read (`QuotingError`): `type` and the size bounds answer in constant time on any value,
+# and each of their errors wrote its repr.
+
+def _types_of(types: Any) -> Any:
+    return [types] if isinstance(types, str) else types  # jsonschema's `ensure_list`
+
+
+def _type(validator: Any, types: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    types = _types_of(types)
+    if not any(validator.is_type(instance, type) for type in types):
+        yield QuotingError(_Quoted(instance), " is not of type ", _Quoted(*types))
+
+
+def _type_draft3(validator: Any, types: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    types = _types_of(types)
+    errors: list[ValidationError] = []
+    for index, type in enumerate(types):
+        if validator.is_type(type, "object"):
+            found = list(validator.descend(instance, type, schema_path=index))
+            if not found:
+                return
+            errors.extend(found)
+        elif validator.is_type(instance, type):
+            return
+    yield QuotingError(_Quoted(instance), " is not of type ", _Quoted(*map(_type_name, types)), context=errors)
+
+
+def _type_name(type: Any) -> Any:
+    """What draft 3's `type` quotes of one of its types: a schema's `name`, else the type itself."""
+    try:
+        return type["name"]
+    except Exception:  # jsonschema's own catch: a string, a schema without a name
+        return type
+
+
+def _disallow_draft3(validator: Any, disallow: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    for disallowed in _types_of(disallow):
+        if validator.evolve(schema={"type": [disallowed]}).is_valid(instance):
+            yield QuotingError(_Quoted(disallowed), " is disallowed for ", _Quoted(instance))
+
+
+def _size_bound(kind: str, beyond: str, *, most: bool = False) -> Keyword:
+    """`minItems`, `maxLength` and the like: the size of a `kind` value against the least (or `most`); the
+    message says `beyond`, or for a least of 1 (a most of 0) that the value should (not) be empty."""
+    edge, at_edge = (0, " is expected to be empty") if most else (1, " should be non-empty")
+
+    def size_bound(validator: Any, bound: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+        if validator.is_type(instance, kind) and (len(instance) > bound if most else len(instance) < bound):
+            yield QuotingError(_Quoted(instance), at_edge if bound == edge else beyond)
+    return size_bound
+
+
+def _not(validator: Any, not_schema: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.evolve(schema=not_schema).is_valid(instance):
+        yield QuotingError(_Quoted(instance), " should not be valid under ", _Quoted(not_schema))
+
+
+def _items(validator: Any, items: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    # 2020-12's `items`, after `prefixItems`
+    if not validator.is_type(instance, "array"):
+        return
+    prefix = len(schema.get("prefixItems", []))
+    total = len(instance)
+    extra = total - prefix
+    if extra <= 0:
+        return
+    if items is False:
+        rest = _QuotedTail(instance, prefix, bracketed=True) if extra != 1 else _Quoted(instance[prefix])
+        item = "items" if prefix != 1 else "item"
+        yield QuotingError(f"Expected at most {prefix} {item} but found {extra} extra: ", rest)
+    else:
+        for index in range(prefix, total):
+            yield from validator.descend(instance=instance[index], schema=items, path=index)
+
+
+def _additional_items(validator: Any, additional: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    # before 2020-12, after an array of `items`
+    if not validator.is_type(instance, "array") or validator.is_type(schema.get("items", {}), "object"):
+        return
+    listed = len(schema.get("items", []))
+    if validator.is_type(additional, "object"):
+        for index, item in enumerate(instance[listed:], start=listed):
+            yield from validator.descend(item, additional, path=index)
+    elif not additional and len(instance) > listed:
+        verb = "was" if len(instance) - listed == 1 else "were"
+        yield QuotingError("Additional items are not allowed (", _QuotedTail(instance, listed, bracketed=False),
+                           f" {verb} unexpected)")
+
+
+# jsonschema's keyword functions these stand for, whichever draft's class holds them.
+_QUOTING: Final[dict[Any, Keyword]] = {
+    jsonschema._keywords.type: _type, jsonschema._legacy_keywords.type_draft3: _type_draft3,
+    jsonschema._legacy_keywords.disallow_draft3: _disallow_draft3, jsonschema._keywords.not_: _not,
+    jsonschema._keywords.minItems: _size_bound("array", " is too short"),
+    jsonschema._keywords.maxItems: _size_bound("array", " is too long", most=True),
+    jsonschema._keywords.minLength: _size_bound("string", " is too short"),
+    jsonschema._keywords.maxLength: _size_bound("string", " is too long", most=True),
+    jsonschema._keywords.minProperties: _size_bound("object", " does not have enough properties"),
+    jsonschema._keywords.maxProperties: _size_bound("object", " has too many properties", most=True),
+    jsonschema._keywords.items: _items, jsonschema._legacy_keywords.additionalItems: _additional_items,
+}
 
 
 def _sized(keyword: Keyword) -> Keyword:
@@ -656,18 +866,28 @@ def _completed(error: ValidationError, keyword: str, value: Any, instance: Any, 
     passes on its way up (an error deep in the value passes as many: 120,000 errors 400 levels deep took
     44 s in 2.5 steps a node); a new one is charged by its message too: jsonschema's messages quote the
     value (`[0, 0, ...] is not of type 'null'`), which for a large value costs more than the step that
-    made it."""
-    _charge(_PASSED + (_ERROR + len(error.message) // _ERROR_CHARS if error.validator is _UNSET else 0))
-    error._set(validator=keyword, validator_value=value, instance=instance, schema=schema, type_checker=type_checker)
+    made it. The message is measured, not written (`QuotingError`)."""
+    spending = _SPENDING.get()
+    if spending is not None:
+        spending.left -= _PASSED + (_ERROR + _message_length(error) // _ERROR_CHARS if error.validator is _UNSET else 0)
+        if spending.left < 0:
+            spending.exhausted()
+    # jsonschema's `_set` fills the fields still unset: a no-op once they are all set, as they are after the
+    # first keyword (it took a third of the time of an error passing up)
+    if (error.validator is _UNSET or error.validator_value is _UNSET or error.instance is _UNSET
+            or error.schema is _UNSET or error._type_checker is _UNSET):
+        error._set(validator=keyword, validator_value=value, instance=instance, schema=schema,
+                   type_checker=type_checker)
     if keyword not in ("if", "$ref"):
         error.schema_path.appendleft(keyword)
     return error
 
 
 def _false_schema(instance: Any, schema: Any) -> ValidationError:
-    error = ValidationError(f"False schema does not allow {instance!r}", validator=None, validator_value=None,
-                            instance=instance, schema=schema)
-    _charge(_ERROR + len(error.message) // _ERROR_CHARS)
+    error = QuotingError("False schema does not allow ", _Quoted(instance), validator=None, validator_value=None,
+                         instance=instance, schema=schema)
+    if _SPENDING.get() is not None:
+        _charge(_ERROR + error.message_length() // _ERROR_CHARS)
     return error
 
 
@@ -736,8 +956,7 @@ def _evolve(self: Any, **changes: Any) -> Any:
     schema = changes.get("schema", self.schema)
     _charge(_APPLY + (_KEYWORD * len(schema) if isinstance(schema, dict) else 0))
     # `validator_for` answers the default for a boolean schema and one without `$schema`
-    cls = linear_time(jsonschema.validators.validator_for(schema, default=type(self))) \
-        if isinstance(schema, dict) and "$schema" in schema else type(self)
+    cls = validator_class_for(schema, type(self)) if isinstance(schema, dict) and "$schema" in schema else type(self)
     if cls._DIRECT_FIELDS and self._ref_resolver is None and changes.keys() <= _DIRECT_CHANGES:
         # Made without `__init__` (2.6 us, a fifth of a `$ref` applied; this takes 0.4): its
         # `__attrs_post_init__` makes a resolver, which this one has, and lists the schema's keywords,
@@ -790,9 +1009,10 @@ def _validate_reference(self: Any, ref: Any, instance: Any) -> Iterator[Validati
 
 
 def _textual(ref: object) -> None:
-    """Refuses a reference that is not a string as unresolvable: a referenced schema is not checked
-    against its meta-schema, and `referencing` raised `AttributeError` on one (the kept resolutions'
-    table `TypeError`), which went through the serdes past callers catching `SerializationError`."""
+    """Refuses a reference that is not a string as unresolvable: the meta-schema checks of the serdes do
+    not look everywhere a `$ref` can lead (inside a `const`), and `referencing` raised `AttributeError` on
+    one (the kept resolutions' table `TypeError`), which went through the serdes past callers catching
+    `SerializationError`."""
     if not isinstance(ref, str):
         raise jsonschema.exceptions._WrappedReferencingError(
             referencing.exceptions.Unresolvable(ref=f"({type(ref).__name__}, not a string)"))
@@ -823,13 +1043,15 @@ def linear_time(cls: Any) -> Any:
         found = _LINEAR.get(cls)
         if found is None:
             draft2019 = cls.ID_OF(cls.META_SCHEMA) == _DRAFT2019
+            original = cls.VALIDATORS
             keywords: dict[str, Keyword] = {
+                keyword: _QUOTING[function] for keyword, function in original.items() if function in _QUOTING}
+            keywords |= {
                 "pattern": _pattern, "patternProperties": _pattern_properties,
                 "additionalProperties": _additional_properties,
                 "unevaluatedProperties": _unevaluated_properties(draft2019),
                 "unevaluatedItems": _unevaluated_items(draft2019), "uniqueItems": _unique_items,
                 "enum": _enum, "const": _const, "multipleOf": _multiple_of}
-            original = cls.VALIDATORS
             for keyword in ("properties", "required", "dependentRequired", "dependentSchemas", "dependencies"):
                 if keyword in original:
                     keywords[keyword] = _sized(original[keyword])
@@ -838,10 +1060,7 @@ def linear_time(cls: Any) -> Any:
                     keywords[keyword] = _per_char(original[keyword], reads_value=keyword != "format")
             if "contains" in original:
                 keywords["contains"] = _per_item(original["contains"])
-            if "anyOf" in original:
-                keywords["anyOf"] = _any_of(original["anyOf"])
-            if "oneOf" in original:
-                keywords["oneOf"] = _one_of(original["oneOf"])
+            keywords.update({"anyOf": _any_of, "oneOf": _one_of})
             found = jsonschema.validators.extend(
                 cls, validators={k: v for k, v in keywords.items() if k in cls.VALIDATORS})
             found.evolve = _evolve
@@ -875,9 +1094,16 @@ def validator_with(cls: Any, schema: Any, resources: list[tuple[str, referencing
     return cls(schema, _resolver=crawled.resolver(base_uri=uri))
 
 
-def validator_class_for(schema: Any) -> Any:
-    """The linear-time validator class for `schema`: its `$schema`'s draft, else 2020-12 (as jsonschema)."""
-    return linear_time(jsonschema.validators.validator_for(schema))
+def validator_class_for(schema: Any, default: Any = None) -> Any:
+    """The linear-time validator class for `schema`: its `$schema`'s draft, else `default`'s (an unknown
+    `$schema` too); with no `default` 2020-12, as jsonschema (which warns of an unknown `$schema`). A
+    `$schema` that is no string takes the default, for the meta-schema check to refuse (jsonschema's
+    `validator_for` raised `TypeError` or `AttributeError` on it)."""
+    if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
+        return linear_time(default or jsonschema.validators.validator_for({}))
+    if default is None:
+        return linear_time(jsonschema.validators.validator_for(schema))
+    return linear_time(jsonschema.validators.validator_for(schema, default=default))
 
 
 def check_schema(cls: Any, schema: Any) -> None:

@@ -335,9 +335,20 @@ class AvroDeserializer:
         return self._from_dict(value, ctx) if self._from_dict else value
 
 
-def _unevaluable(exc: UnevaluablePatternError) -> SerializationError:
-    return SerializationError(f"{exc}; the serdes match patterns in linear time only (validate=False turns "
-                              "validation off)")
+def _unevaluable(exc: UnevaluablePatternError, reference: str | None = None) -> SerializationError:
+    where = "" if reference is None else f" in the referenced schema {_reference_name(reference)}"
+    return SerializationError(f"{exc}{where}; the serdes match patterns in linear time only (validate=False "
+                              "turns validation off)")
+
+
+def _reference_name(name: str) -> str:
+    """A reference's name as a refusal quotes it: in JSON's quotes, cut past `_QUOTED` characters."""
+    return json.dumps(name if len(name) <= _QUOTED else name[:_QUOTED] + "...", ensure_ascii=False)
+
+
+def _invalid(reference: str | None) -> str:
+    """How a refusal names the schema it found invalid: the one validated against, or a referenced one."""
+    return "invalid JSON Schema" if reference is None else f"invalid referenced JSON Schema {_reference_name(reference)}"
 
 
 def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()) -> Any:
@@ -347,32 +358,41 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
 
     The checks of the schemas (against the meta-schema, and of their patterns) are counted like a value
     within `SCHEMA_CHECK_BUDGET`, over the JSON nodes of the schema and the referenced ones: a schema
-    comes from the registry, and one that takes more is refused."""
+    comes from the registry, and one that takes more is refused. A referenced schema is checked as the
+    schema is, against the meta-schema of its own `$schema`, else of the draft `$ref`s into it are
+    evaluated in (the schema's: `_evolve` keeps the referrer's class), a refusal naming the reference."""
     checked: list[Any] = [schema]  # what the budget counts, the referenced schemas added once parsed
+    reference: str | None = None  # the referenced schema being read or checked, for a refusal to name
     try:
         with within_budget(checked, SCHEMA_CHECK_BUDGET, documents=True):
             cls = validator_class_for(schema)
             check_patterns(schema, referencing.jsonschema.DRAFT202012)
             check_schema(cls, schema)
+            documents = []
+            for reference, doc in referenced:
+                documents.append((reference, json.loads(doc.schema)))
+            checked.extend(contents for _, contents in documents)
+            for name, contents in documents:
+                reference = name
+                check_patterns(contents, referencing.jsonschema.DRAFT7)
+                check_schema(validator_class_for(contents, cls), contents)
+            reference = None
+            # made once checked: `referencing` reads `$schema`, and raised `AttributeError` on one not a string
             resources = [(name, referencing.Resource.from_contents(
-                json.loads(doc.schema), default_specification=referencing.jsonschema.DRAFT7))
-                for name, doc in referenced]
-            checked.extend(resource.contents for _, resource in resources)
-            for _, resource in resources:
-                check_patterns(resource.contents, referencing.jsonschema.DRAFT7)
+                contents, default_specification=referencing.jsonschema.DRAFT7)) for name, contents in documents]
     except UnevaluablePatternError as exc:
-        raise _unevaluable(exc) from None
+        raise _unevaluable(exc, reference) from None
     except jsonschema.exceptions.SchemaError as exc:
-        raise SerializationError(f"invalid JSON Schema: {_shortened_middle(exc.message)}") from exc
+        raise SerializationError(f"{_invalid(reference)}: {_shortened_middle(exc.message)}") from exc
     except WorkBudgetExceededError as exc:
         raise SerializationError(
             f"JSON Schema not checked: checking it took more than its work budget of {exc.steps} steps "
             f"({exc.budget.base} plus {exc.budget.per_node} per JSON node, the schema and the schemas it "
             f"references having {exc.nodes}); values are refused (validate=False turns validation off)") from None
     except RecursionError:
-        raise _TooDeepHere("invalid JSON Schema: nested too deeply to check") from None
-    except ValueError as exc:
-        raise SerializationError(f"invalid referenced JSON Schema: {exc}") from exc
+        raise _TooDeepHere(f"{_invalid(reference)}: nested too deeply to check") from None
+    except ValueError as exc:  # a referenced schema that is not JSON
+        raise SerializationError(f"{_invalid(reference)}: {exc}") from exc
     return validator_with(cls, schema, resources)
 
 
@@ -387,7 +407,7 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
     whose `$ref`s fan out): the whole answer or no value."""
     try:
         with within_budget(value, budget):
-            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value), key=_relevance)
     except WorkBudgetExceededError as exc:
         raise SerializationError(f"{exc}; the value is refused (work_budget= raises the budget, validate=False "
                                  "turns validation off)") from None
@@ -401,6 +421,17 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
         raise SerializationError("value is nested too deeply to validate; the value is refused") from None
     if error is not None:
         raise SerializationError(f"value does not match the JSON Schema: {_mismatch(error)}")
+
+
+def _relevance(error: jsonschema.exceptions.ValidationError) -> Any:
+    """jsonschema's `relevance` of an error (which one a refusal names), where a draft 3 `type` listing
+    schemas counts as a type the value does not have: jsonschema looks each type up by hashing it, and its
+    `TypeError` went through the deserializer."""
+    try:
+        return jsonschema.exceptions.relevance(error)
+    except TypeError:
+        return (-len(error.path), error.path, error.validator not in jsonschema.exceptions.WEAK_MATCHES,
+                error.validator in jsonschema.exceptions.STRONG_MATCHES, True)
 
 
 def _mismatch(error: jsonschema.exceptions.ValidationError) -> str:

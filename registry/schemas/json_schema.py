@@ -108,14 +108,19 @@ def unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any
     sorted (objects): a 100 KB draft-04 `enum` of 8,000 objects took a minute."""
     from jsonschema.exceptions import ValidationError
 
-    if unique and validator.is_type(instance, "array"):
-        seen: set[Any] = set()
-        for item in instance:
-            key = _equality_key(item)
-            if key in seen:
-                yield ValidationError(f"{instance!r} has non-unique elements")
-                return
-            seen.add(key)
+    if unique and validator.is_type(instance, "array") and repeats(instance):
+        yield ValidationError(f"{instance!r} has non-unique elements")
+
+
+def repeats(items: Any) -> bool:
+    """Whether two of `items` are equal as JSON Schema compares values (`_equality_key`), in linear time."""
+    seen: set[Any] = set()
+    for item in items:
+        key = _equality_key(item)
+        if key in seen:
+            return True
+        seen.add(key)
+    return False
 
 
 _META_CHECKERS: dict[type, Any] = {}

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import registry.serdes
-from registry.client import FetchedSchema
+from registry.client import FetchedSchema, RegisteredVersion
 from registry.json_validation import (
     SCHEMA_CHECK_BUDGET,
     WorkBudget,
@@ -25,6 +25,7 @@ from registry.json_validation import (
     validator_class_for,
     within_budget,
 )
+from registry.model import Reference
 from registry.serdes import (
     _QUOTED,
     JSONDeserializer,
@@ -35,6 +36,7 @@ from registry.serdes import (
     frame,
 )
 
+DRAFT4 = "http://json-schema.org/draft-04/schema#"
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 DRAFT2019 = "https://json-schema.org/draft/2019-09/schema"
 DRAFT2020 = "https://json-schema.org/draft/2020-12/schema"
@@ -239,3 +241,86 @@ def test_a_schema_too_deep_for_a_deep_caller_is_checked_again_from_a_shallow_one
         _with_frames_left(120, lambda: deserializer(data))
     assert deserializer(data) == value
     assert registry_client.lookups == 2
+
+
+# Referenced schemas are checked as the schema is: against their meta-schema, within the same budget.
+
+def referenced(*documents: Any) -> list[tuple[str, FetchedSchema]]:
+    """Referenced schemas named `a.json`, `b.json`, ... (a text as it is, anything else as its JSON)."""
+    return [(f"{chr(ord('a') + index)}.json", FetchedSchema(doc if isinstance(doc, str) else json.dumps(doc), "JSON"))
+            for index, doc in enumerate(documents)]
+
+
+@pytest.mark.parametrize(("schema", "documents", "message"), [
+    ({"$ref": "a.json"}, [{"type": 5}], '"a.json": 5 is not valid under any of the given schemas'),
+    # the draft `$ref`s into it are evaluated in: the schema's, unless it names its own
+    ({"$schema": DRAFT4, "$ref": "a.json"}, [{"exclusiveMinimum": 5}], "\"a.json\": 5 is not of type 'boolean'"),
+    ({"$ref": "a.json"}, [{"$schema": DRAFT4, "exclusiveMinimum": 5}], "\"a.json\": 5 is not of type 'boolean'"),
+    ({"$ref": "a.json"}, [{"$schema": []}], "\"a.json\": [] is not of type 'string'"),
+    ({"$ref": "b.json"}, [{"type": "string"}, {"properties": {"p": {"minLength": -1}}}],
+     '"b.json": -1 is less than the minimum of 0'),
+    ({"$ref": "a.json"}, ['{"type": '], '"a.json": Expecting value: line 1 column 10 (char 9)'),
+])
+def test_a_referenced_schema_failing_its_meta_schema_is_refused_by_name(schema: Any, documents: list[Any],
+                                                                         message: str) -> None:
+    # Only its patterns were checked: an invalid one was read as far as a value reached it, and a
+    # malformed keyword raised `AttributeError` or `TypeError` through the deserializer.
+    with pytest.raises(SerializationError) as refused:
+        _validator(schema, referenced(*documents))
+    assert str(refused.value) == f"invalid referenced JSON Schema {message}"
+
+
+def test_referenced_schemas_valid_in_their_draft_are_accepted() -> None:
+    # `exclusiveMinimum` is a number from draft 6 on, a boolean beside `minimum` in draft 4
+    validator = _validator({"$ref": "a.json"}, referenced({"exclusiveMinimum": 5}))
+    with pytest.raises(SerializationError, match='exclusiveMinimum 5 is not met'):
+        _validate(validator, 5)
+    validator = _validator({"$schema": DRAFT4, "$ref": "a.json"}, referenced({"minimum": 5, "exclusiveMinimum": True}))
+    _validate(validator, 6)
+    with pytest.raises(SerializationError, match="minimum 5 is not met"):
+        _validate(validator, 5)
+
+
+def test_a_long_reference_name_is_quoted_in_part() -> None:
+    name = "x" * 10_000
+    with pytest.raises(SerializationError) as refused:
+        _validator({"$ref": name}, [(name, FetchedSchema(json.dumps({"type": 5}), "JSON"))])
+    assert str(refused.value).startswith(f'invalid referenced JSON Schema "{"x" * _QUOTED}...": 5 is not valid')
+
+
+def test_the_checks_of_referenced_schemas_are_within_the_schemas_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Their meta-schema checks are counted with the schema's, over the nodes of all of them.
+    wide = {"properties": {f"p{i}": {"type": "string"} for i in range(300)}}
+    _validator({"$ref": "a.json"}, referenced(wide))
+    monkeypatch.setattr(registry.serdes, "SCHEMA_CHECK_BUDGET", WorkBudget(base=1_000, per_node=0))
+    _validator({"$ref": "a.json"}, referenced({"type": "string"}))
+    with pytest.raises(SerializationError, match=r"^JSON Schema not checked: .* having 604\)"):
+        _validator({"$ref": "a.json"}, referenced(wide))
+
+
+class ReferencingRegistry(OneSchemaRegistry):
+    """Answers every schema id with a schema referencing `lib` version 1 as "lib.json", and that version
+    with `library`."""
+
+    def __init__(self, schema: str, library: str) -> None:
+        super().__init__(schema)
+        self.library = library
+
+    def schema_by_id(self, schema_id: int) -> FetchedSchema:
+        self.lookups += 1
+        return FetchedSchema(self.schema, "JSON", references=(Reference("lib.json", "lib", 1),), subject="orders-value")
+
+    def version(self, subject: str, version: int, *, qualified: bool = False) -> RegisteredVersion:
+        assert (subject, version) == ("lib", 1)
+        return RegisteredVersion(subject, version, 2, FetchedSchema(self.library, "JSON"))
+
+
+def test_a_deserializer_refuses_the_values_of_an_id_whose_referenced_schema_is_invalid(checks: list[Any]) -> None:
+    client = ReferencingRegistry(json.dumps({"$ref": "lib.json"}), json.dumps({"required": "id"}))
+    deserializer = JSONDeserializer(client)  # type: ignore[arg-type]
+    for _ in range(2):
+        with pytest.raises(SerializationError, match=r"""^invalid referenced JSON Schema "lib.json": 'id' is not of type 'array'$"""):
+            deserializer(frame(7, b"{}"))
+    assert client.lookups == 1 and checks == [{"$ref": "lib.json"}, {"required": "id"}]  # checked once
+    valid = ReferencingRegistry(json.dumps({"$ref": "lib.json"}), json.dumps({"required": ["id"]}))
+    assert JSONDeserializer(valid)(frame(7, b'{"id": 1}')) == {"id": 1}  # type: ignore[arg-type]
