@@ -359,8 +359,10 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
     The checks of the schemas (against the meta-schema, and of their patterns) are counted like a value
     within `SCHEMA_CHECK_BUDGET`, over the JSON nodes of the schema and the referenced ones: a schema
     comes from the registry, and one that takes more is refused. A referenced schema is checked as the
-    schema is, against the meta-schema of its own `$schema`, else of the draft `$ref`s into it are
-    evaluated in (the schema's: `_evolve` keeps the referrer's class), a refusal naming the reference."""
+    schema is, against the meta-schema of its own `$schema`, else of the schema's draft, a refusal naming
+    the reference. These checks do not reach everything a `$ref` can lead to (a keyword no meta-schema
+    knows, a schema without `$schema` reached from one of another draft, which `_evolve` evaluates in
+    that draft): a malformed keyword there refuses the value when it is evaluated (`_validate`)."""
     checked: list[Any] = [schema]  # what the budget counts, the referenced schemas added once parsed
     reference: str | None = None  # the referenced schema being read or checked, for a refusal to name
     try:
@@ -419,8 +421,22 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
         raise _unevaluable(exc) from None
     except RecursionError:
         raise SerializationError("value is nested too deeply to validate; the value is refused") from None
+    except _MALFORMED_KEYWORD as exc:
+        # A keyword holding what its draft does not allow, where no meta-schema check looked: a `$ref` into
+        # a keyword no meta-schema knows (`#/x`, a draft 3 schema's `definitions`), or into a schema checked
+        # in one draft and evaluated in the referrer's. Refused, never raised through: and its message is
+        # not quoted, nor chained (`UnknownType`'s quotes the value).
+        raise SerializationError(f"JSON Schema cannot be evaluated on the value: a keyword it reached holds "
+                                 f"what its draft does not allow ({type(exc).__name__}); the value is "
+                                 "refused") from None
     if error is not None:
         raise SerializationError(f"value does not match the JSON Schema: {_mismatch(error)}")
+
+
+# What jsonschema's keywords raise on a malformed keyword (iterating `5`, `len(True)`, `5.items()`, an
+# unknown type), which the meta-schema checks cannot all exclude (`_validator`).
+_MALFORMED_KEYWORD: Final = (TypeError, AttributeError, LookupError, ValueError, ArithmeticError,
+                             jsonschema.exceptions.UnknownType)
 
 
 def _relevance(error: jsonschema.exceptions.ValidationError) -> Any:

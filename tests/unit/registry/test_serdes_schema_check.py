@@ -324,3 +324,39 @@ def test_a_deserializer_refuses_the_values_of_an_id_whose_referenced_schema_is_i
     assert client.lookups == 1 and checks == [{"$ref": "lib.json"}, {"required": "id"}]  # checked once
     valid = ReferencingRegistry(json.dumps({"$ref": "lib.json"}), json.dumps({"required": ["id"]}))
     assert JSONDeserializer(valid)(frame(7, b'{"id": 1}')) == {"id": 1}  # type: ignore[arg-type]
+
+
+DRAFT3 = "http://json-schema.org/draft-03/schema#"
+SECRET = "4111-1111-1111-1111"
+
+
+@pytest.mark.parametrize(("schema", "documents", "value"), [
+    # draft 3's meta-schema has no `definitions`: what a `$ref` finds there is checked by no meta-schema,
+    # and is evaluated in the referrer's draft
+    ({"$ref": "a.json#/definitions/card"}, [{"$schema": DRAFT3, "definitions": {"card": {"type": "strin"}}}], SECRET),
+    ({"$ref": "a.json#/definitions/card"}, [{"$schema": DRAFT3, "definitions": {"card": {"type": 5}}}], SECRET),
+    ({"$ref": "a.json#/definitions/card"}, [{"$schema": DRAFT3, "definitions": {"card": {"properties": 5}}}],
+     {"card": SECRET}),
+    # a schema without (or with an unknown) `$schema` is checked in the schema's draft, but evaluated in the
+    # draft of the schema referring to it: draft 4 iterates `items: true`
+    ({"$ref": "a.json"}, [{"$schema": DRAFT4, "properties": {"x": {"$ref": "b.json"}}}, {"items": True}],
+     {"x": [SECRET]}),
+    ({"$ref": "a.json"}, [{"$schema": DRAFT4, "properties": {"x": {"$ref": "b.json"}}},
+                          {"$schema": "urn:unknown", "items": True}], {"x": [SECRET]}),
+    # a pointer into a keyword no meta-schema knows, in the schema itself
+    ({"$ref": "#/card", "card": {"type": "strin"}}, [], SECRET),
+    ({"$ref": "#/card", "card": {"enum": 5}}, [], SECRET),
+    ({"$ref": "#/card", "card": {"minimum": "a"}}, [], 5),
+    # jsonschema's own: draft 7's `additionalItems` takes the length of `items: true`
+    ({"$schema": DRAFT7, "items": True, "additionalItems": False}, [], [SECRET]),
+])
+def test_a_schema_part_no_meta_schema_checked_refuses_the_value_without_quoting_it(
+        schema: Any, documents: list[Any], value: Any) -> None:
+    # A keyword holding what its draft does not allow raised `TypeError`, `AttributeError` or
+    # jsonschema's `UnknownType` (whose message quotes the value) through the serdes.
+    validator = _validator(schema, referenced(*documents))
+    with pytest.raises(SerializationError) as refused:
+        _validate(validator, value)
+    message = str(refused.value)
+    assert message.startswith("JSON Schema cannot be evaluated on the value: ")
+    assert SECRET not in message and refused.value.__suppress_context__
