@@ -15,6 +15,8 @@ sweeps those (sweep_stale), and only those whose run is provably gone:
 
 A starting run takes its lock blocking: a sweeper holds a directory's lock only while it looks, and it
 never removes one without the marker, so the run's directory cannot be swept between mkdtemp and lock.
+Where the file system refuses to lock a directory (NFS), the run's directory stays unmarked: removed at
+the run's end, left behind by a killed run.
 """
 
 from __future__ import annotations
@@ -45,13 +47,22 @@ def run_directory(prefix: str, parent: Path | None = None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
         raise
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        marker = os.open(RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=fd)
         try:
-            os.write(marker, f"{os.getpid()}\n".encode())  # for a human reading /tmp; the lock is the proof
-        finally:
-            os.close(marker)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            # A file system that cannot lock a directory (NFS takes an exclusive flock for a write lock,
+            # which needs a descriptor open for writing: EBADF; ENOLCK without a lock manager): the run
+            # goes on with its directory unmarked, which no sweep removes, as before runs were locked.
+            locked = False
+        else:
+            locked = True
+        if locked:
+            marker = os.open(RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o600, dir_fd=fd)
+            try:
+                os.write(marker, f"{os.getpid()}\n".encode())  # for a human reading /tmp; the lock is the proof
+            finally:
+                os.close(marker)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)  # removed while still locked: no sweeper races the removal

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -164,3 +165,23 @@ def test_the_sandboxed_broker_sweeps_killed_runs_directories_before_it_starts(
         pass
     assert not dead.exists()
     assert list(tmp.iterdir()) == []
+
+
+def test_a_run_whose_directory_cannot_be_locked_still_gets_it_unmarked(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where flock(2) refuses a directory (NFS emulates an exclusive flock as a write lock, which needs a
+    descriptor open for writing: EBADF on a directory; ENOLCK without a lock manager), the run goes on
+    as before run directories were locked: its directory is private and removed at its end, but unmarked,
+    so no later sweep takes it for a dead run's."""
+    for error in (errno.EBADF, errno.ENOLCK):
+        def refused(fd: int, operation: int, error: int = error) -> None:
+            raise OSError(error, os.strerror(error))
+
+        monkeypatch.setattr(fcntl, "flock", refused)
+        with run_directory(PREFIX, tmp_path) as path:
+            assert path.is_dir() and path.stat().st_mode & 0o777 == 0o700
+            assert not (path / RUN_MARKER).exists()
+            monkeypatch.undo()
+            assert sweep_stale(PREFIX, tmp_path) == []  # unmarked: left alone
+            assert path.is_dir()
+        assert not path.exists()
