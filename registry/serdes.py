@@ -416,7 +416,7 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
     except CircularValueError as exc:
         raise SerializationError(f"value is not JSON: {exc}") from None
     except referencing.exceptions.Unresolvable as exc:
-        raise SerializationError(f"JSON Schema reference cannot be resolved: {exc}") from exc
+        raise SerializationError(f"JSON Schema reference cannot be resolved: {_unresolvable(exc)}") from None
     except UnevaluablePatternError as exc:
         raise _unevaluable(exc) from None
     except RecursionError:
@@ -437,6 +437,15 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
 # unknown type), which the meta-schema checks cannot all exclude (`_validator`).
 _MALFORMED_KEYWORD: Final = (TypeError, AttributeError, LookupError, ValueError, ArithmeticError,
                              jsonschema.exceptions.UnknownType)
+
+
+def _unresolvable(exc: referencing.exceptions.Unresolvable) -> str:
+    """What cannot be resolved, by its kind and its reference shortened (`_reference_name`): `referencing`'s
+    own message quotes the whole document a pointer was looked up in (`PointerToNowhere`), which a refusal
+    of each value wrote again, as large as the schema."""
+    cause = getattr(exc, "_wrapped", exc)  # jsonschema's `_WrappedReferencingError`
+    anchor = getattr(cause, "anchor", None)  # `NoSuchAnchor`, `InvalidAnchor`: `ref` is the URI before it
+    return f"{type(cause).__name__}: {_reference_name(str(cause.ref if anchor is None else f'#{anchor}'))}"
 
 
 def _relevance(error: jsonschema.exceptions.ValidationError) -> Any:

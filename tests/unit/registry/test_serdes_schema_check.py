@@ -360,3 +360,18 @@ def test_a_schema_part_no_meta_schema_checked_refuses_the_value_without_quoting_
     message = str(refused.value)
     assert message.startswith("JSON Schema cannot be evaluated on the value: ")
     assert SECRET not in message and refused.value.__suppress_context__
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#/nope", "$defs": {"big": {"const": "y" * 10_000}}},  # `referencing` quotes the whole document
+    {"$ref": "#/" + "x" * 10_000},
+    {"$ref": "urn:" + "x" * 10_000},
+])
+def test_an_unresolvable_reference_is_refused_with_a_shortened_message(schema: Any) -> None:
+    validator = _validator(schema)
+    with pytest.raises(SerializationError) as refused:
+        _validate(validator, 1)
+    message = str(refused.value)
+    assert message.startswith("JSON Schema reference cannot be resolved: ")
+    assert len(message) <= len("JSON Schema reference cannot be resolved: ") + 2 * _QUOTED + len(" ... ")
+    assert refused.value.__suppress_context__  # the cause, which says it all, is not chained
