@@ -367,13 +367,15 @@ def _validator(schema: Any, referenced: Sequence[tuple[str, FetchedSchema]] = ()
     reference: str | None = None  # the referenced schema being read or checked, for a refusal to name
     try:
         with within_budget(checked, SCHEMA_CHECK_BUDGET, documents=True):
-            cls = validator_class_for(schema)
-            check_patterns(schema, referencing.jsonschema.DRAFT202012)
-            check_schema(cls, schema)
+            # all read before any check: the budget counts their nodes when its base runs out
             documents = []
             for reference, doc in referenced:
                 documents.append((reference, json.loads(doc.schema)))
             checked.extend(contents for _, contents in documents)
+            reference = None
+            cls = validator_class_for(schema)
+            check_patterns(schema, referencing.jsonschema.DRAFT202012)
+            check_schema(cls, schema)
             for name, contents in documents:
                 reference = name
                 check_patterns(contents, referencing.jsonschema.DRAFT7)

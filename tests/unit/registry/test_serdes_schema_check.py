@@ -375,3 +375,17 @@ def test_an_unresolvable_reference_is_refused_with_a_shortened_message(schema: A
     assert message.startswith("JSON Schema reference cannot be resolved: ")
     assert len(message) <= len("JSON Schema reference cannot be resolved: ") + 2 * _QUOTED + len(" ... ")
     assert refused.value.__suppress_context__  # the cause, which says it all, is not chained
+
+
+def test_the_referenced_schemas_nodes_count_however_early_the_schemas_own_check_runs_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The nodes are counted when the base runs out: that happened in the schema's own check, before the
+    # referenced schemas were read, and they were checked on the schema's nodes' steps alone.
+    monkeypatch.setattr(registry.serdes, "SCHEMA_CHECK_BUDGET", WorkBudget(base=100, per_node=48))
+    small = {"$ref": "a.json", "properties": {f"p{i}": {"type": "string"} for i in range(10)}}
+    large = {"properties": {f"p{i}": {"type": "string"} for i in range(300)}}
+    _validator(small, referenced(large))
+    # and the refusal counts them all
+    monkeypatch.setattr(registry.serdes, "SCHEMA_CHECK_BUDGET", WorkBudget(base=100, per_node=1))
+    with pytest.raises(SerializationError, match=r"having 625\)"):
+        _validator(small, referenced(large))
