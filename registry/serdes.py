@@ -427,10 +427,11 @@ def _validate(validator: Any, value: Any, budget: WorkBudget = DEFAULT_WORK_BUDG
         # A keyword holding what its draft does not allow, where no meta-schema check looked: a `$ref` into
         # a keyword no meta-schema knows (`#/x`, a draft 3 schema's `definitions`), or into a schema checked
         # in one draft and evaluated in the referrer's. Refused, never raised through: and its message is
-        # not quoted, nor chained (`UnknownType`'s quotes the value).
-        raise SerializationError(f"JSON Schema cannot be evaluated on the value: a keyword it reached holds "
-                                 f"what its draft does not allow ({type(exc).__name__}); the value is "
-                                 "refused") from None
+        # not quoted, nor chained (`UnknownType`'s quotes the value). The same for a value that is not JSON
+        # in a way `json_nodes` does not see (an integer of more digits than `repr` writes: `ValueError`).
+        raise SerializationError(f"JSON Schema cannot be evaluated on the value: {type(exc).__name__} (a "
+                                 "keyword it reached holds what its draft does not allow, or the value is not "
+                                 "JSON); the value is refused") from None
     if error is not None:
         raise SerializationError(f"value does not match the JSON Schema: {_mismatch(error)}")
 

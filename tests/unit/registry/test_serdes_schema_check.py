@@ -389,3 +389,11 @@ def test_the_referenced_schemas_nodes_count_however_early_the_schemas_own_check_
     monkeypatch.setattr(registry.serdes, "SCHEMA_CHECK_BUDGET", WorkBudget(base=100, per_node=1))
     with pytest.raises(SerializationError, match=r"having 625\)"):
         _validator(small, referenced(large))
+
+
+def test_an_integer_too_long_to_write_is_refused_as_not_json() -> None:
+    # jsonschema's message quotes it, and `repr` refuses past 4,300 digits: `ValueError` went through the
+    # serializer (a deserializer never meets one: `json.loads` refuses it)
+    with pytest.raises(SerializationError, match=r"^JSON Schema cannot be evaluated on the value: ValueError \(.*"
+                                                 r"or the value is not JSON\); the value is refused$"):
+        _validate(_validator({"type": "string"}), 10**5000)
