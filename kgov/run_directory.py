@@ -9,7 +9,10 @@ sweeps those (sweep_stale), and only those whose run is provably gone:
   when the last descriptor of that open file goes, so also when the run is killed: a lock the sweeper
   can take means no run holds the directory any more (Popen children do not inherit the descriptor);
 - the run writes RUN_MARKER into the directory only once it holds that lock, so a directory without it
-  (one this code did not make, or a run between mkdtemp and its lock) is never taken for a dead run's;
+  (one this code did not make, or a run between mkdtemp and its lock) is never taken for a dead run's.
+  The marker names the kernel that took the lock (its boot id): a temporary directory shared between
+  hosts whose locks are local to each (NFS mounted with local_lock=flock, Lustre with localflock) shows
+  no lock of another host's live run, so only this kernel's runs are swept;
 - only this user's directories whose name starts with the prefix, opened without following symlinks,
   and removed with shutil.rmtree's descriptor-based walk (which does not follow symlinks inside either).
 
@@ -32,6 +35,17 @@ from pathlib import Path
 
 RUN_MARKER = ".kgov-run"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_MARKER_BYTES = 4096  # read of a marker at most: it holds a pid and a boot id
+
+
+def _this_kernel() -> str:
+    """This boot of this host's kernel, as the marker names it: Linux's boot id, else "" (where there is
+    none, any marker that names none is taken as this kernel's, as before boot ids were written)."""
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 @contextlib.contextmanager
@@ -60,7 +74,8 @@ def run_directory(prefix: str, parent: Path | None = None) -> Iterator[Path]:
             marker = os.open(RUN_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                              0o600, dir_fd=fd)
             try:
-                os.write(marker, f"{os.getpid()}\n".encode())  # for a human reading /tmp; the lock is the proof
+                # the pid for a human reading /tmp; the lock is the proof, on this kernel
+                os.write(marker, f"{os.getpid()}\n{_this_kernel()}\n".encode())
             finally:
                 os.close(marker)
         yield path
@@ -113,7 +128,7 @@ def _remove_if_stale(parent_fd: int, name: str, owner: int) -> bool:
             marker = os.stat(RUN_MARKER, dir_fd=fd, follow_symlinks=False)
         except OSError:
             return False  # no run ever held it (or one is starting): not provably stale
-        if not stat.S_ISREG(marker.st_mode):
+        if not stat.S_ISREG(marker.st_mode) or not _marked_here(fd):
             return False
         shutil.rmtree(name, dir_fd=parent_fd, ignore_errors=True)
         try:
@@ -123,3 +138,19 @@ def _remove_if_stale(parent_fd: int, name: str, owner: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _marked_here(fd: int) -> bool:
+    """Whether the marker in the directory `fd` was written by a run of this kernel, whose lock this
+    sweeper would have seen."""
+    try:
+        marker = os.open(RUN_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return False
+    try:
+        lines = os.read(marker, _MARKER_BYTES).decode(errors="replace").split("\n")
+    except OSError:
+        return False
+    finally:
+        os.close(marker)
+    return len(lines) > 2 and lines[1] == _this_kernel()

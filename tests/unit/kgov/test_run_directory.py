@@ -185,3 +185,20 @@ def test_a_run_whose_directory_cannot_be_locked_still_gets_it_unmarked(tmp_path:
             assert sweep_stale(PREFIX, tmp_path) == []  # unmarked: left alone
             assert path.is_dir()
         assert not path.exists()
+
+
+def test_a_directory_marked_on_another_host_is_left_alone(tmp_path: Path) -> None:
+    """A temporary directory shared between hosts whose locks are local to each (NFS mounted with
+    local_lock=flock, Lustre with localflock): another host's live run holds a lock this host cannot see,
+    and its directory, were it removed, could be made again by another user of that host, where the relay
+    looks for the broker's socket. Only runs of this kernel (its boot id) are swept."""
+    dead = _killed_run(tmp_path)
+    pid, boot, *_ = (dead / RUN_MARKER).read_text().split("\n")
+    assert int(pid) > 0 and boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    (dead / RUN_MARKER).write_text(f"{pid}\n00000000-1111-2222-3333-444444444444\n")
+    assert sweep_stale(PREFIX, tmp_path) == []
+    (dead / RUN_MARKER).write_text(f"{pid}\n")  # marked by the version before boot ids
+    assert sweep_stale(PREFIX, tmp_path) == []
+    assert dead.is_dir()
+    (dead / RUN_MARKER).write_text(f"{pid}\n{boot}\n")
+    assert sweep_stale(PREFIX, tmp_path) == [dead]
