@@ -397,3 +397,14 @@ def test_an_integer_too_long_to_write_is_refused_as_not_json() -> None:
     with pytest.raises(SerializationError, match=r"^JSON Schema cannot be evaluated on the value: ValueError \(.*"
                                                  r"or the value is not JSON\); the value is refused$"):
         _validate(_validator({"type": "string"}), 10**5000)
+
+
+@pytest.mark.parametrize("pattern", ["(" * 10_000 + "a", "a" * 10_000 + ")"])
+def test_a_pattern_re2_refuses_is_quoted_in_part_with_re2s_reason(pattern: str) -> None:
+    # RE2's reason quotes the part of the pattern it stopped at (`missing ): (((...`): all of it here
+    for schema, referenced_documents in (({"pattern": pattern}, []), ({"$ref": "a.json"}, [{"pattern": pattern}])):
+        with pytest.raises(SerializationError) as refused:
+            _validator(schema, referenced(*referenced_documents))
+        message = str(refused.value)
+        assert "cannot be evaluated: the linear-time engine (RE2) rejects it: " in message
+        assert len(message) < 4 * _QUOTED + 200, len(message)
