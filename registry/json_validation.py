@@ -68,13 +68,11 @@ from registry.schemas.json_model import (
     UnsupportedPatternError,
     compile_pattern,
     quote_pattern,
+    quote_reason,
 )
 from registry.schemas.json_schema import repeats
 
 _DRAFT2019: Final = "https://json-schema.org/draft/2019-09/schema"
-
-
-_REASON_CHARS: Final = 200  # of why a pattern cannot be evaluated, quoted in its error
 
 
 class UnevaluablePatternError(Exception):
@@ -82,9 +80,7 @@ class UnevaluablePatternError(Exception):
     meaning, or a text it cannot be matched against; the message names the keyword, the regex and why."""
 
     def __init__(self, keyword: str, regex: str, reason: str) -> None:
-        # RE2's reason quotes the pattern from where it stopped (`missing ): (((...`), up to all of it
-        shown = reason if len(reason) <= _REASON_CHARS else reason[:_REASON_CHARS] + "..."
-        super().__init__(f"JSON Schema {keyword} {quote_pattern(regex)} cannot be evaluated: {shown}")
+        super().__init__(f"JSON Schema {keyword} {quote_pattern(regex)} cannot be evaluated: {quote_reason(reason)}")
         self.keyword = keyword
         self.regex = regex
         self.reason = reason

@@ -377,6 +377,7 @@ _NO_MATCH = (-1, -1)
 _STEPS_PER_UNIT = 2_000
 _COMPILE_CHARACTERS_PER_UNIT = 20  # checking and compiling a pattern: about 0.4 us a character
 _QUOTED = 120  # characters of a pattern quoted in an error
+_REASON_CHARS = 200  # of why a pattern cannot be evaluated: RE2's reason quotes the pattern from where it stopped
 
 
 class UnsupportedPatternError(SchemaLoadError):
@@ -385,7 +386,8 @@ class UnsupportedPatternError(SchemaLoadError):
     `regex` and `reason` let other users of `compile_pattern` name the keyword the pattern came from."""
 
     def __init__(self, regex: str, reason: str) -> None:
-        super().__init__(f"patternProperties pattern {quote_pattern(regex)} cannot be evaluated: {reason}")
+        super().__init__(f"patternProperties pattern {quote_pattern(regex)} cannot be evaluated: "
+                         f"{quote_reason(reason)}")
         self.regex = regex
         self.reason = reason
 
@@ -394,6 +396,12 @@ def quote_pattern(regex: str) -> str:
     """`regex` as a JSON string for an error message, cut short when long."""
     text = regex if len(regex) <= _QUOTED else regex[:_QUOTED] + "..."
     return json.dumps(text)
+
+
+def quote_reason(reason: str) -> str:
+    """Why a pattern cannot be evaluated, for an error message, cut short when long (RE2's reason quotes
+    the pattern from where it stopped, `missing ): (((...`, up to all of it)."""
+    return reason if len(reason) <= _REASON_CHARS else reason[:_REASON_CHARS] + "..."
 
 
 def _unsupported(regex: str, why: str) -> UnsupportedPatternError:
