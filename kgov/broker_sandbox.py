@@ -542,8 +542,12 @@ class PortHoldingRelay(_Relay):
     (kgov.up.EMBEDDED_BROKER_WARNING)."""
 
     def __init__(self, owner_uid: int, *, tables: Sequence[Path] = PROC_NET_TABLES,
-                 lookups: Sequence[str] = ("sock_diag", "proc")) -> None:
-        """Raises OwnerUnknowable when neither lookup shows this process's own listener."""
+                 lookups: Sequence[str] = ("sock_diag", "proc"),
+                 overflow_uid_path: Path = OVERFLOW_UID_PATH) -> None:
+        """Raises AmbiguousOwner when `owner_uid` is the overflow uid (another namespace's unmapped user's
+        listener would look like kgov's), OwnerUnknowable when neither lookup shows this process's own
+        listener."""
+        check_owner_distinguishable(owner_uid, overflow_uid_path)
         self.lookup_name, self._owners = choose_listener_lookup(tables, lookups)
         self.owner_uid = owner_uid
         self.target_port: int | None = None  # None until the broker first started

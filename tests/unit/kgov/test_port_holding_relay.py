@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kgov.broker_sandbox import (
+    AmbiguousOwner,
     OwnerUnknowable,
     PortHoldingRelay,
     choose_listener_lookup,
@@ -165,3 +166,14 @@ def test_the_relay_fails_closed_when_the_lookup_fails(echo_server: tuple[int, li
 
 def test_the_relay_refuses_connections_before_the_broker_first_started() -> None:
     assert _through(os.geteuid(), None) == (b"", 0)
+
+
+def test_the_port_holding_relay_refuses_to_run_as_the_overflow_uid(tmp_path: Path) -> None:
+    """As the overflow uid (`nobody`), a listener of another user namespace's unmapped user shows the
+    same uid as kgov's broker, so the relay could not tell them apart."""
+    overflow = tmp_path / "overflowuid"
+    overflow.write_text(f"{os.geteuid()}\n")
+    with pytest.raises(AmbiguousOwner, match=r"overflow uid"):
+        PortHoldingRelay(os.geteuid(), overflow_uid_path=overflow)
+    overflow.write_text(f"{os.geteuid() + 1}\n")
+    PortHoldingRelay(os.geteuid(), overflow_uid_path=overflow).stop()
