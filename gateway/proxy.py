@@ -1344,7 +1344,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         if spec is None or not spec.supports(version):
             raise ApiNotEnabledError(key, version, f"unsupported api key {key} version {version}")
-        if admission in (Admission.DURING_AUTHENTICATION, Admission.SASL):
+        if sasl is not None and sasl.authenticating:
             # Kafka's SaslServerAuthenticator serves the exchange (re-authentications too) on the network
             # thread, outside KafkaApis and its request quota: not charged (the principal is not known yet).
             self._request_time_settled = True
@@ -1352,10 +1352,16 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._refuse_during_authentication(spec, header, frame, now)
             return
         if admission is Admission.SASL:
+            assert sasl is not None
             if key == SASL_HANDSHAKE:
                 self._sasl_handshake(spec, header, frame, now)
+                if sasl.authenticating:
+                    self._request_time_settled = True  # it began a re-authentication: the authenticator's
             else:
                 self._sasl_authenticate(spec, header, frame, now)
+            # Otherwise (on an authenticated connection, a SaslHandshake that begins no re-authentication,
+            # a SaslAuthenticate) Kafka's SocketServer hands it to KafkaApis, which answers
+            # ILLEGAL_SASL_STATE through `sendResponseMaybeThrottle`: charged (`_serve_frames`), as any request.
             return
         if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             raise ApiNotEnabledError(key, version, "SASL request on a listener without SASL")
