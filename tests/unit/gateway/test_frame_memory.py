@@ -192,7 +192,7 @@ def test_the_pool_never_exceeds_its_capacity_nor_a_share_and_counts_exactly_what
         # That one stalls the line: no newcomer passes it (and with no such one, nothing stalls it).
         blocked: set[str] = set()
         stalled = False
-        for waiting in pool._line:
+        for waiting in sorted((c for c in conns if c.wanted), key=lambda c: c.turn):  # the line, in its order
             if waiting.source in blocked:
                 continue
             if pool.used_by(waiting.source) + waiting.wanted > pool.share:
