@@ -449,12 +449,14 @@ class Gateway:
             s.close()
         for c in list(self._connections):
             c.abort("gateway shutting down")
+        # Before anything is awaited: a step ending meanwhile would hand its thread to a waiting step of a
+        # connection closed just now (a login nobody waits for, audited by its mechanism).
+        self.sasl_steps.close()
+        self.admin_requests.close()
         tasks = [t for t in self._tasks if not t.done()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self.sasl_steps.close()
-        self.admin_requests.close()
         await self._wait_for_running_work(work_wait_s)
         for sock in self._node_sockets:  # a node listener whose serving task was cancelled before it ran
             sock.close()
