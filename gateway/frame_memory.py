@@ -36,7 +36,9 @@ Everything runs on the event loop's thread (no locks).
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+import itertools
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
@@ -84,12 +86,22 @@ class FrameMemoryPool:
         self.peak = 0  # the most ever used at once (for tests and metrics; never above `capacity`)
         self.waits = 0  # how often a connection had to wait for memory
         self.share_waits = 0  # of those, how often because its source held its share
-        self._line: deque[FrameMemory] = deque()
         self._used_by: dict[str, int] = {}  # what each source holds (sources holding nothing left out)
-        self._waiting_by: dict[str, int] = {}  # how many of each source's connections wait
-        # The last `_grant` stopped at a connection whose source had room but the pool had not: nobody
-        # may pass it (a newcomer neither).
-        self._stalled = False
+        # The line, kept per source: each source's waiting connections in their order (first come, first
+        # served within a source), and the order of arrival across sources (`FrameMemory.turn`).
+        self._queues: dict[str, OrderedDict[FrameMemory, None]] = {}
+        self._waiting = 0
+        self._turns = itertools.count()
+        # The first connection of each source whose source had room for it when it got there, by its turn:
+        # `_grant` serves the line in this order, and the one at the top (while any) waits for the pool
+        # itself, so nobody passes it. A connection whose source holds its share is in no heap: it gets in
+        # when its source's memory returns (`_give_back`), so memory returning costs nothing per
+        # connection waiting for its own source's share (a walk of the whole line would: one client's
+        # many waiting connections would make every other client's large request dearer). Entries of
+        # connections that left stay until they reach the top (`_left_in_heap` of them; the heap is
+        # rebuilt when they are the most).
+        self._heads: list[tuple[int, FrameMemory]] = []
+        self._left_in_heap = 0
 
     def connection(self, on_granted: Callable[[], None], source: str = "") -> FrameMemory:
         """One connection's account, drawing on `source`'s share; `on_granted` is called (on the loop)
@@ -99,7 +111,13 @@ class FrameMemoryPool:
     @property
     def waiting(self) -> int:
         """Connections waiting for memory."""
-        return len(self._line)
+        return self._waiting
+
+    @property
+    def _stalled(self) -> bool:
+        """A connection whose source has room waits for the pool itself: nobody may pass it (a newcomer
+        neither). After every change `_grant` has left such a one at the top of `_heads`, if any."""
+        return bool(self._heads)
 
     def used_by(self, source: str) -> int:
         """The bytes `source`'s connections hold (at most `share`)."""
@@ -115,40 +133,60 @@ class FrameMemoryPool:
 
     def _try(self, source: str, nbytes: int) -> bool:
         """Takes `nbytes` for `source` if `_grant` would hand them to a newcomer at the end of the line
-        now: nobody it may not pass waits (a connection of its own source, or one the pool stalled at),
-        and both its source's share and the pool have room."""
-        if (self._stalled or self._waiting_by.get(source) or not self._has_room(source, nbytes)
+        now: nobody it may not pass waits (a connection of its own source, or one waiting for the pool
+        itself), and both its source's share and the pool have room."""
+        if (self._heads or source in self._queues or not self._has_room(source, nbytes)
                 or self.used + nbytes > self.capacity):
             return False
         self._take(source, nbytes)
         return True
 
+    def _push_head(self, source: str) -> None:
+        """`source`'s first waiting connection, if any, gets in the heap (once) when its source has room."""
+        queue = self._queues.get(source)
+        if queue is None:
+            return
+        head = next(iter(queue))
+        if not head.in_heap and self._has_room(source, head.wanted):
+            head.in_heap = True
+            heapq.heappush(self._heads, (head.turn, head))
+
     def _wait(self, account: FrameMemory) -> None:
-        """`account` (which `_try` refused) joins the end of the line. What `_grant` would note, without
-        walking the line: if nothing stalled it yet, every connection in it waits for its source's
-        share, so the newcomer stalls it if it waits for the pool itself (its source has room and no
-        connection of its source waits before it)."""
+        """`account` (which `_try` refused) joins the end of the line: at the end of its source's queue,
+        and in the heap if it is its source's first and its source has room (then it waits for the pool
+        itself: `_try` found room everywhere else)."""
         self.waits += 1
-        self._line.append(account)
-        source = account.source
-        ahead = self._waiting_by.get(source, 0)
-        self._waiting_by[source] = ahead + 1
-        if not self._stalled and not ahead and self._has_room(source, account.wanted):
-            self._stalled = True
+        account.turn = next(self._turns)
+        queue = self._queues.get(account.source)
+        if queue is None:
+            queue = self._queues[account.source] = OrderedDict()
+        queue[account] = None
+        self._waiting += 1
+        if len(queue) == 1:
+            self._push_head(account.source)
 
     def _unqueue(self, account: FrameMemory) -> None:
-        left = self._waiting_by[account.source] - 1
-        if left:
-            self._waiting_by[account.source] = left
-        else:
-            del self._waiting_by[account.source]
+        """`account` leaves its source's queue (granted, or gone); the next one there may get in the heap."""
+        queue = self._queues[account.source]
+        first = next(iter(queue)) is account
+        del queue[account]
+        self._waiting -= 1
+        if not queue:
+            del self._queues[account.source]
+        elif first:
+            self._push_head(account.source)
 
     def _leave(self, account: FrameMemory) -> None:
-        try:
-            self._line.remove(account)
-        except ValueError:
+        if account not in self._queues.get(account.source, ()):
             return
+        if account.in_heap:
+            account.in_heap = False
+            self._left_in_heap += 1
         self._unqueue(account)
+        if self._left_in_heap > 64 and 2 * self._left_in_heap > len(self._heads):
+            self._heads = [entry for entry in self._heads if entry[1].in_heap]
+            heapq.heapify(self._heads)
+            self._left_in_heap = 0
         self._grant()  # the one that left may have blocked the line
 
     def _give_back(self, source: str, nbytes: int) -> None:
@@ -158,35 +196,31 @@ class FrameMemoryPool:
             self._used_by[source] = left
         else:
             del self._used_by[source]
+        self._push_head(source)  # its source's first waiting connection may have room now
         self._grant()
 
     def _grant(self) -> None:
         """Hands memory to the connections waiting, in their order: each whose source has room for its
         frame gets it while the pool has room too; the first whose source has room but the pool has not
         stops the pass (nobody behind it passes it). A connection whose source is at its share is
-        passed, and so are the later ones of that source (first come, first served within a source)."""
-        self._stalled = False
-        if not self._line:
-            return
-        blocked: set[str] = set()
+        passed, and so are the later ones of that source (first come, first served within a source):
+        they are not in the heap this walks."""
+        heads = self._heads
         granted: list[FrameMemory] = []
-        for account in self._line:
-            source = account.source
-            if source in blocked:
-                continue
-            if not self._has_room(source, account.wanted):
-                blocked.add(source)
+        while heads:
+            account = heads[0][1]
+            if not account.in_heap:  # it left the line
+                heapq.heappop(heads)
+                self._left_in_heap -= 1
                 continue
             if self.used + account.wanted > self.capacity:
-                self._stalled = True
-                break
-            self._take(source, account.wanted)
+                break  # it waits for the pool: nobody passes it
+            heapq.heappop(heads)
+            account.in_heap = False
+            self._take(account.source, account.wanted)
             account.held, account.wanted = account.wanted, 0
-            self._unqueue(account)
+            self._unqueue(account)  # its source's next one, if it has room, gets in the heap
             granted.append(account)
-        if not granted:
-            return
-        self._line = deque(account for account in self._line if account.wanted)
         for account in granted:  # once the pool is consistent: a callback may reserve or release again
             account._on_granted()
 
@@ -196,7 +230,7 @@ class FrameMemory:
     the gateway reads a connection's next frame only once the previous one is served), or the bytes it
     waits for."""
 
-    __slots__ = ("_on_granted", "_pool", "closed", "held", "source", "wanted")
+    __slots__ = ("_on_granted", "_pool", "closed", "held", "in_heap", "source", "turn", "wanted")
 
     def __init__(self, pool: FrameMemoryPool, on_granted: Callable[[], None], source: str = "") -> None:
         self._pool = pool
@@ -207,6 +241,8 @@ class FrameMemory:
         self.held = 0
         self.wanted = 0  # > 0 while waiting in line
         self.closed = False
+        self.turn = 0  # its place in the line while it waits (`FrameMemoryPool._wait`)
+        self.in_heap = False  # among the pool's `_heads` (`FrameMemoryPool._grant`)
 
     def reserve(self, nbytes: int) -> bool:
         """True when `nbytes` are held for this connection: taken now, or granted while it waited.

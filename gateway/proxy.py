@@ -449,12 +449,14 @@ class Gateway:
             s.close()
         for c in list(self._connections):
             c.abort("gateway shutting down")
+        # Before anything is awaited: a step ending meanwhile would hand its thread to a waiting step of a
+        # connection closed just now (a login nobody waits for, audited by its mechanism).
+        self.sasl_steps.close()
+        self.admin_requests.close()
         tasks = [t for t in self._tasks if not t.done()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self.sasl_steps.close()
-        self.admin_requests.close()
         await self._wait_for_running_work(work_wait_s)
         for sock in self._node_sockets:  # a node listener whose serving task was cancelled before it ran
             sock.close()
@@ -1344,7 +1346,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         if spec is None or not spec.supports(version):
             raise ApiNotEnabledError(key, version, f"unsupported api key {key} version {version}")
-        if admission in (Admission.DURING_AUTHENTICATION, Admission.SASL):
+        if sasl is not None and sasl.authenticating:
             # Kafka's SaslServerAuthenticator serves the exchange (re-authentications too) on the network
             # thread, outside KafkaApis and its request quota: not charged (the principal is not known yet).
             self._request_time_settled = True
@@ -1352,10 +1354,16 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._refuse_during_authentication(spec, header, frame, now)
             return
         if admission is Admission.SASL:
+            assert sasl is not None
             if key == SASL_HANDSHAKE:
                 self._sasl_handshake(spec, header, frame, now)
+                if sasl.authenticating:
+                    self._request_time_settled = True  # it began a re-authentication: the authenticator's
             else:
                 self._sasl_authenticate(spec, header, frame, now)
+            # Otherwise (on an authenticated connection, a SaslHandshake that begins no re-authentication,
+            # a SaslAuthenticate) Kafka's SocketServer hands it to KafkaApis, which answers
+            # ILLEGAL_SASL_STATE through `sendResponseMaybeThrottle`: charged (`_serve_frames`), as any request.
             return
         if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             raise ApiNotEnabledError(key, version, "SASL request on a listener without SASL")

@@ -6,6 +6,7 @@ returns, and a connection that dies mid-frame gives its bytes back."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -414,34 +415,45 @@ def test_the_reading_time_of_a_large_frame_stops_while_the_gateway_does_not_read
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
 ) -> None:
     """Paused by the gateway (here as a quota mute would pause it) for longer than the frame's reading
-    time, then read again: the frame is served, its client not closed."""
+    time, then read again: the frame is served, its client not closed. The pause begins on the loop as
+    soon as the reading time starts, and the rest of the frame is sent meanwhile: no step of the test
+    thread races the reading time (a loaded machine could otherwise use it up before the pause or
+    after the resume)."""
     gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
                          max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT,
                          large_request_min_bytes_per_s=1024 * 1024, large_request_grace_s=0.3)
     raw = RawClient(gw.bootstrap)
+    sender: threading.Thread | None = None
     try:
         frame, names = big_metadata(raw, "paused")
         raw.sock.sendall(frame[:100_000])
         wait_for(lambda: len(gw.gateway._connections) == 1, "the gateway did not take the connection")
         (conn,) = gw.gateway._connections
-        wait_for(lambda: conn._large_frame_timer is not None, "the frame's reading time did not start")
 
-        async def pause() -> None:
+        async def pause_once_reading_time_runs() -> float | None:
+            while conn._large_frame_timer is None:
+                await asyncio.sleep(0.001)  # the timer cannot fire first: its due time is later
             conn.pause("quota")
+            return conn._large_frame_left
+
+        left = gw.call(pause_once_reading_time_runs())
+        assert conn._large_frame_timer is None and left is not None and 0 < left <= 0.3 + (len(frame) - 4) / (1 << 20)
+        sender = threading.Thread(target=raw.sock.sendall, args=(frame[100_000:],))
+        sender.start()  # what the kernel's buffers take waits there until the gateway reads again
+        time.sleep(1.5)  # the time under test: longer than the whole reading time, all of it paused
+        assert not conn.closed
 
         async def resume() -> None:
             conn.resume("quota")
 
-        gw.call(pause())
-        assert conn._large_frame_timer is None and 0 < conn._large_frame_left <= 0.3 + (len(frame) - 4) / (1 << 20)
-        time.sleep(1.5)  # the time under test: longer than the whole reading time, all of it paused
-        assert not conn.closed
         gw.call(resume())
-        answer = receive_metadata_after(raw, frame[100_000:])
+        answer = receive_metadata(raw)
         assert [t.name for t in answer.topics] == names
         assert gw.gateway.slow_large_requests_closed == 0 and conn._large_frame_left is None
     finally:
         raw.close()
+        if sender is not None:
+            sender.join(30)
 
 
 class SilentUpstream:

@@ -72,33 +72,71 @@ def test_an_admin_answer_carries_the_throttle_time_of_the_mute_it_brings(
     assert logged[("free", 1)] == 0
 
 
+def plain_gateway(authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+                  quotas: QuotaEnforcer) -> RunningGateway:
+    """A SASL_PLAINTEXT gateway with `quotas` whose PLAIN logins all succeed at once."""
+    gate = threading.Event()
+    gate.set()  # no step waits
+    return gateway_factory(
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service, quotas=quotas),
+        security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate),
+    )
+
+
+def muted_until(gw: RunningGateway) -> float:
+    """When the quota mute of the gateway's one connection ends (0.0: never muted), read on its loop."""
+    (conn,) = gw.gateway._connections
+
+    async def read() -> float:
+        return conn.muted_until
+
+    result: float = gw.call(read())
+    return result
+
+
 def test_nothing_before_the_login_is_charged_and_api_versions_after_it_is(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
 ) -> None:
     # Both the unauthenticated principal and the user logging in have a request quota of 0.
     quotas = zero_request_quota(QuotaEntity(user=EntityPart.of("ANONYMOUS")))
     quotas.set_configs({**quotas.configs, QuotaEntity(user=EntityPart.of("fast")): {REQUEST_PERCENTAGE: 0.0}})
-    gate = threading.Event()
-    gate.set()  # no step waits
-    gw = gateway_factory(
-        Services(authz_factory(allow_everyone_if_no_acl_found=True).service, quotas=quotas),
-        security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
-        mechanism_factory=lambda name, address, *, reauthenticating=None: GatedPlain(gate),
-    )
+    gw = plain_gateway(authz_factory, gateway_factory, quotas)
     raw = RawClient(gw.bootstrap)
     try:
         assert raw.call(18, 3, api_versions()).throttle_time_ms == 0
         plain_handshake(raw)
         assert raw.call(36, 1, AUTH(auth_bytes=plain_token("fast", "pw"))).error_code == 0
-        (conn,) = gw.gateway._connections
-
-        async def muted_until() -> float:
-            return conn.muted_until
-
         # Kafka's authenticator serves these outside the request quota: none of them muted the connection.
-        assert gw.call(muted_until()) == 0.0
+        assert muted_until(gw) == 0.0
         # After the login ApiVersions goes through KafkaApis: charged, and its answer carries its mute.
         assert raw.call(18, 3, api_versions()).throttle_time_ms == LONGEST_MUTE_MS
-        assert gw.call(muted_until()) > 0.0
+        assert muted_until(gw) > 0.0
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("api_key", [17, 36], ids=["SaslHandshake", "SaslAuthenticate"])
+def test_a_sasl_request_after_the_login_that_begins_no_exchange_is_charged(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], api_key: int,
+) -> None:
+    """Kafka's SocketServer hands a SaslHandshake that cannot begin a re-authentication (the session does not
+    expire here) and any SaslAuthenticate on an authenticated connection to KafkaApis
+    (`handleSaslHandshakeRequest`, `handleSaslAuthenticateRequest`): answered ILLEGAL_SASL_STATE through
+    `sendResponseMaybeThrottle`, so charged to the request quota. Not charged, a client could send them in a
+    loop beyond its quota."""
+    gw = plain_gateway(authz_factory, gateway_factory, zero_request_quota(QuotaEntity(user=EntityPart.of("fast"))))
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        assert raw.call(36, 1, AUTH(auth_bytes=plain_token("fast", "pw"))).error_code == 0
+        assert muted_until(gw) == 0.0  # the login was not charged
+        if api_key == 17:
+            answer = raw.call(17, 1, SPECS[17].request[1](mechanism="PLAIN"))
+        else:
+            answer = raw.call(36, 1, AUTH(auth_bytes=plain_token("fast", "pw")))
+        assert answer.error_code == 34  # ILLEGAL_SASL_STATE, KafkaApis' answer: the session goes on
+        assert muted_until(gw) > 0.0  # charged, and over the quota: muted
+        assert raw.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False)).brokers
     finally:
         raw.close()

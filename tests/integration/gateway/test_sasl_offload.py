@@ -6,6 +6,7 @@ thread are bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -408,3 +409,54 @@ def test_a_connection_whose_sasl_step_runs_is_not_idle(
     finally:
         gate.set()
         raw.close()
+
+
+def test_a_step_still_waiting_for_a_thread_when_the_gateway_closes_never_runs(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    # The close has closed its connection: run, its mechanism would look up (and audit) a login nobody waits
+    # for, and the close would wait for it. Here the running step ends while the close awaits the gateway's
+    # tasks (one of them takes a moment to end when cancelled), which must not hand the thread to the next.
+    gate = threading.Event()
+    ran: list[str] = []
+
+    class NotedPlain(GatedPlain):
+        def step(self, received: bytes) -> Step:
+            ran.append(received.split(b"\x00")[1].decode())
+            return super().step(received)
+
+    gw = gateway_factory(
+        Services(authz_factory(allow_everyone_if_no_acl_found=True).service), security_protocol="SASL_PLAINTEXT",
+        sasl_mechanisms=("PLAIN",), mechanism_factory=lambda name, address, *, reauthenticating=None: NotedPlain(gate),
+        sasl_workers=1,
+    )
+    pool = gw.gateway.sasl_steps
+    running, waiting = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    try:
+        for raw in (running, waiting):
+            plain_handshake(raw)
+        running.send(36, 1, AUTH(auth_bytes=plain_token("slow-running", "pw")))
+        wait_until(lambda: ran == ["slow-running"])
+        waiting.send(36, 1, AUTH(auth_bytes=plain_token("slow-waiting", "pw")))
+        wait_until(lambda: pool.waiting == 1)
+
+        async def lingering() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                gate.set()  # the running step ends now, while the close awaits this task
+                while pool._running:  # until its end (and whatever it started) is handed back to the loop
+                    await asyncio.sleep(0.005)
+                raise
+
+        async def spawn() -> None:
+            gw.gateway.spawn(lingering())
+
+        gw.call(spawn())
+        gw.call(gw.gateway.close())
+        assert ran == ["slow-running"]
+        assert running.closed_by_peer() and waiting.closed_by_peer()
+    finally:
+        gate.set()
+        running.close()
+        waiting.close()

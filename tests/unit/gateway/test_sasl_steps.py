@@ -106,7 +106,8 @@ def test_wait_closed_waits_for_the_running_steps_and_names_failures_and_those_ab
             assert await asyncio.to_thread(started.acquire, True, 10)
         pool.close()
         assert pool.still_running() == 2
-        waiting = asyncio.create_task(pool.wait_closed(0.5))
+        # The bound: ample for the failing step's thread to wake once its gate opens, on a loaded machine too.
+        waiting = asyncio.create_task(pool.wait_closed(2.0))
         await asyncio.sleep(0)  # the wait has begun (it runs until its first await)
         assert not waiting.done()
         failing_gate.set()  # fails while the close waits for it: its failure is reported, not lost
