@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -130,6 +131,45 @@ class RequestBodyLimit:
         await response(scope, receive, send)
 
 
+class SecurityHeaders:
+    """Headers every answer carries, whichever layer wrote it (a route, an error handler, the registry's
+    fast path, RequestBodyLimit's 413), unless that layer set its own:
+
+    - `Cache-Control: no-store`: answers hold secrets (a delegation token's HMAC, `/oauth/token`'s token)
+      or what a caller's ACLs let it read; no browser or proxy cache may keep them. A route that wants
+      caching says so (the JWKS: `public, max-age=300`).
+    - `X-Content-Type-Options: nosniff` and a CSP that loads nothing and may not be framed: an answer that
+      echoes a subject name or schema text can never be run as a page. Not on the dev-mode Swagger UI
+      (`docs_paths`), which loads its scripts from a CDN.
+    - `Strict-Transport-Security` on HTTPS (served with --tls-cert, or a listed proxy's X-Forwarded-Proto).
+
+    No CORS headers: no route answers a browser on another origin."""
+
+    CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'"
+
+    def __init__(self, app: ASGIApp, docs_paths: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.docs_paths = docs_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def hardened_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("cache-control", "no-store")
+                headers.setdefault("x-content-type-options", "nosniff")
+                if scope["path"] not in self.docs_paths:
+                    headers.setdefault("content-security-policy", self.CONTENT_SECURITY_POLICY)
+                if scope.get("scheme") == "https":
+                    headers.setdefault("strict-transport-security", "max-age=31536000")
+            await send(message)
+
+        await self.app(scope, receive, hardened_send)
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     _private_storage(settings)
     if settings.oauth.signing_key_secret is None and not settings.dev_mode:
@@ -187,6 +227,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     sasl.api.install(app)
     registry.api.install(app)
     gateway.api.install(app)
+    # Last, so outermost: it also sees the answers of the middlewares the packages installed.
+    docs = (app.docs_url, app.swagger_ui_oauth2_redirect_url) if app.docs_url else ()
+    app.add_middleware(SecurityHeaders, docs_paths=frozenset(path for path in docs if path))
     return app
 
 
