@@ -437,6 +437,8 @@ async def _json_object(request: Request, key: str) -> Any:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, 400, f"Malformed JSON body: {exc}") from None
+    except RecursionError:  # nested deeper than Python's json goes
+        raise ApiError(400, 400, "Malformed JSON body: nested too deeply") from None
     if not isinstance(doc, dict) or key not in doc:
         raise ApiError(400, 400, f'The body must be a JSON object with an "{key}" field')
     return doc[key]

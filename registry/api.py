@@ -228,6 +228,8 @@ async def read_json(request: Request) -> dict[str, Any]:
         document = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RegistryError(400, f"Malformed JSON in request body: {exc}") from None
+    except RecursionError:  # deeper than Python's json goes (about 1000 levels; Jackson refuses over 1000)
+        raise RegistryError(400, "Malformed JSON in request body: nested too deeply") from None
     if not isinstance(document, dict):
         raise RegistryError(422, "The request body must be a JSON object")
     return document

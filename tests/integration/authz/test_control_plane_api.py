@@ -136,7 +136,9 @@ def test_opa_decision_api(base: str, admin: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("body", [b"{", b"[]", b'{"input": 3}', b'{"input": {"action": {}}}',
-                                  b'{"input": {"action": {"operation": "READ"}, "requestContext": {}}}'])
+                                  b'{"input": {"action": {"operation": "READ"}, "requestContext": {}}}',
+                                  # deeper than Python's json goes: a RecursionError, not a ValueError
+                                  b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"])
 def test_opa_malformed_documents_are_400(base: str, body: bytes) -> None:
     resp = httpx.post(base + "/v1/data/kafka/authz/allow", content=body)
     assert resp.status_code == 400 and resp.json()["error_code"] == 400 and resp.json()["message"]

@@ -143,6 +143,26 @@ def test_failed_attempts_are_limited_per_source(tmp_path: Path) -> None:
         assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
 
 
+def test_a_bearer_token_nested_too_deeply_is_a_counted_audited_failure(tmp_path: Path) -> None:
+    """A JWT header Python's json cannot parse for depth (a RecursionError, within the 16 KiB a token may
+    have) is a malformed token like any other: 401, audited, counted against the source; not a 500
+    that escapes the failed-attempt limit and the audit trail."""
+    settings = Settings(
+        data_dir=tmp_path,
+        admin={"password": ADMIN_PW},
+        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 2},
+    )
+    header = base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).rstrip(b"=").decode()
+    nested = {"Authorization": f"Bearer {header}.e30.c2ln"}
+    with TestClient(build_app(settings)) as client:
+        for _ in range(2):
+            r = client.get("/v1/scram/users", headers=nested)
+            assert r.status_code == 401, r.text
+        assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401  # the source is over its limit
+    events = (tmp_path / "audit" / "events.jsonl").read_text()
+    assert events.count("malformed JWT header") == 2
+
+
 def test_client_credentials_and_bearer(app_env) -> None:
     client, app, clock, _ = app_env
     r = client.post(
