@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -96,7 +97,7 @@ def test_lookups_are_cached_until_a_change(registry_app_factory: Callable[..., F
         assert (gone.status_code, gone.json()["error_code"]) == (404, 40401)
 
 
-def test_a_failed_login_on_the_fast_path_counts_once(tmp_path) -> None:  # noqa: ANN001
+def test_a_failed_login_on_the_fast_path_counts_once(tmp_path: Path) -> None:
     """With the real credential store: a wrong password on a cached id is one failed attempt (one audit
     event, one step towards the per-source limit, one failure delay), though the fast path tries the
     credentials before the full route answers the 401."""
