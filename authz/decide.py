@@ -45,6 +45,7 @@ from authz.model import (
     RequestContext,
     ResourceType,
     Rule,
+    refuse_nul,
 )
 from authz.roles import RoleBinding, role_grants
 
@@ -78,6 +79,9 @@ def validate_new_acl(acl: Acl) -> None:
         raise InvalidAclError("Invalid permissionType " + acl.permission.name)
     if not acl.resource_name:
         raise InvalidAclError("Resource name should not be empty")
+    refuse_nul(acl.resource_name, "The resource name")
+    refuse_nul(acl.principal, "The principal")
+    refuse_nul(acl.host, "The host")
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
     # Kafka checks only for the colon: `:alice` (empty type) and an empty host are stored, and

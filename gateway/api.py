@@ -32,6 +32,9 @@ def _entity(raw: dict[str, str | None]) -> QuotaEntity:
     unknown = set(raw) - set(_ENTITY_KEYS)
     if unknown:
         raise ApiError(400, 40001, f"Unknown entity types: {', '.join(sorted(unknown))}")
+    if any(value is not None and "\x00" in value for value in raw.values()):
+        # PostgreSQL cannot store it; see authz.model.refuse_nul (a departure from Kafka's any-string names)
+        raise ApiError(400, 40001, "Entity names must not contain the NUL character")
     parts = [NONE_PART if k not in raw else (DEFAULT_PART if raw[k] is None else EntityPart.of(str(raw[k])))
              for k in _ENTITY_KEYS]
     return QuotaEntity(*parts)

@@ -158,11 +158,17 @@ def _page(items: list[Any], offset: str | None, limit: str | None) -> list[Any]:
     return items[start:] if count < 0 else items[start : start + count]
 
 
+MAX_SCHEMA_ID = 2**31 - 1  # Confluent's ids are Java ints; a larger number would overflow the database's column
+
+
 def _schema_id(text: str) -> int:
     try:
-        return int(text)
+        schema_id = int(text)
     except ValueError:
         raise RegistryError(40403, "Schema not found") from None
+    if schema_id > MAX_SCHEMA_ID:
+        raise schema_not_found(schema_id)
+    return schema_id
 
 
 def _registry(request: Request) -> SchemaRegistry:

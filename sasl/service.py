@@ -719,6 +719,7 @@ class CredentialService:
     def delete_scram_credential(
         self, name: str, mechanism: str | None, *, actor: Principal | str, client_address: str | None = None
     ) -> int:
+        _check_username(name)
         mech_name = None
         if mechanism is not None:
             mech = MECHANISMS.get(mechanism.upper())
@@ -766,10 +767,10 @@ class CredentialService:
         actor: Principal | str,
         client_address: str | None = None,
     ) -> bool:
-        if not client_id or ":" in client_id or len(client_id) > MAX_NAME_LENGTH:
+        if not client_id or ":" in client_id or "\x00" in client_id or len(client_id) > MAX_NAME_LENGTH:
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL,
-                f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':'",
+                f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':' or NUL",
             )
         if len(secret) < 16:
             raise CredentialError(
@@ -799,7 +800,8 @@ class CredentialService:
             actor,
             client_address,
         )
-        if not self.store.delete_client(client_id, before_commit=audit):
+        # No client id holds NUL (`set_client`); PostgreSQL would refuse to even look it up.
+        if "\x00" in client_id or not self.store.delete_client(client_id, before_commit=audit):
             raise CredentialError(
                 CredentialError.RESOURCE_NOT_FOUND, f"OAuth client {client_id} does not exist"
             )
@@ -1035,6 +1037,8 @@ def _check_username(name: str) -> None:
         raise CredentialError(
             CredentialError.UNACCEPTABLE_CREDENTIAL, f"Username must be at most {MAX_NAME_LENGTH} characters"
         )
+    if "\x00" in name:  # PostgreSQL cannot store it, PLAIN cannot send it (authz.model.refuse_nul)
+        raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not contain NUL")
 
 
 def _valid_scope_token(s: str) -> bool:
