@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -170,6 +171,43 @@ class SecurityHeaders:
         await self.app(scope, receive, hardened_send)
 
 
+class CrossSiteWriteGuard:
+    """Refuses (403, 40301) a request that may change something when a browser says it comes from a page of
+    another site: a `Sec-Fetch-Site` other than same-origin/none, or an `Origin` whose host is not this one.
+
+    Browsers keep the Basic credentials typed at the prompt our 401 challenge raises and attach them to
+    requests any site makes; a POST without a body (binding a cluster role), or with a JSON body but no
+    Content-Type (FastAPI then reads JSON: an ACL, a service account), needs no CORS preflight, so the
+    other site cannot read the answer but the change would be made. API clients (Java, Python, librdkafka's
+    and Confluent's, curl) send neither header. Reads stay open: the browser keeps their answers from the
+    other site. A departure from Confluent's REST servers, which have no such check; callers without a
+    browser's headers see no difference."""
+
+    SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in self.SAFE_METHODS and self._from_another_site(scope):
+            response = JSONResponse(status_code=403, content={
+                "error_code": 40301,
+                "message": "Requests from a web page of another site may not change anything here"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _from_another_site(scope: Scope) -> bool:
+        headers = Headers(scope=scope)
+        site = headers.get("sec-fetch-site")
+        if site is not None and site.lower() not in ("same-origin", "none"):
+            return True
+        origin = headers.get("origin")
+        # Hosts only: behind a TLS-terminating proxy the scheme this server sees may differ from the page's.
+        return origin is not None and urlsplit(origin).netloc.lower() != headers.get("host", "").lower()
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     _private_storage(settings)
     if settings.oauth.signing_key_secret is None and not settings.dev_mode:
@@ -227,6 +265,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     sasl.api.install(app)
     registry.api.install(app)
     gateway.api.install(app)
+    app.add_middleware(CrossSiteWriteGuard)
     # Last, so outermost: it also sees the answers of the middlewares the packages installed.
     docs = (app.docs_url, app.swagger_ui_oauth2_redirect_url) if app.docs_url else ()
     app.add_middleware(SecurityHeaders, docs_paths=frozenset(path for path in docs if path))

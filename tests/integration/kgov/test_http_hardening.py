@@ -117,3 +117,34 @@ def test_the_public_key_set_keeps_its_own_caching_and_nothing_opens_cors(base: s
     answer = httpx.get(f"{base}/subjects", headers={"Origin": "https://elsewhere.example", "Authorization": basic})
     assert answer.status_code == 200
     assert "access-control-allow-origin" not in answer.headers
+
+
+def test_a_browser_on_another_site_cannot_change_anything_with_cached_credentials(base: str) -> None:
+    """Browsers keep Basic credentials typed at the prompt our 401 challenge raises, and attach them to
+    requests other sites make: a POST without a body, or a body without Content-Type, needs no CORS
+    preflight. Browsers say where such a request comes from (Origin, Sec-Fetch-Site); API clients do not."""
+    basic = "Basic " + base64.b64encode(b"admin:correct-horse-battery").decode()
+    bind = f"{base}/security/1.0/principals/User:mallory/roles/SystemAdmin"
+    acl = {"resource_type": "TOPIC", "resource_name": "*", "pattern_type": "LITERAL", "principal": "User:mallory",
+           "host": "*", "operation": "ALL", "permission": "ALLOW"}
+    for browser in ({"Origin": "https://evil.example"}, {"Origin": "null"},
+                    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):
+        r = httpx.post(bind, headers={"Authorization": basic, **browser})
+        assert (r.status_code, r.json()["error_code"]) == (403, 40301), (browser, r.text)
+        r = httpx.post(f"{base}/v3/clusters/kgov-cluster/acls", content=json.dumps(acl),
+                       headers={"Authorization": basic, **browser})
+        assert r.status_code == 403, (browser, r.text)
+        r = httpx.post(f"{base}/subjects/csrf-value/versions", content=json.dumps({"schema": AVRO}),
+                       headers={"Authorization": basic, **browser})
+        assert (r.status_code, r.json()["error_code"]) == (403, 40301), (browser, r.text)
+    with httpx.Client(base_url=base, auth=ADMIN) as admin:
+        assert admin.get("/security/1.0/lookup/principal/User:mallory/resources").json() == {}
+        assert admin.get("/v3/clusters/kgov-cluster/acls", params={"principal": "User:mallory"}).json()["data"] == []
+        assert admin.get("/subjects").json().count("csrf-value") == 0
+        # Reading stays open to any origin (the browser keeps the answer from the other site), and the
+        # page served by this host itself (dev-mode Swagger UI) may change things.
+        assert admin.get("/subjects", headers={"Origin": "https://evil.example"}).status_code == 200
+        own = admin.post("/security/1.0/principals/User:mallory/roles/Operator",
+                         headers={"Origin": base, "Sec-Fetch-Site": "same-origin"})
+        assert own.status_code == 204, own.text
+        assert admin.delete("/security/1.0/principals/User:mallory/roles/Operator").status_code == 204
