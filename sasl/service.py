@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
+import ipaddress
 import logging
 import secrets
 import threading
@@ -144,8 +145,24 @@ class _Snapshot:
     plain_mechanism: ScramMechanism = SCRAM_SHA_512
 
 
+def limited_source(address: str) -> str:
+    """What `FailureLimiter` counts for a client address: an IPv6 address's /64 (a host is usually given
+    a whole /64, so counting single addresses would let it guess without end by changing the last 64
+    bits); an IPv4-mapped IPv6 address as its IPv4 address; anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return address
+
+
 class FailureLimiter:
-    """Failed attempts per client address in a sliding window; bounded memory."""
+    """Failed attempts per client address (per /64 for IPv6, see `limited_source`) in a sliding window;
+    bounded memory."""
 
     def __init__(
         self,
@@ -167,6 +184,7 @@ class FailureLimiter:
             q.popleft()
 
     def blocked(self, source: str) -> bool:
+        source = limited_source(source)
         now = self._monotonic()
         with self._lock:
             q = self._failures.get(source)
@@ -176,6 +194,7 @@ class FailureLimiter:
             return len(q) >= self._limit
 
     def record_failure(self, source: str) -> None:
+        source = limited_source(source)
         now = self._monotonic()
         with self._lock:
             q = self._failures.setdefault(source, deque(maxlen=self._limit))

@@ -143,6 +143,28 @@ def test_failed_attempts_are_limited_per_source(tmp_path: Path) -> None:
         assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
 
 
+def test_failed_attempts_from_one_ipv6_network_share_a_limit(tmp_path: Path) -> None:
+    """An IPv6 client usually holds a whole /64: counted per address, it could guess without end by
+    changing the last 64 bits. Its /64 is one source; other networks and IPv4 are unaffected."""
+    settings = Settings(
+        data_dir=tmp_path,
+        admin={"password": ADMIN_PW},
+        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 3},
+    )
+    app = build_app(settings)
+
+    def status(address: str, headers: dict[str, str]) -> int:
+        # Not entered: one app, several client addresses (the lifespan would close the audit sinks).
+        return TestClient(app, client=(address, 50000)).get("/v1/scram/users", headers=headers).status_code
+
+    for suffix in ("1", "2", "ffff:ffff:ffff:fffe"):
+        assert status(f"2001:db8:0:1:{suffix}" if ":" in suffix else f"2001:db8:0:1::{suffix}",
+                      basic("admin", "guess")) == 401
+    assert status("2001:db8:0:1:1234::9", ADMIN) == 401  # the network is over its limit
+    assert status("2001:db8:0:2::1", ADMIN) == 200
+    assert status("192.0.2.1", ADMIN) == 200
+
+
 def test_a_bearer_token_nested_too_deeply_is_a_counted_audited_failure(tmp_path: Path) -> None:
     """A JWT header Python's json cannot parse for depth (a RecursionError, within the 16 KiB a token may
     have) is a malformed token like any other: 401, audited, counted against the source; not a 500
