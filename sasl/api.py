@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, unquote_plus
 
@@ -485,6 +486,7 @@ def _issuer_router() -> APIRouter:
     async def token(request: Request) -> JSONResponse:
         """RFC 6749 §4.4 client-credentials grant; answers a short-lived JWT (RS256/ES256)."""
         service = _service(request)
+        started = time.monotonic()
         address = client_address(request)
         authorization_header = "authorization" in request.headers
         try:
@@ -520,7 +522,8 @@ def _issuer_router() -> APIRouter:
                     address,
                     "oauth.Token",
                 )
-                await asyncio.sleep(service.failure_delay_s)
+                # From the request's arrival, as sasl.http_auth does: the answer's time tells nothing.
+                await asyncio.sleep(max(0.0, service.failure_delay_s - (time.monotonic() - started)))
                 raise OAuthError("invalid_client", "client authentication failed", 401)
             issued = await asyncio.to_thread(service.issue_token, account, form.get("scope") or None)
         except OAuthError as exc:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
 from kgov.app import build_app
 from kgov.settings import Settings
+from sasl.http_auth import CredentialAuthenticator
 from sasl.scram import SCRAM_SHA_512, ScramClient
 
 ADMIN_PW = "admin-password-for-tests"
@@ -141,6 +142,31 @@ def test_failed_attempts_are_limited_per_source(tmp_path: Path) -> None:
             assert client.get("/v1/scram/users", headers=basic("admin", "guess")).status_code == 401
         # even the right password is refused while the source is over its limit
         assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
+
+
+def test_a_failure_is_answered_the_failure_delay_after_the_request_arrived(app_env) -> None:
+    """A SHA-256-only user's PBKDF2 costs about half an unknown name's SHA-512 one: waiting the failure
+    delay after the check would let the answer's time name the user. The wait is counted from the
+    request's arrival instead (time injected: each reading of the clock advances it by `step`)."""
+    client, app, _, _ = app_env
+    app.state.credentials.set_scram_credential("bob", "SCRAM-SHA-256", "bob-password-1", actor="admin")
+    readings = iter(x * 0.03 for x in range(1000))
+    slept: list[float] = []
+
+    async def record(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+
+    app.state.authenticator = CredentialAuthenticator(
+        app.state.credentials, monotonic=lambda: next(readings), sleep=record)
+    for headers in (basic("bob", "wrong"), basic("nobody", "wrong"), {"Authorization": "Bearer a.b.c"}, {}):
+        assert client.get("/v1/scram/users", headers=headers).status_code == 401
+    delay = app.state.credentials.failure_delay_s  # 20 ms here, less than the 30 ms a check "took"
+    assert slept == [0.0] * 4
+    app.state.credentials.sasl = app.state.credentials.sasl.model_copy(update={"failed_authentication_delay_ms": 100})
+    slept.clear()
+    for headers in (basic("bob", "wrong"), basic("nobody", "wrong")):
+        assert client.get("/v1/scram/users", headers=headers).status_code == 401
+    assert slept == [0.07, 0.07] and delay == 0.02
 
 
 def test_failed_attempts_from_one_ipv6_network_share_a_limit(tmp_path: Path) -> None:
