@@ -174,6 +174,7 @@ class Principal:
         if not sep or not kind:
             raise InvalidAclError(f"expected a string in format principalType:principalName but got {text}")
         refuse_nul(text, "A principal")
+        refuse_longer(text, MAX_NAME_LENGTH, "A principal")
         return cls(kind, name)
 
     def __str__(self) -> str:
@@ -181,6 +182,17 @@ class Principal:
 
 
 USER_WILDCARD = Principal("User", "*")
+
+
+# The longest resource name, principal (`Type:name`) and ACL host the stores keep (their columns): PostgreSQL
+# refuses a longer value with a database error, where SQLite would keep it. Kafka sets no such limit.
+MAX_NAME_LENGTH = 1024
+MAX_HOST_LENGTH = 255
+
+
+def refuse_longer(value: str, limit: int, what: str) -> None:
+    if len(value) > limit:
+        raise InvalidAclError(f"{what} must be at most {limit} characters")
 
 
 def refuse_nul(value: str, what: str) -> None:

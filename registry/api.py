@@ -34,6 +34,7 @@ from registry.config import RegistryConfig
 from registry.contexts import ContextPathRewrite
 from registry.fastpath import SchemaByIdFastPath
 from registry.model import (
+    MAX_SUBJECT_LENGTH,
     Reference,
     RegisterRequest,
     RegistryError,
@@ -262,6 +263,9 @@ def register_request(document: dict[str, Any]) -> RegisterRequest:
                 and isinstance(ref.get("version"), int) and not isinstance(ref.get("version"), bool)):
             raise RegistryError(422, "Each reference must be an object with string name and subject and an "
                                      "integer version")
+        if len(ref["name"]) > MAX_SUBJECT_LENGTH:  # the store's column, as for subjects
+            raise RegistryError(42201, f"Invalid schema: a reference name is longer than {MAX_SUBJECT_LENGTH} "
+                                       "characters")
         if ref["name"] in names:  # (ambiguous: which one would an import mean?)
             raise RegistryError(42201, f"Invalid schema: the reference name '{ref['name']}' is given twice")
         names.add(ref["name"])

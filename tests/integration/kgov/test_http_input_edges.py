@@ -68,3 +68,33 @@ def test_a_quota_is_a_finite_number(client: TestClient, value: str) -> None:
     r = client.put("/v1/quotas", content=body, headers={"Content-Type": "application/json"})
     assert (r.status_code, r.json()["error_code"]) == (400, 40001), r.text
     assert client.get("/v1/quotas").json() == []
+
+
+LONG = "n" * 1100
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("POST", "/v3/clusters/kgov-cluster/acls", {**ACL, "resource_name": LONG}),
+    ("POST", "/v3/clusters/kgov-cluster/acls", {**ACL, "principal": "User:" + LONG}),
+    ("POST", "/v3/clusters/kgov-cluster/acls", {**ACL, "host": "h" * 300}),
+    ("POST", "/v3/clusters/kgov-cluster/acls:batch", {"data": [ACL, {**ACL, "resource_name": LONG}]}),
+    ("PUT", f"/v1/groups/Group:{LONG}/members/User:x", None),
+    ("PUT", f"/v1/groups/Group:g/members/User:{LONG}", None),
+    ("POST", f"/security/1.0/principals/User:{LONG}/roles/Operator", {}),
+    ("POST", "/security/1.0/principals/User:x/roles/DeveloperRead/bindings",
+     {"resourcePatterns": [{"resourceType": "Topic", "name": LONG}]}),
+    ("POST", "/v1/delegation-tokens", {"owner": "User:" + "o" * 600}),
+    ("PUT", "/v1/quotas", {"entity": {"user": "u" * 300}, "set": {"producer_byte_rate": 1000}}),
+    ("PUT", "/v1/quotas", {"entity": {"client-id": "c" * 300}, "set": {"producer_byte_rate": 1000}}),
+    ("POST", f"/subjects/{LONG}/versions", {"schema": '"string"'}),
+    ("PUT", f"/config/{LONG}", {"compatibility": "NONE"}),
+    ("PUT", f"/mode/{LONG}", {"mode": "READONLY"}),
+    ("POST", "/subjects/s/versions", {"schema": '"string"', "references": [{"name": LONG, "subject": "s",
+                                                                            "version": 1}]}),
+])
+def test_a_name_longer_than_its_column_is_a_bad_request(client: TestClient, method: str, path: str,
+                                                        body: object) -> None:
+    r = client.request(method, path, json=body)
+    assert 400 <= r.status_code < 500, r.text
+    assert set(r.json()) == {"error_code", "message"}
+    assert client.get("/v3/clusters/kgov-cluster/acls").json()["data"] == []  # a batch is all or nothing
