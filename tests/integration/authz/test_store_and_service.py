@@ -236,3 +236,24 @@ def test_schema_version_is_recorded(db_url: str) -> None:
         ).scalar()
     assert version == 1
     engine.dispose()
+
+
+def test_database_errors_never_carry_the_statements_values(db_url: str) -> None:
+    """What a failed write tried to store reaches the log (the control plane logs unhandled errors, the
+    registry its storage failures), and the credential tables hold salts, SCRAM keys and secret hashes:
+    the engines never put parameters into their errors."""
+    engine = open_engine(db_url)
+    table = sa.Table("hide_params_probe", sa.MetaData(), sa.Column("k", sa.String(64), primary_key=True),
+                     sa.Column("v", sa.String(64)))
+    table.create(engine)
+    try:
+        with engine.begin() as conn:
+            conn.execute(table.insert(), {"k": "user", "v": "stored-key-material"})
+        # (PostgreSQL's own message names the duplicate key, never the other columns)
+        with pytest.raises(sa.exc.IntegrityError) as caught, engine.begin() as conn:
+            conn.execute(table.insert(), {"k": "user", "v": "stored-key-material"})
+        assert "stored-key-material" not in str(caught.value)
+        assert "hidden" in str(caught.value)
+    finally:
+        table.drop(engine)
+        engine.dispose()
