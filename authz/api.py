@@ -304,7 +304,8 @@ def bind_cluster_role(request: Request, target: str, role: str, principal: Curre
                       body: Annotated[ScopeBody | None, Body()] = None) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_scope(request, body)
-    _service(request).add_role_binding(_binding(target, role, None), actor=principal)
+    _service(request).add_role_binding(_binding(target, role, None), actor=principal,
+                                      client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -313,7 +314,8 @@ def unbind_cluster_role(request: Request, target: str, role: str, principal: Cur
                         body: Annotated[ScopeBody | None, Body()] = None) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_scope(request, body)
-    _service(request).remove_role_binding(_binding(target, role, None), actor=principal)
+    _service(request).remove_role_binding(_binding(target, role, None), actor=principal,
+                                         client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -326,7 +328,7 @@ def bind_resources(request: Request, target: str, role: str, principal: CurrentP
         raise ApiError(400, 40002, "resourcePatterns must name at least one resource")
     bindings = [_binding(target, role, p) for p in body.resourcePatterns]
     for b in bindings:
-        _service(request).add_role_binding(b, actor=principal)
+        _service(request).add_role_binding(b, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -336,7 +338,8 @@ def unbind_resources(request: Request, target: str, role: str, principal: Curren
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_scope(request, body)
     for p in body.resourcePatterns:
-        _service(request).remove_role_binding(_binding(target, role, p), actor=principal)
+        _service(request).remove_role_binding(_binding(target, role, p), actor=principal,
+                                              client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -409,7 +412,7 @@ def _group_and_member(group: str, member: str) -> tuple[Principal, Principal]:
 def add_member(request: Request, group: str, member: str, principal: CurrentPrincipal) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     g, m = _group_and_member(group, member)
-    _service(request).add_group_member(g, m, actor=principal)
+    _service(request).add_group_member(g, m, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -417,7 +420,7 @@ def add_member(request: Request, group: str, member: str, principal: CurrentPrin
 def remove_member(request: Request, group: str, member: str, principal: CurrentPrincipal) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     g, m = _group_and_member(group, member)
-    _service(request).remove_group_member(g, m, actor=principal)
+    _service(request).remove_group_member(g, m, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from kgov.app import build_app
 from kgov.settings import Settings
@@ -195,3 +198,25 @@ def test_cli_talks_to_the_control_plane_over_http(base: str, monkeypatch: pytest
     monkeypatch.setenv("KGOV_PASSWORD", "wrong")
     assert main(["acls", *common, "--list"]) == 1
     assert "HTTP 401" in capsys.readouterr().err
+
+
+def test_role_binding_and_group_changes_are_audited_with_the_callers_address(tmp_path: Path) -> None:
+    """As ACL changes are: an auditor asks who changed access from where."""
+    settings = Settings(data_dir=tmp_path, cluster_id="c1", admin={"user": ADMIN[0], "password": ADMIN[1]},
+                        sasl={"failed_authentication_delay_ms": 0})
+    app = build_app(settings)
+    with TestClient(app, client=("192.0.2.7", 40000)) as client:
+        client.auth = ADMIN
+        assert client.post("/security/1.0/principals/User:frodo/roles/Operator", json={}).status_code == 204
+        assert client.delete("/security/1.0/principals/User:frodo/roles/Operator").status_code == 204
+        bind = {"resourcePatterns": [{"resourceType": "Topic", "name": "shire-", "patternType": "PREFIXED"}]}
+        assert client.post("/security/1.0/principals/User:frodo/roles/DeveloperRead/bindings",
+                           json=bind).status_code == 204
+        assert client.request("DELETE", "/security/1.0/principals/User:frodo/roles/DeveloperRead/bindings",
+                              json=bind).status_code == 204
+        assert client.put("/v1/groups/Group:hobbits/members/User:frodo").status_code == 204
+        assert client.delete("/v1/groups/Group:hobbits/members/User:frodo").status_code == 204
+    events = [json.loads(line) for line in (tmp_path / "audit" / "events.jsonl").read_text().splitlines()]
+    changes = [e for e in events if e["type"] in ("io.kgov.role_binding_change", "io.kgov.group_change")]
+    assert len(changes) == 6, [e["type"] for e in events]
+    assert {e["data"]["requestMetadata"]["clientAddress"] for e in changes} == {"192.0.2.7"}
