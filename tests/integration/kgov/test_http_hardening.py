@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from kgov import http_server
 from kgov.app import build_app
 from kgov.http_server import MAX_REQUEST_HEAD_BYTES
 from kgov.settings import Settings
@@ -62,6 +64,30 @@ def test_an_endless_request_head_is_answered_431_and_the_connection_closed(base:
     answer = _raw_exchange(base, b"GET /health HTTP/1.1\r\nHost: kgov\r\n", 4 * MAX_REQUEST_HEAD_BYTES)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert b"connection: close" in answer.lower()
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_off(base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slowloris: bytes that keep coming, each before any idle timeout, would hold the connection (and
+    a file descriptor) for ever; the whole head must arrive within REQUEST_HEAD_TIMEOUT_S."""
+    monkeypatch.setattr(http_server, "REQUEST_HEAD_TIMEOUT_S", 0.5)
+    url = urlsplit(base)
+    with socket.create_connection((url.hostname or "", url.port or 80), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: kgov\r\n")
+        answer = b""
+        try:
+            for _ in range(40):  # 4 s of a header byte every 0.1 s
+                sock.sendall(b"X")
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    # An ordinary request right after, on a new connection, is answered.
+    assert httpx.get(f"{base}/health").status_code == 200
 
 
 def test_a_long_url_counts_against_the_head_limit_too(base: str) -> None:
