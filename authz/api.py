@@ -525,9 +525,20 @@ def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
         raise OpaInputError(str(exc)) from None
 
 
+_FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+
 def _opa_caller_allowed(request: Request) -> None:
-    """Brokers call the decision API without credentials, so only listed networks may (default: loopback)."""
-    networks = request.app.state.settings.authz.decision_api_networks
+    """Brokers call the decision API without credentials, so only listed networks may (default: loopback).
+
+    A request carrying forwarding headers that nobody believed (no `http_forwarded_allow_ips`) came
+    through a reverse proxy, or says it did: the peer address is then the proxy's (often loopback, which
+    the default admits), not the caller's, so it is refused. Brokers call directly and send none."""
+    settings = request.app.state.settings
+    if not settings.http_forwarded_allow_ips and any(h in request.headers for h in _FORWARDING_HEADERS):
+        raise ApiError(403, 40301, "The decision API does not answer requests forwarded by a proxy that is not "
+                                   "listed in http_forwarded_allow_ips")
+    networks = settings.authz.decision_api_networks
     try:
         addr = ipaddress.ip_address(client_address(request))
     except ValueError:

@@ -220,3 +220,14 @@ def test_role_binding_and_group_changes_are_audited_with_the_callers_address(tmp
     changes = [e for e in events if e["type"] in ("io.kgov.role_binding_change", "io.kgov.group_change")]
     assert len(changes) == 6, [e["type"] for e in events]
     assert {e["data"]["requestMetadata"]["clientAddress"] for e in changes} == {"192.0.2.7"}
+
+
+@pytest.mark.parametrize("forwarded", [{"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
+                                       {"X-Real-IP": "203.0.113.9"}])
+def test_the_decision_api_refuses_what_came_through_an_unlisted_proxy(base: str, forwarded: dict[str, str]) -> None:
+    """A reverse proxy on kgov's host, not listed in http_forwarded_allow_ips, makes every client it
+    forwards look like loopback, which the default decision_api_networks admit. A request that says it
+    was forwarded, by headers nobody believed, is not taken for the proxy's own."""
+    r = httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu"), headers=forwarded)
+    assert (r.status_code, r.json()["error_code"]) == (403, 40301), r.text
+    assert "http_forwarded_allow_ips" in r.json()["message"]
