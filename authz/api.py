@@ -266,7 +266,7 @@ def _check_scope(request: Request, body: ScopeBody | None) -> None:
 
 def _binding(principal: str, role: str, pattern: ResourcePatternBody | None) -> RoleBinding:
     try:
-        Principal.parse(principal)
+        Principal.parse_given(principal)
         if pattern is None:
             binding = RoleBinding(principal, role)
         else:
@@ -400,7 +400,7 @@ def list_groups(request: Request, principal: CurrentPrincipal) -> dict[str, list
 
 def _group_and_member(group: str, member: str) -> tuple[Principal, Principal]:
     try:
-        g, m = Principal.parse(group), Principal.parse(member)
+        g, m = Principal.parse_given(group), Principal.parse_given(member)
     except InvalidAclError as exc:
         raise ApiError(400, 40002, str(exc)) from None
     if g.type != "Group" or not g.name:

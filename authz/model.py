@@ -173,9 +173,17 @@ class Principal:
         kind, sep, name = text.partition(":")
         if not sep or not kind:
             raise InvalidAclError(f"expected a string in format principalType:principalName but got {text}")
+        return cls(kind, name)
+
+    @classmethod
+    def parse_given(cls, text: str) -> Principal:
+        """A principal a request or a command names, to store or look up: `parse`, and what the stores
+        can keep (`refuse_nul`, `MAX_NAME_LENGTH`). Stored rows are read back with `parse`, so a row kept
+        before these limits existed (SQLite stored anything) still loads."""
+        principal = cls.parse(text)
         refuse_nul(text, "A principal")
         refuse_longer(text, MAX_NAME_LENGTH, "A principal")
-        return cls(kind, name)
+        return principal
 
     def __str__(self) -> str:
         return f"{self.type}:{self.name}"

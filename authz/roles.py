@@ -110,7 +110,7 @@ def validate_role_binding(binding: RoleBinding) -> None:
         raise InvalidAclError(
             f"Unknown role {binding.role!r}; predefined roles are: {', '.join(sorted(PREDEFINED_ROLES))}"
         )
-    principal = Principal.parse(binding.principal)
+    principal = Principal.parse_given(binding.principal)
     if principal.type not in ("User", "Group") or not principal.name:
         raise InvalidAclError(f"Role bindings take a User: or Group: principal, got {binding.principal}")
     if binding.resource_type is None:

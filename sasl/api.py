@@ -140,7 +140,7 @@ def _client_out(acct: ServiceAccount) -> OAuthClientOut:
 
 def _principals(values: list[str]) -> list[Principal]:
     try:
-        return [Principal.parse(v) for v in values]
+        return [Principal.parse_given(v) for v in values]
     except InvalidAclError as exc:
         raise ApiError(400, 40067, str(exc)) from None
 

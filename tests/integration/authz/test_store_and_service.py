@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -256,4 +257,24 @@ def test_database_errors_never_carry_the_statements_values(db_url: str) -> None:
         assert "hidden" in str(caught.value)
     finally:
         table.drop(engine)
+        engine.dispose()
+
+
+def test_a_member_stored_before_names_were_checked_still_loads(tmp_path: Path) -> None:
+    """SQLite kept any name before requests were held to what PostgreSQL can store (`Principal.parse_given`):
+    such a row is still read back (with `Principal.parse`), so the snapshot loads and every other
+    decision goes on."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
+    node = AuthorizerService(engine, AuthzConfig())
+    node.start(background=False)
+    try:
+        odd = Principal("User", "a\x00b" + "x" * 2000)
+        node.store.add_member(Principal("Group", "g"), odd)
+        node.store.add_member(Principal("Group", "g"), Principal("User", "alice"))
+        node.refresh()
+        assert node.groups() == {"Group:g": sorted([str(odd), "User:alice"])}
+        with pytest.raises(InvalidAclError):
+            node.add_group_member(Principal("Group", "g"), Principal.parse_given(str(odd)), actor=Principal("User", "a"))
+    finally:
+        node.close()
         engine.dispose()
