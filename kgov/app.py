@@ -176,9 +176,9 @@ class CrossSiteWriteGuard:
     another site: a `Sec-Fetch-Site` other than same-origin/none, or an `Origin` whose host is not this one.
 
     Browsers keep the Basic credentials typed at the prompt our 401 challenge raises and attach them to
-    requests any site makes; a POST without a body (binding a cluster role), or with a JSON body but no
-    Content-Type (FastAPI then reads JSON: an ACL, a service account), needs no CORS preflight, so the
-    other site cannot read the answer but the change would be made. API clients (Java, Python, librdkafka's
+    requests any site makes; a POST without a body (binding a cluster role such as SystemAdmin), or with a
+    JSON body but no Content-Type (the registry reads it as JSON, as Confluent's does: registering a
+    schema), needs no CORS preflight, so the other site cannot read the answer but the change is made. API clients (Java, Python, librdkafka's
     and Confluent's, curl) send neither header. Reads stay open: the browser keeps their answers from the
     other site. A departure from Confluent's REST servers, which have no such check; callers without a
     browser's headers see no difference."""

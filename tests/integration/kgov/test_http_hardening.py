@@ -147,8 +147,9 @@ def test_the_public_key_set_keeps_its_own_caching_and_nothing_opens_cors(base: s
 
 def test_a_browser_on_another_site_cannot_change_anything_with_cached_credentials(base: str) -> None:
     """Browsers keep Basic credentials typed at the prompt our 401 challenge raises, and attach them to
-    requests other sites make: a POST without a body, or a body without Content-Type, needs no CORS
-    preflight. Browsers say where such a request comes from (Origin, Sec-Fetch-Site); API clients do not."""
+    requests other sites make: a POST without a body (the role binding), or a body without Content-Type
+    (the registry reads it as JSON), needs no CORS preflight. Browsers say where such a request comes
+    from (Origin, Sec-Fetch-Site); API clients do not."""
     basic = "Basic " + base64.b64encode(b"admin:correct-horse-battery").decode()
     bind = f"{base}/security/1.0/principals/User:mallory/roles/SystemAdmin"
     acl = {"resource_type": "TOPIC", "resource_name": "*", "pattern_type": "LITERAL", "principal": "User:mallory",
