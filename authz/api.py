@@ -266,7 +266,7 @@ def _check_scope(request: Request, body: ScopeBody | None) -> None:
 
 def _binding(principal: str, role: str, pattern: ResourcePatternBody | None) -> RoleBinding:
     try:
-        Principal.parse(principal)
+        Principal.parse_given(principal)
         if pattern is None:
             binding = RoleBinding(principal, role)
         else:
@@ -304,7 +304,8 @@ def bind_cluster_role(request: Request, target: str, role: str, principal: Curre
                       body: Annotated[ScopeBody | None, Body()] = None) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_scope(request, body)
-    _service(request).add_role_binding(_binding(target, role, None), actor=principal)
+    _service(request).add_role_binding(_binding(target, role, None), actor=principal,
+                                      client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -313,7 +314,8 @@ def unbind_cluster_role(request: Request, target: str, role: str, principal: Cur
                         body: Annotated[ScopeBody | None, Body()] = None) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_scope(request, body)
-    _service(request).remove_role_binding(_binding(target, role, None), actor=principal)
+    _service(request).remove_role_binding(_binding(target, role, None), actor=principal,
+                                         client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -326,7 +328,7 @@ def bind_resources(request: Request, target: str, role: str, principal: CurrentP
         raise ApiError(400, 40002, "resourcePatterns must name at least one resource")
     bindings = [_binding(target, role, p) for p in body.resourcePatterns]
     for b in bindings:
-        _service(request).add_role_binding(b, actor=principal)
+        _service(request).add_role_binding(b, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -336,7 +338,8 @@ def unbind_resources(request: Request, target: str, role: str, principal: Curren
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     _check_scope(request, body)
     for p in body.resourcePatterns:
-        _service(request).remove_role_binding(_binding(target, role, p), actor=principal)
+        _service(request).remove_role_binding(_binding(target, role, p), actor=principal,
+                                              client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -397,7 +400,7 @@ def list_groups(request: Request, principal: CurrentPrincipal) -> dict[str, list
 
 def _group_and_member(group: str, member: str) -> tuple[Principal, Principal]:
     try:
-        g, m = Principal.parse(group), Principal.parse(member)
+        g, m = Principal.parse_given(group), Principal.parse_given(member)
     except InvalidAclError as exc:
         raise ApiError(400, 40002, str(exc)) from None
     if g.type != "Group" or not g.name:
@@ -409,7 +412,7 @@ def _group_and_member(group: str, member: str) -> tuple[Principal, Principal]:
 def add_member(request: Request, group: str, member: str, principal: CurrentPrincipal) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     g, m = _group_and_member(group, member)
-    _service(request).add_group_member(g, m, actor=principal)
+    _service(request).add_group_member(g, m, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -417,7 +420,7 @@ def add_member(request: Request, group: str, member: str, principal: CurrentPrin
 def remove_member(request: Request, group: str, member: str, principal: CurrentPrincipal) -> Response:
     authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
     g, m = _group_and_member(group, member)
-    _service(request).remove_group_member(g, m, actor=principal)
+    _service(request).remove_group_member(g, m, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
@@ -437,6 +440,8 @@ async def _json_object(request: Request, key: str) -> Any:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, 400, f"Malformed JSON body: {exc}") from None
+    except RecursionError:  # nested deeper than Python's json goes
+        raise ApiError(400, 400, "Malformed JSON body: nested too deeply") from None
     if not isinstance(doc, dict) or key not in doc:
         raise ApiError(400, 400, f'The body must be a JSON object with an "{key}" field')
     return doc[key]
@@ -520,9 +525,20 @@ def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
         raise OpaInputError(str(exc)) from None
 
 
+_FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+
 def _opa_caller_allowed(request: Request) -> None:
-    """Brokers call the decision API without credentials, so only listed networks may (default: loopback)."""
-    networks = request.app.state.settings.authz.decision_api_networks
+    """Brokers call the decision API without credentials, so only listed networks may (default: loopback).
+
+    A request carrying forwarding headers that nobody believed (no `http_forwarded_allow_ips`) came
+    through a reverse proxy, or says it did: the peer address is then the proxy's (often loopback, which
+    the default admits), not the caller's, so it is refused. Brokers call directly and send none."""
+    settings = request.app.state.settings
+    if not settings.http_forwarded_allow_ips and any(h in request.headers for h in _FORWARDING_HEADERS):
+        raise ApiError(403, 40301, "The decision API does not answer requests forwarded by a proxy that is not "
+                                   "listed in http_forwarded_allow_ips")
+    networks = settings.authz.decision_api_networks
     try:
         addr = ipaddress.ip_address(client_address(request))
     except ValueError:

@@ -251,7 +251,7 @@ def _acls_to_add(args: argparse.Namespace) -> list[Acl]:
     for perm, principals, hosts in ((Permission.ALLOW, args.allow_principal, args.allow_host),
                                     (Permission.DENY, args.deny_principal, args.deny_host)):
         for principal in principals:
-            Principal.parse(principal)
+            Principal.parse_given(principal)
             for host in hosts or [WILDCARD_HOST]:
                 for rt, name in resources:
                     ops = ops_for.get(rt, []) if (args.producer or args.consumer) else operations
@@ -411,7 +411,7 @@ def _groups_command(args: argparse.Namespace) -> int:
                 for group, members in backend.groups().items():
                     print(f"{group}: {', '.join(members)}")
                 return 0
-            group_p, member_p = Principal.parse(args.group), Principal.parse(args.member)
+            group_p, member_p = Principal.parse_given(args.group), Principal.parse_given(args.member)
             if group_p.type != "Group":
                 raise CliError(f"expected a Group: principal, got {args.group}")
             backend.member(group_p, member_p, add=args.groups_action == "add-member")

@@ -66,13 +66,16 @@ def default_sqlite_url(data_dir: str | Path = ".kgov") -> str:
 
 
 def open_engine(url: str, *, echo: bool = False) -> Engine:
-    """An engine with the settings each backend needs for several concurrent writers."""
+    """An engine with the settings each backend needs for several concurrent writers. Its errors never
+    list the statement's parameters (`hide_parameters`): they reach logs, and the credential tables
+    hold salts, SCRAM keys and secret hashes."""
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if url.startswith("sqlite"):
         engine = sa.create_engine(
             url,
             echo=echo,
+            hide_parameters=True,
             connect_args={"timeout": 30, "check_same_thread": False},
             poolclass=sa.pool.QueuePool if ":memory:" not in url else sa.pool.StaticPool,
         )
@@ -98,7 +101,7 @@ def open_engine(url: str, *, echo: bool = False) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
         return engine
-    return sa.create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    return sa.create_engine(url, echo=echo, hide_parameters=True, pool_pre_ping=True, pool_size=5, max_overflow=10)
 
 
 @contextmanager

@@ -27,6 +27,8 @@ from authz.model import (
     CLUSTER_RESOURCE_NAME,
     DEFAULT_ALLOW_RULE,
     DEFAULT_DENY_RULE,
+    MAX_HOST_LENGTH,
+    MAX_NAME_LENGTH,
     SUPER_USER_RULE,
     WILDCARD_HOST,
     WILDCARD_PRINCIPAL,
@@ -45,6 +47,8 @@ from authz.model import (
     RequestContext,
     ResourceType,
     Rule,
+    refuse_longer,
+    refuse_nul,
 )
 from authz.roles import RoleBinding, role_grants
 
@@ -78,6 +82,11 @@ def validate_new_acl(acl: Acl) -> None:
         raise InvalidAclError("Invalid permissionType " + acl.permission.name)
     if not acl.resource_name:
         raise InvalidAclError("Resource name should not be empty")
+    for value, limit, what in ((acl.resource_name, MAX_NAME_LENGTH, "The resource name"),
+                               (acl.principal, MAX_NAME_LENGTH, "The principal"),
+                               (acl.host, MAX_HOST_LENGTH, "The host")):
+        refuse_nul(value, what)
+        refuse_longer(value, limit, what)
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
     # Kafka checks only for the colon: `:alice` (empty type) and an empty host are stored, and

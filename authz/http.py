@@ -45,11 +45,16 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "0.0.0.0"
 
 
+def unauthenticated() -> ApiError:
+    """The one answer to missing or refused credentials, whatever the reason."""
+    return ApiError(401, 40101, "Unauthorized", headers={"WWW-Authenticate": WWW_AUTHENTICATE})
+
+
 async def authenticated_principal(request: Request) -> Principal:
     authenticator: HttpAuthenticator = request.app.state.authenticator
     principal = await authenticator.authenticate(request.headers.get("authorization"), client_address(request))
     if principal is None:
-        raise ApiError(401, 40101, "Unauthorized", headers={"WWW-Authenticate": WWW_AUTHENTICATE})
+        raise unauthenticated()
     return principal
 
 

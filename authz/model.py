@@ -175,11 +175,40 @@ class Principal:
             raise InvalidAclError(f"expected a string in format principalType:principalName but got {text}")
         return cls(kind, name)
 
+    @classmethod
+    def parse_given(cls, text: str) -> Principal:
+        """A principal a request or a command names, to store or look up: `parse`, and what the stores
+        can keep (`refuse_nul`, `MAX_NAME_LENGTH`). Stored rows are read back with `parse`, so a row kept
+        before these limits existed (SQLite stored anything) still loads."""
+        principal = cls.parse(text)
+        refuse_nul(text, "A principal")
+        refuse_longer(text, MAX_NAME_LENGTH, "A principal")
+        return principal
+
     def __str__(self) -> str:
         return f"{self.type}:{self.name}"
 
 
 USER_WILDCARD = Principal("User", "*")
+
+
+# The longest resource name, principal (`Type:name`) and ACL host the stores keep (their columns): PostgreSQL
+# refuses a longer value with a database error, where SQLite would keep it. Kafka sets no such limit.
+MAX_NAME_LENGTH = 1024
+MAX_HOST_LENGTH = 255
+
+
+def refuse_longer(value: str, limit: int, what: str) -> None:
+    if len(value) > limit:
+        raise InvalidAclError(f"{what} must be at most {limit} characters")
+
+
+def refuse_nul(value: str, what: str) -> None:
+    """Names taken from a request never hold NUL: PostgreSQL cannot store it in text (a database error,
+    where SQLite would keep it), SASL PLAIN cannot carry it in a name (it separates the fields), and C
+    tools reading the audit trail stop at it. A departure from Kafka, which accepts any string."""
+    if "\x00" in value:
+        raise InvalidAclError(f"{what} must not contain the NUL character")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Final
 
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
+    MAX_NAME_LENGTH,
     WILDCARD_RESOURCE,
     InvalidAclError,
     Operation,
@@ -26,6 +27,8 @@ from authz.model import (
     Principal,
     ResourceType,
     RoleBindingRule,
+    refuse_longer,
+    refuse_nul,
 )
 
 Op = Operation
@@ -107,7 +110,7 @@ def validate_role_binding(binding: RoleBinding) -> None:
         raise InvalidAclError(
             f"Unknown role {binding.role!r}; predefined roles are: {', '.join(sorted(PREDEFINED_ROLES))}"
         )
-    principal = Principal.parse(binding.principal)
+    principal = Principal.parse_given(binding.principal)
     if principal.type not in ("User", "Group") or not principal.name:
         raise InvalidAclError(f"Role bindings take a User: or Group: principal, got {binding.principal}")
     if binding.resource_type is None:
@@ -120,6 +123,8 @@ def validate_role_binding(binding: RoleBinding) -> None:
         raise InvalidAclError("Invalid patternType " + binding.pattern_type.name)
     if not binding.resource_name:
         raise InvalidAclError("Resource name should not be empty")
+    refuse_nul(binding.resource_name, "The resource name")
+    refuse_longer(binding.resource_name, MAX_NAME_LENGTH, "The resource name")
     if binding.resource_type is ResourceType.CLUSTER:
         if binding.resource_name != CLUSTER_RESOURCE_NAME:
             raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")

@@ -457,16 +457,18 @@ class AuthorizerService:
     def describe_acls(self, flt: AclFilter) -> list[Acl]:
         return self.data.acls(flt)
 
-    def add_role_binding(self, binding: RoleBinding, *, actor: Principal) -> bool:
+    def add_role_binding(self, binding: RoleBinding, *, actor: Principal, client_address: str | None = None) -> bool:
         validate_role_binding(binding)
         changed = self.store.add_role_binding(
-            binding, before_commit=lambda c: self._audit_binding("AddRoleBinding", actor, binding, c))
+            binding, before_commit=lambda c: self._audit_binding("AddRoleBinding", actor, client_address, binding, c))
         self.refresh()
         return changed
 
-    def remove_role_binding(self, binding: RoleBinding, *, actor: Principal) -> bool:
+    def remove_role_binding(self, binding: RoleBinding, *, actor: Principal, client_address: str | None = None
+                            ) -> bool:
         changed = self.store.remove_role_binding(
-            binding, before_commit=lambda c: self._audit_binding("RemoveRoleBinding", actor, binding, c))
+            binding,
+            before_commit=lambda c: self._audit_binding("RemoveRoleBinding", actor, client_address, binding, c))
         self.refresh()
         return changed
 
@@ -474,18 +476,22 @@ class AuthorizerService:
         bindings = self.data.role_bindings
         return [b for b in bindings if principal is None or b.principal == principal]
 
-    def add_group_member(self, group: Principal, member: Principal, *, actor: Principal) -> bool:
+    def add_group_member(self, group: Principal, member: Principal, *, actor: Principal,
+                         client_address: str | None = None) -> bool:
         if group.type != "Group" or not group.name:
             raise InvalidAclError(f"expected a Group: principal, got {group}")
         changed = self.store.add_member(
-            group, member, before_commit=lambda c: self._audit_membership("AddGroupMember", actor, group, member, c))
+            group, member,
+            before_commit=lambda c: self._audit_membership("AddGroupMember", actor, client_address, group, member, c))
         self.refresh()
         return changed
 
-    def remove_group_member(self, group: Principal, member: Principal, *, actor: Principal) -> bool:
+    def remove_group_member(self, group: Principal, member: Principal, *, actor: Principal,
+                            client_address: str | None = None) -> bool:
         changed = self.store.remove_member(
             group, member,
-            before_commit=lambda c: self._audit_membership("RemoveGroupMember", actor, group, member, c))
+            before_commit=lambda c: self._audit_membership("RemoveGroupMember", actor, client_address, group, member,
+                                                           c))
         self.refresh()
         return changed
 
@@ -517,13 +523,14 @@ class AuthorizerService:
                 {"acl": acl_to_json(acl), "added": added is not None},
             )
 
-    def _audit_binding(self, method: str, actor: Principal, binding: RoleBinding, changed: bool) -> None:
-        self._write_change(EventType.ROLE_BINDING_CHANGE, method, actor, None, f"role-binding/{binding.principal}",
+    def _audit_binding(self, method: str, actor: Principal, client: str | None, binding: RoleBinding,
+                       changed: bool) -> None:
+        self._write_change(EventType.ROLE_BINDING_CHANGE, method, actor, client, f"role-binding/{binding.principal}",
                            {"binding": binding_to_json(binding), "changed": changed})
 
-    def _audit_membership(self, method: str, actor: Principal, group: Principal, member: Principal,
-                          changed: bool) -> None:
-        self._write_change(EventType.ROLE_BINDING_CHANGE, method, actor, None, f"group/{group}",
+    def _audit_membership(self, method: str, actor: Principal, client: str | None, group: Principal,
+                          member: Principal, changed: bool) -> None:
+        self._write_change(EventType.ROLE_BINDING_CHANGE, method, actor, client, f"group/{group}",
                            {"group": str(group), "member": str(member), "changed": changed})
 
 

@@ -6,6 +6,7 @@ default entity and an absent one stay distinct and the unique index works on eve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +74,10 @@ def validate_ops(entity: QuotaEntity, ops: Iterable[QuotaOp]) -> None:
             raise QuotaError(f"Quota {op.key} cannot be set for entity {entity.describe()}")
         if not op.remove and not op.value > 0:
             raise QuotaError(f"Quota {op.key} must be greater than 0, got {op.value}")
+        if not op.remove and not math.isfinite(op.value):
+            # JSON's 1e400 reads as infinity: Kafka refuses it for its LONG quotas (not a long value), and an
+            # audit event holding it would not be JSON.
+            raise QuotaError(f"Quota {op.key} must be a finite number, got {op.value}")
 
 
 class QuotaStore:

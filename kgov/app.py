@@ -12,12 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -158,6 +160,82 @@ class RequestBodyLimit:
         await response(scope, receive, send)
 
 
+class SecurityHeaders:
+    """Headers every answer carries, whichever layer wrote it (a route, an error handler, the registry's
+    fast path, RequestBodyLimit's 413), unless that layer set its own:
+
+    - `Cache-Control: no-store`: answers hold secrets (a delegation token's HMAC, `/oauth/token`'s token)
+      or what a caller's ACLs let it read; no browser or proxy cache may keep them. A route that wants
+      caching says so (the JWKS: `public, max-age=300`).
+    - `X-Content-Type-Options: nosniff` and a CSP that loads nothing and may not be framed: an answer that
+      echoes a subject name or schema text can never be run as a page. Not on the dev-mode Swagger UI
+      (`docs_paths`), which loads its scripts from a CDN.
+    - `Strict-Transport-Security` on HTTPS (served with --tls-cert, or a listed proxy's X-Forwarded-Proto).
+
+    No CORS headers: no route answers a browser on another origin."""
+
+    CONTENT_SECURITY_POLICY = "default-src 'none'; frame-ancestors 'none'"
+
+    def __init__(self, app: ASGIApp, docs_paths: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.docs_paths = docs_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def hardened_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("cache-control", "no-store")
+                headers.setdefault("x-content-type-options", "nosniff")
+                if scope["path"] not in self.docs_paths:
+                    headers.setdefault("content-security-policy", self.CONTENT_SECURITY_POLICY)
+                if scope.get("scheme") == "https":
+                    headers.setdefault("strict-transport-security", "max-age=31536000")
+            await send(message)
+
+        await self.app(scope, receive, hardened_send)
+
+
+class CrossSiteWriteGuard:
+    """Refuses (403, 40301) a request that may change something when a browser says it comes from a page of
+    another site: a `Sec-Fetch-Site` other than same-origin/none, or an `Origin` whose host is not this one.
+
+    Browsers keep the Basic credentials typed at the prompt our 401 challenge raises and attach them to
+    requests any site makes; a POST without a body (binding a cluster role such as SystemAdmin), or with a
+    JSON body but no Content-Type (the registry reads it as JSON, as Confluent's does: registering a
+    schema), needs no CORS preflight, so the other site cannot read the answer but the change is made. API clients (Java, Python, librdkafka's
+    and Confluent's, curl) send neither header. Reads stay open: the browser keeps their answers from the
+    other site. A departure from Confluent's REST servers, which have no such check; callers without a
+    browser's headers see no difference."""
+
+    SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in self.SAFE_METHODS and self._from_another_site(scope):
+            response = JSONResponse(status_code=403, content={
+                "error_code": 40301,
+                "message": "Requests from a web page of another site may not change anything here"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _from_another_site(scope: Scope) -> bool:
+        headers = Headers(scope=scope)
+        site = headers.get("sec-fetch-site")
+        if site is not None and site.lower() not in ("same-origin", "none"):
+            return True
+        origin = headers.get("origin")
+        # Hosts only: behind a TLS-terminating proxy the scheme this server sees may differ from the page's.
+        return origin is not None and urlsplit(origin).netloc.lower() != headers.get("host", "").lower()
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     _private_storage(settings)
     if settings.oauth.signing_key_secret is None and not settings.dev_mode:
@@ -224,6 +302,10 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     sasl.api.install(app)
     registry.api.install(app)
     gateway.api.install(app)
+    app.add_middleware(CrossSiteWriteGuard)
+    # Last, so outermost: it also sees the answers of the middlewares the packages installed.
+    docs = (app.docs_url, app.swagger_ui_oauth2_redirect_url) if app.docs_url else ()
+    app.add_middleware(SecurityHeaders, docs_paths=frozenset(path for path in docs if path))
     return app
 
 

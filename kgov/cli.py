@@ -22,8 +22,8 @@ from kgov.exposure import (
     REMOTE_FLAG,
     check_control_plane_exposure,
     check_dev_admin_password,
-    forwarded_header_options,
 )
+from kgov.http_server import server_options
 from kgov.settings import Settings, load_settings
 
 
@@ -43,9 +43,8 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.dev_mode:  # a setting like any other: beyond loopback it must not admit a weak super user
         check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
     app = build_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                server_header=False, ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
-                **forwarded_header_options(settings.http_forwarded_allow_ips))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ssl_certfile=args.tls_cert,
+                ssl_keyfile=args.tls_key, **server_options(settings.http_forwarded_allow_ips))
     return 0
 
 

@@ -39,8 +39,8 @@ from kgov.exposure import (
     check_control_plane_exposure,
     check_dev_admin_password,
     check_dev_gateway_exposure,
-    forwarded_header_options,
 )
+from kgov.http_server import server_options
 from kgov.private_files import local_secret, private_dir, private_file
 from kgov.run_directory import run_directory
 from kgov.settings import Settings
@@ -301,9 +301,8 @@ def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequen
     """uvicorn in a thread (the main thread owns the signals and the gateway's event loop)."""
     import uvicorn
 
-    # No `server: uvicorn` header: the version of what answers is nobody's business.
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                           server_header=False, **forwarded_header_options(forwarded_allow_ips)))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           **server_options(forwarded_allow_ips)))
     thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -34,6 +34,7 @@ from registry.config import RegistryConfig
 from registry.contexts import ContextPathRewrite
 from registry.fastpath import SchemaByIdFastPath
 from registry.model import (
+    MAX_SUBJECT_LENGTH,
     Reference,
     RegisterRequest,
     RegistryError,
@@ -158,11 +159,17 @@ def _page(items: list[Any], offset: str | None, limit: str | None) -> list[Any]:
     return items[start:] if count < 0 else items[start : start + count]
 
 
+MAX_SCHEMA_ID = 2**31 - 1  # Confluent's ids are Java ints; a larger number would overflow the database's column
+
+
 def _schema_id(text: str) -> int:
     try:
-        return int(text)
+        schema_id = int(text)
     except ValueError:
         raise RegistryError(40403, "Schema not found") from None
+    if schema_id > MAX_SCHEMA_ID:
+        raise schema_not_found(schema_id)
+    return schema_id
 
 
 def _registry(request: Request) -> SchemaRegistry:
@@ -228,6 +235,8 @@ async def read_json(request: Request) -> dict[str, Any]:
         document = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RegistryError(400, f"Malformed JSON in request body: {exc}") from None
+    except RecursionError:  # deeper than Python's json goes (about 1000 levels; Jackson refuses over 1000)
+        raise RegistryError(400, "Malformed JSON in request body: nested too deeply") from None
     if not isinstance(document, dict):
         raise RegistryError(422, "The request body must be a JSON object")
     return document
@@ -254,6 +263,9 @@ def register_request(document: dict[str, Any]) -> RegisterRequest:
                 and isinstance(ref.get("version"), int) and not isinstance(ref.get("version"), bool)):
             raise RegistryError(422, "Each reference must be an object with string name and subject and an "
                                      "integer version")
+        if len(ref["name"]) > MAX_SUBJECT_LENGTH:  # the store's column, as for subjects
+            raise RegistryError(42201, f"Invalid schema: a reference name is longer than {MAX_SUBJECT_LENGTH} "
+                                       "characters")
         if ref["name"] in names:  # (ambiguous: which one would an import mean?)
             raise RegistryError(42201, f"Invalid schema: the reference name '{ref['name']}' is given twice")
         names.add(ref["name"])

@@ -6,6 +6,8 @@ this ASGI middleware answers repeats without routing, dependency injection or a 
 authentication, same authorization, same bytes. Anything it is not sure about (no cached schema,
 usages due for their refresh, a failed authentication, a denial, an unacceptable Accept header,
 a query parameter that changes the answer) falls through to the full route, which gives the proper answer, error and audit.
+Refused credentials are the exception: the authenticator has already counted, audited and delayed that
+failure, so the fast path answers the full route's 401 itself rather than have the attempt counted twice.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from authz.http import api_error_response, unauthenticated
 from authz.model import Action, Operation, Principal, RequestContext, ResourceType
 
 _PREFIX = "/schemas/ids/"
 _NO_OP_WHEN_EMPTY = frozenset({"format", "referenceFormat", "reference_format"})
+_REFUSED = object()  # `_answer`: the credentials were refused (and that failure recorded)
 _PRODUCED = (b"application/vnd.schemaregistry.v1+json", b"application/vnd.schemaregistry+json",
              b"application/json")
 
@@ -61,7 +65,10 @@ class SchemaByIdFastPath:
             subject = _plain_query(scope.get("query_string", b""))
             if subject is not None and path.startswith(_PREFIX) and path[len(_PREFIX):].isdigit():
                 answer = await self._answer(scope, int(path[len(_PREFIX):]), subject)
-                if answer is not None:
+                if answer is _REFUSED:
+                    await api_error_response(unauthenticated())(scope, receive, send)
+                    return
+                if isinstance(answer, tuple):
                     body, media_type = answer
                     await send({"type": "http.response.start", "status": 200, "headers": [
                         (b"content-type", media_type), (b"content-length", str(len(body)).encode())]})
@@ -69,7 +76,7 @@ class SchemaByIdFastPath:
                     return
         await self.app(scope, receive, send)
 
-    async def _answer(self, scope: Scope, schema_id: int, subject: str) -> tuple[bytes, bytes] | None:
+    async def _answer(self, scope: Scope, schema_id: int, subject: str) -> tuple[bytes, bytes] | object | None:
         registry = getattr(self.state, "schema_registry", None)
         if registry is None:
             return None
@@ -91,7 +98,9 @@ class SchemaByIdFastPath:
                 return None
         else:
             principal = await self.state.authenticator.authenticate(authorization.decode("latin-1"), address)
-            if principal is None or not self._may_read(scope, principal, address, subjects):
+            if principal is None:
+                return _REFUSED
+            if not self._may_read(scope, principal, address, subjects):
                 return None
         body = self._bodies.get(schema_id)
         if body is None:

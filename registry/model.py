@@ -184,10 +184,16 @@ def full_fingerprint(
     return hashlib.sha256(json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
 
 
+MAX_SUBJECT_LENGTH = 1024  # registry.store's subject columns; Confluent sets no limit
+
+
 def validate_subject(subject: str) -> str:
-    """`QualifiedSubject.isValidSubject`: no control characters, not a reserved name."""
+    """`QualifiedSubject.isValidSubject`: no control characters, not a reserved name; and at most
+    `MAX_SUBJECT_LENGTH` characters (PostgreSQL would refuse a longer one with a database error)."""
     if subject in RESERVED_SUBJECTS or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in subject):
         raise RegistryError(42208, f"The specified subject '{subject}' is not a valid.")
+    if len(subject) > MAX_SUBJECT_LENGTH:
+        raise RegistryError(42208, f"The specified subject is not valid: longer than {MAX_SUBJECT_LENGTH} characters")
     return subject
 
 

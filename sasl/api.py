@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, unquote_plus
 
@@ -44,6 +45,9 @@ _TOKEN_STATUS = {
     TokenErrorCode.DELEGATION_TOKEN_EXPIRED: 400,
     TokenErrorCode.INVALID_PRINCIPAL_TYPE: 400,
 }
+
+
+MAX_TOKEN_PRINCIPAL_LENGTH = 512
 
 
 def _credential_error(exc: CredentialError) -> ApiError:
@@ -136,7 +140,7 @@ def _client_out(acct: ServiceAccount) -> OAuthClientOut:
 
 def _principals(values: list[str]) -> list[Principal]:
     try:
-        return [Principal.parse(v) for v in values]
+        return [Principal.parse_given(v) for v in values]
     except InvalidAclError as exc:
         raise ApiError(400, 40067, str(exc)) from None
 
@@ -282,6 +286,10 @@ def _token_router() -> APIRouter:
     ) -> dict[str, Any]:
         """Creates a token owned by the caller (or by `owner`, which needs CREATE_TOKENS on User:<owner>)."""
         owner = _principals([body.owner])[0] if body.owner else principal
+        if max(len(str(owner)), len(str(principal))) > MAX_TOKEN_PRINCIPAL_LENGTH:
+            # The store's owner and requester columns (PostgreSQL would refuse with a database error).
+            raise ApiError(400, 40067, f"Token owners and requesters are at most {MAX_TOKEN_PRINCIPAL_LENGTH} "
+                                       "characters (Type:name)")
         if owner != principal:
             authorize_http(request, principal, ResourceType.USER, str(owner), Operation.CREATE_TOKENS)
         try:
@@ -485,6 +493,7 @@ def _issuer_router() -> APIRouter:
     async def token(request: Request) -> JSONResponse:
         """RFC 6749 §4.4 client-credentials grant; answers a short-lived JWT (RS256/ES256)."""
         service = _service(request)
+        started = time.monotonic()
         address = client_address(request)
         authorization_header = "authorization" in request.headers
         try:
@@ -520,7 +529,8 @@ def _issuer_router() -> APIRouter:
                     address,
                     "oauth.Token",
                 )
-                await asyncio.sleep(service.failure_delay_s)
+                # From the request's arrival, as sasl.http_auth does: the answer's time tells nothing.
+                await asyncio.sleep(max(0.0, service.failure_delay_s - (time.monotonic() - started)))
                 raise OAuthError("invalid_client", "client authentication failed", 401)
             issued = await asyncio.to_thread(service.issue_token, account, form.get("scope") or None)
         except OAuthError as exc:

@@ -2,8 +2,10 @@
 
 `CredentialAuthenticator` (installed by `sasl.api.install`): `Authorization: Basic` checked as PLAIN
 against the SCRAM credential store (with the derivation cache), and `Authorization: Bearer <JWT>`
-validated like OAUTHBEARER tokens. Failures wait `failed_authentication_delay_ms`, count against the
-per-source limit and are audited with their reason; the caller only ever sees 401.
+validated like OAUTHBEARER tokens. Failures count against the per-source limit, are audited with their
+reason, and are answered `failed_authentication_delay_ms` after the request arrived (not after the check:
+a user who has only a SCRAM-SHA-256 credential, or other iterations than most, takes a PBKDF2 of another
+cost than an unknown name, and the difference would name the user); the caller only ever sees 401.
 
 `BootstrapAdminAuthenticator` is the start-up fallback before the credential store is installed.
 """
@@ -14,6 +16,8 @@ import asyncio
 import base64
 import binascii
 import hmac
+import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from passlib.hash import pbkdf2_sha256
@@ -81,14 +85,23 @@ def parse_bearer(authorization: str | None) -> str | None:
 class CredentialAuthenticator:
     """HTTP Basic (SCRAM users, as PLAIN) and Bearer JWTs against the credential service."""
 
-    def __init__(self, service: CredentialService) -> None:
+    def __init__(
+        self,
+        service: CredentialService,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._service = service
+        self._monotonic = monotonic
+        self._sleep = sleep
 
     def __repr__(self) -> str:
         return "CredentialAuthenticator()"
 
     async def authenticate(self, authorization: str | None, client_address: str) -> Principal | None:
         service = self._service
+        started = self._monotonic()
         reason = "no credentials"
         mechanism = "HTTP"
         if service.limiter.blocked(client_address):
@@ -118,7 +131,7 @@ class CredentialAuthenticator:
             service.audit_authentication(
                 Failure(reason, mechanism=mechanism), client_address, "http.Authenticate"
             )
-        await asyncio.sleep(service.failure_delay_s)
+        await self._sleep(max(0.0, service.failure_delay_s - (self._monotonic() - started)))
         return None
 
 

@@ -14,6 +14,7 @@ What is refused, each with its own reason for the audit trail (the client only s
   `nbf` (a token that was never valid, see `_check_claims`);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
 - a principal with surrounding whitespace or control characters (line-based logs print it as is);
+- JSON nested deeper than Python's json parses (its RecursionError is a malformed token, not a crash);
 - JSON numbers that are not finite (`NaN`, `Infinity`, `1e400`): Python's json would read them, and a
   NaN `exp` compares false with everything, so it would never expire.
 
@@ -275,7 +276,8 @@ def _b64json(segment: str, what: str) -> dict[str, Any]:
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
         )
-    except (ValueError, UnicodeError, TypeError):
+    except (ValueError, UnicodeError, TypeError, RecursionError):
+        # RecursionError: nested deeper than Python's json goes, which fits in MAX_TOKEN_LENGTH
         raise TokenValidationError(f"malformed JWT {what}") from None
     if not isinstance(value, dict):
         raise TokenValidationError(f"malformed JWT {what}")

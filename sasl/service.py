@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
+import ipaddress
 import logging
 import secrets
 import threading
@@ -144,8 +145,24 @@ class _Snapshot:
     plain_mechanism: ScramMechanism = SCRAM_SHA_512
 
 
+def limited_source(address: str) -> str:
+    """What `FailureLimiter` counts for a client address: an IPv6 address's /64 (a host is usually given
+    a whole /64, so counting single addresses would let it guess without end by changing the last 64
+    bits); an IPv4-mapped IPv6 address as its IPv4 address; anything else as it is."""
+    try:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return address
+
+
 class FailureLimiter:
-    """Failed attempts per client address in a sliding window; bounded memory."""
+    """Failed attempts per client address (per /64 for IPv6, see `limited_source`) in a sliding window;
+    bounded memory."""
 
     def __init__(
         self,
@@ -167,6 +184,7 @@ class FailureLimiter:
             q.popleft()
 
     def blocked(self, source: str) -> bool:
+        source = limited_source(source)
         now = self._monotonic()
         with self._lock:
             q = self._failures.get(source)
@@ -176,6 +194,7 @@ class FailureLimiter:
             return len(q) >= self._limit
 
     def record_failure(self, source: str) -> None:
+        source = limited_source(source)
         now = self._monotonic()
         with self._lock:
             q = self._failures.setdefault(source, deque(maxlen=self._limit))
@@ -719,6 +738,7 @@ class CredentialService:
     def delete_scram_credential(
         self, name: str, mechanism: str | None, *, actor: Principal | str, client_address: str | None = None
     ) -> int:
+        _check_username(name)
         mech_name = None
         if mechanism is not None:
             mech = MECHANISMS.get(mechanism.upper())
@@ -766,10 +786,10 @@ class CredentialService:
         actor: Principal | str,
         client_address: str | None = None,
     ) -> bool:
-        if not client_id or ":" in client_id or len(client_id) > MAX_NAME_LENGTH:
+        if not client_id or ":" in client_id or "\x00" in client_id or len(client_id) > MAX_NAME_LENGTH:
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL,
-                f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':'",
+                f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':' or NUL",
             )
         if len(secret) < 16:
             raise CredentialError(
@@ -799,7 +819,8 @@ class CredentialService:
             actor,
             client_address,
         )
-        if not self.store.delete_client(client_id, before_commit=audit):
+        # No client id holds NUL (`set_client`); PostgreSQL would refuse to even look it up.
+        if "\x00" in client_id or not self.store.delete_client(client_id, before_commit=audit):
             raise CredentialError(
                 CredentialError.RESOURCE_NOT_FOUND, f"OAuth client {client_id} does not exist"
             )
@@ -1035,6 +1056,8 @@ def _check_username(name: str) -> None:
         raise CredentialError(
             CredentialError.UNACCEPTABLE_CREDENTIAL, f"Username must be at most {MAX_NAME_LENGTH} characters"
         )
+    if "\x00" in name:  # PostgreSQL cannot store it, PLAIN cannot send it (authz.model.refuse_nul)
+        raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "Username must not contain NUL")
 
 
 def _valid_scope_token(s: str) -> bool:

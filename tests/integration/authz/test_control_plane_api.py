@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from kgov.app import build_app
 from kgov.settings import Settings
@@ -136,7 +139,9 @@ def test_opa_decision_api(base: str, admin: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("body", [b"{", b"[]", b'{"input": 3}', b'{"input": {"action": {}}}',
-                                  b'{"input": {"action": {"operation": "READ"}, "requestContext": {}}}'])
+                                  b'{"input": {"action": {"operation": "READ"}, "requestContext": {}}}',
+                                  # deeper than Python's json goes: a RecursionError, not a ValueError
+                                  b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"])
 def test_opa_malformed_documents_are_400(base: str, body: bytes) -> None:
     resp = httpx.post(base + "/v1/data/kafka/authz/allow", content=body)
     assert resp.status_code == 400 and resp.json()["error_code"] == 400 and resp.json()["message"]
@@ -193,3 +198,36 @@ def test_cli_talks_to_the_control_plane_over_http(base: str, monkeypatch: pytest
     monkeypatch.setenv("KGOV_PASSWORD", "wrong")
     assert main(["acls", *common, "--list"]) == 1
     assert "HTTP 401" in capsys.readouterr().err
+
+
+def test_role_binding_and_group_changes_are_audited_with_the_callers_address(tmp_path: Path) -> None:
+    """As ACL changes are: an auditor asks who changed access from where."""
+    settings = Settings(data_dir=tmp_path, cluster_id="c1", admin={"user": ADMIN[0], "password": ADMIN[1]},
+                        sasl={"failed_authentication_delay_ms": 0})
+    app = build_app(settings)
+    with TestClient(app, client=("192.0.2.7", 40000)) as client:
+        client.auth = ADMIN
+        assert client.post("/security/1.0/principals/User:frodo/roles/Operator", json={}).status_code == 204
+        assert client.delete("/security/1.0/principals/User:frodo/roles/Operator").status_code == 204
+        bind = {"resourcePatterns": [{"resourceType": "Topic", "name": "shire-", "patternType": "PREFIXED"}]}
+        assert client.post("/security/1.0/principals/User:frodo/roles/DeveloperRead/bindings",
+                           json=bind).status_code == 204
+        assert client.request("DELETE", "/security/1.0/principals/User:frodo/roles/DeveloperRead/bindings",
+                              json=bind).status_code == 204
+        assert client.put("/v1/groups/Group:hobbits/members/User:frodo").status_code == 204
+        assert client.delete("/v1/groups/Group:hobbits/members/User:frodo").status_code == 204
+    events = [json.loads(line) for line in (tmp_path / "audit" / "events.jsonl").read_text().splitlines()]
+    changes = [e for e in events if e["type"] in ("io.kgov.role_binding_change", "io.kgov.group_change")]
+    assert len(changes) == 6, [e["type"] for e in events]
+    assert {e["data"]["requestMetadata"]["clientAddress"] for e in changes} == {"192.0.2.7"}
+
+
+@pytest.mark.parametrize("forwarded", [{"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
+                                       {"X-Real-IP": "203.0.113.9"}])
+def test_the_decision_api_refuses_what_came_through_an_unlisted_proxy(base: str, forwarded: dict[str, str]) -> None:
+    """A reverse proxy on kgov's host, not listed in http_forwarded_allow_ips, makes every client it
+    forwards look like loopback, which the default decision_api_networks admit. A request that says it
+    was forwarded, by headers nobody believed, is not taken for the proxy's own."""
+    r = httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu"), headers=forwarded)
+    assert (r.status_code, r.json()["error_code"]) == (403, 40301), r.text
+    assert "http_forwarded_allow_ips" in r.json()["message"]

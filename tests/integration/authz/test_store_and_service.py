@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -236,3 +237,44 @@ def test_schema_version_is_recorded(db_url: str) -> None:
         ).scalar()
     assert version == 1
     engine.dispose()
+
+
+def test_database_errors_never_carry_the_statements_values(db_url: str) -> None:
+    """What a failed write tried to store reaches the log (the control plane logs unhandled errors, the
+    registry its storage failures), and the credential tables hold salts, SCRAM keys and secret hashes:
+    the engines never put parameters into their errors."""
+    engine = open_engine(db_url)
+    table = sa.Table("hide_params_probe", sa.MetaData(), sa.Column("k", sa.String(64), primary_key=True),
+                     sa.Column("v", sa.String(64)))
+    table.create(engine)
+    try:
+        with engine.begin() as conn:
+            conn.execute(table.insert(), {"k": "user", "v": "stored-key-material"})
+        # (PostgreSQL's own message names the duplicate key, never the other columns)
+        with pytest.raises(sa.exc.IntegrityError) as caught, engine.begin() as conn:
+            conn.execute(table.insert(), {"k": "user", "v": "stored-key-material"})
+        assert "stored-key-material" not in str(caught.value)
+        assert "hidden" in str(caught.value)
+    finally:
+        table.drop(engine)
+        engine.dispose()
+
+
+def test_a_member_stored_before_names_were_checked_still_loads(tmp_path: Path) -> None:
+    """SQLite kept any name before requests were held to what PostgreSQL can store (`Principal.parse_given`):
+    such a row is still read back (with `Principal.parse`), so the snapshot loads and every other
+    decision goes on."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'kgov.db'}")
+    node = AuthorizerService(engine, AuthzConfig())
+    node.start(background=False)
+    try:
+        odd = Principal("User", "a\x00b" + "x" * 2000)
+        node.store.add_member(Principal("Group", "g"), odd)
+        node.store.add_member(Principal("Group", "g"), Principal("User", "alice"))
+        node.refresh()
+        assert node.groups() == {"Group:g": sorted([str(odd), "User:alice"])}
+        with pytest.raises(InvalidAclError):
+            node.add_group_member(Principal("Group", "g"), Principal.parse_given(str(odd)), actor=Principal("User", "a"))
+    finally:
+        node.close()
+        engine.dispose()

@@ -53,3 +53,15 @@ def test_json_bodies_never_500(client: TestClient, path: str, body: Any) -> None
 def test_raw_bytes_never_500(client: TestClient, body: bytes) -> None:
     r = client.post("/subjects/fuzz/versions", content=body, headers={"Content-Type": "application/octet-stream"})
     assert r.status_code < 500, r.text
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("body", [
+    "[" * 100_000 + "]" * 100_000,  # Python's json gives up with a RecursionError, not a ValueError
+    '{"schema": "\\"string\\"", "metadata": {"properties": ' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}}",
+])
+def test_deeply_nested_json_is_malformed_not_a_server_error(client: TestClient, path: str, body: str) -> None:
+    method = client.put if path.startswith(("/config", "/mode")) else client.post
+    r = method(path, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error_code": 400, "message": "Malformed JSON in request body: nested too deeply"}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -93,3 +95,26 @@ def test_lookups_are_cached_until_a_change(registry_app_factory: Callable[..., F
         clock.now += 1.0
         gone = b.post("/subjects/look-value", json={"schema": props_ab})
         assert (gone.status_code, gone.json()["error_code"]) == (404, 40401)
+
+
+def test_a_failed_login_on_the_fast_path_counts_once(tmp_path: Path) -> None:
+    """With the real credential store: a wrong password on a cached id is one failed attempt (one audit
+    event, one step towards the per-source limit, one failure delay), though the fast path tries the
+    credentials before the full route answers the 401."""
+    from kgov.app import build_app
+    from kgov.settings import Settings
+
+    settings = Settings(data_dir=tmp_path, admin={"password": "admin-password-for-tests"},
+                        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 2})
+    admin = {"Authorization": "Basic " + base64.b64encode(b"admin:admin-password-for-tests").decode()}
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"admin:guess").decode()}
+    with TestClient(build_app(settings)) as client:
+        schema_id = client.post("/subjects/fast-value/versions", json={"schema": SCHEMA}, headers=admin).json()["id"]
+        assert client.get(f"/schemas/ids/{schema_id}", headers=admin).status_code == 200  # now cached
+        r = client.get(f"/schemas/ids/{schema_id}", headers=wrong)
+        assert (r.status_code, r.json()) == (401, {"error_code": 40101, "message": "Unauthorized"})
+        assert r.headers["WWW-Authenticate"].startswith("Basic")
+        assert client.get(f"/schemas/ids/{schema_id}", headers=admin).status_code == 200  # 1 of 2 attempts used
+    events = [json.loads(line) for line in (tmp_path / "audit" / "events.jsonl").read_text().splitlines()]
+    failures = [e for e in events if e["data"].get("result", {}).get("success") is False]
+    assert [e["data"]["result"]["reason"] for e in failures] == ["Authentication failed: Invalid username or password"]

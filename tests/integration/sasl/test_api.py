@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
 from kgov.app import build_app
 from kgov.settings import Settings
+from sasl.http_auth import CredentialAuthenticator
 from sasl.scram import SCRAM_SHA_512, ScramClient
 
 ADMIN_PW = "admin-password-for-tests"
@@ -141,6 +142,73 @@ def test_failed_attempts_are_limited_per_source(tmp_path: Path) -> None:
             assert client.get("/v1/scram/users", headers=basic("admin", "guess")).status_code == 401
         # even the right password is refused while the source is over its limit
         assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
+
+
+def test_a_failure_is_answered_the_failure_delay_after_the_request_arrived(app_env) -> None:
+    """A SHA-256-only user's PBKDF2 costs about half an unknown name's SHA-512 one: waiting the failure
+    delay after the check would let the answer's time name the user. The wait is counted from the
+    request's arrival instead (time injected: each reading of the clock advances it by `step`)."""
+    client, app, _, _ = app_env
+    app.state.credentials.set_scram_credential("bob", "SCRAM-SHA-256", "bob-password-1", actor="admin")
+    readings = iter(x * 0.03 for x in range(1000))
+    slept: list[float] = []
+
+    async def record(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+
+    app.state.authenticator = CredentialAuthenticator(
+        app.state.credentials, monotonic=lambda: next(readings), sleep=record)
+    for headers in (basic("bob", "wrong"), basic("nobody", "wrong"), {"Authorization": "Bearer a.b.c"}, {}):
+        assert client.get("/v1/scram/users", headers=headers).status_code == 401
+    delay = app.state.credentials.failure_delay_s  # 20 ms here, less than the 30 ms a check "took"
+    assert slept == [0.0] * 4
+    app.state.credentials.sasl = app.state.credentials.sasl.model_copy(update={"failed_authentication_delay_ms": 100})
+    slept.clear()
+    for headers in (basic("bob", "wrong"), basic("nobody", "wrong")):
+        assert client.get("/v1/scram/users", headers=headers).status_code == 401
+    assert slept == [0.07, 0.07] and delay == 0.02
+
+
+def test_failed_attempts_from_one_ipv6_network_share_a_limit(tmp_path: Path) -> None:
+    """An IPv6 client usually holds a whole /64: counted per address, it could guess without end by
+    changing the last 64 bits. Its /64 is one source; other networks and IPv4 are unaffected."""
+    settings = Settings(
+        data_dir=tmp_path,
+        admin={"password": ADMIN_PW},
+        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 3},
+    )
+    app = build_app(settings)
+
+    def status(address: str, headers: dict[str, str]) -> int:
+        # Not entered: one app, several client addresses (the lifespan would close the audit sinks).
+        return TestClient(app, client=(address, 50000)).get("/v1/scram/users", headers=headers).status_code
+
+    for suffix in ("1", "2", "ffff:ffff:ffff:fffe"):
+        assert status(f"2001:db8:0:1:{suffix}" if ":" in suffix else f"2001:db8:0:1::{suffix}",
+                      basic("admin", "guess")) == 401
+    assert status("2001:db8:0:1:1234::9", ADMIN) == 401  # the network is over its limit
+    assert status("2001:db8:0:2::1", ADMIN) == 200
+    assert status("192.0.2.1", ADMIN) == 200
+
+
+def test_a_bearer_token_nested_too_deeply_is_a_counted_audited_failure(tmp_path: Path) -> None:
+    """A JWT header Python's json cannot parse for depth (a RecursionError, within the 16 KiB a token may
+    have) is a malformed token like any other: 401, audited, counted against the source; not a 500
+    that escapes the failed-attempt limit and the audit trail."""
+    settings = Settings(
+        data_dir=tmp_path,
+        admin={"password": ADMIN_PW},
+        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 2},
+    )
+    header = base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).rstrip(b"=").decode()
+    nested = {"Authorization": f"Bearer {header}.e30.c2ln"}
+    with TestClient(build_app(settings)) as client:
+        for _ in range(2):
+            r = client.get("/v1/scram/users", headers=nested)
+            assert r.status_code == 401, r.text
+        assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401  # the source is over its limit
+    events = (tmp_path / "audit" / "events.jsonl").read_text()
+    assert events.count("malformed JWT header") == 2
 
 
 def test_client_credentials_and_bearer(app_env) -> None:
