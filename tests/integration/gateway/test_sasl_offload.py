@@ -21,7 +21,7 @@ from audit.sinks import MemorySink
 from authz.model import Principal
 from gateway.codec import SPECS
 from gateway.proxy import Services
-from sasl.mechanism import Step, Success, UnsupportedMechanismError
+from sasl.mechanism import Failure, Step, Success, UnsupportedMechanismError
 from sasl.scram import MAX_ITERATIONS
 from tests.integration.gateway.conftest import (
     AuthzFixture,
@@ -460,3 +460,47 @@ def test_a_step_still_waiting_for_a_thread_when_the_gateway_closes_never_runs(
         gate.set()
         running.close()
         waiting.close()
+
+
+class SlowFailingPlain:
+    """PLAIN whose every step fails after `seconds` of work: a check whose cost depends on the name (a
+    PBKDF2 of one hash or another, or none) stands in for it, fixed and large enough to measure."""
+
+    name = "PLAIN"
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    def step(self, received: bytes) -> Step:
+        time.sleep(self._seconds)
+        return Failure("Authentication failed: Invalid username or password")
+
+
+def test_a_failed_login_is_answered_the_failure_delay_after_its_request_not_after_its_check(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    """Counting the delay from the end of the check added the check's time to the answer's, so how long
+    the answer took told which credential (or none) the name has: a SCRAM-SHA-256 user's PBKDF2 is
+    cheaper than the SHA-512 stand-in an unknown name gets (the HTTP side answers the same way)."""
+    delay_s, check_s = 1.0, 0.8
+
+    def factory(name: str, client_address: str, *, reauthenticating: Principal | None = None) -> SlowFailingPlain:
+        if name != "PLAIN":
+            raise UnsupportedMechanismError(name)
+        return SlowFailingPlain(check_s)
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    gw = gateway_factory(Services(authz.service), security_protocol="SASL_PLAINTEXT", sasl_mechanisms=("PLAIN",),
+                         mechanism_factory=factory, sasl_failure_delay_s=delay_s)
+    raw = RawClient(gw.bootstrap)
+    try:
+        plain_handshake(raw)
+        started = time.monotonic()
+        answer = raw.call(36, 1, AUTH(auth_bytes=plain_token("bob", "wrong")))
+        took = time.monotonic() - started
+    finally:
+        raw.close()
+    assert answer.error_code == 58
+    # Counted from the check's end it took delay + check (1.8 s); from the request, the delay: the bound
+    # leaves a loaded machine half the check's time.
+    assert delay_s * 0.95 <= took < delay_s + check_s / 2, took
