@@ -357,8 +357,21 @@ def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str],
     ]
     if password is not None:
         lines.append(f"  admin password: {password}   (shown once; set KGOV_ADMIN__PASSWORD to choose your own)")
+    else:
+        lines.append("  admin password: the one you set (KGOV_ADMIN__PASSWORD or [admin] password)")
     return "\n".join(lines) + "\n" + client_settings(gateway, settings.admin.user, password, f"{url}/oauth/token") \
         + "\nPress Ctrl-C to stop."
+
+
+def reset_dev_admin(credentials: Any, settings: Settings) -> None:
+    """Dev mode: the admin password this run announces, generated or chosen (`KGOV_ADMIN__PASSWORD`,
+    `[admin] password`), replaces any admin credential an earlier run left in the data directory.
+    Outside `kgov up` an existing credential is kept (`CredentialService.ensure_admin`), but here the
+    start-up text tells the user to set the variable to choose a password, so it must take effect."""
+    if settings.admin.password is None:
+        raise RuntimeError("kgov up needs an admin password (generated when unset)")
+    credentials.set_scram_credential(settings.admin.user, "SCRAM-SHA-512", settings.admin.password.get_secret_value(),
+                                     actor="kgov:up")
 
 
 def close_unused_decision_api(settings: Settings) -> None:
@@ -426,10 +439,7 @@ def _run_up(args: argparse.Namespace) -> int:
         app = build_app(settings)
         if supervisor is not None:
             app.state.health_checks.append(supervisor.problem)  # /health: 503 while the broker is down
-        if password is not None:
-            # Dev mode: the freshly generated password replaces any admin credential of an earlier run.
-            app.state.credentials.set_scram_credential(settings.admin.user, "SCRAM-SHA-512", password,
-                                                       actor="kgov:up")
+        reset_dev_admin(app.state.credentials, settings)
         stack.enter_context(control_plane(app, args.host, args.port,
                                           forwarded_allow_ips=settings.http_forwarded_allow_ips))
         runtime = build_runtime(settings, upstream=upstream)

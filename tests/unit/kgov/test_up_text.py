@@ -24,7 +24,32 @@ def test_startup_text_without_a_generated_password(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path, dev_mode=True)
     text = startup_text(settings, gateway="g:1", mechanisms=["SCRAM-SHA-512"], upstream="u:2", embedded=False,
                         url="http://127.0.0.1:8080", password=None)
-    assert "admin password:" not in text and "<admin password>" in text
+    assert "<admin password>" in text
+    assert "  admin password: the one you set (KGOV_ADMIN__PASSWORD or [admin] password)" in text
+
+
+def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first `kgov up` generates a password; the user then sets KGOV_ADMIN__PASSWORD, as the start-up
+    text says, and starts again on the same data directory: the chosen password must work."""
+    from fastapi.testclient import TestClient
+
+    from kgov.app import build_app
+    from kgov.up import reset_dev_admin
+
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "generated-by-the-first-run")
+    first = load_settings(data_dir=tmp_path, dev_mode=True)
+    with TestClient(build_app(first)) as client:
+        reset_dev_admin(client.app.state.credentials, first)  # type: ignore[attr-defined]
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "chosen-later")
+    second = load_settings(data_dir=tmp_path, dev_mode=True)
+    with TestClient(build_app(second)) as client:
+        credentials = client.app.state.credentials  # type: ignore[attr-defined]
+        assert credentials.verify_password("admin", "chosen-later") is None  # start-up keeps the old one
+        reset_dev_admin(credentials, second)
+        assert credentials.verify_password("admin", "chosen-later") is not None
+        assert credentials.verify_password("admin", "generated-by-the-first-run") is None
+        assert client.get("/subjects", auth=("admin", "chosen-later")).status_code == 200
 
 
 def test_startup_text_says_the_embedded_broker_is_unauthenticated(tmp_path: Path) -> None:
