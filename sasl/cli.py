@@ -176,6 +176,15 @@ class _DbTokens:
     """As the local operator on the database: acts for the token's owner (who may always renew it)."""
 
     def __init__(self, session: _Session) -> None:
+        if session.settings.sasl.delegation_token_secret_key is None:
+            # The service would answer Kafka's bare "Delegation Token feature is not enabled.", which
+            # does not say that this process, not the control plane, lacks the key (`kgov up` keeps
+            # its generated key in the data directory, where the CLI does not look for it).
+            raise CliError(
+                "delegation tokens need sasl.delegation_token_secret_key, the same key as the control plane's: "
+                "set KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY, or go through a running control plane with "
+                "--url http://HOST:PORT --user NAME (for `kgov up`: --url http://127.0.0.1:8080)"
+            )
         self.s = session
 
     def create(self, owner: str | None, renewers: list[str], max_lifetime_ms: int) -> dict[str, Any]:

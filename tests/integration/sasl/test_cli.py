@@ -121,6 +121,16 @@ def test_tokens(cli) -> None:
     assert code == 1 and "not found" in err
 
 
+def test_tokens_without_the_secret_key_say_how_to_get_one(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As after `kgov up`, whose key stays in its process: the CLI names the setting and --url."""
+    run, *_ = cli
+    monkeypatch.delenv("KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY")
+    for argv in (("create", "--owner-principal", "User:alice"), ("describe",), ("expire", "--hmac", "AAAA")):
+        code, out, err = run("tokens", *argv)
+        assert code == 2 and out == ""
+        assert "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY" in err and "--url http://127.0.0.1:8080" in err, err
+
+
 def test_oauth_clients_and_keys(cli) -> None:
     run, *_ = cli
     code, _, _ = run(
