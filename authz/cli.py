@@ -121,7 +121,10 @@ class HttpBackend:
         self.client.close()
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
-        resp = self.client.request(method, path, **kw)
+        try:
+            resp = self.client.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach the control plane at {self.client.base_url}: {exc}") from None
         if resp.status_code >= 400:
             try:
                 message = resp.json().get("message", resp.text)
@@ -215,6 +218,7 @@ def _resources(args: argparse.Namespace, pattern: PatternType) -> list[tuple[Res
     out += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
     out += [(ResourceType.DELEGATION_TOKEN, t) for t in args.delegation_token]
     out += [(ResourceType.USER, u) for u in args.user_principal]
+    out += [(ResourceType.SUBJECT, s) for s in args.subject]
     if (args.cluster or (args.idempotent and args.producer)) and pattern is PatternType.LITERAL:
         out.append((ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME))
     return out
@@ -238,7 +242,7 @@ def _acls_to_add(args: argparse.Namespace) -> list[Acl]:
     resources = _resources(args, pattern)
     if not resources:
         raise CliError("You must provide at least one resource: --topic <topic> or --cluster or --group <group> or "
-                       "--delegation-token <Delegation Token ID>")
+                       "--delegation-token <Delegation Token ID> or --subject <subject>")
     ops_for: dict[ResourceType, list[Operation]] = {}
     if args.producer:
         ops_for = {ResourceType.TOPIC: [Operation.WRITE, Operation.DESCRIBE, Operation.CREATE],
@@ -274,7 +278,8 @@ def _supported(rt: ResourceType) -> frozenset[Operation]:
 def _filters(args: argparse.Namespace) -> list[AclFilter]:
     pattern = PatternType.parse(args.resource_pattern_type)
     resources = _resources(args, pattern) if any(
-        (args.topic, args.group, args.transactional_id, args.delegation_token, args.user_principal, args.cluster)
+        (args.topic, args.group, args.transactional_id, args.delegation_token, args.user_principal, args.subject,
+         args.cluster)
     ) else [(ResourceType.ANY, None)]
     principals: list[str | None] = list(args.principal or []) or [None]
     filters = []
@@ -284,16 +289,24 @@ def _filters(args: argparse.Namespace) -> list[AclFilter]:
     return filters
 
 
-def _print_acls(acls: list[Acl]) -> None:
+def _print_acls(acls: list[Acl], heading: str = "Current ACLs") -> None:
     by_pattern: dict[tuple[ResourceType, str, PatternType], list[Acl]] = {}
     for acl in acls:
         by_pattern.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(acl)
     for (rt, name, pt), group in by_pattern.items():
-        print(f"Current ACLs for resource `ResourcePattern(resourceType={rt.name}, name={name}, patternType={pt.name})`: ")
+        print(f"{heading} for resource `ResourcePattern(resourceType={rt.name}, name={name}, patternType={pt.name})`: ")
         for a in group:
             print(f" \t(principal={a.principal}, host={a.host}, operation={a.operation.name}, "
                   f"permissionType={a.permission.name})")
         print()
+
+
+def _print_current_acls(backend: Backend, changed: list[Acl]) -> None:
+    """As kafka-acls.sh after --add/--remove: every ACL now on the resource patterns just changed."""
+    current: dict[Acl, None] = {}
+    for rt, name, pt in dict.fromkeys((a.resource_type, a.resource_name, a.pattern_type) for a in changed):
+        current.update(dict.fromkeys(backend.describe(AclFilter(rt, name, pt))))
+    _print_acls(list(current))
 
 
 def _confirm(question: str, force: bool) -> bool:
@@ -327,8 +340,8 @@ def _acls_action(args: argparse.Namespace, backend: Backend) -> int:
         errors = backend.create(acls)
         if errors:
             raise CliError("; ".join(errors))
-        print(f"Adding ACLs for {len(acls)} entries")
-        _print_acls(acls)
+        _print_acls(acls, "Adding ACLs")
+        _print_current_acls(backend, acls)
     elif args.remove:
         pattern = PatternType.parse(args.resource_pattern_type)
         if not _resources(args, pattern):
@@ -337,7 +350,8 @@ def _acls_action(args: argparse.Namespace, backend: Backend) -> int:
             return 1
         removed = backend.delete(_filters(args))
         print(f"Removed {len(removed)} ACLs")
-        _print_acls(removed)
+        _print_acls(removed, "Removed ACLs")
+        _print_current_acls(backend, removed)
     else:
         found: dict[Acl, None] = {}
         for flt in _filters(args):
@@ -421,15 +435,40 @@ def _groups_command(args: argparse.Namespace) -> int:
     return 0
 
 
+_ACL_SWITCHES = {
+    "--add": "add the ACLs the other options describe",
+    "--remove": "remove the ACLs on the given resources (asks first unless --force)",
+    "--list": "list ACLs (all, or those on the given resources)",
+    "--producer": "with --topic: WRITE, DESCRIBE and CREATE on it (and WRITE, DESCRIBE on --transactional-id)",
+    "--consumer": "with --topic and --group: READ, DESCRIBE on the topic and READ on the group",
+    "--idempotent": "with --producer: IDEMPOTENT_WRITE on the cluster",
+    "--force": "remove without asking",
+    "--cluster": "the cluster resource (kafka-cluster)",
+}
+_ACL_REPEATABLE = {
+    "--allow-principal": "User:NAME or Group:NAME to allow",
+    "--deny-principal": "User:NAME or Group:NAME to deny",
+    "--allow-host": "host the allow applies to (default *)",
+    "--deny-host": "host the deny applies to (default *)",
+    "--operation": "Read, Write, Create, Describe, Alter, Delete, ... (default All)",
+    "--topic": "topic name (or prefix with --resource-pattern-type prefixed)",
+    "--group": "consumer group name",
+    "--transactional-id": "transactional id",
+    "--delegation-token": "delegation token id",
+    "--user-principal": "User:NAME whose tokens the ACL covers (CreateTokens, DescribeTokens)",
+    "--subject": "schema registry subject (READ to fetch, WRITE to register; a kgov extension)",
+    "--principal": "with --list: only this principal's ACLs",
+}
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     acls = subparsers.add_parser("acls", help="add, remove, list and export ACLs (kafka-acls.sh options)")
     acls.add_argument("export", nargs="?", choices=["export"], default=None, help="write the ACL inventory as JSON")
     acls.add_argument("--output", default=None, help="file for `acls export` (default: standard output)")
-    for flag in ("--add", "--remove", "--list", "--producer", "--consumer", "--idempotent", "--force", "--cluster"):
-        acls.add_argument(flag, action="store_true")
-    for flag in ("--allow-principal", "--deny-principal", "--allow-host", "--deny-host", "--operation", "--topic",
-                 "--group", "--transactional-id", "--delegation-token", "--user-principal", "--principal"):
-        acls.add_argument(flag, action="append", default=[])
+    for flag, text in _ACL_SWITCHES.items():
+        acls.add_argument(flag, action="store_true", help=text)
+    for flag, text in _ACL_REPEATABLE.items():
+        acls.add_argument(flag, action="append", default=[], help=f"{text} (repeatable)")
     acls.add_argument("--resource-pattern-type", default="literal",
                       choices=["literal", "prefixed", "any", "match", "LITERAL", "PREFIXED", "ANY", "MATCH"])
     _add_connection_options(acls)

@@ -26,7 +26,10 @@ def test_add_list_remove(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "acls", "--db", db, "--add", "--allow-principal", "User:Bob", "--allow-principal",
                        "User:Alice", "--allow-host", "198.51.100.0", "--operation", "Read", "--operation", "Write",
                        "--topic", "Test-topic")
-    assert code == 0 and "Adding ACLs for 4 entries" in out
+    assert code == 0
+    assert out.startswith("Adding ACLs for resource "
+                          "`ResourcePattern(resourceType=TOPIC, name=Test-topic, patternType=LITERAL)`: ")
+    assert out.count("principal=") == 8  # the four added, then the four now on the topic
     code, out, _ = run(capsys, "acls", "--db", db, "--list", "--topic", "Test-topic")
     assert code == 0
     assert "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=Test-topic, patternType=LITERAL)`" in out
@@ -38,6 +41,48 @@ def test_add_list_remove(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "Removed 4 ACLs" in out
     _, out, _ = run(capsys, "acls", "--db", db, "--list")
     assert "principal=" not in out
+
+
+def test_add_and_remove_show_what_changed_then_every_acl_now_on_the_resource(
+        db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """As kafka-acls.sh: the ACLs added (or removed), then all the resource's ACLs, not just the new ones."""
+    run(capsys, "acls", "--db", db, "--add", "--allow-principal", "User:a", "--producer", "--topic", "t")
+    code, out, _ = run(capsys, "acls", "--db", db, "--add", "--allow-principal", "User:b", "--consumer", "--topic", "t",
+                       "--group", "g")
+    adding, _, current = out.partition("Current ACLs for resource")
+    assert code == 0 and "Adding ACLs for resource" in adding and "User:a" not in adding
+    assert adding.count("principal=User:b") == 3
+    assert current.startswith(" `ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL)`")
+    for acl in ("User:a, host=*, operation=WRITE", "User:a, host=*, operation=CREATE", "User:b, host=*, operation=READ"):
+        assert f"(principal={acl}, permissionType=ALLOW)" in current
+    assert "name=g, patternType=LITERAL" in current
+    code, out, _ = run(capsys, "acls", "--db", db, "--remove", "--force", "--topic", "t", "--group", "g")
+    assert code == 0 and out.startswith("Removed 6 ACLs\nRemoved ACLs for resource ") and "Current ACLs" not in out
+
+
+def test_subject_acls_for_the_schema_registry(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "acls", "--db", db, "--add", "--allow-principal", "User:alice", "--operation", "Read",
+                       "--operation", "Write", "--subject", "orders-", "--resource-pattern-type", "prefixed")
+    assert code == 0
+    _, out, _ = run(capsys, "acls", "--db", db, "--list", "--subject", "orders-", "--resource-pattern-type", "prefixed")
+    assert "`ResourcePattern(resourceType=SUBJECT, name=orders-, patternType=PREFIXED)`" in out
+    assert out.count("principal=User:alice") == 2
+    code, _, err = run(capsys, "acls", "--db", db, "--add", "--allow-principal", "User:a", "--operation",
+                       "CreateTokens", "--subject", "s")
+    assert code == 1 and "ResourceType Subject only supports operations" in err
+
+
+def test_an_unreachable_control_plane_is_an_error_not_a_traceback(capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        monkeypatch.setenv("KGOV_PASSWORD", "pw")
+        code, out, err = run(capsys, "acls", "--url", url, "--user", "admin", "--list")
+    assert code == 1 and out == ""
+    assert err.startswith(f"Error: cannot reach the control plane at {url}") and "Traceback" not in err
 
 
 def test_producer_and_consumer_shortcuts(db: str, capsys: pytest.CaptureFixture[str]) -> None:
