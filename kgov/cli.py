@@ -101,15 +101,40 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
                 _add_common_options(child)
 
 
+def describe_invalid_settings(exc: ValidationError) -> str:
+    """One line per refused setting: where (the dotted name and its environment variable) and kgov's
+    message, without pydantic's model names, error types and documentation links, which say nothing
+    about kgov. The values are never shown (`hide_input_in_errors`: some are secrets)."""
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        loc = [str(part) for part in error["loc"]]
+        if not loc:
+            lines.append(f"  {message}")
+            continue
+        where = ".".join(loc)
+        if len(loc) <= 2 and all(isinstance(part, str) for part in error["loc"]):
+            where += f" ({'KGOV_' + '__'.join(loc).upper()})"
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+# Libraries whose INFO lines are noise on a command line (httpx logs every request, py4j every
+# connection it closes); their warnings still show.
+_QUIET_LOGGERS = ("httpx", "httpcore", "py4j")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     args.settings = lambda: _settings_loader(args)
     try:
         code: int = args.func(args)
     except ValidationError as exc:
-        print(f"kgov: invalid settings:\n{exc}", file=sys.stderr)
+        print(f"kgov: invalid settings:\n{describe_invalid_settings(exc)}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as exc:
         print(f"kgov: {exc}", file=sys.stderr)

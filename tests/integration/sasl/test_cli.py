@@ -149,9 +149,13 @@ def test_oauth_clients_and_keys(cli) -> None:
 
 
 def test_tokens_through_a_running_control_plane(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """`--url`: the owner is the authenticated user, as with kafka-delegation-tokens.sh."""
+    """`--url`: the owner is the authenticated user, as with kafka-delegation-tokens.sh. httpx's INFO
+    line for each request is not printed."""
+    import logging
+
     from kgov.app import build_app
     from tests.support.server import serve_app
 
@@ -162,6 +166,7 @@ def test_tokens_through_a_running_control_plane(
             sasl={"delegation_token_secret_key": "cli-delegation-key-remote"},
         )
     )
+    caplog.set_level(logging.INFO)
     with serve_app(app) as url:
         app.state.credentials.set_scram_credential("gina", "SCRAM-SHA-512", "gina-password", actor="test")
         monkeypatch.setenv("KGOV_PASSWORD", "gina-password")
@@ -185,3 +190,4 @@ def test_tokens_through_a_running_control_plane(
         monkeypatch.setenv("KGOV_PASSWORD", "wrong")
         code, _, err = run("tokens", "describe")
         assert code == 1 and "401" in err
+    assert caplog.records and not [r for r in caplog.records if r.name.startswith("httpx")]

@@ -87,3 +87,27 @@ def test_implicit_config_of_another_user_is_refused(tmp_path: Path, monkeypatch:
     with pytest.raises(ValueError, match="another user"):
         load_settings()
     assert load_settings(toml).authz.super_user_set == {Principal("User", "mallory")}  # explicit: the operator's call
+
+
+def test_refused_settings_are_reported_by_name_and_variable_without_pydantic_noise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from kgov.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_AUTHZ__DECISION_CACHE_SIZE", "lots")
+    monkeypatch.setenv("KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY", "sh0rt-secret")
+    assert main(["users", "list", "--db", f"sqlite:///{tmp_path / 'k.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kgov: invalid settings:\n")
+    assert "  authz.decision_cache_size (KGOV_AUTHZ__DECISION_CACHE_SIZE): Input should be a valid integer" in err
+    assert "  sasl.delegation_token_secret_key (KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY): sasl.delegation_token_" \
+           "secret_key must have at least 16 characters" in err
+    assert "sh0rt-secret" not in err and "lots" not in err
+    for noise in ("errors.pydantic.dev", "[type=", "Value error, ", "validation error for"):
+        assert noise not in err
+    monkeypatch.delenv("KGOV_AUTHZ__DECISION_CACHE_SIZE")
+    monkeypatch.delenv("KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY")
+    (tmp_path / "kgov.toml").write_text('[authz]\nsuper_user = "User:bob"\n')
+    (tmp_path / "kgov.toml").chmod(0o600)
+    assert main(["users", "list", "--db", f"sqlite:///{tmp_path / 'k.db'}"]) == 2
+    assert capsys.readouterr().err.startswith("kgov: invalid settings:\n  unknown setting(s) in [authz]: super_user; known:")
