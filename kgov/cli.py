@@ -126,8 +126,18 @@ _QUIET_LOGGERS = ("httpx", "httpcore", "py4j")
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in _QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.WARNING)
+    try:
+        return _main(argv)
+    finally:  # main may run inside another program (the tests): leave its logging as it was
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.settings = lambda: _settings_loader(args)
