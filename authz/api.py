@@ -455,12 +455,18 @@ def _field(doc: Any, key: str, kind: type[_T], default: _T | None = None) -> _T:
     """`doc[key]`, which must be a `kind` (JSON: a bool is not a number); `default` when absent."""
     if not isinstance(doc, dict):
         raise OpaInputError(f"expected a JSON object holding {key!r}")
-    if key not in doc and default is not None:
-        return default
-    value = doc.get(key)
+    if key not in doc:
+        if default is not None:
+            return default
+        raise OpaInputError(f"{key!r} is required")
+    value = doc[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise OpaInputError(f"{key!r} must be a {'string' if kind is str else kind.__name__}")
+        raise OpaInputError(f"{key!r} must be {_JSON_KINDS.get(kind, kind.__name__)}")
     return value
+
+
+# What a Python type is called in the JSON the caller sent.
+_JSON_KINDS: dict[type, str] = {dict: "a JSON object", str: "a string", int: "an integer", bool: "true or false"}
 
 
 def _opa_client_address(value: str) -> str:

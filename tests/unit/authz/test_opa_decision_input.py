@@ -98,3 +98,18 @@ def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
 def test_malformed_documents_are_refused(service: AuthorizerService, doc: dict[str, Any]) -> None:
     with pytest.raises(OpaInputError):
         _opa_decide(service, doc)
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"action": {}}, "'requestContext' is required"),
+    (_without(("action", "resourcePattern", "name")), "'name' is required"),
+    (_with(("requestContext", "principal"), "User:bob"), "'principal' must be a JSON object"),
+    (_with(("requestContext", "principal", "principalType"), None), "'principalType' must be a string"),
+    (_with(("action", "resourceReferenceCount"), True), "'resourceReferenceCount' must be an integer"),
+    (_with(("action", "logIfDenied"), "false"), "'logIfDenied' must be true or false"),
+])
+def test_refusals_name_the_field_and_what_it_must_be(service: AuthorizerService, doc: dict[str, Any],
+                                                     message: str) -> None:
+    with pytest.raises(OpaInputError) as refused:
+        _opa_decide(service, doc)
+    assert str(refused.value) == message
