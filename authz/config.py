@@ -48,6 +48,11 @@ class AuthzConfig(BaseModel):
     @field_validator("super_users")
     @classmethod
     def _valid_super_users(cls, v: str) -> str:
+        if v.lstrip().startswith("["):
+            # Kafka would read `["User:bob"]` as a principal of type `["User`, which no login ever has:
+            # a JSON list here (the environment takes lists as JSON elsewhere) would leave no super user.
+            raise ValueError("authz.super_users takes Kafka's super.users syntax, User:alice;User:bob, "
+                             "not a JSON list")
         try:
             parse_super_users(v)
         except InvalidAclError as exc:

@@ -29,6 +29,12 @@ def test_kafka_super_users_validation(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings()
 
 
+def test_super_users_written_as_a_json_list_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGOV_AUTHZ__SUPER_USERS", '["User:bob"]')
+    with pytest.raises(ValidationError, match="super.users syntax, User:alice;User:bob, not a JSON list"):
+        load_settings()
+
+
 def test_blank_super_users_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGOV_AUTHZ__SUPER_USERS", " ")
     assert load_settings().authz.super_user_set == frozenset()
