@@ -31,7 +31,7 @@ def test_kafka_super_users_validation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_super_users_written_as_a_json_list_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGOV_AUTHZ__SUPER_USERS", '["User:bob"]')
-    with pytest.raises(ValidationError, match="super.users syntax, User:alice;User:bob, not a JSON list"):
+    with pytest.raises(ValidationError, match=r"super\.users syntax, User:alice;User:bob, not a JSON list"):
         load_settings()
 
 
