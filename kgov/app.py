@@ -306,7 +306,17 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     # Last, so outermost: it also sees the answers of the middlewares the packages installed.
     docs = (app.docs_url, app.swagger_ui_oauth2_redirect_url) if app.docs_url else ()
     app.add_middleware(SecurityHeaders, docs_paths=frozenset(path for path in docs if path))
+    _warn_when_nobody_can_log_in(settings, app.state.credentials)
     return app
+
+
+def _warn_when_nobody_can_log_in(settings: Settings, credentials: Any) -> None:
+    """A first `kgov serve` without `[admin] password` starts fine, yet no one can use it: say how
+    to get a first user (tokens of an external identity provider, `[oauth] jwks_url`, need none)."""
+    if settings.oauth.jwks_url is None and not credentials.describe_scram_users():
+        log.warning("no user has credentials yet, so no one can log in: set KGOV_ADMIN__PASSWORD (creates the "
+                    "super user User:%s at start) or add users with `kgov users add NAME --password-stdin`",
+                    settings.admin.user)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -148,3 +148,17 @@ def test_forwarded_allow_ips_are_addresses(value: list[str]) -> None:
 
     with pytest.raises(ValidationError, match="http_forwarded_allow_ips"):
         Settings(http_forwarded_allow_ips=value)
+
+
+def test_a_control_plane_no_one_can_log_in_to_says_how_to_get_a_first_user(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("KGOV_ADMIN__PASSWORD", raising=False)
+    with TestClient(build_app(load_settings(data_dir=tmp_path / "empty"))):  # closes what it opened
+        pass
+    warnings = [r.getMessage() for r in caplog.records if "no one can log in" in r.getMessage()]
+    assert warnings and "KGOV_ADMIN__PASSWORD" in warnings[0] and "kgov users add" in warnings[0]
+    caplog.clear()
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "a-long-admin-password-1")
+    with TestClient(build_app(load_settings(data_dir=tmp_path / "with-admin"))):
+        pass
+    assert not [r for r in caplog.records if "no one can log in" in r.getMessage()]
