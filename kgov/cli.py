@@ -143,6 +143,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args.settings = lambda: _settings_loader(args)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, inside the handler below
     except ValidationError as exc:
         print(f"kgov: invalid settings:\n{describe_invalid_settings(exc)}", file=sys.stderr)
         return 2
@@ -151,4 +152,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`kgov acls --list | head`): stop quietly, as other command-line tools do,
+        # and keep Python from writing a traceback when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return code

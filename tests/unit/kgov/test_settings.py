@@ -117,3 +117,20 @@ def test_refused_settings_are_reported_by_name_and_variable_without_pydantic_noi
     (tmp_path / "kgov.toml").chmod(0o600)
     assert main(["users", "list", "--db", f"sqlite:///{tmp_path / 'k.db'}"]) == 2
     assert capsys.readouterr().err.startswith("kgov: invalid settings:\n  unknown setting(s) in [authz]: super_user; known:")
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
+    """`kgov roles list | head -1`: no BrokenPipeError traceback when the reader has gone."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    # The command starts writing only once the reader has closed its end, as `head` does after its lines.
+    code = "import sys, time; time.sleep(1); from kgov.cli import main; sys.exit(main(['roles', 'list']))"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
