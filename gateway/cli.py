@@ -97,6 +97,10 @@ def _quotas_command(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
             entity = _entity(args)
+            if entity == QuotaEntity():
+                print("say whose quota to set: --user U or --user-default (with --client-id C or "
+                      "--client-id-default), --client-id alone, or --ip A or --ip-default", file=sys.stderr)
+                return 2
             store.alter([(entity, ops)])
             print(f"Updated quotas of {entity.describe()}")
             return 0
@@ -112,7 +116,8 @@ def _quotas_command(args: argparse.Namespace) -> int:
                              indent=2))
         else:
             for e, v in rows:
-                values = ", ".join(f"{k}={v[k]:g}" for k in sorted(v))
+                # Exact, as kafka-configs.sh prints them (Double.toString: 1048576.0); `:g` showed 1.04858e+06.
+                values = ", ".join(f"{k}={v[k]!r}" for k in sorted(v))
                 print(f"Quota configs for {e.describe()} are {values}")
         return 0
     except QuotaError as exc:

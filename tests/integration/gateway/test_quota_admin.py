@@ -112,7 +112,13 @@ def test_kgov_quotas_cli(db_url: str, tmp_path: Path, monkeypatch: pytest.Monkey
     assert {"entity": {"user": "alice"}, "values": {PRODUCER_BYTE_RATE: 1048576.0}} in listed
     assert {"entity": {"user": None, "client-id": None}, "values": {CONSUMER_BYTE_RATE: 2048.0}} in listed
     assert main(["quotas", "list", "--user", "alice", "--db", db_url]) == 0
-    assert capsys.readouterr().out.strip() == "Quota configs for user=alice are producer_byte_rate=1.04858e+06"
+    assert capsys.readouterr().out.strip() == "Quota configs for user=alice are producer_byte_rate=1048576.0"
+    assert main(["quotas", "set", "--user", "bob", "--producer-byte-rate", "1048577", "--db", db_url]) == 0
+    capsys.readouterr()
+    assert main(["quotas", "list", "--user", "bob", "--db", db_url]) == 0
+    assert capsys.readouterr().out.strip() == "Quota configs for user=bob are producer_byte_rate=1048577.0"
+    assert main(["quotas", "set", "--producer-byte-rate", "5", "--db", db_url]) == 2
+    assert "say whose quota to set: --user U or --user-default" in capsys.readouterr().err
     assert main(["quotas", "set", "--user", "alice", "--connection-creation-rate", "3", "--db", db_url]) == 1
     assert "cannot be set" in capsys.readouterr().err
     assert main(["quotas", "set", "--user", "alice", "--remove", PRODUCER_BYTE_RATE, "--db", db_url]) == 0
