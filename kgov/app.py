@@ -156,7 +156,7 @@ class RequestBodyLimit:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(status_code=413, headers={"Connection": "close"}, content={
-            "error_code": 413, "message": f"Request body larger than {self.max_bytes} bytes"})
+            "error_code": 413, "message": f"Request body larger than {self.max_bytes} bytes (http_request_max_bytes)"})
         await response(scope, receive, send)
 
 

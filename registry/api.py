@@ -219,7 +219,7 @@ async def read_json(request: Request) -> dict[str, Any]:
     if content_type and content_type.split(";")[0].strip().lower() not in _CONSUMED:
         raise ApiError(415, 415, "HTTP 415 Unsupported Media Type")
     limit = _config(request).max_body_bytes
-    too_large = RegistryError(42209, f"Request body is larger than {limit} bytes")
+    too_large = RegistryError(42209, f"Request body is larger than {limit} bytes (registry.max_body_bytes)")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, too_large.code, too_large.message)

@@ -347,6 +347,7 @@ def test_oversized_body_is_413(registry_app_factory: Callable[..., FastAPI]) -> 
         big = record("Big", *[(f"f{i}", "string") for i in range(100)])
         r = client.post("/subjects/big/versions", json={"schema": big})
         assert error(r) == (413, 42209)
+        assert r.json()["message"] == "Request body is larger than 1000 bytes (registry.max_body_bytes)"
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds for a streamed body too
             yield b'{"schema": "'

@@ -28,7 +28,7 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClie
 def test_declared_oversized_body_is_refused_before_authentication(client: TestClient, path: str) -> None:
     r = client.post(path, content=b"x" * (LIMIT + 1), headers={"Content-Type": "application/json"})
     assert r.status_code == 413
-    assert r.json() == {"error_code": 413, "message": f"Request body larger than {LIMIT} bytes"}
+    assert r.json() == {"error_code": 413, "message": f"Request body larger than {LIMIT} bytes (http_request_max_bytes)"}
 
 
 def test_streamed_oversized_body_is_refused(client: TestClient) -> None:
