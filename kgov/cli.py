@@ -125,6 +125,9 @@ _QUIET_LOGGERS = ("httpx", "httpcore", "py4j")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Whoever configured logging first owns it: the `kgov` process, unless main runs inside another
+    # program (the tests), whose logging is left as it was when main returns.
+    owns_logging = not logging.getLogger().handlers
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet = [logging.getLogger(name) for name in _QUIET_LOGGERS]
     levels = [logger.level for logger in quiet]
@@ -132,9 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.setLevel(logging.WARNING)
     try:
         return _main(argv)
-    finally:  # main may run inside another program (the tests): leave its logging as it was
-        for logger, level in zip(quiet, levels, strict=True):
-            logger.setLevel(level)
+    finally:
+        if not owns_logging:  # a process of our own keeps them quiet to its end (py4j logs at exit)
+            for logger, level in zip(quiet, levels, strict=True):
+                logger.setLevel(level)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -96,3 +96,24 @@ def test_every_report_parameter_has_exactly_one_way_to_be_set() -> None:
                                  "Europe/Berlin", "--dormant-days", "90", "--baseline-days", "3.5",
                                  "--gap-minutes", "15"))
     assert [f for f in _FLAGGED if getattr(o.params, f) == getattr(R.Params(), f)] == []
+
+
+def test_a_missing_local_input_is_refused_before_spark_starts(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from kgov.cli import main
+    from spark_compliance import job
+    from spark_compliance.cli import missing_local_paths
+
+    def no_spark(_opts: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(job, "run", no_spark)
+    (tmp_path / "logs").mkdir()
+    code = main(["audit", "run", "--input", str(tmp_path / "logs"), str(tmp_path / "nope"),
+                 "--classification", str(tmp_path / "c.json"), "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err == (f"kgov audit run: no such file or directory: {tmp_path / 'nope'}, "
+                                       f"{tmp_path / 'c.json'}\n")
+    parsed = _parse("--input", str(tmp_path / "logs"), f"file://{tmp_path}/logs", f"file:{tmp_path}/gone",
+                    "hdfs://nn/logs", str(tmp_path / "*" / "server.log"), "--out", "o")
+    assert missing_local_paths(parsed) == [f"file:{tmp_path}/gone"]
