@@ -17,9 +17,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     audit = subparsers.add_parser("audit", help="compliance audits of Kafka and kgov logs on Spark")
     sub = audit.add_subparsers(dest="audit_command", required=True)
     gen = sub.add_parser("generate", help="write synthetic mixed-format logs with planted incidents")
-    gen.add_argument("--lines", type=int, required=True, metavar="N")
-    gen.add_argument("--seed", type=int, default=1, metavar="S")
-    gen.add_argument("--out", required=True, metavar="DIR")
+    gen.add_argument("--lines", type=int, required=True, metavar="N",
+                     help="log lines in all, at least 5000 (a week of logs from 11 files)")
+    gen.add_argument("--seed", type=int, default=1, metavar="S", help="the same seed writes the same logs (default 1)")
+    gen.add_argument("--out", required=True, metavar="DIR",
+                     help="where the logs go, with planted.json, inventory.json and classification.json")
     gen.set_defaults(func=_generate)
     run = sub.add_parser("run", help="ingest logs, write the reports, findings.json and report.html")
     add_run_arguments(run)
