@@ -105,10 +105,15 @@ def build_runtime(
     extra_audit: AuditSink | None = None,
 ) -> GatewayRuntime:
     config: GatewayConfig = settings.gateway
-    listen_host, listen_port = parse_host_port(listen or config.listen, "--listen")
+    # Name where the value came from: an option, or the setting (file or KGOV_GATEWAY__* variable).
+    listen_host, listen_port = parse_host_port(listen or config.listen,
+                                               "--listen" if listen else "gateway.listen (KGOV_GATEWAY__LISTEN)")
     upstream_text = upstream or config.upstream
     if not upstream_text:
         raise ValueError("the gateway needs an upstream cluster: pass --upstream HOST:PORT or set gateway.upstream")
+    # Parsed before anything is opened, so that a refusal leaves no database or thread behind.
+    upstream_address = parse_host_port(upstream_text,
+                                       "--upstream" if upstream else "gateway.upstream (KGOV_GATEWAY__UPSTREAM)")
     if getattr(settings, "dev_mode", False):
         refuse_weak_admin_password_beyond_loopback(getattr(settings, "weak_admin_password", False), [listen_host])
     enabled = [m.upper() for m in settings.sasl.enabled_mechanisms]
@@ -147,7 +152,7 @@ def build_runtime(
     options = GatewayOptions(
         listen_host=listen_host,
         listen_port=listen_port,
-        upstream=parse_host_port(upstream_text, "--upstream"),
+        upstream=upstream_address,
         advertised_host=config.advertised_host,
         address_mode=config.address_mode,
         node_port_base=config.node_port_base,

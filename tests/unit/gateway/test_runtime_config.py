@@ -38,3 +38,13 @@ def test_dev_mode_with_a_weak_admin_password_is_refused_beyond_loopback(tmp_path
     with pytest.raises(ValueError, match=r"refusing a weak admin password on '0\.0\.0\.0' in dev mode"):
         build_runtime(settings, listen="0.0.0.0:0", upstream="127.0.0.1:9")
     assert not (tmp_path / "kgov.db").exists()
+
+
+def test_a_malformed_address_names_the_setting_or_option_it_came_from(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, gateway={"listen": "nonsense", "upstream": "kafka:9092x"})
+    with pytest.raises(ValueError, match=r"^gateway\.listen \(KGOV_GATEWAY__LISTEN\) must be HOST:PORT, got 'nonsense'"):
+        build_runtime(settings)
+    with pytest.raises(ValueError, match=r"^--listen must be HOST:PORT, got 'also-nonsense'"):
+        build_runtime(settings, listen="also-nonsense")
+    with pytest.raises(ValueError, match=r"^gateway\.upstream \(KGOV_GATEWAY__UPSTREAM\) must be HOST:PORT"):
+        build_runtime(settings, listen="127.0.0.1:0")
