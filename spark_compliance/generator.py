@@ -375,8 +375,16 @@ def _plant(w: _Writer, rng: random.Random, expected_fetch_bytes_per_hour: float)
         ts = _at(4, 14, 5 * i)
         p.add("broker-3", AUTHZ, ts, w.authz("broker-3", ts, ETL, "10.8.8.8", etl.actions[0], None))
     p.incident("NEW_HOST", ETL, "10.8.8.8")
-    # OFF_HOURS_ACCESS: carol, who works office hours, reads at 02:00 on Saturday.
+    # OFF_HOURS_ACCESS: carol, who works office hours, reads at 02:00 on Saturday. Her office hours are
+    # planted too (12 reads a weekday): the rule needs `off_hours_min_events` of hers and an off-hours share
+    # of at most `off_hours_max_share`, which her share of the background alone gives only in larger runs
+    # (at MIN_LINES she had about 50 events, 6 of them off hours: 12%, and the incident went unreported).
     carol = _actor("User:carol")
+    for day in range(5):
+        for i in range(12):
+            ts = _at(day, 10 + i // 3, 13 * (i % 3) + 5)
+            p.add("broker-4", AUTHZ, ts, w.authz("broker-4", ts, carol.principal, carol.hosts[0], carol.actions[0],
+                                                 _acl_of(carol, carol.actions[0])))
     for i in range(6):
         ts = _at(5, 2, 4 * i)
         p.add("broker-4", AUTHZ, ts, w.authz("broker-4", ts, carol.principal, carol.hosts[0], carol.actions[0],

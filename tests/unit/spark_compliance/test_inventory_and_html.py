@@ -82,3 +82,22 @@ def generator_rules() -> tuple[str, ...]:
     from spark_compliance.findings import RULES
 
     return RULES
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_the_off_hours_incident_is_reportable_at_the_smallest_size(tmp_path: Path, seed: int) -> None:
+    """carol's planted 02:00 reads are an incident only against her office hours: at least
+    `off_hours_min_events` of her events, off hours at most `off_hours_max_share` of them (counted
+    here from the brokers' authorizer lines alone, fewer than the audit reads)."""
+    from datetime import datetime
+
+    from spark_compliance.reports import Params
+
+    generator.generate(tmp_path, generator.MIN_LINES, seed)
+    times = [datetime.strptime(line[1:20], "%Y-%m-%d %H:%M:%S")
+             for log in (tmp_path / "logs").glob("broker-*/kafka-authorizer.log")
+             for line in log.read_text().splitlines() if "Principal = User:carol is Allowed" in line]
+    off = [t for t in times if not (t.weekday() < 5 and 8 <= t.hour < 18)]
+    params = Params()
+    assert len(off) == 6 and len(times) >= params.off_hours_min_events
+    assert len(off) / len(times) <= params.off_hours_max_share
