@@ -44,6 +44,10 @@ class _RotatingFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._chain = Chain(integrity, writer or WriterInfo.of_this_process()) if integrity else None
         self._side: TextIO | None = None
+        # The moves of a rotation still to do (data file, then its chain file, each only if there): one that
+        # failed part-way is finished by the next append, never started over (a move done twice pushes a kept
+        # file out), and once the files are moved only the opening is retried.
+        self._moves: list[tuple[Path, Path | None]] | None = None
         self._fh = self._open()
         self._size = self._fh.tell()
 
@@ -62,6 +66,9 @@ class _RotatingFile:
                 self._side = os.fdopen(fd, "a", encoding="utf-8")
                 self._seal_line(self._chain.header(self.path.name, after, prefix))
             except BaseException:
+                if self._side is not None:
+                    with contextlib.suppress(OSError):  # a retried open must not leak the chain file's descriptor
+                        self._side.close()
                 fh.close()
                 raise
         return fh
@@ -79,34 +86,40 @@ class _RotatingFile:
             self._side.close()
         self._fh.close()
 
-    @staticmethod
-    def _rename(src: Path, dst: Path) -> None:
-        """Moves a file and its chain file (also one left from a run with integrity on: the pair stays aligned).
-        Each is moved only if there, so a rotation retried after a failure between the two completes."""
-        if src.exists():
-            os.replace(src, dst)
-        if chain_path(src).exists():
-            os.replace(chain_path(src), chain_path(dst))
-
     def _rotate(self) -> None:
         self._close_files("end")
+        name = self.path.name
         if self.backups == 0:
-            self.path.unlink(missing_ok=True)
-            chain_path(self.path).unlink(missing_ok=True)
+            self._moves = [(self.path, None)]
         else:
-            for i in range(self.backups - 1, 0, -1):
-                self._rename(self.path.with_name(f"{self.path.name}.{i}"),
-                             self.path.with_name(f"{self.path.name}.{i + 1}"))
-            self._rename(self.path, self.path.with_name(f"{self.path.name}.1"))
+            self._moves = [(self.path.with_name(f"{name}.{i}"), self.path.with_name(f"{name}.{i + 1}"))
+                           for i in range(self.backups - 1, 0, -1)]
+            self._moves.append((self.path, self.path.with_name(f"{name}.1")))
+        self._finish_rotation()
+
+    def _finish_rotation(self) -> None:
+        assert self._moves is not None
+        while self._moves:
+            src, dst = self._moves[0]
+            for a, b in ((src, dst), (chain_path(src), chain_path(dst) if dst is not None else None)):
+                # The chain file is moved with its data file, also one left from a run with integrity on.
+                if b is None:
+                    a.unlink(missing_ok=True)
+                elif a.exists():
+                    os.replace(a, b)
+            self._moves.pop(0)
         self._fh = self._open()
         self._size = 0
+        self._moves = None
 
     def append(self, line: str) -> None:
         data = line + "\n"
         size = len(data.encode("utf-8"))
         try:
             with self._lock:
-                if self._size and self._size + size > self.max_bytes:
+                if self._moves is not None:
+                    self._finish_rotation()
+                elif self._size and self._size + size > self.max_bytes:
                     self._rotate()
                 self._fh.write(data)
                 self._fh.flush()
