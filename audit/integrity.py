@@ -15,7 +15,8 @@ A chain file holds one JSON object per line, each sealed by a MAC over the previ
 - `r`: one data line, by its SHA-256; `end`: the writer rotated this file away; `stop`: the sink was closed.
 
 Several writers may append to one file (the control plane and each `kgov users` command write
-`events.jsonl`): each has its own chain and the verifier matches lines to seals by hash, per writer in order.
+`events.jsonl`): each has its own chain and the verifier matches lines to seals by hash, per writer in order,
+and checks that lines of different writers were not moved past each other (`_crossed_writers`).
 
 What is detected: a changed, inserted, deleted or reordered line or seal; a rotated file whose tail was cut
 (no `end`); a middle file deleted or files reordered (the `cont` link); a chain sealed with another key.
@@ -332,7 +333,9 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
     for i, digest in enumerate(digests):
         if not digest:
             continue
-        taken = next((w for w, q in queues.items() if heads[w] < len(q) and q[heads[w]].doc["h"] == digest), None)
+        # Of several writers whose next seal is this line (the same text twice), the one that sealed first.
+        taken = min(((q[heads[w]].line, w) for w, q in queues.items()
+                     if heads[w] < len(q) and q[heads[w]].doc["h"] == digest), default=(0, None))[1]
         if taken is not None:
             queues[taken][heads[taken]].data_line = i + 1
             heads[taken] += 1
@@ -370,9 +373,36 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
         if missing:
             first = Problem(f.name, len(lines) + 1, Reason.TRUNCATED,
                             f"{missing} sealed line(s) at the end of the file are missing")
+    if first is None:
+        first = _crossed_writers(f, entries)
     if first is not None:
         problems.append(first)
     return len(lines)
+
+
+def _crossed_writers(f: AuditFile, entries: list[_Entry]) -> Problem | None:
+    """Lines of different writers moved past each other (each writer's own order is checked by pairing).
+
+    A writer writes its line and then seals it, one line at a time, so its line comes after its previous
+    chain entry (its header or last seal) in time. If another writer's seal is earlier in the chain file than
+    that previous entry, that writer's line was written before this one: it must come first in the data
+    file. Lines and seals of concurrent writers may otherwise cross (a line written, another writer's line
+    written and sealed, then the first sealed): that is allowed."""
+    previous: dict[str, int] = {}
+    after: dict[int, int] = {}  # data line -> chain line of its writer's entry before its seal
+    sealed_at: dict[int, int] = {}  # data line -> chain line of its seal
+    for e in entries:
+        if e.data_line is not None:
+            after[e.data_line] = previous.get(e.doc["w"], 0)
+            sealed_at[e.data_line] = e.line
+        previous[e.doc["w"]] = e.line
+    bound = 0
+    for data_line in sorted(sealed_at):
+        if sealed_at[data_line] < bound:
+            return Problem(f.name, data_line, Reason.REORDERED,
+                           "this line was sealed before a line above it (by another writer) was written")
+        bound = max(bound, after[data_line])
+    return None
 
 
 def _unsealed_prefix(f: AuditFile, entries: list[_Entry], lines: list[bytes]) -> tuple[Problem, int] | None:

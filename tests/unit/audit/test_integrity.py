@@ -404,3 +404,42 @@ def test_a_file_copied_in_as_an_older_rotation_is_found(tmp_path: Path) -> None:
         (src.parent / src.name.replace("a.log.1", "a.log.40")).write_bytes(src.read_bytes())
     found = problems(tmp_path)
     assert found and {r for _, _, r in found} <= {Reason.REORDERED}, found
+
+
+def test_lines_of_two_writers_moved_past_each_other_are_found(tmp_path: Path) -> None:
+    """A `kgov users` command (b) grants, the control plane (a) then logs reads, b revokes. Moving the grant
+    below the reads keeps each writer's own order, yet the reads now seem to come before the grant."""
+    b = TextLineSink(tmp_path / "e.log", integrity=KEY,
+                     writer=WriterInfo("bbbbbbbbbbbb", "h2", 2, "2024-05-01T10:00:01.000+00:00"))
+    b.write_line("granted: User:alice ALL on Topic:payments")
+    a = TextLineSink(tmp_path / "e.log", integrity=KEY,
+                     writer=WriterInfo("aaaaaaaaaaaa", "h1", 1, "2024-05-01T10:00:00.000+00:00"))
+    for i in range(3):
+        a.write_line(f"allowed: User:alice READ Topic:payments ({i})")
+    b.write_line("revoked: User:alice ALL on Topic:payments")
+    a.close()
+    b.close()
+    assert all(r.ok for r in verify(tmp_path))
+    rewrite(tmp_path / "e.log", lambda ls: [*ls[1:4], ls[0], ls[4]])
+    assert problems(tmp_path) == [("e.log", 4, Reason.REORDERED)]
+
+
+def test_interleaved_writers_whose_lines_and_seals_cross_still_verify(tmp_path: Path) -> None:
+    """Two processes: a writes its line, b writes and seals its own, then a seals. The data file and the
+    chain file then list the two in opposite orders; that is no tampering."""
+    a = TextLineSink(tmp_path / "e.log", integrity=KEY,
+                     writer=WriterInfo("aaaaaaaaaaaa", "h1", 1, "2024-05-01T10:00:00.000+00:00"))
+    b = TextLineSink(tmp_path / "e.log", integrity=KEY,
+                     writer=WriterInfo("bbbbbbbbbbbb", "h2", 2, "2024-05-01T10:00:01.000+00:00"))
+    chain_a = a._file._chain
+    assert chain_a is not None
+    seal = a._file._seal_line
+    for i in range(3):
+        a._file._fh.write(line(0, i) + "\n")
+        a._file._fh.flush()
+        b.write_line(line(1, i))
+        seal(chain_a.record(line(0, i)))
+    a.close()
+    b.close()
+    [report] = verify(tmp_path)
+    assert report.ok and report.records == 6, report
