@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import enum
 import hashlib
+import heapq
 import hmac
 import json
 import os
@@ -323,6 +325,11 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
         if e.doc["k"] == "r":
             queues.setdefault(e.doc["w"], []).append(e)
     heads = dict.fromkeys(queues, 0)
+    # Each writer's next seal, by the digest it seals: a line finds its writer without a scan of all writers
+    # (a crafted chain file may name a writer per entry). Entries a skip left behind are dropped when met.
+    waiting: dict[str, list[tuple[int, str]]] = {}
+    for w, q in queues.items():
+        heapq.heappush(waiting.setdefault(q[0].doc["h"], []), (q[0].line, w))
     lines = _split_lines(f.data or b"")
     digests = [line_digest(line) for line in lines]
     first: Problem | None = None
@@ -334,11 +341,18 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
         if not digest:
             continue
         # Of several writers whose next seal is this line (the same text twice), the one that sealed first.
-        taken = min(((q[heads[w]].line, w) for w, q in queues.items()
-                     if heads[w] < len(q) and q[heads[w]].doc["h"] == digest), default=(0, None))[1]
+        taken: str | None = None
+        candidates = waiting.get(digest, [])
+        while candidates and taken is None:
+            at_line, w = heapq.heappop(candidates)
+            if heads[w] < len(queues[w]) and queues[w][heads[w]].line == at_line:
+                taken = w
         if taken is not None:
             queues[taken][heads[taken]].data_line = i + 1
             heads[taken] += 1
+            if heads[taken] < len(queues[taken]):
+                head = queues[taken][heads[taken]]
+                heapq.heappush(waiting.setdefault(head.doc["h"], []), (head.line, taken))
             continue
         if first is not None:
             continue
@@ -354,6 +368,7 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
             first = Problem(f.name, i + 1, reason, detail)
             queues[w][j].data_line = i + 1
             heads[w] = j + 1
+            _wait_for_head(waiting, queues[w], heads[w])
             continue
         rest = set(digests[i + 1:])
         # A writer whose next sealed line is nowhere further down: this line took its place.
@@ -363,6 +378,7 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
             first = Problem(f.name, i + 1, Reason.MODIFIED, "the line does not match its seal")
             queues[replaced][heads[replaced]].data_line = i + 1
             heads[replaced] += 1
+            _wait_for_head(waiting, queues[replaced], heads[replaced])
         else:
             unsealed_tail = i == len(digests) - 1
             first = Problem(f.name, i + 1, Reason.INSERTED,
@@ -378,6 +394,11 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
     if first is not None:
         problems.append(first)
     return len(lines)
+
+
+def _wait_for_head(waiting: dict[str, list[tuple[int, str]]], queue: list[_Entry], head: int) -> None:
+    if head < len(queue):
+        heapq.heappush(waiting.setdefault(queue[head].doc["h"], []), (queue[head].line, queue[head].doc["w"]))
 
 
 def _crossed_writers(f: AuditFile, entries: list[_Entry]) -> Problem | None:
@@ -447,6 +468,19 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
         name, line = at(e)
         problems.append(Problem(name, line, reason, detail))
 
+    # Per writer, its sequence numbers in this file (sorted) and, per entry, the writer's next entry: what the
+    # checks below ask about the rest of the file, without a scan per entry (a crafted file must not hang us).
+    numbers: dict[str, list[int]] = {}
+    following: list[_Entry | None] = [None] * len(entries)
+    last_of: dict[str, int] = {}
+    for idx, e in enumerate(entries):
+        numbers.setdefault(e.doc["w"], []).append(e.doc["n"])
+        if (before := last_of.get(e.doc["w"])) is not None:
+            following[before] = e
+        last_of[e.doc["w"]] = idx
+    for ns in numbers.values():
+        ns.sort()
+
     for idx, e in enumerate(entries):
         d, w, kind = e.doc, e.doc["w"], e.doc["k"]
         if kind in ("start", "cont"):
@@ -477,16 +511,16 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
         if d["n"] <= seg.last_n:
             report(e, Reason.REORDERED, f"writer {w}'s record {d['n']} comes after its record {seg.last_n}")
         elif d["n"] > seg.last_n + 1:
-            skipped = range(seg.last_n + 1, d["n"])
-            if any(x.doc["w"] == w and x.doc["n"] in skipped for x in entries[idx + 1:]):
+            ns = numbers[w]
+            pos = bisect.bisect_right(ns, seg.last_n)
+            if pos < len(ns) and ns[pos] < d["n"]:  # a skipped record is elsewhere in this file
                 report(e, Reason.REORDERED, f"writer {w}'s record {d['n']} comes before its record {seg.last_n + 1}")
             else:
                 report(e, Reason.DELETED, f"writer {w}'s records {seg.last_n + 1}..{d['n'] - 1} are missing")
         elif not hmac.compare_digest(_seal(key, seg.last_mac, d), mac):
-            following = next((x for x in entries[idx + 1:] if x.doc["w"] == w), None)
-            if (following is not None and following.doc["n"] == d["n"]
-                    and hmac.compare_digest(_seal(key, seg.last_mac, following.doc),
-                                            _unb64_safe(following.doc["m"]))):
+            nxt = following[idx]
+            if (nxt is not None and nxt.doc["n"] == d["n"]
+                    and hmac.compare_digest(_seal(key, seg.last_mac, nxt.doc), _unb64_safe(nxt.doc["m"]))):
                 report(e, Reason.INSERTED, f"a seal of writer {w} that its chain skips")
                 continue
             report(e, Reason.MODIFIED, "the seal does not verify")

@@ -443,3 +443,30 @@ def test_interleaved_writers_whose_lines_and_seals_cross_still_verify(tmp_path: 
     b.close()
     [report] = verify(tmp_path)
     assert report.ok and report.records == 6, report
+
+
+def _crafted(entries: list[dict[str, object]]) -> bytes:
+    return "".join(json.dumps(e) + "\n" for e in entries).encode()
+
+
+@pytest.mark.parametrize("shape", ["every seal skips a number", "a writer per seal"])
+def test_a_crafted_chain_file_cannot_make_verify_hang(shape: str) -> None:
+    """20,000 entries: checks that looked through the rest of the file for every entry took minutes (the
+    work grew with the square of the file); now each entry costs about the same. The bound is wide: the
+    check takes well under a second even on a loaded machine."""
+    import time
+
+    from audit.integrity import AuditFile, verify_family
+
+    n = 20_000
+    header = {"k": "start", "w": "a", "n": 0, "m": "x", "prev": "", "key": KEY.key_id}
+    if shape == "every seal skips a number":
+        chain = _crafted([header, *({"k": "r", "w": "a", "n": 2 * i + 2, "m": "x", "h": "y"} for i in range(n))])
+        data = b""
+    else:
+        chain = _crafted([{"k": "r", "w": f"w{i}", "n": 1, "m": "x", "h": f"h{i}"} for i in range(n)])
+        data = "".join(f"line {i}\n" for i in range(n)).encode()
+    started = time.monotonic()
+    [report] = verify_family([AuditFile("a.log", ".a.log.chain", data, chain)], KEY)
+    assert time.monotonic() - started < 10.0
+    assert not report.ok
