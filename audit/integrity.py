@@ -214,9 +214,10 @@ def last_seal(chain_file: Path) -> dict[str, Any] | None:
     for raw in reversed(tail.splitlines()):
         try:
             doc = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(doc, dict) and {"w", "n", "m"} <= doc.keys():
+        if (isinstance(doc, dict) and isinstance(doc.get("w"), str) and type(doc.get("n")) is int
+                and isinstance(doc.get("m"), str)):
             return {"w": doc["w"], "n": doc["n"], "m": doc["m"]}
     return None
 
@@ -306,8 +307,9 @@ def _parse_chain(f: AuditFile, problems: list[Problem]) -> list[_Entry]:
     for i, raw in enumerate(_split_lines(f.chain or b""), 1):
         try:
             doc = json.loads(raw)
-            ok = (isinstance(doc, dict) and isinstance(doc.get("w"), str) and type(doc.get("n")) is int
-                  and isinstance(doc.get("m"), str) and doc.get("k") in ("start", "cont", "r", "end", "stop")
+            ok = (isinstance(doc, dict) and _flat(doc) and isinstance(doc.get("w"), str)
+                  and type(doc.get("n")) is int and isinstance(doc.get("m"), str)
+                  and doc.get("k") in ("start", "cont", "r", "end", "stop")
                   and (doc["k"] != "r" or isinstance(doc.get("h"), str)))
         except (ValueError, RecursionError):
             ok = False
@@ -316,6 +318,13 @@ def _parse_chain(f: AuditFile, problems: list[Problem]) -> list[_Entry]:
             continue
         entries.append(_Entry(i, doc))
     return entries
+
+
+def _flat(doc: dict[str, Any]) -> bool:
+    """What a writer writes: scalars, and objects of scalars (`after`, `prefix`). Anything nested deeper is
+    refused here: sealing it again for the check could exceed the recursion limit that parsing just met."""
+    return all(not isinstance(v, (list, dict)) or (isinstance(v, dict) and not any(
+        isinstance(x, (list, dict)) for x in v.values())) for v in doc.values())
 
 
 def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -> int:

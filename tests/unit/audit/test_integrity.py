@@ -470,3 +470,38 @@ def test_a_crafted_chain_file_cannot_make_verify_hang(shape: str) -> None:
     [report] = verify_family([AuditFile("a.log", ".a.log.chain", data, chain)], KEY)
     assert time.monotonic() - started < 10.0
     assert not report.ok
+
+
+def test_a_deeply_nested_chain_entry_is_refused_not_a_crash() -> None:
+    """JSON nested nearly as deep as the parser allows, in an entry that names the right key: sealing it
+    again for the check needs a few more levels than parsing did (RecursionError). Where the limit falls
+    depends on the stack, so every depth near it is tried, from several stack depths."""
+    from audit.integrity import AuditFile, verify_family
+
+    def at_depth(extra: int, chain: bytes) -> list[FileReport]:
+        if extra:
+            return at_depth(extra - 1, chain)
+        return verify_family([AuditFile("a.log", ".a.log.chain", b"x\n", chain)], KEY)
+
+    for depth in range(850, 1000):
+        nested = "[" * depth + "]" * depth
+        chain = (f'{{"k":"start","w":"a","n":0,"m":"x","key":"{KEY.key_id}","x":{nested}}}\n'
+                 f'{{"k":"r","w":"a","n":1,"m":"x","h":"y","after":{{"w":{nested}}}}}\n').encode()
+        for extra in range(0, 40, 3):
+            [report] = at_depth(extra, chain)
+            assert not report.ok
+
+
+def test_a_writer_starts_after_a_chain_file_whose_tail_is_garbage(tmp_path: Path) -> None:
+    """The next `start` anchors the file's last entry: a garbled tail (deep JSON, wrong types) is skipped
+    over, never a crash at start-up and never copied into the new writer's sealed `start`."""
+    write_trail(tmp_path, runs=1, per_run=2, max_bytes=10**6)
+    chain = chain_path(tmp_path / "a.log")
+    last = json.loads(chain.read_text().splitlines()[-1])
+    with open(chain, "a") as fh:
+        fh.write('{"w":{"x":1},"n":1,"m":"x"}\n')
+        fh.write('{"w":"a","n":' + "[" * 1500 + "]" * 1500 + ',"m":"x"}\n')
+    sink = TextLineSink(tmp_path / "a.log", integrity=KEY)
+    sink.close()
+    start = json.loads(chain.read_text().splitlines()[-2])
+    assert start["k"] == "start" and start["after"] == {"w": last["w"], "n": last["n"], "m": last["m"]}
