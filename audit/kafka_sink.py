@@ -12,8 +12,9 @@ a Spark job, and it never fails or slows down the request that wrote the event:
   and are sent again after a backoff, ahead of everything written since. Delivery is at least once: after
   an attempt whose answer was lost, a reader may see an event twice (same CloudEvents `id`, by which
   the spec says to deduplicate).
-- An event larger than the producer's `max_request_size` can never be sent: counted (`too_large`),
-  logged, and skipped (it is in the file).
+- An event larger than the producer's `max_request_size`, or refused by the broker as larger than the
+  topic's `max.message.bytes`, can never be sent: counted (`too_large`), logged, and skipped (it is in the
+  file); the events around it are shipped.
 - Shutdown (`close`): nothing new is accepted, the shipper keeps sending for at most `close_timeout_s`,
   then what is left is counted (`unshipped_at_close`) and logged; those events are only in the file.
 
@@ -426,28 +427,26 @@ class KafkaSink:
         large) from the buffer. Returns which records left it."""
         from kafka.errors import MessageSizeTooLargeError
 
-        futures: list[Any] = []
+        futures: list[Any] = []  # None: refused by send() itself as larger than max_request_size
         failure: Exception | None = None
-        too_large: int | None = None
-        for i, record in enumerate(attempt):
+        for record in attempt:
             try:
                 futures.append(producer.send(self.topic, value=record.value, key=record.key, headers=[CONTENT_TYPE]))
             except MessageSizeTooLargeError:
-                too_large = i
-                break
+                futures.append(None)  # the others of the attempt still go
             except Exception as exc:  # no metadata within max_block_ms, a closed producer, ...
                 failure = exc
                 break
-        if futures:
+        if any(f is not None for f in futures):
             try:
                 producer.flush(timeout=self._flush_timeout())
             except Exception as exc:
                 failure = failure or exc
-        delivered = [_succeeded(f) for f in futures] + [False] * (len(attempt) - len(futures))
-        if too_large is not None:
-            delivered[too_large] = True  # leaves the buffer: it can never be sent
+        too_large = [i for i, f in enumerate(futures) if f is None or _too_large(f)]
+        delivered = [f is None or _succeeded(f) or _too_large(f) for f in futures]
+        delivered += [False] * (len(attempt) - len(futures))
         if failure is None:
-            failure = next((_failure(f) for f in futures if not _succeeded(f)), None)
+            failure = next((_failure(f) for f, ok in zip(futures, delivered, strict=False) if not ok), None)
         kept = [r for r, ok in zip(attempt, delivered, strict=True) if not ok]
         with self._cond:
             if self._finished:  # close() gave up waiting and counted the buffer as unshipped
@@ -456,12 +455,12 @@ class KafkaSink:
                 self._buffered_bytes -= self._buffer.popleft().size
             self._buffer.extendleft(reversed(kept))
             self._buffered_bytes += sum(r.size for r in kept)
-            self._shipped += sum(delivered) - (too_large is not None)
-            self._too_large += too_large is not None
-        if too_large is not None:
+            self._shipped += sum(delivered) - len(too_large)
+            self._too_large += len(too_large)
+        for i in too_large:
             self._warn.warning("too_large", "an audit event of %d bytes is larger than the producer's "
-                               "max_request_size: not shipped to Kafka topic %s (it is in the audit file)",
-                               attempt[too_large].size, self.topic)
+                               "max_request_size or the topic's max.message.bytes: not shipped to Kafka topic %s "
+                               "(it is in the audit file)", attempt[i].size, self.topic)
         if not all(delivered) and failure is not None:
             self._failed_attempt(len(kept), failure)
         return delivered
@@ -516,6 +515,16 @@ def _close_quietly(producer: _Producer) -> None:
 
 def _succeeded(future: Any) -> bool:
     return bool(future.is_done and future.succeeded())
+
+
+def _too_large(future: Any) -> bool:
+    """The broker refused the record as larger than the topic's max.message.bytes (kafka-python splits a
+    refused batch first, so this is the record itself): it can never be sent, as for Kafka's producer,
+    whose RecordTooLargeException is not retriable."""
+    from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
+
+    return bool(future.is_done and not future.succeeded()
+                and isinstance(future.exception, (MessageSizeTooLargeError, RecordListTooLargeError)))
 
 
 def _failure(future: Any) -> Exception | None:
