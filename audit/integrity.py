@@ -12,7 +12,8 @@ A chain file holds one JSON object per line, each sealed by a MAC over the previ
   last seal the file held (`after`), so a restart chains to what the previous run wrote last;
 - `cont`: the same writer continues in a new file after a rotation (carries the previous seal, so every file
   verifies on its own and the link between two files is checked when both are present);
-- `r`: one data line, by its SHA-256; `end`: the writer rotated this file away; `stop`: the sink was closed.
+- `r`: one data line, by its SHA-256 and where it ends in the file; `end`: the writer rotated this file away;
+  `stop`: the sink was closed.
 
 Several writers may append to one file (the control plane and each `kgov users` command write
 `events.jsonl`): each has its own chain and the verifier matches lines to seals by hash, per writer in order,
@@ -35,6 +36,7 @@ import enum
 import hashlib
 import heapq
 import hmac
+import itertools
 import json
 import os
 import re
@@ -182,11 +184,14 @@ class Chain:
             entry["prefix"] = prefix
         return self._entry(entry, self.mac)
 
-    def record(self, line: str) -> str:
+    def record(self, line: str, end: int | None = None) -> str:
+        """The seal of `line`; `end` is where the line ends in its file (bytes), so that lines removed from or
+        added to the file before it, by any writer, show (`o`; the sinks always give it)."""
         # The hot path: the canonical form (`_canonical`: sorted keys, no spaces) written directly, since
         # every value is JSON-safe as it is (base64url, an int, a checked writer id). Verified the slow way.
         n = self.seq + 1
-        body = f'{{"h":"{line_digest(line.encode("utf-8"))}","k":"r","n":{n},"w":"{self.info.writer}"'
+        where = "" if end is None else f',"o":{int(end)}'
+        body = f'{{"h":"{line_digest(line.encode("utf-8"))}","k":"r","n":{n}{where},"w":"{self.info.writer}"'
         mac = self._key.mac(self.mac + body.encode("ascii") + b"}")
         self._pending = (n, mac)
         return f'{body},"m":"{_b64(mac)}"}}'
@@ -405,6 +410,23 @@ def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -
     return len(lines)
 
 
+def _moved_lines(f: AuditFile, entries: list[_Entry]) -> Problem | None:
+    """Every line sealed and in order, but not where it was written (a seal's `o`): lines before it were
+    removed or added with their seals, such as all of a writer that has stopped (nothing else names its
+    last entry). Checked last, when nothing more precise was found."""
+    ends = list(itertools.accumulate(len(line) + 1 for line in _split_lines(f.data or b"")))
+    for e in sorted((e for e in entries if e.data_line is not None), key=lambda e: e.data_line or 0):
+        assert e.data_line is not None
+        end, actual = e.doc.get("o"), ends[e.data_line - 1]
+        if type(end) is int and end != actual:
+            if end > actual:
+                return Problem(f.name, e.data_line, Reason.DELETED,
+                               f"{end - actual} byte(s) of lines before this one are missing (any writer's)")
+            return Problem(f.name, e.data_line, Reason.INSERTED,
+                           f"{actual - end} byte(s) of lines before this one were added")
+    return None
+
+
 def _wait_for_head(waiting: dict[str, list[tuple[int, str]]], queue: list[_Entry], head: int) -> None:
     if head < len(queue):
         heapq.heappush(waiting.setdefault(queue[head].doc["h"], []), (queue[head].line, queue[head].doc["w"]))
@@ -583,6 +605,8 @@ def _check_file(f: AuditFile, key: IntegrityKey) -> _Checked:
     lines = _match_lines(f, entries, problems)
     segments = _check_chain(f, entries, key, problems)
     _check_after(f, entries, problems)
+    if not problems and (moved := _moved_lines(f, entries)) is not None:
+        problems.append(moved)
     head = f"{entries[-1].doc['w']}:{entries[-1].doc['n']}:{entries[-1].doc['m']}" if entries else None
     return _Checked(f.name, f.chain_name, lines, segments, problems, [], head,
                     entries[-1].doc["k"] if entries else None)

@@ -125,7 +125,10 @@ class _RotatingFile:
                 self._fh.flush()
                 self._size += size
                 if self._chain is not None:
-                    self._seal_line(self._chain.record(line))
+                    # Where the line ended up: the kernel's offset after the append (another process may
+                    # have appended before it; the buffered file's own position would not know).
+                    end = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
+                    self._seal_line(self._chain.record(line, end))
         except OSError as exc:
             raise AuditWriteError(f"cannot write audit record to {self.path}: {exc.strerror}") from exc
 

@@ -438,11 +438,14 @@ def test_interleaved_writers_whose_lines_and_seals_cross_still_verify(tmp_path: 
         a._file._fh.write(line(0, i) + "\n")
         a._file._fh.flush()
         b.write_line(line(1, i))
-        seal(chain_a.record(line(0, i)))
+        # where a's line ended: its descriptor's offset, which b's append in between did not move
+        seal(chain_a.record(line(0, i), os.lseek(a._file._fh.fileno(), 0, os.SEEK_CUR)))
     a.close()
     b.close()
     [report] = verify(tmp_path)
     assert report.ok and report.records == 6, report
+    assert all("o" in json.loads(x) for x in chain_path(tmp_path / "e.log").read_text().splitlines()
+               if json.loads(x)["k"] == "r")
 
 
 def _crafted(entries: list[dict[str, object]]) -> bytes:
@@ -505,3 +508,22 @@ def test_a_writer_starts_after_a_chain_file_whose_tail_is_garbage(tmp_path: Path
     sink.close()
     start = json.loads(chain.read_text().splitlines()[-2])
     assert start["k"] == "start" and start["after"] == {"w": last["w"], "n": last["n"], "m": last["m"]}
+
+
+def test_a_whole_writer_cut_from_the_middle_of_a_shared_file_is_found(tmp_path: Path) -> None:
+    """The control plane (a) runs on; a `kgov users` command (b) writes its credential change and stops. No
+    later `start` names b's last entry; removing b's line and all of b's chain entries must still show."""
+    a = TextLineSink(tmp_path / "e.log", integrity=KEY,
+                     writer=WriterInfo("aaaaaaaaaaaa", "h1", 1, "2024-05-01T10:00:00.000+00:00"))
+    a.write_line(line(0, 0))
+    b = TextLineSink(tmp_path / "e.log", integrity=KEY,
+                     writer=WriterInfo("bbbbbbbbbbbb", "h2", 2, "2024-05-01T10:00:01.000+00:00"))
+    b.write_line("credential change: User:eve added with super user rights")
+    b.close()
+    for i in range(1, 3):
+        a.write_line(line(0, i))
+    a.close()
+    assert all(r.ok for r in verify(tmp_path))
+    rewrite(tmp_path / "e.log", lambda ls: [x for x in ls if "User:eve" not in x])
+    rewrite(chain_path(tmp_path / "e.log"), lambda ls: [x for x in ls if json.loads(x)["w"] != "bbbbbbbbbbbb"])
+    assert problems(tmp_path) == [("e.log", 2, Reason.DELETED)]
