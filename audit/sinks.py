@@ -64,6 +64,10 @@ class _RotatingFile:
             try:
                 fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 self._side = os.fdopen(fd, "a", encoding="utf-8")
+                if _ends_torn(side):
+                    # Half an entry left by a crash (or a full disk): the header starts a line of its own, so
+                    # only that entry fails to verify, not every later one of this writer.
+                    self._side.write("\n")
                 self._seal_line(self._chain.header(self.path.name, after, prefix))
             except BaseException:
                 if self._side is not None:
@@ -135,6 +139,15 @@ class _RotatingFile:
     def close(self) -> None:
         with self._lock:
             self._close_files("stop")
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file ends inside a line (not with a newline)."""
+    with open(path, "rb") as fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 class JsonLinesSink:

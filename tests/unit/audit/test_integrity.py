@@ -527,3 +527,18 @@ def test_a_whole_writer_cut_from_the_middle_of_a_shared_file_is_found(tmp_path: 
     rewrite(tmp_path / "e.log", lambda ls: [x for x in ls if "User:eve" not in x])
     rewrite(chain_path(tmp_path / "e.log"), lambda ls: [x for x in ls if json.loads(x)["w"] != "bbbbbbbbbbbb"])
     assert problems(tmp_path) == [("e.log", 2, Reason.DELETED)]
+
+
+def test_a_seal_torn_by_a_crash_spoils_only_itself(tmp_path: Path) -> None:
+    """Power lost (or the disk full) while a seal was written leaves half a chain entry without its newline.
+    The next start begins on a line of its own: its records verify, only the torn entry and its line show."""
+    write_trail(tmp_path, runs=1, per_run=3, max_bytes=10**6)
+    chain = chain_path(tmp_path / "a.log")
+    torn = line(0, 99)
+    with open(tmp_path / "a.log", "a") as fh:
+        fh.write(torn + "\n")
+    with open(chain, "a") as fh:
+        fh.write('{"h":"RPw5fMk_9x1M2LH3-jgK7jwnR0Yp336L')
+    write_trail(tmp_path, runs=1, per_run=3, max_bytes=10**6)
+    found = problems(tmp_path)
+    assert found and all((f, n) in (("a.log", 4), (".a.log.chain", 6)) for f, n, _ in found), found
