@@ -23,7 +23,7 @@ What is detected: a changed, inserted, deleted or reordered line or seal; a rota
 (no `end`); a middle file deleted or files reordered (the `cont` link); a chain sealed with another key.
 What is not: records cut from the end of the newest file of a writer still running (or of a writer that
 crashed) when no later `start` anchors them; the oldest files deleted (indistinguishable from rotation
-beyond `backups`); anything by someone who holds the key. `kgov audit verify` prints the newest seal of each
+beyond `backups`); anything by someone who holds the key. `kgov audit verify` prints the newest seal of each current
 file: kept elsewhere and passed back with `--anchor` (`missing_anchors`), it is the anchor for the tail.
 """
 
