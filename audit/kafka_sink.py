@@ -285,6 +285,7 @@ class KafkaSink:
         self._buffer_full = 0
         self._too_large = 0
         self._unshipped_at_close = 0
+        self._one_by_one = 0  # records at the head to send one per attempt (refused together as too large)
         self._thread = threading.Thread(target=self._run, name=f"kgov-audit-kafka-{topic}", daemon=True)
         if start:
             self._thread.start()
@@ -415,8 +416,9 @@ class KafkaSink:
                 return None
             attempt: list[_Record] = []
             size = 0
+            most = 1 if self._one_by_one else self.MAX_ATTEMPT_EVENTS
             for record in self._buffer:
-                if attempt and (len(attempt) >= self.MAX_ATTEMPT_EVENTS or size + record.size > self.MAX_ATTEMPT_BYTES):
+                if attempt and (len(attempt) >= most or size + record.size > self.MAX_ATTEMPT_BYTES):
                     break
                 attempt.append(record)
                 size += record.size
@@ -442,8 +444,13 @@ class KafkaSink:
                 producer.flush(timeout=self._flush_timeout())
             except Exception as exc:
                 failure = failure or exc
-        too_large = [i for i, f in enumerate(futures) if f is None or _too_large(f)]
-        delivered = [f is None or _succeeded(f) or _too_large(f) for f in futures]
+        refused = [i for i, f in enumerate(futures) if f is not None and _too_large(f)]
+        # A batch is refused whole: one record refused was alone in its batch, too large by itself. Several
+        # may be one batch too large only together (kafka-python splits such a batch, unless its delivery
+        # timeout has passed): they are kept and sent one per attempt before any is dropped.
+        together = len(refused) > 1 and len(attempt) > 1
+        too_large = {i for i, f in enumerate(futures) if f is None or (not together and i in refused)}
+        delivered = [i in too_large or (f is not None and _succeeded(f)) for i, f in enumerate(futures)]
         delivered += [False] * (len(attempt) - len(futures))
         if failure is None:
             failure = next((_failure(f) for f, ok in zip(futures, delivered, strict=False) if not ok), None)
@@ -457,7 +464,11 @@ class KafkaSink:
             self._buffered_bytes += sum(r.size for r in kept)
             self._shipped += sum(delivered) - len(too_large)
             self._too_large += len(too_large)
-        for i in too_large:
+            if together:
+                self._one_by_one = len(refused)
+            elif len(attempt) == 1 and self._one_by_one and delivered[0]:
+                self._one_by_one -= 1
+        for i in sorted(too_large):
             self._warn.warning("too_large", "an audit event of %d bytes is larger than the producer's "
                                "max_request_size or the topic's max.message.bytes: not shipped to Kafka topic %s "
                                "(it is in the audit file)", attempt[i].size, self.topic)

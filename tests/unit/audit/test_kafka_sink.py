@@ -65,3 +65,56 @@ def test_an_event_too_large_for_the_topic_is_skipped_not_retried_forever(refused
     assert (stats.shipped, stats.too_large, stats.delivery_failures, stats.unshipped_at_close) == (2, 1, 0, 0)
     assert len(producers) == 1
     assert producers[0].delivered == [events[0].to_json().encode(), events[2].to_json().encode()]
+
+
+class BrokerThatCannotSplit(TopicWithSmallMaxMessageBytes):
+    """Each flush's records form one batch, refused whole with MESSAGE_TOO_LARGE when above LIMIT: what
+    kafka-python reports for a batch it may no longer split (its delivery timeout reached)."""
+
+    def __init__(self) -> None:
+        super().__init__("broker")
+        self.pending: list[tuple[bytes, Any]] = []
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> Any:
+        from kafka.future import Future
+
+        assert value is not None
+        self.pending.append((value, Future()))
+        return self.pending[-1][1]
+
+    def flush(self, timeout: float | None = None) -> None:
+        from kafka.errors import MessageSizeTooLargeError
+
+        too_large = sum(len(v) for v, _ in self.pending) > LIMIT
+        for value, future in self.pending:
+            if too_large:
+                future.failure(MessageSizeTooLargeError())
+            else:
+                self.delivered.append(value)
+                future.success(None)
+        self.pending = []
+
+
+def test_records_refused_together_as_too_large_are_tried_one_by_one_before_any_is_dropped() -> None:
+    """Several records refused in one attempt may be one batch too large as a whole, each of them fine:
+    they are sent one per attempt, and only one refused on its own is dropped."""
+    producers: list[BrokerThatCannotSplit] = []
+
+    def factory(config: dict[str, Any]) -> BrokerThatCannotSplit:
+        producers.append(BrokerThatCannotSplit())
+        return producers[-1]
+
+    sizes = [10, LIMIT * 6 // 10, LIMIT * 6 // 10, 2 * LIMIT, 10]
+    events = [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
+                           method_name="CreateAcls", target=f"topic=t{i}", details={"blob": "x" * size})
+              for i, size in enumerate(sizes)]
+    sink = KafkaSink("k:9092", "t", producer_factory=factory, retry_backoff_s=0.01, start=False)
+    for event in events:
+        sink.write(event)
+    sink._thread.start()
+    sink.close(timeout_s=5)
+    stats = sink.stats()
+    assert (stats.shipped, stats.too_large, stats.unshipped_at_close) == (4, 1, 0)
+    delivered = [v for p in producers for v in p.delivered]
+    assert delivered == [e.to_json().encode() for i, e in enumerate(events) if i != 3]
