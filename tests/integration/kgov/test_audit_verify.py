@@ -121,3 +121,15 @@ def test_a_kept_anchor_shows_records_cut_from_the_end(kgov: Run, tmp_path: Path)
     assert code == 0  # undetectable from the files alone ...
     code, out, _ = kgov("audit", "verify", "--anchor", anchor)
     assert code == 1 and f"anchor {anchor}: MISSING" in out  # ... but not against the anchor
+
+
+def test_a_directory_or_an_unreadable_file_is_a_clear_error_not_a_traceback(kgov: Run, tmp_path: Path) -> None:
+    add_users(kgov, 1)
+    audit = tmp_path / "data" / "audit"
+    code, out, err = kgov("audit", "verify", str(audit))
+    assert code == 2 and out == "" and f"{audit} is a directory: pass --dir {audit}" in err
+    chain = audit / ".events.jsonl.chain"
+    chain.unlink()
+    chain.mkdir()  # unreadable as a file (permissions would not stop root, who runs some CI)
+    code, out, err = kgov("audit", "verify", "--dir", str(audit))
+    assert code == 2 and out == "" and f"cannot read {chain}: Is a directory" in err
