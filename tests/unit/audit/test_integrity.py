@@ -301,11 +301,13 @@ def test_load_key_errors_name_the_file_never_the_content(tmp_path: Path) -> None
         load_key(tmp_path / "missing.key")
     short = tmp_path / "short.key"
     short.write_text("tiny-secret-value\n")
+    short.chmod(0o600)
     with pytest.raises(IntegrityKeyError) as refused:
         load_key(short)
     assert "tiny-secret-value" not in str(refused.value) and "17 characters" in str(refused.value)
     good = tmp_path / "good.key"
     good.write_text("g" * 43 + "\n")
+    good.chmod(0o600)
     key = load_key(good)
     assert "g" * 10 not in repr(key) and len(key.key_id) == 16 and key.key_id != KEY.key_id
 
@@ -542,3 +544,31 @@ def test_a_seal_torn_by_a_crash_spoils_only_itself(tmp_path: Path) -> None:
     write_trail(tmp_path, runs=1, per_run=3, max_bytes=10**6)
     found = problems(tmp_path)
     assert found and all((f, n) in (("a.log", 4), (".a.log.chain", 6)) for f, n, _ in found), found
+
+
+def test_a_key_file_others_may_read_or_that_is_no_file_is_refused(tmp_path: Path) -> None:
+    """Whoever reads the key can rewrite the trail undetected: as for encryption's key ring, only the owner
+    may read it. A FIFO (or a device) is refused without waiting for a writer."""
+    import threading
+
+    loose = tmp_path / "loose.key"
+    loose.write_text("g" * 43 + "\n")
+    for mode in (0o644, 0o640, 0o604, 0o620):
+        loose.chmod(mode)
+        with pytest.raises(IntegrityKeyError, match=f"mode 0{mode:o}.*chmod 600 {loose}") as refused:
+            load_key(loose)
+        assert "g" * 10 not in str(refused.value)
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    outcome: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_key(fifo)
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=load, daemon=True)  # a regression blocks only this thread
+    reader.start()
+    reader.join(10)
+    assert outcome and isinstance(outcome[0], IntegrityKeyError) and "not a regular file" in str(outcome[0])
