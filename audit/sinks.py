@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import threading
 from collections.abc import Iterable
@@ -43,7 +45,9 @@ class _RotatingFile:
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._chain = Chain(integrity, writer or WriterInfo.of_this_process()) if integrity else None
-        self._side: TextIO | None = None
+        # Unbuffered: a seal that fails to write must not stay in a buffer and go out with the next one.
+        self._side: io.FileIO | None = None
+        self._side_torn = False  # a seal was written in part: the next starts on a line of its own
         # The moves of a rotation still to do (data file, then its chain file, each only if there): one that
         # failed part-way is finished by the next append, never started over (a move done twice pushes a kept
         # file out), and once the files are moved only the opening is retried.
@@ -63,11 +67,10 @@ class _RotatingFile:
                     prefix = prefix_digest(self.path, held)  # lines from before integrity (or a lost chain)
             try:
                 fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                self._side = os.fdopen(fd, "a", encoding="utf-8")
-                if _ends_torn(side):
-                    # Half an entry left by a crash (or a full disk): the header starts a line of its own, so
-                    # only that entry fails to verify, not every later one of this writer.
-                    self._side.write("\n")
+                self._side = io.FileIO(fd, "a")
+                # Half an entry left by a crash (or a full disk): the header starts a line of its own, so only
+                # that entry fails to verify, not every later one of this writer.
+                self._side_torn = _ends_torn(side)
                 self._seal_line(self._chain.header(self.path.name, after, prefix))
             except BaseException:
                 if self._side is not None:
@@ -79,8 +82,12 @@ class _RotatingFile:
 
     def _seal_line(self, entry: str) -> None:
         assert self._side is not None and self._chain is not None
-        self._side.write(entry + "\n")
-        self._side.flush()
+        data = ("\n" if self._side_torn else "").encode() + entry.encode("utf-8") + b"\n"
+        written = self._side.write(data)  # one append, nothing kept back: it is on disk or it failed
+        if written != len(data):
+            self._side_torn = bool(written)
+            raise OSError(errno.EIO, f"the chain file took {written} of {len(data)} bytes")
+        self._side_torn = False
         self._chain.commit()
 
     def _close_files(self, marker: str) -> None:

@@ -572,3 +572,38 @@ def test_a_key_file_others_may_read_or_that_is_no_file_is_refused(tmp_path: Path
     reader.start()
     reader.join(10)
     assert outcome and isinstance(outcome[0], IntegrityKeyError) and "not a regular file" in str(outcome[0])
+
+
+def test_a_seal_that_could_not_be_written_is_not_written_later(tmp_path: Path) -> None:
+    """A real failed write (the file size limit, RLIMIT_FSIZE, standing in for a full disk) of a seal: the
+    write fails loudly, and the seal must not be left buffered and written with the next one, out of
+    place. The unsealed line then shows as the docs say, and nothing after it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import resource, signal, sys
+        from pathlib import Path
+        from audit.integrity import IntegrityKey, chain_path
+        from audit.sinks import AuditWriteError, TextLineSink
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+        target = Path(sys.argv[1])
+        sink = TextLineSink(target, integrity=IntegrityKey(b"k" * 43))
+        sink.write_line("one")
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (chain_path(target).stat().st_size, hard))
+        try:
+            sink.write_line("two")  # the short data line fits, its seal does not
+        except AuditWriteError as exc:
+            print("refused:", exc)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        sink.write_line("three")
+        sink.close()
+    """)
+    root = str(Path(__file__).resolve().parents[3])
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.log")], cwd=root,
+                          env={"PYTHONPATH": root}, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.startswith("refused: cannot write audit record to"), done.stdout + done.stderr
+    assert (tmp_path / "a.log").read_text() == "one\ntwo\nthree\n"
+    assert problems(tmp_path) == [("a.log", 2, Reason.INSERTED)]
