@@ -339,8 +339,10 @@ def _parse_chain(f: AuditFile, problems: list[Problem]) -> list[_Entry]:
 def _flat(doc: dict[str, Any]) -> bool:
     """What a writer writes: scalars, and objects of scalars (`after`, `prefix`). Anything nested deeper is
     refused here: sealing it again for the check could exceed the recursion limit that parsing just met."""
-    return all(not isinstance(v, (list, dict)) or (isinstance(v, dict) and not any(
-        isinstance(x, (list, dict)) for x in v.values())) for v in doc.values())
+    for v in doc.values():
+        if type(v) is list or (type(v) is dict and any(type(x) in (list, dict) for x in v.values())):
+            return False
+    return True
 
 
 def _match_lines(f: AuditFile, entries: list[_Entry], problems: list[Problem]) -> int:
