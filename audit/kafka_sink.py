@@ -12,8 +12,9 @@ a Spark job, and it never fails or slows down the request that wrote the event:
   and are sent again after a backoff, ahead of everything written since. Delivery is at least once: after
   an attempt whose answer was lost, a reader may see an event twice (same CloudEvents `id`, by which
   the spec says to deduplicate).
-- An event larger than the producer's `max_request_size` can never be sent: counted (`too_large`),
-  logged, and skipped (it is in the file).
+- An event larger than the producer's `max_request_size`, or refused by the broker as larger than the
+  topic's `max.message.bytes`, can never be sent: counted (`too_large`), logged, and skipped (it is in the
+  file); the events around it are shipped.
 - Shutdown (`close`): nothing new is accepted, the shipper keeps sending for at most `close_timeout_s`,
   then what is left is counted (`unshipped_at_close`) and logged; those events are only in the file.
 
@@ -284,6 +285,7 @@ class KafkaSink:
         self._buffer_full = 0
         self._too_large = 0
         self._unshipped_at_close = 0
+        self._one_by_one = 0  # records at the head to send one per attempt (refused together as too large)
         self._thread = threading.Thread(target=self._run, name=f"kgov-audit-kafka-{topic}", daemon=True)
         if start:
             self._thread.start()
@@ -414,8 +416,9 @@ class KafkaSink:
                 return None
             attempt: list[_Record] = []
             size = 0
+            most = 1 if self._one_by_one else self.MAX_ATTEMPT_EVENTS
             for record in self._buffer:
-                if attempt and (len(attempt) >= self.MAX_ATTEMPT_EVENTS or size + record.size > self.MAX_ATTEMPT_BYTES):
+                if attempt and (len(attempt) >= most or size + record.size > self.MAX_ATTEMPT_BYTES):
                     break
                 attempt.append(record)
                 size += record.size
@@ -426,28 +429,31 @@ class KafkaSink:
         large) from the buffer. Returns which records left it."""
         from kafka.errors import MessageSizeTooLargeError
 
-        futures: list[Any] = []
+        futures: list[Any] = []  # None: refused by send() itself as larger than max_request_size
         failure: Exception | None = None
-        too_large: int | None = None
-        for i, record in enumerate(attempt):
+        for record in attempt:
             try:
                 futures.append(producer.send(self.topic, value=record.value, key=record.key, headers=[CONTENT_TYPE]))
             except MessageSizeTooLargeError:
-                too_large = i
-                break
+                futures.append(None)  # the others of the attempt still go
             except Exception as exc:  # no metadata within max_block_ms, a closed producer, ...
                 failure = exc
                 break
-        if futures:
+        if any(f is not None for f in futures):
             try:
                 producer.flush(timeout=self._flush_timeout())
             except Exception as exc:
                 failure = failure or exc
-        delivered = [_succeeded(f) for f in futures] + [False] * (len(attempt) - len(futures))
-        if too_large is not None:
-            delivered[too_large] = True  # leaves the buffer: it can never be sent
+        refused = [i for i, f in enumerate(futures) if f is not None and _too_large(f)]
+        # A batch is refused whole: one record refused was alone in its batch, too large by itself. Several
+        # may be one batch too large only together (kafka-python splits such a batch, unless its delivery
+        # timeout has passed): they are kept and sent one per attempt before any is dropped.
+        together = len(refused) > 1 and len(attempt) > 1
+        too_large = {i for i, f in enumerate(futures) if f is None or (not together and i in refused)}
+        delivered = [i in too_large or (f is not None and _succeeded(f)) for i, f in enumerate(futures)]
+        delivered += [False] * (len(attempt) - len(futures))
         if failure is None:
-            failure = next((_failure(f) for f in futures if not _succeeded(f)), None)
+            failure = next((_failure(f) for f, ok in zip(futures, delivered, strict=False) if not ok), None)
         kept = [r for r, ok in zip(attempt, delivered, strict=True) if not ok]
         with self._cond:
             if self._finished:  # close() gave up waiting and counted the buffer as unshipped
@@ -456,12 +462,16 @@ class KafkaSink:
                 self._buffered_bytes -= self._buffer.popleft().size
             self._buffer.extendleft(reversed(kept))
             self._buffered_bytes += sum(r.size for r in kept)
-            self._shipped += sum(delivered) - (too_large is not None)
-            self._too_large += too_large is not None
-        if too_large is not None:
+            self._shipped += sum(delivered) - len(too_large)
+            self._too_large += len(too_large)
+            if together:
+                self._one_by_one = len(refused)
+            elif len(attempt) == 1 and self._one_by_one and delivered[0]:
+                self._one_by_one -= 1
+        for i in sorted(too_large):
             self._warn.warning("too_large", "an audit event of %d bytes is larger than the producer's "
-                               "max_request_size: not shipped to Kafka topic %s (it is in the audit file)",
-                               attempt[too_large].size, self.topic)
+                               "max_request_size or the topic's max.message.bytes: not shipped to Kafka topic %s "
+                               "(it is in the audit file)", attempt[i].size, self.topic)
         if not all(delivered) and failure is not None:
             self._failed_attempt(len(kept), failure)
         return delivered
@@ -516,6 +526,16 @@ def _close_quietly(producer: _Producer) -> None:
 
 def _succeeded(future: Any) -> bool:
     return bool(future.is_done and future.succeeded())
+
+
+def _too_large(future: Any) -> bool:
+    """The broker refused the record as larger than the topic's max.message.bytes (kafka-python splits a
+    refused batch first, so this is the record itself): it can never be sent, as for Kafka's producer,
+    whose RecordTooLargeException is not retriable."""
+    from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
+
+    return bool(future.is_done and not future.succeeded()
+                and isinstance(future.exception, (MessageSizeTooLargeError, RecordListTooLargeError)))
 
 
 def _failure(future: Any) -> Exception | None:

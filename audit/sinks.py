@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import threading
 from collections.abc import Iterable
@@ -43,7 +45,13 @@ class _RotatingFile:
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._chain = Chain(integrity, writer or WriterInfo.of_this_process()) if integrity else None
-        self._side: TextIO | None = None
+        # Unbuffered: a seal that fails to write must not stay in a buffer and go out with the next one.
+        self._side: io.FileIO | None = None
+        self._side_torn = False  # a seal was written in part: the next starts on a line of its own
+        # The moves of a rotation still to do (data file, then its chain file, each only if there): one that
+        # failed part-way is finished by the next append, never started over (a move done twice pushes a kept
+        # file out), and once the files are moved only the opening is retried.
+        self._moves: list[tuple[Path, Path | None]] | None = None
         self._fh = self._open()
         self._size = self._fh.tell()
 
@@ -59,17 +67,27 @@ class _RotatingFile:
                     prefix = prefix_digest(self.path, held)  # lines from before integrity (or a lost chain)
             try:
                 fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                self._side = os.fdopen(fd, "a", encoding="utf-8")
+                self._side = io.FileIO(fd, "a")
+                # Half an entry left by a crash (or a full disk): the header starts a line of its own, so only
+                # that entry fails to verify, not every later one of this writer.
+                self._side_torn = _ends_torn(side)
                 self._seal_line(self._chain.header(self.path.name, after, prefix))
             except BaseException:
+                if self._side is not None:
+                    with contextlib.suppress(OSError):  # a retried open must not leak the chain file's descriptor
+                        self._side.close()
                 fh.close()
                 raise
         return fh
 
     def _seal_line(self, entry: str) -> None:
         assert self._side is not None and self._chain is not None
-        self._side.write(entry + "\n")
-        self._side.flush()
+        data = ("\n" if self._side_torn else "").encode() + entry.encode("utf-8") + b"\n"
+        written = self._side.write(data)  # one append, nothing kept back: it is on disk or it failed
+        if written != len(data):
+            self._side_torn = bool(written)
+            raise OSError(errno.EIO, f"the chain file took {written} of {len(data)} bytes")
+        self._side_torn = False
         self._chain.commit()
 
     def _close_files(self, marker: str) -> None:
@@ -79,46 +97,64 @@ class _RotatingFile:
             self._side.close()
         self._fh.close()
 
-    @staticmethod
-    def _rename(src: Path, dst: Path) -> None:
-        """Moves a file and its chain file (also one left from a run with integrity on: the pair stays aligned).
-        Each is moved only if there, so a rotation retried after a failure between the two completes."""
-        if src.exists():
-            os.replace(src, dst)
-        if chain_path(src).exists():
-            os.replace(chain_path(src), chain_path(dst))
-
     def _rotate(self) -> None:
         self._close_files("end")
+        name = self.path.name
         if self.backups == 0:
-            self.path.unlink(missing_ok=True)
-            chain_path(self.path).unlink(missing_ok=True)
+            self._moves = [(self.path, None)]
         else:
-            for i in range(self.backups - 1, 0, -1):
-                self._rename(self.path.with_name(f"{self.path.name}.{i}"),
-                             self.path.with_name(f"{self.path.name}.{i + 1}"))
-            self._rename(self.path, self.path.with_name(f"{self.path.name}.1"))
+            self._moves = [(self.path.with_name(f"{name}.{i}"), self.path.with_name(f"{name}.{i + 1}"))
+                           for i in range(self.backups - 1, 0, -1)]
+            self._moves.append((self.path, self.path.with_name(f"{name}.1")))
+        self._finish_rotation()
+
+    def _finish_rotation(self) -> None:
+        assert self._moves is not None
+        while self._moves:
+            src, dst = self._moves[0]
+            for a, b in ((src, dst), (chain_path(src), chain_path(dst) if dst is not None else None)):
+                # The chain file is moved with its data file, also one left from a run with integrity on.
+                if b is None:
+                    a.unlink(missing_ok=True)
+                elif a.exists():
+                    os.replace(a, b)
+            self._moves.pop(0)
         self._fh = self._open()
         self._size = 0
+        self._moves = None
 
     def append(self, line: str) -> None:
         data = line + "\n"
         size = len(data.encode("utf-8"))
         try:
             with self._lock:
-                if self._size and self._size + size > self.max_bytes:
+                if self._moves is not None:
+                    self._finish_rotation()
+                elif self._size and self._size + size > self.max_bytes:
                     self._rotate()
                 self._fh.write(data)
                 self._fh.flush()
                 self._size += size
                 if self._chain is not None:
-                    self._seal_line(self._chain.record(line))
+                    # Where the line ended up: the kernel's offset after the append (another process may
+                    # have appended before it; the buffered file's own position would not know).
+                    end = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
+                    self._seal_line(self._chain.record(line, end))
         except OSError as exc:
             raise AuditWriteError(f"cannot write audit record to {self.path}: {exc.strerror}") from exc
 
     def close(self) -> None:
         with self._lock:
             self._close_files("stop")
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file ends inside a line (not with a newline)."""
+    with open(path, "rb") as fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 class JsonLinesSink:

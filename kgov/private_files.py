@@ -29,7 +29,8 @@ PRIVATE_FILE_MODE = 0o600
 # What kgov itself puts in its data and audit directories (audit files rotate to NAME.1, NAME.2, ..., each
 # with its chain file .NAME.chain, .NAME.1.chain, ...: audit.integrity).
 _KGOV_FILE = re.compile(
-    r"kgov\.db(-wal|-shm|-journal)?|(delegation-token\.key|signing-key\.secret|audit-integrity\.key)(\.new)?"
+    r"kgov\.db(-wal|-shm|-journal)?"
+    r"|(delegation-token\.key|signing-key\.secret|audit-integrity\.key)(\.([0-9a-f]{16}\.)?new)?"
     rf"|tansu\.log|audit|{AUDIT_FILE_PATTERN}|\.{AUDIT_FILE_PATTERN}\.chain"
 )
 
@@ -89,9 +90,11 @@ def local_secret(path: Path) -> str:
     whole under a temporary name before it takes the real one, so a crash never leaves such a file behind."""
     if not path.exists():
         value = secrets.token_urlsafe(32)
-        staged = path.with_name(path.name + ".new")
         with contextlib.suppress(FileNotFoundError):
-            staged.unlink()  # left by a crash between writing and linking
+            path.with_name(path.name + ".new").unlink()  # an earlier version's, left by a crash before the link
+        # A name of its own: two first starts at once (control plane and gateway) must not remove or fill
+        # each other's staged key; the first link wins and both read what it linked.
+        staged = path.with_name(f"{path.name}.{secrets.token_hex(8)}.new")
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             with os.fdopen(fd, "w") as fh:

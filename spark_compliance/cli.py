@@ -172,6 +172,8 @@ def _verify(args: argparse.Namespace) -> int:
         paths = [Path(f) for f in args.files]
         if missing := [str(p) for p in paths if not p.exists()]:
             return fail(f"no such file: {', '.join(missing)}")
+        if folders := [p for p in paths if p.is_dir()]:
+            return fail(f"{folders[0]} is a directory: pass --dir {folders[0]}")
     else:
         directory = Path(args.dir) if args.dir else settings.audit_dir
         if not directory.is_dir():
@@ -179,7 +181,10 @@ def _verify(args: argparse.Namespace) -> int:
         paths = audit_files_in(directory)
         if not paths:
             return fail(f"no audit files in {directory}")
-    reports = verify_paths(paths, key)
+    try:
+        reports = verify_paths(paths, key)
+    except OSError as e:  # unreadable, or a directory where a file was
+        return fail(f"cannot read {e.filename}: {e.strerror}")
     for report in reports:
         writers = f"{report.writers} writer{'s' if report.writers != 1 else ''}"
         if report.ok:

@@ -68,6 +68,7 @@ def test_another_key_and_a_missing_key_file(kgov: Run, tmp_path: Path) -> None:
     add_users(kgov, 1)
     other = tmp_path / "other.key"
     other.write_text("another-key-" + "x" * 40 + "\n")
+    other.chmod(0o600)
     code, out, _ = kgov("audit", "verify", "--key", str(other))
     assert code == 1 and "unknown key" in out and "x" * 40 not in out
     code, out, err = kgov("audit", "verify", "--key", str(tmp_path / "nope.key"))
@@ -82,6 +83,11 @@ def test_a_configured_key_file_must_exist_and_integrity_can_be_turned_off(
     monkeypatch.setenv("KGOV_AUDIT__INTEGRITY_KEY_FILE", str(tmp_path / "vault" / "audit.key"))
     with pytest.raises(ValueError, match=r"audit.key does not exist \(\[audit\] integrity_key_file\)"):
         load_settings().audit_integrity_key()
+    (tmp_path / "vault").mkdir()
+    (tmp_path / "vault" / "audit.key").write_text("v" * 43)
+    (tmp_path / "vault" / "audit.key").chmod(0o644)  # others could read it, and forge the chain
+    with pytest.raises(ValueError, match=r"mode 0644; only its owner may read it: run `chmod 600 .*audit.key`"):
+        load_settings().audit_integrity_key()
     monkeypatch.delenv("KGOV_AUDIT__INTEGRITY_KEY_FILE")
     monkeypatch.setenv("KGOV_AUDIT__INTEGRITY", "false")
     assert load_settings().audit_integrity_key() is None
@@ -90,6 +96,7 @@ def test_a_configured_key_file_must_exist_and_integrity_can_be_turned_off(
     assert sorted(p.name for p in audit.iterdir()) == ["events.jsonl"]
     assert not (tmp_path / "data" / "audit-integrity.key").exists()
     (tmp_path / "k").write_text("k" * 43)
+    (tmp_path / "k").chmod(0o600)
     code, out, _ = kgov("audit", "verify", "--key", str(tmp_path / "k"))
     assert code == 1 and "events.jsonl: FAILED, events.jsonl line 1: no chain file" in out
 
@@ -121,3 +128,15 @@ def test_a_kept_anchor_shows_records_cut_from_the_end(kgov: Run, tmp_path: Path)
     assert code == 0  # undetectable from the files alone ...
     code, out, _ = kgov("audit", "verify", "--anchor", anchor)
     assert code == 1 and f"anchor {anchor}: MISSING" in out  # ... but not against the anchor
+
+
+def test_a_directory_or_an_unreadable_file_is_a_clear_error_not_a_traceback(kgov: Run, tmp_path: Path) -> None:
+    add_users(kgov, 1)
+    audit = tmp_path / "data" / "audit"
+    code, out, err = kgov("audit", "verify", str(audit))
+    assert code == 2 and out == "" and f"{audit} is a directory: pass --dir {audit}" in err
+    chain = audit / ".events.jsonl.chain"
+    chain.unlink()
+    chain.mkdir()  # unreadable as a file (permissions would not stop root, who runs some CI)
+    code, out, err = kgov("audit", "verify", "--dir", str(audit))
+    assert code == 2 and out == "" and f"cannot read {chain}: Is a directory" in err

@@ -122,3 +122,64 @@ def test_event_shape_is_cloudevents_with_a_format_version() -> None:
     assert doc["specversion"] == "1.0" and doc["kgovformatversion"] == 1
     assert doc["time"] == "2024-05-01T10:00:00.123Z"
     assert doc["data"]["authorizationInfo"]["granted"] is False
+
+
+def _kept(directory: Path) -> dict[str, list[str]]:
+    return {p.name: [x.split()[1] for x in p.read_text().splitlines()]
+            for p in sorted(directory.iterdir()) if not p.name.startswith(".")}
+
+
+def test_a_rotation_that_cannot_open_its_new_file_pushes_no_kept_file_out(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Disk full while the rotated-to file's chain header is written: the files were already moved, so the
+    next writes must only retry the opening; rotating again each time would push a kept file out per write."""
+    from audit.integrity import IntegrityKey, audit_files_in, verify_paths
+
+    key = IntegrityKey(b"k" * 43)
+    sink = TextLineSink(tmp_path / "a.log", max_bytes=100, backups=3, integrity=key)
+    for i in range(8):
+        sink.write_line(f"line {i:03d} " + "x" * 40)
+    before = _kept(tmp_path)
+    assert before == {"a.log": ["006", "007"], "a.log.1": ["004", "005"], "a.log.2": ["002", "003"],
+                      "a.log.3": ["000", "001"]}
+    real_open = os.open
+    failures = [OSError(errno.ENOSPC, "No space left on device") for _ in range(3)]
+
+    def chain_open_failing(path: str, *args: int) -> int:
+        if str(path).endswith(".chain") and failures:
+            raise failures.pop()
+        return real_open(path, *args)
+
+    monkeypatch.setattr("audit.sinks.os.open", chain_open_failing)  # disk full: not causable here
+    for i in range(8, 11):
+        with pytest.raises(AuditWriteError, match="No space left on device"):
+            sink.write_line(f"line {i:03d} " + "x" * 40)
+    sink.write_line("line 011 " + "x" * 40)
+    sink.close()
+    # One rotation happened: the oldest file (000, 001) went, as it would have without the failures.
+    assert _kept(tmp_path) == {"a.log": ["011"], "a.log.1": ["006", "007"], "a.log.2": ["004", "005"],
+                               "a.log.3": ["002", "003"]}
+    assert all(r.ok for r in verify_paths(audit_files_in(tmp_path), key))
+
+
+def test_a_rotation_retried_after_a_failed_rename_does_no_rename_twice(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = TextLineSink(tmp_path / "a.log", max_bytes=100, backups=3)
+    for i in range(8):
+        sink.write_line(f"line {i:03d} " + "x" * 40)
+    real_replace = os.replace
+    calls = [0]
+
+    def last_rename_fails_once(src: str, dst: str) -> None:
+        calls[0] += 1
+        if calls[0] == 3:  # a.log -> a.log.1, after a.log.2 -> a.log.3 and a.log.1 -> a.log.2 were done
+            raise OSError(errno.EIO, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr("audit.sinks.os.replace", last_rename_fails_once)  # not causable here
+    with pytest.raises(AuditWriteError, match="Input/output error"):
+        sink.write_line("line 008 " + "x" * 40)
+    sink.write_line("line 009 " + "x" * 40)
+    sink.close()
+    assert _kept(tmp_path) == {"a.log": ["009"], "a.log.1": ["006", "007"], "a.log.2": ["004", "005"],
+                               "a.log.3": ["002", "003"]}

@@ -71,6 +71,27 @@ def test_dev_secret_is_written_whole_and_kept(tmp_path: Path) -> None:
     assert local_secret(key) == value
 
 
+def test_two_first_starts_at_once_agree_on_one_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control plane and the gateway started together on a new data directory both generate the audit
+    key: the second start runs while the first is about to link its key into place. Neither may fail or
+    take away the other's staged file, and both must use the key that ends up in the file."""
+    key = tmp_path / "audit-integrity.key"
+    real_link = os.link
+    second: list[str] = []
+    started = []
+
+    def other_start_first(src: str, dst: str) -> None:
+        if not started:
+            started.append(True)
+            second.append(local_secret(key))
+        real_link(src, dst)
+
+    monkeypatch.setattr("kgov.private_files.os.link", other_start_first)
+    first = local_secret(key)
+    assert first == second[0] == key.read_text().strip()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit-integrity.key"]
+
+
 def test_private_file_does_not_create_through_a_symlink(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     link = tmp_path / "kgov.db"

@@ -1,0 +1,120 @@
+"""audit.kafka_sink.KafkaSink's handling of answers a test broker cannot give (Tansu enforces no topic
+max.message.bytes): the producer is kafka-python's interface, its futures kafka-python's own."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from audit.kafka_sink import KafkaSink
+from audit.model import EventType, change_event
+
+T0 = datetime(2026, 11, 22, 7, 0, tzinfo=UTC)
+LIMIT = 10_000  # the topic's max.message.bytes, in this test
+
+
+class TopicWithSmallMaxMessageBytes:
+    """A producer whose records above LIMIT are refused: by the broker (MESSAGE_TOO_LARGE in the record's
+    future, once kafka-python has split the batch down to that record) or by the client's own
+    max_request_size check in send()."""
+
+    def __init__(self, refused_by: str) -> None:
+        self.refused_by = refused_by
+        self.delivered: list[bytes] = []
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> Any:
+        from kafka.errors import MessageSizeTooLargeError  # imported once the sink has (its warning quieted)
+        from kafka.future import Future
+
+        assert value is not None
+        if len(value) > LIMIT:
+            if self.refused_by == "client":
+                raise MessageSizeTooLargeError(f"The message is {len(value)} bytes when serialized")
+            return Future().failure(MessageSizeTooLargeError())
+        self.delivered.append(value)
+        return Future().success(None)
+
+    def flush(self, timeout: float | None = None) -> None: ...
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+
+@pytest.mark.parametrize("refused_by", ["broker", "client"])
+def test_an_event_too_large_for_the_topic_is_skipped_not_retried_forever(refused_by: str) -> None:
+    """Kafka's producer fails such a record for good (RecordTooLargeException is not retriable); retrying it
+    re-sent it with every attempt, counted a failure and rebuilt the producer each time, backing off up to
+    5 s between attempts, so the other events slowed to one attempt per backoff."""
+    producers: list[TopicWithSmallMaxMessageBytes] = []
+
+    def factory(config: dict[str, Any]) -> TopicWithSmallMaxMessageBytes:
+        producers.append(TopicWithSmallMaxMessageBytes(refused_by))
+        return producers[-1]
+
+    events = [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
+                           method_name="CreateAcls", target=f"topic=t{i}",
+                           details={"blob": "x" * (2 * LIMIT if i == 1 else 10)}) for i in range(3)]
+    sink = KafkaSink("k:9092", "t", producer_factory=factory, start=False)
+    for event in events:
+        sink.write(event)
+    sink._thread.start()
+    sink.close(timeout_s=2)
+    stats = sink.stats()
+    assert (stats.shipped, stats.too_large, stats.delivery_failures, stats.unshipped_at_close) == (2, 1, 0, 0)
+    assert len(producers) == 1
+    assert producers[0].delivered == [events[0].to_json().encode(), events[2].to_json().encode()]
+
+
+class BrokerThatCannotSplit(TopicWithSmallMaxMessageBytes):
+    """Each flush's records form one batch, refused whole with MESSAGE_TOO_LARGE when above LIMIT: what
+    kafka-python reports for a batch it may no longer split (its delivery timeout reached)."""
+
+    def __init__(self) -> None:
+        super().__init__("broker")
+        self.pending: list[tuple[bytes, Any]] = []
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> Any:
+        from kafka.future import Future
+
+        assert value is not None
+        self.pending.append((value, Future()))
+        return self.pending[-1][1]
+
+    def flush(self, timeout: float | None = None) -> None:
+        from kafka.errors import MessageSizeTooLargeError
+
+        too_large = sum(len(v) for v, _ in self.pending) > LIMIT
+        for value, future in self.pending:
+            if too_large:
+                future.failure(MessageSizeTooLargeError())
+            else:
+                self.delivered.append(value)
+                future.success(None)
+        self.pending = []
+
+
+def test_records_refused_together_as_too_large_are_tried_one_by_one_before_any_is_dropped() -> None:
+    """Several records refused in one attempt may be one batch too large as a whole, each of them fine:
+    they are sent one per attempt, and only one refused on its own is dropped."""
+    producers: list[BrokerThatCannotSplit] = []
+
+    def factory(config: dict[str, Any]) -> BrokerThatCannotSplit:
+        producers.append(BrokerThatCannotSplit())
+        return producers[-1]
+
+    sizes = [10, LIMIT * 6 // 10, LIMIT * 6 // 10, 2 * LIMIT, 10]
+    events = [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
+                           method_name="CreateAcls", target=f"topic=t{i}", details={"blob": "x" * size})
+              for i, size in enumerate(sizes)]
+    sink = KafkaSink("k:9092", "t", producer_factory=factory, retry_backoff_s=0.01, start=False)
+    for event in events:
+        sink.write(event)
+    sink._thread.start()
+    sink.close(timeout_s=5)
+    stats = sink.stats()
+    assert (stats.shipped, stats.too_large, stats.unshipped_at_close) == (4, 1, 0)
+    delivered = [v for p in producers for v in p.delivered]
+    assert delivered == [e.to_json().encode() for i, e in enumerate(events) if i != 3]
