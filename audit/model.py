@@ -42,6 +42,9 @@ class AuditEvent:
     time: datetime
     data: Mapping[str, Any]
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # `to_json`'s text, made once: every sink of a MultiSink (the file, the Kafka topic) writes the same
+    # text, and the gateway writes an event per request. Not a field of the event (`replace` starts anew).
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,7 +60,11 @@ class AuditEvent:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=False, default=str)
+        text = self._json
+        if text is None:
+            text = json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=False, default=str)
+            object.__setattr__(self, "_json", text)  # a cache of the frozen event's own text
+        return text
 
 
 def authorization_event(

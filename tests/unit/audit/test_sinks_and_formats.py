@@ -7,11 +7,12 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from audit.kafka_format import authorizer_log_line, log4j_envelope
-from audit.model import authorization_event
+from audit.model import AuditEvent, EventType, authorization_event
 from audit.sinks import AuditWriteError, JsonLinesSink, MultiSink, TextLineSink
 
 NOW = datetime(2024, 5, 1, 10, 0, 0, 123000, tzinfo=UTC)
@@ -183,3 +184,32 @@ def test_a_rotation_retried_after_a_failed_rename_does_no_rename_twice(tmp_path:
     sink.close()
     assert _kept(tmp_path) == {"a.log": ["009"], "a.log.1": ["006", "007"], "a.log.2": ["004", "005"],
                                "a.log.3": ["002", "003"]}
+
+
+def test_an_events_json_is_made_once_for_every_sink_and_anew_after_replace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MultiSink of the file and the Kafka topic wrote each event's JSON twice: on the gateway, one
+    more serialisation per request on the event loop."""
+    import dataclasses
+
+    import audit.model
+
+    calls = []
+    real_dumps = json.dumps
+
+    def counting_dumps(*args: Any, **kwargs: Any) -> str:
+        calls.append(1)
+        return real_dumps(*args, **kwargs)
+
+    monkeypatch.setattr(audit.model.json, "dumps", counting_dumps)
+    event = AuditEvent(EventType.AUTHORIZATION, "crn:///kafka=a", "t", datetime(2026, 11, 22, tzinfo=UTC),
+                       {"n": 1})
+    one, two = JsonLinesSink(tmp_path / "a.jsonl"), JsonLinesSink(tmp_path / "b.jsonl", integrity=None)
+    MultiSink([one, two]).write(event)
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text() == event.to_json() + "\n"
+    assert len(calls) == 1
+    changed = dataclasses.replace(event, data={"n": 2})
+    assert json.loads(changed.to_json())["data"] == {"n": 2} and len(calls) == 2
+    assert changed != event and dataclasses.replace(changed, data={"n": 1}) == event  # the cache is no field
+    one.close()
+    two.close()
