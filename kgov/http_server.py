@@ -5,8 +5,9 @@ uvicorn's default HTTP parser when httptools is installed (it is, with `uvicorn[
 on a request head: a client sending a header that never ends makes the server buffer every byte, and a
 few such connections take all memory. h11 has a limit (`h11_max_incomplete_event_size`) but is slower on
 every request, so httptools stays, with the head counted here: past `MAX_REQUEST_HEAD_BYTES` the client
-gets 431 and the connection is closed; a head not complete `REQUEST_HEAD_TIMEOUT_S` after its first byte
-gets 408 (h11's fallback has no such timer). Confluent's and Karapace's servers (Jetty, aiohttp) refuse heads of
+gets 431 and the connection is closed; a head not complete `REQUEST_HEAD_TIMEOUT_S` after the connection opened (first request) or after
+its first byte (later ones; uvicorn's keep-alive timeout covers the wait before it) gets 408 (h11's
+fallback has no such timer). Confluent's and Karapace's servers (Jetty, aiohttp) refuse heads of
 8 KiB; this allows more because a bearer token alone may take 16 KiB (sasl.jwt_validation.MAX_TOKEN_LENGTH).
 """
 
@@ -19,8 +20,9 @@ from typing import Any
 from kgov.exposure import forwarded_header_options
 
 MAX_REQUEST_HEAD_BYTES = 64 * 1024
-# From the first byte of a request head to its end (nginx's client_header_timeout is 60 s). uvicorn's
-# keep-alive timeout stops at the first byte, so a client trickling a byte at a time held the
+# From the connection's start (first request) or the first byte of a request head to its end (nginx's
+# client_header_timeout is 60 s). uvicorn's keep-alive timeout stops at the first byte and is not armed
+# before the first request, so a client trickling a byte at a time, or sending nothing, held the
 # connection for ever, and enough such clients take every file descriptor.
 REQUEST_HEAD_TIMEOUT_S = 60.0
 
@@ -46,6 +48,11 @@ def _bounded_httptools_protocol() -> type[Any] | None:
         _head_bytes = 0
         _boundary_in_read = False
         _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            # The first head's time runs from here: a connection that never sends a byte is cut off too.
+            self._head_timer = self.loop.call_later(REQUEST_HEAD_TIMEOUT_S, self._refuse, _ANSWER_408)
 
         def data_received(self, data: bytes) -> None:
             self._boundary_in_read = False

@@ -90,6 +90,18 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off(base: str, monkeypatch: pytest.
     assert httpx.get(f"{base}/health").status_code == 200
 
 
+def test_a_connection_that_never_sends_a_byte_is_cut_off(base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn arms no timer before a connection's first byte: connections opened and left silent were
+    held for ever, as the trickled ones were."""
+    monkeypatch.setattr(http_server, "REQUEST_HEAD_TIMEOUT_S", 0.5)
+    url = urlsplit(base)
+    with socket.create_connection((url.hostname or "", url.port or 80), timeout=10) as sock:
+        answer = b""
+        while chunk := sock.recv(65536):  # a server that holds the connection: socket.timeout, a failure
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+
+
 def test_a_long_url_counts_against_the_head_limit_too(base: str) -> None:
     answer = _raw_exchange(base, b"GET /" + b"a" * (2 * MAX_REQUEST_HEAD_BYTES) + b" HTTP/1.1\r\n", 0)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
