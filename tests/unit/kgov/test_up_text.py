@@ -77,3 +77,21 @@ def test_kgov_up_closes_the_decision_api_unless_configured(tmp_path: Path,
     settings = load_settings(data_dir=tmp_path / "b", dev_mode=True)
     close_unused_decision_api(settings)
     assert settings.authz.decision_api_networks == ["127.0.0.0/8"]
+
+
+def test_an_empty_chosen_admin_password_is_refused_with_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`KGOV_ADMIN__PASSWORD=` (set, empty) is not "unset": no password is generated, and the admin's
+    credential cannot be set to it. `kgov up` must say so before it starts anything (it ended with a
+    CredentialError traceback after the broker had started)."""
+    import argparse
+
+    from kgov.up import run_up
+
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "")
+    args = argparse.Namespace(data_dir=tmp_path, host="127.0.0.1", port=0, config=None, db=None, upstream="127.0.0.1:9",
+                              allow_remote_plaintext=False)
+    assert run_up(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kgov up: KGOV_ADMIN__PASSWORD / [admin] password is empty"), err
+    assert "Traceback" not in err
