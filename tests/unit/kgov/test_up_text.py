@@ -28,21 +28,22 @@ def test_startup_text_without_a_generated_password(tmp_path: Path) -> None:
     assert "  admin password: the one you set (KGOV_ADMIN__PASSWORD or [admin] password)" in text
 
 
-def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_path: Path,
+def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_path: Path, db_url: str,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The first `kgov up` generates a password; the user then sets KGOV_ADMIN__PASSWORD, as the start-up
-    text says, and starts again on the same data directory: the chosen password must work."""
+    text says, and starts again on the same data directory (`kgov up --db` may name PostgreSQL): the chosen
+    password must work."""
     from fastapi.testclient import TestClient
 
     from kgov.app import build_app
     from kgov.up import reset_dev_admin
 
     monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "generated-by-the-first-run")
-    first = load_settings(data_dir=tmp_path, dev_mode=True)
+    first = load_settings(data_dir=tmp_path, dev_mode=True, db=db_url)
     with TestClient(build_app(first)) as client:
         reset_dev_admin(client.app.state.credentials, first)  # type: ignore[attr-defined]
     monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "chosen-later")
-    second = load_settings(data_dir=tmp_path, dev_mode=True)
+    second = load_settings(data_dir=tmp_path, dev_mode=True, db=db_url)
     with TestClient(build_app(second)) as client:
         credentials = client.app.state.credentials  # type: ignore[attr-defined]
         assert credentials.verify_password("admin", "chosen-later") is None  # start-up keeps the old one
