@@ -35,9 +35,12 @@ _ANSWER_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: t
 
 def _bounded_httptools_protocol() -> type[Any] | None:
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        import httptools  # noqa: F401
     except ImportError:  # no httptools: h11, bounded by its own option
         return None
+    # uvicorn internals (>=0.29 has them; pyproject sets no upper bound): a release that moves them must
+    # stop the start here (ImportError), not quietly serve with h11 and no head timer.
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class BoundedHeadHttpToolsProtocol(HttpToolsProtocol):
         """Counts the bytes of a request that are not its body (the head, a chunked body's framing and
