@@ -14,7 +14,6 @@ from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, QuotaEntity
 from gateway.quota_store import QuotaOp, QuotaStore
 
 _ENTITY_KEYS = ("user", "client-id", "ip")
-MAX_ENTITY_NAME_LENGTH = 255  # gateway.quota_store's name columns
 
 
 class QuotaEntry(BaseModel):
@@ -33,11 +32,6 @@ def _entity(raw: dict[str, str | None]) -> QuotaEntity:
     unknown = set(raw) - set(_ENTITY_KEYS)
     if unknown:
         raise ApiError(400, 40001, f"Unknown entity types: {', '.join(sorted(unknown))}")
-    if any(value is not None and "\x00" in value for value in raw.values()):
-        # PostgreSQL cannot store it; see authz.model.refuse_nul (a departure from Kafka's any-string names)
-        raise ApiError(400, 40001, "Entity names must not contain the NUL character")
-    if any(value is not None and len(value) > MAX_ENTITY_NAME_LENGTH for value in raw.values()):
-        raise ApiError(400, 40001, f"Entity names must be at most {MAX_ENTITY_NAME_LENGTH} characters")
     parts = [NONE_PART if k not in raw else (DEFAULT_PART if raw[k] is None else EntityPart.of(str(raw[k])))
              for k in _ENTITY_KEYS]
     return QuotaEntity(*parts)

@@ -20,6 +20,7 @@ CONNECTION_CREATION_RATE: Final = "connection_creation_rate"
 CLIENT_KEYS: Final = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE})
 IP_KEYS: Final = frozenset({CONNECTION_CREATION_RATE})
 ALL_KEYS: Final = CLIENT_KEYS | IP_KEYS
+MAX_ENTITY_NAME_LENGTH: Final = 255  # gateway.quota_store's name columns
 
 
 class QuotaError(ValueError):
@@ -61,6 +62,12 @@ class QuotaEntity:
             raise QuotaError("Invalid quota entity combination, IP entity should not be combined with User or ClientId")
         if self == QuotaEntity():
             raise QuotaError("Invalid empty client quota entity")
+        names = [part.name for part in (self.user, self.client_id, self.ip)]
+        if any("\x00" in name for name in names):
+            # PostgreSQL cannot store it; see authz.model.refuse_nul (a departure from Kafka's any-string names)
+            raise QuotaError("Entity names must not contain the NUL character")
+        if any(len(name) > MAX_ENTITY_NAME_LENGTH for name in names):
+            raise QuotaError(f"Entity names must be at most {MAX_ENTITY_NAME_LENGTH} characters")
 
     def allows(self, key: str) -> bool:
         return key in (IP_KEYS if self.ip.kind is not Part.NONE else CLIENT_KEYS)

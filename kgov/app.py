@@ -162,7 +162,8 @@ class RequestBodyLimit:
 
 class SecurityHeaders:
     """Headers every answer carries, whichever layer wrote it (a route, an error handler, the registry's
-    fast path, RequestBodyLimit's 413), unless that layer set its own:
+    fast path, RequestBodyLimit's 413; the unhandled-error 500 through `harden`), unless that layer set its
+    own. uvicorn's own refusals of requests no route sees (400, and kgov.http_server's 408/431) carry none:
 
     - `Cache-Control: no-store`: answers hold secrets (a delegation token's HMAC, `/oauth/token`'s token)
       or what a caller's ACLs let it read; no browser or proxy cache may keep them. A route that wants
@@ -187,16 +188,21 @@ class SecurityHeaders:
 
         async def hardened_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                headers.setdefault("cache-control", "no-store")
-                headers.setdefault("x-content-type-options", "nosniff")
-                if scope["path"] not in self.docs_paths:
-                    headers.setdefault("content-security-policy", self.CONTENT_SECURITY_POLICY)
-                if scope.get("scheme") == "https":
-                    headers.setdefault("strict-transport-security", "max-age=31536000")
+                self.harden(MutableHeaders(scope=message), scope, csp=scope["path"] not in self.docs_paths)
             await send(message)
 
         await self.app(scope, receive, hardened_send)
+
+    @classmethod
+    def harden(cls, headers: MutableHeaders, scope: Scope, *, csp: bool = True) -> None:
+        """Adds the headers to an answer's own. Also called by the unhandled-error handler: Starlette
+        answers those from ServerErrorMiddleware, which wraps every middleware the app adds."""
+        headers.setdefault("cache-control", "no-store")
+        headers.setdefault("x-content-type-options", "nosniff")
+        if csp:
+            headers.setdefault("content-security-policy", cls.CONTENT_SECURITY_POLICY)
+        if scope.get("scheme") == "https":
+            headers.setdefault("strict-transport-security", "max-age=31536000")
 
 
 class CrossSiteWriteGuard:
@@ -344,7 +350,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # The detail goes to the log (never secrets: handlers do not put them in exceptions), not the client.
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return JSONResponse(status_code=500, content={"error_code": 50001, "message": "Internal server error"})
+        response = JSONResponse(status_code=500, content={"error_code": 50001, "message": "Internal server error"})
+        SecurityHeaders.harden(response.headers, request.scope)  # sent from outside SecurityHeaders
+        return response
 
 
 def _install_operations(app: FastAPI) -> None:

@@ -420,6 +420,10 @@ def _run_up(args: argparse.Namespace) -> int:
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)
         settings.admin.password = SecretStr(password)
+    elif not settings.admin.password.get_secret_value():
+        # Set but empty (`KGOV_ADMIN__PASSWORD=`): reset_dev_admin could not set it (CredentialError).
+        raise RuntimeError("KGOV_ADMIN__PASSWORD / [admin] password is empty: set a password, or unset the "
+                           "variable to have one generated")
     upstream = getattr(args, "upstream", None)
     gateway_cfg = settings.gateway
     check_dev_gateway_exposure(gateway_cfg, allow_remote)

@@ -160,6 +160,7 @@ def _page(items: list[Any], offset: str | None, limit: str | None) -> list[Any]:
 
 
 MAX_SCHEMA_ID = 2**31 - 1  # Confluent's ids are Java ints; a larger number would overflow the database's column
+MIN_SCHEMA_ID = -(2**31)  # and so would a smaller one (PostgreSQL's integer; SQLite's past -2**63)
 
 
 def _schema_id(text: str) -> int:
@@ -167,7 +168,7 @@ def _schema_id(text: str) -> int:
         schema_id = int(text)
     except ValueError:
         raise RegistryError(40403, "Schema not found") from None
-    if schema_id > MAX_SCHEMA_ID:
+    if not MIN_SCHEMA_ID <= schema_id <= MAX_SCHEMA_ID:
         raise schema_not_found(schema_id)
     return schema_id
 

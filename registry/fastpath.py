@@ -63,8 +63,10 @@ class SchemaByIdFastPath:
         if scope["type"] == "http" and scope["method"] == "GET":
             path: str = scope["path"]
             subject = _plain_query(scope.get("query_string", b""))
-            if subject is not None and path.startswith(_PREFIX) and path[len(_PREFIX):].isdigit():
-                answer = await self._answer(scope, int(path[len(_PREFIX):]), subject)
+            digits = path[len(_PREFIX):]
+            # ASCII only: str.isdigit() also takes "²", which int() refuses (a 500 before authentication)
+            if subject is not None and path.startswith(_PREFIX) and digits.isascii() and digits.isdigit():
+                answer = await self._answer(scope, int(digits), subject)
                 if answer is _REFUSED:
                     await api_error_response(unauthenticated())(scope, receive, send)
                     return

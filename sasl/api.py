@@ -47,9 +47,6 @@ _TOKEN_STATUS = {
 }
 
 
-MAX_TOKEN_PRINCIPAL_LENGTH = 512
-
-
 def _credential_error(exc: CredentialError) -> ApiError:
     status = _CREDENTIAL_STATUS.get(exc.code, 400)
     return ApiError(status, status * 100 + exc.code, str(exc))
@@ -286,10 +283,6 @@ def _token_router() -> APIRouter:
     ) -> dict[str, Any]:
         """Creates a token owned by the caller (or by `owner`, which needs CREATE_TOKENS on User:<owner>)."""
         owner = _principals([body.owner])[0] if body.owner else principal
-        if max(len(str(owner)), len(str(principal))) > MAX_TOKEN_PRINCIPAL_LENGTH:
-            # The store's owner and requester columns (PostgreSQL would refuse with a database error).
-            raise ApiError(400, 40067, f"Token owners and requesters are at most {MAX_TOKEN_PRINCIPAL_LENGTH} "
-                                       "characters (Type:name)")
         if owner != principal:
             authorize_http(request, principal, ResourceType.USER, str(owner), Operation.CREATE_TOKENS)
         try:

@@ -931,6 +931,15 @@ class CredentialService:
         renew, expire and describe then all answer DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (Kafka's
         `allowTokenRequests`, checked before anything else)."""
         check_request_allowed(token_authenticated)
+        for who in (owner or requester, requester):
+            if len(str(who)) > MAX_TOKEN_PRINCIPAL_LENGTH or "\x00" in str(who):
+                # The store's owner and requester columns; PostgreSQL would answer with a database error.
+                # Kafka keeps any principal; this check serves REST and Kafka's CreateDelegationToken alike.
+                raise DelegationTokenError(
+                    TokenErrorCode.INVALID_PRINCIPAL_TYPE,
+                    f"Token owners and requesters are at most {MAX_TOKEN_PRINCIPAL_LENGTH} characters (Type:name), "
+                    "without NUL",
+                )
         secret = self._secret()
         now = self.now_ms()
         self.store.delete_expired_tokens(now)
@@ -1045,6 +1054,7 @@ class CredentialService:
 
 
 MAX_NAME_LENGTH: Final = 255  # the name columns of sasl/store.py
+MAX_TOKEN_PRINCIPAL_LENGTH: Final = 512  # the token owner and requester columns
 
 
 def _check_username(name: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,16 +66,20 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
 def missing_local_paths(args: argparse.Namespace) -> list[str]:
     """The local paths among `--input`, `--inventory` and `--classification` that do not exist.
 
     Checked before Spark starts, which takes half a minute or more before Spark itself would say
-    so. Paths with a scheme (`hdfs://`, `s3a://`) and Spark's glob patterns are left to Spark."""
+    so. Paths with another scheme (`hdfs://nn/`, `hdfs:/`, `s3a://`: Hadoop's `Path` takes `NAME:` before
+    the first `/` as one) and Spark's glob patterns are left to Spark."""
     named = [*args.input, args.inventory, args.classification]
     missing = []
     for path in (str(p) for p in named if p is not None):
         local = path.removeprefix("file://") if path.startswith("file://") else path.removeprefix("file:")
-        if "://" in local or any(c in local for c in "*?[{"):
+        if _URI_SCHEME.match(local) or any(c in local for c in "*?[{"):
             continue
         if not Path(local).exists():
             missing.append(path)

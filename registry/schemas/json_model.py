@@ -141,7 +141,7 @@ class Loader:
                 pointer += "/" + token
                 if isinstance(node, dict) and token in node:
                     node = node[token]
-                elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                elif isinstance(node, list) and token.isascii() and token.isdigit() and int(token) < len(node):
                     node = node[int(token)]
                 else:
                     raise SchemaLoadError(f"Unresolvable reference: {ref}")

@@ -31,6 +31,24 @@ pytestmark = pytest.mark.postgres
 ALICE = QuotaEntity(EntityPart.of("alice"))
 
 
+@pytest.mark.parametrize("name", ["a\x00b", "n" * 256])
+def test_entity_names_the_store_cannot_keep_are_refused_on_every_path(db_url: str, name: str) -> None:
+    """The REST route refused them itself; Kafka's AlterClientQuotas (gateway.admin_apis) and `kgov quotas`
+    validate with `validate_ops` only, so PostgreSQL answered with a database error (the gateway closed
+    the connection) and SQLite kept them. Every entity part, names alike."""
+    engine = open_engine(db_url)
+    try:
+        store = QuotaStore(engine)
+        store.migrate()
+        for entity in (QuotaEntity(EntityPart.of(name)), QuotaEntity(DEFAULT_PART, EntityPart.of(name)),
+                       QuotaEntity(ip=EntityPart.of(name))):
+            with pytest.raises(QuotaError, match="Entity names must"):
+                store.alter([(entity, [QuotaOp(PRODUCER_BYTE_RATE, 1000)])])
+        assert store.load()[1] == {}
+    finally:
+        engine.dispose()
+
+
 def test_store_roundtrip_defaults_and_removal(db_url: str) -> None:
     engine = open_engine(db_url)
     store = QuotaStore(engine)

@@ -90,6 +90,36 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off(base: str, monkeypatch: pytest.
     assert httpx.get(f"{base}/health").status_code == 200
 
 
+def test_a_connection_that_never_sends_a_byte_is_cut_off(base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn arms no timer before a connection's first byte: connections opened and left silent were
+    held for ever, as the trickled ones were."""
+    monkeypatch.setattr(http_server, "REQUEST_HEAD_TIMEOUT_S", 0.5)
+    url = urlsplit(base)
+    with socket.create_connection((url.hostname or "", url.port or 80), timeout=10) as sock:
+        answer = b""
+        while chunk := sock.recv(65536):  # a server that holds the connection: socket.timeout, a failure
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+
+
+def test_the_trailers_of_a_chunked_body_count_against_the_head_limit(base: str) -> None:
+    # Trailer fields are parsed, and buffered, as header fields are, but after the head was complete:
+    # an endless one grew the server's memory without limit (200 MiB measured for 200 MiB sent).
+    head = b"POST /health HTTP/1.1\r\nHost: kgov\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+    answer = _raw_exchange(base, head, 8 * MAX_REQUEST_HEAD_BYTES)
+    assert b"HTTP/1.1 431 " in answer, answer[:400]
+
+
+def test_a_body_of_many_small_chunks_is_not_taken_for_a_long_head(base: str, admin: httpx.Client) -> None:
+    # Their framing (size lines, CRLFs) is not body, 100 KB of it here; reads that carry body bytes are
+    # not counted.
+    body = json.dumps({"schema": json.dumps({"type": "record", "name": "r", "doc": "x" * 40_000,
+                                             "fields": [{"name": "a", "type": "int"}]})}).encode()
+    r = admin.post("/subjects/chunked-value/versions", content=(body[i:i + 2] for i in range(0, len(body), 2)),
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
 def test_a_long_url_counts_against_the_head_limit_too(base: str) -> None:
     answer = _raw_exchange(base, b"GET /" + b"a" * (2 * MAX_REQUEST_HEAD_BYTES) + b" HTTP/1.1\r\n", 0)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]

@@ -56,7 +56,13 @@ def test_a_nul_in_a_name_is_refused_alike_on_both_databases(client: TestClient, 
 
 @pytest.mark.parametrize("path", ["/schemas/ids/99999999999999999999", "/schemas/ids/99999999999999999999/schema",
                                   "/schemas/ids/99999999999999999999/subjects",
-                                  "/schemas/ids/99999999999999999999/versions", "/schemas/ids/2147483648"])
+                                  "/schemas/ids/99999999999999999999/versions", "/schemas/ids/2147483648",
+                                  # and below it: SQLite cannot bind past -2**63 (an OverflowError)
+                                  "/schemas/ids/-99999999999999999999", "/schemas/ids/-99999999999999999999/schema",
+                                  "/schemas/ids/-99999999999999999999/subjects",
+                                  "/schemas/ids/-99999999999999999999/versions", "/schemas/ids/-2147483649",
+                                  # digits str.isdigit() knows but int() does not (the fast path took them)
+                                  "/schemas/ids/%C2%B2", "/schemas/ids/1%E2%91%A0"])
 def test_a_schema_id_past_int32_is_not_found(client: TestClient, path: str) -> None:
     r = client.get(path)
     assert (r.status_code, r.json()["error_code"]) == (404, 40403), r.text

@@ -169,6 +169,19 @@ def test_failure_limit_per_source(db_url: str) -> None:
     engine.dispose()
 
 
+@pytest.mark.parametrize("odd", [Principal("User", "o" * 600), Principal("User", "a\x00b")])
+def test_token_owners_and_requesters_the_store_cannot_keep_are_refused(env, odd: Principal) -> None:
+    """The REST route refused them itself; Kafka's CreateDelegationToken (gateway.admin_apis: an owner of
+    the caller's choosing, or a long OAUTHBEARER principal as the requester) reached the store, where
+    PostgreSQL answered with a database error (the gateway closed the connection) and SQLite kept them."""
+    svc, *_ = env
+    for requester, owner in ((ALICE, odd), (odd, None)):
+        with pytest.raises(DelegationTokenError) as refused:
+            svc.create_token(requester, owner=owner)
+        assert refused.value.code is TokenErrorCode.INVALID_PRINCIPAL_TYPE
+    assert svc.describe_tokens(ALICE, owners=None, may_describe=lambda _: True) == []
+
+
 def test_delegation_token_life_cycle(env) -> None:
     svc, clock, audit, _ = env
     created = svc.create_token(ALICE, renewers=[BOB], max_lifetime_ms=3_600_000)

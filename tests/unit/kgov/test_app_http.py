@@ -88,6 +88,22 @@ def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None
     assert r.json() == {"error_code": 50001, "message": "Internal server error"}
 
 
+def test_unexpected_errors_carry_the_security_headers(client: TestClient) -> None:
+    # Starlette answers them from ServerErrorMiddleware, outside every middleware the app adds
+    # (SecurityHeaders included): the handler must add the headers itself.
+    @client.app.get("/boom")  # type: ignore[attr-defined, untyped-decorator]
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    with TestClient(client.app, raise_server_exceptions=False, base_url="https://kgov") as c:  # type: ignore[arg-type]
+        r = c.get("/boom")
+    assert r.status_code == 500
+    assert r.headers.get("cache-control") == "no-store", r.headers
+    assert r.headers.get("x-content-type-options") == "nosniff"
+    assert r.headers.get("content-security-policy") == "default-src 'none'; frame-ancestors 'none'"
+    assert r.headers.get("strict-transport-security") == "max-age=31536000"
+
+
 def test_unsealed_signing_keys_are_warned_about_outside_dev_mode(tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     build_app(load_settings(data_dir=tmp_path / "a", dev_mode=False)).state.authorizer.close()

@@ -28,21 +28,22 @@ def test_startup_text_without_a_generated_password(tmp_path: Path) -> None:
     assert "  admin password: the one you set (KGOV_ADMIN__PASSWORD or [admin] password)" in text
 
 
-def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_path: Path,
+def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_path: Path, db_url: str,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The first `kgov up` generates a password; the user then sets KGOV_ADMIN__PASSWORD, as the start-up
-    text says, and starts again on the same data directory: the chosen password must work."""
+    text says, and starts again on the same data directory (`kgov up --db` may name PostgreSQL): the chosen
+    password must work."""
     from fastapi.testclient import TestClient
 
     from kgov.app import build_app
     from kgov.up import reset_dev_admin
 
     monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "generated-by-the-first-run")
-    first = load_settings(data_dir=tmp_path, dev_mode=True)
+    first = load_settings(data_dir=tmp_path, dev_mode=True, db=db_url)
     with TestClient(build_app(first)) as client:
         reset_dev_admin(client.app.state.credentials, first)  # type: ignore[attr-defined]
     monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "chosen-later")
-    second = load_settings(data_dir=tmp_path, dev_mode=True)
+    second = load_settings(data_dir=tmp_path, dev_mode=True, db=db_url)
     with TestClient(build_app(second)) as client:
         credentials = client.app.state.credentials  # type: ignore[attr-defined]
         assert credentials.verify_password("admin", "chosen-later") is None  # start-up keeps the old one
@@ -77,3 +78,21 @@ def test_kgov_up_closes_the_decision_api_unless_configured(tmp_path: Path,
     settings = load_settings(data_dir=tmp_path / "b", dev_mode=True)
     close_unused_decision_api(settings)
     assert settings.authz.decision_api_networks == ["127.0.0.0/8"]
+
+
+def test_an_empty_chosen_admin_password_is_refused_with_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`KGOV_ADMIN__PASSWORD=` (set, empty) is not "unset": no password is generated, and the admin's
+    credential cannot be set to it. `kgov up` must say so before it starts anything (it ended with a
+    CredentialError traceback after the broker had started)."""
+    import argparse
+
+    from kgov.up import run_up
+
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "")
+    args = argparse.Namespace(data_dir=tmp_path, host="127.0.0.1", port=0, config=None, db=None, upstream="127.0.0.1:9",
+                              allow_remote_plaintext=False)
+    assert run_up(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kgov up: KGOV_ADMIN__PASSWORD / [admin] password is empty"), err
+    assert "Traceback" not in err

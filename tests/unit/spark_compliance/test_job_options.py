@@ -117,3 +117,13 @@ def test_a_missing_local_input_is_refused_before_spark_starts(tmp_path, monkeypa
     parsed = _parse("--input", str(tmp_path / "logs"), f"file://{tmp_path}/logs", f"file:{tmp_path}/gone",
                     "hdfs://nn/logs", str(tmp_path / "*" / "server.log"), "--out", "o")
     assert missing_local_paths(parsed) == [f"file:{tmp_path}/gone"]
+
+
+def test_paths_with_a_scheme_but_no_authority_are_left_to_spark() -> None:
+    # Hadoop reads `hdfs:/logs` (the default namenode) and `s3a:/...` as paths of those file systems,
+    # not as local relative paths named "hdfs:": refusing them would refuse a run Spark can do.
+    from spark_compliance.cli import missing_local_paths
+
+    parsed = _parse("--input", "hdfs:/logs/2024", "viewfs:/cluster/logs", "gs://bucket/logs", "--out", "o")
+    assert missing_local_paths(parsed) == []
+    assert missing_local_paths(_parse("--input", "no-such-dir/a:b", "--out", "o")) == ["no-such-dir/a:b"]

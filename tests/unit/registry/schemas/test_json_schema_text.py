@@ -40,6 +40,8 @@ def test_normalize_sorts_keys_recursively() -> None:
     ('{"minLength": -1}', "Invalid JSON schema at '#/minLength'"),
     ('{"$ref": "#/definitions/missing"}', "Unresolvable reference"),
     ('{"properties": {"a": {"$ref": "other.json"}}}', "Unresolvable reference: other.json"),
+    # an array index in digits str.isdigit() takes and int() refuses (it was a ValueError: a 500)
+    ('{"allOf": [{}], "properties": {"a": {"$ref": "#/allOf/\u00b2"}}}', "Unresolvable reference"),
     ('{"$schema": 1}', "must be a string"),
 ])
 def test_invalid_json_schema_is_rejected_with_a_message(text: str, message: str) -> None:

@@ -1,0 +1,30 @@
+"""kgov.http_server's choice of uvicorn protocol: the bounded httptools protocol subclasses uvicorn's
+internals, so when they move the server must not quietly run without its head limits and timers."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kgov.http_server import server_options
+
+
+def test_the_bounded_httptools_protocol_is_used_when_httptools_is_installed() -> None:
+    protocol = server_options([])["http"]
+    assert isinstance(protocol, type) and protocol.__name__ == "BoundedHeadHttpToolsProtocol"
+
+
+def test_without_httptools_uvicorn_falls_back_to_h11_with_its_own_head_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "httptools", None)  # `import httptools` raises ImportError
+    options = server_options([])
+    assert options["http"] == "h11"
+    assert options["h11_max_incomplete_event_size"] == 64 * 1024
+
+
+def test_uvicorn_internals_that_moved_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # httptools is there but uvicorn's protocol module is not where kgov subclasses it (a uvicorn
+    # release that reorganised it): the start fails, rather than serving without head timers.
+    monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)
+    with pytest.raises(ImportError):
+        server_options([])
