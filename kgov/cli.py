@@ -44,7 +44,8 @@ def _serve(args: argparse.Namespace) -> int:
         check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ssl_certfile=args.tls_cert,
-                ssl_keyfile=args.tls_key, **server_options(settings.http_forwarded_allow_ips))
+                ssl_keyfile=args.tls_key,
+                **server_options(settings.http_forwarded_allow_ips, max_body_bytes=settings.http_request_max_bytes))
     return 0
 
 

@@ -30,6 +30,8 @@ from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
 DEFAULT_CONFIG_FILE = Path("kgov.toml")
+# `http_request_max_bytes` (8 MiB).
+DEFAULT_HTTP_REQUEST_MAX_BYTES = 8 * 1024 * 1024
 
 
 class MetricsConfig(BaseModel):
@@ -87,7 +89,7 @@ class Settings(BaseSettings):
     dev_mode: bool = False
     # Largest HTTP request body the control plane reads (Karapace's http_request_max_size; aiohttp's
     # default is 1 MiB). Bodies are read before authentication, so without a cap anyone could fill memory.
-    http_request_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    http_request_max_bytes: int = Field(default=DEFAULT_HTTP_REQUEST_MAX_BYTES, ge=1024)
     # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the control plane believes (IPs or networks).
     # Empty: none, the peer is the client. uvicorn alone believes any loopback peer (and FORWARDED_ALLOW_IPS
     # from the environment): every local process could then pick the address that ACL host rules, the

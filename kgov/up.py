@@ -44,7 +44,7 @@ from kgov.exposure import (
 from kgov.http_server import server_options
 from kgov.private_files import local_secret, private_dir, private_file
 from kgov.run_directory import run_directory
-from kgov.settings import Settings
+from kgov.settings import DEFAULT_HTTP_REQUEST_MAX_BYTES, Settings
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 # The sandboxed broker's private directory in the temporary directory (isolated_broker).
@@ -298,12 +298,14 @@ def dev_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iterator[
 
 
 @contextlib.contextmanager
-def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequence[str] = ()) -> Iterator[None]:
-    """uvicorn in a thread (the main thread owns the signals and the gateway's event loop)."""
+def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequence[str] = (),
+                  max_body_bytes: int = DEFAULT_HTTP_REQUEST_MAX_BYTES) -> Iterator[None]:
+    """uvicorn in a thread (the main thread owns the signals and the gateway's event loop); `max_body_bytes`:
+    the app's `http_request_max_bytes`."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           **server_options(forwarded_allow_ips)))
+                                           **server_options(forwarded_allow_ips, max_body_bytes=max_body_bytes)))
     thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -446,7 +448,8 @@ def _run_up(args: argparse.Namespace) -> int:
             app.state.health_checks.append(supervisor.problem)  # /health: 503 while the broker is down
         reset_dev_admin(app.state.credentials, settings)
         stack.enter_context(control_plane(app, args.host, args.port,
-                                          forwarded_allow_ips=settings.http_forwarded_allow_ips))
+                                          forwarded_allow_ips=settings.http_forwarded_allow_ips,
+                                          max_body_bytes=settings.http_request_max_bytes))
         runtime = build_runtime(settings, upstream=upstream)
         if runtime.audit_kafka is not None:
             app.state.audit_kafka["gateway"] = runtime.audit_kafka  # /metrics reports both components

@@ -1,9 +1,10 @@
 """The control plane's HTTP surface as a whole, through the real server (uvicorn as `kgov up` and `kgov serve`
 run it) and the assembled app over SQLite: what every answer carries, and what a request may cost before it
-is authenticated."""
+is authenticated (with routes of a small app for the time a route takes around reading a body)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
@@ -13,11 +14,15 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
 
 from kgov import http_server
 from kgov.app import build_app
 from kgov.http_server import MAX_REQUEST_HEAD_BYTES
 from kgov.settings import Settings
+from kgov.up import control_plane
+from tests.support.ports import free_port
+from tests.support.raw_http import read_to_end
 from tests.support.server import serve_app
 
 ADMIN = ("admin", "correct-horse-battery")
@@ -49,13 +54,7 @@ def _raw_exchange(base: str, head_start: bytes, filler: int) -> bytes:
                 sock.sendall(b"a" * 65536)
         except (BrokenPipeError, ConnectionResetError):
             pass  # refused midway: the answer was sent first
-        answer = b""
-        try:
-            while chunk := sock.recv(65536):
-                answer += chunk
-        except ConnectionResetError:
-            pass
-        return answer
+        return read_to_end(sock)
 
 
 def test_an_endless_request_head_is_answered_431_and_the_connection_closed(base: str) -> None:
@@ -73,18 +72,13 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off(base: str, monkeypatch: pytest.
     url = urlsplit(base)
     with socket.create_connection((url.hostname or "", url.port or 80), timeout=10) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: kgov\r\n")
-        answer = b""
         try:
             for _ in range(40):  # 4 s of a header byte every 0.1 s
                 sock.sendall(b"X")
                 time.sleep(0.1)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        try:
-            while chunk := sock.recv(65536):
-                answer += chunk
-        except ConnectionResetError:
-            pass
+        answer = read_to_end(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     # An ordinary request right after, on a new connection, is answered.
     assert httpx.get(f"{base}/health").status_code == 200
@@ -96,9 +90,7 @@ def test_a_connection_that_never_sends_a_byte_is_cut_off(base: str, monkeypatch:
     monkeypatch.setattr(http_server, "REQUEST_HEAD_TIMEOUT_S", 0.5)
     url = urlsplit(base)
     with socket.create_connection((url.hostname or "", url.port or 80), timeout=10) as sock:
-        answer = b""
-        while chunk := sock.recv(65536):  # a server that holds the connection: socket.timeout, a failure
-            answer += chunk
+        answer = read_to_end(sock)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
 
 
@@ -136,6 +128,147 @@ def test_large_but_allowed_heads_and_large_bodies_still_pass(base: str, admin: h
     assert r.status_code == 200, r.text
     # Keep-alive: a second request on the same connection is counted from its own start.
     assert admin.get("/subjects/big-value/versions").json() == [1]
+
+
+# A request body's reading time (http_server.request_body_deadline_s): bodies are read before any
+# authentication, so a client trickling one, or sending none after its head, held its connection (and a
+# file descriptor) for ever.
+SLOW_ROUTE_S = 2.0  # a route's own time, past the shortened deadlines below
+
+
+@pytest.fixture(scope="module")
+def slow_routes() -> Iterator[str]:
+    """Routes that take their time around reading the body, which must not count against it."""
+    app = FastAPI()
+
+    @app.post("/read-then-work")
+    async def read_then_work(request: Request) -> int:
+        body = await request.body()
+        await asyncio.sleep(SLOW_ROUTE_S)
+        return len(body)
+
+    @app.post("/work-then-read")
+    async def work_then_read(request: Request) -> int:
+        await asyncio.sleep(SLOW_ROUTE_S)  # uvicorn pauses reading once 64 KiB wait for the route
+        return len(await request.body())
+
+    port = free_port()
+    with control_plane(app, "127.0.0.1", port):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def short_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half a second for any body of a few KB."""
+    monkeypatch.setattr(http_server, "REQUEST_BODY_GRACE_S", 0.5)
+    monkeypatch.setattr(http_server, "REQUEST_BODY_MIN_BYTES_PER_S", 10**7)
+
+
+def _connect(base: str) -> socket.socket:
+    url = urlsplit(base)
+    return socket.create_connection((url.hostname or "", url.port or 80), timeout=10)
+
+
+def _post_head(path: str, framing: bytes, content_type: bytes = b"application/json") -> bytes:
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: kgov\r\nContent-Type: " + content_type + b"\r\n"
+            + framing + b"\r\n")
+
+
+FORM = b"application/x-www-form-urlencoded"
+BASIC = b"Authorization: Basic " + base64.b64encode(":".join(ADMIN).encode()) + b"\r\n"
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_off(base: str, short_deadline: None) -> None:
+    with _connect(base) as sock:
+        sock.sendall(_post_head("/oauth/token", b"Content-Length: 1000\r\n", FORM))
+        try:
+            for _ in range(40):  # 4 s of a body byte every 0.1 s
+                sock.sendall(b"x")
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # cut off midway: the answer was sent first
+        answer = read_to_end(sock)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert httpx.get(f"{base}/health").status_code == 200
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 100\r\n", b"Transfer-Encoding: chunked\r\n"])
+@pytest.mark.parametrize(("path", "content_type", "credentials"), [
+    ("/oauth/token", FORM, b""),  # the client's credentials are in the body
+    ("/subjects/s-value/versions", b"application/json", BASIC),
+])
+def test_a_body_that_never_comes_is_cut_off(base: str, short_deadline: None, framing: bytes, path: str,
+                                            content_type: bytes, credentials: bytes) -> None:
+    with _connect(base) as sock:
+        sock.sendall(_post_head(path, framing + credentials, content_type))
+        answer = read_to_end(sock)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+
+
+def test_after_an_answer_given_before_the_body_the_connection_is_closed_without_another(
+        base: str, short_deadline: None) -> None:
+    """Without credentials the registry answers 401 before reading the body; the rest of the body is
+    still read (to find the next request), and every byte of it restarted uvicorn's keep-alive timer:
+    trickled, it held the connection for ever."""
+    with _connect(base) as sock:
+        sock.sendall(_post_head("/subjects/s-value/versions", b"Content-Length: 1000\r\n") + b"{")
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:300]
+        cut_off = False
+        try:
+            for _ in range(40):  # 8 s of a body byte every 0.2 s (uvicorn's keep-alive timeout: 5 s)
+                sock.sendall(b" ")
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            cut_off = True
+        assert cut_off
+        assert b"HTTP/1.1" not in read_to_end(sock)
+
+
+def test_a_large_schema_at_a_rate_above_the_minimum_gets_time_for_its_length(
+        base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Close to registry.max_body_bytes (2 MiB), sent over about 2.5 s at some 800 KiB/s: past the grace
+    alone (1 s), within the grace plus its length at the minimum rate (1 + 4 s)."""
+    monkeypatch.setattr(http_server, "REQUEST_BODY_GRACE_S", 1.0)
+    monkeypatch.setattr(http_server, "REQUEST_BODY_MIN_BYTES_PER_S", 512 * 1024)
+    schema = json.dumps({"type": "record", "name": "large", "doc": "x" * (2 * 1024 * 1024 - 4096),
+                         "fields": [{"name": "a", "type": "int"}]})
+    body = json.dumps({"schema": schema}).encode()
+    piece = 64 * 1024
+
+    def paced() -> Iterator[bytes]:
+        for start in range(0, len(body), piece):
+            yield body[start:start + piece]
+            time.sleep(0.08)
+
+    with httpx.Client(base_url=base, auth=ADMIN, timeout=30) as admin:
+        r = admin.post("/subjects/large-value/versions", content=paced(),
+                       headers={"Content-Type": "application/json", "Content-Length": str(len(body))})
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_the_time_a_route_takes_after_the_body_is_not_counted(slow_routes: str, short_deadline: None) -> None:
+    r = httpx.post(f"{slow_routes}/read-then-work", content=b"x" * 1000, timeout=10)
+    assert (r.status_code, r.json()) == (200, 1000)
+
+
+def test_the_time_a_route_leaves_the_body_unread_is_not_counted(slow_routes: str, short_deadline: None) -> None:
+    # 1 MiB: uvicorn buffers 64 KiB and stops reading until the route asks for the body, 2 s later.
+    r = httpx.post(f"{slow_routes}/work-then-read", content=b"x" * (1024 * 1024), timeout=10)
+    assert (r.status_code, r.json()) == (200, 1024 * 1024)
+
+
+def test_the_wait_for_a_100_continue_is_not_counted(slow_routes: str, short_deadline: None) -> None:
+    # The client sends its body only once told to, when the route first asks for it (2 s later).
+    with _connect(slow_routes) as sock:
+        sock.sendall(_post_head("/work-then-read",
+                                b"Content-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n"))
+        interim = sock.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 "), interim[:200]
+        sock.sendall(b"hello")
+        answer = read_to_end(sock)
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n5"), answer[:300]
 
 
 def _assert_hardened(response: httpx.Response) -> None:

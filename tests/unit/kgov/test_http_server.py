@@ -11,13 +11,13 @@ from kgov.http_server import server_options
 
 
 def test_the_bounded_httptools_protocol_is_used_when_httptools_is_installed() -> None:
-    protocol = server_options([])["http"]
-    assert isinstance(protocol, type) and protocol.__name__ == "BoundedHeadHttpToolsProtocol"
+    protocol = server_options([], max_body_bytes=1024)["http"]
+    assert isinstance(protocol, type) and protocol.__name__ == "BoundedHttpToolsProtocol"
 
 
 def test_without_httptools_uvicorn_falls_back_to_h11_with_its_own_head_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "httptools", None)  # `import httptools` raises ImportError
-    options = server_options([])
+    options = server_options([], max_body_bytes=1024)
     assert options["http"] == "h11"
     assert options["h11_max_incomplete_event_size"] == 64 * 1024
 
@@ -27,4 +27,4 @@ def test_uvicorn_internals_that_moved_fail_loudly(monkeypatch: pytest.MonkeyPatc
     # release that reorganised it): the start fails, rather than serving without head timers.
     monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)
     with pytest.raises(ImportError):
-        server_options([])
+        server_options([], max_body_bytes=1024)
