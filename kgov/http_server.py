@@ -13,7 +13,8 @@ fallback has no such timer). Confluent's and Karapace's servers (Jetty, aiohttp)
 
 A body, read before any authentication too, must then arrive within `request_body_deadline_s` of reading
 time (408 and the connection closed; after an answer the route already wrote, only the close), as the
-gateway's large frames must (`gateway.frame_memory.large_frame_deadline_s`).
+gateway's large frames must (`gateway.frame_memory.large_frame_deadline_s`). h11's fallback has no such
+timer either.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ REQUEST_HEAD_TIMEOUT_S = 60.0
 # while uvicorn has paused reading because the route has not taken what it buffered, nor before a 100
 # Continue the client waits for), stopping at its last byte: what the route does next is not counted.
 # The gateway's large-frame numbers (`gateway.frame_memory`: 30 s, 256 KiB/s = 2 Mbit/s): a registry
-# schema of `registry.max_body_bytes` (2 MiB) gets 38 s, an 8 MiB body 62 s. A departure from
-# Confluent's servers (Jetty: 30 s idle between reads, no total) and nginx (`client_body_timeout`, 60 s
-# between reads): a byte every few seconds kept such a connection, and its file descriptor, for ever.
+# schema of `registry.max_body_bytes` (2 MiB) gets 38 s, an 8 MiB body 62 s: a link under about
+# 55 KiB/s (440 kbit/s) cannot send the 2 MiB one. A departure from Confluent's servers (rest-utils'
+# `RestConfig` `idle.timeout.ms`: Jetty's 30 s of silence between reads, no total) and nginx
+# (`client_body_timeout`, 60 s between reads): with them a byte every few seconds keeps a connection, and
+# its file descriptor, for ever.
 REQUEST_BODY_GRACE_S = 30.0
 REQUEST_BODY_MIN_BYTES_PER_S = 256 * 1024
 
@@ -55,7 +58,7 @@ def request_body_deadline_s(declared_length: int | None, max_body_bytes: int) ->
     return REQUEST_BODY_GRACE_S + size / REQUEST_BODY_MIN_BYTES_PER_S
 
 
-def _declared_body(headers: Sequence[tuple[bytes, bytes]]) -> tuple[bool, int | None]:
+def declared_body(headers: Sequence[tuple[bytes, bytes]]) -> tuple[bool, int | None]:
     """(whether the request has a body, its declared length: None when chunked). httptools has already
     refused a malformed or conflicting Content-Length."""
     length: int | None = 0
@@ -151,7 +154,7 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any] | None:
             self._stop_head_timer()
             previous = self.cycle
             super().on_headers_complete()
-            has_body, length = _declared_body(self.headers)
+            has_body, length = declared_body(self.headers)
             if self.cycle is not previous and has_body:  # not an upgrade: a request with its cycle
                 self._body_left_s = request_body_deadline_s(length, max_body_bytes)
                 self._run_body_clock()

@@ -1,5 +1,6 @@
 """kgov.http_server's choice of uvicorn protocol: the bounded httptools protocol subclasses uvicorn's
-internals, so when they move the server must not quietly run without its head limits and timers."""
+internals, so when they move the server must not quietly run without its head limits and timers; and the
+body deadline's arithmetic."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from kgov.http_server import server_options
+from kgov.http_server import declared_body, request_body_deadline_s, server_options
 
 
 def test_the_bounded_httptools_protocol_is_used_when_httptools_is_installed() -> None:
@@ -28,3 +29,22 @@ def test_uvicorn_internals_that_moved_fail_loudly(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "uvicorn.protocols.http.httptools_impl", None)
     with pytest.raises(ImportError):
         server_options([], max_body_bytes=1024)
+
+
+def test_a_body_gets_a_grace_plus_its_declared_length_at_the_minimum_rate() -> None:
+    cap = 8 * 1024 * 1024
+    assert request_body_deadline_s(0, cap) == 30.0
+    assert request_body_deadline_s(2 * 1024 * 1024, cap) == 38.0  # registry.max_body_bytes
+    # Chunked (no declared length), or declared past the cap (answered 413): the cap's time.
+    assert request_body_deadline_s(None, cap) == request_body_deadline_s(10**12, cap) == 62.0
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ([], (False, 0)),
+    ([(b"content-length", b"0")], (False, 0)),
+    ([(b"host", b"kgov"), (b"content-length", b"1234")], (True, 1234)),
+    ([(b"transfer-encoding", b"chunked")], (True, None)),
+])
+def test_thedeclared_body_is_read_from_the_head(headers: list[tuple[bytes, bytes]],
+                                                  expected: tuple[bool, int | None]) -> None:
+    assert declared_body(headers) == expected
