@@ -373,8 +373,14 @@ def reset_dev_admin(credentials: Any, settings: Settings) -> None:
     start-up text tells the user to set the variable to choose a password, so it must take effect."""
     if settings.admin.password is None:
         raise RuntimeError("kgov up needs an admin password (generated when unset)")
-    credentials.set_scram_credential(settings.admin.user, "SCRAM-SHA-512", settings.admin.password.get_secret_value(),
+    user = settings.admin.user
+    credentials.set_scram_credential(user, "SCRAM-SHA-512", settings.admin.password.get_secret_value(),
                                      actor="kgov:up")
+    # A credential of another mechanism (added by hand) would keep the old password working over it.
+    for found in credentials.describe_scram_users([user]):
+        for mechanism in found.mechanisms:
+            if mechanism.mechanism != "SCRAM-SHA-512":
+                credentials.delete_scram_credential(user, mechanism.mechanism, actor="kgov:up")
 
 
 def close_unused_decision_api(settings: Settings) -> None:

@@ -42,6 +42,9 @@ def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_p
     first = load_settings(data_dir=tmp_path, dev_mode=True, db=db_url)
     with TestClient(build_app(first)) as client:
         reset_dev_admin(client.app.state.credentials, first)  # type: ignore[attr-defined]
+        # a SCRAM-SHA-256 credential added by hand, with the same (old) password
+        client.app.state.credentials.set_scram_credential(  # type: ignore[attr-defined]
+            "admin", "SCRAM-SHA-256", "generated-by-the-first-run", actor="test")
     monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "chosen-later")
     second = load_settings(data_dir=tmp_path, dev_mode=True, db=db_url)
     with TestClient(build_app(second)) as client:
@@ -50,6 +53,9 @@ def test_a_chosen_admin_password_replaces_the_one_an_earlier_run_generated(tmp_p
         reset_dev_admin(credentials, second)
         assert credentials.verify_password("admin", "chosen-later") is not None
         assert credentials.verify_password("admin", "generated-by-the-first-run") is None
+        # the old password no longer logs in through any mechanism
+        assert [m.mechanism for u in credentials.describe_scram_users(["admin"]) for m in u.mechanisms] == [
+            "SCRAM-SHA-512"]
         assert client.get("/subjects", auth=("admin", "chosen-later")).status_code == 200
 
 
