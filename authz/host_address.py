@@ -40,3 +40,26 @@ def _ipv6_text(address: str) -> str:
     packed = ip.packed
     text = ":".join(format(int.from_bytes(packed[i:i + 2], "big"), "x") for i in range(0, 16, 2))
     return text + sep + zone
+
+
+def address_group(address: str) -> str:
+    """The client address as per-address limits count it: an IPv4 address as it is (an IPv4-mapped IPv6
+    address counts as its IPv4 address), an IPv6 address by its /64 network, written `2001:db8:0:7::/64`
+    (a zone suffix kept), since one host or one site is routinely given a whole /64 and could otherwise
+    take one allowance per address it picks. Clients behind one NAT, or one /64, count as one. Anything
+    that is not an IP literal is returned unchanged. Used by the failed-login limit
+    (`sasl.service.FailureLimiter`) and the gateway's per-address shares (`gateway.connection_limits`)."""
+    key = java_host_address(address)
+    if ":" not in key:
+        return key  # IPv4 (a mapped one included), or not an IP
+    return _ipv6_network(key)
+
+
+@lru_cache(maxsize=4096)
+def _ipv6_network(address: str) -> str:
+    literal, sep, zone = address.partition("%")
+    try:
+        network = ipaddress.IPv6Network(f"{literal}/64", strict=False)
+    except ValueError:
+        return address
+    return f"{network.network_address}/64{sep}{zone}"

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Final
 
-from authz.host_address import java_host_address
+from authz.host_address import address_group, java_host_address
 
 # Defaults (Kafka's are unlimited): see gateway/README.md "Connection limits" for why these.
 DEFAULT_MAX_CONNECTIONS: Final = 10_000
@@ -35,28 +34,10 @@ def ip_key(address: str) -> str:
 
 def share_key(address: str) -> str:
     """The key of a client's per-address share (the SASL step queue's `sasl_max_waiting_steps_per_ip`,
-    the frame memory pool's `queued_max_request_bytes_per_ip`): an IPv4 address as it is (an
-    IPv4-mapped IPv6 address counts as its IPv4 address), an IPv6 address by its /64 network, written
-    `2001:db8:0:7::/64` (a zone suffix kept), since one host or one site is routinely given a whole
-    /64 and could otherwise take one share per address it picks. Clients behind one NAT, or one /64,
-    share one share. Anything that is not an IP literal is returned unchanged.
-
-    Not used for `max_connections_per_ip`, which counts per address exactly as Kafka's
-    `ConnectionQuotas` does (its overrides name addresses)."""
-    key = ip_key(address)
-    if ":" not in key:
-        return key  # IPv4 (a mapped one included), or not an IP
-    return _ipv6_network(key)
-
-
-@lru_cache(maxsize=4096)
-def _ipv6_network(address: str) -> str:
-    literal, sep, zone = address.partition("%")
-    try:
-        network = ipaddress.IPv6Network(f"{literal}/64", strict=False)
-    except ValueError:
-        return address
-    return f"{network.network_address}/64{sep}{zone}"
+    the frame memory pool's `queued_max_request_bytes_per_ip`): `authz.host_address.address_group`, an
+    IPv6 client by its /64. Not used for `max_connections_per_ip`, which counts per address exactly as
+    Kafka's `ConnectionQuotas` does (its overrides name addresses)."""
+    return address_group(address)
 
 
 def parse_overrides(overrides: Mapping[str, int]) -> dict[str, int]:

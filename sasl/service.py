@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
-import ipaddress
 import logging
 import secrets
 import threading
@@ -29,6 +28,7 @@ from audit.model import EventType, change_event
 from audit.request_log import authentication_event
 from audit.sinks import AuditSink
 from authz.clock import elapsed_clock
+from authz.host_address import address_group
 from authz.model import Principal
 from sasl import issuer as issuer_mod
 from sasl.delegation import (
@@ -145,23 +145,8 @@ class _Snapshot:
     plain_mechanism: ScramMechanism = SCRAM_SHA_512
 
 
-def limited_source(address: str) -> str:
-    """What `FailureLimiter` counts for a client address: an IPv6 address's /64 (a host is usually given
-    a whole /64, so counting single addresses would let it guess without end by changing the last 64
-    bits); an IPv4-mapped IPv6 address as its IPv4 address; anything else as it is."""
-    try:
-        ip = ipaddress.ip_address(address.partition("%")[0])
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return address
-
-
 class FailureLimiter:
-    """Failed attempts per client address (per /64 for IPv6, see `limited_source`) in a sliding window;
+    """Failed attempts per client address (per /64 for IPv6, see `authz.host_address.address_group`) in a sliding window;
     bounded memory."""
 
     def __init__(
@@ -184,7 +169,7 @@ class FailureLimiter:
             q.popleft()
 
     def blocked(self, source: str) -> bool:
-        source = limited_source(source)
+        source = address_group(source)
         now = self._monotonic()
         with self._lock:
             q = self._failures.get(source)
@@ -194,7 +179,7 @@ class FailureLimiter:
             return len(q) >= self._limit
 
     def record_failure(self, source: str) -> None:
-        source = limited_source(source)
+        source = address_group(source)
         now = self._monotonic()
         with self._lock:
             q = self._failures.setdefault(source, deque(maxlen=self._limit))
