@@ -7,7 +7,9 @@ encrypts the same plaintext under a fresh data key, keeping the form (header or 
 compression flag, key binding, hashed keys (the keyed hash does not change across rotations, so the
 rewritten record supersedes the old one under compaction) and other headers. A signed record is
 re-signed only when a signer is given, never stripped silently. A record encrypted under another KEK
-is refused, not rewrapped under `key_name` (that would hand it to that KEK's readers).
+is refused, not rewrapped under `key_name` (that would hand it to that KEK's readers). A signer
+needs `trusted_signers` too: every record's signature is verified before it is replaced by the
+signer's (re-signing an unchecked record would launder a forged one).
 
 `reencrypt_topic` applies it to a whole topic: it reads every partition up to the end offsets seen at
 the start, keeps the latest record per key, and produces the rewrites to the same partition. Records
@@ -83,6 +85,13 @@ class Reencryptor:
         retry: RetryPolicy | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
     ) -> None:
+        if signer is not None and trusted_signers is None:
+            # Re-signing vouches for the record under the operator's key: without checking the old
+            # signature first, a record signed by anyone (or with garbage) would come out trusted.
+            raise EncryptionError(
+                "signer= re-signs signed records, so their signatures must be checked first: pass "
+                "trusted_signers= (the producers' public keys) as well"
+            )
         self.kms = kms
         self.key_name = key_name
         self.signer = signer
