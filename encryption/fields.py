@@ -58,7 +58,7 @@ from encryption.datakeys import (
     Refusals,
     UnwrapLimit,
 )
-from encryption.envelope import MAGIC
+from encryption.envelope import MAGIC, parse_header
 from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
@@ -907,13 +907,25 @@ class FieldDecryptingDeserializer:
                 raise TypeError(type(value).__name__)
         except (binascii.Error, TypeError, ValueError) as exc:
             raise DecryptionError(f"field {rule.name!r} is not encrypted") from exc
-        if sealed[: len(DETERMINISTIC_MAGIC)] == DETERMINISTIC_MAGIC:
+        # The rule says how the field is encrypted, never the ciphertext (as Confluent's executor takes
+        # `encrypt.dek.algorithm` and `encrypt.kek.name` from the rule): a deterministic ciphertext is not
+        # bound to its topic, so accepting one where the rule is randomized would let any topic's
+        # ciphertext of this field in; and a ciphertext naming another KEK may come from whoever holds that one.
+        deterministic = sealed[: len(DETERMINISTIC_MAGIC)] == DETERMINISTIC_MAGIC
+        if deterministic != rule.deterministic:
+            raise DecryptionError(
+                f"field {rule.name!r} is encrypted {'deterministically' if deterministic else 'randomized'} "
+                f"but its rule says {'deterministic' if rule.deterministic else 'randomized'}"
+            )
+        if deterministic:
             plaintext = self._open_deterministic(sealed, rule)
         else:
             try:
                 header, ciphertext = split_envelope(sealed)
             except DecryptionError as exc:
                 raise DecryptionError(f"field {rule.name!r} is not encrypted") from exc
+            if rule.kek is not None:
+                _check_rule_kek(rule, parse_header(header)[0].wrapped.key_name)
             plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic, None)
         if rule.kind == "string":
             try:
@@ -928,6 +940,8 @@ class FieldDecryptingDeserializer:
             raise DecryptionError(f"field {rule.name!r}: truncated deterministic ciphertext")
         name_len = sealed[start]
         name = sealed[start + 1 : start + 1 + name_len].decode("utf-8", errors="replace")
+        if rule.kek is not None:
+            _check_rule_kek(rule, name)
         try:
             cipher = self._siv.cipher(name)
         except KmsError as exc:
@@ -936,3 +950,9 @@ class FieldDecryptingDeserializer:
             return cipher.decrypt(sealed[start + 1 + name_len :], [_FIELD_AAD + rule.name.encode("utf-8")])
         except (InvalidTag, ValueError) as exc:
             raise DecryptionError(f"field {rule.name!r}: authentication failed") from exc
+
+
+def _check_rule_kek(rule: FieldRule, kek: str) -> None:
+    """Refuses a field whose ciphertext names another KEK than its rule's `encrypt.kek.name`."""
+    if kek != rule.kek:
+        raise DecryptionError(f"field {rule.name!r} is encrypted under KEK {kek!r}, not its rule's {rule.kek!r}")

@@ -11,12 +11,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from encryption import (
+    DecryptionError,
     EncryptingSerializer,
     EncryptionError,
     LocalKms,
     RecordKeySerializer,
     Signer,
 )
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 from encryption.reencrypt import Reencryptor
 
 
@@ -39,3 +41,47 @@ def test_reencryptor_does_not_launder_a_signature_it_did_not_check(kms: LocalKms
     kms.rotate_key("orders")
     with pytest.raises(EncryptionError, match="trusted_signers"):
         Reencryptor(kms, "orders", signer=operator).rewrite("orders", key, value, headers)
+
+
+# -- fields: the rule decides the algorithm and the KEK, never the ciphertext ---------------------------------
+
+FIELD_SCHEMA = {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
+
+
+def test_a_deterministic_field_does_not_open_where_the_rule_is_randomized(kms: LocalKms) -> None:
+    """Deterministic ciphertexts are not bound to the topic; a consumer whose rule says randomized
+    (topic-bound) must not accept one, or any topic's deterministic `ssn` could be moved in."""
+    joinable = FieldEncryptingSerializer(kms, "orders", FieldPolicy.from_json_schema(FIELD_SCHEMA,
+                                                                                     deterministic_tags=["PII"]))
+    moved = joinable({"ssn": "alice-ssn"}, SerializationContext("analytics", MessageField.VALUE, []))
+    reader = FieldDecryptingDeserializer(kms, FieldPolicy.from_json_schema(FIELD_SCHEMA))
+    with pytest.raises(DecryptionError, match="randomized"):
+        reader(moved, SerializationContext("customers", MessageField.VALUE, []))
+
+
+def test_a_randomized_field_does_not_open_where_the_rule_is_deterministic(kms: LocalKms) -> None:
+    sealed = FieldEncryptingSerializer(kms, "orders", FieldPolicy.from_json_schema(FIELD_SCHEMA))(
+        {"ssn": "alice-ssn"}, SerializationContext("customers", MessageField.VALUE, []))
+    reader = FieldDecryptingDeserializer(kms, FieldPolicy.from_json_schema(FIELD_SCHEMA, deterministic_tags=["PII"]))
+    with pytest.raises(DecryptionError, match="deterministic"):
+        reader(sealed, SerializationContext("customers", MessageField.VALUE, []))
+
+
+RULE_SET = {"domainRules": [{"name": "e", "type": "ENCRYPT", "tags": ["PII"], "params": {"encrypt.kek.name": "orders"}}]}
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_field_under_another_kek_does_not_open_where_the_rule_names_its_kek(
+    kms: LocalKms, deterministic: bool
+) -> None:
+    """Whoever holds another KEK the consumer's KMS also serves (`payments`) must not be able to write
+    fields that a consumer whose rule says `encrypt.kek.name: orders` accepts."""
+    kms.create_key("payments")
+    tags = ["PII"] if deterministic else []
+    forger = FieldEncryptingSerializer(kms, "payments", FieldPolicy.from_json_schema(FIELD_SCHEMA,
+                                                                                     deterministic_tags=tags))
+    forged = forger({"ssn": "mallory-ssn"}, SerializationContext("customers", MessageField.VALUE, []))
+    policy = FieldPolicy.from_json_schema(FIELD_SCHEMA, rule_set=RULE_SET, deterministic_tags=tags)
+    assert policy.rules[0].kek == "orders"
+    with pytest.raises(DecryptionError, match="payments"):
+        FieldDecryptingDeserializer(kms, policy)(forged, SerializationContext("customers", MessageField.VALUE, []))

@@ -66,7 +66,8 @@ def test_refused_keys_are_bounded_and_expired_data_keys_are_dropped(kms: LocalKm
 def test_a_deterministic_field_naming_a_malformed_kek_never_reaches_the_kms(kms: LocalKms) -> None:
     spy = CountingKms(kms)
     policy = FieldPolicy.from_json_schema(
-        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
+        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}},
+        deterministic_tags=["PII"],  # a randomized rule refuses deterministic ciphertexts before any KMS call
     )
     deserializer = FieldDecryptingDeserializer(spy, policy)  # type: ignore[arg-type]
     kek = b"../../transit/keys"
@@ -137,7 +138,8 @@ def test_a_duplicate_header_after_a_null_one_is_refused(kms: LocalKms) -> None:
 def test_a_replayed_deterministic_field_naming_an_unknown_kek_costs_one_kms_call(kms: LocalKms) -> None:
     spy = CountingKms(kms)
     policy = FieldPolicy.from_json_schema(
-        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}}
+        {"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": ["PII"]}}},
+        deterministic_tags=["PII"],  # a randomized rule refuses deterministic ciphertexts before any KMS call
     )
     deserializer = FieldDecryptingDeserializer(spy, policy)  # type: ignore[arg-type]
     forged = base64.b64encode(DETERMINISTIC_MAGIC + b"\x05ghost" + b"\0" * 32).decode()
