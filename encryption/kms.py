@@ -21,9 +21,10 @@ import json
 import os
 import re
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -171,7 +172,10 @@ class LocalKms:
     def _writing(self) -> Iterator[dict[str, Any]]:
         lock_path = self.path.with_name(self.path.name + ".lock")
         with self._lock:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            except OSError as exc:  # ELOOP: a symlink planted where the lock file goes
+                raise InsecureKeyRingError(f"cannot open the key ring's lock file {lock_path}: {exc.strerror}") from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._reload()
@@ -190,13 +194,20 @@ class LocalKms:
                     },
                 }
                 yield document
-                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(out_fd, "w", encoding="utf-8") as out:
-                    json.dump(document, out, indent=1)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, self.path)
+                # A fresh file of our own (mkstemp: O_EXCL, mode 0600, never through a symlink): a fixed
+                # name opened with O_TRUNC would reuse a stale or planted file, its mode (0644) or its
+                # symlink target, and write every KEK there.
+                out_fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+                try:
+                    with os.fdopen(out_fd, "w", encoding="utf-8") as out:
+                        json.dump(document, out, indent=1)
+                        out.flush()
+                        os.fsync(out.fileno())
+                    os.replace(tmp, self.path)
+                except BaseException:
+                    with suppress(FileNotFoundError):
+                        os.unlink(tmp)
+                    raise
                 self._reload()
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

@@ -6,6 +6,10 @@ ones the test says it lacks.
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
+
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -14,6 +18,7 @@ from encryption import (
     DecryptionError,
     EncryptingSerializer,
     EncryptionError,
+    InsecureKeyRingError,
     LocalKms,
     RecordKeySerializer,
     Signer,
@@ -85,3 +90,35 @@ def test_a_field_under_another_kek_does_not_open_where_the_rule_names_its_kek(
     assert policy.rules[0].kek == "orders"
     with pytest.raises(DecryptionError, match="payments"):
         FieldDecryptingDeserializer(kms, policy)(forged, SerializationContext("customers", MessageField.VALUE, []))
+
+
+# -- LocalKms: the key ring is never written through a file someone else prepared ----------------------------
+
+
+def test_a_stale_world_readable_temporary_file_does_not_expose_the_key_ring(tmp_path: Path) -> None:
+    ring = LocalKms(tmp_path / "ring.json")
+    stale = tmp_path / f".ring.json.{os.getpid()}.tmp"  # the name a writer used before (e.g. after a crash)
+    stale.write_text("")
+    stale.chmod(0o644)
+    ring.create_key("orders")
+    assert stat.S_IMODE((tmp_path / "ring.json").stat().st_mode) == 0o600
+    assert LocalKms(tmp_path / "ring.json").key_names() == ["orders"]
+
+
+def test_the_key_ring_is_not_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    ring = LocalKms(tmp_path / "ring.json")
+    planted = tmp_path / "attacker-readable"
+    planted.write_text("")
+    (tmp_path / f".ring.json.{os.getpid()}.tmp").symlink_to(planted)
+    ring.create_key("orders")
+    assert planted.read_text() == ""  # no key material went there
+    assert not (tmp_path / "ring.json").is_symlink()
+    assert ring.key_names() == ["orders"]
+
+
+def test_a_symlink_planted_as_the_lock_file_is_refused(tmp_path: Path) -> None:
+    ring = LocalKms(tmp_path / "ring.json")
+    (tmp_path / "ring.json.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InsecureKeyRingError, match="lock file"):
+        ring.create_key("orders")
+    assert not (tmp_path / "elsewhere").exists()
