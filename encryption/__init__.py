@@ -14,8 +14,8 @@ Quick start (confluent-kafka)::
         "value.serializer": EncryptingSerializer(kms, "orders", StringSerializer())}))
     producer.produce("orders", key="k1", value="secret", headers=[])   # fresh headers per record
     consumer = DeserializingConsumer({"bootstrap.servers": "...", "group.id": "g",
-        "key.deserializer": RecordKeyDeserializer(kms, StringDeserializer()),
-        "value.deserializer": DecryptingDeserializer(kms, StringDeserializer())})
+        "key.deserializer": RecordKeyDeserializer(kms, StringDeserializer(), kek_names=["orders"]),
+        "value.deserializer": DecryptingDeserializer(kms, StringDeserializer(), kek_names=["orders"])})
 
 Modules: `envelope` (the record format, version 1), `kms` (the `Kms` interface, `LocalKms`),
 `vault` (`VaultTransitKms`), `datakeys` (data-key lifetimes and the unwrapped-key cache), `serdes`

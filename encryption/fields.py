@@ -62,7 +62,15 @@ from encryption.envelope import MAGIC, parse_header
 from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
-from encryption.serdes import Inner, PayloadOpener, PayloadSealer, record_location, split_envelope
+from encryption.serdes import (
+    Inner,
+    PayloadOpener,
+    PayloadSealer,
+    accepted_keks,
+    check_kek_accepted,
+    record_location,
+    split_envelope,
+)
 
 DETERMINISTIC_MAGIC = b"KGD\x01"
 DEFAULT_TAGS = frozenset({"PII"})
@@ -872,11 +880,15 @@ class FieldDecryptingDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
+        kek_names: Iterable[str] | None = None,
     ) -> None:
+        """`kek_names`: the KEKs fields may be encrypted under (as for `DecryptingDeserializer`); a rule
+        naming its KEK (`encrypt.kek.name`) accepts that one only, whatever this says."""
         self.policy = policy
         self.inner = inner
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
-        self._opener = PayloadOpener(self.cache)
+        self.kek_names = accepted_keks(kek_names)
+        self._opener = PayloadOpener(self.cache, kek_names=self.kek_names)
         self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
 
@@ -939,9 +951,11 @@ class FieldDecryptingDeserializer:
         if len(sealed) < start + 2:
             raise DecryptionError(f"field {rule.name!r}: truncated deterministic ciphertext")
         name_len = sealed[start]
-        name = sealed[start + 1 : start + 1 + name_len].decode("utf-8", errors="replace")
+        raw_name = sealed[start + 1 : start + 1 + name_len]
+        name = raw_name.decode("utf-8", errors="replace")
         if rule.kek is not None:
             _check_rule_kek(rule, name)
+        check_kek_accepted(self.kek_names, raw_name)
         try:
             cipher = self._siv.cipher(name)
         except KmsError as exc:

@@ -9,10 +9,11 @@ Producer side::
     }))
     producer.produce("orders", key="k", value="v", headers=[])   # a fresh list per record
 
-Consumer side: `DecryptingDeserializer(kms, StringDeserializer())` as `value.deserializer` and
-`RecordKeyDeserializer(kms, StringDeserializer())` as `key.deserializer` (needed when keys are
-hashed or bound into the ciphertext), or call `DecryptingDeserializer.decrypt_message(msg)` on raw
-messages, which also names partition and offset in errors.
+Consumer side: `DecryptingDeserializer(kms, StringDeserializer(), kek_names=["orders"])` as
+`value.deserializer` and `RecordKeyDeserializer(kms, StringDeserializer(), kek_names=["orders"])` as
+`key.deserializer` (needed when keys are hashed or bound into the ciphertext), or call
+`DecryptingDeserializer.decrypt_message(msg)` on raw messages, which also names partition and offset
+in errors. `kek_names` refuses records under any other KEK the KMS serves (docs/encryption.md).
 
 What travels where is described in `encryption.envelope`. confluent-kafka passes one
 SerializationContext to the key and then the value (de)serializer of a record; the key side leaves
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
 
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -59,7 +60,7 @@ from encryption.envelope import (
     parse_header,
 )
 from encryption.errors import DecryptionError, EncryptionError, KmsError
-from encryption.kms import Kms
+from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 from encryption.signing import Signer, verify_signature
 
@@ -228,13 +229,35 @@ class PayloadSealer(ForgetsKeysOnFork):
         return header, active.aead.encrypt(nonce, plaintext, aad)
 
 
+def accepted_keks(kek_names: Iterable[str] | None) -> frozenset[bytes] | None:
+    """A consumer's `kek_names` as the UTF-8 names a header carries (None: any KEK)."""
+    if kek_names is None:
+        return None
+    if isinstance(kek_names, str):
+        raise EncryptionError("kek_names takes a collection of KEK names, not one string")
+    return frozenset(check_key_name(name).encode("utf-8") for name in kek_names)
+
+
+def check_kek_accepted(accepted: frozenset[bytes] | None, name: bytes) -> None:
+    """Refuses a record naming a KEK outside `accepted`: whoever may wrap under that KEK wrote it."""
+    if accepted is not None and name not in accepted:
+        shown = name.decode("utf-8", errors="replace")
+        raise DecryptionError(f"record is encrypted under KEK {shown!r}, which this consumer does not accept (kek_names)")
+
+
 class PayloadOpener:
     """Decrypts payloads given their header (the consumer's hot path)."""
 
-    def __init__(self, cache: DataKeyCache, max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES) -> None:
+    def __init__(
+        self,
+        cache: DataKeyCache,
+        max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
+        kek_names: frozenset[bytes] | None = None,
+    ) -> None:
         self.cache = cache
         self.max_inflated_bytes = max_inflated_bytes
         self.suffixes = AadSuffixes()
+        self.kek_names = kek_names
 
     def open(self, header: bytes, ciphertext: bytes, field_tag: bytes, topic: str, key: Any) -> bytes:
         if len(header) < 2 + NONCE_SIZE or header[0] != FORMAT_VERSION:
@@ -244,6 +267,8 @@ class PayloadOpener:
         flags = header[1]
         if flags & ~KNOWN_FLAGS:
             raise DecryptionError(f"unknown encryption flags 0x{flags:02x}")
+        if self.kek_names is not None:  # before the cache: a shared cache holds other consumers' KEKs too
+            check_kek_accepted(self.kek_names, header[3 : 3 + header[2]])
         aead = self.cache.get(header[2:-NONCE_SIZE])
         if aead is None:
             aead = self._load(header)
@@ -447,6 +472,9 @@ class DecryptingDeserializer:
     is not encrypted is refused too. Unwrapped data keys are cached (`cache`); KMS unwraps of keys not
     in the cache are limited per KEK (`unwrap_limit`, see `UnwrapLimit`; ignored when `cache` is given). `require_key_bound=True`
     also refuses records not bound to their Kafka key (a value moved onto another key of the topic).
+    `kek_names`: the KEKs this consumer accepts records under (e.g. `["orders"]`); a record naming
+    another is refused before any KMS call. Without it any KEK the KMS serves is accepted, so whoever
+    may wrap under any of them (another topic's producers) can write records this consumer reads.
     """
 
     def __init__(
@@ -460,12 +488,14 @@ class DecryptingDeserializer:
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
         require_key_bound: bool = False,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
+        kek_names: Iterable[str] | None = None,
     ) -> None:
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         # A record not bound to its key can be copied onto another key of the same topic and still
         # decrypt; with require_key_bound such records are refused (all producers use RecordKeySerializer).
         self.require_key_bound = require_key_bound
-        self._opener = PayloadOpener(self.cache, max_inflated_bytes)
+        self.kek_names = accepted_keks(kek_names)
+        self._opener = PayloadOpener(self.cache, max_inflated_bytes, self.kek_names)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
         self._fast = self.trusted_signers is None
@@ -507,6 +537,8 @@ class DecryptingDeserializer:
             entry = self._cached_key(head[2:])  # the cache key: see `ParsedHeader.cache_key`
             if entry is None or header[0] != FORMAT_VERSION:
                 return self._read(data, ctx)
+            if self.kek_names is not None and head[3 : 3 + head[2]] not in self.kek_names:
+                return self._read(data, ctx)  # a KEK this consumer does not accept: refused there
             flags = header[1]
             remember = True
         suffix = self._suffixes.get(ctx.topic)
@@ -674,6 +706,7 @@ class RecordKeyDeserializer:
     `hashed_keys=True` (for topics written with `hash_keys=True`): a non-null key without its protected
     original is refused, so nobody can strip the `kgov.enc.key` header and hand the consumer the hash
     (or a plaintext key of their choosing) as the key. Off by default, where plain keys are normal.
+    `kek_names`: as for `DecryptingDeserializer`.
     """
 
     def __init__(
@@ -685,10 +718,11 @@ class RecordKeyDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
+        kek_names: Iterable[str] | None = None,
     ) -> None:
         self.hashed_keys = hashed_keys
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
-        self._opener = PayloadOpener(self.cache)
+        self._opener = PayloadOpener(self.cache, kek_names=accepted_keks(kek_names))
         self.inner = inner
 
     def __repr__(self) -> str:

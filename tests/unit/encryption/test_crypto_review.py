@@ -15,11 +15,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from encryption import (
+    DecryptingDeserializer,
     DecryptionError,
     EncryptingSerializer,
     EncryptionError,
     InsecureKeyRingError,
     LocalKms,
+    RecordContext,
+    RecordKeyDeserializer,
     RecordKeySerializer,
     Signer,
 )
@@ -122,3 +125,52 @@ def test_a_symlink_planted_as_the_lock_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InsecureKeyRingError, match="lock file"):
         ring.create_key("orders")
     assert not (tmp_path / "elsewhere").exists()
+
+
+# -- consumers name the KEKs they accept: a record under another KEK may come from whoever holds that one ----
+
+
+def _forged_under_payments(kms: LocalKms, headers: list | None, *, hash_keys: bool = False) -> tuple[bytes | None, bytes | None]:
+    """What a producer allowed to wrap under `payments` (not `orders`) can write to the orders topic."""
+    kms.create_key("payments")
+    ctx = SerializationContext("orders", MessageField.KEY, headers)
+    key = RecordKeySerializer(kms, "payments", hash_keys=hash_keys)(b"alice", ctx)
+    ctx.field = MessageField.VALUE
+    return key, EncryptingSerializer(kms, "payments")(b"refund to mallory", ctx)
+
+
+@pytest.mark.parametrize("headers", [[], None], ids=["header-form", "envelope-form"])
+def test_a_value_under_a_kek_the_consumer_does_not_accept_is_refused(kms: LocalKms, headers: list | None) -> None:
+    key, value = _forged_under_payments(kms, headers)
+    reader = DecryptingDeserializer(kms, kek_names=["orders"])
+    ctx = RecordContext("orders", MessageField.VALUE, headers, key=key)
+    with pytest.raises(DecryptionError, match=r"'payments'.*kek_names"):
+        reader(value, ctx)
+    assert len(reader.cache) == 0  # refused before any unwrap
+    # the same consumer reads the orders KEK's records, also through its inlined path (second record)
+    for _ in range(2):
+        good_headers: list = []
+        _, good, _ = _produce(kms, b"alice", b"order", good_headers)
+        assert reader(good, RecordContext("orders", MessageField.VALUE, good_headers, key=b"alice")) == b"order"
+    # a consumer without kek_names sharing the cache unwraps the payments data key; still refused here
+    assert DecryptingDeserializer(kms, cache=reader.cache)(value, ctx) == b"refund to mallory"
+    with pytest.raises(DecryptionError, match="'payments'"):
+        reader(value, ctx)
+
+
+def test_a_protected_key_under_a_kek_the_consumer_does_not_accept_is_refused(kms: LocalKms) -> None:
+    headers: list = []
+    key, _ = _forged_under_payments(kms, headers, hash_keys=True)
+    with pytest.raises(DecryptionError, match="'payments'"):
+        RecordKeyDeserializer(kms, kek_names=["orders"])(key, SerializationContext("orders", MessageField.KEY, headers))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_field_under_a_kek_the_consumer_does_not_accept_is_refused(kms: LocalKms, deterministic: bool) -> None:
+    kms.create_key("payments")
+    policy = FieldPolicy.from_json_schema(FIELD_SCHEMA, deterministic_tags=["PII"] if deterministic else [])
+    forged = FieldEncryptingSerializer(kms, "payments", policy)(
+        {"ssn": "mallory-ssn"}, SerializationContext("customers", MessageField.VALUE, []))
+    reader = FieldDecryptingDeserializer(kms, policy, kek_names=["orders"])
+    with pytest.raises(DecryptionError, match="'payments'"):
+        reader(forged, SerializationContext("customers", MessageField.VALUE, []))
