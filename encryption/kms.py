@@ -93,7 +93,8 @@ class LocalKms:
     """A key ring in one JSON file (mode 0600, created on first use).
 
     The file holds every version of every KEK, so it is as sensitive as the data: the constructor
-    refuses a file (or re-reads of it) whose mode lets anyone but the owner read or write it. Several
+    refuses a file (or re-reads of it) owned by another user or whose mode lets anyone but the owner
+    read or write it. Several
     processes may share one file; writers take an advisory lock, readers reload when they meet a
     version they do not know yet (another process rotated). Key material never appears in a repr,
     a log line or an error message.
@@ -125,6 +126,12 @@ class LocalKms:
     def _check_mode(self, st: os.stat_result) -> None:
         if not stat.S_ISREG(st.st_mode):
             raise InsecureKeyRingError(f"key ring {self.path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            # A ring planted by another user (mode 0600: readable by its owner and by root) holds KEKs that
+            # user knows; a process running as root would otherwise adopt it (as ssh's StrictModes).
+            raise InsecureKeyRingError(
+                f"key ring {self.path} is owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}"
+            )
         if st.st_mode & 0o077:
             raise InsecureKeyRingError(
                 f"key ring {self.path} has mode {stat.S_IMODE(st.st_mode):04o}; only its owner may read "

@@ -174,3 +174,13 @@ def test_a_field_under_a_kek_the_consumer_does_not_accept_is_refused(kms: LocalK
     reader = FieldDecryptingDeserializer(kms, policy, kek_names=["orders"])
     with pytest.raises(DecryptionError, match="'payments'"):
         reader(forged, SerializationContext("customers", MessageField.VALUE, []))
+
+
+def test_a_key_ring_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ring someone else planted (mode 0600, so only its owner, or root, can read it) holds KEKs that
+    someone knows: a process running as root must not adopt it, nor one running as another user."""
+    LocalKms(tmp_path / "ring.json").create_key("orders")
+    owner = (tmp_path / "ring.json").stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # this process is now someone else than the owner
+    with pytest.raises(InsecureKeyRingError, match="owned by"):
+        LocalKms(tmp_path / "ring.json")
