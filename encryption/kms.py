@@ -164,8 +164,13 @@ class LocalKms:
                 keys[name] = _KeyVersions(int(entry["current"]), material)
             return keys
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            # Deliberately no detail from the document: it holds key material.
-            raise KmsError(f"key ring {self.path} is corrupt or not a kgov key ring") from exc
+            # Nothing of the document in the error, nor in its chain: JSONDecodeError keeps the whole
+            # document (`.doc`), int() and KeyError quote what they read, and error reporters print
+            # (some keep) every exception of the chain. Its type and, for JSON, the position only.
+            where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            problem = f"{type(exc).__name__}{where}"
+        # Raised outside the except block, so the cause is neither chained nor kept as __context__.
+        raise KmsError(f"key ring {self.path} is corrupt or not a kgov key ring ({problem})")
 
     def _maybe_reload(self) -> None:
         try:

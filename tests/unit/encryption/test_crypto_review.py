@@ -6,6 +6,7 @@ ones the test says it lacks.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -20,6 +21,7 @@ from encryption import (
     EncryptingSerializer,
     EncryptionError,
     InsecureKeyRingError,
+    KmsError,
     LocalKms,
     RecordContext,
     RecordKeyDeserializer,
@@ -184,3 +186,30 @@ def test_a_key_ring_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # this process is now someone else than the owner
     with pytest.raises(InsecureKeyRingError, match="owned by"):
         LocalKms(tmp_path / "ring.json")
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+@pytest.mark.parametrize("corrupt", ["current-is-material", "truncated-json"])
+def test_a_corrupt_key_ring_error_carries_no_key_material_in_its_chain(tmp_path: Path, corrupt: str) -> None:
+    """Error reporters print (and some keep) the whole exception chain with its attributes: none of it may
+    hold a KEK. json's JSONDecodeError keeps the whole document (`.doc`); int() quotes what it could not read."""
+    path = tmp_path / "ring.json"
+    LocalKms(path).create_key("orders")
+    text = path.read_text()
+    material = json.loads(text)["keys"]["orders"]["versions"]["1"]["material"]
+    if corrupt == "current-is-material":
+        text = text.replace('"current": 1', f'"current": "{material}"')
+    else:
+        text = text[: text.index(material) + len(material) + 3]
+    path.write_text(text)
+    with pytest.raises(KmsError, match="corrupt") as info:
+        LocalKms(path)
+    for exc in _chain(info.value):
+        assert material not in str(exc) and material not in repr(vars(exc) if hasattr(exc, "__dict__") else ())
