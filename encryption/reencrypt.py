@@ -14,7 +14,14 @@ signer's (re-signing an unchecked record would launder a forged one).
 `reencrypt_topic` applies it to a whole topic: it reads every partition up to the end offsets seen at
 the start, keeps the latest record per key, and produces the rewrites to the same partition. Records
 produced concurrently for the same keys may be superseded by a rewrite of an older value: pause the
-topic's producers (or run it between their writes) when that matters.
+topic's producers (or run it between their writes) when that matters. It is not atomic: a record
+that does not decrypt stops the run, the rewrites before it are delivered and counted in a note on
+the error, and a second run skips what is already current. Plaintext exists only in memory, one
+record at a time; nothing is written to disk.
+
+Only the latest record of each key is rewritten, so older records (and, per partition, all but the
+last record with a null key) keep their old KEK version until compaction removes them: retire a
+version only once the topic holds none of its records (compacted, or past its retention).
 """
 
 from __future__ import annotations
@@ -224,22 +231,33 @@ def reencrypt_topic(
     producer = Producer({k: v for k, v in client_config.items() if k not in ("group.id", "auto.offset.reset")})
     rewritten = current = tombstones = 0
     errors: list[str] = []
-    for (partition, _), msg in latest.items():
-        if msg.value() is None:
-            tombstones += 1
-            continue
-        try:
-            if reencryptor.is_current(msg.headers(), msg.value()):
-                current += 1
+    try:
+        for (partition, _), msg in latest.items():
+            if msg.value() is None:
+                tombstones += 1
                 continue
-            record = reencryptor.rewrite(topic, msg.key(), msg.value(), msg.headers())
-        except DecryptionError as exc:
-            raise exc.located(topic=topic, partition=partition, offset=msg.offset()) from exc.__cause__
-        producer.produce(topic, value=record.value, key=record.key, headers=list(record.headers),
-                         partition=partition,
-                         on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
-        rewritten += 1
-        producer.poll(0)
+            try:
+                if reencryptor.is_current(msg.headers(), msg.value()):
+                    current += 1
+                    continue
+                record = reencryptor.rewrite(topic, msg.key(), msg.value(), msg.headers())
+            except DecryptionError as exc:
+                raise exc.located(topic=topic, partition=partition, offset=msg.offset()) from exc.__cause__
+            producer.produce(topic, value=record.value, key=record.key, headers=list(record.headers),
+                             partition=partition,
+                             on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
+            rewritten += 1
+            producer.poll(0)
+    except Exception as exc:
+        # Stopped part-way (a record that does not decrypt, a KMS outage): deliver what was rewritten
+        # before it, so a second run (which skips current records) starts from a known state, and say so.
+        undelivered = producer.flush(timeout) + len(errors)
+        exc.add_note(
+            f"{rewritten} records rewritten before the failure"
+            + (f", {undelivered} of them not delivered" if undelivered else ", all delivered")
+            + "; records are rewritten one by one, so run it again once the cause is fixed"
+        )
+        raise
     if producer.flush(timeout) != 0 or errors:
         raise EncryptionError(f"re-encrypted records were not all delivered: {errors[:3]}")
     return ReencryptionReport(read=read, rewritten=rewritten, already_current=current, tombstones=tombstones)

@@ -220,3 +220,20 @@ def test_reencrypt_command(kafka_broker: str, tmp_path: Path, capsys: pytest.Cap
     assert main(["encryption", "reencrypt", "--bootstrap", kafka_broker, "--topic", "no-such-topic-x",
                  "--key", "orders", "--key-ring", str(ring), "--timeout", "5"]) == 1
     assert "no-such-topic-x" in capsys.readouterr().err
+
+
+def test_reencrypt_stopped_by_a_bad_record_delivers_the_rewrites_before_it(kafka_broker: str, tmp_path: Path) -> None:
+    """A record that cannot be decrypted stops the run; what was rewritten before it is delivered (and
+    said), not left in the producer's queue to be dropped with it."""
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    produce(kafka_broker, topic, kms, [(f"k{i}", f"v{i}") for i in range(20)])
+    planted = Producer({"bootstrap.servers": kafka_broker})
+    planted.produce(topic, key=b"zz", value=b"plaintext someone wrote")
+    assert planted.flush(10) == 0
+    kms.rotate_key("orders")
+    with pytest.raises(DecryptionError, match=r"offset=20.*not encrypted") as info:
+        reencrypt_topic({"bootstrap.servers": kafka_broker}, topic, Reencryptor(kms, "orders"))
+    assert len(read_raw(kafka_broker, topic, 41)) == 41
+    assert "20 records rewritten before" in str(info.value.__notes__)
