@@ -213,3 +213,21 @@ def test_a_corrupt_key_ring_error_carries_no_key_material_in_its_chain(tmp_path:
         LocalKms(path)
     for exc in _chain(info.value):
         assert material not in str(exc) and material not in repr(vars(exc) if hasattr(exc, "__dict__") else ())
+
+
+# -- checked and sound (pinned so it stays so) ------------------------------------------------------------------
+
+
+def test_with_trusted_signers_a_tombstone_must_be_signed_too(kms: LocalKms) -> None:
+    producer = Signer("p1", Ed25519PrivateKey.generate())
+    reader = DecryptingDeserializer(kms, trusted_signers={"p1": producer.private_key.public_key()})
+    signed: list = []
+    _produce(kms, b"alice", b"order", signed, signer=producer)
+    tombstone_headers: list = []
+    key, tombstone, _ = _produce(kms, b"alice", None, tombstone_headers, signer=producer)  # type: ignore[arg-type]
+    assert reader(tombstone, RecordContext("orders", MessageField.VALUE, tombstone_headers, key=key)) is None
+    with pytest.raises(DecryptionError, match="not signed"):  # anyone's unsigned delete
+        reader(None, RecordContext("orders", MessageField.VALUE, [], key=key))
+    with pytest.raises(DecryptionError, match="does not verify"):  # the order's signature on a delete
+        reader(None, RecordContext("orders", MessageField.VALUE, [h for h in signed if h[0] == "kgov.sig"], key=key))
+
