@@ -100,6 +100,8 @@ def _run(args: argparse.Namespace, action: str) -> int:
             )
     except EncryptionError as exc:
         print(f"kgov: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # e.g. how far a stopped re-encryption got
+            print(f"kgov: {note}", file=sys.stderr)
         return 1
     return 0
 
