@@ -939,12 +939,15 @@ class FieldDecryptingDeserializer:
             if rule.kek is not None:
                 _check_rule_kek(rule, parse_header(header)[0].wrapped.key_name)
             plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic, None)
-        if rule.kind == "string":
-            try:
-                return plaintext.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DecryptionError(f"field {rule.name!r} does not decrypt to text") from exc
-        return plaintext
+        if rule.kind != "string":
+            return plaintext
+        try:
+            return plaintext.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        # Raised outside the except block: a UnicodeDecodeError keeps the whole plaintext (`.object`) and
+        # quotes a byte of it, so it must be neither the cause nor the context of the error.
+        raise DecryptionError(f"field {rule.name!r} does not decrypt to text")
 
     def _open_deterministic(self, sealed: bytes, rule: FieldRule) -> bytes:
         start = len(DETERMINISTIC_MAGIC)

@@ -6,6 +6,7 @@ ones the test says it lacks.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -28,7 +29,7 @@ from encryption import (
     RecordKeySerializer,
     Signer,
 )
-from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy, FieldRule
 from encryption.reencrypt import Reencryptor
 
 
@@ -231,3 +232,16 @@ def test_with_trusted_signers_a_tombstone_must_be_signed_too(kms: LocalKms) -> N
     with pytest.raises(DecryptionError, match="does not verify"):  # the order's signature on a delete
         reader(None, RecordContext("orders", MessageField.VALUE, [h for h in signed if h[0] == "kgov.sig"], key=key))
 
+
+
+def test_a_field_that_does_not_decrypt_to_text_keeps_its_plaintext_out_of_the_error_chain(kms: LocalKms) -> None:
+    """UnicodeDecodeError keeps the whole decrypted value (`.object`) and its message quotes a byte of it;
+    chained, traceback printing and error reporters would write plaintext to logs."""
+    ctx = SerializationContext("customers", MessageField.VALUE, [])
+    as_bytes = FieldEncryptingSerializer(kms, "orders", FieldPolicy([FieldRule(("ssn",), "bytes", False)]))
+    sealed = as_bytes({"ssn": b"\xe9-secret-ssn-078-05-1120"}, ctx)["ssn"]
+    as_text = FieldDecryptingDeserializer(kms, FieldPolicy([FieldRule(("ssn",), "string", False)]))
+    with pytest.raises(DecryptionError, match="does not decrypt to text") as info:
+        as_text({"ssn": base64.b64encode(sealed).decode()}, ctx)
+    for exc in _chain(info.value):
+        assert "0xe9" not in str(exc) and b"secret" not in repr(getattr(exc, "object", b"")).encode()
