@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     for leaf in (create, rotate, listing, reencrypt):
         leaf.add_argument("--key-ring", type=Path, default=None, help="local key ring (default <data_dir>/keyring.json)")
-        leaf.add_argument("--vault-url", default=None, help="use Vault Transit at this URL (token: $VAULT_TOKEN)")
+        leaf.add_argument("--vault-url", default=None, help="use Vault Transit at this URL: https, or http on loopback only (token: $VAULT_TOKEN)")
         leaf.add_argument("--vault-mount", default="transit", help="Transit mount point (default transit)")
 
 

@@ -6,14 +6,21 @@ ciphertext string (`vault:v<N>:<base64>`), whose version prefix tells which KEK 
 The derived secret is Transit's HMAC of the label under key version 1, so it survives rotations.
 Connection failures, 5xx answers, rate limiting and a sealed Vault are `KmsUnavailableError` (retried by
 the serdes); a missing key is `KeyNotFoundError`; anything else is `KmsError`.
+
+Every unwrap answer carries a data key in plaintext (base64) and every request carries the token, so
+Vault is reached over https (certificates verified: hvac's default, which kgov never turns off) or
+plain http on the loopback interface only; `allow_http=True` accepts plain http elsewhere, for a
+network the operator vouches for. (Confluent's Python Vault client turns certificate checks off.)
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import hvac
 import hvac.exceptions
@@ -38,11 +45,15 @@ class VaultTransitKms:
         token: str | None = None,
         mount_point: str = "transit",
         timeout: float = 5.0,
+        allow_http: bool = False,
     ) -> None:
         if client is None:
             if url is None:
                 raise KmsError("VaultTransitKms needs an hvac.Client or a url")
+            _check_transport(url, allow_http)
             client = hvac.Client(url=url, token=token, timeout=timeout)
+        elif isinstance(getattr(client, "url", None), str):
+            _check_transport(client.url, allow_http)
         self._client = client
         self.mount_point = mount_point
         self._known: set[str] = set()
@@ -141,3 +152,22 @@ class VaultTransitKms:
             key_name, hash_input=hash_input, key_version=1, algorithm="sha2-256", mount_point=self.mount_point))
         text = str(response["data"]["hmac"])
         return base64.b64decode(text.rsplit(":", 1)[1])
+
+
+def _check_transport(url: str, allow_http: bool) -> None:
+    """Refuses a Vault URL over which data keys and the token would travel in the clear."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return
+    if parts.scheme == "http":
+        host = parts.hostname or ""
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if loopback or allow_http:
+            return
+    raise KmsError(
+        f"Vault at {parts.scheme}://{parts.hostname}: unwrapped data keys and the token would cross the network "
+        "unprotected; use https (or plain http on the loopback interface, or allow_http=True for a network you trust)"
+    )

@@ -245,3 +245,32 @@ def test_a_field_that_does_not_decrypt_to_text_keeps_its_plaintext_out_of_the_er
         as_text({"ssn": base64.b64encode(sealed).decode()}, ctx)
     for exc in _chain(info.value):
         assert "0xe9" not in str(exc) and b"secret" not in repr(getattr(exc, "object", b"")).encode()
+
+
+# -- Vault: unwrapped data keys never cross the network in the clear ------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://vault.internal:8200", "http://10.0.0.5:8200", "ftp://vault.internal"])
+def test_vault_over_plain_http_to_another_host_is_refused(url: str) -> None:
+    """Every unwrap answer carries a data key in plaintext (base64), and every request the token."""
+    import hvac
+
+    from encryption.vault import VaultTransitKms
+
+    with pytest.raises(KmsError, match="https"):
+        VaultTransitKms(url=url, token="s.token")
+    with pytest.raises(KmsError, match="https"):
+        VaultTransitKms(hvac.Client(url=url, token="s.token"))
+    if url.startswith("http:"):
+        VaultTransitKms(url=url, token="s.token", allow_http=True)  # a network the operator vouches for
+    else:
+        with pytest.raises(KmsError, match="https"):
+            VaultTransitKms(url=url, token="s.token", allow_http=True)
+
+
+@pytest.mark.parametrize("url", ["https://vault.internal:8200", "http://127.0.0.1:8200", "http://[::1]:8200",
+                                 "http://localhost:8200"])
+def test_vault_over_https_or_loopback_is_accepted(url: str) -> None:
+    from encryption.vault import VaultTransitKms
+
+    assert VaultTransitKms(url=url, token="s.token").mount_point == "transit"

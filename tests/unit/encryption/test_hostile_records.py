@@ -207,7 +207,7 @@ def test_a_non_bytes_value_in_an_encrypted_bytes_field_is_refused_without_alloca
 
 
 class _NoVault:
-    url = "http://vault.invalid"
+    url = "https://vault.invalid"
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"Vault was called ({name})")
