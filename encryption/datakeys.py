@@ -273,6 +273,11 @@ class DataKeyCache:
         self._lock = threading.Lock()
         self.kms_calls = 0
 
+    @property
+    def ttl_seconds(self) -> float:
+        """How long an unwrapped data key is used before the KMS is asked again."""
+        return self._ttl
+
     def get(self, prefix: bytes) -> AESGCM | None:
         entry = self.entries.get(prefix)
         if entry is None or entry[1] <= self.now():

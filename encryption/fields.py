@@ -779,26 +779,36 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
 
 
 class _DeterministicKeys:
-    def __init__(self, kms: Kms, retry: RetryPolicy, now: Callable[[], float] = elapsed_clock) -> None:
+    """AES-SIV keys derived from KEKs, each kept for `ttl_seconds` (as `DataKeyCache` keeps data keys): a
+    consumer whose access to a KEK is revoked stops reading its deterministic fields within that time."""
+
+    def __init__(
+        self, kms: Kms, retry: RetryPolicy, now: Callable[[], float] = elapsed_clock, ttl_seconds: float = 3600.0
+    ) -> None:
         self.kms = kms
         self.retry = retry
-        self._ciphers: dict[str, AESSIV] = {}  # only KEKs the KMS knows: bounded by them
+        self.now = now
+        self._ttl = ttl_seconds
+        self._ciphers: dict[str, tuple[AESSIV, float]] = {}  # only KEKs the KMS knows: bounded by them
         self.refusals = Refusals(60.0, 1000, now)
 
     def cipher(self, key_name: str) -> AESSIV:
-        cipher = self._ciphers.get(key_name)
-        if cipher is None:
-            # On the consumer side the name comes from the record: checked before any KMS sees it.
-            check_key_name(key_name)
-            self.refusals.check(key_name)
-            try:
-                secret = call_with_retry(self.retry, "derived_secret",
-                                         lambda: self.kms.derived_secret(key_name, _SIV_LABEL))
-            except KmsError as exc:
-                self.refusals.remember(key_name, exc)
-                raise
-            key = HKDFExpand(hashes.SHA256(), 64, b"kgov aes-256-siv").derive(secret)
-            cipher = self._ciphers[key_name] = AESSIV(key)
+        entry = self._ciphers.get(key_name)
+        if entry is not None and entry[1] > self.now():
+            return entry[0]
+        self._ciphers.pop(key_name, None)
+        # On the consumer side the name comes from the record: checked before any KMS sees it.
+        check_key_name(key_name)
+        self.refusals.check(key_name)
+        try:
+            secret = call_with_retry(self.retry, "derived_secret",
+                                     lambda: self.kms.derived_secret(key_name, _SIV_LABEL))
+        except KmsError as exc:
+            self.refusals.remember(key_name, exc)
+            raise
+        key = HKDFExpand(hashes.SHA256(), 64, b"kgov aes-256-siv").derive(secret)
+        cipher = AESSIV(key)
+        self._ciphers[key_name] = (cipher, self.now() + self._ttl)
         return cipher
 
 
@@ -889,7 +899,7 @@ class FieldDecryptingDeserializer:
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         self.kek_names = accepted_keks(kek_names)
         self._opener = PayloadOpener(self.cache, kek_names=self.kek_names)
-        self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now)
+        self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now, self.cache.ttl_seconds)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
 
     def __repr__(self) -> str:

@@ -29,7 +29,9 @@ from encryption import (
     RecordKeySerializer,
     Signer,
 )
+from encryption.datakeys import DataKeyCache
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy, FieldRule
+from encryption.kms import WrappedKey
 from encryption.reencrypt import Reencryptor
 
 
@@ -274,3 +276,47 @@ def test_vault_over_https_or_loopback_is_accepted(url: str) -> None:
     from encryption.vault import VaultTransitKms
 
     assert VaultTransitKms(url=url, token="s.token").mount_point == "transit"
+
+
+# -- revoking a consumer's access to a KEK takes effect within the cache's time-to-live, for every field ------
+
+
+class _RevocableKms:
+    """A real LocalKms whose operator can take this consumer's access away (as a Vault policy change)."""
+
+    def __init__(self, inner: LocalKms) -> None:
+        self.inner = inner
+        self.revoked = False
+
+    def _check(self) -> None:
+        if self.revoked:
+            raise KmsError("permission denied")
+
+    def unwrap(self, wrapped: WrappedKey) -> bytes:
+        self._check()
+        return self.inner.unwrap(wrapped)
+
+    def derived_secret(self, key_name: str, label: bytes) -> bytes:
+        self._check()
+        return self.inner.derived_secret(key_name, label)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_revoked_consumer_stops_reading_fields_after_the_cache_ttl(kms: LocalKms, deterministic: bool) -> None:
+    policy = FieldPolicy.from_json_schema(FIELD_SCHEMA, deterministic_tags=["PII"] if deterministic else [])
+    ctx = SerializationContext("customers", MessageField.VALUE, [])
+    sealed = FieldEncryptingSerializer(kms, "orders", policy)({"ssn": "alice-ssn"}, ctx)
+    clock = [0.0]
+    revocable = _RevocableKms(kms)
+    cache = DataKeyCache(revocable, ttl_seconds=600, now=lambda: clock[0])  # type: ignore[arg-type]
+    reader = FieldDecryptingDeserializer(revocable, policy, cache=cache)  # type: ignore[arg-type]
+    assert reader(sealed, ctx) == {"ssn": "alice-ssn"}
+    revocable.revoked = True
+    clock[0] = 599.0
+    assert reader(sealed, ctx) == {"ssn": "alice-ssn"}  # within the TTL: cached, as documented
+    clock[0] = 601.0
+    with pytest.raises(DecryptionError):
+        reader(sealed, ctx)
