@@ -10,12 +10,15 @@ the serdes); a missing key is `KeyNotFoundError`; anything else is `KmsError`.
 Every unwrap answer carries a data key in plaintext (base64) and every request carries the token, so
 Vault is reached over https (certificates verified: hvac's default, which kgov never turns off) or
 plain http on the loopback interface only; `allow_http=True` accepts plain http elsewhere, for a
-network the operator vouches for. (Confluent's Python Vault client turns certificate checks off.)
+network the operator vouches for. A departure from Confluent: `HcVaultKmsClient` of confluent-kafka-python
+(schema_registry/rules/encryption/hcvault/hcvault_client.py) builds its hvac.Client with verify=False.
+An answer without the documented fields (or not base64) is a `KmsError`, never a stray exception.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import ipaddress
 import re
 from collections.abc import Callable
@@ -104,7 +107,10 @@ class VaultTransitKms:
         check_key_name(name)
         response = self._call("read_key", name, lambda: self._transit().read_key(
             name, mount_point=self.mount_point))
-        return int(response["data"]["latest_version"])
+        version = _answer(response, "latest_version", "read_key")
+        if isinstance(version, bool) or not isinstance(version, int | str) or not str(version).isdigit():
+            raise KmsError("Vault answered read_key without a valid latest_version")
+        return int(version)
 
     def key_names(self) -> list[str]:
         try:
@@ -129,7 +135,7 @@ class VaultTransitKms:
         plaintext = base64.b64encode(data_key).decode("ascii")
         response = self._call("encrypt", key_name, lambda: self._transit().encrypt_data(
             key_name, plaintext=plaintext, mount_point=self.mount_point))
-        ciphertext = str(response["data"]["ciphertext"])
+        ciphertext = str(_answer(response, "ciphertext", "encrypt"))
         match = _CIPHERTEXT.match(ciphertext)
         if match is None:
             raise KmsError("Vault returned a ciphertext in an unknown form")
@@ -143,15 +149,34 @@ class VaultTransitKms:
             raise KmsError("wrapped data key is not a Vault transit ciphertext of the stated version")
         response = self._call("decrypt", wrapped.key_name, lambda: self._transit().decrypt_data(
             wrapped.key_name, ciphertext=ciphertext, mount_point=self.mount_point))
-        return base64.b64decode(response["data"]["plaintext"])
+        return _base64(_answer(response, "plaintext", "decrypt"), "decrypt")
 
     def derived_secret(self, key_name: str, label: bytes) -> bytes:
         check_key_name(key_name)  # it may come from a record (deterministic fields)
         hash_input = base64.b64encode(b"kgov-derived-v1:" + label).decode("ascii")
         response = self._call("hmac", key_name, lambda: self._transit().generate_hmac(
             key_name, hash_input=hash_input, key_version=1, algorithm="sha2-256", mount_point=self.mount_point))
-        text = str(response["data"]["hmac"])
-        return base64.b64decode(text.rsplit(":", 1)[1])
+        text = _answer(response, "hmac", "hmac")
+        return _base64(text.rsplit(":", 1)[-1] if isinstance(text, str) else text, "hmac")
+
+
+def _answer(response: Any, field: str, what: str) -> Any:
+    """`response["data"][field]`, or KmsError when Vault's answer does not have it (fail closed, one error type)."""
+    try:
+        return response["data"][field]
+    except (KeyError, TypeError, IndexError):
+        pass
+    raise KmsError(f"Vault answered {what} without data.{field}")
+
+
+def _base64(text: Any, what: str) -> bytes:
+    if isinstance(text, str):
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    # No chained error: its message would quote the answer, which may be a data key.
+    raise KmsError(f"Vault answered {what} with a value that is not base64")
 
 
 def _check_transport(url: str, allow_http: bool) -> None:

@@ -320,3 +320,31 @@ def test_a_revoked_consumer_stops_reading_fields_after_the_cache_ttl(kms: LocalK
     clock[0] = 601.0
     with pytest.raises(DecryptionError):
         reader(sealed, ctx)
+
+
+class _OddVault:
+    """An hvac client whose Transit answers are not what Vault documents (a proxy, a bug, an impostor)."""
+
+    url = "https://vault.invalid"
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        transit = type("Transit", (), {})()
+        transit.read_key = lambda name, mount_point: {"data": {"latest_version": 1}}
+        transit.decrypt_data = lambda name, ciphertext, mount_point: self.answer
+        transit.generate_hmac = lambda name, **options: self.answer
+        self.secrets = type("Secrets", (), {"transit": transit})()
+
+
+@pytest.mark.parametrize("answer", [{"data": {"plaintext": "not base64!"}}, {"data": {}}, {"errors": []}, None])
+def test_an_odd_vault_answer_is_a_kms_error_and_a_decryption_error_for_the_consumer(kms: LocalKms, answer: object) -> None:
+    from encryption.vault import VaultTransitKms
+
+    vault = VaultTransitKms(_OddVault(answer))  # type: ignore[arg-type]
+    with pytest.raises(KmsError, match="Vault answered"):
+        vault.unwrap(WrappedKey("orders", 1, b"vault:v1:QUFBQQ=="))
+    with pytest.raises(KmsError, match="Vault answered"):
+        vault.derived_secret("orders", b"label")
+    header = b"\x01\x00\x06orders" + (1).to_bytes(4, "big") + (17).to_bytes(2, "big") + b"vault:v1:QUFBQQ==" + b"\0" * 12
+    with pytest.raises(DecryptionError, match="Vault answered"):
+        DecryptingDeserializer(vault)(b"x" * 32, SerializationContext("orders", MessageField.VALUE, [("kgov.enc", header)]))
