@@ -4,8 +4,10 @@ form (`sasl.delegation.format_bearer`), through the gateway, in front of the ses
 from __future__ import annotations
 
 import base64
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -205,3 +207,63 @@ def test_a_token_session_may_not_create_tokens_and_a_jwt_session_may(sasl_gatewa
                                         max_lifetime_ms=-1, renewers=[]))
     assert made.error_code == 0 and made.principal_name == "alice"
     raw.close()
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_workers_reauthenticate_with_a_short_lived_token_that_their_service_renews(
+    runtime_factory: Callable[..., RunningGateway], client: str,
+) -> None:
+    """The mission's case: a service keeps its workers' token alive a few seconds at a time. Each
+    session ends with the token (KIP-368), and the worker re-authenticates with the same bearer, which
+    the renewal lets log in again; the connection is never closed for an expired session."""
+    gw = runtime_factory(name=client, sasl={"failed_authentication_delay_ms": 0,
+                                            "delegation_token_secret_key": "a-test-delegation-token-secret"})
+    creds = gw.runtime.credentials
+    grant_prefix(gw, "User:alice", "renewed-")
+    created = creds.create_token(ALICE)
+    hmac_b64 = base64.b64encode(created.hmac).decode()
+    expiry = [creds.expire_token(ALICE, hmac_b64, 3_000)]  # the token now lives 3 s at a time
+    bearer = format_bearer(created.info.token_id, created.hmac)
+    stop = threading.Event()
+
+    def renew() -> None:  # the service, renewing its worker's token every half second
+        while not stop.wait(0.5):
+            expiry[0] = creds.renew_token(ALICE, hmac_b64, 3_000).expiry_ms
+
+    renewer = threading.Thread(target=renew)
+    renewer.start()
+    try:
+        topic = "renewed-" + uuid.uuid4().hex[:6]
+        if client == "confluent-kafka":
+            p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                          "sasl.mechanism": "OAUTHBEARER", "linger.ms": 0,
+                          "oauth_cb": lambda _config: (bearer, expiry[0] / 1000)})
+
+            def send() -> bool:
+                p.produce(topic, b"x")
+                return p.flush(10) == 0
+        else:
+            kp = KafkaProducer(bootstrap_servers=gw.bootstrap, security_protocol="SASL_PLAINTEXT",
+                               sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=TokenProvider(bearer), acks=1)
+
+            def send() -> bool:
+                kp.send(topic, b"x").get(timeout=10)
+                return True
+        deadline = time.monotonic() + 7  # past two 3-second sessions
+        attempts = delivered = 0
+        while time.monotonic() < deadline:
+            attempts += 1
+            delivered += send()
+            time.sleep(0.3)
+        if client == "kafka-python":
+            kp.close()
+    finally:
+        stop.set()
+        renewer.join()
+    assert attempts >= 3 and delivered == attempts
+    events = auth_events(gw)
+    reauths = [e for e in events if e["result"]["reauthentication"]]
+    assert reauths, f"{client} should have re-authenticated"
+    assert all(e["result"]["success"] for e in events)
+    assert {tuple(e["authenticationInfo"].values()) for e in events} == {("User:alice", "OAUTHBEARER")}
+    assert gw.gateway.expired_connections_killed == 0
