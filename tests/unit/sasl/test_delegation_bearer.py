@@ -134,3 +134,15 @@ def test_every_id_and_hmac_round_trip(token_id: str, mac: bytes) -> None:
     bearer = format_bearer(token_id, mac)
     assert parse_bearer(bearer) == DelegationBearer(token_id, mac)
     assert parse_client_initial_response(build_client_initial_response(bearer)).token == bearer
+
+
+@pytest.mark.parametrize("token_authenticated", [False, True])
+def test_the_oauthbearer_server_passes_the_token_authenticated_mark_on(token_authenticated: bool) -> None:
+    from sasl.mechanism import Success
+    from sasl.oauthbearer import OAuthBearerServer, ValidatedToken
+
+    def validate(_bearer: str) -> ValidatedToken:
+        return ValidatedToken("alice", frozenset(), expiry_ms=None, token_authenticated=token_authenticated)
+
+    result = OAuthBearerServer(validate).step(build_client_initial_response(GOOD))
+    assert isinstance(result, Success) and result.token_authenticated is token_authenticated
