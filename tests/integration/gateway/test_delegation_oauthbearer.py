@@ -186,6 +186,10 @@ def test_a_token_session_may_not_create_tokens_and_a_jwt_session_may(sasl_gatewa
     assert refused.error_code == 64  # DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, as for a SCRAM tokenauth session
     describe = raw.call(41, 3, SPECS[41].request[3](owners=None))
     assert (describe.error_code, describe.tokens) == (64, [])
+    # ... nor renew or expire its own token (a leaked bearer could otherwise keep itself alive)
+    renew = raw.call(39, 2, SPECS[39].request[2](hmac=created.hmac, renew_period_ms=60_000))
+    expire = raw.call(40, 2, SPECS[40].request[2](hmac=created.hmac, expiry_time_period_ms=-1))
+    assert (renew.error_code, expire.error_code) == (64, 64)
     assert raw.call(3, 12, SPECS[3].request[12](topics=None, allow_auto_topic_creation=False)).brokers
     raw.close()
     # The owner's own SCRAM login, and a JWT login, are not token-authenticated: both may create tokens.
