@@ -8,11 +8,11 @@ The bearer is a JWT, or a delegation token in kgov's own form (`sasl.delegation.
 validator the credential service passes tells them apart, and marks a delegation-token session
 `token_authenticated`.
 
-Session lifetime (KIP-368): until the token's `exp` (a delegation token's expiry). A token already past `exp` but still inside the
-validator's clock skew is accepted, as Kafka does, but, unlike Kafka (which sends lifetime 0, "no
-limit", for it), with a session that ends when the skew window does, so the client must
-re-authenticate with a fresh token. The client only ever learns `invalid_token`: the real reason
-goes into `Failure.reason` (the audit event).
+Session lifetime (KIP-368): until the token's `exp` (a delegation token's expiry). A JWT already
+past `exp` but still inside the validator's clock skew is accepted, as Kafka does, but, unlike Kafka
+(which sends lifetime 0, "no limit", for it), with a session that ends when the skew window does, so
+the client must re-authenticate with a fresh token. The client only ever learns `invalid_token`:
+the real reason goes into `Failure.reason` (the audit event).
 """
 
 from __future__ import annotations
