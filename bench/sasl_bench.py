@@ -1,6 +1,6 @@
 """Credential-service throughput on one core: SCRAM server handshakes, cached PLAIN logins, JWT validations.
 
-    .venv/bin/python bench/sasl_bench.py [--seconds 0.5] [--rounds 8] [--only all|throughput|tokens]
+    .venv/bin/python bench/sasl_bench.py [--seconds 0.5] [--rounds 8] [--only all|throughput|tokens|bearer]
 
 Targets (issue 3): >= 20,000 SCRAM handshakes/s and >= 20,000 JWT validations/s on one core.
 - SCRAM: the server side of complete SCRAM-SHA-256 and SCRAM-SHA-512 exchanges (client-first ->
@@ -17,6 +17,10 @@ Targets (issue 3): >= 20,000 SCRAM handshakes/s and >= 20,000 JWT validations/s 
   The median microseconds per attempt of each round, the best round kept. Also the cost of
   `create_token`, which derives the token's credentials, and of a snapshot reload with 1,000 tokens
   (CPU time: the reload is single-threaded and the machine is shared).
+- Delegation tokens over OAUTHBEARER (`--only bearer`): the server's side of one attempt with kgov's
+  bearer form (`CredentialService.server_mechanism("OAUTHBEARER")`, the first step, and the client's
+  %x01 after an error): the right token, then a real id with a wrong HMAC, an unknown id, an expired
+  token's id, which must cost the same.
 """
 
 from __future__ import annotations
@@ -40,9 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from authz.database import open_engine
 from authz.model import Principal
 from kgov.settings import Settings
+from sasl.delegation import format_bearer
 from sasl.issuer import generate_signing_key, jwks, mint_access_token
 from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy
-from sasl.mechanism import Challenge, Success
+from sasl.mechanism import Challenge, Failure, Success
+from sasl.oauthbearer import build_client_initial_response
 from sasl.scram import (
     SCRAM_SHA_256,
     SCRAM_SHA_512,
@@ -251,6 +257,68 @@ def token_login_runner(tmp: str, mech: ScramMechanism, kind: str) -> Runner:
     return run
 
 
+def bearer_login_runner(tmp: str, kind: str) -> Runner:
+    """The median server time of one OAUTHBEARER attempt with a delegation token's bearer, in µs."""
+    engine = open_engine(f"sqlite:///{tmp}/bearer-{kind[:4]}.db")
+    clock = _Clock()
+    settings = Settings(
+        dev_mode=True,
+        sasl={"delegation_token_secret_key": "bench-delegation-token-secret", "max_failed_attempts_per_source": 10**9},
+    )
+    svc = CredentialService(engine, settings, clock=clock)
+    owner = Principal("User", "bench")
+    for _ in range(100):  # a few other tokens in the snapshot
+        svc.create_token(owner)
+    real = svc.create_token(owner)
+    stale = svc.create_token(owner, max_lifetime_ms=1)
+    clock.now += timedelta(milliseconds=2)
+    wrong = os.urandom(64)
+
+    def message(i: int) -> bytes:
+        if kind == "real token":
+            return build_client_initial_response(format_bearer(real.info.token_id, real.hmac))
+        if kind == "expired id":
+            return build_client_initial_response(format_bearer(stale.info.token_id, stale.hmac))
+        token_id = real.info.token_id if kind == "real id, wrong HMAC" else f"{uuid.UUID(int=i)}"
+        return build_client_initial_response(format_bearer(token_id, wrong))
+
+    def attempt(i: int) -> float:
+        first = message(i)
+        server = svc.server_mechanism("OAUTHBEARER", "10.0.0.1")
+        t0 = time.perf_counter()
+        result = server.step(first)
+        if isinstance(result, Challenge):
+            result = server.step(b"\x01")
+        elapsed = time.perf_counter() - t0
+        assert isinstance(result, Success if kind == "real token" else Failure), result
+        return elapsed
+
+    counter = [0]
+
+    def run(seconds: float) -> float:
+        times: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline or len(times) < 5:
+            counter[0] += 1
+            times.append(attempt(counter[0]))
+        return statistics.median(times) * 1e6
+
+    return run
+
+
+def bearer_logins(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [(f"OAUTHBEARER delegation token, {kind}", bearer_login_runner(tmp, kind)) for kind in TOKEN_KINDS]
+        best = [float("inf")] * len(rows)
+        for _ in range(args.rounds):
+            for i, (_name, runner) in enumerate(rows):
+                best[i] = min(best[i], runner(args.seconds))
+    for (name, _runner), micros in zip(rows, best, strict=True):
+        print(f"{name:<56} {micros:>8,.1f} us/attempt (server, median)")
+    ratios = ", ".join(f"{TOKEN_KINDS[k]} {best[k] / best[1]:.2f}" for k in (2, 3))
+    print(f"OAUTHBEARER, failed attempts against a real id's: {ratios}")
+
+
 def create_token_runner(tmp: str) -> Runner:
     """Median milliseconds of one `create_token` (its credentials derived, stored, snapshot reloaded)."""
     engine = open_engine(f"sqlite:///{tmp}/tokens-create.db")
@@ -319,14 +387,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one round of one measurement")
     parser.add_argument("--rounds", type=int, default=8, help="rounds, interleaved; the best of each is kept")
-    parser.add_argument("--only", choices=("all", "throughput", "tokens"), default="all",
-                        help="throughput: the rows with targets; tokens: delegation-token login costs")
+    parser.add_argument("--only", choices=("all", "throughput", "tokens", "bearer"), default="all",
+                        help="throughput: the rows with targets; tokens: delegation-token login costs (SCRAM); "
+                             "bearer: delegation-token login costs (OAUTHBEARER)")
     args = parser.parse_args()
     pin_to_one_core()
-    if args.only != "tokens":
+    if args.only in ("all", "throughput"):
         throughput(args)
-    if args.only != "throughput":
+    if args.only in ("all", "tokens"):
         token_logins(args)
+    if args.only in ("all", "bearer"):
+        bearer_logins(args)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores shared with other work)")
     return 0
 

@@ -23,7 +23,7 @@ from audit.kafka_sink import KafkaSink
 from audit.sinks import JsonLinesSink, MultiSink
 from authz.database import open_engine
 from authz.model import InvalidAclError, Principal
-from sasl.delegation import DelegationTokenError, decode_hmac, hmac_lookup_key, token_json
+from sasl.delegation import DelegationTokenError, decode_hmac, format_bearer, hmac_lookup_key, token_json
 from sasl.service import CredentialError, CredentialService
 
 Args = argparse.Namespace
@@ -282,7 +282,9 @@ def _with_tokens(args: Args, action: Callable[[_DbTokens | _HttpTokens], int]) -
 def _tokens_create(args: Args) -> int:
     def action(backend: _DbTokens | _HttpTokens) -> int:
         t = backend.create(args.owner_principal, args.renewer_principal or [], args.max_life_time_period)
-        _print(args, t, [_token_line(t), f"hmac\t{t['hmac']}"])
+        # What librdkafka's `oauth_cb` and kafka-python's token provider hand over (OAUTHBEARER).
+        t["bearer"] = format_bearer(t["token_id"], base64.b64decode(t["hmac"]))
+        _print(args, t, [_token_line(t), f"hmac\t{t['hmac']}", f"bearer\t{t['bearer']}"])
         return 0
 
     return _with_tokens(args, action)

@@ -8,12 +8,15 @@ and a token is addressed by its (base64) HMAC. Error codes are Kafka's.
 from __future__ import annotations
 
 import base64
+import binascii
 import enum
 import hashlib
 import hmac
+import re
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 from authz.model import Principal
 from sasl.scram import MECHANISMS, ScramCredential, derive_credential
@@ -141,6 +144,70 @@ def decode_hmac(text: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except ValueError:
         raise DelegationTokenError(TokenErrorCode.DELEGATION_TOKEN_NOT_FOUND) from None
+
+
+# -- the OAUTHBEARER form of a token (kgov's own; Kafka has none) ------------------------------------
+# Kafka logs a token in through SCRAM with the `tokenauth=true` extension only, which librdkafka and
+# kafka-python cannot send. Both let the application hand over an OAUTHBEARER token (confluent-kafka's
+# `oauth_cb`, kafka-python's `sasl_oauth_token_provider`), so kgov also accepts the token there, as
+#
+#     kgov-dt1~<token id>~<HMAC, standard base64 with padding, as `kgov tokens create` prints it>
+#
+# Every character is in RFC 6750's b64token set (what OAUTHBEARER carries), and `~` is in neither a
+# token id nor standard base64, so the three parts split without ambiguity. It cannot be taken for a
+# JWT, which is three base64url parts joined by exactly two dots: this form has no dot at all. The
+# `1` is the format's version (STYLE 11).
+BEARER_PREFIX: Final = "kgov-dt1~"
+HMAC_LENGTH: Final = 64  # HMAC-SHA512
+# Token ids are kgov's UUIDs (36 characters); the store's column holds 64. Anything else is malformed.
+_BEARER = re.compile(
+    r"kgov-dt1~(?P<token_id>[A-Za-z0-9_-]{1,64})~(?P<hmac>[A-Za-z0-9+/]{86}==)", re.ASCII
+)
+# A bearer longer than this is refused before any pattern runs on it (the form is at most 160).
+MAX_BEARER_LENGTH: Final = 256
+
+
+class BearerFormatError(ValueError):
+    """A bearer value that claims the delegation-token form (`BEARER_PREFIX`) but is not in it. The
+    message never quotes the value: it holds a secret."""
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationBearer:
+    token_id: str
+    hmac: bytes = field(repr=False)
+
+
+def is_delegation_bearer(bearer: str) -> bool:
+    """Whether an OAUTHBEARER value claims the delegation-token form (and so is never a JWT)."""
+    return bearer.startswith(BEARER_PREFIX)
+
+
+def format_bearer(token_id: str, hmac_value: bytes) -> str:
+    """The OAUTHBEARER value a client sends to log in with the token (`parse_bearer` reads it)."""
+    bearer = f"{BEARER_PREFIX}{token_id}~{base64.b64encode(hmac_value).decode()}"
+    if _BEARER.fullmatch(bearer) is None:
+        raise BearerFormatError("not a delegation token id and HMAC")
+    return bearer
+
+
+def parse_bearer(bearer: str) -> DelegationBearer:
+    """The token id and HMAC of a `format_bearer` value. Strict: one spelling per token (canonical
+    base64, padding included, nothing before or after), so a value either is a token's or is refused."""
+    if len(bearer) > MAX_BEARER_LENGTH:
+        raise BearerFormatError("delegation token bearer too long")
+    m = _BEARER.fullmatch(bearer)
+    if m is None:
+        raise BearerFormatError("malformed delegation token bearer")
+    text = m.group("hmac")
+    try:
+        value = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise BearerFormatError("malformed delegation token bearer") from None
+    # b64decode ignores the unused bits of the last character: only the canonical spelling counts.
+    if len(value) != HMAC_LENGTH or base64.b64encode(value).decode() != text:
+        raise BearerFormatError("malformed delegation token bearer")
+    return DelegationBearer(m.group("token_id"), value)
 
 
 def check_request_allowed(token_authenticated: bool) -> None:

@@ -4,11 +4,15 @@ The client initial response is `n,[a=authzid],` 0x01 `auth=Bearer <token>` 0x01 
 On a bad token the server answers the RFC's JSON error as a challenge; the client then sends a
 single 0x01 and the exchange fails.
 
-Session lifetime (KIP-368): until the token's `exp`. A token already past `exp` but still inside the
-validator's clock skew is accepted, as Kafka does, but, unlike Kafka (which sends lifetime 0, "no
-limit", for it), with a session that ends when the skew window does, so the client must
-re-authenticate with a fresh token. The client only ever learns `invalid_token`: the real reason
-goes into `Failure.reason` (the audit event).
+The bearer is a JWT, or a delegation token in kgov's own form (`sasl.delegation.BEARER_PREFIX`): the
+validator the credential service passes tells them apart, and marks a delegation-token session
+`token_authenticated`.
+
+Session lifetime (KIP-368): until the token's `exp` (a delegation token's expiry). A JWT already
+past `exp` but still inside the validator's clock skew is accepted, as Kafka does, but, unlike Kafka
+(which sends lifetime 0, "no limit", for it), with a session that ends when the skew window does, so
+the client must re-authenticate with a fresh token. The client only ever learns `invalid_token`:
+the real reason goes into `Failure.reason` (the audit event).
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ class ValidatedToken:
     # The first millisecond at which the validator refuses the token (`exp` + the clock skew); None:
     # no skew window beyond `expiry_ms`.
     accepted_until_ms: int | None = None
+    # A delegation token's OAUTHBEARER form (`sasl.delegation.parse_bearer`), not a JWT: the session is
+    # token-authenticated, as a SCRAM `tokenauth` login's (Kafka's `tokenAuthenticated`).
+    token_authenticated: bool = False
 
 
 TokenValidator = Callable[[str], ValidatedToken]
@@ -189,6 +196,7 @@ class OAuthBearerServer:
         return Success(
             principal=Principal("User", token.principal_name),
             session_lifetime_ms=lifetime,
+            token_authenticated=token.token_authenticated,
             mechanism=self.name,
         )
 

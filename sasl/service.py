@@ -33,6 +33,7 @@ from authz.model import Principal
 from sasl import issuer as issuer_mod
 from sasl.delegation import (
     TOKEN_SALT_LENGTH,
+    BearerFormatError,
     DelegationTokenError,
     TokenErrorCode,
     TokenInfo,
@@ -43,7 +44,9 @@ from sasl.delegation import (
     expire_answer_ms,
     expired,
     hmac_lookup_key,
+    is_delegation_bearer,
     new_token,
+    parse_bearer,
     renewed,
     token_hmac,
     token_salt,
@@ -53,7 +56,7 @@ from sasl.delegation import (
 from sasl.issuer import IssuedToken
 from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy, http_jwks_fetcher
 from sasl.mechanism import Failure, ServerMechanism, Step, Success, UnsupportedMechanismError
-from sasl.oauthbearer import OAuthBearerServer
+from sasl.oauthbearer import OAuthBearerServer, TokenValidationError, ValidatedToken
 from sasl.plain import PlainServer, VerifiedUser
 from sasl.scram import (
     MECHANISMS,
@@ -483,7 +486,8 @@ class CredentialService:
         """A fresh server state machine for one SASL exchange from `client_address` (IP literal).
 
         `name` is the mechanism the client asked for in SaslHandshake: SCRAM-SHA-256, SCRAM-SHA-512,
-        PLAIN or OAUTHBEARER (delegation tokens authenticate through SCRAM with `tokenauth=true`).
+        PLAIN or OAUTHBEARER (delegation tokens authenticate through SCRAM with `tokenauth=true`, or
+        through OAUTHBEARER in kgov's bearer form: `validate_sasl_bearer`).
         Raises `UnsupportedMechanismError` for anything not enabled in `[sasl] enabled_mechanisms`.
         The returned machine audits and counts its own failures and refuses a source that exceeded
         the failure limit; the caller applies `failure_delay_s` before sending a failure.
@@ -507,7 +511,7 @@ class CredentialService:
         elif upper == "PLAIN":
             inner = PlainServer(self.verify_password, session=self._session)
         else:
-            inner = OAuthBearerServer(self.validator, session=self._session)
+            inner = OAuthBearerServer(self.validate_sasl_bearer, session=self._session)
         return _AuditedMechanism(inner, self, client_address, reauthenticating)
 
     def _session(self, expiry_ms: int | None) -> int | None:
@@ -536,6 +540,49 @@ class CredentialService:
         # now`), so the session may last until the millisecond after it.
         identity = ScramIdentity(info.owner, cred, token_authenticated=True, expiry_ms=info.usable_until_ms)
         return identity if live else None
+
+    def validate_sasl_bearer(self, bearer: str) -> ValidatedToken:
+        """An OAUTHBEARER login's token: a delegation token in kgov's form (`sasl.delegation.
+        BEARER_PREFIX`), else a JWT. Only the Kafka SASL path takes delegation tokens: HTTP Bearer
+        (`sasl.http_auth`) calls `validator` itself, so a token never reaches the control plane, whose
+        token routes could not tell a token-authenticated caller (Kafka's tokens are SASL-only too)."""
+        if is_delegation_bearer(bearer):
+            return self.validate_delegation_bearer(bearer)
+        return self.validator(bearer)
+
+    def validate_delegation_bearer(self, bearer: str) -> ValidatedToken:
+        """The owner of the delegation token a bearer names, token-authenticated, with the token's end as
+        the session's (KIP-368); else `TokenValidationError` (`invalid_token` to the client, like any bad
+        token). The HMAC is recomputed from the id under this node's key and compared in constant time
+        (what is stored is only a hash of it); an unknown, removed or expired id, a wrong HMAC, or no
+        `delegation_token_secret_key` at all run the same steps (stand-ins for what is missing), so
+        neither the answer nor the time tells a real id from a guessed one. The reason, for the audit
+        event only, names the id (never the HMAC)."""
+        try:
+            parsed = parse_bearer(bearer)
+        except BearerFormatError as exc:
+            raise TokenValidationError(str(exc)) from None
+        snap = self._current()
+        secret = self._token_secret
+        expected = token_hmac(secret if secret is not None else self._unknown_token_key, parsed.token_id)
+        matches = hmac.compare_digest(expected, parsed.hmac)
+        info = snap.tokens.get(parsed.token_id, _NO_TOKEN)
+        expired_now = info.is_expired(self.now_ms())
+        if secret is None:
+            reason = "delegation tokens are disabled (sasl.delegation_token_secret_key is unset)"
+        elif info is _NO_TOKEN:
+            reason = f"unknown delegation token {parsed.token_id} (never issued, or removed)"
+        elif not matches:
+            reason = f"delegation token {parsed.token_id}: the HMAC does not match"
+        elif expired_now:
+            reason = f"delegation token {parsed.token_id} has expired"
+        elif info.owner.type != "User":  # `new_token` allows no other owner; fail closed all the same
+            reason = f"delegation token {parsed.token_id}: its owner is not a User principal"
+        else:
+            # The token still works during its expiry millisecond (as for SCRAM, `scram_identity`).
+            return ValidatedToken(principal_name=info.owner.name, scopes=frozenset(),
+                                  expiry_ms=info.usable_until_ms, token_authenticated=True)
+        raise TokenValidationError(reason)
 
     @staticmethod
     def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:

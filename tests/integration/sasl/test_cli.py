@@ -107,6 +107,8 @@ def test_tokens(cli) -> None:
     assert code == 0
     token = json.loads(out)
     assert token["owner"] == "User:alice" and token["renewers"] == ["User:bob"] and token["hmac"]
+    # what librdkafka's oauth_cb and kafka-python's token provider hand over (sasl.delegation.format_bearer)
+    assert token["bearer"] == f"kgov-dt1~{token['token_id']}~{token['hmac']}"
     code, out, _ = run("tokens", "describe", "--owner-principal", "User:bob", "--json")
     assert [t["token_id"] for t in json.loads(out)] == [token["token_id"]] and "hmac" not in out
     code, out, _ = run(
@@ -181,6 +183,8 @@ def test_tokens_through_a_running_control_plane(
         assert code == 0
         token = json.loads(out)
         assert token["owner"] == "User:gina" and token["requester"] == "User:gina"
+        validated = app.state.credentials.validate_sasl_bearer(token["bearer"])
+        assert validated.principal_name == "gina" and validated.token_authenticated
         code, out, _ = run("tokens", "describe", "--json")
         assert [t["token_id"] for t in json.loads(out)] == [token["token_id"]]
         assert run("tokens", "renew", "--hmac", "-", stdin=token["hmac"] + "\n")[0] == 0
