@@ -30,6 +30,7 @@ from gateway.quota_model import PRODUCER_BYTE_RATE, EntityPart, QuotaEntity
 from gateway.quota_store import QuotaOp
 from tests.integration.gateway.conftest import RawClient, RunningGateway
 from tests.integration.gateway.test_proxy import create_topics
+from tests.integration.gateway.test_request_quota_answers import fetch_from_start
 from tests.integration.gateway.test_sasl import grant_prefix, sasl_conf, scram_login
 
 pytestmark = [pytest.mark.broker]
@@ -241,12 +242,7 @@ def test_fetch_over_the_consumer_quota_gets_an_empty_throttled_answer_and_a_mute
     gw.runtime.quotas.refresh()
     raw = RawClient(gw.bootstrap)
     assert scram_login(raw, "SCRAM-SHA-512", "bob", "bob-password-0123").error_code == 0
-    fetch = SPECS[1].request[12]
-    t = fetch.FetchTopic
-    request = fetch(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=10_000_000, isolation_level=0,
-                    session_id=0, session_epoch=-1,
-                    topics=[t(topic=topic, partitions=[t.FetchPartition(partition=0, fetch_offset=0,
-                                                                          partition_max_bytes=10_000_000)])])
+    request = fetch_from_start(topic, 10_000_000)
     first = raw.call(1, 12, request)
     assert first.throttle_time_ms == 0 and len(first.responses[0].partitions[0].records) > 50 * 1024
     started = time.monotonic()
