@@ -149,6 +149,10 @@ _FRAME_IN_USE: frozenset[str] = _UPSTREAM_BACKLOG | {"admin-request"}
 # Pauses during which a request of the connection runs on a worker thread (a SASL step, an admin request):
 # in flight, so the connection is not idle (`ClientConnection._check_idle`).
 _ON_A_THREAD: frozenset[str] = frozenset({"sasl-step", "admin-request"})
+# Pauses the client causes itself: it does not read its answers (`ClientConnection.pause_writing`). A large
+# frame's reading time keeps running through them (`ClientConnection._track_large_frame`): otherwise a client
+# that sends a large frame's prefix, then stops reading, would hold its frame memory until the idle timeout.
+_CLIENTS_OWN: frozenset[str] = frozenset({"client-backlog"})
 # Threads for the security admin APIs answered by the gateway (`gateway.admin_apis`). Their work is
 # mostly database writes, which one database serialises anyway (SQLite's write lock, the stores'
 # component locks), plus a delegation token's two PBKDF2s: two threads keep one client's loop of admin
@@ -1096,9 +1100,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if not self.paused and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self.paused.add(reason)
-        if self._large_frame_timer is not None:
+        if self._large_frame_timer is not None and reason not in _CLIENTS_OWN:
             # Time the gateway does not read the connection is not the client's: the large frame's
-            # reading time stops until reading resumes.
+            # reading time stops until reading resumes, unless the client itself holds reading up.
             self._large_frame_timer.cancel()
             self._large_frame_timer = None
             self._large_frame_left = max(self._large_frame_due - asyncio.get_running_loop().time(), 0.0)
@@ -1110,10 +1114,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason in _FRAME_IN_USE and self._served_frame_held and not self.paused & _FRAME_IN_USE:
             self._served_frame_held = False
             self.memory.release()
-        if self.paused or self.transport is None or self.closed:
+        if self.transport is None or self.closed:
             return
-        if self._large_frame_left is not None and self._large_frame_timer is None:
+        if self._large_frame_left is not None and self._large_frame_timer is None and self.paused <= _CLIENTS_OWN:
             self._arm_large_frame_timer(self._large_frame_left)
+        if self.paused:
+            return
         if self.reader.needs_bytes and self._topic_ids_waiting is None:
             self.transport.resume_reading()
         elif not self._serve_scheduled:
@@ -1212,7 +1218,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         `large_request_min_bytes_per_s`), or the connection is closed (`_large_frame_overdue`): a client
         that sends a size prefix, then a few bytes a second, would otherwise hold pool memory for as long
         as it likes (the idle timeout never fires while bytes trickle in). Reading time: the clock stops
-        while the gateway pauses the connection (`pause`). Called when the reader may have begun or
+        while the gateway pauses the connection (`pause`), but not while only the client's own unread
+        answers hold reading up (`_CLIENTS_OWN`: Kafka's Selector would not even have begun this receive
+        before the previous answer was sent, so such a client holds no pool memory there). Called when the reader may have begun or
         finished one. Departure from Kafka, whose Selector puts no deadline on a receive in progress.
         Frames read before the login (up to 512 KiB, outside the pool) are not watched."""
         reader = self.reader
@@ -1221,7 +1229,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             options = self.options
             self._large_frame_left = large_frame_deadline_s(size, options.large_request_min_bytes_per_s,
                                                             options.large_request_grace_s)
-            if not self.paused:
+            if self.paused <= _CLIENTS_OWN:
                 self._arm_large_frame_timer(self._large_frame_left)
         elif not size and self._large_frame_left is not None:
             self._large_frame_left = None
@@ -1249,8 +1257,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._large_frame_left = None
         self.gateway.slow_large_requests_closed += 1
         log.info("closing %s (%s): a request of %d bytes was not received within %.1f s of reading, %d bytes "
-                 "arrived (gateway.large_request_min_bytes_per_s)", self.connection_id, self.principal, size,
-                 seconds, filled)
+                 "arrived%s (gateway.large_request_min_bytes_per_s)", self.connection_id, self.principal, size,
+                 seconds, filled, ", the client not reading its answers" if self.paused & _CLIENTS_OWN else "")
         self.gateway.warn_large_frame_too_slow(self.connection_id, size, filled, seconds)
         self._close_after_earlier_answers("large request not received in time")
 
