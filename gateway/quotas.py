@@ -25,6 +25,7 @@ from gateway.quota_model import (
     REQUEST_PERCENTAGE,
     QuotaConfigs,
     Rate,
+    ip_lookup_key,
     resolve,
     resolve_ip,
     throttle_time_ms,
@@ -162,7 +163,7 @@ class QuotaEnforcer:
         if bound is None:
             return None
         now = self._now_ms()
-        sensor = self._sensor("connection_creation_rate", ip)
+        sensor = self._sensor("connection_creation_rate", ip_lookup_key(ip) or ip)
         sensor.record(1.0, now)
         throttle = throttle_time_ms(sensor, bound, now)
         if throttle <= 0:
