@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         client.add_argument("--client-id", default=None)
         client.add_argument("--client-id-default", action="store_true", help="the default client id")
         ip = p.add_mutually_exclusive_group()
-        ip.add_argument("--ip", default=None)
+        ip.add_argument("--ip", default=None, help="one IP address (IPv4 or IPv6; host names are not resolved)")
         ip.add_argument("--ip-default", action="store_true")
     for flag, _key in _RATE_FLAGS:
         set_p.add_argument(flag, type=float, default=None)

@@ -5,9 +5,11 @@ Produce: bytes recorded, the response carries `throttle_time_ms`, then the clien
 that long (librdkafka ignores KIP-219's client-side throttling, so muting is what holds it). Fetch:
 response bytes recorded; a fetch arriving while the group is over its bound gets an empty response
 with the throttle time and a mute. Request time (`request_percentage`) is the gateway's own processing
-time, bounded by one window as Kafka's ClientRequestQuotaManager does; the answers the gateway gives
-itself (admin APIs, ApiVersions after the login) carry the mute it brings, and the SASL exchange is not
-charged (`gateway.proxy.ClientConnection._serve_admin_request`, `_answer_api_versions`). Connections per IP over
+time, bounded by one window as Kafka's ClientRequestQuotaManager does; every answer carries the mute it
+brings (forwarded ones: the loop's time on the request and on the answer, the larger of the bandwidth
+and request throttles for Produce and Fetch, `gateway.proxy.ClientConnection._on_request` and
+`on_upstream_frame`; the gateway's own answers: `_serve_admin_request`, `_answer_api_versions`), and the
+SASL exchange is not charged. Connections per IP over
 `connection_creation_rate` are closed after the throttle delay (KIP-612).
 """
 
