@@ -35,7 +35,15 @@ from authz.model import (
 )
 from gateway.codec import SPECS
 from gateway.invalid_request import InvalidRequestError
-from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, Part, QuotaEntity, QuotaError
+from gateway.quota_model import (
+    DEFAULT_PART,
+    NONE_PART,
+    EntityPart,
+    Part,
+    QuotaEntity,
+    QuotaError,
+    ip_lookup_key,
+)
 from gateway.quota_store import QuotaOp, QuotaStore
 from gateway.quotas import QuotaEnforcer
 from gateway.request_authz import ANONYMOUS, CLUSTER_AUTHORIZATION_FAILED
@@ -338,7 +346,9 @@ def matches_components(entity: QuotaEntity, components: list[Any], strict: bool)
         if part is None:
             return False
         named.add(c.entity_type)
-        if c.match_type == 0 and not (part.kind is Part.NAME and part.name == c.match):
+        # An ip is kept in its lookup form (`QuotaEntity.normalised`): `::ffff:10.0.0.7` finds 10.0.0.7.
+        match = (ip_lookup_key(c.match) or c.match) if c.entity_type == "ip" and c.match is not None else c.match
+        if c.match_type == 0 and not (part.kind is Part.NAME and part.name == match):
             return False
         if c.match_type == 1 and part.kind is not Part.DEFAULT:
             return False

@@ -64,9 +64,9 @@ def install(app: FastAPI) -> None:
     def alter_quotas(body: QuotaChange, request: Request, principal: CurrentPrincipal) -> dict[str, Any]:
         """Sets and removes quotas of one entity (Kafka's AlterClientQuotas); gateways apply it within a second."""
         authorize_http(request, principal, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER_CONFIGS)
-        entity = _entity(body.entity)
         ops = [QuotaOp(k, v) for k, v in body.set.items()] + [QuotaOp(k, remove=True) for k in body.remove]
         try:
+            entity = _entity(body.entity).normalised()  # an ip as the gateway keeps it (10.0.0.7 for ::ffff:10.0.0.7)
             _store(request).alter([(entity, ops)])
         except QuotaError as exc:
             raise ApiError(400, 40001, str(exc)) from None

@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import sys
+from dataclasses import replace
 from typing import Any
 
 from authz.database import open_engine
@@ -19,8 +20,10 @@ from gateway.quota_model import (
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     EntityPart,
+    Part,
     QuotaEntity,
     QuotaError,
+    ip_entity_name,
 )
 from gateway.quota_store import QuotaOp, QuotaStore
 from gateway.upstream_token import UpstreamLoginError
@@ -53,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         client.add_argument("--client-id", default=None)
         client.add_argument("--client-id-default", action="store_true", help="the default client id")
         ip = p.add_mutually_exclusive_group()
-        ip.add_argument("--ip", default=None)
+        ip.add_argument("--ip", default=None, help="one IP address (IPv4 or IPv6; host names are not resolved)")
         ip.add_argument("--ip-default", action="store_true")
     for flag, _key in _RATE_FLAGS:
         set_p.add_argument(flag, type=float, default=None)
@@ -101,10 +104,13 @@ def _quotas_command(args: argparse.Namespace) -> int:
                 print("say whose quota to set: --user U or --user-default (with --client-id C or "
                       "--client-id-default), --client-id alone, or --ip A or --ip-default", file=sys.stderr)
                 return 2
+            entity = entity.normalised()  # an ip as the gateway keeps it (10.0.0.7 for ::ffff:10.0.0.7)
             store.alter([(entity, ops)])
             print(f"Updated quotas of {entity.describe()}")
             return 0
         wanted = _entity(args)
+        if wanted.ip.kind is Part.NAME:
+            wanted = replace(wanted, ip=EntityPart.of(ip_entity_name(wanted.ip.name)))
         _, configs = store.load()
         rows = [
             (e, v) for e, v in sorted(configs.items())

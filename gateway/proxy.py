@@ -149,6 +149,10 @@ _FRAME_IN_USE: frozenset[str] = _UPSTREAM_BACKLOG | {"admin-request"}
 # Pauses during which a request of the connection runs on a worker thread (a SASL step, an admin request):
 # in flight, so the connection is not idle (`ClientConnection._check_idle`).
 _ON_A_THREAD: frozenset[str] = frozenset({"sasl-step", "admin-request"})
+# Pauses the client causes itself: it does not read its answers (`ClientConnection.pause_writing`). A large
+# frame's reading time keeps running through them (`ClientConnection._track_large_frame`): otherwise a client
+# that sends a large frame's prefix, then stops reading, would hold its frame memory until the idle timeout.
+_CLIENTS_OWN: frozenset[str] = frozenset({"client-backlog"})
 # Threads for the security admin APIs answered by the gateway (`gateway.admin_apis`). Their work is
 # mostly database writes, which one database serialises anyway (SQLite's write lock, the stores'
 # component locks), plus a delegation token's two PBKDF2s: two threads keep one client's loop of admin
@@ -1096,9 +1100,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if not self.paused and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self.paused.add(reason)
-        if self._large_frame_timer is not None:
+        if self._large_frame_timer is not None and reason not in _CLIENTS_OWN:
             # Time the gateway does not read the connection is not the client's: the large frame's
-            # reading time stops until reading resumes.
+            # reading time stops until reading resumes, unless the client itself holds reading up.
             self._large_frame_timer.cancel()
             self._large_frame_timer = None
             self._large_frame_left = max(self._large_frame_due - asyncio.get_running_loop().time(), 0.0)
@@ -1110,10 +1114,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         if reason in _FRAME_IN_USE and self._served_frame_held and not self.paused & _FRAME_IN_USE:
             self._served_frame_held = False
             self.memory.release()
-        if self.paused or self.transport is None or self.closed:
+        if self.transport is None or self.closed:
             return
-        if self._large_frame_left is not None and self._large_frame_timer is None:
+        if self._large_frame_left is not None and self._large_frame_timer is None and self.paused <= _CLIENTS_OWN:
             self._arm_large_frame_timer(self._large_frame_left)
+        if self.paused:
+            return
         if self.reader.needs_bytes and self._topic_ids_waiting is None:
             self.transport.resume_reading()
         elif not self._serve_scheduled:
@@ -1212,7 +1218,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         `large_request_min_bytes_per_s`), or the connection is closed (`_large_frame_overdue`): a client
         that sends a size prefix, then a few bytes a second, would otherwise hold pool memory for as long
         as it likes (the idle timeout never fires while bytes trickle in). Reading time: the clock stops
-        while the gateway pauses the connection (`pause`). Called when the reader may have begun or
+        while the gateway pauses the connection (`pause`), but not while only the client's own unread
+        answers hold reading up (`_CLIENTS_OWN`: Kafka's Selector would not even have begun this receive
+        before the previous answer was sent, so such a client holds no pool memory there). Called when the reader may have begun or
         finished one. Departure from Kafka, whose Selector puts no deadline on a receive in progress.
         Frames read before the login (up to 512 KiB, outside the pool) are not watched."""
         reader = self.reader
@@ -1221,7 +1229,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             options = self.options
             self._large_frame_left = large_frame_deadline_s(size, options.large_request_min_bytes_per_s,
                                                             options.large_request_grace_s)
-            if not self.paused:
+            if self.paused <= _CLIENTS_OWN:
                 self._arm_large_frame_timer(self._large_frame_left)
         elif not size and self._large_frame_left is not None:
             self._large_frame_left = None
@@ -1249,8 +1257,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._large_frame_left = None
         self.gateway.slow_large_requests_closed += 1
         log.info("closing %s (%s): a request of %d bytes was not received within %.1f s of reading, %d bytes "
-                 "arrived (gateway.large_request_min_bytes_per_s)", self.connection_id, self.principal, size,
-                 seconds, filled)
+                 "arrived%s (gateway.large_request_min_bytes_per_s)", self.connection_id, self.principal, size,
+                 seconds, filled, ", the client not reading its answers" if self.paused & _CLIENTS_OWN else "")
         self.gateway.warn_large_frame_too_slow(self.connection_id, size, filled, seconds)
         self._close_after_earlier_answers("large request not received in time")
 
@@ -1386,11 +1394,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             throttle = quotas.fetch_throttle_ms(self.principal.name, header.client_id or "")
             if throttle > 0:
                 decode_request(spec, header, frame)  # a malformed request still closes the connection
-                # Session id 0, as Kafka's SessionlessFetchContext throttles: the gateway keeps no session.
-                response = spec.response(throttle_time_ms=throttle, responses=[])
-                slot.throttle_ms = throttle
-                self._complete(slot, encode_response(spec, version, header.correlation_id, response))
-                self._mute(throttle)
+                self._answer_throttled_fetch(spec, slot, max(throttle, self._settle_request_time(now)))
                 return
         request = decode_request(spec, header, frame)
         if key in BY_ID_SINCE and version >= BY_ID_SINCE[key] and self._hold_for_topic_ids(key, request, frame):
@@ -1405,11 +1409,22 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         topic_ids = self.gateway.topic_ids
         plan = plan_request(RequestAuthorizer(check, by_type, topic_ids.name), key, version, request, spec.response)
+        bandwidth = 0
         if quotas is not None and key == 0:
-            throttle = quotas.record_produce(self.principal.name, header.client_id or "", len(frame))
-            if throttle > 0:
-                slot.throttle_ms = throttle
-                self._mute(throttle)
+            bandwidth = quotas.record_produce(self.principal.name, header.client_id or "", len(frame))
+            if bandwidth > 0:
+                self._mute(bandwidth)
+        # KafkaApis (handleProduceRequest, handleFetchRequest): the request quota is charged before the
+        # answer is decided, and the answer carries the larger of the bandwidth and request throttles; the
+        # mute is that larger one (`_mute` keeps the later deadline, the two never add up). The time spent
+        # on the upstream's answer is charged when it is back (`on_upstream_frame`). Departure: Kafka
+        # exempts acks=0 produce requests from the request quota (`sendNoOpResponseExemptThrottle`); here
+        # they are charged too, as the gateway's time on them is as real (the mute needs no answer).
+        slot.throttle_ms = max(bandwidth, self._settle_request_time(now)) if quotas is not None else 0
+        if key == 1 and slot.throttle_ms > 0 and plan.forward is not None:
+            # Kafka answers a throttled fetch, over either quota, with no data (`getThrottledResponse`).
+            self._answer_throttled_fetch(spec, slot, slot.throttle_ms)
+            return
         if plan.forward is None:
             if key == 0 and acks == 0:
                 self._finish_without_response(slot)
@@ -1430,13 +1445,6 @@ class ClientConnection(asyncio.BufferedProtocol):
         slot.patches = [*learn, *plan.patches]
         if rewrite is not None:
             slot.patches.append(rewrite)
-        if slot.throttle_ms:
-            throttle_ms = slot.throttle_ms
-
-            def set_throttle(response: Any) -> None:
-                response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
-
-            slot.patches.append(set_throttle)
         slot.forwarded = True
         if out is None:
             self._send_upstream(len(frame).to_bytes(4, "big"), frame)
@@ -1447,6 +1455,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
+
+    def _answer_throttled_fetch(self, spec: ApiSpec, slot: Slot, throttle_ms: int) -> None:
+        """Kafka's answer to a fetch over its consumer byte rate or request quota: no data, the throttle
+        time, session id 0 (its SessionlessFetchContext; the gateway keeps no session), then the mute."""
+        header = slot.header
+        slot.throttle_ms = throttle_ms
+        response = spec.response(throttle_time_ms=throttle_ms, responses=[])
+        self._complete(slot, encode_response(spec, header.api_version, header.correlation_id, response))
+        self._mute(throttle_ms)
 
     def _serve_admin_request(self, handler: LocalHandler, spec: ApiSpec, header: RequestHeader, slot: Slot,
                              ctx: RequestContext, request: Any) -> None:
@@ -1620,17 +1637,25 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.mute_handle is None:
             self.mute_handle = loop.call_at(until, self._unmute)
 
-    def _charge_request_time(self, seconds: float) -> int:
-        """Records `seconds` of the gateway's time serving this connection's request to the principal's
-        request quota (`request_percentage`), and mutes the connection when it is over; answers the
-        throttle time (0: within the quota)."""
+    def _charge_request_time(self, seconds: float, client_id: str | None = None) -> int:
+        """Records `seconds` of the gateway's time serving this connection's request (sent with
+        `client_id`; default: the last request read) to the principal's request quota
+        (`request_percentage`), and mutes the connection when it is over; answers the throttle time (0:
+        within the quota)."""
         quotas = self.services.quotas
         if quotas is None:
             return 0
-        throttle: int = quotas.record_request_time(self.principal.name, self._last_client_id, seconds)
+        throttle: int = quotas.record_request_time(
+            self.principal.name, self._last_client_id if client_id is None else client_id, seconds)
         if throttle > 0:
             self._mute(throttle)
         return throttle
+
+    def _settle_request_time(self, started: float) -> int:
+        """Charges the loop's time on the request being served, since `started`, before its answer is
+        decided (so the answer can carry the mute it brings), and marks it charged for `_serve_frames`."""
+        self._request_time_settled = True
+        return self._charge_request_time(time.perf_counter() - started)
 
     def _quota_mute_left_ms(self) -> int:
         """How long the quota mute (`_mute`) still holds this connection, in whole milliseconds (0: not
@@ -1911,25 +1936,42 @@ class ClientConnection(asyncio.BufferedProtocol):
             slot.on_answer(frame)
             self._signal_drained()
             return
-        if slot.sessionless:
-            try:
-                frame = sessionless_response(slot.spec, slot.header.api_version, frame)
-            except CodecError as exc:
-                self.abort(str(exc))
-                return
-        quotas = self.services.quotas
-        if quotas is not None and slot.header.api_key == 1:
-            quotas.record_fetch(self.principal.name, slot.header.client_id or "", len(frame))
-        if slot.patches:
-            spec, version = slot.spec, slot.header.api_version
-            try:
+        started = time.perf_counter()
+        spec, header = slot.spec, slot.header
+        version = header.api_version
+        response: Any = None
+        try:
+            if slot.sessionless:
+                frame = sessionless_response(spec, version, frame)
+            if slot.patches:
                 response = decode_response(spec, version, frame)
                 for patch in slot.patches:
                     patch(response)
-            except (CodecError, AuthorizerNotReadyError) as exc:
-                self.abort(str(exc))
-                return
-            slot.response = (encode_response(spec, version, slot.header.correlation_id, response),)
+            quotas = self.services.quotas
+            throttle = slot.throttle_ms
+            if quotas is not None:
+                client_id = header.client_id or ""
+                if header.api_key == 1:
+                    quotas.record_fetch(self.principal.name, client_id, len(frame))
+                # The gateway's time on the answer is charged as its time on the request was (`_on_request`);
+                # the answer carries the mute that follows it: the throttle its request brought, this
+                # charge's, or what is left of a longer one (a later request's, the client being muted).
+                # Departure: a fetch whose answer goes over the request quota here keeps its records (Kafka
+                # would have answered it empty); the gateway has them already, and the consumer would only
+                # fetch them again.
+                charged = self._charge_request_time(time.perf_counter() - started, client_id)
+                throttle = max(throttle, charged, self._quota_mute_left_ms())
+            if throttle > 0:
+                slot.throttle_ms = throttle
+                if _has_throttle_time(spec, version):
+                    if response is None:
+                        response = decode_response(spec, version, frame)
+                    response.throttle_time_ms = max(response.throttle_time_ms, throttle)
+        except (CodecError, AuthorizerNotReadyError) as exc:
+            self.abort(str(exc))
+            return
+        if response is not None:
+            slot.response = (encode_response(spec, version, header.correlation_id, response),)
         else:
             slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
         self._flush()

@@ -9,9 +9,13 @@ window). The gateway enforces them per gateway instance, as Conduktor's gateway 
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Final
+
+from authz.host_address import java_host_address
 
 PRODUCER_BYTE_RATE: Final = "producer_byte_rate"
 CONSUMER_BYTE_RATE: Final = "consumer_byte_rate"
@@ -68,6 +72,17 @@ class QuotaEntity:
             raise QuotaError("Entity names must not contain the NUL character")
         if any(len(name) > MAX_ENTITY_NAME_LENGTH for name in names):
             raise QuotaError(f"Entity names must be at most {MAX_ENTITY_NAME_LENGTH} characters")
+        if self.ip.kind is Part.NAME:
+            ip_entity_name(self.ip.name)
+
+    def normalised(self) -> QuotaEntity:
+        """This entity validated (`validate`), its ip name in the form the gateway looks a connection's
+        address up in (`ip_entity_name`), so that `::ffff:10.0.0.7`, `[10.0.0.7]` and `10.0.0.7` are one
+        entity and match the client 10.0.0.7."""
+        self.validate()
+        if self.ip.kind is not Part.NAME:
+            return self
+        return replace(self, ip=EntityPart.of(ip_entity_name(self.ip.name)))
 
     def allows(self, key: str) -> bool:
         return key in (IP_KEYS if self.ip.kind is not Part.NONE else CLIENT_KEYS)
@@ -121,8 +136,41 @@ def resolve(configs: QuotaConfigs, key: str, user: str, client_id: str) -> Appli
     return None
 
 
+@lru_cache(maxsize=4096)
+def ip_lookup_key(address: str) -> str | None:
+    """One text per IP address, the key of ip quotas: a connection's address (as the socket gives it) and
+    an ip entity's name (`ip_entity_name`) both come to it. Java's `InetAddress.getHostAddress()` form
+    (`authz.host_address.java_host_address`: an IPv4-mapped IPv6 address is its IPv4 address, IPv6 in
+    Java's full form), without an IPv6 zone (`%eth0`): Kafka's ConnectionQuotas keys its per-IP rates by
+    `InetAddress`, whose equality ignores the scope. None when `address` is no IP literal."""
+    literal = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+    try:
+        ip = ipaddress.ip_address(literal)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        ip = ipaddress.IPv6Address(literal.partition("%")[0])
+    return java_host_address(str(ip))
+
+
+def ip_entity_name(name: str) -> str:
+    """An ip quota entity's name as the gateway keeps it (`ip_lookup_key`), or QuotaError. Kafka refuses
+    a name `InetAddress.getByName` cannot resolve (ClientQuotaControlManager: INVALID_REQUEST, "... is
+    not a valid IP or resolvable host."). Departure: host names are refused too, not resolved once (a
+    name could later resolve elsewhere, and the gateway's `max_connections_per_ip_overrides` take
+    addresses only too); so are networks (CIDR) and Java's legacy short forms (`127.1`)."""
+    key = ip_lookup_key(name)
+    if key is None:
+        raise QuotaError(f"{name} is not a valid IP address (host names are not resolved and networks are not "
+                         "accepted: write one address, e.g. 10.0.0.7 or 2001:db8::7).")
+    return key
+
+
 def resolve_ip(configs: QuotaConfigs, ip: str) -> float | None:
-    for entity in (QuotaEntity(ip=EntityPart.of(ip)), QuotaEntity(ip=DEFAULT_PART)):
+    """The `connection_creation_rate` of the client address `ip` (its `ip_lookup_key`), else the default's."""
+    key = ip_lookup_key(ip)
+    named = () if key is None else (QuotaEntity(ip=EntityPart.of(key)),)
+    for entity in (*named, QuotaEntity(ip=DEFAULT_PART)):
         values = configs.get(entity)
         if values is not None and CONNECTION_CREATION_RATE in values:
             return values[CONNECTION_CREATION_RATE]

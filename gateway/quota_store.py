@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from authz.database import Migration, bump_version, migrate, read_version, transaction
-from gateway.quota_model import ALL_KEYS, EntityPart, Part, QuotaEntity, QuotaError
+from gateway.quota_model import ALL_KEYS, EntityPart, Part, QuotaEntity, QuotaError, ip_lookup_key
 
 COMPONENT = "gateway_quotas"
 
@@ -58,10 +58,15 @@ def _cols(entity: QuotaEntity) -> dict[str, str]:
 
 
 def _entity(row: sa.RowMapping) -> QuotaEntity:
+    ip = EntityPart(Part(row["ip_kind"]), row["ip_name"])
+    if ip.kind is Part.NAME:
+        # A row written before ip names were validated and normalised (`QuotaEntity.normalised`): in the
+        # lookup form when it is an IP address, so it applies; otherwise as it is (it matches no client).
+        ip = EntityPart.of(ip_lookup_key(ip.name) or ip.name)
     return QuotaEntity(
         EntityPart(Part(row["user_kind"]), row["user_name"]),
         EntityPart(Part(row["client_kind"]), row["client_name"]),
-        EntityPart(Part(row["ip_kind"]), row["ip_name"]),
+        ip,
     )
 
 
@@ -101,9 +106,11 @@ class QuotaStore:
         return version, out
 
     def alter(self, changes: Sequence[tuple[QuotaEntity, Sequence[QuotaOp]]]) -> None:
-        """Applies every change in one transaction (validate first: all or nothing)."""
+        """Applies every change in one transaction (validate first: all or nothing); ip entities are kept
+        in their lookup form (`QuotaEntity.normalised`)."""
         for entity, ops in changes:
             validate_ops(entity, ops)
+        changes = [(entity.normalised(), ops) for entity, ops in changes]
         with transaction(self.engine) as conn:
             for entity, ops in changes:
                 where = [quotas_table.c[k] == v for k, v in _cols(entity).items()]

@@ -5,9 +5,11 @@ Produce: bytes recorded, the response carries `throttle_time_ms`, then the clien
 that long (librdkafka ignores KIP-219's client-side throttling, so muting is what holds it). Fetch:
 response bytes recorded; a fetch arriving while the group is over its bound gets an empty response
 with the throttle time and a mute. Request time (`request_percentage`) is the gateway's own processing
-time, bounded by one window as Kafka's ClientRequestQuotaManager does; the answers the gateway gives
-itself (admin APIs, ApiVersions after the login) carry the mute it brings, and the SASL exchange is not
-charged (`gateway.proxy.ClientConnection._serve_admin_request`, `_answer_api_versions`). Connections per IP over
+time, bounded by one window as Kafka's ClientRequestQuotaManager does; every answer carries the mute it
+brings (forwarded ones: the loop's time on the request and on the answer, the larger of the bandwidth
+and request throttles for Produce and Fetch, `gateway.proxy.ClientConnection._on_request` and
+`on_upstream_frame`; the gateway's own answers: `_serve_admin_request`, `_answer_api_versions`), and the
+SASL exchange is not charged. Connections per IP over
 `connection_creation_rate` are closed after the throttle delay (KIP-612).
 """
 
@@ -25,6 +27,7 @@ from gateway.quota_model import (
     REQUEST_PERCENTAGE,
     QuotaConfigs,
     Rate,
+    ip_lookup_key,
     resolve,
     resolve_ip,
     throttle_time_ms,
@@ -54,6 +57,9 @@ class QuotaEnforcer:
         self._now_ms = now_ms
         self._refresh_s = refresh_interval_s
         self._configs: QuotaConfigs = {}
+        # The keys some entity sets: a key no quota sets costs one set lookup per request, not a resolve
+        # through the 8 levels (the request quota is charged twice per forwarded request).
+        self._keys: frozenset[str] = frozenset()
         self._version = -1
         self._sensors: dict[tuple[str, Any], Rate] = {}
         self._refresh_lock = threading.Lock()
@@ -68,7 +74,11 @@ class QuotaEnforcer:
         return self._configs
 
     def set_configs(self, configs: QuotaConfigs) -> None:
+        # `_keys` first: a reader between the two assignments resolves against the old configs, which
+        # answer what they answered before (no key of the new ones is skipped for good).
+        self._keys = frozenset(k for values in configs.values() for k in values) | self._keys
         self._configs = configs
+        self._keys = frozenset(k for values in configs.values() for k in values)
 
     def refresh(self) -> None:
         """Loads the stored quotas if they changed. Called by the poll thread and by AlterClientQuotas on
@@ -81,7 +91,7 @@ class QuotaEnforcer:
             if self._store.version() == self._version:
                 return
             self._version, configs = self._store.load()
-            self._configs = configs
+            self.set_configs(configs)
 
     def start(self) -> None:
         self.refresh()
@@ -119,6 +129,8 @@ class QuotaEnforcer:
             del self._sensors[k]
 
     def _record(self, key: str, user: str, client_id: str, value: float) -> int:
+        if key not in self._keys:
+            return 0
         applied = resolve(self._configs, key, user, client_id)
         if applied is None:
             return 0
@@ -134,6 +146,8 @@ class QuotaEnforcer:
         self._record(CONSUMER_BYTE_RATE, user, client_id, float(nbytes))
 
     def fetch_throttle_ms(self, user: str, client_id: str) -> int:
+        if CONSUMER_BYTE_RATE not in self._keys:
+            return 0
         applied = resolve(self._configs, CONSUMER_BYTE_RATE, user, client_id)
         if applied is None:
             return 0
@@ -151,7 +165,7 @@ class QuotaEnforcer:
         if bound is None:
             return None
         now = self._now_ms()
-        sensor = self._sensor("connection_creation_rate", ip)
+        sensor = self._sensor("connection_creation_rate", ip_lookup_key(ip) or ip)
         sensor.record(1.0, now)
         throttle = throttle_time_ms(sensor, bound, now)
         if throttle <= 0:

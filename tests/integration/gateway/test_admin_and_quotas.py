@@ -30,6 +30,7 @@ from gateway.quota_model import PRODUCER_BYTE_RATE, EntityPart, QuotaEntity
 from gateway.quota_store import QuotaOp
 from tests.integration.gateway.conftest import RawClient, RunningGateway
 from tests.integration.gateway.test_proxy import create_topics
+from tests.integration.gateway.test_request_quota_answers import fetch_from_start
 from tests.integration.gateway.test_sasl import grant_prefix, sasl_conf, scram_login
 
 pytestmark = [pytest.mark.broker]
@@ -241,12 +242,7 @@ def test_fetch_over_the_consumer_quota_gets_an_empty_throttled_answer_and_a_mute
     gw.runtime.quotas.refresh()
     raw = RawClient(gw.bootstrap)
     assert scram_login(raw, "SCRAM-SHA-512", "bob", "bob-password-0123").error_code == 0
-    fetch = SPECS[1].request[12]
-    t = fetch.FetchTopic
-    request = fetch(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=10_000_000, isolation_level=0,
-                    session_id=0, session_epoch=-1,
-                    topics=[t(topic=topic, partitions=[t.FetchPartition(partition=0, fetch_offset=0,
-                                                                          partition_max_bytes=10_000_000)])])
+    request = fetch_from_start(topic, 10_000_000)
     first = raw.call(1, 12, request)
     assert first.throttle_time_ms == 0 and len(first.responses[0].partitions[0].records) > 50 * 1024
     started = time.monotonic()
@@ -305,3 +301,54 @@ def test_delegation_tokens_are_refused_on_a_plaintext_listener(
     [info] = gw.runtime.credentials.describe_tokens(Principal("User", "ANONYMOUS"), owners=None,
                                                     may_describe=lambda _: True)
     assert info.token_id == existing.info.token_id and info.expiry_ms == existing.info.expiry_ms
+
+
+def test_alter_client_quotas_refuses_an_ip_that_is_not_an_address_and_a_mapped_one_applies_to_its_client(
+    gw: RunningGateway,
+) -> None:
+    """Kafka answers INVALID_REQUEST, "<ip> is not a valid IP or resolvable host.", per entry; the other
+    entries of the request are applied. The address is kept as the gateway looks a connection up, so an
+    entity written `::ffff:127.0.0.2` throttles the client 127.0.0.2 (and DescribeClientQuotas finds it under
+    either spelling); 127.0.0.1 is another address, with no quota."""
+    from gateway.quota_model import CONNECTION_CREATION_RATE
+
+    raw = RawClient(gw.bootstrap)
+    assert scram_login(raw, "SCRAM-SHA-512", "admin", ADMIN_PW).error_code == 0
+    alter = SPECS[49].request[1]
+    entry = alter.EntryData
+
+    def ip_entry(name: str) -> Any:
+        return entry(entity=[entry.EntityData(entity_type="ip", entity_name=name)],
+                     ops=[entry.OpData(key=CONNECTION_CREATION_RATE, value=3.0, remove=False)])
+
+    names = ["broker.example.com", "10.0.0.0/24", "::ffff:127.0.0.2", "1.2.3.4%eth0"]
+    response = raw.call(49, 1, alter(entries=[ip_entry(n) for n in names], validate_only=False))
+    assert [e.error_code for e in response.entries] == [42, 42, 0, 42]
+    for answered, name in zip(response.entries, names, strict=True):
+        assert [(p.entity_type, p.entity_name) for p in answered.entity] == [("ip", name)]  # as asked
+        if answered.error_code:
+            assert answered.error_message.startswith(f"{name} is not a valid IP address (host names are not resolved")
+    describe = SPECS[48].request[1]
+    for match in ("127.0.0.2", "::ffff:127.0.0.2"):
+        found = raw.call(48, 1, describe(components=[describe.ComponentData(entity_type="ip", match_type=0,
+                                                                               match=match)], strict=True))
+        assert [[(p.entity_type, p.entity_name) for p in e.entity] for e in found.entries] == [[("ip", "127.0.0.2")]]
+    raw.close()
+    assert gw.runtime.quotas.configs == {QuotaEntity(ip=EntityPart.of("127.0.0.2")): {CONNECTION_CREATION_RATE: 3.0}}
+    api_versions = SPECS[18].request[3](client_software_name="t", client_software_version="1")
+
+    def served_from(source: str, count: int) -> list[bool]:
+        served = []
+        for _ in range(count):
+            c = RawClient(gw.bootstrap, source=source)
+            try:
+                c.call(18, 3, api_versions)
+                served.append(True)
+            except (ConnectionError, OSError):
+                served.append(False)
+            c.close()
+        return served
+
+    limited = served_from("127.0.0.2", 8)
+    assert limited[:3] == [True, True, True] and limited[3:].count(False) >= 3, limited  # 3/s, padded 1 s window
+    assert served_from("127.0.0.1", 8) == [True] * 8

@@ -504,3 +504,53 @@ def test_the_settings_reach_the_gateway(runtime_factory: Callable[..., RunningGa
     assert gw.gateway.options.large_request_min_bytes_per_s == 100_000
     default = runtime_factory(name="default", gateway={"max_request_bytes": mib, "queued_max_request_bytes": 16 * mib})
     assert default.gateway.frame_memory.share == 2 * mib  # an eighth
+
+
+def test_a_client_that_stops_reading_its_answers_does_not_stop_its_large_frames_clock(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A raw client pipelines fetches whose answers (megabytes) it never reads, then the prefix and the
+    first 100 kB of a large frame, and nothing more. The gateway stops reading it once its answers back up
+    (`pause_writing`), but that pause is the client's own doing: the frame's reading time (2 s plus its
+    size at 1 MiB/s) runs on, and the connection is closed and its memory returned then, not held until
+    the idle timeout. (Kafka's Selector would not have begun that receive before sending the answers.)"""
+    from confluent_kafka import Producer
+
+    from tests.integration.gateway.test_proxy import create_topics
+    from tests.integration.gateway.test_request_quota_answers import fetch_from_start
+
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    topic = f"unread-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    direct = Producer({"bootstrap.servers": kafka_broker})
+    for _ in range(8):
+        direct.produce(topic, b"u" * 500_000, partition=0)
+    assert direct.flush(30) == 0
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service),
+                         max_request_bytes=LIMIT, queued_max_request_bytes=LIMIT,
+                         large_request_min_bytes_per_s=1024 * 1024, large_request_grace_s=2.0)
+    pool = gw.gateway.frame_memory
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+    sock.connect(upstream_of(gw.bootstrap))
+    raw = RawClient.__new__(RawClient)
+    raw.sock, raw.correlation = sock, 0
+    try:
+        fetches = b"".join(framed(raw, 1, 12, fetch_from_start(topic, 8_000_000)) for _ in range(4))
+        frame, _ = big_metadata(raw, "unread")
+        sock.sendall(fetches + frame[:100_000])  # the fetches, then the large frame's beginning; never read
+        wait_for(lambda: len(gw.gateway._connections) == 1, "the gateway did not take the connection")
+        (conn,) = gw.gateway._connections
+        wait_for(lambda: "client-backlog" in conn.paused, "the unread answers did not back up", timeout=2.0)
+        assert conn.reader.large_frame_size == len(frame) - 4 and pool.used == len(frame) - 4
+        assert conn._large_frame_timer is not None  # the clock runs on through the client's own pause
+        wait_for(lambda: gw.gateway.slow_large_requests_closed == 1, "the frame's reading time did not run out",
+                 timeout=10)
+        wait_for(lambda: pool.used == 0, "the frame's memory was not returned")
+        assert conn.closed or "closing" in conn.paused
+        (line,) = [r.getMessage() for r in caplog.records if "was not received" in r.getMessage()]
+        assert line.endswith("99996 bytes arrived, the client not reading its answers "
+                             "(gateway.large_request_min_bytes_per_s)"), line
+    finally:
+        sock.close()

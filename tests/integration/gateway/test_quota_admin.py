@@ -12,6 +12,7 @@ import pytest
 
 from authz.database import open_engine
 from gateway.quota_model import (
+    CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
     DEFAULT_PART,
     PRODUCER_BYTE_RATE,
@@ -156,3 +157,82 @@ def test_quota_rest_api(tmp_path: Path) -> None:
         bad = http.put("/v1/quotas", auth=admin, json={"entity": {"user": "alice"}, "set": {"bogus": 1}})
         assert bad.status_code == 400 and bad.json()["error_code"] == 40001
         assert http.put("/v1/quotas", auth=admin, json={"entity": {"team": "x"}, "set": {}}).status_code == 400
+
+
+# -- ip entities: every path refuses what is not one IP address and keeps the address in its lookup form --
+
+IP_RATE = {CONNECTION_CREATION_RATE: 3.0}
+
+
+def test_the_store_refuses_an_ip_entity_that_is_not_an_address_and_keeps_the_others_in_lookup_form(
+    db_url: str,
+) -> None:
+    engine = open_engine(db_url)
+    try:
+        store = QuotaStore(engine)
+        store.migrate()
+        good = (QuotaEntity(ip=EntityPart.of("::ffff:10.0.0.7")), [QuotaOp(CONNECTION_CREATION_RATE, 3)])
+        bad = (QuotaEntity(ip=EntityPart.of("10.0.0.0/24")), [QuotaOp(CONNECTION_CREATION_RATE, 3)])
+        with pytest.raises(QuotaError, match=r"^10\.0\.0\.0/24 is not a valid IP address"):
+            store.alter([good, bad])
+        assert store.load()[1] == {}  # all or nothing: the good change was not applied either
+        store.alter([good])
+        assert store.load()[1] == {QuotaEntity(ip=EntityPart.of("10.0.0.7")): IP_RATE}
+        # Written again in another spelling, it is the same entity: one row, replaced.
+        store.alter([(QuotaEntity(ip=EntityPart.of("[10.0.0.7]")), [QuotaOp(CONNECTION_CREATION_RATE, 4)])])
+        assert store.load()[1] == {QuotaEntity(ip=EntityPart.of("10.0.0.7")): {CONNECTION_CREATION_RATE: 4.0}}
+    finally:
+        engine.dispose()
+
+
+def test_an_ip_row_written_before_validation_applies_in_lookup_form(db_url: str) -> None:
+    """Rows kept as given before ip names were normalised still apply to their address."""
+    import sqlalchemy as sa
+
+    from authz.database import transaction
+    from gateway.quota_store import quotas_table
+
+    engine = open_engine(db_url)
+    try:
+        store = QuotaStore(engine)
+        store.migrate()
+        with transaction(engine) as conn:
+            conn.execute(sa.insert(quotas_table).values(
+                user_kind="none", user_name="", client_kind="none", client_name="", ip_kind="name",
+                ip_name="::ffff:10.0.0.9", quota_key=CONNECTION_CREATION_RATE, quota_value=2.0))
+        enforcer = QuotaEnforcer(store)
+        enforcer.refresh()
+        assert enforcer.configs == {QuotaEntity(ip=EntityPart.of("10.0.0.9")): {CONNECTION_CREATION_RATE: 2.0}}
+    finally:
+        engine.dispose()
+
+
+def test_kgov_quotas_cli_refuses_an_ip_that_is_not_an_address(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_DATA_DIR", str(tmp_path))
+    for bad in ("broker.example.com", "10.0.0.0/24", "127.1"):
+        assert main(["quotas", "set", "--ip", bad, "--connection-creation-rate", "3", "--db", db_url]) == 1
+        assert capsys.readouterr().err.startswith(f"error: {bad} is not a valid IP address (host names are not "
+                                                  "resolved")
+    assert main(["quotas", "set", "--ip", "::ffff:10.0.0.7", "--connection-creation-rate", "3", "--db", db_url]) == 0
+    assert capsys.readouterr().out.strip() == "Updated quotas of ip=10.0.0.7"
+    assert main(["quotas", "list", "--ip", "[10.0.0.7]", "--db", db_url]) == 0  # any spelling finds it
+    assert capsys.readouterr().out.strip() == "Quota configs for ip=10.0.0.7 are connection_creation_rate=3.0"
+    assert main(["quotas", "list", "--ip", "bad host", "--db", db_url]) == 1
+    assert "bad host is not a valid IP address" in capsys.readouterr().err
+
+
+def test_quota_rest_api_refuses_an_ip_that_is_not_an_address(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, admin={"user": "admin", "password": "correct-horse-battery"},
+                        sasl={"failed_authentication_delay_ms": 0})
+    with serve_app(build_app(settings)) as url, httpx.Client(base_url=url, timeout=10) as http:
+        admin = ("admin", "correct-horse-battery")
+        bad = http.put("/v1/quotas", auth=admin, json={"entity": {"ip": "fe80::1%"}, "set": IP_RATE})
+        assert bad.status_code == 400 and bad.json()["error_code"] == 40001
+        assert bad.json()["message"].startswith("fe80::1% is not a valid IP address")
+        r = http.put("/v1/quotas", auth=admin, json={"entity": {"ip": "2001:DB8::7%eth0"}, "set": IP_RATE})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"entity": {"ip": "2001:db8:0:0:0:0:0:7"}, "values": IP_RATE}
+        assert http.get("/v1/quotas", auth=admin).json() == [r.json()]

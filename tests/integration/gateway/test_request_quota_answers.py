@@ -8,20 +8,25 @@ connection is muted after it. Before the login (ApiVersions, the SASL exchange) 
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from audit.sinks import MemorySink
 from gateway.admin_apis import AclApis
 from gateway.codec import SPECS
 from gateway.proxy import Services
-from gateway.quota_model import REQUEST_PERCENTAGE, EntityPart, QuotaEntity
+from gateway.quota_model import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, EntityPart, QuotaEntity
 from gateway.quotas import QuotaEnforcer
 from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, wait_until
 from tests.integration.gateway.test_admin_offload import acl_creation
+from tests.integration.gateway.test_proxy import create_topics, produce
 from tests.integration.gateway.test_sasl_offload import AUTH, GatedPlain, plain_handshake, plain_token
 
 pytestmark = [pytest.mark.broker]
@@ -140,3 +145,142 @@ def test_a_sasl_request_after_the_login_that_begins_no_exchange_is_charged(
         assert raw.call(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False)).brokers
     finally:
         raw.close()
+
+
+# -- forwarded answers (KafkaApis: the request quota on every API, the larger throttle on Produce/Fetch) --
+
+def metadata() -> Any:
+    return SPECS[3].request[12](topics=[], allow_auto_topic_creation=False)
+
+
+def seconds_until_answered(raw: RawClient) -> float:
+    """Sends a Metadata (through the gateway to the broker) and answers how long its answer took: while
+    the connection is muted the gateway does not read it."""
+    started = time.monotonic()
+    raw.send(3, 12, metadata(), client_id="other")
+    raw.receive(3, 12)
+    return time.monotonic() - started
+
+
+def test_a_forwarded_answer_carries_the_request_throttle_and_the_mute_follows_it(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway],
+) -> None:
+    audit = MemorySink()
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service, audit=audit,
+                                  quotas=zero_request_quota(QuotaEntity(client_id=EntityPart.of("throttled")))))
+    throttled, free = RawClient(gw.bootstrap), RawClient(gw.bootstrap)
+    try:
+        assert seconds_until_answered(throttled) < 0.5  # "other" has no quota: the upstream answers at once
+        cid = throttled.send(3, 12, metadata(), client_id="throttled")
+        answer = throttled.receive(3, 12)
+        assert answer.brokers and answer.throttle_time_ms == LONGEST_MUTE_MS  # the broker's answer, throttled
+        # ... and the connection is not read for that long after it (the mute began when it was forwarded).
+        assert 0.8 <= seconds_until_answered(throttled) < 2.0
+        free.send(3, 12, metadata(), client_id="free")
+        assert free.receive(3, 12).throttle_time_ms == 0
+    finally:
+        throttled.close()
+        free.close()
+    wait_until(lambda: any(e.data["requestHeader"]["correlationId"] == cid
+                           and e.data["requestHeader"]["clientId"] == "throttled" for e in audit.events))
+    (logged,) = [e.data for e in audit.events if e.data["requestHeader"]["clientId"] == "throttled"]
+    assert logged["throttleTimeMs"] == LONGEST_MUTE_MS
+
+
+def produce_request(topic: str, value: bytes) -> Any:
+    from tests.integration.gateway.test_proxy import _one_record_batch
+
+    produce = SPECS[0].request[9]
+    data = produce.TopicProduceData
+    return produce(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        data(name=topic, partition_data=[data.PartitionProduceData(index=0, records=_one_record_batch(value))])])
+
+
+@pytest.mark.parametrize("bandwidth_ms", [2500, 300], ids=["bandwidth-larger", "request-larger"])
+def test_a_produce_answer_carries_the_larger_throttle_and_the_mute_is_that_one_not_the_sum(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+    bandwidth_ms: int,
+) -> None:
+    topic = f"rq-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    request = produce_request(topic, b"p" * 2000)
+    request.with_header(correlation_id=1, client_id="throttled")
+    size = len(bytes(request.encode(version=9, header=True, framed=True))) - 4
+    # Kafka's byte-rate throttle for one request of `size` bytes in a fresh sensor (11 windows of 1 s, padded
+    # to 10 s): (size / 10 - bound) / bound * 10,000 ms; the bound that gives `bandwidth_ms`:
+    bound = size / 10 / (1 + bandwidth_ms / 10_000)
+    quotas = zero_request_quota(QuotaEntity(client_id=EntityPart.of("throttled")))  # request throttle: 1000 ms
+    entity = QuotaEntity(client_id=EntityPart.of("throttled"))
+    quotas.set_configs({entity: {**quotas.configs[entity], PRODUCER_BYTE_RATE: bound}})
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service, quotas=quotas))
+    raw = RawClient(gw.bootstrap)
+    try:
+        assert seconds_until_answered(raw) < 0.5
+        raw.send(0, 9, request, client_id="throttled")
+        answer = raw.receive(0, 9)
+        assert [p.error_code for t in answer.responses for p in t.partition_responses] == [0]  # produced
+        expected = max(bandwidth_ms, LONGEST_MUTE_MS)
+        assert abs(answer.throttle_time_ms - expected) <= 50, answer.throttle_time_ms
+        # One mute of the larger throttle: the two never add up (that would be `expected + 300` or more).
+        muted = seconds_until_answered(raw)
+        assert expected / 1000 - 0.25 <= muted < expected / 1000 + 0.25, muted
+    finally:
+        raw.close()
+
+
+def fetch_from_start(topic: str, max_bytes: int = 1_000_000) -> Any:
+    """A sessionless Fetch v12 of partition 0 of `topic` from offset 0."""
+    fetch = SPECS[1].request[12]
+    t = fetch.FetchTopic
+    return fetch(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
+                 session_id=0, session_epoch=-1,
+                 topics=[t(topic=topic, partitions=[t.FetchPartition(partition=0, fetch_offset=0,
+                                                                       partition_max_bytes=max_bytes)])])
+
+
+def test_a_fetch_over_the_request_quota_is_answered_empty_with_its_throttle(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    """Kafka's handleFetchRequest answers a fetch over either quota with no data (`getThrottledResponse`)."""
+    topic = f"rqf-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    produce(kafka_broker, topic, b"a" * 100, b"b" * 100)
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service,
+                                  quotas=zero_request_quota(QuotaEntity(client_id=EntityPart.of("throttled")))))
+    request = fetch_from_start(topic)
+    raw = RawClient(gw.bootstrap)
+    try:
+        raw.send(1, 12, request, client_id="unthrottled")
+        fetched = raw.receive(1, 12)
+        assert fetched.throttle_time_ms == 0 and len(fetched.responses[0].partitions[0].records) > 200
+        raw.send(1, 12, request, client_id="throttled")
+        throttled = raw.receive(1, 12)
+        assert throttled.throttle_time_ms == LONGEST_MUTE_MS and throttled.responses == []
+        assert 0.8 <= seconds_until_answered(raw) < 2.0
+    finally:
+        raw.close()
+
+
+def test_a_real_producer_hears_the_request_throttle_and_is_held_by_the_mute(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+) -> None:
+    """librdkafka reports each answer's throttle time (`throttle_cb`) but does not wait itself (no KIP-219
+    client-side throttling): the gateway's mute is what spaces its produce requests."""
+    topic = f"rqp-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service,
+                                  quotas=zero_request_quota(QuotaEntity(client_id=EntityPart.of("rq-producer")))))
+    throttles: list[int] = []
+    delivered: list[float] = []
+    producer = Producer({"bootstrap.servers": gw.bootstrap, "client.id": "rq-producer", "linger.ms": 0,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time),
+                         "on_delivery": lambda err, msg: delivered.append(time.monotonic()) if err is None else None})
+    for i in range(3):
+        producer.produce(topic, f"m{i}".encode(), partition=0)
+        assert producer.flush(20) == 0
+    producer.poll(0)
+    assert len(delivered) == 3
+    assert throttles and set(throttles) == {LONGEST_MUTE_MS / 1000}  # throttle_cb says seconds
+    # Each produce request waits for the mute the previous answer announced.
+    gaps = [b - a for a, b in itertools.pairwise(delivered)]
+    assert all(gap >= 0.8 for gap in gaps), gaps

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,8 @@ from gateway.quota_model import (
     QuotaEntity,
     QuotaError,
     Rate,
+    ip_entity_name,
+    ip_lookup_key,
     resolve,
     resolve_ip,
     throttle_time_ms,
@@ -128,3 +132,54 @@ def test_connection_rate_refuses_and_does_not_count_refused_connections() -> Non
 def test_invalid_quota_changes_are_refused(entity: QuotaEntity, op: QuotaOp, message: str) -> None:
     with pytest.raises(QuotaError, match=message):
         validate_ops(entity, [op])
+
+
+# -- ip entities: validated and kept in the form a connection's address is looked up in -----------------
+
+@pytest.mark.parametrize(("name", "kept"), [
+    ("10.0.0.7", "10.0.0.7"),
+    ("::ffff:10.0.0.7", "10.0.0.7"),  # IPv4-mapped: the IPv4 client it is (Java's Inet4Address)
+    ("[10.0.0.7]", "10.0.0.7"),  # brackets, as InetAddress.getByName takes them
+    ("2001:DB8::7", "2001:db8:0:0:0:0:0:7"),  # Java's getHostAddress() form
+    ("[2001:db8::7]", "2001:db8:0:0:0:0:0:7"),
+    ("fe80::1%eth0", "fe80:0:0:0:0:0:0:1"),  # the zone dropped: InetAddress equality ignores the scope
+    ("fe80::1%2", "fe80:0:0:0:0:0:0:1"),
+])
+def test_ip_entities_are_kept_in_their_lookup_form(name: str, kept: str) -> None:
+    entity = QuotaEntity(ip=EntityPart.of(name)).normalised()
+    assert entity == QuotaEntity(ip=EntityPart.of(kept))
+    assert ip_entity_name(name) == kept == ip_lookup_key(name)
+
+
+@pytest.mark.parametrize("name", [
+    "10.0.0.0/24", "2001:db8::/64",  # networks
+    "broker.example.com", "localhost",  # host names: not resolved (a departure from Kafka)
+    "127.1", "010.0.0.7", "10.0.0.256", "1.2.3.4%eth0",  # legacy short forms, leading zeros, out of range, IPv4 zone
+    "fe80::1%", "[10.0.0.7", " 10.0.0.7", "10.0.0.7\n", "",
+])
+def test_ip_entities_that_are_not_one_address_are_refused(name: str) -> None:
+    message = f"{re.escape(name)} is not a valid IP address"
+    with pytest.raises(QuotaError, match=message):
+        validate_ops(QuotaEntity(ip=EntityPart.of(name)), [QuotaOp(CONNECTION_CREATION_RATE, 1)])
+    with pytest.raises(QuotaError, match=message):
+        QuotaEntity(ip=EntityPart.of(name)).normalised()
+    # The default ip entity has no name to check.
+    assert QuotaEntity(ip=DEFAULT_PART).normalised() == QuotaEntity(ip=DEFAULT_PART)
+
+
+@pytest.mark.parametrize("peer", ["10.0.0.7", "::ffff:10.0.0.7"])
+def test_a_connection_finds_its_ip_quota_whatever_form_the_socket_and_the_entity_use(peer: str) -> None:
+    """A dual-stack listener reports an IPv4 client as `::ffff:10.0.0.7`; the entity may be written either way."""
+    for written in ("10.0.0.7", "::ffff:10.0.0.7", "[10.0.0.7]"):
+        configs = {QuotaEntity(ip=EntityPart.of(written)).normalised(): {CONNECTION_CREATION_RATE: 3.0}}
+        assert resolve_ip(configs, peer) == 3.0
+    v6 = {QuotaEntity(ip=EntityPart.of("fe80::1%eth0")).normalised(): {CONNECTION_CREATION_RATE: 2.0}}
+    assert resolve_ip(v6, "fe80::1%eth1") == resolve_ip(v6, "fe80:0::1") == 2.0
+    assert resolve_ip(v6, "fe80::2") is None
+
+
+def test_the_connection_rate_of_one_address_is_one_sensor_whatever_its_spelling() -> None:
+    q = QuotaEnforcer(None, now_ms=lambda: 0.0)
+    q.set_configs({QuotaEntity(ip=EntityPart.of("10.0.0.7")).normalised(): {CONNECTION_CREATION_RATE: 0.2}})
+    assert q.connection_delay_s("10.0.0.7") is None and q.connection_delay_s("::ffff:10.0.0.7") is None
+    assert q.connection_delay_s("10.0.0.7") is not None  # the third in the padded 10 s, under either spelling
