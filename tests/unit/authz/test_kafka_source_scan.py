@@ -305,7 +305,7 @@ resource_names = st.one_of(
 ACL_PRINCIPALS = ["User:alice", "User:bob", "User:*", "Group:alice", "user:alice", "User:Alice", "User:a:b",
                   "User:\U0001f600", "User:\ufffd"]
 ACL_HOSTS = ["*", "10.0.0.1", "0:0:0:0:0:0:0:1", "::1", "fe80:0:0:0:0:0:0:1%eth0"]
-CALLERS = [("User", "alice"), ("User", "bob"), ("Group", "alice"), ("User", "a:b"), ("User", "\U0001f600"),
+CALLERS = [("User", "alice"), ("User", "bob"), ("Group", "alice"), ("User", "a:b"), ("User:a", "b"), ("User", "\U0001f600"),
            ("User", "*")]
 CLIENTS = ["10.0.0.1", "10.0.0.2", "::1", "::ffff:10.0.0.1", "fe80::1%eth0"]
 # Mostly operations that imply one another (READ -> DESCRIBE, ALTER_CONFIGS -> DESCRIBE_CONFIGS, ALL).
