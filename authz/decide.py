@@ -70,6 +70,13 @@ _GRANTS: Final[dict[Operation, tuple[Operation, ...]]] = {
 _CONCRETE_TYPES: Final = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
 
 
+def super_user_names(super_users: Iterable[Principal]) -> frozenset[str]:
+    """Kafka keeps `super.users` as strings and looks up `principal.toString()` in them
+    (StandardAuthorizerData.authorize), so `User:a:b` names the caller of type `User:a` and name `b`
+    as well as the one of type `User` and name `a:b`; compare `str(principal)` with these."""
+    return frozenset(str(p) for p in super_users)
+
+
 def validate_new_acl(acl: Acl) -> None:
     """Kafka's creation validation (AclControlManager.validateNewAcl + AclApis), with its messages."""
     if acl.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
@@ -242,6 +249,7 @@ class AuthorizerData:
         "_prefix_counts",
         "_prefix_lengths",
         "_prefixed",
+        "_super_user_names",
         "allow_everyone_if_no_acl_found",
         "cache_size",
         "groups",
@@ -277,6 +285,7 @@ class AuthorizerData:
             rt: tuple(sorted(counts, reverse=True)) for rt, counts in prefix_counts.items() if counts
         }
         self.super_users = super_users
+        self._super_user_names = super_user_names(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self.groups = groups
         self.role_bindings = role_bindings
@@ -500,7 +509,10 @@ class AuthorizerData:
         if found is not None:
             return found
         base = str(principal)
-        names = [base, WILDCARD_PRINCIPAL]
+        # Kafka parses an ACL's principal at its first colon (StandardAcl.kafkaPrincipal) and compares
+        # type and name: no ACL or binding can name a caller whose type holds a colon, though its
+        # `Type:name` text may equal one's (`User:a:b` is type `User`, name `a:b`).
+        names = [base, WILDCARD_PRINCIPAL] if ":" not in principal.type else [WILDCARD_PRINCIPAL]
         groups = self.groups.get(principal, frozenset())
         names.extend(str(g) for g in sorted(groups))
         if self.role_bindings:
@@ -542,7 +554,7 @@ class AuthorizerData:
         if type(principal) is not Principal:
             # Like Kafka, a custom principal class is matched by type and name only.
             principal = Principal(principal.type, principal.name)
-        if principal in self.super_users:
+        if str(principal) in self._super_user_names:
             return SUPER_USER_DECISION
         principals = self.effective_principals(principal)
         hosts = (host, WILDCARD_HOST) if host != WILDCARD_HOST else (WILDCARD_HOST,)

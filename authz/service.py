@@ -29,7 +29,13 @@ from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
 from authz.clock import elapsed_clock
 from authz.config import AuthzConfig
-from authz.decide import SUPER_USER_DECISION, AuthorizerData, check_by_resource_type_args, validate_new_acl
+from authz.decide import (
+    SUPER_USER_DECISION,
+    AuthorizerData,
+    check_by_resource_type_args,
+    super_user_names,
+    validate_new_acl,
+)
 from authz.host_address import java_host_address
 from authz.model import (
     Acl,
@@ -124,6 +130,7 @@ class AuthorizerService:
         self.source = source
         self.clock = clock
         self.super_users = config.super_user_set | extra_super_users
+        self._super_user_names = super_user_names(self.super_users)
         self._file_groups = load_groups_file(config.groups_file) if config.groups_file else {}
         self._data: AuthorizerData | None = None
         self._versions = (-1, -1)
@@ -308,7 +315,7 @@ class AuthorizerService:
             if now < deadline:
                 return data
             self._wake_poller_if_due(now)
-        if Principal(ctx.principal.type, ctx.principal.name) in self.super_users:
+        if f"{ctx.principal.type}:{ctx.principal.name}" in self._super_user_names:
             return SUPER_USER_DECISION
         if data is None:
             raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
