@@ -281,11 +281,15 @@ class KafkaScan:
 # --------------------------------------------------------------------------- comparison
 
 
-def _same(decision: Decision, expected: KafkaResult) -> bool:
+def _same(decision: Decision, expected: KafkaResult, resource_name: str) -> bool:
     if decision.allowed is not expected.allowed:
         return False
     rule = decision.rule
     if expected.rule == "MatchingAcl":
+        if resource_name[:1] < "*" and resource_name and expected.allowed:
+            # Documented difference: for such a name Kafka's wildcard pass meets the name's own
+            # patterns again after the `*` ones, so it may report one of those ALLOWs instead.
+            return isinstance(rule, MatchingAcl)
         return isinstance(rule, MatchingAcl) and rule.acl == expected.acl
     kinds = {"SuperUser": SuperUser, "DefaultAllow": DefaultAllow, "DefaultDeny": DefaultDeny}
     return isinstance(rule, kinds[expected.rule])
@@ -375,7 +379,7 @@ def test_authorize_decides_and_reports_as_kafkas_scan(
     except KafkaScanBroke:
         assume(False)  # deliberate difference, docs/authorizer.md
     decision = kgov.authorize(RequestContext(Principal(*caller), client), [act])[0]
-    assert _same(decision, expected), f"{act} by {caller}@{client}: kgov {decision}, Kafka {expected}"
+    assert _same(decision, expected, act.resource_name), f"{act} by {caller}@{client}: kgov {decision}, Kafka {expected}"
 
 
 @PROPERTY
@@ -399,3 +403,20 @@ def test_authorize_by_resource_type_as_kafkas_default_method(
         assume(False)
     decision = kgov.authorize_by_resource_type(RequestContext(Principal(*caller), client), op, rt)
     assert decision.allowed is expected, f"{op.name} on any {rt.name} by {caller}@{client}"
+
+
+def test_a_name_sorting_before_the_wildcard_is_decided_as_kafka_with_another_reported_allow() -> None:
+    """docs/authorizer.md, "No hang on unusual names": Kafka's wildcard pass starts at `*` and, for a
+    name whose first character sorts before it, walks on into that name's own patterns (when it does
+    not hang), so the last ALLOW it reports can be `!` rather than `*`. The decision is the same."""
+    acls = [Acl(GROUP, "!", PREFIXED, "User:alice", "*", Op.READ, ALLOW),
+            Acl(GROUP, "*", LITERAL, "User:*", "*", Op.READ, ALLOW),
+            Acl(GROUP, "!", PREFIXED, "User:bob", "*", Op.READ, DENY)]
+    kgov, kafka = _both(acls, {"super_users": (), "allow_everyone": False})
+    for caller, allowed in ((("User", "alice"), True), (("User", "bob"), False), (("User", "carol"), True)):
+        act = Action(GROUP, "!a", Op.READ)
+        expected = kafka.authorize(caller, "10.0.0.1", act)
+        (decision,) = kgov.authorize(RequestContext(Principal(*caller), "10.0.0.1"), [act])
+        assert decision.allowed is expected.allowed is allowed
+        assert _same(decision, expected, act.resource_name)
+    assert kafka.authorize(("User", "alice"), "10.0.0.1", Action(GROUP, "!a", Op.READ)).acl == acls[0]
