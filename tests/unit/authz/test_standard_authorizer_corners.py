@@ -27,7 +27,7 @@ from authz.model import (
     ResourceType,
     SuperUser,
 )
-from authz.roles import RoleBinding
+from authz.roles import RoleBinding, validate_role_binding
 from authz.service import AuthorizerService
 from tests.unit.authz.reference_model import acl, action, ctx
 
@@ -65,6 +65,22 @@ def test_kafka_accepts_what_only_looks_odd(created: Acl) -> None:
 def test_a_principal_without_colon_is_still_refused_with_kafkas_words() -> None:
     with pytest.raises(InvalidAclError, match="no colon is present separating the principal type"):
         validate_new_acl(acl(TOPIC, "t", LITERAL, "alice", "*", READ, ALLOW))
+
+
+@pytest.mark.parametrize("text", ["a\ud800", "\udfffb", "x\ud83d"])
+def test_a_lone_surrogate_is_refused_like_nul(text: str) -> None:
+    """Half of a UTF-16 surrogate pair can reach kgov through a JSON escape but not Kafka (its
+    strings arrive as UTF-8), and neither SQLite nor PostgreSQL can store it as text."""
+    for bad in (acl(TOPIC, text, LITERAL, "User:alice", "*", READ, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:" + text, "*", READ, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:alice", text, READ, ALLOW)):
+        with pytest.raises(InvalidAclError, match="must not contain a lone surrogate"):
+            validate_new_acl(bad)
+    with pytest.raises(InvalidAclError, match="must not contain a lone surrogate"):
+        validate_role_binding(RoleBinding("User:alice", "DeveloperRead", TOPIC, text, LITERAL))
+    with pytest.raises(InvalidAclError, match="must not contain a lone surrogate"):
+        Principal.parse_given("User:" + text)
+    validate_new_acl(acl(TOPIC, "\U0001f600", LITERAL, "User:\U0001f600", "*", READ, ALLOW))  # a whole pair is fine
 
 
 # --------------------------------------------------------------------------- authorizeByResourceType
