@@ -47,6 +47,7 @@ from authz.model import (
     RequestContext,
     ResourceType,
     Rule,
+    refuse_lone_surrogate,
     refuse_longer,
     refuse_nul,
 )
@@ -93,6 +94,7 @@ def validate_new_acl(acl: Acl) -> None:
                                (acl.principal, MAX_NAME_LENGTH, "The principal"),
                                (acl.host, MAX_HOST_LENGTH, "The host")):
         refuse_nul(value, what)
+        refuse_lone_surrogate(value, what)
         refuse_longer(value, limit, what)
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
