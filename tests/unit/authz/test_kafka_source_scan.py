@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from authz.decide import AuthorizerData
 from authz.model import (
     Acl,
+    AclFilter,
     Action,
     Decision,
     DefaultAllow,
@@ -420,3 +421,17 @@ def test_a_name_sorting_before_the_wildcard_is_decided_as_kafka_with_another_rep
         assert decision.allowed is expected.allowed is allowed
         assert _same(decision, expected, act.resource_name)
     assert kafka.authorize(("User", "alice"), "10.0.0.1", Action(GROUP, "!a", Op.READ)).acl == acls[0]
+
+
+@PROPERTY
+@given(acls=acl_sets())
+@example(acls=[Acl(GROUP, "\ufffd", LITERAL, "User:alice", "*", Op.READ, ALLOW),
+               Acl(GROUP, "\U0001f600", LITERAL, "User:alice", "*", Op.READ, ALLOW),
+               Acl(GROUP, "g", LITERAL, "User:\ufffd", "*", Op.READ, ALLOW),
+               Acl(GROUP, "g", LITERAL, "User:\U0001f600", "*", Op.READ, ALLOW)])
+def test_describe_lists_acls_in_the_tree_sets_order(acls: list[Acl]) -> None:
+    """StandardAuthorizerData.acls walks `aclsByResource` in StandardAcl.compareTo order, which
+    compares names, principals and hosts as Java strings (UTF-16 code units): U+FFFD sorts after
+    an astral character there, before it in code-point order."""
+    kgov, kafka = _both(acls, {"super_users": (), "allow_everyone": False})
+    assert kgov.acls(AclFilter()) == kafka.tree
