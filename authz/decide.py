@@ -119,22 +119,29 @@ def check_by_resource_type_args(op: Operation, rt: ResourceType) -> None:
         raise ValueError("Unknown operation type")
 
 
-def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, str, str, int]:
+def _java_text(text: str) -> bytes:
+    """A key that orders strings as Java's String.compareTo does, by UTF-16 code unit (big-endian
+    bytes compare the same way): Python compares code points, which puts U+FFFD before an astral
+    character where Java puts it after."""
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, bytes, bytes, int]:
     """StandardAcl.compareTo: type, REVERSE name, pattern type, operation, principal, host, permission."""
     return (
         acl.resource_type,
-        _Reverse(acl.resource_name),
+        _Reverse(_java_text(acl.resource_name)),
         acl.pattern_type,
         acl.operation,
-        acl.principal,
-        acl.host,
+        _java_text(acl.principal),
+        _java_text(acl.host),
         acl.permission,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class _Reverse:
-    value: str
+    value: bytes
 
     def __lt__(self, other: _Reverse) -> bool:
         return self.value > other.value
