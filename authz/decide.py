@@ -68,6 +68,9 @@ _GRANTS: Final[dict[Operation, tuple[Operation, ...]]] = {
     op: (op, *(req for req, by in _IMPLIED_BY.items() if op in by)) for op in Operation
 }
 
+# The resource name the Authorizer.authorizeByResourceType default method asks authorize() about first.
+BY_TYPE_PROBE_NAME: Final = "hardcode"
+
 _CONCRETE_TYPES: Final = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
 
 
@@ -642,7 +645,8 @@ class AuthorizerData:
     def _by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
         # Step 1: a plain check on a made-up name covers super users, wildcard allows and the
         # allow-everyone default (Kafka passes "hardcode").
-        probe = self.authorize(ctx, [Action(rt, "hardcode", op, log_if_allowed=True, log_if_denied=False)])[0]
+        probe = self.authorize(ctx, [Action(rt, BY_TYPE_PROBE_NAME, op, resource_ref_count=0, log_if_allowed=True,
+                                            log_if_denied=False)])[0]
         if probe.allowed:
             return probe
         index = self._type_index(rt)
