@@ -47,6 +47,7 @@ from authz.model import (
     RequestContext,
     ResourceType,
     Rule,
+    refuse_lone_surrogate,
     refuse_longer,
     refuse_nul,
 )
@@ -67,7 +68,17 @@ _GRANTS: Final[dict[Operation, tuple[Operation, ...]]] = {
     op: (op, *(req for req, by in _IMPLIED_BY.items() if op in by)) for op in Operation
 }
 
+# The resource name the Authorizer.authorizeByResourceType default method asks authorize() about first.
+BY_TYPE_PROBE_NAME: Final = "hardcode"
+
 _CONCRETE_TYPES: Final = tuple(t for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
+
+
+def super_user_names(super_users: Iterable[Principal]) -> frozenset[str]:
+    """Kafka keeps `super.users` as strings and looks up `principal.toString()` in them
+    (StandardAuthorizerData.authorize), so `User:a:b` names the caller of type `User:a` and name `b`
+    as well as the one of type `User` and name `a:b`; compare `str(principal)` with these."""
+    return frozenset(str(p) for p in super_users)
 
 
 def validate_new_acl(acl: Acl) -> None:
@@ -86,6 +97,7 @@ def validate_new_acl(acl: Acl) -> None:
                                (acl.principal, MAX_NAME_LENGTH, "The principal"),
                                (acl.host, MAX_HOST_LENGTH, "The host")):
         refuse_nul(value, what)
+        refuse_lone_surrogate(value, what)
         refuse_longer(value, limit, what)
     if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_RESOURCE_NAME:
         raise InvalidAclError("The only valid name for the CLUSTER resource is kafka-cluster")
@@ -110,22 +122,29 @@ def check_by_resource_type_args(op: Operation, rt: ResourceType) -> None:
         raise ValueError("Unknown operation type")
 
 
-def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, str, str, int]:
+def _java_text(text: str) -> bytes:
+    """A key that orders strings as Java's String.compareTo does, by UTF-16 code unit (big-endian
+    bytes compare the same way): Python compares code points, which puts U+FFFD before an astral
+    character where Java puts it after."""
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+def _kafka_order(acl: Acl) -> tuple[int, _Reverse, int, int, bytes, bytes, int]:
     """StandardAcl.compareTo: type, REVERSE name, pattern type, operation, principal, host, permission."""
     return (
         acl.resource_type,
-        _Reverse(acl.resource_name),
+        _Reverse(_java_text(acl.resource_name)),
         acl.pattern_type,
         acl.operation,
-        acl.principal,
-        acl.host,
+        _java_text(acl.principal),
+        _java_text(acl.host),
         acl.permission,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class _Reverse:
-    value: str
+    value: bytes
 
     def __lt__(self, other: _Reverse) -> bool:
         return self.value > other.value
@@ -242,6 +261,7 @@ class AuthorizerData:
         "_prefix_counts",
         "_prefix_lengths",
         "_prefixed",
+        "_super_user_names",
         "allow_everyone_if_no_acl_found",
         "cache_size",
         "groups",
@@ -277,6 +297,7 @@ class AuthorizerData:
             rt: tuple(sorted(counts, reverse=True)) for rt, counts in prefix_counts.items() if counts
         }
         self.super_users = super_users
+        self._super_user_names = super_user_names(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self.groups = groups
         self.role_bindings = role_bindings
@@ -500,7 +521,10 @@ class AuthorizerData:
         if found is not None:
             return found
         base = str(principal)
-        names = [base, WILDCARD_PRINCIPAL]
+        # Kafka parses an ACL's principal at its first colon (StandardAcl.kafkaPrincipal) and compares
+        # type and name: no ACL or binding can name a caller whose type holds a colon, though its
+        # `Type:name` text may equal one's (`User:a:b` is type `User`, name `a:b`).
+        names = [base, WILDCARD_PRINCIPAL] if ":" not in principal.type else [WILDCARD_PRINCIPAL]
         groups = self.groups.get(principal, frozenset())
         names.extend(str(g) for g in sorted(groups))
         if self.role_bindings:
@@ -542,7 +566,7 @@ class AuthorizerData:
         if type(principal) is not Principal:
             # Like Kafka, a custom principal class is matched by type and name only.
             principal = Principal(principal.type, principal.name)
-        if principal in self.super_users:
+        if str(principal) in self._super_user_names:
             return SUPER_USER_DECISION
         principals = self.effective_principals(principal)
         hosts = (host, WILDCARD_HOST) if host != WILDCARD_HOST else (WILDCARD_HOST,)
@@ -621,7 +645,8 @@ class AuthorizerData:
     def _by_resource_type(self, ctx: RequestContext, op: Operation, rt: ResourceType) -> Decision:
         # Step 1: a plain check on a made-up name covers super users, wildcard allows and the
         # allow-everyone default (Kafka passes "hardcode").
-        probe = self.authorize(ctx, [Action(rt, "hardcode", op, log_if_allowed=True, log_if_denied=False)])[0]
+        probe = self.authorize(ctx, [Action(rt, BY_TYPE_PROBE_NAME, op, resource_ref_count=0, log_if_allowed=True,
+                                            log_if_denied=False)])[0]
         if probe.allowed:
             return probe
         index = self._type_index(rt)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 from functools import lru_cache
+from typing import Any
 
 
 def java_host_address(address: str) -> str:
@@ -40,6 +41,19 @@ def _ipv6_text(address: str) -> str:
     packed = ip.packed
     text = ":".join(format(int.from_bytes(packed[i:i + 2], "big"), "x") for i in range(0, 16, 2))
     return text + sep + zone
+
+
+def peer_host_address(peer: tuple[Any, ...]) -> str:
+    """The Java text of a connected peer, from the address tuple Python's accept()/getpeername() give.
+
+    For a scoped IPv6 peer (link-local) Python gives `('fe80::1', port, flowinfo, scope_id)`, the zone
+    outside the text, where Java's accepted socket address writes it with the numeric scope id:
+    `fe80:0:0:0:0:0:0:1%4` (checked with OpenJDK 17). Kafka compares ACL hosts with that text, so
+    dropping the scope would make a host-specific DENY written for Kafka miss the client."""
+    host = str(peer[0])
+    if len(peer) >= 4 and peer[3] and "%" not in host:
+        host = f"{host}%{peer[3]}"
+    return java_host_address(host)
 
 
 def address_group(address: str) -> str:

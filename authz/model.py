@@ -7,6 +7,7 @@ map protocol fields directly. Everything here is immutable and free of I/O.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Final, NewType, Protocol, TypeVar
 
@@ -182,6 +183,7 @@ class Principal:
         before these limits existed (SQLite stored anything) still loads."""
         principal = cls.parse(text)
         refuse_nul(text, "A principal")
+        refuse_lone_surrogate(text, "A principal")
         refuse_longer(text, MAX_NAME_LENGTH, "A principal")
         return principal
 
@@ -209,6 +211,17 @@ def refuse_nul(value: str, what: str) -> None:
     tools reading the audit trail stop at it. A departure from Kafka, which accepts any string."""
     if "\x00" in value:
         raise InvalidAclError(f"{what} must not contain the NUL character")
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def refuse_lone_surrogate(value: str, what: str) -> None:
+    """Half of a UTF-16 surrogate pair reaches a Python string through a JSON escape (`\\ud800`), is
+    not Unicode text, and neither SQLite nor PostgreSQL can store it (the write failed with a 500).
+    Kafka never sees one: its strings arrive as UTF-8, which cannot encode it."""
+    if _SURROGATE.search(value):
+        raise InvalidAclError(f"{what} must not contain a lone surrogate (U+D800 to U+DFFF)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from authz.model import (
     Principal,
     ResourceType,
     RoleBindingRule,
+    refuse_lone_surrogate,
     refuse_longer,
     refuse_nul,
 )
@@ -124,6 +125,7 @@ def validate_role_binding(binding: RoleBinding) -> None:
     if not binding.resource_name:
         raise InvalidAclError("Resource name should not be empty")
     refuse_nul(binding.resource_name, "The resource name")
+    refuse_lone_surrogate(binding.resource_name, "The resource name")
     refuse_longer(binding.resource_name, MAX_NAME_LENGTH, "The resource name")
     if binding.resource_type is ResourceType.CLUSTER:
         if binding.resource_name != CLUSTER_RESOURCE_NAME:

@@ -29,7 +29,14 @@ from audit.model import EventType, authorization_event, change_event
 from audit.sinks import AuditSink, AuditWriteError, LineSink
 from authz.clock import elapsed_clock
 from authz.config import AuthzConfig
-from authz.decide import SUPER_USER_DECISION, AuthorizerData, check_by_resource_type_args, validate_new_acl
+from authz.decide import (
+    BY_TYPE_PROBE_NAME,
+    SUPER_USER_DECISION,
+    AuthorizerData,
+    check_by_resource_type_args,
+    super_user_names,
+    validate_new_acl,
+)
 from authz.host_address import java_host_address
 from authz.model import (
     Acl,
@@ -124,6 +131,7 @@ class AuthorizerService:
         self.source = source
         self.clock = clock
         self.super_users = config.super_user_set | extra_super_users
+        self._super_user_names = super_user_names(self.super_users)
         self._file_groups = load_groups_file(config.groups_file) if config.groups_file else {}
         self._data: AuthorizerData | None = None
         self._versions = (-1, -1)
@@ -308,7 +316,7 @@ class AuthorizerService:
             if now < deadline:
                 return data
             self._wake_poller_if_due(now)
-        if Principal(ctx.principal.type, ctx.principal.name) in self.super_users:
+        if f"{ctx.principal.type}:{ctx.principal.name}" in self._super_user_names:
             return SUPER_USER_DECISION
         if data is None:
             raise AuthorizerNotReadyError("The authorizer has not loaded its ACLs yet")
@@ -344,7 +352,18 @@ class AuthorizerService:
         ready = self._ready_data(ctx)
         # The Authorizer default method starts with authorize() on a made-up name: a super user is
         # allowed whatever the ACLs, and whether they are loaded.
-        return ready if isinstance(ready, Decision) else ready.authorize_by_resource_type(ctx, op, rt)
+        if isinstance(ready, Decision):
+            return ready
+        if self.audit is not None or self.lines is not None:
+            # ... and that authorize() is Kafka's own, which audits the probe like any decision
+            # (logIfAllowed=true, logIfDenied=false). What the method concludes after it is not logged.
+            probe = Action(rt, BY_TYPE_PROBE_NAME, op, resource_ref_count=0, log_if_allowed=True,
+                           log_if_denied=False)
+            (checked,) = ready.authorize(ctx, [probe])
+            if checked.allowed:
+                # Denied instead when the audit trail cannot record it (fail closed).
+                return self._audit_decisions(ctx, [probe], [checked], request_name(ctx.api_key))[0]
+        return ready.authorize_by_resource_type(ctx, op, rt)
 
     def authorize_http(self, ctx: RequestContext, action: Action, method_name: str) -> Decision:
         ready = self._ready_data(ctx)

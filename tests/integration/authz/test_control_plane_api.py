@@ -95,6 +95,24 @@ def test_bad_acls_get_kafka_wording_and_write_nothing(admin: httpx.Client, body:
     assert admin.get("/v3/clusters/c1/acls").json()["data"] == before
 
 
+@pytest.mark.parametrize("field", ["resource_name", "principal", "host"])
+def test_a_lone_surrogate_is_a_400_and_writes_nothing(admin: httpx.Client, field: str) -> None:
+    """JSON can escape half a UTF-16 surrogate pair (`\\ud800`), which no database can store as
+    text; Kafka never sees one (its strings arrive as UTF-8)."""
+    before = admin.get("/v3/clusters/c1/acls").json()["data"]
+    value = {"resource_name": "orders-", "principal": "User:alice", "host": "*"}[field] + "\\ud800"
+    body = json.dumps({"data": [dict(ACL, resource_name="fine")]})[:-2] + ", " + json.dumps(ACL)[:-1]
+    body += f', "{field}": "{value}"}}]}}'
+    resp = admin.post("/v3/clusters/c1/acls:batch", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    assert "surrogate" in resp.json()["message"]
+    assert admin.get("/v3/clusters/c1/acls").json()["data"] == before
+    binding = '{"resourcePatterns": [{"resourceType": "TOPIC", "name": "t\\udc00", "patternType": "LITERAL"}]}'
+    resp = admin.post("/security/1.0/principals/User:frodo/roles/DeveloperRead/bindings", content=binding,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == 400 and "surrogate" in resp.json()["message"]
+
+
 def test_malformed_json_is_a_400(admin: httpx.Client) -> None:
     resp = admin.post("/v3/clusters/c1/acls", content=b"{bad", headers={"content-type": "application/json"})
     assert resp.status_code == 400 and resp.json()["message"].startswith("Malformed JSON body")

@@ -170,6 +170,35 @@ def test_role_bindings_and_groups_are_stored_and_applied(
     assert not a.authorize(alice, [Action(T, "orders-us", Operation.READ)])[0].allowed
 
 
+def test_removing_a_role_binding_takes_effect_on_every_node(
+    services: tuple[AuthorizerService, AuthorizerService],
+) -> None:
+    """A role binding's grants end when it is removed: at once on the node that removed it, after a
+    poll on the others; a cluster-wide binding and a resource-scoped one alike."""
+    a, b = services
+    alice = RequestContext(Principal("User", "alice"), "10.0.0.2")
+    scoped = RoleBinding("Group:sales", "DeveloperWrite", T, "orders-", P)
+    wide = RoleBinding("User:alice", "Operator")
+    a.add_group_member(Principal("Group", "sales"), Principal("User", "alice"), actor=ADMIN)
+    a.add_role_binding(scoped, actor=ADMIN)
+    a.add_role_binding(wide, actor=ADMIN)
+    write = Action(T, "orders-eu", Operation.WRITE)
+    describe = Action(ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    b.refresh()
+    for node in (a, b):
+        assert [d.allowed for d in node.authorize(alice, [write, describe])] == [True, True]
+        assert node.authorize_by_resource_type(alice, Operation.WRITE, T).allowed
+    assert a.remove_role_binding(scoped, actor=ADMIN)
+    assert [d.allowed for d in a.authorize(alice, [write, describe])] == [False, True]
+    assert not a.authorize_by_resource_type(alice, Operation.WRITE, T).allowed
+    assert a.remove_role_binding(wide, actor=ADMIN)
+    assert [d.allowed for d in a.authorize(alice, [write, describe])] == [False, False]
+    b.refresh()
+    assert [d.allowed for d in b.authorize(alice, [write, describe])] == [False, False]
+    assert not b.authorize_by_resource_type(alice, Operation.WRITE, T).allowed
+    assert b.role_bindings() == []
+
+
 def test_failed_audit_write_denies(db_url: str) -> None:
     class BrokenSink:
         def write(self, event: object) -> None:

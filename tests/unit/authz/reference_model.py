@@ -326,13 +326,16 @@ def _compare(x: Acl, y: Acl) -> int:
     def cmp(p: object, q: object) -> int:
         return (p > q) - (p < q)  # type: ignore[operator]
 
+    def java(text: str) -> bytes:  # String.compareTo compares UTF-16 code units
+        return text.encode("utf-16-be", "surrogatepass")
+
     for p, q in (
         (x.resource_type, y.resource_type),
-        (y.resource_name, x.resource_name),
+        (java(y.resource_name), java(x.resource_name)),
         (x.pattern_type, y.pattern_type),
         (x.operation, y.operation),
-        (x.principal, y.principal),
-        (x.host, y.host),
+        (java(x.principal), java(y.principal)),
+        (java(x.host), java(y.host)),
         (x.permission, y.permission),
     ):
         c = cmp(p, q)

@@ -9,7 +9,9 @@ authorizeByResourceType default does the same. Java writes IPv6 uncompressed wit
 
 from __future__ import annotations
 
+import socket
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,7 @@ from audit.sinks import MemorySink
 from authz.config import AuthzConfig
 from authz.database import open_engine
 from authz.decide import AuthorizerData
-from authz.host_address import java_host_address
+from authz.host_address import java_host_address, peer_host_address
 from authz.model import Operation, PatternType, Permission, Principal, ResourceType
 from authz.service import AuthorizerService
 from tests.unit.authz.reference_model import acl, action, ctx
@@ -97,3 +99,45 @@ def test_super_user_over_ipv6_is_still_a_super_user() -> None:
                                 super_users=[Principal("User", "root")])
     (decision,) = data.authorize(ctx("User:root", "::1"), [action(READ, TOPIC, "t")])
     assert decision.allowed
+
+
+def _link_local_peer() -> tuple[str, tuple[object, ...]]:
+    """A real link-local connection when the machine has such an address (the peer tuple Python's
+    accept() gives), else the tuple it gives on this project's build machine."""
+    try:
+        rows = Path("/proc/net/if_inet6").read_text().split()
+    except OSError:
+        rows = []
+    for i in range(0, len(rows) - 5, 6):
+        if rows[i].startswith("fe80"):
+            address = ":".join(rows[i][j:j + 4] for j in range(0, 32, 4))
+            with socket.socket(socket.AF_INET6) as server:
+                server.bind(("::", 0))
+                server.listen()
+                with socket.create_connection((f"{address}%{rows[i + 5]}", server.getsockname()[1])):
+                    accepted, peer = server.accept()
+                    accepted.close()
+            return address, peer
+    return "fe80:0:0:0:fc:ff:fe00:1", ("fe80::fc:ff:fe00:1", 55580, 0, 4)
+
+
+def test_a_link_local_peer_keeps_its_numeric_scope_as_java_writes_it() -> None:
+    """Python's accept() gives a link-local peer as `('fe80::...', port, flowinfo, scope_id)`, the
+    zone outside the text; Java's accepted socket address writes it as `fe80:0:0:0:...%4`
+    (getHostAddress with the numeric scope id, checked with OpenJDK 17 on this machine). Kafka
+    compares ACL hosts with that text, so a host-specific DENY written for a Kafka cluster must
+    apply to the same client here."""
+    address, peer = _link_local_peer()
+    scope = peer[3]
+    assert isinstance(scope, int) and scope > 0
+    expected = f"{java_host_address(address)}%{scope}"
+    assert peer_host_address(peer) == expected
+    assert peer_host_address(("::1", 9092, 0, 0)) == "0:0:0:0:0:0:0:1"
+    assert peer_host_address(("10.0.0.5", 9092)) == "10.0.0.5"
+    assert peer_host_address(("::ffff:10.0.0.5", 9092, 0, 0)) == "10.0.0.5"
+    data = AuthorizerData.build([
+        acl(TOPIC, "t", LITERAL, "User:*", "*", READ, ALLOW),
+        acl(TOPIC, "t", LITERAL, "User:bob", expected, READ, DENY),
+    ])
+    (decision,) = data.authorize(ctx("User:bob", peer_host_address(peer)), [action(READ, TOPIC, "t")])
+    assert not decision.allowed

@@ -420,6 +420,31 @@ def test_allow_audit_logging_through_the_service(
         assert all(line.startswith("[2026-11-21 09:30:15,123] TRACE ") for line in lines.lines), lines.lines
 
 
+def test_authorize_by_resource_type_audits_its_probe_as_kafka_does(service_parts: tuple[AuthorizerService, _Lines]) -> None:
+    """The Authorizer default method starts with authorize() on Topic:LITERAL:hardcode, resourceRefCount
+    0, logIfAllowed=true, logIfDenied=false, and StandardAuthorizer audits that like any decision: an
+    ALLOWED probe is a DEBUG line, a DENIED one is not logged, and what the method then concludes from
+    the other ACLs is not logged either."""
+    service, lines = service_parts
+    service.start(background=False)
+    service.create_acls([acl(TOPIC, "*", PatternType.LITERAL, "User:alice", "*", WRITE, Permission.ALLOW),
+                         acl(TOPIC, "orders", PatternType.LITERAL, "User:bob", "*", WRITE, Permission.ALLOW)],
+                        actor=Principal("User", "superman"))
+    lines.lines.clear()
+    init_producer_id = 22
+    assert service.authorize_by_resource_type(ctx("User:alice", api_key=init_producer_id), WRITE, TOPIC).allowed
+    assert lines.lines == [
+        "[2026-11-21 09:30:15,123] DEBUG Principal = User:alice is Allowed operation = WRITE from host = 127.0.0.1 "
+        "on resource = Topic:LITERAL:hardcode for request = InitProducerId with resourceRefCount = 0 based on rule "
+        "MatchingAcl(acl=StandardAcl(resourceType=TOPIC, resourceName=*, patternType=LITERAL, principal=User:alice, "
+        "host=*, operation=WRITE, permissionType=ALLOW)) (kafka.authorizer.logger)"
+    ]
+    lines.lines.clear()
+    assert service.authorize_by_resource_type(ctx("User:bob", api_key=init_producer_id), WRITE, TOPIC).allowed
+    assert not service.authorize_by_resource_type(ctx("User:carol", api_key=init_producer_id), WRITE, TOPIC).allowed
+    assert lines.lines == []
+
+
 def test_authorization_prior_to_complete_initial_load(service_parts: tuple[AuthorizerService, _Lines]) -> None:
     """StandardAuthorizerTest.testAuthorizationPriorToCompleteInitialLoad: before the first load only
     super users are authorized; anyone else gets AuthorizerNotReadyException for the whole batch."""

@@ -23,9 +23,11 @@ from authz.model import (
     PatternType,
     Permission,
     Principal,
+    RequestContext,
     ResourceType,
+    SuperUser,
 )
-from authz.roles import RoleBinding
+from authz.roles import RoleBinding, validate_role_binding
 from authz.service import AuthorizerService
 from tests.unit.authz.reference_model import acl, action, ctx
 
@@ -63,6 +65,22 @@ def test_kafka_accepts_what_only_looks_odd(created: Acl) -> None:
 def test_a_principal_without_colon_is_still_refused_with_kafkas_words() -> None:
     with pytest.raises(InvalidAclError, match="no colon is present separating the principal type"):
         validate_new_acl(acl(TOPIC, "t", LITERAL, "alice", "*", READ, ALLOW))
+
+
+@pytest.mark.parametrize("text", ["a\ud800", "\udfffb", "x\ud83d"])
+def test_a_lone_surrogate_is_refused_like_nul(text: str) -> None:
+    """Half of a UTF-16 surrogate pair can reach kgov through a JSON escape but not Kafka (its
+    strings arrive as UTF-8), and neither SQLite nor PostgreSQL can store it as text."""
+    for bad in (acl(TOPIC, text, LITERAL, "User:alice", "*", READ, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:" + text, "*", READ, ALLOW),
+                acl(TOPIC, "t", LITERAL, "User:alice", text, READ, ALLOW)):
+        with pytest.raises(InvalidAclError, match="must not contain a lone surrogate"):
+            validate_new_acl(bad)
+    with pytest.raises(InvalidAclError, match="must not contain a lone surrogate"):
+        validate_role_binding(RoleBinding("User:alice", "DeveloperRead", TOPIC, text, LITERAL))
+    with pytest.raises(InvalidAclError, match="must not contain a lone surrogate"):
+        Principal.parse_given("User:" + text)
+    validate_new_acl(acl(TOPIC, "\U0001f600", LITERAL, "User:\U0001f600", "*", READ, ALLOW))  # a whole pair is fine
 
 
 # --------------------------------------------------------------------------- authorizeByResourceType
@@ -157,3 +175,40 @@ def test_user_wildcard_holds_role_bindings_but_is_no_group_member() -> None:
 def test_allow_everyone_is_read_as_kafkas_parse_boolean(text: str, expected: bool) -> None:
     """`allow.everyone.if.no.acl.found` is `Boolean.parseBoolean(value.trim())`: only "true"."""
     assert AuthzConfig(allow_everyone_if_no_acl_found=text).allow_everyone_if_no_acl_found is expected  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- principals
+
+
+def test_a_principal_type_with_a_colon_is_matched_as_kafka_parses_it() -> None:
+    """Kafka keeps `super.users` as strings and compares `principal.toString()` with them
+    (StandardAuthorizerData.authorize), but parses an ACL's principal at its FIRST colon
+    (StandardAcl.kafkaPrincipal, SecurityUtils.parseKafkaPrincipal) and compares type and name. So
+    for a caller of type `User:a` and name `b` (a custom principal builder; the OPA decision API
+    passes the broker's type on as it is), `User:a:b` in super.users makes it a super user, while
+    an ACL or role binding naming `User:a:b` is about type `User`, name `a:b`, and not about it."""
+    caller = RequestContext(Principal("User:a", "b"), "10.0.0.1")
+    acls = [acl(TOPIC, "t", LITERAL, "User:a:b", "*", READ, ALLOW)]
+    data = AuthorizerData.build(acls, role_bindings=[RoleBinding("User:a:b", "DeveloperRead", TOPIC, "r", LITERAL)])
+    for name in ("t", "r"):
+        (decision,) = data.authorize(caller, [action(READ, TOPIC, name)])
+        assert not decision.allowed and isinstance(decision.rule, DefaultDeny), name
+    assert not data.authorize_by_resource_type(caller, READ, TOPIC).allowed
+    # The ACL is about the principal of type `User` and name `a:b`.
+    (decision,) = data.authorize(RequestContext(Principal("User", "a:b"), "10.0.0.1"), [action(READ, TOPIC, "t")])
+    assert decision.allowed
+
+    supers = AuthorizerData.build(acls, super_users=[Principal.parse("User:a:b")])
+    (decision,) = supers.authorize(caller, [action(READ, TOPIC, "elsewhere")])
+    assert decision.allowed and isinstance(decision.rule, SuperUser)
+    assert supers.authorize_by_resource_type(caller, WRITE, GROUP).allowed
+    # Before the first load only super users are answered, with the same comparison.
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = open_engine(f"sqlite:///{tmp}/kgov.db")
+        service = AuthorizerService(engine, AuthzConfig(super_users="User:a:b"))
+        try:
+            (decision,) = service.authorize(caller, [action(READ, TOPIC, "t")])
+            assert decision.allowed and isinstance(decision.rule, SuperUser)
+        finally:
+            service.close()
+            engine.dispose()
