@@ -47,7 +47,7 @@ from typing import Any
 
 from audit.request_log import authentication_event, request_event, request_log_entry, request_log_line
 from audit.sinks import AuditSink, LineSink
-from authz.host_address import java_host_address
+from authz.host_address import java_host_address, peer_host_address
 from authz.model import (
     Action,
     Authorizer,
@@ -791,7 +791,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (str(peer[0]), int(peer[1]))
-        self.client_host = java_host_address(self.peer[0])
+        # With a link-local peer's zone, as Java writes an accepted socket's address (`fe80:...%4`):
+        # Kafka compares ACL hosts with that text.
+        self.client_host = peer_host_address(tuple(peer))
         self.client_group = share_key(self.client_host)
         self.memory.source = self.client_group  # before it reserves anything
         refusal = self.gateway.connection_limits.admit(self.client_host)
