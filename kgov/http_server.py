@@ -156,7 +156,8 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Bounds what a request costs before a route answers it: its head's size and time, its body's
-        time (`request_body_deadline_s`).
+        time (`request_body_deadline_s`); and what answers the client does not take cost: their time in
+        a full write buffer (`answer_write_deadline_s`).
 
         Counts the bytes of a request that are not its body (the head, a chunked body's framing and
         trailers), from the connection's start or the end of the previous request to the end of this one.

@@ -49,6 +49,7 @@ def test_kgov_serve_without_httptools_says_what_to_install(monkeypatch: pytest.M
     finally:
         os.umask(old_umask)
     assert started == []
+    assert not (tmp_path / "k.db").exists()  # refused before anything was opened
     err = capsys.readouterr().err
     assert err.startswith("kgov: httptools is not installed") and "Traceback" not in err
 
