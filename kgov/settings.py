@@ -174,7 +174,9 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(entry.strip(), strict=False)
             except ValueError as exc:
                 raise ValueError(f"http_forwarded_allow_ips: {exc}") from exc
-        return [entry.strip() for entry in v]
+        # A network with host bits set (10.0.0.7/24) as its network (10.0.0.0/24): uvicorn reads entries
+        # strictly and would take that one for a name that matches no peer.
+        return [str(ipaddress.ip_network(e.strip(), strict=False)) if "/" in e else e.strip() for e in v]
 
     @field_validator("http_public_origins")
     @classmethod

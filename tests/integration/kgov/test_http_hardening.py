@@ -366,8 +366,8 @@ def large_answers() -> Iterator[str]:
 
 @pytest.fixture
 def short_write_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """1.5 s plus a 16 MiB answer at 64 MiB/s: 1.75 s."""
-    monkeypatch.setattr(http_server, "ANSWER_WRITE_GRACE_S", 1.5)
+    """2.5 s plus a 16 MiB answer at 64 MiB/s: 2.75 s."""
+    monkeypatch.setattr(http_server, "ANSWER_WRITE_GRACE_S", 2.5)
     monkeypatch.setattr(http_server, "ANSWER_MIN_BYTES_PER_S", 64 * 1024 * 1024)
 
 
@@ -392,11 +392,10 @@ def test_a_client_that_does_not_read_its_answers_is_dropped(
     with _non_reader(large_answers) as sock:
         sock.sendall(requests)
         time.sleep(0.3)
-        # Meanwhile others are served.
-        started = time.monotonic()
+        # Meanwhile others are served, while the connection is still held.
         assert httpx.get(f"{large_answers}/small", timeout=5).json() == 1
-        assert time.monotonic() - started < 1.0
-        time.sleep(3.0)  # past the deadline
+        assert not [r for r in caplog.records if "dropped the HTTP connection" in r.getMessage()]
+        time.sleep(4.0)  # past the deadline
         received = read_to_end(sock)  # the server's abort: an end (or a reset), not the socket's timeout
     assert answer_bytes > 0 and len(received) < answer_bytes
     dropped = [r.getMessage() for r in caplog.records if "dropped the HTTP connection" in r.getMessage()]

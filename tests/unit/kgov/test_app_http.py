@@ -177,6 +177,12 @@ def test_a_control_plane_no_one_can_log_in_to_says_how_to_get_a_first_user(
     assert not [r for r in caplog.records if "no one can log in" in r.getMessage()]
 
 
+def test_a_proxy_network_with_host_bits_is_kept_as_its_network() -> None:
+    # uvicorn reads "10.0.0.7/24" strictly: not a network, so a name that no peer matches.
+    assert Settings(http_forwarded_allow_ips=["10.0.0.7/24", " 192.0.2.9 "]).http_forwarded_allow_ips == [
+        "10.0.0.0/24", "192.0.2.9"]
+
+
 @pytest.mark.parametrize(("value", "normalised"), [
     ([], []),
     (["https://Kafka.Example.com", "https://kafka.example.com:443/", "http://10.0.0.7:8080"],
