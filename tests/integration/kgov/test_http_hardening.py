@@ -9,18 +9,24 @@ import base64
 import json
 import logging
 import socket
+import ssl
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
 
+from authz.http import PEER_SCOPE_KEY
 from kgov import http_server
-from kgov.app import build_app
+from kgov.app import SecurityHeaders, build_app
 from kgov.http_server import MAX_REQUEST_HEAD_BYTES
 from kgov.settings import Settings
+from tests.support.ports import free_port, wait_for_port
 from tests.support.raw_http import read_to_end
 from tests.support.server import serve_app
 
@@ -407,3 +413,35 @@ def test_a_client_that_reads_its_large_answer_gets_all_of_it(large_answers: str,
     # Its buffer fills too (the answer is handed over at once), but it takes the bytes in time.
     r = httpx.get(f"{large_answers}/large", timeout=10)
     assert r.status_code == 200 and len(r.content) == LARGE_ANSWER
+
+
+def test_the_bounded_protocol_serves_tls_and_knows_it(tmp_path: Path) -> None:
+    """The protocol wraps uvicorn's transport (to see each write); uvicorn reads from it whether the
+    connection is TLS, which sets the scheme, and so HSTS (kgov.app.SecurityHeaders)."""
+    import uvicorn
+
+    from tests.integration.gateway.test_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    app = FastAPI()
+
+    @app.get("/who")
+    def who(request: Request) -> dict[str, Any]:
+        return {"scheme": request.url.scheme, "peer": request.scope.get(PEER_SCOPE_KEY)}
+
+    app.add_middleware(SecurityHeaders)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           ssl_certfile=str(cert), ssl_keyfile=str(key),
+                                           **http_server.server_options([], max_body_bytes=1024)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port("127.0.0.1", port)
+        with httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=10) as client:
+            r = client.get(f"https://localhost:{port}/who")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert r.json()["scheme"] == "https" and r.json()["peer"][0] == "127.0.0.1"
+    assert r.headers["strict-transport-security"] == "max-age=31536000"
