@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from authz.decide import validate_new_acl
-from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address
+from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, peer_address
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
     Acl,
@@ -534,16 +535,40 @@ def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
 _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
 
 
+def _listed_proxy(peer: str | None, proxies: Sequence[str]) -> bool:
+    """Whether `peer` is in `http_forwarded_allow_ips`, read as uvicorn's ProxyHeadersMiddleware reads it
+    (`ipaddress.ip_network` without strict=False: an entry with host bits set believes nobody there)."""
+    try:
+        addr = ipaddress.ip_address(peer or "")
+    except ValueError:
+        return False
+    for entry in proxies:
+        try:
+            if addr in ipaddress.ip_network(entry):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def _opa_caller_allowed(request: Request) -> None:
     """Brokers call the decision API without credentials, so only listed networks may (default: loopback).
 
-    A request carrying forwarding headers that nobody believed (no `http_forwarded_allow_ips`) came
-    through a reverse proxy, or says it did: the peer address is then the proxy's (often loopback, which
-    the default admits), not the caller's, so it is refused. Brokers call directly and send none."""
+    A request carrying forwarding headers came through a reverse proxy, or says it did. The address
+    checked is the caller's only when a proxy listed in `http_forwarded_allow_ips` sent it with
+    `X-Forwarded-For` (the one header the server reads); any other forwarded request is refused, whether
+    or not proxies are listed: its address is the sender's (a proxy on kgov's host makes every client it
+    forwards look like loopback, which the default admits). Refused rather than ignored, since ignoring
+    would check exactly that proxy's address. Brokers call directly and send none of these headers."""
     settings = request.app.state.settings
-    if not settings.http_forwarded_allow_ips and any(h in request.headers for h in _FORWARDING_HEADERS):
+    forwarded = any(h in request.headers for h in _FORWARDING_HEADERS)
+    if forwarded and not _listed_proxy(peer_address(request) or client_address(request),
+                                       settings.http_forwarded_allow_ips):
         raise ApiError(403, 40301, "The decision API does not answer requests forwarded by a proxy that is not "
                                    "listed in http_forwarded_allow_ips")
+    if forwarded and "x-forwarded-for" not in request.headers:
+        raise ApiError(403, 40301, "The decision API answers a listed proxy's requests only with X-Forwarded-For, "
+                                   "which names the caller (Forwarded and X-Real-IP are not read)")
     networks = settings.authz.decision_api_networks
     try:
         addr = ipaddress.ip_address(client_address(request))

@@ -41,8 +41,21 @@ def api_error_response(exc: ApiError) -> JSONResponse:
 WWW_AUTHENTICATE = 'Basic realm="kgov", Bearer realm="kgov"'
 
 
+# ASGI scope key under which the server (kgov.http_server) keeps the connection's peer, `(host, port)`:
+# uvicorn's proxy-header middleware replaces `client` with the address a listed proxy forwarded.
+PEER_SCOPE_KEY = "kgov.peer"
+
+
 def client_address(request: Request) -> str:
     return request.client.host if request.client else "0.0.0.0"
+
+
+def peer_address(request: Request) -> str | None:
+    """The address the connection came from, before any proxy header; None when the server did not say
+    (a server other than kgov.http_server's: then no proxy header was believed either, so it is
+    `client_address`)."""
+    peer = request.scope.get(PEER_SCOPE_KEY)
+    return str(peer[0]) if peer else None
 
 
 def unauthenticated() -> ApiError:

@@ -36,7 +36,7 @@ from authz.model import CLUSTER_RESOURCE_NAME, USER_WILDCARD, Operation, Princip
 from authz.service import AuthorizerService
 from kgov import __version__
 from kgov.private_files import private_dir, private_file, sqlite_file
-from kgov.settings import Settings
+from kgov.settings import Settings, web_origin
 from sasl.http_auth import build_authenticator
 
 log = logging.getLogger("kgov")
@@ -216,12 +216,17 @@ class CrossSiteWriteGuard:
     schema), needs no CORS preflight, so the other site cannot read the answer but the change is made. API clients (Java, Python, librdkafka's
     and Confluent's, curl) send neither header. Reads stay open: the browser keeps their answers from the
     other site. A departure from Confluent's REST servers, which have no such check; callers without a
-    browser's headers see no difference."""
+    browser's headers see no difference.
+
+    Behind a reverse proxy that rewrites Host, a page of kgov's own public address sends an Origin whose
+    host is not the Host this server sees: `http_public_origins` lists such origins (exactly, scheme and
+    port included), which are then this site too. Empty by default: only the Host seen here."""
 
     SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, public_origins: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.public_origins = public_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] not in self.SAFE_METHODS and self._from_another_site(scope):
@@ -232,15 +237,19 @@ class CrossSiteWriteGuard:
             return
         await self.app(scope, receive, send)
 
-    @staticmethod
-    def _from_another_site(scope: Scope) -> bool:
+    def _from_another_site(self, scope: Scope) -> bool:
         headers = Headers(scope=scope)
         site = headers.get("sec-fetch-site")
         if site is not None and site.lower() not in ("same-origin", "none"):
             return True
         origin = headers.get("origin")
         # Hosts only: behind a TLS-terminating proxy the scheme this server sees may differ from the page's.
-        return origin is not None and urlsplit(origin).netloc.lower() != headers.get("host", "").lower()
+        if origin is None or urlsplit(origin).netloc.lower() == headers.get("host", "").lower():
+            return False
+        try:
+            return web_origin(origin) not in self.public_origins
+        except ValueError:  # "null" (a sandboxed or file: page), or anything no browser sends for a site
+            return True
 
 
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
@@ -309,7 +318,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     sasl.api.install(app)
     registry.api.install(app)
     gateway.api.install(app)
-    app.add_middleware(CrossSiteWriteGuard)
+    app.add_middleware(CrossSiteWriteGuard, public_origins=frozenset(settings.http_public_origins))
     # Last, so outermost: it also sees the answers of the middlewares the packages installed.
     docs = (app.docs_url, app.swagger_ui_oauth2_redirect_url) if app.docs_url else ()
     app.add_middleware(SecurityHeaders, docs_paths=frozenset(path for path in docs if path))

@@ -42,10 +42,11 @@ def _serve(args: argparse.Namespace) -> int:
     settings = args.settings()
     if settings.dev_mode:  # a setting like any other: beyond loopback it must not admit a weak super user
         check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
+    # Before the app opens the database: a server that cannot be bounded (no httptools) does not start.
+    options = server_options(settings.http_forwarded_allow_ips, max_body_bytes=settings.http_request_max_bytes)
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ssl_certfile=args.tls_cert,
-                ssl_keyfile=args.tls_key,
-                **server_options(settings.http_forwarded_allow_ips, max_body_bytes=settings.http_request_max_bytes))
+                ssl_keyfile=args.tls_key, **options)
     return 0
 
 

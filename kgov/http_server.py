@@ -1,29 +1,44 @@
 """How uvicorn runs the control plane (`kgov serve`, `kgov up`): what a connection may cost before any
-route, and so any authentication, sees it.
+route, and so any authentication, sees it, and what a client that does not read its answers may cost.
 
 uvicorn's default HTTP parser when httptools is installed (it is, with `uvicorn[standard]`) sets no limit
 on a request head: a client sending a header that never ends makes the server buffer every byte, and a
-few such connections take all memory. h11 has a limit (`h11_max_incomplete_event_size`) but is slower on
-every request, so httptools stays, with the head counted here (and a chunked body's trailers, parsed and
-buffered as header fields are): past `MAX_REQUEST_HEAD_BYTES` the client gets 431 and the connection is
-closed; a head not complete `REQUEST_HEAD_TIMEOUT_S` after the connection opened (first request) or after
-its first byte (later ones; uvicorn's keep-alive timeout covers the wait before it) gets 408 (h11's
-fallback has no such timer). Confluent's and Karapace's servers (Jetty, aiohttp) refuse heads of
-8 KiB; this allows more because a bearer token alone may take 16 KiB (sasl.jwt_validation.MAX_TOKEN_LENGTH).
+few such connections take all memory. httptools stays (h11 is slower on every request), with the head
+counted here (and a chunked body's trailers, parsed and buffered as header fields are): past
+`MAX_REQUEST_HEAD_BYTES` the client gets 431 and the connection is closed; a head not complete
+`REQUEST_HEAD_TIMEOUT_S` after the connection opened (first request) or after its first byte (later
+ones; uvicorn's keep-alive timeout covers the wait before it) gets 408. Confluent's and Karapace's servers
+(Jetty, aiohttp) refuse heads of 8 KiB; this allows more because a bearer token alone may take 16 KiB
+(sasl.jwt_validation.MAX_TOKEN_LENGTH).
 
 A body, read before any authentication too, must then arrive within `request_body_deadline_s` of reading
 time (408 and the connection closed; after an answer the route already wrote, only the close), as the
-gateway's large frames must (`gateway.frame_memory.large_frame_deadline_s`). h11's fallback has no such
-timer either.
+gateway's large frames must (`gateway.frame_memory.large_frame_deadline_s`).
+
+Answers must be taken by the client: bytes it leaves unread pile up in the server's write buffer (an
+answer is handed over whole), so a client that asks for large answers and never reads holds their memory
+and its connection for ever. Once the buffer is full (uvicorn stops writing: asyncio's high-water mark),
+the client has `ANSWER_WRITE_GRACE_S` plus what is waiting at `ANSWER_MIN_BYTES_PER_S` to take all of it
+(`answer_write_deadline_s`); otherwise the connection is dropped and one line logged. The same holds for
+what is left in the buffer when the server closes a connection (asyncio keeps a closing connection until
+its buffer is sent).
+
+Without httptools there is no bounded protocol: uvicorn's h11 one has none of these timers (h11 bounds
+only a head's size), so `server_options` refuses to start rather than serve unbounded
+(`HttpParserMissing`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from authz.http import PEER_SCOPE_KEY
 from kgov.exposure import forwarded_header_options
+
+log = logging.getLogger("kgov")
 
 MAX_REQUEST_HEAD_BYTES = 64 * 1024
 # From the connection's start (first request) or the first byte of a request head to its end (nginx's
@@ -43,6 +58,13 @@ REQUEST_HEAD_TIMEOUT_S = 60.0
 # its file descriptor, for ever.
 REQUEST_BODY_GRACE_S = 30.0
 REQUEST_BODY_MIN_BYTES_PER_S = 256 * 1024
+# The time a client gets to take what waits in the write buffer once it is full: this grace plus the
+# waiting bytes at this rate, the body's numbers (an 8 MiB answer: 62 s). Counted while the buffer is
+# full (or the connection is closing), from the first such moment until the client has taken everything.
+# Jetty (Confluent's servers) bounds a blocked write by its idle timeout (30 s without progress), nginx by
+# `send_timeout` (60 s between writes): a client taking a few bytes now and then holds them for ever.
+ANSWER_WRITE_GRACE_S = 30.0
+ANSWER_MIN_BYTES_PER_S = 256 * 1024
 
 _REFUSAL = b"Request header fields too large"
 _ANSWER_408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -58,6 +80,15 @@ def request_body_deadline_s(declared_length: int | None, max_body_bytes: int) ->
     return REQUEST_BODY_GRACE_S + size / REQUEST_BODY_MIN_BYTES_PER_S
 
 
+def answer_write_deadline_s(waiting_bytes: int) -> float:
+    """The time a client gets to take `waiting_bytes` of answers left in the server's write buffer."""
+    return ANSWER_WRITE_GRACE_S + waiting_bytes / ANSWER_MIN_BYTES_PER_S
+
+
+class HttpParserMissing(ValueError):
+    """httptools is not installed. A ValueError: `kgov` prints it as a problem to fix, not a traceback."""
+
+
 def declared_body(headers: Sequence[tuple[bytes, bytes]]) -> tuple[bool, int | None]:
     """(whether the request has a body, its declared length: None when chunked). httptools has already
     refused a malformed or conflicting Content-Length."""
@@ -70,13 +101,18 @@ def declared_body(headers: Sequence[tuple[bytes, bytes]]) -> tuple[bool, int | N
     return bool(length), length
 
 
-def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any] | None:
+def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
     try:
         import httptools  # noqa: F401
-    except ImportError:  # no httptools: h11, bounded by its own option
-        return None
+    except ImportError:
+        # uvicorn would fall back to h11, which has none of the timers below: a slow client, or one
+        # that never reads, would hold its connection for ever. Refused rather than served unbounded.
+        raise HttpParserMissing(
+            "httptools is not installed, and without it the control plane would run without its request "
+            "and answer time limits: install kgov with its dependencies (uvicorn[standard] brings httptools), "
+            "e.g. `pip install httptools`") from None
     # uvicorn internals (>=0.29 has them; pyproject sets no upper bound): a release that moves them must
-    # stop the start here (ImportError), not quietly serve with h11 and no head timer.
+    # stop the start here (ImportError), not quietly serve without the bounds.
     from uvicorn.protocols.http.flow_control import FlowControl
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -97,9 +133,34 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any] | None:
             super().resume_reading()
             self._changed()
 
+    class ObservedTransport:
+        """The connection's transport as uvicorn's protocol and its request cycles use it, telling the
+        protocol of each write (before it is made) and of the server's close."""
+
+        def __init__(self, transport: asyncio.Transport, writing: Callable[[int], None],
+                     closed: Callable[[], None]) -> None:
+            self._transport = transport
+            self._writing = writing
+            self._closed = closed
+            # What uvicorn calls on every request, bound here: through __getattr__ a call costs ~0.8 µs.
+            self.is_closing = transport.is_closing
+            self.get_write_buffer_size = transport.get_write_buffer_size
+
+        def write(self, data: bytes | bytearray | memoryview) -> None:
+            self._writing(len(data))
+            self._transport.write(data)
+
+        def close(self) -> None:
+            self._transport.close()
+            self._closed()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._transport, name)
+
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Bounds what a request costs before a route answers it: its head's size and time, its body's
-        time (`request_body_deadline_s`).
+        time (`request_body_deadline_s`); and what answers the client does not take cost: their time in
+        a full write buffer (`answer_write_deadline_s`).
 
         Counts the bytes of a request that are not its body (the head, a chunked body's framing and
         trailers), from the connection's start or the end of the previous request to the end of this one.
@@ -118,10 +179,20 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any] | None:
         _body_left_s: float | None = None
         _body_timer: asyncio.TimerHandle | None = None
         _body_clock_since = 0.0
+        # Time left for the client to take what waits in the write buffer (None: nothing is owed; the
+        # buffer has not been full since it was last seen empty), and the timer for it, armed at
+        # `_write_clock_since` while the clock runs: writing paused (the buffer is full) or the server
+        # closing the connection with bytes unsent.
+        _write_left_s: float | None = None
+        _write_timer: asyncio.TimerHandle | None = None
+        _write_clock_since = 0.0
+        _server_closing = False
+        _lost = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self.flow = ObservedFlowControl(transport, self._run_body_clock)
+            observed: Any = ObservedTransport(transport, self._writing, self._closed_by_server)
+            super().connection_made(observed)
+            self.flow = ObservedFlowControl(observed, self._run_body_clock)
             # The first head's time runs from here: a connection that never sends a byte is cut off too.
             self._head_timer = self.loop.call_later(REQUEST_HEAD_TIMEOUT_S, self._refuse, _ANSWER_408)
 
@@ -187,9 +258,70 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any] | None:
                 self._refuse(_ANSWER_408)
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._lost = True
             self._stop_head_timer()
             self._stop_body_clock()
+            self._write_left_s = None
+            self._run_write_clock()
             super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            # The peer, which the proxy-header middleware may replace in `client` (authz.http.PEER_SCOPE_KEY).
+            self.scope[PEER_SCOPE_KEY] = self.client  # type: ignore[literal-required]
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._write_left_s is None:  # the buffer is full: all that waits in it is owed from now on
+                self._write_left_s = answer_write_deadline_s(self.transport.get_write_buffer_size())
+            self._run_write_clock()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._run_write_clock()
+            if self.transport.get_write_buffer_size() == 0:  # the client took everything
+                self._write_left_s = None
+                self._run_write_clock()
+
+        def _writing(self, size: int) -> None:
+            """Before a write: while something is owed, these bytes are owed too."""
+            if self._write_left_s is not None:
+                self._pause_write_clock()
+                self._write_left_s += size / ANSWER_MIN_BYTES_PER_S
+                self._run_write_clock()
+
+        def _closed_by_server(self) -> None:
+            # asyncio keeps a closing connection until its buffer is sent: what waits in it is owed now.
+            self._server_closing = True
+            waiting = 0 if self._lost else self.transport.get_write_buffer_size()
+            if self._write_left_s is None and waiting:
+                self._write_left_s = answer_write_deadline_s(waiting)
+            self._run_write_clock()
+
+        def _run_write_clock(self) -> None:
+            running = (not self._lost and self._write_left_s is not None
+                       and (self.flow.write_paused or self._server_closing))
+            if running and self._write_timer is None:
+                self._write_clock_since = self.loop.time()
+                self._write_timer = self.loop.call_later(max(self._write_left_s or 0.0, 0.0), self._write_overdue)
+            elif not running:
+                self._pause_write_clock()
+
+        def _pause_write_clock(self) -> None:
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+                if self._write_left_s is not None:
+                    self._write_left_s -= self.loop.time() - self._write_clock_since
+
+        def _write_overdue(self) -> None:
+            self._write_timer = None
+            self._write_left_s = None
+            # One line per connection dropped; the peer's address and a byte count, nothing of the request.
+            peer = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+            log.warning("dropped the HTTP connection from %s: it did not take %d bytes of answers in time",
+                        peer, self.transport.get_write_buffer_size())
+            self.transport.abort()  # close() would wait for the buffer to be sent
 
         def on_body(self, body: bytes) -> None:
             self._body_in_read = True
@@ -208,10 +340,8 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any] | None:
 def server_options(forwarded_allow_ips: Sequence[str], *, max_body_bytes: int) -> dict[str, Any]:
     """uvicorn.Config / uvicorn.run keyword arguments shared by `kgov serve` and `kgov up`;
     `max_body_bytes` is the app's body cap (`http_request_max_bytes`), which bounds a body's time."""
-    protocol = _bounded_httptools_protocol(max_body_bytes)
     return {
-        "http": protocol if protocol is not None else "h11",
-        "h11_max_incomplete_event_size": MAX_REQUEST_HEAD_BYTES,
+        "http": _bounded_httptools_protocol(max_body_bytes),
         # No `server: uvicorn` header: the version of what answers is nobody's business.
         "server_header": False,
         "access_log": False,

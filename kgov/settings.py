@@ -11,6 +11,7 @@ import os
 import stat
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -30,8 +31,30 @@ from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
 DEFAULT_CONFIG_FILE = Path("kgov.toml")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 # `http_request_max_bytes` (8 MiB).
 DEFAULT_HTTP_REQUEST_MAX_BYTES = 8 * 1024 * 1024
+
+
+def web_origin(text: str) -> str:
+    """An origin as browsers serialise it in an `Origin` header (RFC 6454): `scheme://host[:port]`, in
+    lower case, without the scheme's default port. ValueError for anything else (a path, `*`, `null`)."""
+    value = text.strip()
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{value!r} is not an origin (scheme://host[:port])") from None
+    scheme = parts.scheme.lower()
+    if (scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username is not None
+            or parts.password is not None or parts.path not in ("", "/") or parts.query or parts.fragment
+            or "*" in value):
+        raise ValueError(f"{value!r} is not an origin: give scheme://host[:port], as a browser's Origin header "
+                         "shows it (http or https, no path, no wildcard)")
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}" + ("" if port is None or port == _DEFAULT_PORTS[scheme] else f":{port}")
 
 
 class MetricsConfig(BaseModel):
@@ -95,6 +118,9 @@ class Settings(BaseSettings):
     # from the environment): every local process could then pick the address that ACL host rules, the
     # failed-login limit and the audit trail see.
     http_forwarded_allow_ips: list[str] = Field(default_factory=list)
+    # Origins (scheme://host[:port]) of the pages allowed to change things besides this server's own Host:
+    # the public address behind a proxy that rewrites Host (kgov.app.CrossSiteWriteGuard). Empty: none.
+    http_public_origins: list[str] = Field(default_factory=list)
 
     authz: AuthzConfig = AuthzConfig()
     audit: AuditConfig = AuditConfig()
@@ -148,7 +174,17 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(entry.strip(), strict=False)
             except ValueError as exc:
                 raise ValueError(f"http_forwarded_allow_ips: {exc}") from exc
-        return [entry.strip() for entry in v]
+        # A network with host bits set (10.0.0.7/24) as its network (10.0.0.0/24): uvicorn reads entries
+        # strictly and would take that one for a name that matches no peer.
+        return [str(ipaddress.ip_network(e.strip(), strict=False)) if "/" in e else e.strip() for e in v]
+
+    @field_validator("http_public_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        try:
+            return [web_origin(entry) for entry in v]
+        except ValueError as exc:
+            raise ValueError(f"http_public_origins: {exc}") from None
 
     @property
     def weak_admin_password(self) -> bool:

@@ -486,16 +486,20 @@ def _issuer_router() -> APIRouter:
     async def token(request: Request) -> JSONResponse:
         """RFC 6749 §4.4 client-credentials grant; answers a short-lived JWT (RS256/ES256)."""
         service = _service(request)
-        started = time.monotonic()
         address = client_address(request)
         authorization_header = "authorization" in request.headers
         try:
             if "application/x-www-form-urlencoded" not in request.headers.get("content-type", ""):
                 raise OAuthError("invalid_request", "expected application/x-www-form-urlencoded")
+            form_body = await _bounded_body(request)
+            # The failure delay counts from here, when the last byte of the credentials (in the body, or
+            # the Authorization header with grant_type in the body) has arrived, as sasl.http_auth counts
+            # from the head that carries them: counted from the request's start, a body sent slowly over
+            # the delay would use it up, and the answer's time would show the check's (which client ids
+            # exist, what credential they have).
+            started = time.monotonic()
             try:
-                pairs = parse_qsl(
-                    (await _bounded_body(request)).decode("utf-8"), keep_blank_values=True, strict_parsing=False
-                )
+                pairs = parse_qsl(form_body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
             except UnicodeDecodeError:
                 raise OAuthError("invalid_request", "body is not UTF-8") from None
             form: dict[str, str] = {}
@@ -508,21 +512,21 @@ def _issuer_router() -> APIRouter:
                 raise OAuthError("invalid_request", "grant_type is required")
             if form["grant_type"] != "client_credentials":
                 raise OAuthError("unsupported_grant_type", "only grant_type=client_credentials is supported")
-            if service.limiter.blocked(address):
-                raise OAuthError("invalid_client", "client authentication failed", 401)
             account = None
-            for cid, secret in candidates:
-                account = await asyncio.to_thread(service.authenticate_client, cid, secret)
-                if account is not None:
-                    break
+            if not service.limiter.blocked(address):
+                for cid, secret in candidates:
+                    account = await asyncio.to_thread(service.authenticate_client, cid, secret)
+                    if account is not None:
+                        break
+                if account is None:
+                    service.limiter.record_failure(address)
+                    service.audit_authentication(
+                        Failure("invalid client credentials", mechanism="OAUTH-CLIENT-CREDENTIALS"),
+                        address,
+                        "oauth.Token",
+                    )
             if account is None:
-                service.limiter.record_failure(address)
-                service.audit_authentication(
-                    Failure("invalid client credentials", mechanism="OAUTH-CLIENT-CREDENTIALS"),
-                    address,
-                    "oauth.Token",
-                )
-                # From the request's arrival, as sasl.http_auth does: the answer's time tells nothing.
+                # A blocked source waits too, as in sasl.http_auth: every refusal takes the same time.
                 await asyncio.sleep(max(0.0, service.failure_delay_s - (time.monotonic() - started)))
                 raise OAuthError("invalid_client", "client authentication failed", 401)
             issued = await asyncio.to_thread(service.issue_token, account, form.get("scope") or None)

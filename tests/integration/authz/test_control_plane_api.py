@@ -12,6 +12,8 @@ from fastapi.testclient import TestClient
 
 from kgov.app import build_app
 from kgov.settings import Settings
+from kgov.up import control_plane
+from tests.support.ports import free_port
 from tests.support.server import serve_app
 
 ADMIN = ("admin", "correct-horse-battery")
@@ -249,3 +251,47 @@ def test_the_decision_api_refuses_what_came_through_an_unlisted_proxy(base: str,
     r = httpx.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu"), headers=forwarded)
     assert (r.status_code, r.json()["error_code"]) == (403, 40301), r.text
     assert "http_forwarded_allow_ips" in r.json()["message"]
+
+
+LISTED_PROXY = "127.0.0.2"  # loopback addresses other than 127.0.0.1 reach the server too (Linux)
+
+
+@pytest.fixture(scope="module")
+def behind_a_listed_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A reverse proxy at 127.0.0.2 is listed; brokers at 10.0.0.5 (through it) and on loopback may decide."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("kgov"), cluster_id="c1",
+                        admin={"user": ADMIN[0], "password": ADMIN[1]}, sasl={"failed_authentication_delay_ms": 0},
+                        http_forwarded_allow_ips=[LISTED_PROXY],
+                        authz={"decision_api_networks": ["10.0.0.5/32", "127.0.0.0/30"]})
+    port = free_port()
+    with control_plane(build_app(settings), "127.0.0.1", port, forwarded_allow_ips=settings.http_forwarded_allow_ips):
+        yield f"http://127.0.0.1:{port}"
+
+
+def _decide_from(base: str, source: str, headers: dict[str, str]) -> httpx.Response:
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=10) as client:
+        return client.post(base + "/v1/data/kafka/authz/allow", json=opa_input("orders-eu"), headers=headers)
+
+
+@pytest.mark.parametrize(("source", "headers", "refusal"), [
+    # A broker calling directly, and one a listed proxy forwards: answered.
+    ("127.0.0.1", {}, None),
+    (LISTED_PROXY, {"X-Forwarded-For": "10.0.0.5"}, None),
+    # Forwarded by an address that is not a listed proxy: refused as with no proxy listed. Ignoring the
+    # headers would check the sender's own address (loopback, admitted here) for whoever it forwards.
+    ("127.0.0.1", {"X-Forwarded-For": "10.0.0.5"}, "http_forwarded_allow_ips"),
+    ("127.0.0.1", {"X-Real-IP": "10.0.0.5"}, "http_forwarded_allow_ips"),
+    ("127.0.0.1", {"Forwarded": "for=10.0.0.5"}, "http_forwarded_allow_ips"),
+    # A listed proxy forwarding for an address the decision API does not admit.
+    (LISTED_PROXY, {"X-Forwarded-For": "203.0.113.9"}, "decision_api_networks"),
+    # A listed proxy naming the caller only in headers the server does not read: the address would be its own.
+    (LISTED_PROXY, {"Forwarded": "for=10.0.0.5"}, "X-Forwarded-For"),
+])
+def test_the_decision_api_behind_a_listed_proxy_believes_only_that_proxy(
+        behind_a_listed_proxy: str, source: str, headers: dict[str, str], refusal: str | None) -> None:
+    r = _decide_from(behind_a_listed_proxy, source, headers)
+    if refusal is None:
+        assert (r.status_code, r.json()) == (200, {"result": False}), r.text
+    else:
+        assert (r.status_code, r.json()["error_code"]) == (403, 40301), r.text
+        assert refusal in r.json()["message"]

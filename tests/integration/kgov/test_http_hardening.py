@@ -9,20 +9,24 @@ import base64
 import json
 import logging
 import socket
+import ssl
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 
+from authz.http import PEER_SCOPE_KEY
 from kgov import http_server
-from kgov.app import build_app
+from kgov.app import SecurityHeaders, build_app
 from kgov.http_server import MAX_REQUEST_HEAD_BYTES
 from kgov.settings import Settings
-from kgov.up import control_plane
-from tests.support.ports import free_port
+from tests.support.ports import free_port, wait_for_port
 from tests.support.raw_http import read_to_end
 from tests.support.server import serve_app
 
@@ -153,9 +157,8 @@ def slow_routes() -> Iterator[str]:
         await asyncio.sleep(SLOW_ROUTE_S)  # uvicorn pauses reading once 64 KiB wait for the route
         return len(await request.body())
 
-    port = free_port()
-    with control_plane(app, "127.0.0.1", port):
-        yield f"http://127.0.0.1:{port}"
+    with serve_app(app) as url:
+        yield url
 
 
 @pytest.fixture
@@ -344,3 +347,101 @@ def test_a_browser_on_another_site_cannot_change_anything_with_cached_credential
                          headers={"Origin": base, "Sec-Fetch-Site": "same-origin"})
         assert own.status_code == 204, own.text
         assert admin.delete("/security/1.0/principals/User:mallory/roles/Operator").status_code == 204
+
+
+# Answers a client does not take (http_server.answer_write_deadline_s): they wait in the server's write
+# buffer, memory and connection held for as long as the client pleases.
+LARGE_ANSWER = 16 * 1024 * 1024  # past what the kernel's socket buffers hold on loopback (tcp_wmem: 4 MiB)
+
+
+@pytest.fixture(scope="module")
+def large_answers() -> Iterator[str]:
+    app = FastAPI()
+
+    @app.get("/large")
+    def large(mib: int = 16) -> Response:
+        return Response(b"x" * (mib * 1024 * 1024), media_type="application/octet-stream")
+
+    @app.get("/small")
+    def small() -> int:
+        return 1
+
+    with serve_app(app) as url:
+        yield url
+
+
+@pytest.fixture
+def short_write_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2.5 s plus a 16 MiB answer at 64 MiB/s: 2.75 s."""
+    monkeypatch.setattr(http_server, "ANSWER_WRITE_GRACE_S", 2.5)
+    monkeypatch.setattr(http_server, "ANSWER_MIN_BYTES_PER_S", 64 * 1024 * 1024)
+
+
+def _non_reader(base: str) -> socket.socket:
+    """A client with a tiny receive buffer, which will not read until told to."""
+    url = urlsplit(base)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect((url.hostname or "", url.port or 80))
+    return sock
+
+
+@pytest.mark.parametrize(("requests", "answer_bytes"), [
+    (b"GET /large HTTP/1.1\r\nHost: kgov\r\n\r\n", LARGE_ANSWER),
+    (b"GET /large?mib=1 HTTP/1.1\r\nHost: kgov\r\n\r\n" * 24, 24 * 1024 * 1024),  # pipelined
+])
+def test_a_client_that_does_not_read_its_answers_is_dropped(
+        large_answers: str, short_write_deadline: None, requests: bytes, answer_bytes: int,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="kgov")
+    with _non_reader(large_answers) as sock:
+        sock.sendall(requests)
+        time.sleep(0.3)
+        # Meanwhile others are served, while the connection is still held.
+        assert httpx.get(f"{large_answers}/small", timeout=5).json() == 1
+        assert not [r for r in caplog.records if "dropped the HTTP connection" in r.getMessage()]
+        time.sleep(4.0)  # past the deadline
+        received = read_to_end(sock)  # the server's abort: an end (or a reset), not the socket's timeout
+    assert answer_bytes > 0 and len(received) < answer_bytes
+    dropped = [r.getMessage() for r in caplog.records if "dropped the HTTP connection" in r.getMessage()]
+    assert len(dropped) == 1, dropped
+    assert "127.0.0.1:" in dropped[0]
+
+
+def test_a_client_that_reads_its_large_answer_gets_all_of_it(large_answers: str, short_write_deadline: None) -> None:
+    # Its buffer fills too (the answer is handed over at once), but it takes the bytes in time.
+    r = httpx.get(f"{large_answers}/large", timeout=10)
+    assert r.status_code == 200 and len(r.content) == LARGE_ANSWER
+
+
+def test_the_bounded_protocol_serves_tls_and_knows_it(tmp_path: Path) -> None:
+    """The protocol wraps uvicorn's transport (to see each write); uvicorn reads from it whether the
+    connection is TLS, which sets the scheme, and so HSTS (kgov.app.SecurityHeaders)."""
+    import uvicorn
+
+    from tests.integration.gateway.test_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    app = FastAPI()
+
+    @app.get("/who")
+    def who(request: Request) -> dict[str, Any]:
+        return {"scheme": request.url.scheme, "peer": request.scope.get(PEER_SCOPE_KEY)}
+
+    app.add_middleware(SecurityHeaders)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           ssl_certfile=str(cert), ssl_keyfile=str(key),
+                                           **http_server.server_options([], max_body_bytes=1024)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port("127.0.0.1", port)
+        with httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=10) as client:
+            r = client.get(f"https://localhost:{port}/who")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert r.json()["scheme"] == "https" and r.json()["peer"][0] == "127.0.0.1"
+    assert r.headers["strict-transport-security"] == "max-age=31536000"

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import base64
 import logging
+import socket
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -15,6 +19,8 @@ from kgov.app import build_app
 from kgov.settings import Settings
 from sasl.http_auth import CredentialAuthenticator
 from sasl.scram import SCRAM_SHA_512, ScramClient
+from tests.support.raw_http import read_to_end
+from tests.support.server import serve_app
 
 ADMIN_PW = "admin-password-for-tests"
 DT_KEY = "delegation-secret-key-for-tests"
@@ -472,3 +478,33 @@ def test_discovery_document_uses_the_configured_base(tmp_path: Path, oauth: dict
         conf = client.get("/.well-known/openid-configuration", headers={"Host": "evil.example"}).json()
     assert conf["token_endpoint"] == f"{base}/oauth/token" and conf["jwks_uri"] == f"{base}/.well-known/jwks.json"
     assert conf["issuer"] == settings.oauth.token_issuer
+
+
+def test_a_token_refusal_waits_the_failure_delay_after_the_body_however_slowly_it_came(tmp_path: Path) -> None:
+    """The client's credentials end with the body (client_secret_post, or grant_type beside a Basic header):
+    counted from the request's start, a body sent over longer than the delay used it up, and the answer's
+    time showed the check's own (a known client id's PBKDF2 against an unknown one's). Counted from the
+    body's last byte, every refusal (a wrong secret, an unknown client, a blocked source) takes the delay."""
+    delay_s = 0.4
+    settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW},
+                        sasl={"delegation_token_secret_key": DT_KEY, "failed_authentication_delay_ms": int(delay_s * 1000),
+                              "max_failed_attempts_per_source": 2})
+    with serve_app(build_app(settings)) as base:
+        created = httpx.post(f"{base}/v1/oauth/clients", auth=("admin", ADMIN_PW), timeout=10,
+                             json={"client_id": "spark-job", "client_secret": "spark-secret-0123456789"})
+        assert created.status_code == 201, created.text
+        url = urlsplit(base)
+        for client_id in ("spark-job", "no-such-client", "spark-job"):  # the third: the source is blocked
+            body = f"grant_type=client_credentials&client_id={client_id}&client_secret=wrong-secret".encode()
+            with socket.create_connection((url.hostname or "", url.port or 80), timeout=10) as sock:
+                sock.sendall(b"POST /oauth/token HTTP/1.1\r\nHost: kgov\r\nConnection: close\r\n"
+                             b"Content-Type: application/x-www-form-urlencoded\r\n"
+                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:10])
+                time.sleep(delay_s + 0.2)  # a slow body: longer than the whole delay
+                sock.sendall(body[10:])
+                last_byte = time.monotonic()
+                answer = read_to_end(sock)
+                waited = time.monotonic() - last_byte
+            assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
+            assert b'"invalid_client"' in answer
+            assert waited >= delay_s - 0.05, (client_id, waited)

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from kgov.app import build_app
-from kgov.settings import load_settings
+from kgov.settings import Settings, load_settings
 
 LIMIT = 64 * 1024
 
@@ -158,10 +159,6 @@ def test_forwarded_headers_from_a_listed_proxy(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("value", [["*"], ["not-an-address"], ["10.0.0.0/8", " * "]])
 def test_forwarded_allow_ips_are_addresses(value: list[str]) -> None:
-    from pydantic import ValidationError
-
-    from kgov.settings import Settings
-
     with pytest.raises(ValidationError, match="http_forwarded_allow_ips"):
         Settings(http_forwarded_allow_ips=value)
 
@@ -178,3 +175,59 @@ def test_a_control_plane_no_one_can_log_in_to_says_how_to_get_a_first_user(
     with TestClient(build_app(load_settings(data_dir=tmp_path / "with-admin"))):
         pass
     assert not [r for r in caplog.records if "no one can log in" in r.getMessage()]
+
+
+def test_a_proxy_network_with_host_bits_is_kept_as_its_network() -> None:
+    # uvicorn reads "10.0.0.7/24" strictly: not a network, so a name that no peer matches.
+    assert Settings(http_forwarded_allow_ips=["10.0.0.7/24", " 192.0.2.9 "]).http_forwarded_allow_ips == [
+        "10.0.0.0/24", "192.0.2.9"]
+
+
+@pytest.mark.parametrize(("value", "normalised"), [
+    ([], []),
+    (["https://Kafka.Example.com", "https://kafka.example.com:443/", "http://10.0.0.7:8080"],
+     ["https://kafka.example.com", "https://kafka.example.com", "http://10.0.0.7:8080"]),
+    (["https://[2001:DB8::1]:8443"], ["https://[2001:db8::1]:8443"]),
+])
+def test_public_origins_are_origins_as_browsers_send_them(value: list[str], normalised: list[str]) -> None:
+    assert Settings(http_public_origins=value).http_public_origins == normalised
+
+
+@pytest.mark.parametrize("value", ["*", "null", "https://*.example.com", "kafka.example.com", "ftp://kafka.example.com",
+                                   "https://kafka.example.com/ui", "https://user@kafka.example.com", "https://a:99999"])
+def test_public_origins_refuse_what_is_no_origin(value: str) -> None:
+    with pytest.raises(ValidationError, match="http_public_origins"):
+        Settings(http_public_origins=[value])
+
+
+def _bind_role(tmp_path: Path, headers: dict[str, str], **settings: Any) -> int:
+    """A role binding (a POST without a body: no CORS preflight) sent as a browser page would, to a server
+    that sees Host `kgov-internal:8080` (a proxy that rewrites Host in front of it)."""
+    app = build_app(load_settings(data_dir=tmp_path / "data", admin={"password": "correct-horse-battery"},
+                                  sasl={"failed_authentication_delay_ms": 0}, **settings))
+    with TestClient(app, base_url="http://kgov-internal:8080") as c:
+        r = c.post("/security/1.0/principals/User:mallory/roles/Operator", auth=("admin", "correct-horse-battery"),
+                   headers=headers)
+    return r.status_code
+
+
+PUBLIC_PAGE = {"Origin": "https://kgov.example.com", "Sec-Fetch-Site": "same-origin"}
+
+
+def test_a_page_of_the_public_address_behind_a_host_rewriting_proxy_is_refused_by_default(tmp_path: Path) -> None:
+    assert _bind_role(tmp_path, PUBLIC_PAGE) == 403  # strict: only the Host this server sees is this site
+    assert _bind_role(tmp_path, {"Origin": "http://kgov-internal:8080"}) == 204
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    (PUBLIC_PAGE, 204),
+    ({"Origin": "https://KGOV.example.com:443"}, 204),  # as a browser would never write it, but the same origin
+    ({"Origin": "http://kgov.example.com"}, 403),  # another scheme: another origin
+    ({"Origin": "https://kgov.example.com:8443"}, 403),  # another port
+    ({"Origin": "https://evil.example"}, 403),
+    ({"Origin": "null"}, 403),
+    ({"Origin": "https://kgov.example.com", "Sec-Fetch-Site": "cross-site"}, 403),  # the browser's own word
+    ({}, 204),  # an API client
+])
+def test_listed_public_origins_are_this_site(tmp_path: Path, headers: dict[str, str], status: int) -> None:
+    assert _bind_role(tmp_path, headers, http_public_origins=["https://kgov.example.com"]) == status
