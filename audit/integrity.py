@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-CHAIN_FORMAT_VERSION = 1
+CHAIN_FORMAT_VERSION = 2  # 2: headers carry `g`, the file's place in its family; 1 is still verified
 KEY_MIN_CHARS = 32
 _ZERO = bytes(32)
 _KEY_ID_LABEL = b"kgov audit integrity key id"
@@ -181,14 +181,18 @@ class Chain:
         return json.dumps(entry, separators=(",", ":"))
 
     def header(self, file_name: str, after: dict[str, Any] | None = None,
-               prefix: dict[str, Any] | None = None) -> str:
+               prefix: dict[str, Any] | None = None, generation: int | None = None) -> str:
         """`start` the first time, `cont` after a rotation; `after` is the file's last seal before us,
-        `prefix` (`prefix_digest`) what the file held before it had a chain file."""
+        `prefix` (`prefix_digest`) what the file held before it had a chain file, `generation`
+        (`file_generation`) which file of its family this is: with `file_name`, what binds the seals to
+        the name the file has as it rotates."""
         entry: dict[str, Any] = {
             "v": CHAIN_FORMAT_VERSION, "k": "start" if self.seq < 0 else "cont", "w": self.info.writer,
             "n": self.seq + 1, "prev": _b64(self.mac), "host": self.info.host, "pid": self.info.pid,
             "started": self.info.started, "key": self._key_id, "file": file_name,
         }
+        if generation is not None:
+            entry["g"] = generation
         if after is not None and self.seq < 0:
             entry["after"] = after
         if prefix is not None and self.seq < 0:
@@ -215,6 +219,33 @@ class Chain:
         if self._pending is not None:
             self.seq, self.mac = self._pending
             self._pending = None
+
+
+def _first_header(chain_file: Path) -> dict[str, Any] | None:
+    try:
+        with open(chain_file, "rb") as fh:
+            head = fh.read(64 * 1024)
+    except FileNotFoundError:
+        return None
+    for raw in head.splitlines():
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(doc, dict) and doc.get("k") in ("start", "cont"):
+            return doc
+    return None
+
+
+def file_generation(chain_file: Path, older_chain_file: Path) -> int | None:
+    """Which file of its family a chain file seals (`g` of its headers): the one its first header names when
+    it has one (None for a format-1 file, which names none), else one more than the file rotated before it
+    (`older_chain_file`, NAME.1's), else 0. So NAME.<i> is file `g(NAME) - i` while rotations move it up."""
+    first = _first_header(chain_file)
+    if first is not None:
+        return first["g"] if type(first.get("g")) is int else None
+    older = _first_header(older_chain_file)
+    return older["g"] + 1 if older is not None and type(older.get("g")) is int else 0
 
 
 def last_seal(chain_file: Path) -> dict[str, Any] | None:

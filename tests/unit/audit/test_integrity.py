@@ -78,12 +78,12 @@ def test_a_trail_over_rotations_and_restarts_verifies_and_its_lines_are_unchange
     assert reports[-1].newest and reports[-1].head is not None
     # The data files are byte for byte what the sink writes without integrity; only the chain files are added.
     sealed = sorted(p.name for p in (tmp_path / "sealed").iterdir() if not p.name.startswith("."))
-    assert sealed == sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert sealed == sorted(p.name for p in (tmp_path / "plain").iterdir() if not p.name.startswith("."))
     for name in sealed:
         assert (tmp_path / "sealed" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
     assert sorted(p.name for p in (tmp_path / "sealed").iterdir() if p.name.startswith(".")) == \
-        sorted(chain_path(tmp_path / "sealed" / n).name for n in sealed)
-    assert not list((tmp_path / "plain").glob(".*"))
+        sorted([".a.log.lock", *(chain_path(tmp_path / "sealed" / n).name for n in sealed)])
+    assert [p.name for p in (tmp_path / "plain").glob(".*")] == [".a.log.lock"]  # the rotation lock only
     # Each restart is explicit: a `start` naming the writer, host, pid and the seal the file held before it.
     starts = [json.loads(x) for p in (tmp_path / "sealed").glob(".*.chain") for x in p.read_text().splitlines()
               if json.loads(x)["k"] == "start"]
@@ -291,7 +291,7 @@ def test_a_crash_between_line_and_seal_leaves_an_unsealed_last_line(tmp_path: Pa
 
 def test_rotation_with_no_backups_drops_the_chain_file_with_the_data(tmp_path: Path) -> None:
     write_trail(tmp_path, runs=2, backups=0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.log.chain", "a.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.log.chain", ".a.log.lock", "a.log"]
     [report] = verify(tmp_path)
     assert report.ok and report.notes  # continues from a rotated-out file
 
@@ -437,11 +437,11 @@ def test_interleaved_writers_whose_lines_and_seals_cross_still_verify(tmp_path: 
     assert chain_a is not None
     seal = a._file._seal_line
     for i in range(3):
-        a._file._fh.write(line(0, i) + "\n")
-        a._file._fh.flush()
+        assert a._file._data is not None
+        a._file._data.write((line(0, i) + "\n").encode())  # as an older kgov did, without the rotation lock
         b.write_line(line(1, i))
         # where a's line ended: its descriptor's offset, which b's append in between did not move
-        seal(chain_a.record(line(0, i), os.lseek(a._file._fh.fileno(), 0, os.SEEK_CUR)))
+        seal(chain_a.record(line(0, i), os.lseek(a._file._data.fileno(), 0, os.SEEK_CUR)))
     a.close()
     b.close()
     [report] = verify(tmp_path)

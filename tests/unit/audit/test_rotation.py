@@ -1,0 +1,108 @@
+"""audit.rotation: the lock and rotation log every writer of one audit file shares (real files, real flock;
+the processes case is tests/integration/audit/test_integrity_processes.py)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from audit.integrity import IntegrityKey, audit_files_in, chain_path, verify_paths
+from audit.rotation import Rotation, lock_path, pending_rotation
+from audit.sinks import TextLineSink
+
+KEY = IntegrityKey(b"k" * 43)
+
+
+def test_the_log_tells_which_moves_of_an_unfinished_rotation_are_left() -> None:
+    assert pending_rotation(b"") is None
+    assert pending_rotation(b"rotate 10 3\n") == Rotation(10, (3, 2, 1, 0))
+    assert pending_rotation(b"rotate 10 30\n") == Rotation(10, tuple(range(9, -1, -1)))  # beyond backups: cut
+    assert pending_rotation(b"rotate 3 2\nmoved 2\nmoved 1\n") == Rotation(3, (0,))
+    assert pending_rotation(b"rotate 3 2\nmoved 2\nmoved 1\nmoved 0\ndone\n") is None
+    assert pending_rotation(b"rotate 0 0\n") == Rotation(0, (0,))  # NAME is deleted
+    # The last rotation counts; torn or unknown records are skipped.
+    assert pending_rotation(b"rotate 2 1\nmoved 1\nmoved 0\ndone\nrotate 2 1\nmov\nmoved 1\n") == Rotation(2, (0,))
+    assert pending_rotation(b"rotate x 1\nmoved \xff\n") is None
+
+
+def lines_in(d: Path, name: str) -> list[str]:
+    return (d / name).read_text().splitlines()
+
+
+def test_a_rotation_cut_short_by_a_crash_is_finished_by_the_next_writer_not_redone(tmp_path: Path) -> None:
+    target = tmp_path / "a.log"
+    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    for i in range(4):
+        sink.write_line(f"line {i} " + "x" * 20)  # one line per file: a.log.3 .. a.log
+    sink.close()
+    before = {n: lines_in(tmp_path, n) for n in ("a.log", "a.log.1", "a.log.2")}
+    # Another writer began a rotation, moved a.log.2 up and logged it, moved a.log.1's data but not its
+    # chain file, and died.
+    log = lock_path(target)
+    log.write_bytes(log.read_bytes() + b"rotate 3 2\n")
+    for a, b in ((tmp_path / "a.log.2", tmp_path / "a.log.3"),
+                 (chain_path(tmp_path / "a.log.2"), chain_path(tmp_path / "a.log.3"))):
+        os.replace(a, b)
+    log.write_bytes(log.read_bytes() + b"moved 2\n")
+    os.replace(tmp_path / "a.log.1", tmp_path / "a.log.2")
+
+    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)  # finishes it, then opens a new a.log
+    sink.write_line("after")
+    sink.close()
+    assert lines_in(tmp_path, "a.log.3") == before["a.log.2"]
+    assert lines_in(tmp_path, "a.log.2") == before["a.log.1"]
+    assert lines_in(tmp_path, "a.log.1") == before["a.log"]
+    assert lines_in(tmp_path, "a.log") == ["after"]
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert len(reports) == 4 and all(r.ok for r in reports), reports
+    assert lock_path(target).read_text().endswith("moved 1\nmoved 0\ndone\n")
+
+
+@pytest.mark.parametrize("backups", [0, 2])
+def test_a_writer_follows_a_rotation_another_did_instead_of_writing_into_the_rotated_file(
+    tmp_path: Path, backups: int,
+) -> None:
+    """Two sinks of one file (each its own lock descriptor: flock excludes them as it does processes)."""
+    target = tmp_path / "a.log"
+    a = TextLineSink(target, max_bytes=100, backups=backups, integrity=KEY)
+    b = TextLineSink(target, max_bytes=100, backups=backups, integrity=KEY)
+    b.write_line("b before")
+    for i in range(6):
+        a.write_line(f"a {i} " + "x" * 30)  # a rotates; b's file is now a.log.1, or deleted with backups=0
+    b.write_line("b after")  # must reach the current a.log, not the rotated-away file
+    a.close()
+    b.close()
+    assert lines_in(tmp_path, "a.log")[-1] == "b after"
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), reports
+    assert all(p.stat().st_size <= 100 for p in tmp_path.glob("a.log*"))
+
+
+def test_the_lock_file_is_private_and_never_a_symlink_or_a_fifo(tmp_path: Path) -> None:
+    TextLineSink(tmp_path / "a.log").close()
+    assert stat.S_IMODE(lock_path(tmp_path / "a.log").stat().st_mode) == 0o600
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("keep")
+    lock_path(tmp_path / "b.log").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        TextLineSink(tmp_path / "b.log")
+    assert elsewhere.read_text() == "keep"
+    os.mkfifo(lock_path(tmp_path / "c.log"))
+    with pytest.raises(OSError, match="not a regular file"):
+        TextLineSink(tmp_path / "c.log")  # refused at once, not hung on the FIFO
+
+
+def test_a_deleted_lock_file_is_given_up_for_the_new_one_at_the_next_rotation(tmp_path: Path) -> None:
+    target = tmp_path / "a.log"
+    a = TextLineSink(target, max_bytes=100, backups=2)
+    lock_path(target).unlink()
+    b = TextLineSink(target, max_bytes=100, backups=2)  # creates a new lock file
+    for i in range(4):
+        a.write_line(f"a {i} " + "x" * 30)  # a rotates: it takes the new lock file first
+    held = os.fstat(a._file._family._fd)
+    assert (held.st_ino, held.st_dev) == (lock_path(target).stat().st_ino, lock_path(target).stat().st_dev)
+    a.close()
+    b.close()
