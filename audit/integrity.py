@@ -20,7 +20,8 @@ Several writers may append to one file (the control plane and each `kgov users` 
 and checks that lines of different writers were not moved past each other (`_crossed_writers`).
 
 What is detected: a changed, inserted, deleted or reordered line or seal; a rotated file whose tail was cut
-(no `end`); a middle file deleted or files reordered (the `cont` link); a chain sealed with another key.
+(no `end`); a middle file deleted or files reordered (the `cont` link); a file under a name or at a place in
+its family other than the one its headers seal (`file`, `g`: `_check_names`); a chain sealed with another key.
 What is not: records cut from the end of the newest file of a writer still running (or of a writer that
 crashed) when no later `start` anchors them; the oldest files deleted (indistinguishable from rotation
 beyond `backups`); anything by someone who holds the key. `kgov audit verify` prints the newest seal of each current
@@ -282,6 +283,7 @@ class Reason(enum.StrEnum):
     TRUNCATED_MIDDLE_FILE = "truncated middle file"
     DELETED_MIDDLE_FILE = "deleted middle file"
     UNSEALED = "not sealed"
+    RENAMED = "renamed"
     UNKNOWN_KEY = "unknown key"
     NO_CHAIN = "no chain file"
     NO_DATA = "data file deleted"
@@ -333,6 +335,8 @@ class _Segment:
     last_n: int
     last_mac: bytes
     last_kind: str
+    sealed_name: str | None = None  # `file` of the header: the name the file had when the writer joined it
+    generation: int | None = None  # `g` of the header (format 2): which file of its family this is
 
 
 @dataclass(slots=True)
@@ -573,7 +577,9 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
                 report(e, Reason.MODIFIED, f"the header of writer {w} does not verify")
             elif kind == "start" and (d["n"] != 0 or prev != _ZERO):
                 report(e, Reason.MODIFIED, f"writer {w}'s start is not the beginning of its chain")
-            segments[w] = _Segment(w, kind, d["n"], prev, e.line, d["n"], _unb64_safe(d["m"]), kind)
+            segments[w] = _Segment(w, kind, d["n"], prev, e.line, d["n"], _unb64_safe(d["m"]), kind,
+                                   d["file"] if isinstance(d.get("file"), str) else None,
+                                   d["g"] if type(d.get("g")) is int else None)
             continue
         seg = segments.get(w)
         if seg is None:
@@ -709,10 +715,60 @@ def verify_family(files: Iterable[AuditFile], key: IntegrityKey) -> list[FileRep
             # in a newer file is checked by its `cont` link; one that does not crashed, or its tail was cut.
             c.notes.extend(f"writer {w} ends without closing (a crash, or its last records were cut)"
                            for w, seg in c.segments.items() if seg.last_kind not in ("end", "stop"))
+    _check_names(checked)
     return [FileReport(c.name, c.lines, len(c.segments),
                        tuple(sorted(c.problems, key=lambda p: (p.file != c.name, p.line))),
                        tuple(c.notes), c.head, newest=index == len(checked) - 1)
             for index, c in enumerate(checked)]
+
+
+def _position(name: str, sealed_name: str) -> int | None:
+    """Where `name` stands in the family of `sealed_name` (0: the file itself, i: `sealed_name.<i>`), or None
+    when it is not one of that family's names."""
+    if name == sealed_name:
+        return 0
+    rest = name[len(sealed_name) + 1:] if name.startswith(sealed_name + ".") else ""
+    return int(rest) if rest.isascii() and rest.isdigit() else None
+
+
+def _check_names(files: list[_Checked]) -> None:
+    """Each file's headers name the file they were written into (`file`, always the family's current name)
+    and, from format 2, which file of the family it is (`g`, one more per rotation). So the name a file has
+    now must be `file` or `file.<i>`, and i must be how many rotations it is older than the newest file here
+    (its `g` that much lower): a file renamed, copied under another name or swapped with another shows,
+    while the renames of rotation keep both true."""
+    placed: list[tuple[_Checked, _Segment, int]] = []  # file, the header that places it, its position
+    for c in files:
+        named = [s for s in c.segments.values() if s.sealed_name is not None]
+        for s in named:
+            if _position(c.name, s.sealed_name or "") is None:
+                c.problems.append(Problem(c.name, 1, Reason.RENAMED, f"sealed as part of {s.sealed_name}, "
+                                          f"not under this name (header of writer {s.writer})"))
+        numbered = [s for s in named if s.generation is not None]
+        if len({(s.sealed_name, s.generation) for s in numbered}) > 1:
+            c.problems.append(Problem(c.name, 1, Reason.RENAMED, "its headers name different files: "
+                                      + ", ".join(sorted({f"{s.sealed_name} file {s.generation}" for s in numbered}))))
+        elif numbered and (position := _position(c.name, numbered[0].sealed_name or "")) is not None:
+            placed.append((c, numbered[0], position))
+    if not placed:
+        return
+    newest, top, top_position = placed[-1]
+    assert top.generation is not None
+    reference = top.generation + top_position  # the generation the family's current file has
+    for c, s, position in placed:
+        assert s.generation is not None and s.sealed_name is not None
+        belongs = reference - s.generation
+        if s.sealed_name == top.sealed_name and belongs == position:
+            continue
+        if s.sealed_name != top.sealed_name:
+            where = f"it is file {s.generation} of {s.sealed_name}, {newest.name} file {top.generation} of " \
+                    f"{top.sealed_name}"
+        elif belongs < 0:
+            where = f"it is file {s.generation} of {s.sealed_name}, newer than {newest.name} (file {top.generation})"
+        else:
+            where = (f"it is file {s.generation} of {s.sealed_name}, so {s.sealed_name}"
+                     f"{f'.{belongs}' if belongs else ''} beside {newest.name} (file {top.generation})")
+        c.problems.append(Problem(c.name, 1, Reason.RENAMED, f"not sealed under this name: {where}"))
 
 
 def _base_and_index(name: str) -> tuple[str, int]:

@@ -163,12 +163,17 @@ def test_a_deleted_middle_file_is_found_renumbered_or_not(tmp_path: Path) -> Non
     for p in (tmp_path / "a.log.4", chain_path(tmp_path / "a.log.4")):
         p.unlink()
     assert [(f, r) for f, _, r in problems(tmp_path)] == [(".a.log.3.chain", Reason.DELETED_MIDDLE_FILE)]
-    # The same with the older files renamed down to close the gap.
+    # The same with the older files renamed down to close the gap: each of those says it was renamed.
+    moved = []
     for i in range(5, 50):
+        if (tmp_path / f"a.log.{i}").exists():
+            moved.append(f"a.log.{i - 1}")
         for p in (tmp_path / f"a.log.{i}", chain_path(tmp_path / f"a.log.{i}")):
             if p.exists():
                 p.rename(p.with_name(p.name.replace(f".{i}", f".{i - 1}")))
-    assert [(f, r) for f, _, r in problems(tmp_path)] == [(".a.log.3.chain", Reason.DELETED_MIDDLE_FILE)]
+    found = [(f, r) for f, _, r in problems(tmp_path)]
+    assert sorted(found) == sorted([(".a.log.3.chain", Reason.DELETED_MIDDLE_FILE),
+                                    *((n, Reason.RENAMED) for n in moved)])
 
 
 def test_reordered_files_are_found(tmp_path: Path) -> None:
@@ -405,7 +410,8 @@ def test_a_file_copied_in_as_an_older_rotation_is_found(tmp_path: Path) -> None:
     for src in (tmp_path / "a.log.1", chain_path(tmp_path / "a.log.1")):
         (src.parent / src.name.replace("a.log.1", "a.log.40")).write_bytes(src.read_bytes())
     found = problems(tmp_path)
-    assert found and {r for _, _, r in found} <= {Reason.REORDERED}, found
+    assert ("a.log.40", 1, Reason.RENAMED) in found and {r for _, _, r in found} <= {Reason.REORDERED,
+                                                                                     Reason.RENAMED}, found
 
 
 def test_lines_of_two_writers_moved_past_each_other_are_found(tmp_path: Path) -> None:
@@ -607,3 +613,75 @@ def test_a_seal_that_could_not_be_written_is_not_written_later(tmp_path: Path) -
     assert done.stdout.startswith("refused: cannot write audit record to"), done.stdout + done.stderr
     assert (tmp_path / "a.log").read_text() == "one\ntwo\nthree\n"
     assert problems(tmp_path) == [("a.log", 2, Reason.INSERTED)]
+
+
+def move_pair(src: Path, dst: Path, *, copy: bool = False) -> None:
+    for a, b in ((src, dst), (chain_path(src), chain_path(dst))):
+        if copy:
+            b.write_bytes(a.read_bytes())
+        else:
+            a.rename(b)
+
+
+def renamed(d: Path, names: list[Path] | None = None) -> dict[str, str]:
+    reports = verify_paths(names, KEY) if names is not None else verify(d)
+    return {p.file: p.detail for r in reports for p in r.problems if p.reason is Reason.RENAMED}
+
+
+def test_normal_rotation_keeps_each_file_at_the_place_its_headers_name(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    names = sorted(p.name for p in tmp_path.glob("a.log*"))
+    for name in names:
+        header = json.loads(chain_path(tmp_path / name).read_text().splitlines()[0])
+        assert header["v"] == 2 and header["file"] == "a.log"
+        position = 0 if name == "a.log" else int(name.rsplit(".", 1)[1])
+        assert header["g"] == len(names) - 1 - position  # file 0 is the first the family had
+    assert renamed(tmp_path) == {}
+
+
+def test_a_file_renamed_within_its_family_or_swapped_says_where_it_belongs(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    newest = json.loads(chain_path(tmp_path / "a.log").read_text().splitlines()[0])["g"]
+    move_pair(tmp_path / "a.log.3", tmp_path / "swap")
+    move_pair(tmp_path / "a.log.2", tmp_path / "a.log.3")
+    move_pair(tmp_path / "swap", tmp_path / "a.log.2")
+    found = renamed(tmp_path)
+    assert set(found) == {"a.log.2", "a.log.3"}
+    assert found["a.log.2"] == f"not sealed under this name: it is file {newest - 3} of a.log, so a.log.3 beside " \
+                               f"a.log (file {newest})"
+    # An archive copied over a newer one: the copy says it is older; nothing else is passed as renamed.
+    for name in ("a.log.2", "a.log.3"):
+        (tmp_path / name).unlink()
+        chain_path(tmp_path / name).unlink()
+    write_trail(tmp_path / "fresh")
+    move_pair(tmp_path / "fresh" / "a.log.3", tmp_path / "fresh" / "a.log.1", copy=True)
+    assert set(renamed(tmp_path / "fresh")) == {"a.log.1"}
+
+
+def test_a_file_verified_alone_under_another_family_name_says_so(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    move_pair(tmp_path / "a.log.3", tmp_path / "b.log.3", copy=True)
+    found = renamed(tmp_path, [tmp_path / "b.log.3"])
+    assert list(found) == ["b.log.3"] and found["b.log.3"].startswith("sealed as part of a.log, not under this name")
+    # Alone, a file only knows its family's name: its place needs the newer files beside it.
+    move_pair(tmp_path / "a.log.3", tmp_path / "a.log.9", copy=True)
+    assert renamed(tmp_path, [tmp_path / "a.log.9"]) == {}
+    assert set(renamed(tmp_path, [tmp_path / "a.log.9", tmp_path / "a.log.1"])) == {"a.log.9"}
+
+
+def test_format_1_chains_without_a_generation_still_verify_and_an_upgrade_numbers_the_next_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as m:  # what kgov wrote before the format had `g`
+        m.setattr("audit.integrity.CHAIN_FORMAT_VERSION", 1)
+        m.setattr("audit.sinks.file_generation", lambda *_: None)
+        write_trail(tmp_path, runs=2)
+    old = sorted(p.name for p in tmp_path.glob("a.log*"))
+    assert all(json.loads(x).get("g") is None for p in tmp_path.glob(".*.chain") for x in p.read_text().splitlines())
+    assert all(r.ok for r in verify(tmp_path))
+    write_trail(tmp_path, runs=1)  # upgraded: continues the format-1 file, then numbers new files from 0
+    reports = verify(tmp_path)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+    headers = [json.loads(chain_path(tmp_path / "a.log").read_text().splitlines()[0])]
+    assert headers[0]["v"] == 2 and type(headers[0]["g"]) is int and len(reports) > len(old)
+
