@@ -33,7 +33,10 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import contextlib
 import enum
+import fcntl
+import functools
 import hashlib
 import heapq
 import hmac
@@ -44,11 +47,11 @@ import re
 import secrets
 import socket
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 CHAIN_FORMAT_VERSION = 2  # 2: headers carry `g`, the file's place in its family; 1 is still verified
 KEY_MIN_CHARS = 32
@@ -86,6 +89,11 @@ class IntegrityKey:
     def key_id(self) -> str:
         """Names the key in `start` records without revealing it: verifying with another key says so."""
         return self.mac(_KEY_ID_LABEL).hex()[:16]
+
+
+def lock_path(data_file: Path) -> Path:
+    """`.events.jsonl.lock` for `events.jsonl`: its writers' rotation lock (`audit.rotation`)."""
+    return data_file.with_name(f".{data_file.name}.lock")
 
 
 def chain_path(data_file: Path) -> Path:
@@ -795,18 +803,6 @@ def audit_files_in(directory: Path) -> list[Path]:
     return [directory / n for n in sorted(found)]
 
 
-def read_audit_file(path: Path) -> AuditFile:
-    side = chain_path(path)
-
-    def read(p: Path) -> bytes | None:
-        try:
-            return p.read_bytes()
-        except FileNotFoundError:
-            return None
-
-    return AuditFile(path.name, side.name, read(path), read(side))
-
-
 def data_file_of(path: Path) -> Path:
     """`events.jsonl` for `.events.jsonl.chain` (a chain file named on the command line); else `path`."""
     name = path.name
@@ -816,11 +812,66 @@ def data_file_of(path: Path) -> Path:
 
 
 def verify_paths(paths: Iterable[Path], key: IntegrityKey) -> list[FileReport]:
-    reports: list[FileReport] = []
+    """The files named (and their chain files), by family, each family read under its writers' lock
+    (`_verify_locked`)."""
     unique = dict.fromkeys(data_file_of(p) for p in paths)
-    for _, members in sorted(family_order(unique).items()):
-        reports.extend(verify_family((read_audit_file(p) for p in members), key))
+    reports: list[FileReport] = []
+    for base, members in sorted(family_order(unique).items()):
+        reports.extend(_verify_locked(Path(base), members.copy, key))
     return reports
+
+
+def verify_directory(directory: Path, key: IntegrityKey) -> list[FileReport]:
+    """Every audit family of `directory` (`audit_files_in`), each listed again under its writers' lock: a
+    listing taken while a writer rotates may hold a file under its old and its new name, or neither."""
+    reports: list[FileReport] = []
+    for base in sorted(family_order(audit_files_in(directory))):
+        reports.extend(_verify_locked(Path(base), functools.partial(_family_members, directory, base), key))
+    return reports
+
+
+def _family_members(directory: Path, base: str) -> list[Path]:
+    named = (p for p in audit_files_in(directory) if _base_and_index(p.name)[0] == Path(base).name)
+    return family_order(named).get(base, [])
+
+
+@contextlib.contextmanager
+def _shared_lock(data_file: Path) -> Iterator[None]:
+    """The writers' rotation lock (`audit.rotation`), shared: while it is held no line is written without
+    its seal yet and no rotation is half done. Not taken when there is none to open (an archive; a reader
+    the 0600 file shuts out): then as before there was one."""
+    try:
+        fd = os.open(lock_path(data_file), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # and its lock
+
+
+def _verify_locked(base: Path, members: Callable[[], list[Path]], key: IntegrityKey) -> list[FileReport]:
+    """Opens `members()` and their chain files under the family's lock and reads them after, up to the
+    sizes they had then: a consistent view of a trail that is being written and rotated (a rename does not
+    move an open file), one file in memory at a time."""
+    with contextlib.ExitStack() as files:
+        def opened(path: Path) -> tuple[BinaryIO, int] | None:
+            try:
+                fh = files.enter_context(open(path, "rb"))
+            except FileNotFoundError:
+                return None
+            return fh, os.fstat(fh.fileno()).st_size
+
+        def read(sized: tuple[BinaryIO, int] | None) -> bytes | None:
+            return None if sized is None else sized[0].read(sized[1])
+
+        with _shared_lock(base):
+            snapshot = [(p, opened(p), opened(chain_path(p))) for p in members()]
+        return verify_family((AuditFile(p.name, chain_path(p).name, read(data), read(side))
+                              for p, data, side in snapshot), key)
 
 
 def missing_anchors(paths: Iterable[Path], anchors: Iterable[str]) -> list[str]:

@@ -27,15 +27,10 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit.integrity import chain_path
+from audit.integrity import chain_path, lock_path
 
 # The tail read to find an unfinished rotation: its records take about 9 bytes per kept file.
 _TAIL_BYTES = 64 * 1024
-
-
-def lock_path(data_file: Path) -> Path:
-    """`.events.jsonl.lock` for `events.jsonl`."""
-    return data_file.with_name(f".{data_file.name}.lock")
 
 
 @dataclass(frozen=True, slots=True)
