@@ -129,7 +129,7 @@ def main() -> None:
     labels = {"file": "file sink alone", "queued": "+ KafkaSink, shipper stopped", "shipped": "+ KafkaSink shipping"}
     for kind in KINDS:
         best = min(r.write_us for r in rounds[kind])
-        ratio = "" if kind == "file" else f"   +{best - base:6.2f} us, x{best / base:4.2f}"
+        ratio = "" if kind == "file" else f"   {best - base:+7.2f} us, x{best / base:4.2f}"
         print(f"  {labels[kind]:30s} {best:7.2f} ({statistics.median(r.write_us for r in rounds[kind]):7.2f}){ratio}")
     rates = [r.shipped_per_s or 0.0 for r in rounds["shipped"]]
     print(f"  shipped to the topic: {max(rates):,.0f} events/s (median {statistics.median(rates):,.0f}), first "
