@@ -3,15 +3,17 @@ the processes case is tests/integration/audit/test_integrity_processes.py)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from audit.integrity import IntegrityKey, audit_files_in, chain_path, verify_paths
-from audit.rotation import Rotation, lock_path, pending_rotation
-from audit.sinks import TextLineSink
+from audit.integrity import IntegrityKey, audit_files_in, chain_path, lock_path, verify_paths
+from audit.rotation import FamilyLock, Rotation, pending_rotation
+from audit.sinks import AuditWriteError, TextLineSink
 
 KEY = IntegrityKey(b"k" * 43)
 
@@ -106,3 +108,54 @@ def test_a_deleted_lock_file_is_given_up_for_the_new_one_at_the_next_rotation(tm
     assert (held.st_ino, held.st_dev) == (lock_path(target).stat().st_ino, lock_path(target).stat().st_dev)
     a.close()
     b.close()
+
+
+def four_files(target: Path) -> dict[str, list[str]]:
+    """a.log.3 .. a.log, one sealed line each (max_bytes fits one), and what each holds."""
+    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    for i in range(4):
+        sink.write_line(f"line {i} " + "x" * 20)
+    sink.close()
+    return {n: lines_in(target.parent, n) for n in ("a.log", "a.log.1", "a.log.2", "a.log.3")}
+
+
+@pytest.mark.parametrize(("fails", "at"), [("replace", k) for k in range(6)] + [("log", k) for k in range(5)])
+def test_a_rotation_that_fails_at_any_step_ends_as_if_it_had_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  fails: str, at: int) -> None:
+    """The rotation's six renames (three files, each with its chain file) and its log records: whichever
+    fails first, the writer that comes next finishes it and every file ends up one place older, none lost
+    and none moved twice."""
+    target = tmp_path / "a.log"
+    before = four_files(target)
+    calls = [0]
+
+    def failing(real: Callable[..., object]) -> Callable[..., object]:
+        def step(*args: object) -> object:
+            calls[0] += 1
+            if calls[0] == at + 1:
+                raise OSError(errno.EIO, "Input/output error")
+            return real(*args)
+        return step
+
+    writer = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    if fails == "replace":
+        monkeypatch.setattr("audit.rotation.os.replace", failing(os.replace))
+    else:
+        monkeypatch.setattr(FamilyLock, "_log", failing(FamilyLock._log))
+    with pytest.raises(AuditWriteError, match="Input/output error"):
+        writer.write_line("y" * 30)  # does not fit: rotates, and fails part-way
+    monkeypatch.undo()
+    writer.close()  # as if it had died: its files were already closed for the rotation
+
+    after = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    after.write_line("after")
+    after.close()
+    if (fails, at) == ("log", 0):  # its first record failed: no rotation began, and "after" fits
+        assert {n: lines_in(tmp_path, n) for n in before} == {**before, "a.log": [*before["a.log"], "after"]}
+    else:
+        assert {n: lines_in(tmp_path, n) for n in ("a.log.1", "a.log.2", "a.log.3")} == {
+            "a.log.1": before["a.log"], "a.log.2": before["a.log.1"], "a.log.3": before["a.log.2"]}
+        assert lines_in(tmp_path, "a.log") == ["after"]
+    assert not (tmp_path / "a.log.4").exists()
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
