@@ -190,11 +190,14 @@ class Chain:
         return json.dumps(entry, separators=(",", ":"))
 
     def header(self, file_name: str, after: dict[str, Any] | None = None,
-               prefix: dict[str, Any] | None = None, generation: int | None = None) -> str:
+               prefix: dict[str, Any] | None = None, generation: int | None = None,
+               previous_generation: int | None = None) -> str:
         """`start` the first time, `cont` after a rotation; `after` is the file's last seal before us,
         `prefix` (`prefix_digest`) what the file held before it had a chain file, `generation`
         (`file_generation`) which file of its family this is: with `file_name`, what binds the seals to
-        the name the file has as it rotates."""
+        the name the file has as it rotates. A `cont` names the file the writer continues from
+        (`previous_generation`): one that other writers' rotations have since pushed out is then told
+        from one deleted from the middle."""
         entry: dict[str, Any] = {
             "v": CHAIN_FORMAT_VERSION, "k": "start" if self.seq < 0 else "cont", "w": self.info.writer,
             "n": self.seq + 1, "prev": _b64(self.mac), "host": self.info.host, "pid": self.info.pid,
@@ -202,6 +205,8 @@ class Chain:
         }
         if generation is not None:
             entry["g"] = generation
+        if previous_generation is not None and self.seq >= 0:
+            entry["pg"] = previous_generation
         if after is not None and self.seq < 0:
             entry["after"] = after
         if prefix is not None and self.seq < 0:
@@ -345,6 +350,7 @@ class _Segment:
     last_kind: str
     sealed_name: str | None = None  # `file` of the header: the name the file had when the writer joined it
     generation: int | None = None  # `g` of the header (format 2): which file of its family this is
+    previous_generation: int | None = None  # `pg` of a `cont`: the file the writer continues from
 
 
 @dataclass(slots=True)
@@ -587,7 +593,8 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
                 report(e, Reason.MODIFIED, f"writer {w}'s start is not the beginning of its chain")
             segments[w] = _Segment(w, kind, d["n"], prev, e.line, d["n"], _unb64_safe(d["m"]), kind,
                                    d["file"] if isinstance(d.get("file"), str) else None,
-                                   d["g"] if type(d.get("g")) is int else None)
+                                   d["g"] if type(d.get("g")) is int else None,
+                                   d["pg"] if type(d.get("pg")) is int else None)
             continue
         seg = segments.get(w)
         if seg is None:
@@ -670,7 +677,7 @@ def _check_file(f: AuditFile, key: IntegrityKey) -> _Checked:
                     entries[-1].doc["k"] if entries else None)
 
 
-def _check_link(files: list[_Checked], index: int, seg: _Segment) -> None:
+def _check_link(files: list[_Checked], index: int, seg: _Segment, oldest: int | None) -> None:
     """A `cont` names the seal its writer ended the previous file with: that file must be the older one."""
     here = files[index]
     found = next((j for j, c in enumerate(files) if j != index and (s := c.segments.get(seg.writer)) is not None
@@ -681,7 +688,10 @@ def _check_link(files: list[_Checked], index: int, seg: _Segment) -> None:
                                          f"writer {seg.writer} continues here from {files[found].name}, "
                                          f"a newer file"))
         return
-    if index == 0:
+    if index == 0 or (seg.previous_generation is not None and oldest is not None
+                      and seg.previous_generation < oldest):
+        # The oldest file here, or a writer whose file other writers' rotations pushed out of the family
+        # while it wrote nothing (its `cont` names a file older than any here).
         here.notes.append(f"writer {seg.writer} continues from a file no longer here (rotated out)")
         return
     older = [c for c in files[:index] if seg.writer in c.segments]
@@ -707,11 +717,13 @@ def verify_family(files: Iterable[AuditFile], key: IntegrityKey) -> list[FileRep
     Each is read and checked in turn (a family may be `backups + 1` files of `max_bytes`); only what
     links files together is kept."""
     checked = [_check_file(f, key) for f in files]
+    oldest = min((s.generation for c in checked for s in c.segments.values() if s.generation is not None),
+                 default=None)
     seen: dict[str, tuple[int, str]] = {}  # writer -> its highest record so far, and where
     for index, c in enumerate(checked):
         for seg in c.segments.values():
             if seg.kind == "cont":
-                _check_link(checked, index, seg)
+                _check_link(checked, index, seg, oldest)
             before = seen.get(seg.writer)
             if before is not None and seg.first_n <= before[0]:
                 c.problems.append(Problem(c.chain_name, seg.header_line, Reason.REORDERED,

@@ -64,6 +64,7 @@ class _RotatingFile:
         self._data_torn = False  # a line was written in part: the next starts on a line of its own
         self._side_torn = False  # likewise for a seal
         self._closed = False
+        self._generation: int | None = None  # of the file this writer has open or last had (its `g`)
         self._family = FamilyLock(self.path)
         self._seen = -1  # the lock file's version at this writer's last append
         try:
@@ -121,7 +122,7 @@ class _RotatingFile:
                 # Half an entry left by a crash (or a full disk): the header starts a line of its own, so only
                 # that entry fails to verify, not every later one of this writer.
                 self._side_torn = _ends_torn(side)
-                self._seal_line(self._chain.header(self.path.name, after, prefix, generation))
+                self._seal_line(self._chain.header(self.path.name, after, prefix, generation, self._generation))
             except BaseException:
                 if self._side is not None:
                     with contextlib.suppress(OSError):  # a retried open must not leak the chain file's descriptor
@@ -131,6 +132,8 @@ class _RotatingFile:
                 raise
         self._data = data
         self._data_torn = _ends_torn(self.path)
+        if self._chain is not None:
+            self._generation = generation
 
     def _seal_line(self, entry: str) -> None:
         assert self._side is not None and self._chain is not None

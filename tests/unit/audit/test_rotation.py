@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.integrity import IntegrityKey, audit_files_in, chain_path, lock_path, verify_paths
+from audit.integrity import IntegrityKey, Reason, audit_files_in, chain_path, lock_path, verify_paths
 from audit.rotation import FamilyLock, Rotation, pending_rotation
 from audit.sinks import AuditWriteError, TextLineSink
 
@@ -159,3 +159,26 @@ def test_a_rotation_that_fails_at_any_step_ends_as_if_it_had_not(tmp_path: Path,
     assert not (tmp_path / "a.log.4").exists()
     reports = verify_paths(audit_files_in(tmp_path), KEY)
     assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+
+
+def test_a_writer_idle_while_others_rotate_its_file_out_continues_without_a_false_alarm(tmp_path: Path) -> None:
+    """The control plane wrote one line; `kgov users` commands then rotated the file past `backups`. The
+    control plane's next `cont` names the file it continues from (`pg`): one rotated out is a note, as for
+    the oldest files; one still within the family's range but gone is a deleted middle file."""
+    target = tmp_path / "a.log"
+    idle = TextLineSink(target, max_bytes=100, backups=2, integrity=KEY)
+    idle.write_line("idle 0")
+    busy = TextLineSink(target, max_bytes=100, backups=2, integrity=KEY)
+    for i in range(12):
+        busy.write_line(f"busy {i} " + "x" * 30)  # four rotations: the idle writer's file is gone
+    idle.write_line("idle 1")
+    idle.close()
+    busy.close()
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+    assert any("rotated out" in n for r in reports for n in r.notes)
+    # The same file gone from the middle of the family is still found.
+    (tmp_path / "a.log.1").unlink()
+    chain_path(tmp_path / "a.log.1").unlink()
+    found = {p.reason for r in verify_paths(audit_files_in(tmp_path), KEY) for p in r.problems}
+    assert found == {Reason.DELETED_MIDDLE_FILE}
