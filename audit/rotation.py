@@ -14,6 +14,8 @@ size therefore changes with every rotation: a writer that finds it unchanged sin
 that nobody rotated in between, with one `lseek` (no `stat` of the audit file per append). A rotation that
 failed or crashed part-way is finished, from its last `moved`, by whichever writer next takes the lock
 before creating NAME or rotating: never started over, since a move done twice pushes a kept file out.
+The log only grows (about 10 bytes per kept file per rotation): a size that went down and up again could
+look unchanged to a writer.
 
 Deleting a lock file while writers run voids the exclusion between those holding the old one and those that
 open the new one (each writer checks for that when it rotates or follows a rotation, not on every append).
