@@ -20,7 +20,8 @@ Several writers may append to one file (the control plane and each `kgov users` 
 and checks that lines of different writers were not moved past each other (`_crossed_writers`).
 
 What is detected: a changed, inserted, deleted or reordered line or seal; a rotated file whose tail was cut
-(no `end`); a middle file deleted or files reordered (the `cont` link); a chain sealed with another key.
+(no `end`); a middle file deleted or files reordered (the `cont` link); a file under a name or at a place in
+its family other than the one its headers seal (`file`, `g`: `_check_names`); a chain sealed with another key.
 What is not: records cut from the end of the newest file of a writer still running (or of a writer that
 crashed) when no later `start` anchors them; the oldest files deleted (indistinguishable from rotation
 beyond `backups`); anything by someone who holds the key. `kgov audit verify` prints the newest seal of each current
@@ -32,7 +33,10 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import contextlib
 import enum
+import fcntl
+import functools
 import hashlib
 import heapq
 import hmac
@@ -43,13 +47,13 @@ import re
 import secrets
 import socket
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-CHAIN_FORMAT_VERSION = 1
+CHAIN_FORMAT_VERSION = 2  # 2: headers carry `g`, the file's place in its family; 1 is still verified
 KEY_MIN_CHARS = 32
 _ZERO = bytes(32)
 _KEY_ID_LABEL = b"kgov audit integrity key id"
@@ -85,6 +89,11 @@ class IntegrityKey:
     def key_id(self) -> str:
         """Names the key in `start` records without revealing it: verifying with another key says so."""
         return self.mac(_KEY_ID_LABEL).hex()[:16]
+
+
+def lock_path(data_file: Path) -> Path:
+    """`.events.jsonl.lock` for `events.jsonl`: its writers' rotation lock (`audit.rotation`)."""
+    return data_file.with_name(f".{data_file.name}.lock")
 
 
 def chain_path(data_file: Path) -> Path:
@@ -181,14 +190,23 @@ class Chain:
         return json.dumps(entry, separators=(",", ":"))
 
     def header(self, file_name: str, after: dict[str, Any] | None = None,
-               prefix: dict[str, Any] | None = None) -> str:
+               prefix: dict[str, Any] | None = None, generation: int | None = None,
+               previous_generation: int | None = None) -> str:
         """`start` the first time, `cont` after a rotation; `after` is the file's last seal before us,
-        `prefix` (`prefix_digest`) what the file held before it had a chain file."""
+        `prefix` (`prefix_digest`) what the file held before it had a chain file, `generation`
+        (`file_generation`) which file of its family this is: with `file_name`, what binds the seals to
+        the name the file has as it rotates. A `cont` names the file the writer continues from
+        (`previous_generation`): one that other writers' rotations have since pushed out is then told
+        from one deleted from the middle."""
         entry: dict[str, Any] = {
             "v": CHAIN_FORMAT_VERSION, "k": "start" if self.seq < 0 else "cont", "w": self.info.writer,
             "n": self.seq + 1, "prev": _b64(self.mac), "host": self.info.host, "pid": self.info.pid,
             "started": self.info.started, "key": self._key_id, "file": file_name,
         }
+        if generation is not None:
+            entry["g"] = generation
+        if previous_generation is not None and self.seq >= 0:
+            entry["pg"] = previous_generation
         if after is not None and self.seq < 0:
             entry["after"] = after
         if prefix is not None and self.seq < 0:
@@ -215,6 +233,33 @@ class Chain:
         if self._pending is not None:
             self.seq, self.mac = self._pending
             self._pending = None
+
+
+def _first_header(chain_file: Path) -> dict[str, Any] | None:
+    try:
+        with open(chain_file, "rb") as fh:
+            head = fh.read(64 * 1024)
+    except FileNotFoundError:
+        return None
+    for raw in head.splitlines():
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(doc, dict) and doc.get("k") in ("start", "cont"):
+            return doc
+    return None
+
+
+def file_generation(chain_file: Path, older_chain_file: Path) -> int | None:
+    """Which file of its family a chain file seals (`g` of its headers): the one its first header names when
+    it has one (None for a format-1 file, which names none), else one more than the file rotated before it
+    (`older_chain_file`, NAME.1's), else 0. So NAME.<i> is file `g(NAME) - i` while rotations move it up."""
+    first = _first_header(chain_file)
+    if first is not None:
+        return first["g"] if type(first.get("g")) is int else None
+    older = _first_header(older_chain_file)
+    return older["g"] + 1 if older is not None and type(older.get("g")) is int else 0
 
 
 def last_seal(chain_file: Path) -> dict[str, Any] | None:
@@ -251,6 +296,7 @@ class Reason(enum.StrEnum):
     TRUNCATED_MIDDLE_FILE = "truncated middle file"
     DELETED_MIDDLE_FILE = "deleted middle file"
     UNSEALED = "not sealed"
+    RENAMED = "renamed"
     UNKNOWN_KEY = "unknown key"
     NO_CHAIN = "no chain file"
     NO_DATA = "data file deleted"
@@ -302,6 +348,9 @@ class _Segment:
     last_n: int
     last_mac: bytes
     last_kind: str
+    sealed_name: str | None = None  # `file` of the header: the name the file had when the writer joined it
+    generation: int | None = None  # `g` of the header (format 2): which file of its family this is
+    previous_generation: int | None = None  # `pg` of a `cont`: the file the writer continues from
 
 
 @dataclass(slots=True)
@@ -542,7 +591,10 @@ def _check_chain(f: AuditFile, entries: list[_Entry], key: IntegrityKey,
                 report(e, Reason.MODIFIED, f"the header of writer {w} does not verify")
             elif kind == "start" and (d["n"] != 0 or prev != _ZERO):
                 report(e, Reason.MODIFIED, f"writer {w}'s start is not the beginning of its chain")
-            segments[w] = _Segment(w, kind, d["n"], prev, e.line, d["n"], _unb64_safe(d["m"]), kind)
+            segments[w] = _Segment(w, kind, d["n"], prev, e.line, d["n"], _unb64_safe(d["m"]), kind,
+                                   d["file"] if isinstance(d.get("file"), str) else None,
+                                   d["g"] if type(d.get("g")) is int else None,
+                                   d["pg"] if type(d.get("pg")) is int else None)
             continue
         seg = segments.get(w)
         if seg is None:
@@ -625,7 +677,7 @@ def _check_file(f: AuditFile, key: IntegrityKey) -> _Checked:
                     entries[-1].doc["k"] if entries else None)
 
 
-def _check_link(files: list[_Checked], index: int, seg: _Segment) -> None:
+def _check_link(files: list[_Checked], index: int, seg: _Segment, oldest: int | None) -> None:
     """A `cont` names the seal its writer ended the previous file with: that file must be the older one."""
     here = files[index]
     found = next((j for j, c in enumerate(files) if j != index and (s := c.segments.get(seg.writer)) is not None
@@ -636,7 +688,10 @@ def _check_link(files: list[_Checked], index: int, seg: _Segment) -> None:
                                          f"writer {seg.writer} continues here from {files[found].name}, "
                                          f"a newer file"))
         return
-    if index == 0:
+    if index == 0 or (seg.previous_generation is not None and oldest is not None
+                      and seg.previous_generation < oldest):
+        # The oldest file here, or a writer whose file other writers' rotations pushed out of the family
+        # while it wrote nothing (its `cont` names a file older than any here).
         here.notes.append(f"writer {seg.writer} continues from a file no longer here (rotated out)")
         return
     older = [c for c in files[:index] if seg.writer in c.segments]
@@ -662,11 +717,13 @@ def verify_family(files: Iterable[AuditFile], key: IntegrityKey) -> list[FileRep
     Each is read and checked in turn (a family may be `backups + 1` files of `max_bytes`); only what
     links files together is kept."""
     checked = [_check_file(f, key) for f in files]
+    oldest = min((s.generation for c in checked for s in c.segments.values() if s.generation is not None),
+                 default=None)
     seen: dict[str, tuple[int, str]] = {}  # writer -> its highest record so far, and where
     for index, c in enumerate(checked):
         for seg in c.segments.values():
             if seg.kind == "cont":
-                _check_link(checked, index, seg)
+                _check_link(checked, index, seg, oldest)
             before = seen.get(seg.writer)
             if before is not None and seg.first_n <= before[0]:
                 c.problems.append(Problem(c.chain_name, seg.header_line, Reason.REORDERED,
@@ -678,10 +735,60 @@ def verify_family(files: Iterable[AuditFile], key: IntegrityKey) -> list[FileRep
             # in a newer file is checked by its `cont` link; one that does not crashed, or its tail was cut.
             c.notes.extend(f"writer {w} ends without closing (a crash, or its last records were cut)"
                            for w, seg in c.segments.items() if seg.last_kind not in ("end", "stop"))
+    _check_names(checked)
     return [FileReport(c.name, c.lines, len(c.segments),
                        tuple(sorted(c.problems, key=lambda p: (p.file != c.name, p.line))),
                        tuple(c.notes), c.head, newest=index == len(checked) - 1)
             for index, c in enumerate(checked)]
+
+
+def _position(name: str, sealed_name: str) -> int | None:
+    """Where `name` stands in the family of `sealed_name` (0: the file itself, i: `sealed_name.<i>`), or None
+    when it is not one of that family's names."""
+    if name == sealed_name:
+        return 0
+    rest = name[len(sealed_name) + 1:] if name.startswith(sealed_name + ".") else ""
+    return int(rest) if rest.isascii() and rest.isdigit() else None
+
+
+def _check_names(files: list[_Checked]) -> None:
+    """Each file's headers name the file they were written into (`file`, always the family's current name)
+    and, from format 2, which file of the family it is (`g`, one more per rotation). So the name a file has
+    now must be `file` or `file.<i>`, and i must be how many rotations it is older than the newest file here
+    (its `g` that much lower): a file renamed, copied under another name or swapped with another shows,
+    while the renames of rotation keep both true."""
+    placed: list[tuple[_Checked, _Segment, int]] = []  # file, the header that places it, its position
+    for c in files:
+        named = [s for s in c.segments.values() if s.sealed_name is not None]
+        for s in named:
+            if _position(c.name, s.sealed_name or "") is None:
+                c.problems.append(Problem(c.name, 1, Reason.RENAMED, f"sealed as part of {s.sealed_name}, "
+                                          f"not under this name (header of writer {s.writer})"))
+        numbered = [s for s in named if s.generation is not None]
+        if len({(s.sealed_name, s.generation) for s in numbered}) > 1:
+            c.problems.append(Problem(c.name, 1, Reason.RENAMED, "its headers name different files: "
+                                      + ", ".join(sorted({f"{s.sealed_name} file {s.generation}" for s in numbered}))))
+        elif numbered and (position := _position(c.name, numbered[0].sealed_name or "")) is not None:
+            placed.append((c, numbered[0], position))
+    if not placed:
+        return
+    newest, top, top_position = placed[-1]
+    assert top.generation is not None
+    reference = top.generation + top_position  # the generation the family's current file has
+    for c, s, position in placed:
+        assert s.generation is not None and s.sealed_name is not None
+        belongs = reference - s.generation
+        if s.sealed_name == top.sealed_name and belongs == position:
+            continue
+        if s.sealed_name != top.sealed_name:
+            where = f"it is file {s.generation} of {s.sealed_name}, {newest.name} file {top.generation} of " \
+                    f"{top.sealed_name}"
+        elif belongs < 0:
+            where = f"it is file {s.generation} of {s.sealed_name}, newer than {newest.name} (file {top.generation})"
+        else:
+            where = (f"it is file {s.generation} of {s.sealed_name}, so {s.sealed_name}"
+                     f"{f'.{belongs}' if belongs else ''} beside {newest.name} (file {top.generation})")
+        c.problems.append(Problem(c.name, 1, Reason.RENAMED, f"not sealed under this name: {where}"))
 
 
 def _base_and_index(name: str) -> tuple[str, int]:
@@ -708,18 +815,6 @@ def audit_files_in(directory: Path) -> list[Path]:
     return [directory / n for n in sorted(found)]
 
 
-def read_audit_file(path: Path) -> AuditFile:
-    side = chain_path(path)
-
-    def read(p: Path) -> bytes | None:
-        try:
-            return p.read_bytes()
-        except FileNotFoundError:
-            return None
-
-    return AuditFile(path.name, side.name, read(path), read(side))
-
-
 def data_file_of(path: Path) -> Path:
     """`events.jsonl` for `.events.jsonl.chain` (a chain file named on the command line); else `path`."""
     name = path.name
@@ -729,11 +824,66 @@ def data_file_of(path: Path) -> Path:
 
 
 def verify_paths(paths: Iterable[Path], key: IntegrityKey) -> list[FileReport]:
-    reports: list[FileReport] = []
+    """The files named (and their chain files), by family, each family read under its writers' lock
+    (`_verify_locked`)."""
     unique = dict.fromkeys(data_file_of(p) for p in paths)
-    for _, members in sorted(family_order(unique).items()):
-        reports.extend(verify_family((read_audit_file(p) for p in members), key))
+    reports: list[FileReport] = []
+    for base, members in sorted(family_order(unique).items()):
+        reports.extend(_verify_locked(Path(base), members.copy, key))
     return reports
+
+
+def verify_directory(directory: Path, key: IntegrityKey) -> list[FileReport]:
+    """Every audit family of `directory` (`audit_files_in`), each listed again under its writers' lock: a
+    listing taken while a writer rotates may hold a file under its old and its new name, or neither."""
+    reports: list[FileReport] = []
+    for base in sorted(family_order(audit_files_in(directory))):
+        reports.extend(_verify_locked(Path(base), functools.partial(_family_members, directory, base), key))
+    return reports
+
+
+def _family_members(directory: Path, base: str) -> list[Path]:
+    named = (p for p in audit_files_in(directory) if _base_and_index(p.name)[0] == Path(base).name)
+    return family_order(named).get(base, [])
+
+
+@contextlib.contextmanager
+def _shared_lock(data_file: Path) -> Iterator[None]:
+    """The writers' rotation lock (`audit.rotation`), shared: while it is held no line is written without
+    its seal yet and no rotation is half done. Not taken when there is none to open (an archive; a reader
+    the 0600 file shuts out): then as before there was one."""
+    try:
+        fd = os.open(lock_path(data_file), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # and its lock
+
+
+def _verify_locked(base: Path, members: Callable[[], list[Path]], key: IntegrityKey) -> list[FileReport]:
+    """Opens `members()` and their chain files under the family's lock and reads them after, up to the
+    sizes they had then: a consistent view of a trail that is being written and rotated (a rename does not
+    move an open file), one file in memory at a time."""
+    with contextlib.ExitStack() as files:
+        def opened(path: Path) -> tuple[BinaryIO, int] | None:
+            try:
+                fh = files.enter_context(open(path, "rb"))
+            except FileNotFoundError:
+                return None
+            return fh, os.fstat(fh.fileno()).st_size
+
+        def read(sized: tuple[BinaryIO, int] | None) -> bytes | None:
+            return None if sized is None else sized[0].read(sized[1])
+
+        with _shared_lock(base):
+            snapshot = [(p, opened(p), opened(chain_path(p))) for p in members()]
+        return verify_family((AuditFile(p.name, chain_path(p).name, read(data), read(side))
+                              for p, data, side in snapshot), key)
 
 
 def missing_anchors(paths: Iterable[Path], anchors: Iterable[str]) -> list[str]:

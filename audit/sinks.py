@@ -9,10 +9,19 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Protocol
 
-from audit.integrity import Chain, IntegrityKey, WriterInfo, chain_path, last_seal, prefix_digest
+from audit.integrity import (
+    Chain,
+    IntegrityKey,
+    WriterInfo,
+    chain_path,
+    file_generation,
+    last_seal,
+    prefix_digest,
+)
 from audit.model import AuditEvent
+from audit.rotation import FamilyLock
 
 
 class AuditWriteError(RuntimeError):
@@ -30,6 +39,10 @@ class LineSink(Protocol):
 class _RotatingFile:
     """Append-only text file rotated by size: `path`, `path.1` (newest) ... `path.<backups>`.
 
+    Several processes may append to one file and rotate it: every append holds the file's lock
+    (`audit.rotation.FamilyLock`), under which the size that decides a rotation is the file's real one and a
+    rotation by another process is seen and followed before the line is written.
+
     With an integrity key every line is also sealed in the chain file beside it (`audit.integrity`), which
     rotates with it; the data file itself stays exactly as without."""
 
@@ -45,40 +58,82 @@ class _RotatingFile:
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._chain = Chain(integrity, writer or WriterInfo.of_this_process()) if integrity else None
-        # Unbuffered: a seal that fails to write must not stay in a buffer and go out with the next one.
+        # Both unbuffered: a line or seal that fails to write must not stay in a buffer and go out with the next.
+        self._data: io.FileIO | None = None  # None: to be opened (first append, or after a rotation)
         self._side: io.FileIO | None = None
-        self._side_torn = False  # a seal was written in part: the next starts on a line of its own
-        # The moves of a rotation still to do (data file, then its chain file, each only if there): one that
-        # failed part-way is finished by the next append, never started over (a move done twice pushes a kept
-        # file out), and once the files are moved only the opening is retried.
-        self._moves: list[tuple[Path, Path | None]] | None = None
-        self._fh = self._open()
-        self._size = self._fh.tell()
+        self._data_torn = False  # a line was written in part: the next starts on a line of its own
+        self._side_torn = False  # likewise for a seal
+        self._closed = False
+        self._generation: int | None = None  # of the file this writer has open or last had (its `g`)
+        self._family = FamilyLock(self.path)
+        self._seen = -1  # the lock file's version at this writer's last append
+        try:
+            with self._family:
+                self._settle(0)
+        except BaseException:
+            self._family.close()
+            raise
 
-    def _open(self) -> TextIO:
-        fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the sink's life
+    def _settle(self, incoming: int) -> None:
+        """With the family lock held, before an append of `incoming` bytes: finishes a rotation left half
+        done, follows one another process did (this writer's file is no longer NAME), rotates when the line
+        would take NAME past `max_bytes`, and opens NAME if this writer has it closed."""
+        self._family.follow_if_replaced()
+        pending = self._family.pending()
+        if self._data is not None and (pending is not None or not self._is_current()):
+            self._close_files("end")
+        if pending is not None:
+            self._family.rotate(pending)
+        if self._data is None:
+            self._open()  # NAME as the other writers left it: it may be as full as this writer's was
+        assert self._data is not None
+        size = os.lseek(self._data.fileno(), 0, os.SEEK_END)
+        if size and size + incoming > self.max_bytes:
+            self._close_files("end")
+            self._family.rotate(self._family.begin_rotation(self.backups))
+            self._open()
+        self._seen = self._family.version()
+
+    def _is_current(self) -> bool:
+        """Whether this writer's open file is still NAME (nobody rotated, moved or deleted it)."""
+        assert self._data is not None
+        try:
+            now = os.stat(self.path)  # followed, as the open was
+        except FileNotFoundError:
+            return False
+        held = os.fstat(self._data.fileno())
+        return (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev)
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        data = io.FileIO(fd, "a")
         if self._chain is not None:
             side = chain_path(self.path)
             after = prefix = None
+            generation = file_generation(side, chain_path(self.path.with_name(f"{self.path.name}.1")))
             if self._chain.seq < 0:
                 after = last_seal(side)
-                held = fh.tell()
+                held = os.lseek(fd, 0, os.SEEK_END)
                 if held and not (side.exists() and side.stat().st_size):
                     prefix = prefix_digest(self.path, held)  # lines from before integrity (or a lost chain)
             try:
-                fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                self._side = io.FileIO(fd, "a")
+                sfd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self._side = io.FileIO(sfd, "a")
                 # Half an entry left by a crash (or a full disk): the header starts a line of its own, so only
                 # that entry fails to verify, not every later one of this writer.
                 self._side_torn = _ends_torn(side)
-                self._seal_line(self._chain.header(self.path.name, after, prefix))
+                self._seal_line(self._chain.header(self.path.name, after, prefix, generation, self._generation))
             except BaseException:
                 if self._side is not None:
                     with contextlib.suppress(OSError):  # a retried open must not leak the chain file's descriptor
                         self._side.close()
-                fh.close()
+                    self._side = None
+                data.close()
                 raise
-        return fh
+        self._data = data
+        self._data_torn = _ends_torn(self.path)
+        if self._chain is not None:
+            self._generation = generation
 
     def _seal_line(self, entry: str) -> None:
         assert self._side is not None and self._chain is not None
@@ -95,57 +150,48 @@ class _RotatingFile:
             with contextlib.suppress(OSError, ValueError):  # the chain's `cont` link still tells what follows
                 self._seal_line(self._chain.marker(marker))
             self._side.close()
-        self._fh.close()
-
-    def _rotate(self) -> None:
-        self._close_files("end")
-        name = self.path.name
-        if self.backups == 0:
-            self._moves = [(self.path, None)]
-        else:
-            self._moves = [(self.path.with_name(f"{name}.{i}"), self.path.with_name(f"{name}.{i + 1}"))
-                           for i in range(self.backups - 1, 0, -1)]
-            self._moves.append((self.path, self.path.with_name(f"{name}.1")))
-        self._finish_rotation()
-
-    def _finish_rotation(self) -> None:
-        assert self._moves is not None
-        while self._moves:
-            src, dst = self._moves[0]
-            for a, b in ((src, dst), (chain_path(src), chain_path(dst) if dst is not None else None)):
-                # The chain file is moved with its data file, also one left from a run with integrity on.
-                if b is None:
-                    a.unlink(missing_ok=True)
-                elif a.exists():
-                    os.replace(a, b)
-            self._moves.pop(0)
-        self._fh = self._open()
-        self._size = 0
-        self._moves = None
+        self._side = None
+        if self._data is not None:
+            self._data.close()
+            self._data = None
 
     def append(self, line: str) -> None:
-        data = line + "\n"
-        size = len(data.encode("utf-8"))
+        data = (line + "\n").encode("utf-8")
         try:
             with self._lock:
-                if self._moves is not None:
-                    self._finish_rotation()
-                elif self._size and self._size + size > self.max_bytes:
-                    self._rotate()
-                self._fh.write(data)
-                self._fh.flush()
-                self._size += size
-                if self._chain is not None:
-                    # Where the line ended up: the kernel's offset after the append (another process may
-                    # have appended before it; the buffered file's own position would not know).
-                    end = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
-                    self._seal_line(self._chain.record(line, end))
+                if self._closed:
+                    raise OSError(errno.EBADF, "the sink is closed")
+                with self._family:
+                    size = -1 if self._data is None else os.lseek(self._data.fileno(), 0, os.SEEK_END)
+                    if (size < 0 or self._family.version() != self._seen
+                            or (size and size + len(data) > self.max_bytes)):
+                        self._settle(len(data))
+                        assert self._data is not None
+                        size = os.lseek(self._data.fileno(), 0, os.SEEK_END)
+                    assert self._data is not None
+                    if self._data_torn:
+                        data = b"\n" + data
+                    written = self._data.write(data)
+                    if written != len(data):
+                        self._data_torn = bool(written)
+                        raise OSError(errno.EIO, f"the audit file took {written} of {len(data)} bytes")
+                    self._data_torn = False
+                    if self._chain is not None:
+                        # Where the line ends in the file: exact, since every writer appends under the lock.
+                        self._seal_line(self._chain.record(line, size + len(data)))
         except OSError as exc:
             raise AuditWriteError(f"cannot write audit record to {self.path}: {exc.strerror}") from exc
 
     def close(self) -> None:
         with self._lock:
-            self._close_files("stop")
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                with self._family:
+                    self._close_files("stop")
+            finally:
+                self._family.close()
 
 
 def _ends_torn(path: Path) -> bool:

@@ -27,11 +27,11 @@ PRIVATE_FILE_MODE = 0o600
 
 
 # What kgov itself puts in its data and audit directories (audit files rotate to NAME.1, NAME.2, ..., each
-# with its chain file .NAME.chain, .NAME.1.chain, ...: audit.integrity).
+# with its chain file .NAME.chain, .NAME.1.chain, ...: audit.integrity; .NAME.lock: audit.rotation).
 _KGOV_FILE = re.compile(
     r"kgov\.db(-wal|-shm|-journal)?"
     r"|(delegation-token\.key|signing-key\.secret|audit-integrity\.key)(\.([0-9a-f]{16}\.)?new)?"
-    rf"|tansu\.log|audit|{AUDIT_FILE_PATTERN}|\.{AUDIT_FILE_PATTERN}\.chain"
+    rf"|tansu\.log|audit|{AUDIT_FILE_PATTERN}|\.{AUDIT_FILE_PATTERN}\.(chain|lock)"
 )
 
 

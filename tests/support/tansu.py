@@ -26,12 +26,13 @@ def tansu_broker() -> Iterator[str]:
 
 
 @contextmanager
-def tansu_broker_advertising(advertised_port: int) -> Iterator[tuple[str, int]]:
+def tansu_broker_advertising(advertised_port: int | None = None) -> Iterator[tuple[str, int]]:
     """Starts `tansu broker` (memory storage, not supervised) on a free loopback port, advertising
-    `127.0.0.1:<advertised_port>` to clients (where a tests.support.tcp_relay.TcpRelay forwards to it);
-    yields the address it listens on."""
+    `127.0.0.1:<advertised_port>` to clients (where a tests.support.tcp_relay.TcpRelay forwards to it), or
+    its own port when None (no relay: what clients reach is Tansu itself); yields the address it listens on."""
     port = reserved_loopback_port()
-    command = _tansu_broker_command(f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{advertised_port}")
+    advertised = port if advertised_port is None else advertised_port
+    command = _tansu_broker_command(f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{advertised}")
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True, env=broker_environment(os.environ))
     try:

@@ -93,7 +93,7 @@ def test_a_configured_key_file_must_exist_and_integrity_can_be_turned_off(
     assert load_settings().audit_integrity_key() is None
     add_users(kgov, 1)
     audit = tmp_path / "data" / "audit"
-    assert sorted(p.name for p in audit.iterdir()) == ["events.jsonl"]
+    assert sorted(p.name for p in audit.iterdir()) == [".events.jsonl.lock", "events.jsonl"]  # no chain file
     assert not (tmp_path / "data" / "audit-integrity.key").exists()
     (tmp_path / "k").write_text("k" * 43)
     (tmp_path / "k").chmod(0o600)

@@ -78,12 +78,12 @@ def test_a_trail_over_rotations_and_restarts_verifies_and_its_lines_are_unchange
     assert reports[-1].newest and reports[-1].head is not None
     # The data files are byte for byte what the sink writes without integrity; only the chain files are added.
     sealed = sorted(p.name for p in (tmp_path / "sealed").iterdir() if not p.name.startswith("."))
-    assert sealed == sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert sealed == sorted(p.name for p in (tmp_path / "plain").iterdir() if not p.name.startswith("."))
     for name in sealed:
         assert (tmp_path / "sealed" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
     assert sorted(p.name for p in (tmp_path / "sealed").iterdir() if p.name.startswith(".")) == \
-        sorted(chain_path(tmp_path / "sealed" / n).name for n in sealed)
-    assert not list((tmp_path / "plain").glob(".*"))
+        sorted([".a.log.lock", *(chain_path(tmp_path / "sealed" / n).name for n in sealed)])
+    assert [p.name for p in (tmp_path / "plain").glob(".*")] == [".a.log.lock"]  # the rotation lock only
     # Each restart is explicit: a `start` naming the writer, host, pid and the seal the file held before it.
     starts = [json.loads(x) for p in (tmp_path / "sealed").glob(".*.chain") for x in p.read_text().splitlines()
               if json.loads(x)["k"] == "start"]
@@ -163,12 +163,17 @@ def test_a_deleted_middle_file_is_found_renumbered_or_not(tmp_path: Path) -> Non
     for p in (tmp_path / "a.log.4", chain_path(tmp_path / "a.log.4")):
         p.unlink()
     assert [(f, r) for f, _, r in problems(tmp_path)] == [(".a.log.3.chain", Reason.DELETED_MIDDLE_FILE)]
-    # The same with the older files renamed down to close the gap.
+    # The same with the older files renamed down to close the gap: each of those says it was renamed.
+    moved = []
     for i in range(5, 50):
+        if (tmp_path / f"a.log.{i}").exists():
+            moved.append(f"a.log.{i - 1}")
         for p in (tmp_path / f"a.log.{i}", chain_path(tmp_path / f"a.log.{i}")):
             if p.exists():
                 p.rename(p.with_name(p.name.replace(f".{i}", f".{i - 1}")))
-    assert [(f, r) for f, _, r in problems(tmp_path)] == [(".a.log.3.chain", Reason.DELETED_MIDDLE_FILE)]
+    found = [(f, r) for f, _, r in problems(tmp_path)]
+    assert sorted(found) == sorted([(".a.log.3.chain", Reason.DELETED_MIDDLE_FILE),
+                                    *((n, Reason.RENAMED) for n in moved)])
 
 
 def test_reordered_files_are_found(tmp_path: Path) -> None:
@@ -291,7 +296,7 @@ def test_a_crash_between_line_and_seal_leaves_an_unsealed_last_line(tmp_path: Pa
 
 def test_rotation_with_no_backups_drops_the_chain_file_with_the_data(tmp_path: Path) -> None:
     write_trail(tmp_path, runs=2, backups=0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.log.chain", "a.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.log.chain", ".a.log.lock", "a.log"]
     [report] = verify(tmp_path)
     assert report.ok and report.notes  # continues from a rotated-out file
 
@@ -405,7 +410,8 @@ def test_a_file_copied_in_as_an_older_rotation_is_found(tmp_path: Path) -> None:
     for src in (tmp_path / "a.log.1", chain_path(tmp_path / "a.log.1")):
         (src.parent / src.name.replace("a.log.1", "a.log.40")).write_bytes(src.read_bytes())
     found = problems(tmp_path)
-    assert found and {r for _, _, r in found} <= {Reason.REORDERED}, found
+    assert ("a.log.40", 1, Reason.RENAMED) in found and {r for _, _, r in found} <= {Reason.REORDERED,
+                                                                                     Reason.RENAMED}, found
 
 
 def test_lines_of_two_writers_moved_past_each_other_are_found(tmp_path: Path) -> None:
@@ -437,11 +443,11 @@ def test_interleaved_writers_whose_lines_and_seals_cross_still_verify(tmp_path: 
     assert chain_a is not None
     seal = a._file._seal_line
     for i in range(3):
-        a._file._fh.write(line(0, i) + "\n")
-        a._file._fh.flush()
+        assert a._file._data is not None
+        a._file._data.write((line(0, i) + "\n").encode())  # as an older kgov did, without the rotation lock
         b.write_line(line(1, i))
         # where a's line ended: its descriptor's offset, which b's append in between did not move
-        seal(chain_a.record(line(0, i), os.lseek(a._file._fh.fileno(), 0, os.SEEK_CUR)))
+        seal(chain_a.record(line(0, i), os.lseek(a._file._data.fileno(), 0, os.SEEK_CUR)))
     a.close()
     b.close()
     [report] = verify(tmp_path)
@@ -607,3 +613,75 @@ def test_a_seal_that_could_not_be_written_is_not_written_later(tmp_path: Path) -
     assert done.stdout.startswith("refused: cannot write audit record to"), done.stdout + done.stderr
     assert (tmp_path / "a.log").read_text() == "one\ntwo\nthree\n"
     assert problems(tmp_path) == [("a.log", 2, Reason.INSERTED)]
+
+
+def move_pair(src: Path, dst: Path, *, copy: bool = False) -> None:
+    for a, b in ((src, dst), (chain_path(src), chain_path(dst))):
+        if copy:
+            b.write_bytes(a.read_bytes())
+        else:
+            a.rename(b)
+
+
+def renamed(d: Path, names: list[Path] | None = None) -> dict[str, str]:
+    reports = verify_paths(names, KEY) if names is not None else verify(d)
+    return {p.file: p.detail for r in reports for p in r.problems if p.reason is Reason.RENAMED}
+
+
+def test_normal_rotation_keeps_each_file_at_the_place_its_headers_name(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    names = sorted(p.name for p in tmp_path.glob("a.log*"))
+    for name in names:
+        header = json.loads(chain_path(tmp_path / name).read_text().splitlines()[0])
+        assert header["v"] == 2 and header["file"] == "a.log"
+        position = 0 if name == "a.log" else int(name.rsplit(".", 1)[1])
+        assert header["g"] == len(names) - 1 - position  # file 0 is the first the family had
+    assert renamed(tmp_path) == {}
+
+
+def test_a_file_renamed_within_its_family_or_swapped_says_where_it_belongs(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    newest = json.loads(chain_path(tmp_path / "a.log").read_text().splitlines()[0])["g"]
+    move_pair(tmp_path / "a.log.3", tmp_path / "swap")
+    move_pair(tmp_path / "a.log.2", tmp_path / "a.log.3")
+    move_pair(tmp_path / "swap", tmp_path / "a.log.2")
+    found = renamed(tmp_path)
+    assert set(found) == {"a.log.2", "a.log.3"}
+    assert found["a.log.2"] == f"not sealed under this name: it is file {newest - 3} of a.log, so a.log.3 beside " \
+                               f"a.log (file {newest})"
+    # An archive copied over a newer one: the copy says it is older; nothing else is passed as renamed.
+    for name in ("a.log.2", "a.log.3"):
+        (tmp_path / name).unlink()
+        chain_path(tmp_path / name).unlink()
+    write_trail(tmp_path / "fresh")
+    move_pair(tmp_path / "fresh" / "a.log.3", tmp_path / "fresh" / "a.log.1", copy=True)
+    assert set(renamed(tmp_path / "fresh")) == {"a.log.1"}
+
+
+def test_a_file_verified_alone_under_another_family_name_says_so(tmp_path: Path) -> None:
+    write_trail(tmp_path)
+    move_pair(tmp_path / "a.log.3", tmp_path / "b.log.3", copy=True)
+    found = renamed(tmp_path, [tmp_path / "b.log.3"])
+    assert list(found) == ["b.log.3"] and found["b.log.3"].startswith("sealed as part of a.log, not under this name")
+    # Alone, a file only knows its family's name: its place needs the newer files beside it.
+    move_pair(tmp_path / "a.log.3", tmp_path / "a.log.9", copy=True)
+    assert renamed(tmp_path, [tmp_path / "a.log.9"]) == {}
+    assert set(renamed(tmp_path, [tmp_path / "a.log.9", tmp_path / "a.log.1"])) == {"a.log.9"}
+
+
+def test_format_1_chains_without_a_generation_still_verify_and_an_upgrade_numbers_the_next_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as m:  # what kgov wrote before the format had `g`
+        m.setattr("audit.integrity.CHAIN_FORMAT_VERSION", 1)
+        m.setattr("audit.sinks.file_generation", lambda *_: None)
+        write_trail(tmp_path, runs=2)
+    old = sorted(p.name for p in tmp_path.glob("a.log*"))
+    assert all(json.loads(x).get("g") is None for p in tmp_path.glob(".*.chain") for x in p.read_text().splitlines())
+    assert all(r.ok for r in verify(tmp_path))
+    write_trail(tmp_path, runs=1)  # upgraded: continues the format-1 file, then numbers new files from 0
+    reports = verify(tmp_path)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+    headers = [json.loads(chain_path(tmp_path / "a.log").read_text().splitlines()[0])]
+    assert headers[0]["v"] == 2 and type(headers[0]["g"]) is int and len(reports) > len(old)
+

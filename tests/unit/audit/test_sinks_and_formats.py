@@ -42,15 +42,19 @@ def test_rotation_drops_only_beyond_the_configured_backups(tmp_path: Path) -> No
     for i in range(30):
         sink.write_line(f"line {i:03d} " + "x" * 40)
     sink.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "a.log.1", "a.log.2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.log.lock", "a.log", "a.log.1", "a.log.2"]
     assert "line 029" in (tmp_path / "a.log").read_text()
 
 
 def test_a_failed_write_raises(tmp_path: Path) -> None:
     sink = JsonLinesSink(tmp_path / "e.jsonl")
-    sink._file._fh.close()  # simulate the file going away under the sink
-    with pytest.raises((AuditWriteError, ValueError)):
+    assert sink._file._data is not None
+    read_only = os.open(tmp_path / "e.jsonl", os.O_RDONLY)
+    os.dup2(read_only, sink._file._data.fileno())  # the sink's descriptor can no longer write
+    os.close(read_only)
+    with pytest.raises(AuditWriteError, match="Bad file descriptor"):
         sink.write(event(1))  # type: ignore[arg-type]
+    sink.close()
 
     class Broken:
         def write(self, e: object) -> None:

@@ -150,10 +150,11 @@ def test_an_earlier_runs_data_dir_is_tightened(tmp_path: Path, open_umask: None)
 
 
 def test_an_audit_directory_holding_chain_files_is_still_kgovs_own(tmp_path: Path, open_umask: None) -> None:
-    """The chain files and the audit key (audit.integrity) count as kgov's: a loosened directory is tightened."""
+    """The chain files, the rotation locks and the audit key count as kgov's: a loosened directory is tightened."""
     data = tmp_path / "data"
     build_app(load_settings(data_dir=data, dev_mode=True)).state.authorizer.close()
     assert (data / "audit" / ".events.jsonl.chain").exists() and (data / "audit-integrity.key").exists()
+    assert (data / "audit" / ".events.jsonl.lock").exists()  # the rotation lock (audit.rotation) too
     assert mode(data / "audit-integrity.key") == 0o600
     (data / "audit").chmod(0o755)
     data.chmod(0o755)

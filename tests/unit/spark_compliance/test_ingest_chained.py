@@ -48,10 +48,11 @@ def test_a_sealed_audit_directory_ingests_with_no_bad_line(spark: SparkSession, 
     d = tmp_path / "kgov-1"
     written = write_audit_dir(d)
     assert len(list(d.glob(".*.chain"))) > 4  # the chain files are there, beside rotated files
+    assert len(list(d.glob(".*.lock"))) == 2  # and the rotation locks, which log each rotation's steps
     assert all(r.ok for r in verify_paths(audit_files_in(d), KEY))
     parsed = ingest.parse_lines(ingest.read_lines(spark, [str(tmp_path)])).cache()
     paths = {r["file_path"] for r in parsed.select("file_path").distinct().collect()}
-    assert paths and not any(".chain" in p for p in paths)
+    assert paths and not any(".chain" in p or ".lock" in p for p in paths)
     kinds = {r["kind"]: r["n"] for r in parsed.groupBy("kind").agg(F.sum("line_weight").alias("n")).collect()}
     assert kinds == {ingest.KIND_EVENT: written}
     parsed.unpersist()

@@ -1,0 +1,215 @@
+"""audit.rotation: the lock and rotation log every writer of one audit file shares (real files, real flock;
+the processes case is tests/integration/audit/test_integrity_processes.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from audit.integrity import IntegrityKey, Reason, audit_files_in, chain_path, lock_path, verify_paths
+from audit.rotation import FamilyLock, Rotation, pending_rotation
+from audit.sinks import AuditWriteError, TextLineSink
+
+KEY = IntegrityKey(b"k" * 43)
+
+
+def test_the_log_tells_which_moves_of_an_unfinished_rotation_are_left() -> None:
+    assert pending_rotation(b"") is None
+    assert pending_rotation(b"rotate 10 3\n") == Rotation(10, (3, 2, 1, 0))
+    assert pending_rotation(b"rotate 10 30\n") == Rotation(10, tuple(range(9, -1, -1)))  # beyond backups: cut
+    assert pending_rotation(b"rotate 3 2\nmoved 2\nmoved 1\n") == Rotation(3, (0,))
+    assert pending_rotation(b"rotate 3 2\nmoved 2\nmoved 1\nmoved 0\ndone\n") is None
+    assert pending_rotation(b"rotate 0 0\n") == Rotation(0, (0,))  # NAME is deleted
+    # The last rotation counts; torn or unknown records are skipped.
+    assert pending_rotation(b"rotate 2 1\nmoved 1\nmoved 0\ndone\nrotate 2 1\nmov\nmoved 1\n") == Rotation(2, (0,))
+    assert pending_rotation(b"rotate x 1\nmoved \xff\n") is None
+
+
+def lines_in(d: Path, name: str) -> list[str]:
+    return (d / name).read_text().splitlines()
+
+
+def test_a_rotation_cut_short_by_a_crash_is_finished_by_the_next_writer_not_redone(tmp_path: Path) -> None:
+    target = tmp_path / "a.log"
+    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    for i in range(4):
+        sink.write_line(f"line {i} " + "x" * 20)  # one line per file: a.log.3 .. a.log
+    sink.close()
+    before = {n: lines_in(tmp_path, n) for n in ("a.log", "a.log.1", "a.log.2")}
+    # Another writer began a rotation, moved a.log.2 up and logged it, moved a.log.1's data but not its
+    # chain file, and died.
+    log = lock_path(target)
+    log.write_bytes(log.read_bytes() + b"rotate 3 2\n")
+    for a, b in ((tmp_path / "a.log.2", tmp_path / "a.log.3"),
+                 (chain_path(tmp_path / "a.log.2"), chain_path(tmp_path / "a.log.3"))):
+        os.replace(a, b)
+    log.write_bytes(log.read_bytes() + b"moved 2\n")
+    os.replace(tmp_path / "a.log.1", tmp_path / "a.log.2")
+
+    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)  # finishes it, then opens a new a.log
+    sink.write_line("after")
+    sink.close()
+    assert lines_in(tmp_path, "a.log.3") == before["a.log.2"]
+    assert lines_in(tmp_path, "a.log.2") == before["a.log.1"]
+    assert lines_in(tmp_path, "a.log.1") == before["a.log"]
+    assert lines_in(tmp_path, "a.log") == ["after"]
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert len(reports) == 4 and all(r.ok for r in reports), reports
+    assert lock_path(target).read_text().endswith("moved 1\nmoved 0\ndone\n")
+
+
+@pytest.mark.parametrize("backups", [0, 2])
+def test_a_writer_follows_a_rotation_another_did_instead_of_writing_into_the_rotated_file(
+    tmp_path: Path, backups: int,
+) -> None:
+    """Two sinks of one file (each its own lock descriptor: flock excludes them as it does processes)."""
+    target = tmp_path / "a.log"
+    a = TextLineSink(target, max_bytes=100, backups=backups, integrity=KEY)
+    b = TextLineSink(target, max_bytes=100, backups=backups, integrity=KEY)
+    b.write_line("b before")
+    for i in range(6):
+        a.write_line(f"a {i} " + "x" * 30)  # a rotates; b's file is now a.log.1, or deleted with backups=0
+    b.write_line("b after")  # must reach the current a.log, not the rotated-away file
+    a.close()
+    b.close()
+    assert lines_in(tmp_path, "a.log")[-1] == "b after"
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), reports
+    assert all(p.stat().st_size <= 100 for p in tmp_path.glob("a.log*"))
+
+
+def test_the_lock_file_is_private_and_never_a_symlink_or_a_fifo(tmp_path: Path) -> None:
+    TextLineSink(tmp_path / "a.log").close()
+    assert stat.S_IMODE(lock_path(tmp_path / "a.log").stat().st_mode) == 0o600
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("keep")
+    lock_path(tmp_path / "b.log").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        TextLineSink(tmp_path / "b.log")
+    assert elsewhere.read_text() == "keep"
+    os.mkfifo(lock_path(tmp_path / "c.log"))
+    with pytest.raises(OSError, match="not a regular file"):
+        TextLineSink(tmp_path / "c.log")  # refused at once, not hung on the FIFO
+
+
+def test_a_deleted_lock_file_is_given_up_for_the_new_one_at_the_next_rotation(tmp_path: Path) -> None:
+    target = tmp_path / "a.log"
+    a = TextLineSink(target, max_bytes=100, backups=2)
+    lock_path(target).unlink()
+    b = TextLineSink(target, max_bytes=100, backups=2)  # creates a new lock file
+    for i in range(4):
+        a.write_line(f"a {i} " + "x" * 30)  # a rotates: it takes the new lock file first
+    held = os.fstat(a._file._family._fd)
+    assert (held.st_ino, held.st_dev) == (lock_path(target).stat().st_ino, lock_path(target).stat().st_dev)
+    a.close()
+    b.close()
+
+
+def four_files(target: Path) -> dict[str, list[str]]:
+    """a.log.3 .. a.log, one sealed line each (max_bytes fits one), and what each holds."""
+    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    for i in range(4):
+        sink.write_line(f"line {i} " + "x" * 20)
+    sink.close()
+    return {n: lines_in(target.parent, n) for n in ("a.log", "a.log.1", "a.log.2", "a.log.3")}
+
+
+@pytest.mark.parametrize(("fails", "at"), [("replace", k) for k in range(6)] + [("log", k) for k in range(5)])
+def test_a_rotation_that_fails_at_any_step_ends_as_if_it_had_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  fails: str, at: int) -> None:
+    """The rotation's six renames (three files, each with its chain file) and its log records: whichever
+    fails first, the writer that comes next finishes it and every file ends up one place older, none lost
+    and none moved twice."""
+    target = tmp_path / "a.log"
+    before = four_files(target)
+    calls = [0]
+
+    def failing(real: Callable[..., object]) -> Callable[..., object]:
+        def step(*args: object) -> object:
+            calls[0] += 1
+            if calls[0] == at + 1:
+                raise OSError(errno.EIO, "Input/output error")
+            return real(*args)
+        return step
+
+    writer = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    if fails == "replace":
+        monkeypatch.setattr("audit.rotation.os.replace", failing(os.replace))
+    else:
+        monkeypatch.setattr(FamilyLock, "_log", failing(FamilyLock._log))
+    with pytest.raises(AuditWriteError, match="Input/output error"):
+        writer.write_line("y" * 30)  # does not fit: rotates, and fails part-way
+    monkeypatch.undo()
+    writer.close()  # as if it had died: its files were already closed for the rotation
+
+    after = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
+    after.write_line("after")
+    after.close()
+    if (fails, at) == ("log", 0):  # its first record failed: no rotation began, and "after" fits
+        assert {n: lines_in(tmp_path, n) for n in before} == {**before, "a.log": [*before["a.log"], "after"]}
+    else:
+        assert {n: lines_in(tmp_path, n) for n in ("a.log.1", "a.log.2", "a.log.3")} == {
+            "a.log.1": before["a.log"], "a.log.2": before["a.log.1"], "a.log.3": before["a.log.2"]}
+        assert lines_in(tmp_path, "a.log") == ["after"]
+    assert not (tmp_path / "a.log.4").exists()
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+
+
+def test_a_writer_idle_while_others_rotate_its_file_out_continues_without_a_false_alarm(tmp_path: Path) -> None:
+    """The control plane wrote one line; `kgov users` commands then rotated the file past `backups`. The
+    control plane's next `cont` names the file it continues from (`pg`): one rotated out is a note, as for
+    the oldest files; one still within the family's range but gone is a deleted middle file."""
+    target = tmp_path / "a.log"
+    idle = TextLineSink(target, max_bytes=100, backups=2, integrity=KEY)
+    idle.write_line("idle 0")
+    busy = TextLineSink(target, max_bytes=100, backups=2, integrity=KEY)
+    for i in range(12):
+        busy.write_line(f"busy {i} " + "x" * 30)  # four rotations: the idle writer's file is gone
+    idle.write_line("idle 1")
+    idle.close()
+    busy.close()
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+    assert any("rotated out" in n for r in reports for n in r.notes)
+    # The same file gone from the middle of the family is still found.
+    (tmp_path / "a.log.1").unlink()
+    chain_path(tmp_path / "a.log.1").unlink()
+    found = {p.reason for r in verify_paths(audit_files_in(tmp_path), KEY) for p in r.problems}
+    assert found == {Reason.DELETED_MIDDLE_FILE}
+
+
+@settings(max_examples=40, deadline=None)
+@given(max_bytes=st.integers(60, 400), backups=st.sampled_from([1, 3, 1000]),
+       ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 70)), min_size=1, max_size=60))
+def test_writers_of_one_file_in_any_order_lose_nothing_and_verify(max_bytes: int, backups: int,
+                                                                  ops: list[tuple[int, int]]) -> None:
+    """Three sinks of one file (as three processes: each its own lock descriptor), writing in any order
+    lines of any length: the kept files hold the newest lines, in the order written, each rotated file
+    within `max_bytes` unless one line alone is larger; the trail verifies."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        sinks = [TextLineSink(d / "a.log", max_bytes=max_bytes, backups=backups, integrity=KEY) for _ in range(3)]
+        written = [f"w{w} {i} " + "x" * size for i, (w, size) in enumerate(ops)]
+        for (w, _), text in zip(ops, written, strict=True):
+            sinks[w].write_line(text)
+        for s in sinks:
+            s.close()
+        kept = sorted((p for p in d.iterdir() if not p.name.startswith(".")),
+                      key=lambda p: -int(p.name.rsplit(".", 1)[1]) if p.name != "a.log" else 0)
+        lines = [x for p in kept for x in p.read_text().splitlines()]
+        assert lines == written[len(written) - len(lines):]  # the newest, in order, nothing missing between
+        if backups == 1000:
+            assert lines == written
+        assert len(kept) <= backups + 1
+        assert all(p.stat().st_size <= max_bytes or len(p.read_text().splitlines()) == 1 for p in kept)
+        reports = verify_paths(audit_files_in(d), KEY)
+        assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
