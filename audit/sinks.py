@@ -105,7 +105,7 @@ class _RotatingFile:
         return (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev)
 
     def _open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)  # private: audit lines name principals, hosts and resources
         data = io.FileIO(fd, "a")
         if self._chain is not None:
             side = chain_path(self.path)

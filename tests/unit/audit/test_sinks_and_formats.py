@@ -37,6 +37,22 @@ def test_json_lines_rotate_by_size_and_keep_every_event(tmp_path: Path) -> None:
     assert all(f.stat().st_size <= 2000 for f in files)
 
 
+def test_every_audit_file_a_sink_creates_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Audit lines name principals, hosts and resources: a file made by a rotation is 0600, as the first
+    one is made private where the sinks are built (kgov.private_files)."""
+    old = os.umask(0)
+    try:
+        sink = JsonLinesSink(tmp_path / "events.jsonl", max_bytes=2000, backups=50)
+        for i in range(40):
+            sink.write(event(i))  # type: ignore[arg-type]
+        sink.close()
+    finally:
+        os.umask(old)
+    files = sorted(tmp_path.glob("events.jsonl*"))
+    assert len(files) > 3
+    assert {oct(f.stat().st_mode & 0o777) for f in files} == {oct(0o600)}
+
+
 def test_rotation_drops_only_beyond_the_configured_backups(tmp_path: Path) -> None:
     sink = TextLineSink(tmp_path / "a.log", max_bytes=100, backups=2)
     for i in range(30):
