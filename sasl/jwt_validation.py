@@ -9,7 +9,8 @@ What is refused, each with its own reason for the audit trail (the client only s
   rate-limited refresh; a JWK whose `kty`/`alg`/`use`/`key_ops` does not fit the token's `alg`, and
   RSA keys under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
 - a token without `kid` unless exactly one JWKS key fits it (see `_kidless_choice`);
-- a bad signature; missing or expired `exp`, future `nbf`/`iat` (all in whole seconds, as jose4j's
+- a bad signature; missing, expired or out-of-range `exp` (its milliseconds must fit in a long, as
+  jose4j's NumericDate.getValueInMillis requires), future `nbf`/`iat` (all in whole seconds, as jose4j's
   NumericDateValidator compares them, and with the configured skew); an `exp` not after `iat` or
   `nbf` (a token that was never valid, see `_check_claims`);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
@@ -62,6 +63,9 @@ MAX_KID_LENGTH: Final = 1000
 MAX_REMEMBERED_MISSING_KIDS: Final = 16
 MAX_TOKEN_LENGTH: Final = 16 * 1024
 MIN_RSA_BITS: Final = 2048
+INT64_MAX: Final = 2**63 - 1
+# The latest `exp` whose milliseconds fit in a Java long (jose4j's NumericDate.canConvertToMillis).
+MAX_EXP_S: Final = INT64_MAX // 1000
 
 
 JwksFetcher = Callable[[], Mapping[str, Any]]
@@ -390,6 +394,10 @@ class JwtValidator:
         # (NumericDate.now() is milliseconds / 1000, the claim its longValue()), expired when
         # `now - skew >= exp`, so a token stops working AT exp + skew.
         now_whole = math.floor(now)
+        if _whole_seconds(exp) > MAX_EXP_S:
+            # jose4j's NumericDate.getValueInMillis throws when seconds * 1000 overflows a long, so Kafka
+            # refuses the token; here its session lifetime would not fit the wire's int64 either.
+            raise TokenValidationError("JWT 'exp' is out of range")
         if now_whole - p.clock_skew_s >= _whole_seconds(exp):
             raise TokenValidationError("JWT expired")
         # The same whole seconds for `nbf` (jose4j: refused when `now + skew < nbf`) and for `iat`,
@@ -460,7 +468,7 @@ class JwtValidator:
             scopes,
             _whole_seconds(exp) * 1000,
             claims,
-            accepted_until_ms=(_whole_seconds(exp) + p.clock_skew_s) * 1000,
+            accepted_until_ms=min((_whole_seconds(exp) + p.clock_skew_s) * 1000, INT64_MAX),
         )
 
 

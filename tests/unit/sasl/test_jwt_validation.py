@@ -517,6 +517,25 @@ def test_validated_token_says_until_when_the_validator_accepts_it(exp: float, sk
     rejects(make(now=end_s, clock_skew_s=skew)[0], sign(exp=exp, iat=NOW - 120), "JWT expired")
 
 
+INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize("exp", [INT64_MAX // 1000 + 1, 2**63, 10**20, 1e19])
+def test_an_exp_whose_milliseconds_do_not_fit_in_a_long_is_refused(exp: float) -> None:
+    # jose4j's NumericDate.getValueInMillis (Kafka's BrokerJwtValidator reads `exp` with it) throws when
+    # seconds * 1000 overflows a long, so Kafka refuses such a token. Accepted, its session lifetime
+    # (KIP-368) would not fit SaslAuthenticateResponse's int64 session_lifetime_ms either.
+    v, _, _ = make()
+    rejects(v, sign(exp=exp), "JWT 'exp' is out of range")
+
+
+def test_the_largest_exp_kafka_takes_gives_lifetimes_that_fit_in_a_long() -> None:
+    v, _, _ = make(clock_skew_s=300)
+    token = v.validate(sign(exp=INT64_MAX // 1000))
+    assert token.expiry_ms == INT64_MAX // 1000 * 1000
+    assert token.accepted_until_ms is not None and token.accepted_until_ms <= INT64_MAX
+
+
 def test_a_stale_jwks_is_refreshed_by_one_caller_while_the_others_use_the_keys_they_have() -> None:
     import threading
 
