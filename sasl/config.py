@@ -9,6 +9,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 DAY_MS = 24 * 3600 * 1000
+# The claims kgov's token issuer writes itself (`sasl.issuer.mint_access_token`); the scope claim may be
+# none of them (as "sub" the scope string would become the token's principal).
+ISSUER_CLAIMS = frozenset({"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "client_id"})
 
 
 class AdminConfig(BaseModel):
@@ -82,6 +85,17 @@ class OAuthConfig(BaseModel):
         if v is not None and len(v.get_secret_value()) < 16:
             raise ValueError("oauth.signing_key_secret must have at least 16 characters")
         return v
+
+    @model_validator(mode="after")
+    def _scope_claim_is_its_own(self) -> OAuthConfig:
+        # The issuer writes the scopes under `scope_claim` next to its own claims: as "sub" the scope
+        # string was the subject, so a client allowed the scope "admin" was issued tokens for User:admin.
+        if self.scope_claim in ISSUER_CLAIMS or self.scope_claim == self.principal_claim:
+            raise ValueError(
+                f"oauth.scope_claim {self.scope_claim!r} must differ from oauth.principal_claim and from the "
+                f"claims kgov's issuer writes ({', '.join(sorted(ISSUER_CLAIMS))}); Kafka's default is \"scope\""
+            )
+        return self
 
     @model_validator(mode="after")
     def _external_provider_is_pinned(self) -> OAuthConfig:

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from jose import jwt
 
+from sasl.config import ISSUER_CLAIMS
 from sasl.store import StoredSigningKey
 
 SUPPORTED_SIGNING_ALGORITHMS = ("RS256", "ES256")
@@ -160,6 +161,8 @@ def mint_access_token(
     lifetime_s: int,
     scope_claim: str = "scope",
 ) -> IssuedToken:
+    if scope_claim in ISSUER_CLAIMS:
+        raise ValueError(f"the scope claim {scope_claim!r} would overwrite a claim the issuer writes itself")
     scope = " ".join(sorted(set(scopes)))
     claims = {
         "iss": issuer,

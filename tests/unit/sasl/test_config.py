@@ -99,3 +99,18 @@ def test_an_external_provider_without_an_audience_is_warned_about(tmp_path: Path
     with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
         CredentialService(engine, Settings(dev_mode=True, oauth={**base, "audience": "kafka"}))
     assert "without oauth.audience" not in caplog.text
+
+
+@pytest.mark.parametrize("claim", ["sub", "iss", "aud", "exp", "nbf", "iat", "jti", "client_id"])
+def test_the_scope_claim_cannot_be_a_claim_the_issuer_writes(claim: str) -> None:
+    # kgov's issuer writes the scopes under `scope_claim` after its own claims: as "sub" it replaced
+    # the subject, so a client allowed the scope "admin" got tokens for User:admin (a super user).
+    with pytest.raises(ValidationError, match=r"oauth\.scope_claim"):
+        Settings(oauth={"scope_claim": claim})
+
+
+def test_the_scope_claim_cannot_be_the_principal_claim() -> None:
+    with pytest.raises(ValidationError, match=r"oauth\.scope_claim"):
+        Settings(oauth={"scope_claim": "email", "principal_claim": "email"})
+    settings = Settings(oauth={"scope_claim": "scp", "principal_claim": "client_id"})
+    assert (settings.oauth.scope_claim, settings.oauth.principal_claim) == ("scp", "client_id")
