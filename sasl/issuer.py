@@ -55,9 +55,15 @@ def open_private_key(stored: str, kid: str, secret: bytes | None) -> str:
         return stored
     if secret is None:
         raise SealedKeyError("signing key is encrypted but oauth.signing_key_secret is not set")
-    raw = base64.b64decode(stored[len(SEALED_PREFIX) :])
     try:
+        raw = base64.b64decode(stored[len(SEALED_PREFIX) :], validate=True)
+        if len(raw) <= 12 + 16:  # a nonce and a tag, at the least
+            raise ValueError("too short")
         return _sealing_key(secret).decrypt(raw[:12], raw[12:], kid.encode()).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError too
+        # A damaged row: refused like a wrong secret (published, never signed with), not a crash of
+        # every snapshot load.
+        raise SealedKeyError("stored signing key is damaged (not a sealed key kgov wrote)") from None
     except InvalidTag:
         raise SealedKeyError(
             "signing key cannot be opened with the configured oauth.signing_key_secret"
