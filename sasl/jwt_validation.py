@@ -433,7 +433,7 @@ class JwtValidator:
         principal = claims.get(p.principal_claim)
         if not isinstance(principal, str) or not principal.strip():
             raise TokenValidationError(f"JWT has no principal claim {p.principal_claim!r}")
-        if principal != principal.strip() or any(unicodedata.category(c) == "Cc" for c in principal):
+        if not is_clean_principal_name(principal):
             # Kafka trims (so " admin" would become User:admin); a control character would let the
             # name forge lines in the line-based authorizer log. Neither is a name worth accepting.
             raise TokenValidationError(
@@ -470,6 +470,12 @@ class JwtValidator:
             claims,
             accepted_until_ms=min((_whole_seconds(exp) + p.clock_skew_s) * 1000, INT64_MAX),
         )
+
+
+def is_clean_principal_name(name: str) -> bool:
+    """No surrounding whitespace and no control character: what a token's principal must be (and so
+    what kgov's issuer may name a client, `CredentialService.set_client`)."""
+    return name == name.strip() and not any(unicodedata.category(c) == "Cc" for c in name)
 
 
 def _is_number(value: Any) -> bool:

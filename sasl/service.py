@@ -55,7 +55,13 @@ from sasl.delegation import (
 )
 from sasl.http_auth import MAX_SECRET_LENGTH, verify_hashed_secret
 from sasl.issuer import IssuedToken
-from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy, http_jwks_fetcher
+from sasl.jwt_validation import (
+    JwksCache,
+    JwtValidator,
+    ValidationPolicy,
+    http_jwks_fetcher,
+    is_clean_principal_name,
+)
 from sasl.mechanism import Failure, ServerMechanism, Step, Success, UnsupportedMechanismError
 from sasl.oauthbearer import OAuthBearerServer, TokenValidationError, ValidatedToken
 from sasl.plain import PlainServer, VerifiedUser
@@ -823,6 +829,12 @@ class CredentialService:
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL,
                 f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':' or NUL",
+            )
+        if not is_clean_principal_name(client_id):
+            # The client id is its tokens' principal (`sub`), which the validator refuses so.
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                "client_id must not have surrounding spaces or control characters",
             )
         if len(secret) < 16:
             raise CredentialError(
