@@ -159,10 +159,10 @@ class JwksCache:
             for item in body.get("keys", [])
             if isinstance(item, dict) and isinstance(item.get("kid", ""), str)
         )
-        by_kid: dict[str, int] = {}
+        by_kid: dict[str, tuple[int, ...]] = {}
         for index, item in enumerate(keys):
             if "kid" in item:
-                by_kid.setdefault(item["kid"], index)
+                by_kid[item["kid"]] = (*by_kid.get(item["kid"], ()), index)
         with self._lock:
             self._snapshot = JwksSnapshot(keys, by_kid)
             self._loaded_at = self._monotonic()
@@ -220,20 +220,23 @@ class JwksCache:
         self.ensure_fresh()
         return self._snapshot
 
-    def jwk_for(self, kid: str) -> JwkChoice | None:
+    def jwk_for(self, kid: str, header: Mapping[str, Any], alg: str) -> JwkChoice | None:
+        """The key for a JWS naming `kid` (see `_kid_choice`); one rate-limited refresh when no key
+        has that kid."""
         snapshot = self.current()
         found = snapshot.by_kid.get(kid)
         if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
             snapshot = self._snapshot
             found = snapshot.by_kid.get(kid)
-        return None if found is None else JwkChoice(snapshot, found)
+        return None if found is None else _kid_choice(snapshot, found, header, alg)
 
 
 class JwksSnapshot:
-    """One fetched JWKS: its keys in document order, the first position of each `kid`, and the
-    verifiers built from them (built lazily, and forgotten with the snapshot on refresh)."""
+    """One fetched JWKS: its keys in document order, the positions of the keys with each `kid` (RFC
+    7517 §4.5: keys of different types may share one), and the verifiers built from them (built
+    lazily, and forgotten with the snapshot on refresh)."""
 
-    def __init__(self, keys: tuple[dict[str, Any], ...], by_kid: dict[str, int]) -> None:
+    def __init__(self, keys: tuple[dict[str, Any], ...], by_kid: dict[str, tuple[int, ...]]) -> None:
         self.keys = keys
         self.by_kid = by_kid
         self._verifiers: dict[tuple[int, str], _Verifier] = {}
@@ -367,7 +370,7 @@ class JwtValidator:
         elif not isinstance(kid, str) or not kid or len(kid) > MAX_KID_LENGTH:
             raise TokenValidationError("JWS header has no usable 'kid'")
         else:
-            found = self._keys.jwk_for(kid)
+            found = self._keys.jwk_for(kid, header, alg)
             if found is None:
                 raise TokenValidationError(f"no key in the JWKS for kid {kid[:64]!r}")
             choice = found
@@ -534,6 +537,15 @@ def _kidless_choice(snapshot: JwksSnapshot, header: Mapping[str, Any], alg: str)
     if len(fitting) > 1:
         raise TokenValidationError(f"JWS has no 'kid' and {len(fitting)} keys in the JWKS fit {alg}")
     return JwkChoice(snapshot, fitting[0])
+
+
+def _kid_choice(snapshot: JwksSnapshot, indices: tuple[int, ...], header: Mapping[str, Any], alg: str) -> JwkChoice:
+    """Among the keys with the token's `kid`, the first that fits it (`_fits_kidless`), as jose4j's
+    VerificationJwkSelector narrows a kid's keys by key type, `use`, thumbprints, `alg` and curve and
+    takes the first left. None fits: the first key with the kid, which `_check_key_fits` then refuses
+    with the reason."""
+    fitting = [i for i in indices if _fits_kidless(snapshot.keys[i], header, alg)]
+    return JwkChoice(snapshot, fitting[0] if fitting else indices[0])
 
 
 def _check_key_fits(jwk: Mapping[str, Any], alg: str) -> None:

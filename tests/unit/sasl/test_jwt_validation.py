@@ -475,6 +475,31 @@ def test_kidless_token_keeps_every_other_check() -> None:
     rejects(v4, _kidless(EC), "curve does not fit")
 
 
+def test_keys_sharing_a_kid_are_told_apart_as_jose4j_does() -> None:
+    """RFC 7517 §4.5 lets keys of different types share a `kid`; providers also publish an encryption
+    key beside a signing key under one kid. jose4j's VerificationJwkSelector (Kafka's resolver) filters
+    the kid's keys by the algorithm's key type and `use` before it picks one; kgov took the first key
+    with the kid and refused the token when that one did not fit."""
+    rsa, other = dict(RSA.public_jwk), dict(OTHER.public_jwk)
+    ec_same_kid = dict(EC.public_jwk, kid=RSA.kid)
+    v, _, _ = make(lambda: {"keys": [rsa, ec_same_kid]})
+    assert v.validate(sign(EC, headers={"kid": RSA.kid})).principal_name == "worker-1"
+    assert v.validate(sign(RSA)).principal_name == "worker-1"
+    v, _, _ = make(lambda: {"keys": [dict(other, kid=RSA.kid, use="enc"), rsa]})
+    assert v.validate(sign(RSA)).principal_name == "worker-1"
+    # the signing key is the one used: a token signed with the encryption key's private half fails
+    rejects(v, sign(OTHER, headers={"kid": RSA.kid}), "signature verification failed")
+    # several keys fit: the first, as jose4j (`select` answers the first of the filtered list)
+    v, _, _ = make(lambda: {"keys": [rsa, dict(other, kid=RSA.kid)]})
+    assert v.validate(sign(RSA)).principal_name == "worker-1"
+    rejects(v, sign(OTHER, headers={"kid": RSA.kid}), "signature verification failed")
+    # none fits: refused with the reason of the first key with that kid, and no refresh
+    fetches: list[int] = []
+    v, _, _ = make(lambda: fetches.append(1) or {"keys": [dict(rsa, use="enc")]})
+    rejects(v, sign(RSA), "not a signature key")
+    assert len(fetches) == 1
+
+
 def test_kid_path_refuses_a_key_not_for_verify() -> None:
     v, _, _ = make(lambda: {"keys": [dict(RSA.public_jwk, key_ops=["sign"])]})
     rejects(v, sign(), "key_ops does not allow verify")
