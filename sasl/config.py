@@ -100,7 +100,7 @@ class OAuthConfig(BaseModel):
     @model_validator(mode="after")
     def _external_provider_is_pinned(self) -> OAuthConfig:
         if self.jwks_url is None:
-            return self
+            return self._own_issuer_is_expected()
         if self.issuer is None:
             raise ValueError(
                 "oauth.jwks_url needs oauth.issuer: without it every token signed with that provider's "
@@ -114,6 +114,23 @@ class OAuthConfig(BaseModel):
                 "oauth.jwks_url is plain http to a remote host: whoever can alter that traffic can hand "
                 "kgov their own keys and sign any token; use https, or set oauth.jwks_allow_http = true "
                 "if the network path is trusted"
+            )
+        return self
+
+    def _own_issuer_is_expected(self) -> OAuthConfig:
+        # Without jwks_url only kgov's own keys verify, and its issuer writes `token_issuer` and
+        # `token_audience`: expecting another `iss` or `aud` refused every token it issued.
+        if self.issuer is not None and self.issuer != self.token_issuer:
+            raise ValueError(
+                f"oauth.issuer {self.issuer!r} without oauth.jwks_url: tokens are then kgov's own, whose `iss` "
+                f"is oauth.token_issuer ({self.token_issuer!r}); set oauth.token_issuer instead, or set "
+                "oauth.jwks_url for an external identity provider"
+            )
+        if self.audience is not None and self.token_audience not in {a.strip() for a in self.audience.split(",")}:
+            raise ValueError(
+                f"oauth.audience {self.audience!r} without oauth.jwks_url: tokens are then kgov's own, whose "
+                f"`aud` is oauth.token_audience ({self.token_audience!r}); set oauth.token_audience instead, or "
+                "set oauth.jwks_url for an external identity provider"
             )
         return self
 

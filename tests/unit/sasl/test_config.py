@@ -114,3 +114,26 @@ def test_the_scope_claim_cannot_be_the_principal_claim() -> None:
         Settings(oauth={"scope_claim": "email", "principal_claim": "email"})
     settings = Settings(oauth={"scope_claim": "scp", "principal_claim": "client_id"})
     assert (settings.oauth.scope_claim, settings.oauth.principal_claim) == ("scp", "client_id")
+
+
+@pytest.mark.parametrize(
+    "oauth",
+    [
+        {"issuer": "https://idp.example.com"},
+        {"audience": "kafka"},
+        {"audience": "kafka, other", "token_audience": "kgov"},
+        {"issuer": "kgov", "token_issuer": "https://kgov.example.com"},
+    ],
+)
+def test_without_jwks_url_the_expected_issuer_and_audience_must_be_the_issuers_own(oauth: dict[str, str]) -> None:
+    # Without jwks_url, tokens are verified with kgov's own keys, and kgov's issuer writes `token_issuer`
+    # and `token_audience`: another expected `iss` or `aud` refused every token it issued, each login
+    # failing with "issuer does not match" and nothing saying why at start.
+    with pytest.raises(ValidationError, match=r"without oauth\.jwks_url"):
+        Settings(oauth=oauth)
+
+
+def test_without_jwks_url_the_issuers_own_issuer_and_audience_may_be_restated() -> None:
+    oauth = Settings(oauth={"issuer": "kgov", "audience": "kafka, kgov"}).oauth
+    assert (oauth.issuer, oauth.audience) == ("kgov", "kafka, kgov")
+    assert Settings(oauth={"audience": "kafka", "jwks_url": "https://idp.example.com/k", "issuer": "i"}).oauth.audience
