@@ -9,6 +9,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 DAY_MS = 24 * 3600 * 1000
+# The claims kgov's token issuer writes itself (`sasl.issuer.mint_access_token`); the scope claim may be
+# none of them (as "sub" the scope string would become the token's principal).
+ISSUER_CLAIMS = frozenset({"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "client_id"})
 
 
 class AdminConfig(BaseModel):
@@ -84,9 +87,20 @@ class OAuthConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _scope_claim_is_its_own(self) -> OAuthConfig:
+        # The issuer writes the scopes under `scope_claim` next to its own claims: as "sub" the scope
+        # string was the subject, so a client allowed the scope "admin" was issued tokens for User:admin.
+        if self.scope_claim in ISSUER_CLAIMS or self.scope_claim == self.principal_claim:
+            raise ValueError(
+                f"oauth.scope_claim {self.scope_claim!r} must differ from oauth.principal_claim and from the "
+                f"claims kgov's issuer writes ({', '.join(sorted(ISSUER_CLAIMS))}); Kafka's default is \"scope\""
+            )
+        return self
+
+    @model_validator(mode="after")
     def _external_provider_is_pinned(self) -> OAuthConfig:
         if self.jwks_url is None:
-            return self
+            return self._own_issuer_is_expected()
         if self.issuer is None:
             raise ValueError(
                 "oauth.jwks_url needs oauth.issuer: without it every token signed with that provider's "
@@ -100,6 +114,23 @@ class OAuthConfig(BaseModel):
                 "oauth.jwks_url is plain http to a remote host: whoever can alter that traffic can hand "
                 "kgov their own keys and sign any token; use https, or set oauth.jwks_allow_http = true "
                 "if the network path is trusted"
+            )
+        return self
+
+    def _own_issuer_is_expected(self) -> OAuthConfig:
+        # Without jwks_url only kgov's own keys verify, and its issuer writes `token_issuer` and
+        # `token_audience`: expecting another `iss` or `aud` refused every token it issued.
+        if self.issuer is not None and self.issuer != self.token_issuer:
+            raise ValueError(
+                f"oauth.issuer {self.issuer!r} without oauth.jwks_url: tokens are then kgov's own, whose `iss` "
+                f"is oauth.token_issuer ({self.token_issuer!r}); set oauth.token_issuer instead, or set "
+                "oauth.jwks_url for an external identity provider"
+            )
+        if self.audience is not None and self.token_audience not in {a.strip() for a in self.audience.split(",")}:
+            raise ValueError(
+                f"oauth.audience {self.audience!r} without oauth.jwks_url: tokens are then kgov's own, whose "
+                f"`aud` is oauth.token_audience ({self.token_audience!r}); set oauth.token_audience instead, or "
+                "set oauth.jwks_url for an external identity provider"
             )
         return self
 

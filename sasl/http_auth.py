@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from passlib.hash import pbkdf2_sha256
+from passlib.utils import MAX_PASSWORD_SIZE
 
 from authz.model import Principal
 from sasl.mechanism import Failure
@@ -31,6 +32,15 @@ if TYPE_CHECKING:
 
 # A hash of a random value, so a request for an unknown user costs the same as a known one.
 _DUMMY_HASH = pbkdf2_sha256.hash(base64.b64encode(b"kgov-no-such-user").decode())
+# The longest secret passlib hashes or verifies (longer ones raise PasswordSizeError).
+MAX_SECRET_LENGTH = MAX_PASSWORD_SIZE
+
+
+def verify_hashed_secret(secret: str, stored_hash: str) -> bool:
+    """passlib's pbkdf2_sha256 verification for a secret of any length: one longer than passlib takes
+    (it would raise, answering 500 without the failure delay) costs the same PBKDF2 and never matches."""
+    fits = len(secret) <= MAX_SECRET_LENGTH
+    return bool(pbkdf2_sha256.verify(secret[:MAX_SECRET_LENGTH], stored_hash)) and fits
 
 
 def parse_basic(authorization: str | None) -> tuple[str, str] | None:
@@ -65,7 +75,7 @@ class BootstrapAdminAuthenticator:
         if creds is not None:
             user, password = creds
             known = self._hash is not None and hmac.compare_digest(user.encode(), self._user.encode())
-            verified = pbkdf2_sha256.verify(password, self._hash if known and self._hash else _DUMMY_HASH)
+            verified = verify_hashed_secret(password, self._hash if known and self._hash else _DUMMY_HASH)
             if known and verified:
                 return Principal("User", user)
         await asyncio.sleep(self._failure_delay_s)

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from jose import jwt
 
+from sasl.config import ISSUER_CLAIMS
 from sasl.store import StoredSigningKey
 
 SUPPORTED_SIGNING_ALGORITHMS = ("RS256", "ES256")
@@ -54,9 +55,15 @@ def open_private_key(stored: str, kid: str, secret: bytes | None) -> str:
         return stored
     if secret is None:
         raise SealedKeyError("signing key is encrypted but oauth.signing_key_secret is not set")
-    raw = base64.b64decode(stored[len(SEALED_PREFIX) :])
     try:
+        raw = base64.b64decode(stored[len(SEALED_PREFIX) :], validate=True)
+        if len(raw) <= 12 + 16:  # a nonce and a tag, at the least
+            raise ValueError("too short")
         return _sealing_key(secret).decrypt(raw[:12], raw[12:], kid.encode()).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError too
+        # A damaged row: refused like a wrong secret (published, never signed with), not a crash of
+        # every snapshot load.
+        raise SealedKeyError("stored signing key is damaged (not a sealed key kgov wrote)") from None
     except InvalidTag:
         raise SealedKeyError(
             "signing key cannot be opened with the configured oauth.signing_key_secret"
@@ -160,6 +167,8 @@ def mint_access_token(
     lifetime_s: int,
     scope_claim: str = "scope",
 ) -> IssuedToken:
+    if scope_claim in ISSUER_CLAIMS:
+        raise ValueError(f"the scope claim {scope_claim!r} would overwrite a claim the issuer writes itself")
     scope = " ".join(sorted(set(scopes)))
     claims = {
         "iss": issuer,

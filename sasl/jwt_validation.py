@@ -9,7 +9,8 @@ What is refused, each with its own reason for the audit trail (the client only s
   rate-limited refresh; a JWK whose `kty`/`alg`/`use`/`key_ops` does not fit the token's `alg`, and
   RSA keys under 2048 bits (RFC 7518 §3.3; jose4j, which Kafka uses, refuses them too);
 - a token without `kid` unless exactly one JWKS key fits it (see `_kidless_choice`);
-- a bad signature; missing or expired `exp`, future `nbf`/`iat` (all in whole seconds, as jose4j's
+- a bad signature; missing, expired or out-of-range `exp` (its milliseconds must fit in a long, as
+  jose4j's NumericDate.getValueInMillis requires), future `nbf`/`iat` (all in whole seconds, as jose4j's
   NumericDateValidator compares them, and with the configured skew); an `exp` not after `iat` or
   `nbf` (a token that was never valid, see `_check_claims`);
   wrong `iss` or `aud` when configured; a missing principal claim; missing required scopes;
@@ -62,6 +63,9 @@ MAX_KID_LENGTH: Final = 1000
 MAX_REMEMBERED_MISSING_KIDS: Final = 16
 MAX_TOKEN_LENGTH: Final = 16 * 1024
 MIN_RSA_BITS: Final = 2048
+INT64_MAX: Final = 2**63 - 1
+# The latest `exp` whose milliseconds fit in a Java long (jose4j's NumericDate.canConvertToMillis).
+MAX_EXP_S: Final = INT64_MAX // 1000
 
 
 JwksFetcher = Callable[[], Mapping[str, Any]]
@@ -155,10 +159,10 @@ class JwksCache:
             for item in body.get("keys", [])
             if isinstance(item, dict) and isinstance(item.get("kid", ""), str)
         )
-        by_kid: dict[str, int] = {}
+        by_kid: dict[str, tuple[int, ...]] = {}
         for index, item in enumerate(keys):
             if "kid" in item:
-                by_kid.setdefault(item["kid"], index)
+                by_kid[item["kid"]] = (*by_kid.get(item["kid"], ()), index)
         with self._lock:
             self._snapshot = JwksSnapshot(keys, by_kid)
             self._loaded_at = self._monotonic()
@@ -216,20 +220,23 @@ class JwksCache:
         self.ensure_fresh()
         return self._snapshot
 
-    def jwk_for(self, kid: str) -> JwkChoice | None:
+    def jwk_for(self, kid: str, header: Mapping[str, Any], alg: str) -> JwkChoice | None:
+        """The key for a JWS naming `kid` (see `_kid_choice`); one rate-limited refresh when no key
+        has that kid."""
         snapshot = self.current()
         found = snapshot.by_kid.get(kid)
         if found is None and len(kid) <= MAX_KID_LENGTH and self._expedite(kid):
             snapshot = self._snapshot
             found = snapshot.by_kid.get(kid)
-        return None if found is None else JwkChoice(snapshot, found)
+        return None if found is None else _kid_choice(snapshot, found, header, alg)
 
 
 class JwksSnapshot:
-    """One fetched JWKS: its keys in document order, the first position of each `kid`, and the
-    verifiers built from them (built lazily, and forgotten with the snapshot on refresh)."""
+    """One fetched JWKS: its keys in document order, the positions of the keys with each `kid` (RFC
+    7517 §4.5: keys of different types may share one), and the verifiers built from them (built
+    lazily, and forgotten with the snapshot on refresh)."""
 
-    def __init__(self, keys: tuple[dict[str, Any], ...], by_kid: dict[str, int]) -> None:
+    def __init__(self, keys: tuple[dict[str, Any], ...], by_kid: dict[str, tuple[int, ...]]) -> None:
         self.keys = keys
         self.by_kid = by_kid
         self._verifiers: dict[tuple[int, str], _Verifier] = {}
@@ -363,7 +370,7 @@ class JwtValidator:
         elif not isinstance(kid, str) or not kid or len(kid) > MAX_KID_LENGTH:
             raise TokenValidationError("JWS header has no usable 'kid'")
         else:
-            found = self._keys.jwk_for(kid)
+            found = self._keys.jwk_for(kid, header, alg)
             if found is None:
                 raise TokenValidationError(f"no key in the JWKS for kid {kid[:64]!r}")
             choice = found
@@ -390,6 +397,10 @@ class JwtValidator:
         # (NumericDate.now() is milliseconds / 1000, the claim its longValue()), expired when
         # `now - skew >= exp`, so a token stops working AT exp + skew.
         now_whole = math.floor(now)
+        if _whole_seconds(exp) > MAX_EXP_S:
+            # jose4j's NumericDate.getValueInMillis throws when seconds * 1000 overflows a long, so Kafka
+            # refuses the token; here its session lifetime would not fit the wire's int64 either.
+            raise TokenValidationError("JWT 'exp' is out of range")
         if now_whole - p.clock_skew_s >= _whole_seconds(exp):
             raise TokenValidationError("JWT expired")
         # The same whole seconds for `nbf` (jose4j: refused when `now + skew < nbf`) and for `iat`,
@@ -425,7 +436,7 @@ class JwtValidator:
         principal = claims.get(p.principal_claim)
         if not isinstance(principal, str) or not principal.strip():
             raise TokenValidationError(f"JWT has no principal claim {p.principal_claim!r}")
-        if principal != principal.strip() or any(unicodedata.category(c) == "Cc" for c in principal):
+        if not is_clean_principal_name(principal):
             # Kafka trims (so " admin" would become User:admin); a control character would let the
             # name forge lines in the line-based authorizer log. Neither is a name worth accepting.
             raise TokenValidationError(
@@ -460,8 +471,14 @@ class JwtValidator:
             scopes,
             _whole_seconds(exp) * 1000,
             claims,
-            accepted_until_ms=(_whole_seconds(exp) + p.clock_skew_s) * 1000,
+            accepted_until_ms=min((_whole_seconds(exp) + p.clock_skew_s) * 1000, INT64_MAX),
         )
+
+
+def is_clean_principal_name(name: str) -> bool:
+    """No surrounding whitespace and no control character: what a token's principal must be (and so
+    what kgov's issuer may name a client, `CredentialService.set_client`)."""
+    return name == name.strip() and not any(unicodedata.category(c) == "Cc" for c in name)
 
 
 def _is_number(value: Any) -> bool:
@@ -520,6 +537,15 @@ def _kidless_choice(snapshot: JwksSnapshot, header: Mapping[str, Any], alg: str)
     if len(fitting) > 1:
         raise TokenValidationError(f"JWS has no 'kid' and {len(fitting)} keys in the JWKS fit {alg}")
     return JwkChoice(snapshot, fitting[0])
+
+
+def _kid_choice(snapshot: JwksSnapshot, indices: tuple[int, ...], header: Mapping[str, Any], alg: str) -> JwkChoice:
+    """Among the keys with the token's `kid`, the first that fits it (`_fits_kidless`), as jose4j's
+    VerificationJwkSelector narrows a kid's keys by key type, `use`, thumbprints, `alg` and curve and
+    takes the first left. None fits: the first key with the kid, which `_check_key_fits` then refuses
+    with the reason."""
+    fitting = [i for i in indices if _fits_kidless(snapshot.keys[i], header, alg)]
+    return JwkChoice(snapshot, fitting[0] if fitting else indices[0])
 
 
 def _check_key_fits(jwk: Mapping[str, Any], alg: str) -> None:

@@ -486,7 +486,11 @@ class ScramClient:
         m = _SERVER_FIRST.fullmatch(text)
         if m is None:
             raise ScramError("Invalid SCRAM server first message format")
-        nonce, iterations = m.group("nonce"), int(m.group("iterations"))
+        nonce = m.group("nonce")
+        try:
+            iterations = int(m.group("iterations"))
+        except ValueError:  # over Python's 4300 digits (Kafka: NumberFormatException -> SaslException)
+            raise ScramError("Invalid SCRAM server first message format: invalid iterations") from None
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
             raise ScramError("Invalid server nonce: does not start with client nonce")
         if iterations < self.mechanism.min_iterations:

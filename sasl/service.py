@@ -53,8 +53,15 @@ from sasl.delegation import (
     token_scram_credentials,
     visible,
 )
+from sasl.http_auth import MAX_SECRET_LENGTH, verify_hashed_secret
 from sasl.issuer import IssuedToken
-from sasl.jwt_validation import JwksCache, JwtValidator, ValidationPolicy, http_jwks_fetcher
+from sasl.jwt_validation import (
+    JwksCache,
+    JwtValidator,
+    ValidationPolicy,
+    http_jwks_fetcher,
+    is_clean_principal_name,
+)
 from sasl.mechanism import Failure, ServerMechanism, Step, Success, UnsupportedMechanismError
 from sasl.oauthbearer import OAuthBearerServer, TokenValidationError, ValidatedToken
 from sasl.plain import PlainServer, VerifiedUser
@@ -823,9 +830,20 @@ class CredentialService:
                 CredentialError.UNACCEPTABLE_CREDENTIAL,
                 f"client_id must be non-empty, at most {MAX_NAME_LENGTH} characters, without ':' or NUL",
             )
+        if not is_clean_principal_name(client_id):
+            # The client id is its tokens' principal (`sub`), which the validator refuses so.
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                "client_id must not have surrounding spaces or control characters",
+            )
         if len(secret) < 16:
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL, "client_secret must have at least 16 characters"
+            )
+        if len(secret) > MAX_SECRET_LENGTH:  # passlib hashes no longer secret
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                f"client_secret must have at most {MAX_SECRET_LENGTH} characters",
             )
         scope_list = sorted({s for s in scopes if s})
         if any(not _valid_scope_token(s) for s in scope_list):
@@ -862,7 +880,7 @@ class CredentialService:
 
     def authenticate_client(self, client_id: str, secret: str) -> ServiceAccount | None:
         account = self.store.get_client(client_id)
-        ok = pbkdf2_sha256.verify(secret, account.secret_hash if account else _DUMMY_CLIENT_HASH)
+        ok = verify_hashed_secret(secret, account.secret_hash if account else _DUMMY_CLIENT_HASH)
         return account if ok and account else None
 
     # -- token issuer ----------------------------------------------------------------------------

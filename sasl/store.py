@@ -268,6 +268,10 @@ class CredentialStore:
         return bool(n)
 
     def get_client(self, client_id: str) -> ServiceAccount | None:
+        if "\x00" in client_id:
+            # No client id holds NUL (`CredentialService.set_client`), and PostgreSQL cannot even compare
+            # one: the form of `POST /oauth/token` would otherwise turn `%00` into a database error.
+            return None
         with self.engine.connect() as conn:
             r = conn.execute(
                 sa.select(service_accounts).where(service_accounts.c.client_id == client_id)

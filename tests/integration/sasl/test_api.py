@@ -340,6 +340,33 @@ def test_token_endpoint_rfc6749_edges(app_env) -> None:
     assert "too large" in r.json()["error_description"]
 
 
+def test_an_overlong_client_secret_is_a_clear_refusal_not_a_server_error(app_env) -> None:
+    """passlib refuses secrets over 4096 characters with PasswordSizeError; a 5000-character
+    client_secret (well within the 16 KiB form) made `POST /oauth/token` answer 500, uncounted,
+    unaudited and undelayed, and `POST /v1/oauth/clients` answer 500 too."""
+    client, _app, _clock, _ = app_env
+    long_secret = "s" * 5000
+    r = client.post(
+        "/v1/oauth/clients", json={"client_id": "job", "client_secret": long_secret, "scopes": []}, headers=ADMIN
+    )
+    assert r.status_code == 400 and "client_secret" in r.json()["message"]
+    client.post(
+        "/v1/oauth/clients",
+        json={"client_id": "job", "client_secret": "job-secret-0123456789", "scopes": []},
+        headers=ADMIN,
+    )
+    for form, headers in (
+        ({"grant_type": "client_credentials", "client_id": "job", "client_secret": long_secret}, {}),
+        ({"grant_type": "client_credentials"}, basic("job", long_secret)),
+        ({"grant_type": "client_credentials"}, basic("job", "job-secret-0123456789" + "x" * 5000)),
+    ):
+        r = client.post("/oauth/token", data=form, headers=headers)
+        assert (r.status_code, r.json()["error"]) == (401, "invalid_client")
+    r = client.post("/oauth/token", data={"grant_type": "client_credentials"},
+                    headers=basic("job", "job-secret-0123456789"))
+    assert r.status_code == 200
+
+
 def test_delegation_token_endpoints(app_env) -> None:
     client, app, clock, _ = app_env
     for user in ("alice", "bob", "eve"):

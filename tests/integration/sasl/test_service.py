@@ -278,6 +278,30 @@ def test_tokens_disabled_without_secret(db_url: str) -> None:
     engine.dispose()
 
 
+def test_a_client_id_with_nul_is_an_unknown_client_on_every_database(env) -> None:
+    # `POST /oauth/token` hands the form's client_id (`%00` decodes to NUL) to `authenticate_client`.
+    # PostgreSQL cannot even compare a NUL string: the look-up used to raise DataError (a 500, neither
+    # counted nor audited nor delayed). No stored client id holds NUL (`set_client`), so: unknown.
+    svc, _, _, _ = env
+    svc.set_client("worker-svc", "worker-secret-0123456789", ["kafka"], actor=ALICE)
+    assert svc.store.get_client("worker-svc\x00") is None
+    assert svc.authenticate_client("worker-svc\x00", "worker-secret-0123456789") is None
+    assert svc.authenticate_client("\x00", "worker-secret-0123456789") is None
+    assert svc.authenticate_client("worker-svc", "worker-secret-0123456789") is not None
+
+
+@pytest.mark.parametrize("client_id", [" worker", "worker ", "wor\nker", "worker\x1b[0m", "\u0085worker"])
+def test_a_client_id_no_token_of_it_could_log_in_with_is_refused(env, client_id: str) -> None:
+    # The issuer's tokens name the client id as `sub`, and the validator refuses a principal with
+    # surrounding spaces or control characters: such a client was stored, given tokens, and every one
+    # of them refused.
+    svc, _, _, _ = env
+    with pytest.raises(CredentialError) as err:
+        svc.set_client(client_id, "worker-secret-0123456789", ["kafka"], actor=ALICE)
+    assert err.value.code == CredentialError.UNACCEPTABLE_CREDENTIAL
+    assert svc.list_clients() == []
+
+
 def test_client_credentials_flow(env) -> None:
     svc, clock, audit, _ = env
     svc.set_client("worker-svc", "worker-secret-0123456789", ["kafka", "read"], actor=ALICE)

@@ -99,3 +99,41 @@ def test_an_external_provider_without_an_audience_is_warned_about(tmp_path: Path
     with caplog.at_level(logging.WARNING, logger="kgov.sasl"):
         CredentialService(engine, Settings(dev_mode=True, oauth={**base, "audience": "kafka"}))
     assert "without oauth.audience" not in caplog.text
+
+
+@pytest.mark.parametrize("claim", ["sub", "iss", "aud", "exp", "nbf", "iat", "jti", "client_id"])
+def test_the_scope_claim_cannot_be_a_claim_the_issuer_writes(claim: str) -> None:
+    # kgov's issuer writes the scopes under `scope_claim` after its own claims: as "sub" it replaced
+    # the subject, so a client allowed the scope "admin" got tokens for User:admin (a super user).
+    with pytest.raises(ValidationError, match=r"oauth\.scope_claim"):
+        Settings(oauth={"scope_claim": claim})
+
+
+def test_the_scope_claim_cannot_be_the_principal_claim() -> None:
+    with pytest.raises(ValidationError, match=r"oauth\.scope_claim"):
+        Settings(oauth={"scope_claim": "email", "principal_claim": "email"})
+    settings = Settings(oauth={"scope_claim": "scp", "principal_claim": "client_id"})
+    assert (settings.oauth.scope_claim, settings.oauth.principal_claim) == ("scp", "client_id")
+
+
+@pytest.mark.parametrize(
+    "oauth",
+    [
+        {"issuer": "https://idp.example.com"},
+        {"audience": "kafka"},
+        {"audience": "kafka, other", "token_audience": "kgov"},
+        {"issuer": "kgov", "token_issuer": "https://kgov.example.com"},
+    ],
+)
+def test_without_jwks_url_the_expected_issuer_and_audience_must_be_the_issuers_own(oauth: dict[str, str]) -> None:
+    # Without jwks_url, tokens are verified with kgov's own keys, and kgov's issuer writes `token_issuer`
+    # and `token_audience`: another expected `iss` or `aud` refused every token it issued, each login
+    # failing with "issuer does not match" and nothing saying why at start.
+    with pytest.raises(ValidationError, match=r"without oauth\.jwks_url"):
+        Settings(oauth=oauth)
+
+
+def test_without_jwks_url_the_issuers_own_issuer_and_audience_may_be_restated() -> None:
+    oauth = Settings(oauth={"issuer": "kgov", "audience": "kafka, kgov"}).oauth
+    assert (oauth.issuer, oauth.audience) == ("kgov", "kafka, kgov")
+    assert Settings(oauth={"audience": "kafka", "jwks_url": "https://idp.example.com/k", "issuer": "i"}).oauth.audience

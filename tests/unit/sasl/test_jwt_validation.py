@@ -475,6 +475,31 @@ def test_kidless_token_keeps_every_other_check() -> None:
     rejects(v4, _kidless(EC), "curve does not fit")
 
 
+def test_keys_sharing_a_kid_are_told_apart_as_jose4j_does() -> None:
+    """RFC 7517 §4.5 lets keys of different types share a `kid`; providers also publish an encryption
+    key beside a signing key under one kid. jose4j's VerificationJwkSelector (Kafka's resolver) filters
+    the kid's keys by the algorithm's key type and `use` before it picks one; kgov took the first key
+    with the kid and refused the token when that one did not fit."""
+    rsa, other = dict(RSA.public_jwk), dict(OTHER.public_jwk)
+    ec_same_kid = dict(EC.public_jwk, kid=RSA.kid)
+    v, _, _ = make(lambda: {"keys": [rsa, ec_same_kid]})
+    assert v.validate(sign(EC, headers={"kid": RSA.kid})).principal_name == "worker-1"
+    assert v.validate(sign(RSA)).principal_name == "worker-1"
+    v, _, _ = make(lambda: {"keys": [dict(other, kid=RSA.kid, use="enc"), rsa]})
+    assert v.validate(sign(RSA)).principal_name == "worker-1"
+    # the signing key is the one used: a token signed with the encryption key's private half fails
+    rejects(v, sign(OTHER, headers={"kid": RSA.kid}), "signature verification failed")
+    # several keys fit: the first, as jose4j (`select` answers the first of the filtered list)
+    v, _, _ = make(lambda: {"keys": [rsa, dict(other, kid=RSA.kid)]})
+    assert v.validate(sign(RSA)).principal_name == "worker-1"
+    rejects(v, sign(OTHER, headers={"kid": RSA.kid}), "signature verification failed")
+    # none fits: refused with the reason of the first key with that kid, and no refresh
+    fetches: list[int] = []
+    v, _, _ = make(lambda: fetches.append(1) or {"keys": [dict(rsa, use="enc")]})
+    rejects(v, sign(RSA), "not a signature key")
+    assert len(fetches) == 1
+
+
 def test_kid_path_refuses_a_key_not_for_verify() -> None:
     v, _, _ = make(lambda: {"keys": [dict(RSA.public_jwk, key_ops=["sign"])]})
     rejects(v, sign(), "key_ops does not allow verify")
@@ -515,6 +540,25 @@ def test_validated_token_says_until_when_the_validator_accepts_it(exp: float, sk
     end_s = token.accepted_until_ms / 1000
     assert make(now=end_s - 0.001, clock_skew_s=skew)[0].validate(sign(exp=exp, iat=NOW - 120)).principal_name
     rejects(make(now=end_s, clock_skew_s=skew)[0], sign(exp=exp, iat=NOW - 120), "JWT expired")
+
+
+INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize("exp", [INT64_MAX // 1000 + 1, 2**63, 10**20, 1e19])
+def test_an_exp_whose_milliseconds_do_not_fit_in_a_long_is_refused(exp: float) -> None:
+    # jose4j's NumericDate.getValueInMillis (Kafka's BrokerJwtValidator reads `exp` with it) throws when
+    # seconds * 1000 overflows a long, so Kafka refuses such a token. Accepted, its session lifetime
+    # (KIP-368) would not fit SaslAuthenticateResponse's int64 session_lifetime_ms either.
+    v, _, _ = make()
+    rejects(v, sign(exp=exp), "JWT 'exp' is out of range")
+
+
+def test_the_largest_exp_kafka_takes_gives_lifetimes_that_fit_in_a_long() -> None:
+    v, _, _ = make(clock_skew_s=300)
+    token = v.validate(sign(exp=INT64_MAX // 1000))
+    assert token.expiry_ms == INT64_MAX // 1000 * 1000
+    assert token.accepted_until_ms is not None and token.accepted_until_ms <= INT64_MAX
 
 
 def test_a_stale_jwks_is_refreshed_by_one_caller_while_the_others_use_the_keys_they_have() -> None:

@@ -250,6 +250,16 @@ def test_client_refuses_bad_server_first() -> None:
         client.verify_server_final(b"e=invalid-proof")
 
 
+def test_client_refuses_an_iteration_count_too_long_to_read_with_scram_error() -> None:
+    # Python's int() refuses over 4300 digits with ValueError, which callers catching ScramError (the
+    # gateway's upstream login) would not expect; Kafka's ScramMessages answers SaslException.
+    client = ScramClient(SCRAM_SHA_256, "u", "pw", nonce="abc")
+    client.first_message()
+    for digits in (b"9" * 5000, b"0" * 5000 + b"4096"):
+        with pytest.raises(ScramError, match="invalid iterations"):
+            client.final_message(b"r=abc123,s=QSXCR+Q6sek8bf92,i=" + digits)
+
+
 def test_session_lifetime_and_expiry() -> None:
     cred = derive_credential(SCRAM_SHA_256, "pw", iterations=4096)
 
