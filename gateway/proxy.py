@@ -674,7 +674,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             client = ScramClient(MECHANISMS[mechanism], username, password)
             response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=client.first_message()))
             if not response.error_code:
-                final = client.final_message(bytes(response.auth_bytes))
+                try:
+                    final = client.final_message(bytes(response.auth_bytes))
+                except ScramError as exc:  # the upstream's server-first message: its fault, not ours
+                    raise UpstreamLoginError(f"upstream {mechanism} exchange failed: {exc}") from exc
                 response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=final))
                 if not response.error_code:
                     try:
