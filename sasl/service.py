@@ -618,8 +618,13 @@ class CredentialService:
 
     def verify_password_cached(self, username: str, password: str) -> VerifiedUser | None:
         """The derivation cache's answer for a password verified recently, or None (meaning: run
-        `verify_password`). Cheap enough for an event loop: no PBKDF2 here."""
-        snap = self._current()
+        `verify_password`). Cheap enough for an event loop: no PBKDF2 and no database here. When a
+        credential refresh is due it answers None: the refresh (a query, perhaps a reload of every
+        credential) then runs in `verify_password`, off the loop, and a removed user is not served
+        from a snapshot nobody refreshes."""
+        if elapsed_clock() - self._checked_at >= self.sasl.refresh_interval_s:
+            return None
+        snap = self._snapshot
         for mech in (SCRAM_SHA_512, MECHANISMS["SCRAM-SHA-256"]):
             cred = snap.scram.get((username, mech.name))
             if cred is not None:

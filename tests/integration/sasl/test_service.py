@@ -991,3 +991,32 @@ def test_oauthbearer_refuses_a_token_whose_exp_is_not_after_its_iat_or_nbf(env) 
         final = server.step(b"\x01")
         assert isinstance(final, Failure) and final.reason == f"JWT 'exp' is not after its '{claim}'"
         assert audit.events[-1].data["result"]["reason"] == final.reason
+
+
+def test_the_cached_password_check_never_queries_the_database(db_url: str) -> None:
+    """`verify_password_cached` runs on the HTTP server's event loop: when a credential refresh is due
+    it answers None (the caller then runs `verify_password` in a thread, which refreshes) instead of
+    querying the database, or reloading every credential, on the loop. A fresh snapshot answers."""
+    import time
+
+    from sqlalchemy import event
+
+    engine = open_engine(db_url)
+    svc = CredentialService(engine, settings(refresh_interval_s=0.2), clock=Clock())
+    svc.set_scram_credential("alice", "SCRAM-SHA-512", "alice-pw", actor=ALICE)
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    try:
+        assert svc.verify_password("alice", "alice-pw") is not None  # refreshes, and caches the derivation
+        statements.clear()
+        assert svc.verify_password_cached("alice", "alice-pw") is not None  # fresh: answered from the cache
+        time.sleep(0.3)  # the refresh interval has passed
+        assert svc.verify_password_cached("alice", "alice-pw") is None
+        assert statements == []
+        assert svc.verify_password("alice", "alice-pw") is not None  # the thread's call refreshes
+        assert statements
+        statements.clear()
+        assert svc.verify_password_cached("alice", "alice-pw") is not None
+        assert statements == []
+    finally:
+        engine.dispose()
