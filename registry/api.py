@@ -495,9 +495,10 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
                                                          may_read=reference_reader(request, principal))
         )
     except IncompatibleSchemaError as exc:
-        # Confluent's details quote the subject's stored schema, its versions and level; its security
-        # plugin asks only SUBJECT_WRITE to register, so a writer could read what it may not fetch.
-        # kgov departs: a caller without READ on the subject gets the refusal without them.
+        # Confluent's details (SchemaValidatorBuilder.formatErrorMessages) quote the subject's stored
+        # schema, its versions and level to every caller, and registering needs WRITE only, so a writer
+        # could read what it may not fetch. kgov departs: without READ on the subject, no details
+        # (registry/README.md, Access control).
         if subject not in readable(request, principal, [subject]):
             raise exc.without_details() from None
         raise
