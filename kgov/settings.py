@@ -26,7 +26,7 @@ from audit.integrity import IntegrityKey, IntegrityKeyError, load_key
 from authz.config import AuthzConfig, parse_super_users
 from authz.model import InvalidAclError, Principal
 from gateway.config import GatewayConfig
-from kgov.private_files import local_secret, private_dir, saved_secret
+from kgov.private_files import local_secret, private_dir, saved_secret, sqlite_file
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
@@ -231,10 +231,15 @@ class Settings(BaseSettings):
 
     def adopt_saved_secrets(self) -> None:
         """Sets `sasl.delegation_token_secret_key` and `oauth.signing_key_secret`, where they are unset,
-        from the files `kgov up` keeps in the data directory, when they exist: the credential commands then
-        act on `kgov up`'s database with its keys, as they find its database in the same directory. Never
-        creates a file (a key of their own would make tokens the platform refuses, or seal a signing key
-        it cannot open)."""
+        from the files `kgov up` keeps in the data directory, when they exist and the database is that
+        directory's own (`kgov.db`): the credential commands then act on `kgov up`'s database with its
+        keys, as they find its database there. Never creates a file (a key of their own would make tokens
+        the platform refuses, or seal a signing key it cannot open), and leaves another database alone: a
+        `.kgov` left by a trial of `kgov up` must not seal a production database's new signing key."""
+        own = (self.data_dir / "kgov.db").resolve()
+        database = sqlite_file(self.db) if self.db is not None else own
+        if database is None or database.resolve() != own:
+            return
         for section, name, path in ((self.sasl, "delegation_token_secret_key", self.delegation_token_key_file),
                                     (self.oauth, "signing_key_secret", self.signing_key_secret_file)):
             if getattr(section, name) is not None:

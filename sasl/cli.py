@@ -186,9 +186,10 @@ class _DbTokens:
             # the data directory, where `kgov up` keeps the one it generates).
             raise CliError(
                 "delegation tokens need sasl.delegation_token_secret_key, the same key as the control plane's: "
-                "set KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY, point KGOV_DATA_DIR at the data directory of "
-                f"`kgov up` (no {session.settings.delegation_token_key_file} here), or go through a running "
-                "control plane with --url http://HOST:PORT --user NAME"
+                "set KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY, or work on the database of `kgov up` (KGOV_DATA_DIR "
+                f"set to its data directory, without --db: {session.settings.delegation_token_key_file} is read "
+                "with that directory's kgov.db only), or go through a running control plane with "
+                "--url http://HOST:PORT --user NAME"
             )
         self.s = session
 

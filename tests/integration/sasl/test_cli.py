@@ -124,14 +124,18 @@ def test_tokens(cli) -> None:
 
 
 def test_tokens_without_the_secret_key_say_how_to_get_one(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As after `kgov up`, whose key stays in its process: the CLI names the setting and --url."""
-    run, *_ = cli
+    """Without the key (set, or beside the data directory's database): the CLI says where it could come from."""
+    run, _, tmp_path = cli
     monkeypatch.delenv("KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY")
     for argv in (("create", "--owner-principal", "User:alice"), ("describe",), ("expire", "--hmac", "AAAA")):
         code, out, err = run("tokens", *argv)
         assert code == 2 and out == ""
         assert "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY" in err and "KGOV_DATA_DIR" in err, err
-        assert "delegation-token.key here" in err and "--url http://HOST:PORT" in err, err
+        assert "delegation-token.key is read" in err and "--url http://HOST:PORT" in err, err
+    # A key `kgov up` left in the data directory is not taken for another database (this one is elsewhere).
+    (tmp_path / "delegation-token.key").write_text("k" * 43 + "\n")
+    code, _, err = run("tokens", "describe")
+    assert code == 2 and "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY" in err, err
 
 
 def test_oauth_clients_and_keys(cli) -> None:
