@@ -1,10 +1,15 @@
-"""`kgov up`'s broker relay: what asking the kernel who opened a connection costs, with many sockets open.
+"""`kgov up`'s broker relays: what asking the kernel who is at the other end costs, with many sockets open.
 
-The relay (kgov.broker_sandbox.OwnerOnlyRelay) looks up the uid owning the peer of every connection it
-accepts. Two ways: `proc` scans /proc/net/tcp and /proc/net/tcp6 (every socket of the host, so any local
-user can make it slower by opening sockets); `sock_diag` asks netlink for the one socket by its 4-tuple.
+The sandboxed broker's relay (kgov.broker_sandbox.OwnerOnlyRelay) looks up the uid owning the peer of every
+connection it accepts. Two ways: `proc` scans /proc/net/tcp and /proc/net/tcp6 (every socket of the host,
+so any local user can make it slower by opening sockets); `sock_diag` asks netlink for the one socket by its
+4-tuple. The plain broker's relay (PortHoldingRelay) asks, for every connection, who owns the listeners on
+the broker's port: `sock_diag` dumps the listening sockets; `proc` reads the tables' listeners, which Linux
+writes first, and stops after them; `proc-whole` reads every line (what `proc` did before, and still does
+where /proc lists sockets in another order).
 This opens `--sockets` loopback sockets (half of them connected pairs), then times each lookup on one
-accepted connection `--rounds` times and prints the median and p99 per lookup, and their ratio.
+accepted connection (or its listener's port) `--rounds` times and prints the median and p99 per lookup,
+and the ratios.
 
     .venv/bin/python bench/broker_relay_lookup_bench.py [--sockets 8000] [--rounds 200]
 
@@ -24,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kgov.broker_sandbox import diag_peer_uid, proc_peer_uid
+from kgov.broker_sandbox import diag_listener_uids, diag_peer_uid, proc_listener_uids, proc_peer_uid
 
 
 def _open_sockets(stack: contextlib.ExitStack, count: int) -> None:
@@ -37,13 +42,24 @@ def _open_sockets(stack: contextlib.ExitStack, count: int) -> None:
         del client
 
 
-def _time(lookup: Callable[[socket.socket], int | None], conn: socket.socket, rounds: int) -> list[float]:
+def _time(lookup: Callable[[], object], rounds: int) -> list[float]:
     took = []
     for _ in range(rounds):
         start = time.perf_counter()
-        assert lookup(conn) is not None
+        assert lookup() not in (None, set())  # found: uid 0 counts, an empty set of listeners does not
         took.append(time.perf_counter() - start)
     return took
+
+
+def _report(title: str, lookups: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    print(title)
+    medians = {}
+    for name, lookup in lookups.items():
+        took = sorted(_time(lookup, rounds))
+        medians[name] = statistics.median(took)
+        p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
+        print(f"{name:>10}: median {medians[name] * 1e3:8.3f} ms   p99 {p99 * 1e3:8.3f} ms   ({rounds} lookups)")
+    return medians
 
 
 def main() -> None:
@@ -58,14 +74,16 @@ def main() -> None:
         stack.enter_context(socket.create_connection(server.getsockname()[:2]))
         conn = stack.enter_context(server.accept()[0])
         print(f"sockets opened by this bench: {args.sockets}; listed in /proc/net/tcp{{,6}}: {listed}")
-        medians = {}
-        for name, lookup in (("proc", proc_peer_uid), ("sock_diag", diag_peer_uid)):
-            took = sorted(_time(lookup, conn, args.rounds))
-            medians[name] = statistics.median(took)
-            p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
-            print(f"{name:>9}: median {medians[name] * 1e3:8.3f} ms   p99 {p99 * 1e3:8.3f} ms   "
-                  f"({args.rounds} lookups)")
-        print(f"proc / sock_diag (median): {medians['proc'] / medians['sock_diag']:.0f}x")
+        peer = _report("peer of a connection (OwnerOnlyRelay):",
+                       {"proc": lambda: proc_peer_uid(conn), "sock_diag": lambda: diag_peer_uid(conn)}, args.rounds)
+        print(f"proc / sock_diag (median): {peer['proc'] / peer['sock_diag']:.0f}x")
+        port = server.getsockname()[1]
+        listener = _report("listeners of a port (PortHoldingRelay):", {
+            "proc-whole": lambda: proc_listener_uids(port, whole_tables=True),
+            "proc": lambda: proc_listener_uids(port),
+            "sock_diag": lambda: diag_listener_uids(port)}, args.rounds)
+        print(f"proc-whole / proc (median): {listener['proc-whole'] / listener['proc']:.0f}x; "
+              f"proc / sock_diag: {listener['proc'] / listener['sock_diag']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -425,6 +425,7 @@ class OwnerOnlyRelay(_Relay):
 
 
 _LISTEN = "0A"  # the `st` column of a listening socket (TCP_LISTEN)
+_SYN_RECV = "03"
 _TCP_LISTEN = 10
 _NLM_F_DUMP = 0x300
 _NLMSG_DONE = 3
@@ -438,21 +439,40 @@ def _listener_addresses(port: int) -> frozenset[str]:
                       "0" * 32 + f":{port:04X}"})
 
 
-def proc_listener_uids(port: int, tables: Sequence[Path] = PROC_NET_TABLES) -> set[int] | None:
+def proc_listener_uids(port: int, tables: Sequence[Path] = PROC_NET_TABLES, *,
+                       whole_tables: bool = False) -> set[int] | None:
     """The uids owning the listening sockets where a connection to 127.0.0.1:port could go (the kernel's
-    socket tables; a listener's uid is its creator's). None when a table cannot be read. Reads every
-    line of both tables (some milliseconds with a few hundred sockets): the fallback for diag_listener_uids."""
+    socket tables; a listener's uid is its creator's). None when a table cannot be read. The fallback for
+    diag_listener_uids.
+
+    Linux writes each table's listening sockets first: tcp_get_idx and tcp_seq_next (net/ipv4/tcp_ipv4.c,
+    which serves tcp6 too) walk the listening hash, then the established one, which holds every other
+    socket (connections, SYN_RECV since 4.4, TIME_WAIT) and never a listener. So the read stops at the
+    first line past the listeners, and the kernel formats no more than a page beyond them: its cost grows
+    with the host's listeners, as sock_diag's dump does, not with every connection on the host, which any
+    local user can multiply (bench/broker_relay_lookup_bench.py). A SYN_RECV line does not stop it (before
+    4.4 a listener's pending connections were written after it). `whole_tables` reads every line, for a
+    /proc that lists sockets in another order (choose_listener_lookup finds out)."""
     wanted = _listener_addresses(port)
     owners = set()
     for table in tables:
         try:
-            lines = table.read_text().splitlines()[1:]
+            with table.open() as fh:
+                # The whole table in a few large reads, as before; else line by line, to stop early.
+                lines = iter(fh.read().splitlines() if whole_tables else fh)
+                next(lines, None)  # the header
+                for line in lines:
+                    # sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...
+                    fields = line.split()
+                    if len(fields) <= 7:
+                        continue
+                    if fields[3] == _LISTEN:
+                        if fields[1] in wanted:
+                            owners.add(int(fields[7]))
+                    elif fields[3] != _SYN_RECV and not whole_tables:
+                        break
         except OSError:
             return None
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 7 and fields[3] == _LISTEN and fields[1] in wanted:
-                owners.add(int(fields[7]))
     return owners
 
 
@@ -517,12 +537,22 @@ ListenerLookup = Callable[[int], "set[int] | None"]
 def choose_listener_lookup(tables: Sequence[Path] = PROC_NET_TABLES,
                            candidates: Sequence[str] = ("sock_diag", "proc")) -> tuple[str, ListenerLookup]:
     """The first lookup, of `candidates`, that names this process's uid alone as the owner of a listener
-    it opens: sock_diag (a dump of the listeners) or the /proc tables (a scan of every socket). Raises
-    OwnerUnknowable when none works."""
-    lookups: dict[str, ListenerLookup] = {"sock_diag": diag_listener_uids,
-                                          "proc": lambda port: proc_listener_uids(port, tables)}
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        for name in candidates:
+    it opens: sock_diag (a dump of the listeners) or the /proc tables (their listeners, written first).
+    The probe listener is opened after a connection, so that a /proc listing sockets in the order they
+    were made (not Linux's) shows it after that connection: the listeners-first read then misses it, and
+    "proc-whole" (every line of the tables) is used instead. Raises OwnerUnknowable when none works."""
+    lookups: dict[str, ListenerLookup] = {
+        "sock_diag": diag_listener_uids,
+        "proc": lambda port: proc_listener_uids(port, tables),
+        "proc-whole": lambda port: proc_listener_uids(port, tables, whole_tables=True),
+    }
+    tried = [n for name in candidates for n in ((name, "proc-whole") if name == "proc" else (name,))]
+    with contextlib.ExitStack() as stack:
+        earlier = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        stack.enter_context(socket.create_connection(earlier.getsockname()[:2], timeout=5))
+        stack.enter_context(earlier.accept()[0])
+        probe = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        for name in tried:
             try:
                 if lookups[name](probe.getsockname()[1]) == {os.geteuid()}:
                     return name, lookups[name]

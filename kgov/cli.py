@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start the whole platform on embedded defaults")
     up.add_argument("--upstream", default=None, help="front an existing Kafka cluster (HOST:PORT)")
-    up.add_argument("--data-dir", type=Path, default=Path(".kgov"))
+    up.add_argument("--data-dir", type=Path, default=None,
+                    help="where kgov keeps its files (default: the data_dir setting, .kgov)")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8080, help="control-plane port")
     _add_remote_flag(up)

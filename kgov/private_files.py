@@ -106,7 +106,24 @@ def local_secret(path: Path) -> str:
         finally:
             staged.unlink()
     private_file(path)  # an earlier version, or a copy, may have left it readable to others
-    value = path.read_text().strip()
+    return _checked_secret(path, path.read_text())
+
+
+def saved_secret(path: Path) -> str | None:
+    """The key `local_secret` keeps at `path` (made owner-only, checked as it checks it), or None when there
+    is no such file: for the commands that use what `kgov up` generated and must never generate one (a key
+    of their own would not open what the platform's key made). A symlink is refused (ELOOP), as there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd) as fh:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        return _checked_secret(path, fh.read())
+
+
+def _checked_secret(path: Path, text: str) -> str:
+    value = text.strip()
     if len(value) < LOCAL_SECRET_MIN_CHARS:
         raise RuntimeError(
             f"{path} holds a key of {len(value)} characters, fewer than the {LOCAL_SECRET_MIN_CHARS} kgov "

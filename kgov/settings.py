@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,7 +26,7 @@ from audit.integrity import IntegrityKey, IntegrityKeyError, load_key
 from authz.config import AuthzConfig, parse_super_users
 from authz.model import InvalidAclError, Principal
 from gateway.config import GatewayConfig
-from kgov.private_files import local_secret, private_dir
+from kgov.private_files import local_secret, private_dir, saved_secret, sqlite_file
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
 
@@ -218,6 +218,38 @@ class Settings(BaseSettings):
         # Beside the database, not in the audit directory: whoever ships or rotates the audit files away
         # (a log collector) does not get the key that seals them.
         return self.audit.integrity_key_file or self.data_dir / "audit-integrity.key"
+
+    @property
+    def delegation_token_key_file(self) -> Path:
+        """Where `kgov up` keeps the `sasl.delegation_token_secret_key` it generates when none is set."""
+        return self.data_dir / "delegation-token.key"
+
+    @property
+    def signing_key_secret_file(self) -> Path:
+        """Where `kgov up` keeps the `oauth.signing_key_secret` it generates when none is set."""
+        return self.data_dir / "signing-key.secret"
+
+    def adopt_saved_secrets(self) -> None:
+        """Sets `sasl.delegation_token_secret_key` and `oauth.signing_key_secret`, where they are unset,
+        from the files `kgov up` keeps in the data directory, when they exist and the database is that
+        directory's own (`kgov.db`): the credential commands then act on `kgov up`'s database with its
+        keys, as they find its database there. Never creates a file (a key of their own would make tokens
+        the platform refuses, or seal a signing key it cannot open), and leaves another database alone: a
+        `.kgov` left by a trial of `kgov up` must not seal a production database's new signing key."""
+        own = (self.data_dir / "kgov.db").resolve()
+        database = sqlite_file(self.db) if self.db is not None else own
+        if database is None or database.resolve() != own:
+            return
+        for section, name, path in ((self.sasl, "delegation_token_secret_key", self.delegation_token_key_file),
+                                    (self.oauth, "signing_key_secret", self.signing_key_secret_file)):
+            if getattr(section, name) is not None:
+                continue
+            try:
+                saved = saved_secret(path)
+            except (RuntimeError, OSError) as exc:  # `kgov` prints a ValueError as a usage error
+                raise ValueError(f"{exc} (the key `kgov up` keeps for {name})") from None
+            if saved is not None:
+                setattr(section, name, SecretStr(saved))
 
     def audit_integrity_key(self) -> IntegrityKey | None:
         """The key the audit sinks seal their chain with; None with `[audit] integrity = false`. The default

@@ -392,6 +392,19 @@ def close_unused_decision_api(settings: Settings) -> None:
         settings.authz.decision_api_networks = []
 
 
+def keep_dev_secrets(settings: Settings) -> None:
+    """The keys dev mode generates where the settings set none, kept in the data directory (0600) from one
+    run to the next; the credential commands read them there too (Settings.adopt_saved_secrets)."""
+    private_dir(settings.data_dir)
+    if settings.sasl.delegation_token_secret_key is None:
+        # The master key of delegation tokens: tokens issued by one run stay valid in the next.
+        settings.sasl.delegation_token_secret_key = SecretStr(local_secret(settings.delegation_token_key_file))
+    if settings.oauth.signing_key_secret is None:
+        # A key that seals the token issuer's private keys in the database (a copy of kgov.db alone cannot
+        # sign tokens). Keys stored plain by an earlier run still open.
+        settings.oauth.signing_key_secret = SecretStr(local_secret(settings.signing_key_secret_file))
+
+
 def run_up(args: argparse.Namespace) -> int:
     try:
         return _run_up(args)
@@ -410,20 +423,14 @@ def _run_up(args: argparse.Namespace) -> int:
     os.umask(0o077)
     allow_remote = bool(getattr(args, "allow_remote_plaintext", False))
     check_control_plane_exposure(args.host, None, None, allow_remote)
-    data_dir: Path = args.data_dir
-    private_dir(data_dir)
-    settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None), data_dir=data_dir,
-                             dev_mode=True)
+    # --data-dir, else the data_dir setting (KGOV_DATA_DIR, the file; default .kgov), as the other commands
+    # read it: `kgov users`, `kgov acls`, `kgov tokens` without --url find this run's database and keys there.
+    settings = load_settings(getattr(args, "config", None), db=getattr(args, "db", None),
+                             data_dir=getattr(args, "data_dir", None), dev_mode=True)
+    data_dir = private_dir(settings.data_dir)
     check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
     close_unused_decision_api(settings)
-    if settings.sasl.delegation_token_secret_key is None:
-        # Dev mode keeps a generated master key for delegation tokens in the data directory (0600),
-        # so tokens issued by one run stay valid in the next.
-        settings.sasl.delegation_token_secret_key = SecretStr(local_secret(data_dir / "delegation-token.key"))
-    if settings.oauth.signing_key_secret is None:
-        # Likewise a key that seals the token issuer's private keys in the database (a copy of kgov.db
-        # alone cannot sign tokens). Keys stored plain by an earlier run still open.
-        settings.oauth.signing_key_secret = SecretStr(local_secret(data_dir / "signing-key.secret"))
+    keep_dev_secrets(settings)
     password = None
     if settings.admin.password is None:
         password = secrets.token_urlsafe(18)

@@ -35,6 +35,7 @@ from registry.contexts import ContextPathRewrite
 from registry.fastpath import SchemaByIdFastPath
 from registry.model import (
     MAX_SUBJECT_LENGTH,
+    IncompatibleSchemaError,
     Reference,
     RegisterRequest,
     RegistryError,
@@ -488,10 +489,19 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
                    format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.WRITE)
     document = register_request(await read_json(request))
-    created, change = await run_schema_work(
-        request, lambda: _registry(request).register(subject, document, normalize=flag(normalize),
-                                                     may_read=reference_reader(request, principal))
-    )
+    try:
+        created, change = await run_schema_work(
+            request, lambda: _registry(request).register(subject, document, normalize=flag(normalize),
+                                                         may_read=reference_reader(request, principal))
+        )
+    except IncompatibleSchemaError as exc:
+        # Confluent's details (SchemaValidatorBuilder.formatErrorMessages) quote the subject's stored
+        # schema, its versions and level to every caller, and registering needs WRITE only, so a writer
+        # could read what it may not fetch. kgov departs: without READ on the subject, no details
+        # (registry/README.md, Access control).
+        if subject not in readable(request, principal, [subject]):
+            raise exc.without_details() from None
+        raise
     audit(request, principal, change)
     body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
     body.update(created.schema.body())

@@ -74,6 +74,33 @@ class RegistryError(Exception):
         return self.code if self.code < 1000 else self.code // 100
 
 
+class IncompatibleSchemaError(RegistryError):
+    """409: the schema may not follow the subject's versions under its compatibility level.
+
+    `details` are Confluent's verbose messages: the incompatibilities, then `{oldSchemaVersion: N}`,
+    `{oldSchema: '...'}` and `{validateFields: 'false', compatibility: '...'}`. All but the last are
+    made from the subject's stored schemas, so a caller who may WRITE the subject but not READ it
+    gets `without_details()` (see `registry.api.register`)."""
+
+    def __init__(self, subject: str, details: Sequence[str]) -> None:
+        self.subject = subject
+        self.details = tuple(details)
+        super().__init__(409, _incompatible_message(subject, self.details))
+
+    def without_details(self) -> RegistryError:
+        """The same refusal with nothing taken from the subject's schemas, versions or level."""
+        return RegistryError(409, _incompatible_message(self.subject, (DETAILS_NEED_READ,)))
+
+
+DETAILS_NEED_READ: Final = "{details: 'omitted: they quote the schemas of the subject, and need READ on it'}"
+
+
+def _incompatible_message(subject: str, details: Sequence[str]) -> str:
+    # Confluent's IncompatibleSchemaException wording (error_code 409 up to 8.1.0, as Karapace).
+    return (f'Schema being registered is incompatible with an earlier schema for subject "{subject}", '
+            f"details: [{', '.join(details)}]")
+
+
 def subject_not_found(subject: str) -> RegistryError:
     return RegistryError(40401, f"Subject '{subject}' not found.")
 

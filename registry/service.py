@@ -43,6 +43,7 @@ from registry.model import (
     DEFAULT_CONTEXT,
     GLOBAL_KEY,
     MAX_ID,
+    IncompatibleSchemaError,
     Mode,
     Reference,
     RegisterRequest,
@@ -541,20 +542,14 @@ class SchemaRegistry:
         olds = [self._parsed_of(conn, p.schema, subject=p.subject) for p in relevant]
         try:
             with self._checks.held() if self._checks is not None and take_slot else nullcontext():
-                messages = check_compatibility(parsed, olds, compat, budget=budget)
+                messages = check_compatibility(parsed, olds, compat, versions=[p.version for p in relevant],
+                                               budget=budget)
         except TooComplexError as exc:
             # Refused, never taken as compatible; the setting is named so that an operator can raise it.
             raise invalid_schema(
                 f"Schema is too complex to check for compatibility: {exc} (registry.max_diff_work)"
             ) from None
-        # Confluent names the version that failed just before its text: `{oldSchemaVersion: N}`.
-        version_of = {f"{{oldSchema: '{old.canonical}'}}": p.version for p, old in zip(relevant, olds, strict=True)}
-        out: list[str] = []
-        for message in messages:
-            if message in version_of and f"{{oldSchemaVersion: {version_of[message]}}}" not in out:
-                out.append(f"{{oldSchemaVersion: {version_of[message]}}}")
-            out.append(message)
-        return out
+        return messages
 
     def test_compatibility(self, subject: str, version: int | None, request: RegisterRequest, *,
                            normalize: bool, verbose: bool, may_read: ReadCheck) -> CompatibilityVerdict:
@@ -736,11 +731,7 @@ class SchemaRegistry:
         messages = self._incompatibilities(conn, prepared.parsed, [r for r in prepared.rows if not r.deleted], level,
                                            budget, judged=judged, take_slot=take_slot)
         if messages:
-            raise RegistryError(
-                409,
-                f'Schema being registered is incompatible with an earlier schema for subject "{subject}", '
-                f"details: [{', '.join(messages)}]",
-            )
+            raise IncompatibleSchemaError(subject, messages)
         return basis
 
     def _import_id(self, conn: Connection, wanted: int, existing_id: int | None, fingerprint: str) -> int:

@@ -36,6 +36,10 @@ class CliError(Exception):
 class _Session:
     def __init__(self, args: Args) -> None:
         self.settings = args.settings()
+        # Without them in the settings, the keys `kgov up` keeps beside the database this command opens
+        # (kgov.settings.Settings.adopt_saved_secrets): tokens and rotated signing keys are then the
+        # platform's own, as the users and clients written to that database are.
+        self.settings.adopt_saved_secrets()
         self.engine = open_engine(self.settings.database_url)
         audit_dir = self.settings.audit_dir
         self.audit = JsonLinesSink(
@@ -178,12 +182,14 @@ class _DbTokens:
     def __init__(self, session: _Session) -> None:
         if session.settings.sasl.delegation_token_secret_key is None:
             # The service would answer Kafka's bare "Delegation Token feature is not enabled.", which
-            # does not say that this process, not the control plane, lacks the key (`kgov up` keeps
-            # its generated key in the data directory, where the CLI does not look for it).
+            # does not say that this process, not the control plane, lacks the key (neither set nor in
+            # the data directory, where `kgov up` keeps the one it generates).
             raise CliError(
                 "delegation tokens need sasl.delegation_token_secret_key, the same key as the control plane's: "
-                "set KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY, or go through a running control plane with "
-                "--url http://HOST:PORT --user NAME (for `kgov up`: --url http://127.0.0.1:8080)"
+                "set KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY, or work on the database of `kgov up` (KGOV_DATA_DIR "
+                f"set to its data directory, without --db: {session.settings.delegation_token_key_file} is read "
+                "with that directory's kgov.db only), or go through a running control plane with "
+                "--url http://HOST:PORT --user NAME"
             )
         self.s = session
 

@@ -72,14 +72,17 @@ _MAX_SCHEMA_IN_MESSAGE = 10 * 1024
 
 
 def _old_schema_notes(old: ParsedSchema, version: int | None) -> list[str]:
-    """What Confluent appends after the messages about one previous version."""
+    """What Confluent appends after the messages about one previous version
+    (`SchemaValidatorBuilder.formatErrorMessages`): a text over 10240 UTF-16 units (Java's
+    `String.length`) is cut there and ends with `...` (half of a cut surrogate pair is dropped)."""
     notes = [] if version is None else [f"{{oldSchemaVersion: {version}}}"]
     text = old.canonical
-    if len(text) <= _MAX_SCHEMA_IN_MESSAGE:
+    units = text.encode("utf-16-le")
+    if len(units) <= 2 * _MAX_SCHEMA_IN_MESSAGE:
         notes.append(f"{{oldSchema: '{text}'}}")
     else:
-        notes.append(f"{{oldSchema: <truncated to {_MAX_SCHEMA_IN_MESSAGE} characters> "
-                     f"'{text[:_MAX_SCHEMA_IN_MESSAGE]}'}}")
+        head = units[: 2 * _MAX_SCHEMA_IN_MESSAGE].decode("utf-16-le", errors="ignore")
+        notes.append(f"{{oldSchema: <truncated> '{head}...'}}")
     return notes
 
 

@@ -124,13 +124,18 @@ def test_tokens(cli) -> None:
 
 
 def test_tokens_without_the_secret_key_say_how_to_get_one(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As after `kgov up`, whose key stays in its process: the CLI names the setting and --url."""
-    run, *_ = cli
+    """Without the key (set, or beside the data directory's database): the CLI says where it could come from."""
+    run, _, tmp_path = cli
     monkeypatch.delenv("KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY")
     for argv in (("create", "--owner-principal", "User:alice"), ("describe",), ("expire", "--hmac", "AAAA")):
         code, out, err = run("tokens", *argv)
         assert code == 2 and out == ""
-        assert "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY" in err and "--url http://127.0.0.1:8080" in err, err
+        assert "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY" in err and "KGOV_DATA_DIR" in err, err
+        assert "delegation-token.key is read" in err and "--url http://HOST:PORT" in err, err
+    # A key `kgov up` left in the data directory is not taken for another database (this one is elsewhere).
+    (tmp_path / "delegation-token.key").write_text("k" * 43 + "\n")
+    code, _, err = run("tokens", "describe")
+    assert code == 2 and "KGOV_SASL__DELEGATION_TOKEN_SECRET_KEY" in err, err
 
 
 def test_oauth_clients_and_keys(cli) -> None:
@@ -195,3 +200,78 @@ def test_tokens_through_a_running_control_plane(
         code, _, err = run("tokens", "describe")
         assert code == 1 and "401" in err
     assert caplog.records and not [r for r in caplog.records if r.name.startswith("httpx")]
+
+
+def test_without_url_the_commands_use_the_keys_kgov_up_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kgov up` keeps the keys it generates beside its database (kgov.up.keep_dev_secrets); without
+    --url, `kgov tokens` and `kgov oauth-keys` find them there, as `kgov users` finds the database. A
+    token made through the served app renews from the CLI, one the CLI makes logs in at the served app,
+    and a signing key the CLI rotates in is sealed with the platform's secret."""
+    from kgov.app import build_app
+    from kgov.settings import load_settings
+    from kgov.up import keep_dev_secrets
+    from sasl.issuer import SEALED_PREFIX
+    from sasl.mechanism import Challenge, Success
+    from sasl.scram import SCRAM_SHA_512
+    from tests.support.server import serve_app
+
+    data = tmp_path / "up-data"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_DATA_DIR", str(data))
+    monkeypatch.setenv("KGOV_SASL__SCRAM_ITERATIONS", "4096")
+    settings = load_settings(dev_mode=True, admin={"password": "admin-password-cli"})
+    keep_dev_secrets(settings)  # what `kgov up` does before it builds the app
+    assert settings.delegation_token_key_file.exists() and settings.signing_key_secret_file.exists()
+    app = build_app(settings)
+
+    def run(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    with serve_app(app) as url:
+        service = app.state.credentials
+        service.set_scram_credential("gina", "SCRAM-SHA-512", "gina-password", actor="test")
+        monkeypatch.setenv("KGOV_PASSWORD", "gina-password")
+        code, out, err = run("tokens", "create", "--url", url, "--user", "gina", "--json")
+        assert code == 0, err
+        remote = json.loads(out)
+
+        code, out, err = run("tokens", "describe", "--json")  # no --url, no key in the environment
+        assert code == 0, err
+        assert [t["token_id"] for t in json.loads(out)] == [remote["token_id"]]
+        code, out, err = run("tokens", "renew", "--hmac", "-", "--json", stdin=remote["hmac"] + "\n")
+        assert code == 0, err
+        code, out, err = run("tokens", "create", "--owner-principal", "User:gina", "--json")
+        assert code == 0, err
+        local = json.loads(out)
+
+        # the CLI's token logs in at the served app: its HMAC was made under the platform's key
+        service.refresh()
+        server = service.server_mechanism("SCRAM-SHA-512", "127.0.0.1")
+        client = ScramClient(SCRAM_SHA_512, local["token_id"], local["hmac"], token_auth=True)
+        first = server.step(client.first_message())
+        assert isinstance(first, Challenge)
+        result = server.step(client.final_message(first.data))
+        assert isinstance(result, Success) and str(result.principal) == "User:gina"
+        assert run("tokens", "expire", "--hmac", local["hmac"], "--url", url, "--user", "gina")[0] == 0
+
+        code, _, err = run("oauth-keys", "rotate")
+        assert code == 0, err
+        stored = service.store.signing_keys()
+        assert stored and all(k.private_pem.startswith(SEALED_PREFIX) for k in stored)
+        assert [k["kid"] for k in app.state.credentials.jwks_document()["keys"]] == [k.kid for k in stored]
+
+
+def test_a_short_saved_key_is_refused_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A key file cut short keys nothing: the command stops with a message, as `kgov up` does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_DATA_DIR", str(tmp_path))
+    (tmp_path / "delegation-token.key").write_text("short\n")
+    assert main(["tokens", "describe"]) == 2
+    err = capsys.readouterr().err
+    assert "delegation-token.key holds a key of 5 characters" in err and "short" not in err.split("key of")[1]

@@ -3,6 +3,8 @@ kgov's own user (kgov.up.embedded_broker)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import socket
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from kgov.broker_sandbox import (
+    PROC_NET_TABLES,
     AmbiguousOwner,
     OwnerUnknowable,
     PortHoldingRelay,
@@ -64,6 +67,55 @@ def test_the_listeners_that_could_take_a_loopback_connection_are_read_from_the_s
     # a table that cannot be read: nobody can tell
     assert proc_listener_uids(PORT, [_tables(tmp_path, [_row(LOOPBACK, "0A", 1000)])[0],
                                      tmp_path / "no-such-table"]) is None
+
+
+def test_the_read_stops_after_the_listeners_which_linux_writes_first(tmp_path: Path) -> None:
+    """Past the first line that is neither LISTEN nor SYN_RECV nothing is read (nor formatted by the kernel):
+    Linux writes every listener before the other sockets. Reading the whole tables still finds a listener
+    written later, for a /proc that lists them in another order."""
+    later = [_row(LOOPBACK, "0A", 1000), _row(LOOPBACK, "03", 1000, remote="0100007F:D431"),  # a pending one
+             _row(ANY, "0A", 1001), _row(LOOPBACK, "01", 1000, remote="0100007F:D432"),
+             _row(ANY, "0A", 1002)]
+    tables = _tables(tmp_path, later, [_row(LOOPBACK, "06", 0, remote="0100007F:D433"), _row(ANY6, "0A", 1003)])
+    assert proc_listener_uids(PORT, tables) == {1000, 1001}
+    assert proc_listener_uids(PORT, tables, whole_tables=True) == {1000, 1001, 1002, 1003}
+
+
+def test_this_kernel_writes_its_listeners_before_its_connections() -> None:
+    """What proc_listener_uids relies on, with connections made before a listener."""
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        for _ in range(20):
+            stack.enter_context(socket.create_connection(server.getsockname()[:2]))
+            stack.enter_context(server.accept()[0])
+        late = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        for table in PROC_NET_TABLES:
+            states = [line.split()[3] for line in table.read_text().splitlines()[1:]]
+            first_other = next((i for i, state in enumerate(states) if state not in ("0A", "03")), len(states))
+            assert "0A" not in states[first_other:], table
+            if table.name == "tcp":
+                assert states.count("0A") >= 2 and first_other < len(states)  # both kinds are there
+        assert proc_listener_uids(late.getsockname()[1]) == {os.geteuid()}
+
+
+class _ConnectionsFirst:
+    """A socket table as a /proc that does not write listeners first would show it (gVisor or WSL may
+    not): the real table's lines with the listeners moved last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def open(self) -> io.StringIO:
+        header, *rows = self.path.read_text().splitlines(keepends=True)
+        return io.StringIO(header + "".join(sorted(rows, key=lambda row: row.split()[3] == "0A")))
+
+
+def test_where_listeners_are_not_written_first_every_line_is_read() -> None:
+    tables: Any = [_ConnectionsFirst(table) for table in PROC_NET_TABLES]
+    name, lookup = choose_listener_lookup(tables=tables, candidates=("proc",))
+    assert name == "proc-whole"
+    with socket.create_server(("127.0.0.1", 0)) as mine:
+        assert lookup(mine.getsockname()[1]) == {os.geteuid()}
 
 
 # Another user's listener: prints its port, then waits to be killed.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -134,3 +135,24 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     proc.stderr.close()
     assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_the_keys_kgov_up_keeps_are_adopted_only_for_its_own_database(tmp_path: Path) -> None:
+    key = "k" * 43
+    (tmp_path / "delegation-token.key").write_text(key + "\n")
+    (tmp_path / "signing-key.secret").write_text("s" * 43 + "\n")
+
+    def adopted(**values: Any) -> tuple[str | None, str | None]:
+        settings = load_settings(data_dir=tmp_path, **values)
+        settings.adopt_saved_secrets()
+        token, signing = settings.sasl.delegation_token_secret_key, settings.oauth.signing_key_secret
+        return (token.get_secret_value() if token else None, signing.get_secret_value() if signing else None)
+
+    assert adopted() == (key, "s" * 43)
+    assert adopted(db=f"sqlite:///{tmp_path / 'kgov.db'}") == (key, "s" * 43)  # the same file, named
+    assert adopted(db=f"sqlite:///{tmp_path / 'other.db'}") == (None, None)
+    assert adopted(db="postgresql://kgov@db.internal/kgov") == (None, None)
+    assert adopted(sasl={"delegation_token_secret_key": "configured-key-0123"})[0] == "configured-key-0123"
+    (tmp_path / "delegation-token.key").write_text("short\n")
+    with pytest.raises(ValueError, match="holds a key of 5 characters"):
+        adopted()

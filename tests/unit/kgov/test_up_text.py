@@ -102,3 +102,22 @@ def test_an_empty_chosen_admin_password_is_refused_with_a_clear_error(tmp_path: 
     err = capsys.readouterr().err
     assert err.startswith("kgov up: KGOV_ADMIN__PASSWORD / [admin] password is empty"), err
     assert "Traceback" not in err
+
+
+def test_up_without_data_dir_takes_the_setting_the_other_commands_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kgov up` without --data-dir keeps its files where KGOV_DATA_DIR (or the file's data_dir) says, the
+    directory where `kgov users` / `kgov tokens` look for its database and keys; it took ./.kgov before."""
+    import argparse
+
+    from kgov.up import run_up
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGOV_DATA_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("KGOV_ADMIN__PASSWORD", "")  # stops it after the keys, before anything starts
+    args = argparse.Namespace(data_dir=None, host="127.0.0.1", port=0, config=None, db=None, upstream="127.0.0.1:9",
+                              allow_remote_plaintext=False)
+    assert run_up(args) == 1
+    assert "KGOV_ADMIN__PASSWORD" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["delegation-token.key", "signing-key.secret"]
+    assert not (tmp_path / ".kgov").exists()

@@ -132,6 +132,23 @@ def test_long_old_schemas_are_truncated_in_messages() -> None:
     fields = ",".join(f'{{"name":"f{i}","type":"string"}}' for i in range(600))
     big = avro('{"type":"record","name":"myrecord","fields":[' + fields + "]}")
     bigger = avro('{"type":"record","name":"myrecord","fields":[' + fields + ',{"name":"x","type":"int"}]}')
-    messages = check_compatibility(bigger, [big], L.BACKWARD)
-    assert messages[1].startswith("{oldSchema: <truncated to 10240 characters> '")
-    assert len(messages[1]) < 10400
+    messages = check_compatibility(bigger, [big], L.BACKWARD, versions=[3])
+    # Confluent's SchemaValidatorBuilder.formatErrorMessages: the first 10240 characters, then "...".
+    assert messages[1:3] == ["{oldSchemaVersion: 3}",
+                             "{oldSchema: <truncated> '" + big.canonical[:10240] + "...'}"]
+    assert len(big.canonical) > 10240
+
+
+def test_truncation_counts_utf16_units_as_java_does() -> None:
+    # 5200 characters outside the BMP are 10400 UTF-16 units: past Confluent's 10240, in 5300 characters.
+    doc = "\U0001f600" * 5200
+    big = avro(json.dumps({"type": "record", "name": "r", "doc": doc, "fields": [{"name": "a", "type": "int"}]},
+                          ensure_ascii=False))
+    bigger = avro(json.dumps({"type": "record", "name": "r", "doc": doc, "fields": [
+        {"name": "a", "type": "int"}, {"name": "b", "type": "int"}]}, ensure_ascii=False))
+    assert len(big.canonical) <= 10240 < len(big.canonical.encode("utf-16-le")) // 2
+    note = check_compatibility(bigger, [big], L.BACKWARD)[1]
+    assert note.startswith("{oldSchema: <truncated> '") and note.endswith("...'}")
+    head = note.removeprefix("{oldSchema: <truncated> '").removesuffix("...'}")
+    assert big.canonical.startswith(head)
+    assert len(head.encode("utf-16-le")) // 2 in (10239, 10240)  # a surrogate pair cut at 10240 loses its half
