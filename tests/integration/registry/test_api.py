@@ -182,6 +182,27 @@ def test_soft_and_hard_delete_of_versions(client: TestClient) -> None:
     assert register(client, "d", USER_V1)["version"] == 3
 
 
+def test_latest_names_the_latest_live_version_in_permanent_deletes_too(client: TestClient) -> None:
+    # Confluent's deleteSchemaVersion resolves `latest` with getLatestVersion, which skips soft-deleted
+    # versions: a permanent delete of `latest` meets a live version (40407) or none (40402, "Version -1"),
+    # and never destroys the newest soft-deleted version.
+    register(client, "dl", USER_V1)
+    register(client, "dl", USER_V2)
+    assert client.delete("/subjects/dl/versions/2").json() == 2
+    assert error(client.delete("/subjects/dl/versions/latest?permanent=true")) == (404, 40407)
+    assert client.delete("/subjects/dl/versions/latest?permanent=true").json()["message"] == (
+        "Subject 'dl' Version 1 was not deleted first before being permanently deleted")
+    assert client.get("/subjects/dl/versions?deleted=true").json() == [1, 2]
+    assert client.delete("/subjects/dl/versions/latest").json() == 1
+    for permanent in ("true", "false"):
+        response = client.delete(f"/subjects/dl/versions/latest?permanent={permanent}")
+        assert error(response) == (404, 40402)
+        assert response.json()["message"] == "Version -1 not found."
+    assert client.get("/subjects/dl/versions?deleted=true").json() == [1, 2]
+    assert client.delete("/subjects/dl/versions/2?permanent=true").json() == 2
+    assert client.get("/subjects/dl/versions?deleted=true").json() == [1]
+
+
 def test_subject_delete_rules(client: TestClient) -> None:
     register(client, "sd", USER_V1)
     register(client, "sd", USER_V2)
