@@ -787,10 +787,14 @@ class SchemaRegistry:
         with transaction(self.engine) as conn:
             rows = self._deletable_versions(conn, subject)
             if version == -1:
-                candidates = rows if permanent else [r for r in rows if not r.deleted]
-                if not candidates:
-                    raise subject_not_found(subject)
-                target = candidates[-1]
+                # `latest` is the latest live version for permanent deletes too (Confluent's
+                # SubjectVersionsResource.deleteSchemaVersion resolves it with getLatestVersion, which
+                # skips soft-deleted versions): a permanent delete of it answers 40407, never removing
+                # the newest soft-deleted version; with no live version it is 40402 "Version -1".
+                live = [r for r in rows if not r.deleted]
+                if not live:
+                    raise version_not_found(version)
+                target = live[-1]
             else:
                 found = [r for r in rows if r.version == version]
                 if not found:
