@@ -203,6 +203,25 @@ def test_latest_names_the_latest_live_version_in_permanent_deletes_too(client: T
     assert client.get("/subjects/dl/versions?deleted=true").json() == [1]
 
 
+def test_latest_is_the_latest_live_version_even_with_deleted(client: TestClient) -> None:
+    # Confluent's getSchemaByVersion reads `latest` through getLatestVersion, which skips soft-deleted
+    # versions whatever `deleted` says; with none live but some soft-deleted it answers 40402 "Version -1".
+    register(client, "dd", USER_V1)
+    register(client, "dd", USER_V2)
+    client.delete("/subjects/dd/versions/2")
+    for version in ("latest", "-1"):
+        found = client.get(f"/subjects/dd/versions/{version}?deleted=true").json()
+        assert (found["version"], "deleted" in found) == (1, False)
+    assert client.get("/subjects/dd/versions/latest/schema?deleted=true").json() == json.loads(USER_V1)
+    client.delete("/subjects/dd/versions/1")
+    response = client.get("/subjects/dd/versions/latest?deleted=true")
+    assert error(response) == (404, 40402)
+    assert response.json()["message"] == "Version -1 not found."
+    assert error(client.get("/subjects/dd/versions/latest/referencedby")) == (404, 40402)
+    assert error(client.get("/subjects/dd/versions/latest")) == (404, 40401)
+    assert client.get("/subjects/dd/versions/2?deleted=true").json()["deleted"] is True
+
+
 def test_subject_delete_rules(client: TestClient) -> None:
     register(client, "sd", USER_V1)
     register(client, "sd", USER_V2)
