@@ -942,7 +942,12 @@ def _pick_version(subject: str, rows: Sequence[SubjectVersion], version: int, *,
     if not visible:
         raise subject_not_found(subject)
     if version == -1:
-        return visible[-1]
+        # Confluent's KafkaSchemaRegistry.get reads `latest` with getLatestVersion, which skips
+        # soft-deleted versions whatever `deleted` asks: with none live it is "Version -1 not found."
+        live = [r for r in visible if not r.deleted]
+        if not live:
+            raise version_not_found(version)
+        return live[-1]
     for r in visible:
         if r.version == version:
             return r
