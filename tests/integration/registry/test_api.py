@@ -222,6 +222,39 @@ def test_latest_is_the_latest_live_version_even_with_deleted(client: TestClient)
     assert client.get("/subjects/dd/versions/2?deleted=true").json()["deleted"] is True
 
 
+def test_re_registering_a_soft_deleted_schema_replaces_its_soft_deleted_version(client: TestClient) -> None:
+    # Confluent's KafkaSchemaRegistry.register tombstones the subject's soft-deleted versions of the same
+    # id ("Tombstone previous version with the same ID"): one version per schema id in a subject.
+    register(client, "rr", USER_V1)
+    register(client, "rr", USER_V2)
+    client.delete("/subjects/rr/versions/1")
+    assert register(client, "rr", USER_V1)["version"] == 3
+    assert client.get("/subjects/rr/versions?deleted=true").json() == [2, 3]
+    assert client.get("/schemas/ids/1/versions?deleted=true").json() == [{"subject": "rr", "version": 3}]
+    assert error(client.get("/subjects/rr/versions/1?deleted=true")) == (404, 40402)
+    # another subject's soft-deleted version of the id is left alone
+    register(client, "other", USER_V1)
+    client.delete("/subjects/other/versions/1")
+    client.delete("/subjects/rr/versions/3")
+    assert register(client, "rr", USER_V1)["version"] == 4
+    assert client.get("/subjects/other/versions?deleted=true").json() == [1]
+
+
+def test_a_soft_deleted_version_still_referenced_is_kept_when_its_schema_returns(client: TestClient) -> None:
+    address = record("Address", ("street", "string"), namespace="com.acme")
+    register(client, "addr", address)
+    person = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                         "fields": [{"name": "home", "type": "com.acme.Address"}]})
+    refs = [{"name": "com.acme.Address", "subject": "addr", "version": 1}]
+    register(client, "pers", person, references=refs)
+    client.delete("/subjects/pers/versions/1")
+    client.delete("/subjects/addr/versions/1")
+    register(client, "addr", address)
+    # the soft-deleted `pers` version (its id still readable) still names addr version 1
+    assert client.get("/subjects/addr/versions?deleted=true").json() == [1, 2]
+    assert client.get("/subjects/addr/versions/1/referencedby?deleted=true").json() == [2]
+
+
 def test_subject_delete_rules(client: TestClient) -> None:
     register(client, "sd", USER_V1)
     register(client, "sd", USER_V2)
