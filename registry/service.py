@@ -716,6 +716,13 @@ class SchemaRegistry:
                 store.insert_schema(conn, stored, content_fp, fingerprint)
             version = self._next_version(conn, subject, rows, request.version if importing else None)
             store.insert_version(conn, subject, version, schema_id)
+            # Confluent's KafkaSchemaRegistry.register tombstones the subject's earlier soft-deleted
+            # versions of the same id, so that an id has one version per subject. kgov keeps one that
+            # a stored schema still references (Confluent does not check), so the referrer resolves.
+            replaced = [r.version for r in rows if r.deleted and r.schema.id == schema_id and r.version < version
+                        and not _referrers(conn, subject, r.version, include_deleted=True)]
+            if replaced:
+                store.remove_versions(conn, subject, replaced)
         self._by_id.setdefault(schema_id, stored)
         self._parsed.setdefault((schema_id, reference_context(subject)), parsed)
         self._forget_usages()
