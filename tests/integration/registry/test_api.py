@@ -255,6 +255,29 @@ def test_a_soft_deleted_version_still_referenced_is_kept_when_its_schema_returns
     assert client.get("/subjects/addr/versions/1/referencedby?deleted=true").json() == [2]
 
 
+def test_a_schema_sent_with_its_references_inlined_is_the_version_that_references_them(client: TestClient) -> None:
+    # Confluent's register and lookUpSchemaUnderSubject: a schema without references that equals (Avro
+    # Java's Schema.equals, references resolved) a version with references is that version. A Java
+    # producer whose generated class inlines the referenced type registers such a text.
+    address = {"type": "record", "name": "Address", "namespace": "com.acme",
+               "fields": [{"name": "street", "type": "string"}]}
+    register(client, "addr", json.dumps(address))
+    person = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                         "fields": [{"name": "home", "type": "com.acme.Address"}]})
+    refs = [{"name": "com.acme.Address", "subject": "addr", "version": 1}]
+    assert (register(client, "pers", person, references=refs)["id"], 1) == (2, 1)
+    inlined = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                          "fields": [{"name": "home", "type": {**address, "doc": "docs are not compared"}}]})
+    looked_up = client.post("/subjects/pers", json={"schema": inlined}).json()
+    assert (looked_up["id"], looked_up["version"]) == (2, 1)
+    assert (register(client, "pers", inlined)["id"], client.get("/subjects/pers/versions").json()) == (2, [1])
+    # a different type is a new schema
+    other = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme", "fields": [
+        {"name": "home", "type": {**address, "fields": [{"name": "street", "type": "string", "default": ""}]}}]})
+    assert error(client.post("/subjects/pers", json={"schema": other})) == (404, 40403)
+    assert register(client, "pers", other)["version"] == 2
+
+
 def test_subject_delete_rules(client: TestClient) -> None:
     register(client, "sd", USER_V1)
     register(client, "sd", USER_V2)
