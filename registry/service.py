@@ -64,6 +64,7 @@ from registry.model import (
     written_forms,
 )
 from registry.schemas import InvalidSchemaError, ParsedSchema, SchemaReference, SchemaType, parse_schema
+from registry.schemas.avro import AvroModel, same_schema
 
 SUPPORTED_TYPES = ("AVRO", "JSON")
 # Keys of Confluent's Config object that the registry stores and echoes (besides the level).
@@ -622,15 +623,40 @@ class SchemaRegistry:
             refs = _as_written(parsed, request.references, subject)
             wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
             prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
-        for row in reversed(rows):
-            if prints[row.schema.id][0] != wanted:
-                continue
-            if request.metadata is not None and request.metadata != row.schema.metadata:
-                continue
-            if request.rule_set is not None and request.rule_set != row.schema.rule_set:
-                continue
-            return row
+            for row in reversed(rows):
+                if prints[row.schema.id][0] != wanted:
+                    continue
+                if request.metadata is not None and request.metadata != row.schema.metadata:
+                    continue
+                if request.rule_set is not None and request.rule_set != row.schema.rule_set:
+                    continue
+                return row
+            inlined = self._inlined_version(conn, parsed, request, rows, None)
+        if inlined is not None:
+            return inlined
         raise schema_not_found()
+
+    def _inlined_version(self, conn: Connection, parsed: ParsedSchema, request: RegisterRequest,
+                         rows: Sequence[SubjectVersion], existing_id: int | None) -> SubjectVersion | None:
+        """The newest of `rows` that has references and equals `parsed`, an Avro schema sent without
+        references, once its references are resolved: Confluent's register and lookUpSchemaUnderSubject
+        take a schema "sent with all references resolved" for that version (`ParsedSchema.deepEquals`:
+        the Avro `Schema`s, the metadata and the rule set equal). As there, an
+        id the text itself already has elsewhere (`existing_id`) must be the version's. JSON Schema
+        versions are not compared so (Confluent's JSON `deepEquals` was not verified)."""
+        if parsed.references or not isinstance(parsed.model, AvroModel):
+            return None
+        for row in reversed(rows):
+            if not row.schema.references or row.schema.schema_type != parsed.schema_type.value:
+                continue
+            if existing_id is not None and row.schema.id != existing_id:
+                continue
+            if request.metadata != row.schema.metadata or request.rule_set != row.schema.rule_set:
+                continue
+            old = self._parsed_of(conn, row.schema, subject=row.subject)
+            if isinstance(old.model, AvroModel) and same_schema(parsed.model.root, old.model.root):
+                return row
+        return None
 
     def _prepare(self, conn: Connection, subject: str, request: RegisterRequest, *, normalize: bool,
                  walk: _ReferenceWalk) -> _Prepared:
@@ -664,6 +690,8 @@ class SchemaRegistry:
             if not row.deleted and row.schema.id in same and (not importing or request.id == row.schema.id):
                 registered = row
                 break
+        if registered is None and not importing:
+            registered = self._inlined_version(conn, parsed, request, [r for r in rows if not r.deleted], existing_id)
         return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered)
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
