@@ -347,6 +347,26 @@ def test_metadata_and_rule_set_are_stored_and_returned(client: TestClient) -> No
     assert other["id"] != created["id"] and other["version"] == 2
 
 
+def test_a_registration_without_metadata_takes_the_latest_versions(client: TestClient) -> None:
+    # Confluent's register (maybePopulateFromPrevious): metadata and ruleSet absent from the request are
+    # the latest live version's, so a producer re-registering its schema finds the version a steward
+    # annotated, and a new version keeps the annotations.
+    metadata = {"properties": {"owner": "team-a"}}
+    rule_set = {"domainRules": [{"name": "r", "kind": "CONDITION", "mode": "WRITE", "type": "CEL", "expr": "true"}]}
+    first = register(client, "inh", USER_V1, metadata=metadata, ruleSet=rule_set)
+    again = register(client, "inh", USER_V1)
+    assert (again["id"], again["version"]) == (first["id"], 1)
+    assert client.get("/subjects/inh/versions").json() == [1]
+    second = register(client, "inh", USER_V2)
+    latest = client.get("/subjects/inh/versions/latest").json()
+    assert (latest["version"], latest["metadata"], latest["ruleSet"]) == (2, metadata, rule_set)
+    assert client.get(f"/schemas/ids/{second['id']}").json()["metadata"] == metadata
+    # what the request gives is kept
+    other = register(client, "inh", USER_V2, metadata={"properties": {"owner": "team-b"}})
+    assert other["version"] == 3
+    assert client.get("/subjects/inh/versions/3").json()["ruleSet"] == rule_set
+
+
 def test_config_endpoints(client: TestClient) -> None:
     assert client.get("/config").json() == {"compatibilityLevel": "BACKWARD"}
     assert client.put("/config", json={"compatibility": "full"}).json() == {"compatibility": "FULL"}
