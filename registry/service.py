@@ -126,6 +126,7 @@ class _Prepared:
     rows: list[SubjectVersion]
     existing_id: int | None
     registered: SubjectVersion | None
+    request: RegisterRequest  # with references pinned and metadata and rule set inherited
 
 
 @dataclass(frozen=True, slots=True)
@@ -673,10 +674,12 @@ class SchemaRegistry:
         config = self._config(conn, subject)
         request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
                                               walk=walk)
+        rows = self._versions(conn, subject)
+        if not importing:
+            request = _inherit_annotations(request, [r for r in rows if not r.deleted])
         refs = _as_written(parsed, request.references, subject)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
                                        request.rule_set, resolved=_references(parsed))
-        rows = self._versions(conn, subject)
         existing_id = store.schema_id_by_fingerprint(conn, fingerprint)
         same = {existing_id}
         legacy = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata, request.rule_set)
@@ -692,7 +695,7 @@ class SchemaRegistry:
                 break
         if registered is None and not importing:
             registered = self._inlined_version(conn, parsed, request, [r for r in rows if not r.deleted], existing_id)
-        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered)
+        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request)
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
                  ) -> tuple[SubjectVersion, Change]:
@@ -739,7 +742,9 @@ class SchemaRegistry:
                 schema_id = existing_id if existing_id is not None else store.max_schema_id(conn) + 1
                 if schema_id > MAX_ID:
                     raise RegistryError(50001, "The registry has run out of schema ids")
-            stored = StoredSchema(schema_id, schema_type, parsed.canonical, refs, request.metadata, request.rule_set)
+            annotated = prepared.request
+            stored = StoredSchema(schema_id, schema_type, parsed.canonical, refs, annotated.metadata,
+                                  annotated.rule_set)
             if existing_id is None or existing_id != schema_id:
                 store.insert_schema(conn, stored, content_fp, fingerprint)
             version = self._next_version(conn, subject, rows, request.version if importing else None)
@@ -889,6 +894,17 @@ class SchemaRegistry:
                 store.forget_subject(conn, subject)
         self._forget_usages()
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _inherit_annotations(request: RegisterRequest, live: Sequence[SubjectVersion]) -> RegisterRequest:
+    """Confluent's `maybePopulateFromPrevious` (outside IMPORT mode): metadata or a rule set the request
+    does not give are the latest live version's. (Confluent also merges the config's default and
+    override metadata and rule sets, which kgov's config does not hold.)"""
+    if not live or (request.metadata is not None and request.rule_set is not None):
+        return request
+    latest = live[-1].schema
+    return replace(request, metadata=request.metadata if request.metadata is not None else latest.metadata,
+                   rule_set=request.rule_set if request.rule_set is not None else latest.rule_set)
 
 
 def _walk_references(subject: str, request: RegisterRequest, may_read: ReadCheck) -> _ReferenceWalk:
