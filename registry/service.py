@@ -632,19 +632,22 @@ class SchemaRegistry:
                 if request.rule_set is not None and request.rule_set != row.schema.rule_set:
                     continue
                 return row
-            inlined = self._inlined_version(conn, parsed, request, rows, None)
+            inlined = self._inlined_version(conn, parsed, request, rows, None, any_annotations=True)
         if inlined is not None:
             return inlined
         raise schema_not_found()
 
     def _inlined_version(self, conn: Connection, parsed: ParsedSchema, request: RegisterRequest,
-                         rows: Sequence[SubjectVersion], existing_id: int | None) -> SubjectVersion | None:
+                         rows: Sequence[SubjectVersion], existing_id: int | None, *,
+                         any_annotations: bool = False) -> SubjectVersion | None:
         """The newest of `rows` that has references and equals `parsed`, an Avro schema sent without
         references, once its references are resolved: Confluent's register and lookUpSchemaUnderSubject
         take a schema "sent with all references resolved" for that version (`ParsedSchema.deepEquals`:
         the Avro `Schema`s, the metadata and the rule set equal). As there, an
         id the text itself already has elsewhere (`existing_id`) must be the version's. JSON Schema
-        versions are not compared so (Confluent's JSON `deepEquals` was not verified)."""
+        versions are not compared so (Confluent's JSON `deepEquals` was not verified). With
+        `any_annotations` (lookups), metadata or a rule set the request does not give match any, as
+        in the lookup's main path."""
         if parsed.references or not isinstance(parsed.model, AvroModel):
             return None
         for row in reversed(rows):
@@ -652,7 +655,9 @@ class SchemaRegistry:
                 continue
             if existing_id is not None and row.schema.id != existing_id:
                 continue
-            if request.metadata != row.schema.metadata or request.rule_set != row.schema.rule_set:
+            if not (request.metadata == row.schema.metadata or (any_annotations and request.metadata is None)):
+                continue
+            if not (request.rule_set == row.schema.rule_set or (any_annotations and request.rule_set is None)):
                 continue
             old = self._parsed_of(conn, row.schema, subject=row.subject)
             if isinstance(old.model, AvroModel) and same_schema(parsed.model.root, old.model.root):

@@ -278,6 +278,22 @@ def test_a_schema_sent_with_its_references_inlined_is_the_version_that_reference
     assert register(client, "pers", other)["version"] == 2
 
 
+def test_lookups_without_metadata_match_annotated_versions_inlined_or_not(client: TestClient) -> None:
+    # kgov's departure (README): a lookup that gives no metadata matches whatever the version has.
+    address = {"type": "record", "name": "Address", "fields": [{"name": "street", "type": "string"}]}
+    register(client, "ad", json.dumps(address))
+    person = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": "Address"}]})
+    refs = [{"name": "Address", "subject": "ad", "version": 1}]
+    created = register(client, "pe", person, references=refs, metadata={"properties": {"owner": "a"}})
+    inlined = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": address}]})
+    assert client.post("/subjects/pe", json={"schema": person, "references": refs}).json()["id"] == created["id"]
+    assert client.post("/subjects/pe", json={"schema": inlined}).json()["id"] == created["id"]
+    other = {"properties": {"owner": "b"}}
+    assert error(client.post("/subjects/pe", json={"schema": inlined, "metadata": other})) == (404, 40403)
+    # registering the inlined text without metadata takes the version's (inherited), so it is that version
+    assert register(client, "pe", inlined)["id"] == created["id"]
+
+
 def test_subject_delete_rules(client: TestClient) -> None:
     register(client, "sd", USER_V1)
     register(client, "sd", USER_V2)
