@@ -534,6 +534,26 @@ def test_bad_default_is_refused_at_registration(client: TestClient) -> None:
     assert "default" in r.json()["message"]
 
 
+def test_imported_schemas_keep_their_invalid_defaults(client: TestClient) -> None:
+    # Confluent validates defaults of new schemas only (canonicalizeSchema's isNew: register without an
+    # id): an import, a lookup and the re-registration of a stored schema parse without it, so schemas
+    # registered before Avro checked defaults migrate, and their producers keep their ids.
+    bad = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": "string", "default": None}]})
+    assert client.put("/mode", json={"mode": "IMPORT"}).status_code == 200
+    assert register(client, "legacy", bad, id=7, version=1)["id"] == 7
+    assert client.put("/mode", json={"mode": "READWRITE"}).status_code == 200
+    assert client.post("/subjects/legacy", json={"schema": bad}).json()["id"] == 7
+    assert register(client, "legacy", bad) == {"id": 7, "version": 1, "schema": bad.replace(" ", "")}
+    # a valid successor is checked against it; the invalid text is still refused as a new schema
+    successor = json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "f", "type": "string", "default": None}, {"name": "g", "type": "int", "default": 0}]})
+    assert error(client.post("/subjects/legacy/versions", json={"schema": successor})) == (422, 42201)
+    valid = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": ["null", "string"],
+                                                                    "default": None}]})
+    assert register(client, "legacy", valid)["version"] == 2
+    assert error(client.post("/subjects/other/versions", json={"schema": bad})) == (422, 42201)
+
+
 def test_latest_with_metadata_and_deleted_as_negative(client: TestClient) -> None:
     register(client, "meta", USER_V1, metadata={"properties": {"app": "a", "major": "1"}})
     register(client, "meta", USER_V2, metadata={"properties": {"app": "a", "major": "2"}})
