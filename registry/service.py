@@ -318,6 +318,7 @@ class SchemaRegistry:
                 schema.schema,
                 references=_schema_references(subject, schema.references),
                 resolved=resolved,
+                validate_defaults=False,  # stored: validated when new, or imported as it was
             )
         except InvalidSchemaError as exc:  # a stored schema that no longer parses: a bug, not user input
             raise RegistryError(50001, f"Stored schema {schema.id} cannot be parsed: {exc}") from exc
@@ -383,8 +384,9 @@ class SchemaRegistry:
         return replace(request, references=tuple(pinned))
 
     def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
-                       walk: _ReferenceWalk) -> tuple[RegisterRequest, ParsedSchema]:
-        """The request with its references to "latest" pinned (`_pinned`, for `walk.referrer`), and its parse."""
+                       walk: _ReferenceWalk, validate_defaults: bool = True) -> tuple[RegisterRequest, ParsedSchema]:
+        """The request with its references to "latest" pinned (`_pinned`, for `walk.referrer`), and its
+        parse (Avro defaults checked only with `validate_defaults`, as Confluent checks new schemas)."""
         request = self._pinned(conn, walk.referrer, request)
         if request.schema_type not in SUPPORTED_TYPES:
             if request.schema_type == "PROTOBUF":
@@ -400,6 +402,7 @@ class SchemaRegistry:
                 references=_schema_references(walk.referrer, request.references),
                 resolved=resolved,
                 normalize=normalize,
+                validate_defaults=validate_defaults,
             )
         except InvalidSchemaError as exc:
             raise invalid_schema(f"Invalid schema {request.schema_type}: {exc}") from exc
@@ -618,8 +621,10 @@ class SchemaRegistry:
             if not rows:
                 raise subject_not_found(subject)
             config = self._config(conn, subject)
+            # Confluent's lookUpSchemaUnderSubject parses as not new: an imported schema whose defaults
+            # Avro would refuse today is found.
             request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
-                                                  walk=walk)
+                                                  walk=walk, validate_defaults=False)
             # As written: the subject's versions all resolve their references in its context.
             refs = _as_written(parsed, request.references, subject)
             wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
@@ -677,8 +682,12 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
-        request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
-                                              walk=walk)
+        sent = request
+        # Parsed as not new first (Confluent's canonicalizeSchema with isNew false for imports, and its
+        # registerOrForward looking the schema up first): a stored schema with defaults Avro refuses
+        # today (registered before Avro checked them, or imported) is found and answered.
+        normalizing = normalize or bool(config.get("normalize"))
+        request, parsed = self._parse_request(conn, request, normalize=normalizing, walk=walk, validate_defaults=False)
         rows = self._versions(conn, subject)
         if not importing:
             request = _inherit_annotations(request, [r for r in rows if not r.deleted])
@@ -700,6 +709,8 @@ class SchemaRegistry:
                 break
         if registered is None and not importing:
             registered = self._inlined_version(conn, parsed, request, [r for r in rows if not r.deleted], existing_id)
+        if registered is None and not importing:  # a new schema: its defaults are checked (42201)
+            self._parse_request(conn, sent, normalize=normalizing, walk=walk)
         return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request)
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck

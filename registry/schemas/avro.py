@@ -579,13 +579,14 @@ def parse_avro(
     resolved: Mapping[str, ParsedSchema],
     *,
     normalize: bool,
+    validate_defaults: bool = True,
 ) -> tuple[str, object, AvroModel]:
     """(canonical text, fastavro-parsed schema, model) of an Avro schema."""
     from registry.schemas.avro_text import canonical_string, fastavro_schema, normalized_string
 
-    model = parse_avro_model(text, references, resolved)
+    model = parse_avro_model(text, references, resolved, validate_defaults=validate_defaults)
     if normalize:
         # Confluent normalises by rewriting the text, then parses the result again.
-        model = parse_avro_model(normalized_string(model), references, resolved)
+        model = parse_avro_model(normalized_string(model), references, resolved, validate_defaults=validate_defaults)
     canonical = canonical_string(model)
     return canonical, fastavro_schema(model), model
