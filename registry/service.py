@@ -63,7 +63,14 @@ from registry.model import (
     version_not_found,
     written_forms,
 )
-from registry.schemas import InvalidSchemaError, ParsedSchema, SchemaReference, SchemaType, parse_schema
+from registry.schemas import (
+    InvalidDefaultError,
+    InvalidSchemaError,
+    ParsedSchema,
+    SchemaReference,
+    SchemaType,
+    parse_schema,
+)
 from registry.schemas.avro import AvroModel, same_schema
 
 SUPPORTED_TYPES = ("AVRO", "JSON")
@@ -384,9 +391,12 @@ class SchemaRegistry:
         return replace(request, references=tuple(pinned))
 
     def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
-                       walk: _ReferenceWalk, validate_defaults: bool = True) -> tuple[RegisterRequest, ParsedSchema]:
+                       walk: _ReferenceWalk, validate_defaults: bool = True,
+                       refused_defaults: list[str] | None = None) -> tuple[RegisterRequest, ParsedSchema]:
         """The request with its references to "latest" pinned (`_pinned`, for `walk.referrer`), and its
-        parse (Avro defaults checked only with `validate_defaults`, as Confluent checks new schemas)."""
+        parse (Avro defaults checked only with `validate_defaults`, as Confluent checks new schemas).
+        With `refused_defaults`, a default that would be refused is appended there (as the 42201
+        message) and the schema parsed without checking defaults: one parse when they are valid."""
         request = self._pinned(conn, walk.referrer, request)
         if request.schema_type not in SUPPORTED_TYPES:
             if request.schema_type == "PROTOBUF":
@@ -395,15 +405,18 @@ class SchemaRegistry:
         if not request.schema.strip():
             raise invalid_schema("Empty schema")
         resolved = self._resolve(conn, request.references, 1, walk, referrer=walk.referrer)
+        references = _schema_references(walk.referrer, request.references)
         try:
-            return request, parse_schema(
-                SchemaType(request.schema_type),
-                request.schema,
-                references=_schema_references(walk.referrer, request.references),
-                resolved=resolved,
-                normalize=normalize,
-                validate_defaults=validate_defaults,
-            )
+            try:
+                return request, parse_schema(SchemaType(request.schema_type), request.schema, references=references,
+                                             resolved=resolved, normalize=normalize,
+                                             validate_defaults=validate_defaults)
+            except InvalidDefaultError as exc:
+                if refused_defaults is None:
+                    raise
+                refused_defaults.append(f"Invalid schema {request.schema_type}: {exc}")
+                return request, parse_schema(SchemaType(request.schema_type), request.schema, references=references,
+                                             resolved=resolved, normalize=normalize, validate_defaults=False)
         except InvalidSchemaError as exc:
             raise invalid_schema(f"Invalid schema {request.schema_type}: {exc}") from exc
 
@@ -682,12 +695,12 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
-        sent = request
         # Parsed as not new first (Confluent's canonicalizeSchema with isNew false for imports, and its
         # registerOrForward looking the schema up first): a stored schema with defaults Avro refuses
         # today (registered before Avro checked them, or imported) is found and answered.
-        normalizing = normalize or bool(config.get("normalize"))
-        request, parsed = self._parse_request(conn, request, normalize=normalizing, walk=walk, validate_defaults=False)
+        refused_defaults: list[str] = []
+        request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
+                                              walk=walk, refused_defaults=refused_defaults)
         rows = self._versions(conn, subject)
         if not importing:
             request = _inherit_annotations(request, [r for r in rows if not r.deleted])
@@ -709,8 +722,8 @@ class SchemaRegistry:
                 break
         if registered is None and not importing:
             registered = self._inlined_version(conn, parsed, request, [r for r in rows if not r.deleted], existing_id)
-        if registered is None and not importing:  # a new schema: its defaults are checked (42201)
-            self._parse_request(conn, sent, normalize=normalizing, walk=walk)
+        if registered is None and not importing and refused_defaults:  # a new schema: defaults checked
+            raise invalid_schema(refused_defaults[0])
         return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request)
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from registry.schemas.errors import InvalidSchemaError
+from registry.schemas.errors import InvalidDefaultError, InvalidSchemaError
 
 
 class SchemaType(enum.StrEnum):
@@ -122,12 +122,15 @@ def parse_schema(
     except ValueError:
         raise InvalidSchemaError(f"Unsupported schema type {schema_type!r}") from None
     # Producers register and look up the same few schemas over and over: parse each text once.
-    key = (kind, text, normalize, validate_defaults, refs, tuple(resolved[r.name].fingerprint() for r in refs))
+    prints = tuple(resolved[r.name].fingerprint() for r in refs)
+    key = (kind, text, normalize, validate_defaults, refs, prints)
     with _CACHE_LOCK:
-        cached = _CACHE.get(key)
-        if cached is not None:
-            _CACHE.move_to_end(key)
-            return cached[0]
+        # A parse that checked defaults stands for one that does not (the result is the same).
+        for candidate in (key,) if validate_defaults else ((kind, text, normalize, True, refs, prints), key):
+            cached = _CACHE.get(candidate)
+            if cached is not None:
+                _CACHE.move_to_end(candidate)
+                return cached[0]
     parsed = _parse(kind, text, refs, resolved, normalize, validate_defaults)
     _remember(key, parsed, len(text))
     return parsed
@@ -190,6 +193,7 @@ def _parse(
 
 
 __all__ = [
+    "InvalidDefaultError",
     "InvalidSchemaError",
     "ParsedSchema",
     "SchemaReference",

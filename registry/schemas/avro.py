@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from registry.schemas.errors import InvalidSchemaError
+from registry.schemas.errors import InvalidDefaultError, InvalidSchemaError
 from registry.schemas.jackson_text import string as jackson_string
 
 if TYPE_CHECKING:
@@ -384,7 +384,7 @@ class _Parser:
                 with contextlib.suppress(ValueError):
                     default = float(default)
             if self.validate_defaults and not is_valid_default(field_type, default):
-                raise InvalidSchemaError(
+                raise InvalidDefaultError(
                     f"Invalid default for field {name}: {dumps(raw['default'])} not a "
                     f"{type_summary(field_type)}"
                 )
