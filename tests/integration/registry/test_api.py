@@ -526,6 +526,34 @@ def test_register_delete_and_references_on_both_databases(
         assert error(client.delete("/subjects/person2")) == (422, 42205)
 
 
+@pytest.mark.postgres
+def test_confluent_version_rules_on_both_databases(registry_app_factory: Callable[..., FastAPI], db_url: str) -> None:
+    # The rules of the tests above (tombstoned soft-deleted versions, latest live, references inlined,
+    # inherited metadata, imported defaults) through each database's SQL.
+    app = registry_app_factory(db=db_url)
+    with TestClient(app, headers=basic("admin")) as client:
+        register(client, "v", USER_V1, metadata={"properties": {"owner": "a"}})
+        register(client, "v", USER_V2)
+        client.delete("/subjects/v/versions/1")
+        assert register(client, "v", USER_V1)["version"] == 3
+        assert client.get("/subjects/v/versions?deleted=true").json() == [2, 3]
+        assert client.get("/subjects/v/versions/3").json()["metadata"] == {"properties": {"owner": "a"}}
+        client.delete("/subjects/v/versions/3")
+        assert client.get("/subjects/v/versions/latest?deleted=true").json()["version"] == 2
+        assert error(client.delete("/subjects/v/versions/latest?permanent=true")) == (404, 40407)
+        address = {"type": "record", "name": "Address", "fields": [{"name": "street", "type": "string"}]}
+        register(client, "a", json.dumps(address))
+        person = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": "Address"}]})
+        created = register(client, "p", person, references=[{"name": "Address", "subject": "a", "version": 1}])
+        inlined = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": address}]})
+        assert register(client, "p", inlined)["id"] == created["id"]
+        bad = json.dumps({"type": "record", "name": "B", "fields": [{"name": "f", "type": "int", "default": "x"}]})
+        client.put("/mode?force=true", json={"mode": "IMPORT"})
+        assert register(client, "legacy", bad, id=100, version=1)["id"] == 100
+        client.put("/mode", json={"mode": "READWRITE"})
+        assert register(client, "legacy", bad)["id"] == 100
+
+
 def test_bad_default_is_refused_at_registration(client: TestClient) -> None:
     # RestApiTest.testRegisterBadDefault
     bad = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": "string", "default": None}]})
