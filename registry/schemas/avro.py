@@ -491,8 +491,8 @@ def _json_equal(a: Any, b: Any) -> bool:
 
 def same_schema(a: AvroType, b: AvroType) -> bool:
     """Avro Java's `Schema.equals` (Confluent's `AvroSchema.deepEquals`, references resolved): types,
-    full names, fields (name, type, default, order, properties), symbols and enum default, sizes,
-    branches and properties (logical types included) are compared; docs and aliases are not. A pair
+    full names, fields (name, type, default, order, properties), symbols, sizes, branches and
+    properties (logical types included) are compared; docs, aliases and enum defaults are not. A pair
     met again while being compared counts as equal (recursive types), as Java's SEEN_EQUALS does."""
     seen: set[tuple[int, int]] = set()
 
@@ -516,7 +516,7 @@ def same_schema(a: AvroType, b: AvroType) -> bool:
                 for f, g in zip(x.fields, y.fields, strict=True)
             )
         if x.type == "enum":
-            return x.symbols == y.symbols and x.enum_default == y.enum_default
+            return x.symbols == y.symbols  # Java's EnumSchema.equals leaves the enum default out
         if x.type == "fixed":
             return x.size == y.size
         if x.type == "array":

@@ -33,6 +33,8 @@ LIST = {"type": "record", "name": "L", "fields": [{"name": "v", "type": "int"}, 
      record({"name": "a", "type": {"type": "map", "values": "int"}, "default": {"y": 2, "x": 1}})),
     ({"type": "record", "name": "ns.R", "fields": []}, {"type": "record", "name": "R", "namespace": "ns", "fields": []}),
     (LIST, LIST),
+    # Avro Java's EnumSchema.equals compares names, symbols and properties, not the default
+    ({"type": "enum", "name": "E", "symbols": ["A"]}, {"type": "enum", "name": "E", "symbols": ["A"], "default": "A"}),
 ])
 def test_equal(a: Any, b: Any) -> None:
     assert same_schema(root(a), root(b))
@@ -49,7 +51,6 @@ def test_equal(a: Any, b: Any) -> None:
     (record(), {**record(), "namespace": "other"}),
     (record(), record(p=True)),
     ({"type": "enum", "name": "E", "symbols": ["A", "B"]}, {"type": "enum", "name": "E", "symbols": ["B", "A"]}),
-    ({"type": "enum", "name": "E", "symbols": ["A"]}, {"type": "enum", "name": "E", "symbols": ["A"], "default": "A"}),
     ({"type": "fixed", "name": "F", "size": 2}, {"type": "fixed", "name": "F", "size": 3}),
     ({"type": "bytes", "logicalType": "decimal", "precision": 4}, "bytes"),
     (["null", "int"], ["int", "null"]),
