@@ -64,7 +64,15 @@ from registry.model import (
     version_not_found,
     written_forms,
 )
-from registry.schemas import InvalidSchemaError, ParsedSchema, SchemaReference, SchemaType, parse_schema
+from registry.schemas import (
+    InvalidDefaultError,
+    InvalidSchemaError,
+    ParsedSchema,
+    SchemaReference,
+    SchemaType,
+    parse_schema,
+)
+from registry.schemas.avro import AvroModel, same_schema
 
 SUPPORTED_TYPES = ("AVRO", "JSON")
 # Keys of Confluent's Config object that the registry stores and echoes (besides the level).
@@ -126,6 +134,7 @@ class _Prepared:
     rows: list[SubjectVersion]
     existing_id: int | None
     registered: SubjectVersion | None
+    request: RegisterRequest  # with references pinned and metadata and rule set inherited
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +326,7 @@ class SchemaRegistry:
                 schema.schema,
                 references=_schema_references(subject, schema.references),
                 resolved=resolved,
+                validate_defaults=False,  # stored: validated when new, or imported as it was
             )
         except InvalidSchemaError as exc:  # a stored schema that no longer parses: a bug, not user input
             raise RegistryError(50001, f"Stored schema {schema.id} cannot be parsed: {exc}") from exc
@@ -382,8 +392,12 @@ class SchemaRegistry:
         return replace(request, references=tuple(pinned))
 
     def _parse_request(self, conn: Connection, request: RegisterRequest, *, normalize: bool,
-                       walk: _ReferenceWalk) -> tuple[RegisterRequest, ParsedSchema]:
-        """The request with its references to "latest" pinned (`_pinned`, for `walk.referrer`), and its parse."""
+                       walk: _ReferenceWalk, validate_defaults: bool = True,
+                       refused_defaults: list[str] | None = None) -> tuple[RegisterRequest, ParsedSchema]:
+        """The request with its references to "latest" pinned (`_pinned`, for `walk.referrer`), and its
+        parse (Avro defaults checked only with `validate_defaults`, as Confluent checks new schemas).
+        With `refused_defaults`, a default that would be refused is appended there (as the 42201
+        message) and the schema parsed without checking defaults: one parse when they are valid."""
         request = self._pinned(conn, walk.referrer, request)
         if request.schema_type not in SUPPORTED_TYPES:
             if request.schema_type == "PROTOBUF":
@@ -392,14 +406,18 @@ class SchemaRegistry:
         if not request.schema.strip():
             raise invalid_schema("Empty schema")
         resolved = self._resolve(conn, request.references, 1, walk, referrer=walk.referrer)
+        references = _schema_references(walk.referrer, request.references)
         try:
-            return request, parse_schema(
-                SchemaType(request.schema_type),
-                request.schema,
-                references=_schema_references(walk.referrer, request.references),
-                resolved=resolved,
-                normalize=normalize,
-            )
+            try:
+                return request, parse_schema(SchemaType(request.schema_type), request.schema, references=references,
+                                             resolved=resolved, normalize=normalize,
+                                             validate_defaults=validate_defaults)
+            except InvalidDefaultError as exc:
+                if refused_defaults is None:
+                    raise
+                refused_defaults.append(f"Invalid schema {request.schema_type}: {exc}")
+                return request, parse_schema(SchemaType(request.schema_type), request.schema, references=references,
+                                             resolved=resolved, normalize=normalize, validate_defaults=False)
         except InvalidSchemaError as exc:
             raise invalid_schema(f"Invalid schema {request.schema_type}: {exc}") from exc
 
@@ -611,21 +629,53 @@ class SchemaRegistry:
             if not rows:
                 raise subject_not_found(subject)
             config = self._config(conn, subject)
+            # Confluent's lookUpSchemaUnderSubject parses as not new: an imported schema whose defaults
+            # Avro would refuse today is found.
             request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
-                                                  walk=walk)
+                                                  walk=walk, validate_defaults=False)
             # As written: the subject's versions all resolve their references in its context.
             refs = _as_written(parsed, request.references, subject)
             wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
             prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
-        for row in reversed(rows):
-            if prints[row.schema.id][0] != wanted:
-                continue
-            if request.metadata is not None and request.metadata != row.schema.metadata:
-                continue
-            if request.rule_set is not None and request.rule_set != row.schema.rule_set:
-                continue
-            return row
+            for row in reversed(rows):
+                if prints[row.schema.id][0] != wanted:
+                    continue
+                if request.metadata is not None and request.metadata != row.schema.metadata:
+                    continue
+                if request.rule_set is not None and request.rule_set != row.schema.rule_set:
+                    continue
+                return row
+            inlined = self._inlined_version(conn, parsed, request, rows, None, any_annotations=True)
+        if inlined is not None:
+            return inlined
         raise schema_not_found()
+
+    def _inlined_version(self, conn: Connection, parsed: ParsedSchema, request: RegisterRequest,
+                         rows: Sequence[SubjectVersion], existing_id: int | None, *,
+                         any_annotations: bool = False) -> SubjectVersion | None:
+        """The newest of `rows` that has references and equals `parsed`, an Avro schema sent without
+        references, once its references are resolved: Confluent's register and lookUpSchemaUnderSubject
+        take a schema "sent with all references resolved" for that version (`ParsedSchema.deepEquals`:
+        the Avro `Schema`s, the metadata and the rule set equal). As there, an
+        id the text itself already has elsewhere (`existing_id`) must be the version's. JSON Schema
+        versions are not compared so (Confluent's JSON `deepEquals` was not verified). With
+        `any_annotations` (lookups), metadata or a rule set the request does not give match any, as
+        in the lookup's main path."""
+        if parsed.references or not isinstance(parsed.model, AvroModel):
+            return None
+        for row in reversed(rows):
+            if not row.schema.references or row.schema.schema_type != parsed.schema_type.value:
+                continue
+            if existing_id is not None and row.schema.id != existing_id:
+                continue
+            if not (request.metadata == row.schema.metadata or (any_annotations and request.metadata is None)):
+                continue
+            if not (request.rule_set == row.schema.rule_set or (any_annotations and request.rule_set is None)):
+                continue
+            old = self._parsed_of(conn, row.schema, subject=row.subject)
+            if isinstance(old.model, AvroModel) and same_schema(parsed.model.root, old.model.root):
+                return row
+        return None
 
     def _prepare(self, conn: Connection, subject: str, request: RegisterRequest, *, normalize: bool,
                  walk: _ReferenceWalk) -> _Prepared:
@@ -640,12 +690,18 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
+        # Parsed as not new first (Confluent's canonicalizeSchema with isNew false for imports, and its
+        # registerOrForward looking the schema up first): a stored schema with defaults Avro refuses
+        # today (registered before Avro checked them, or imported) is found and answered.
+        refused_defaults: list[str] = []
         request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
-                                              walk=walk)
+                                              walk=walk, refused_defaults=refused_defaults)
+        rows = self._versions(conn, subject)
+        if not importing:
+            request = _inherit_annotations(request, [r for r in rows if not r.deleted])
         refs = _as_written(parsed, request.references, subject)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
                                        request.rule_set, resolved=_references(parsed))
-        rows = self._versions(conn, subject)
         existing_id = store.schema_id_by_fingerprint(conn, fingerprint)
         same = {existing_id}
         legacy = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata, request.rule_set)
@@ -659,7 +715,11 @@ class SchemaRegistry:
             if not row.deleted and row.schema.id in same and (not importing or request.id == row.schema.id):
                 registered = row
                 break
-        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered)
+        if registered is None and not importing:
+            registered = self._inlined_version(conn, parsed, request, [r for r in rows if not r.deleted], existing_id)
+        if registered is None and not importing and refused_defaults:  # a new schema: defaults checked
+            raise invalid_schema(refused_defaults[0])
+        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request)
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
                  ) -> tuple[SubjectVersion, Change]:
@@ -706,11 +766,20 @@ class SchemaRegistry:
                 schema_id = existing_id if existing_id is not None else store.max_schema_id(conn) + 1
                 if schema_id > MAX_ID:
                     raise RegistryError(50001, "The registry has run out of schema ids")
-            stored = StoredSchema(schema_id, schema_type, parsed.canonical, refs, request.metadata, request.rule_set)
+            annotated = prepared.request
+            stored = StoredSchema(schema_id, schema_type, parsed.canonical, refs, annotated.metadata,
+                                  annotated.rule_set)
             if existing_id is None or existing_id != schema_id:
                 store.insert_schema(conn, stored, content_fp, fingerprint)
             version = self._next_version(conn, subject, rows, request.version if importing else None)
             store.insert_version(conn, subject, version, schema_id)
+            # Confluent's KafkaSchemaRegistry.register tombstones the subject's earlier soft-deleted
+            # versions of the same id, so that an id has one version per subject. kgov keeps one that
+            # a stored schema still references (Confluent does not check), so the referrer resolves.
+            replaced = [r.version for r in rows if r.deleted and r.schema.id == schema_id and r.version < version
+                        and not _referrers(conn, subject, r.version, include_deleted=True)]
+            if replaced:
+                store.remove_versions(conn, subject, replaced)
         self._by_id.setdefault(schema_id, stored)
         self._parsed.setdefault((schema_id, reference_context(subject)), parsed)
         self._forget_usages()
@@ -778,10 +847,14 @@ class SchemaRegistry:
         with transaction(self.engine) as conn:
             rows = self._deletable_versions(conn, subject)
             if version == -1:
-                candidates = rows if permanent else [r for r in rows if not r.deleted]
-                if not candidates:
-                    raise subject_not_found(subject)
-                target = candidates[-1]
+                # `latest` is the latest live version for permanent deletes too (Confluent's
+                # SubjectVersionsResource.deleteSchemaVersion resolves it with getLatestVersion, which
+                # skips soft-deleted versions): a permanent delete of it answers 40407, never removing
+                # the newest soft-deleted version; with no live version it is 40402 "Version -1".
+                live = [r for r in rows if not r.deleted]
+                if not live:
+                    raise version_not_found(version)
+                target = live[-1]
             else:
                 found = [r for r in rows if r.version == version]
                 if not found:
@@ -841,6 +914,17 @@ class SchemaRegistry:
                 store.forget_subject(conn, subject)
         self._forget_usages()
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
+
+
+def _inherit_annotations(request: RegisterRequest, live: Sequence[SubjectVersion]) -> RegisterRequest:
+    """Confluent's `maybePopulateFromPrevious` (outside IMPORT mode): metadata or a rule set the request
+    does not give are the latest live version's. (Confluent also merges the config's default and
+    override metadata and rule sets, which kgov's config does not hold.)"""
+    if not live or (request.metadata is not None and request.rule_set is not None):
+        return request
+    latest = live[-1].schema
+    return replace(request, metadata=request.metadata if request.metadata is not None else latest.metadata,
+                   rule_set=request.rule_set if request.rule_set is not None else latest.rule_set)
 
 
 def _walk_references(subject: str, request: RegisterRequest, may_read: ReadCheck) -> _ReferenceWalk:
@@ -929,7 +1013,12 @@ def _pick_version(subject: str, rows: Sequence[SubjectVersion], version: int, *,
     if not visible:
         raise subject_not_found(subject)
     if version == -1:
-        return visible[-1]
+        # Confluent's KafkaSchemaRegistry.get reads `latest` with getLatestVersion, which skips
+        # soft-deleted versions whatever `deleted` asks: with none live it is "Version -1 not found."
+        live = [r for r in visible if not r.deleted]
+        if not live:
+            raise version_not_found(version)
+        return live[-1]
     for r in visible:
         if r.version == version:
             return r

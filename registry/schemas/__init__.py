@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from registry.schemas.errors import InvalidSchemaError
+from registry.schemas.errors import InvalidDefaultError, InvalidSchemaError
 
 
 class SchemaType(enum.StrEnum):
@@ -100,12 +100,15 @@ def parse_schema(
     references: Sequence[SchemaReference] = (),
     resolved: Mapping[str, ParsedSchema] = _NO_RESOLVED,
     normalize: bool = False,
+    validate_defaults: bool = True,
 ) -> ParsedSchema:
     """Parses and validates `text` as a schema of `schema_type`.
 
     `resolved` maps each reference name to the already-parsed referenced schema (the caller loads
     the referenced subject versions, transitively). With `normalize`, the canonical text is
-    Confluent's normalised form, so that equivalent spellings compare equal.
+    Confluent's normalised form, so that equivalent spellings compare equal. Without
+    `validate_defaults`, Avro field defaults are not checked against their types (Confluent parses
+    only new schemas with `setValidateDefaults(true)`: stored, imported and looked-up ones without).
     """
     if not isinstance(text, str):
         raise InvalidSchemaError("Schema must be a string")
@@ -119,13 +122,16 @@ def parse_schema(
     except ValueError:
         raise InvalidSchemaError(f"Unsupported schema type {schema_type!r}") from None
     # Producers register and look up the same few schemas over and over: parse each text once.
-    key = (kind, text, normalize, refs, tuple(resolved[r.name].fingerprint() for r in refs))
+    prints = tuple(resolved[r.name].fingerprint() for r in refs)
+    key = (kind, text, normalize, validate_defaults, refs, prints)
     with _CACHE_LOCK:
-        cached = _CACHE.get(key)
-        if cached is not None:
-            _CACHE.move_to_end(key)
-            return cached[0]
-    parsed = _parse(kind, text, refs, resolved, normalize)
+        # A parse that checked defaults stands for one that does not (the result is the same).
+        for candidate in (key,) if validate_defaults else ((kind, text, normalize, True, refs, prints), key):
+            cached = _CACHE.get(candidate)
+            if cached is not None:
+                _CACHE.move_to_end(candidate)
+                return cached[0]
+    parsed = _parse(kind, text, refs, resolved, normalize, validate_defaults)
     _remember(key, parsed, len(text))
     return parsed
 
@@ -160,6 +166,7 @@ def _parse(
     refs: tuple[SchemaReference, ...],
     resolved: Mapping[str, ParsedSchema],
     normalize: bool,
+    validate_defaults: bool = True,
 ) -> ParsedSchema:
     if normalize:
         refs = tuple(sorted(set(refs), key=lambda r: (r.name, r.subject, r.version)))
@@ -169,7 +176,8 @@ def _parse(
     if kind is SchemaType.AVRO:
         from registry.schemas.avro import parse_avro
 
-        canonical, parsed, model = parse_avro(text, refs, resolved, normalize=normalize)
+        canonical, parsed, model = parse_avro(text, refs, resolved, normalize=normalize,
+                                              validate_defaults=validate_defaults)
     elif kind is SchemaType.JSON:
         from registry.schemas.json_schema import parse_json_schema
 
@@ -185,6 +193,7 @@ def _parse(
 
 
 __all__ = [
+    "InvalidDefaultError",
     "InvalidSchemaError",
     "ParsedSchema",
     "SchemaReference",

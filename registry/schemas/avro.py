@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from registry.schemas.errors import InvalidSchemaError
+from registry.schemas.errors import InvalidDefaultError, InvalidSchemaError
 from registry.schemas.jackson_text import string as jackson_string
 
 if TYPE_CHECKING:
@@ -384,7 +384,7 @@ class _Parser:
                 with contextlib.suppress(ValueError):
                     default = float(default)
             if self.validate_defaults and not is_valid_default(field_type, default):
-                raise InvalidSchemaError(
+                raise InvalidDefaultError(
                     f"Invalid default for field {name}: {dumps(raw['default'])} not a "
                     f"{type_summary(field_type)}"
                 )
@@ -484,6 +484,55 @@ def iter_named(root: AvroType) -> Iterator[AvroType]:
     yield from order
 
 
+def _json_equal(a: Any, b: Any) -> bool:
+    """Jackson `JsonNode.equals`: objects as maps (key order aside), 1 and 1.0 apart."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def same_schema(a: AvroType, b: AvroType) -> bool:
+    """Avro Java's `Schema.equals` (Confluent's `AvroSchema.deepEquals`, references resolved): types,
+    full names, fields (name, type, default, order, properties), symbols, sizes, branches and
+    properties (logical types included) are compared; docs, aliases and enum defaults are not. A pair
+    met again while being compared counts as equal (recursive types), as Java's SEEN_EQUALS does."""
+    seen: set[tuple[int, int]] = set()
+
+    def equal(x: AvroType, y: AvroType) -> bool:
+        if x is y:
+            return True
+        if x.type != y.type or not _json_equal(x.props, y.props):
+            return False
+        if x.is_named:
+            if x.full_name != y.full_name:
+                return False
+            pair = (id(x), id(y))
+            if pair in seen:
+                return True
+            seen.add(pair)
+        if x.is_record:
+            return len(x.fields) == len(y.fields) and all(
+                f.name == g.name and f.order == g.order and f.has_default == g.has_default
+                and (not f.has_default or _json_equal(f.default, g.default))
+                and _json_equal(f.props, g.props) and equal(f.type, g.type)
+                for f, g in zip(x.fields, y.fields, strict=True)
+            )
+        if x.type == "enum":
+            return x.symbols == y.symbols  # Java's EnumSchema.equals leaves the enum default out
+        if x.type == "fixed":
+            return x.size == y.size
+        if x.type == "array":
+            assert x.items is not None and y.items is not None
+            return equal(x.items, y.items)
+        if x.type == "map":
+            assert x.values is not None and y.values is not None
+            return equal(x.values, y.values)
+        if x.type == "union":
+            return len(x.branches) == len(y.branches) and all(
+                equal(p, q) for p, q in zip(x.branches, y.branches, strict=True))
+        return True
+
+    return equal(a, b)
+
+
 def _load_json(text: str) -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant)
@@ -530,13 +579,14 @@ def parse_avro(
     resolved: Mapping[str, ParsedSchema],
     *,
     normalize: bool,
+    validate_defaults: bool = True,
 ) -> tuple[str, object, AvroModel]:
     """(canonical text, fastavro-parsed schema, model) of an Avro schema."""
     from registry.schemas.avro_text import canonical_string, fastavro_schema, normalized_string
 
-    model = parse_avro_model(text, references, resolved)
+    model = parse_avro_model(text, references, resolved, validate_defaults=validate_defaults)
     if normalize:
         # Confluent normalises by rewriting the text, then parses the result again.
-        model = parse_avro_model(normalized_string(model), references, resolved)
+        model = parse_avro_model(normalized_string(model), references, resolved, validate_defaults=validate_defaults)
     canonical = canonical_string(model)
     return canonical, fastavro_schema(model), model

@@ -182,6 +182,118 @@ def test_soft_and_hard_delete_of_versions(client: TestClient) -> None:
     assert register(client, "d", USER_V1)["version"] == 3
 
 
+def test_latest_names_the_latest_live_version_in_permanent_deletes_too(client: TestClient) -> None:
+    # Confluent's deleteSchemaVersion resolves `latest` with getLatestVersion, which skips soft-deleted
+    # versions: a permanent delete of `latest` meets a live version (40407) or none (40402, "Version -1"),
+    # and never destroys the newest soft-deleted version.
+    register(client, "dl", USER_V1)
+    register(client, "dl", USER_V2)
+    assert client.delete("/subjects/dl/versions/2").json() == 2
+    assert error(client.delete("/subjects/dl/versions/latest?permanent=true")) == (404, 40407)
+    assert client.delete("/subjects/dl/versions/latest?permanent=true").json()["message"] == (
+        "Subject 'dl' Version 1 was not deleted first before being permanently deleted")
+    assert client.get("/subjects/dl/versions?deleted=true").json() == [1, 2]
+    assert client.delete("/subjects/dl/versions/latest").json() == 1
+    for permanent in ("true", "false"):
+        response = client.delete(f"/subjects/dl/versions/latest?permanent={permanent}")
+        assert error(response) == (404, 40402)
+        assert response.json()["message"] == "Version -1 not found."
+    assert client.get("/subjects/dl/versions?deleted=true").json() == [1, 2]
+    assert client.delete("/subjects/dl/versions/2?permanent=true").json() == 2
+    assert client.get("/subjects/dl/versions?deleted=true").json() == [1]
+
+
+def test_latest_is_the_latest_live_version_even_with_deleted(client: TestClient) -> None:
+    # Confluent's getSchemaByVersion reads `latest` through getLatestVersion, which skips soft-deleted
+    # versions whatever `deleted` says; with none live but some soft-deleted it answers 40402 "Version -1".
+    register(client, "dd", USER_V1)
+    register(client, "dd", USER_V2)
+    client.delete("/subjects/dd/versions/2")
+    for version in ("latest", "-1"):
+        found = client.get(f"/subjects/dd/versions/{version}?deleted=true").json()
+        assert (found["version"], "deleted" in found) == (1, False)
+    assert client.get("/subjects/dd/versions/latest/schema?deleted=true").json() == json.loads(USER_V1)
+    client.delete("/subjects/dd/versions/1")
+    response = client.get("/subjects/dd/versions/latest?deleted=true")
+    assert error(response) == (404, 40402)
+    assert response.json()["message"] == "Version -1 not found."
+    assert error(client.get("/subjects/dd/versions/latest/referencedby")) == (404, 40402)
+    assert error(client.get("/subjects/dd/versions/latest")) == (404, 40401)
+    assert client.get("/subjects/dd/versions/2?deleted=true").json()["deleted"] is True
+
+
+def test_re_registering_a_soft_deleted_schema_replaces_its_soft_deleted_version(client: TestClient) -> None:
+    # Confluent's KafkaSchemaRegistry.register tombstones the subject's soft-deleted versions of the same
+    # id ("Tombstone previous version with the same ID"): one version per schema id in a subject.
+    register(client, "rr", USER_V1)
+    register(client, "rr", USER_V2)
+    client.delete("/subjects/rr/versions/1")
+    assert register(client, "rr", USER_V1)["version"] == 3
+    assert client.get("/subjects/rr/versions?deleted=true").json() == [2, 3]
+    assert client.get("/schemas/ids/1/versions?deleted=true").json() == [{"subject": "rr", "version": 3}]
+    assert error(client.get("/subjects/rr/versions/1?deleted=true")) == (404, 40402)
+    # another subject's soft-deleted version of the id is left alone
+    register(client, "other", USER_V1)
+    client.delete("/subjects/other/versions/1")
+    client.delete("/subjects/rr/versions/3")
+    assert register(client, "rr", USER_V1)["version"] == 4
+    assert client.get("/subjects/other/versions?deleted=true").json() == [1]
+
+
+def test_a_soft_deleted_version_still_referenced_is_kept_when_its_schema_returns(client: TestClient) -> None:
+    address = record("Address", ("street", "string"), namespace="com.acme")
+    register(client, "addr", address)
+    person = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                         "fields": [{"name": "home", "type": "com.acme.Address"}]})
+    refs = [{"name": "com.acme.Address", "subject": "addr", "version": 1}]
+    register(client, "pers", person, references=refs)
+    client.delete("/subjects/pers/versions/1")
+    client.delete("/subjects/addr/versions/1")
+    register(client, "addr", address)
+    # the soft-deleted `pers` version (its id still readable) still names addr version 1
+    assert client.get("/subjects/addr/versions?deleted=true").json() == [1, 2]
+    assert client.get("/subjects/addr/versions/1/referencedby?deleted=true").json() == [2]
+
+
+def test_a_schema_sent_with_its_references_inlined_is_the_version_that_references_them(client: TestClient) -> None:
+    # Confluent's register and lookUpSchemaUnderSubject: a schema without references that equals (Avro
+    # Java's Schema.equals, references resolved) a version with references is that version. A Java
+    # producer whose generated class inlines the referenced type registers such a text.
+    address = {"type": "record", "name": "Address", "namespace": "com.acme",
+               "fields": [{"name": "street", "type": "string"}]}
+    register(client, "addr", json.dumps(address))
+    person = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                         "fields": [{"name": "home", "type": "com.acme.Address"}]})
+    refs = [{"name": "com.acme.Address", "subject": "addr", "version": 1}]
+    assert (register(client, "pers", person, references=refs)["id"], 1) == (2, 1)
+    inlined = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme",
+                          "fields": [{"name": "home", "type": {**address, "doc": "docs are not compared"}}]})
+    looked_up = client.post("/subjects/pers", json={"schema": inlined}).json()
+    assert (looked_up["id"], looked_up["version"]) == (2, 1)
+    assert (register(client, "pers", inlined)["id"], client.get("/subjects/pers/versions").json()) == (2, [1])
+    # a different type is a new schema
+    other = json.dumps({"type": "record", "name": "Person", "namespace": "com.acme", "fields": [
+        {"name": "home", "type": {**address, "fields": [{"name": "street", "type": "string", "default": ""}]}}]})
+    assert error(client.post("/subjects/pers", json={"schema": other})) == (404, 40403)
+    assert register(client, "pers", other)["version"] == 2
+
+
+def test_lookups_without_metadata_match_annotated_versions_inlined_or_not(client: TestClient) -> None:
+    # kgov's departure (README): a lookup that gives no metadata matches whatever the version has.
+    address = {"type": "record", "name": "Address", "fields": [{"name": "street", "type": "string"}]}
+    register(client, "ad", json.dumps(address))
+    person = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": "Address"}]})
+    refs = [{"name": "Address", "subject": "ad", "version": 1}]
+    created = register(client, "pe", person, references=refs, metadata={"properties": {"owner": "a"}})
+    inlined = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": address}]})
+    assert client.post("/subjects/pe", json={"schema": person, "references": refs}).json()["id"] == created["id"]
+    assert client.post("/subjects/pe", json={"schema": inlined}).json()["id"] == created["id"]
+    other = {"properties": {"owner": "b"}}
+    assert error(client.post("/subjects/pe", json={"schema": inlined, "metadata": other})) == (404, 40403)
+    # registering the inlined text without metadata takes the version's (inherited), so it is that version
+    assert register(client, "pe", inlined)["id"] == created["id"]
+
+
 def test_subject_delete_rules(client: TestClient) -> None:
     register(client, "sd", USER_V1)
     register(client, "sd", USER_V2)
@@ -249,6 +361,26 @@ def test_metadata_and_rule_set_are_stored_and_returned(client: TestClient) -> No
     # different metadata on the same text is a different schema (and a new id)
     other = register(client, "md", USER_V1, metadata={"properties": {"owner": "team-b"}})
     assert other["id"] != created["id"] and other["version"] == 2
+
+
+def test_a_registration_without_metadata_takes_the_latest_versions(client: TestClient) -> None:
+    # Confluent's register (maybePopulateFromPrevious): metadata and ruleSet absent from the request are
+    # the latest live version's, so a producer re-registering its schema finds the version a steward
+    # annotated, and a new version keeps the annotations.
+    metadata = {"properties": {"owner": "team-a"}}
+    rule_set = {"domainRules": [{"name": "r", "kind": "CONDITION", "mode": "WRITE", "type": "CEL", "expr": "true"}]}
+    first = register(client, "inh", USER_V1, metadata=metadata, ruleSet=rule_set)
+    again = register(client, "inh", USER_V1)
+    assert (again["id"], again["version"]) == (first["id"], 1)
+    assert client.get("/subjects/inh/versions").json() == [1]
+    second = register(client, "inh", USER_V2)
+    latest = client.get("/subjects/inh/versions/latest").json()
+    assert (latest["version"], latest["metadata"], latest["ruleSet"]) == (2, metadata, rule_set)
+    assert client.get(f"/schemas/ids/{second['id']}").json()["metadata"] == metadata
+    # what the request gives is kept
+    other = register(client, "inh", USER_V2, metadata={"properties": {"owner": "team-b"}})
+    assert other["version"] == 3
+    assert client.get("/subjects/inh/versions/3").json()["ruleSet"] == rule_set
 
 
 def test_config_endpoints(client: TestClient) -> None:
@@ -394,12 +526,60 @@ def test_register_delete_and_references_on_both_databases(
         assert error(client.delete("/subjects/person2")) == (422, 42205)
 
 
+@pytest.mark.postgres
+def test_confluent_version_rules_on_both_databases(registry_app_factory: Callable[..., FastAPI], db_url: str) -> None:
+    # The rules of the tests above (tombstoned soft-deleted versions, latest live, references inlined,
+    # inherited metadata, imported defaults) through each database's SQL.
+    app = registry_app_factory(db=db_url)
+    with TestClient(app, headers=basic("admin")) as client:
+        register(client, "v", USER_V1, metadata={"properties": {"owner": "a"}})
+        register(client, "v", USER_V2)
+        client.delete("/subjects/v/versions/1")
+        assert register(client, "v", USER_V1)["version"] == 3
+        assert client.get("/subjects/v/versions?deleted=true").json() == [2, 3]
+        assert client.get("/subjects/v/versions/3").json()["metadata"] == {"properties": {"owner": "a"}}
+        client.delete("/subjects/v/versions/3")
+        assert client.get("/subjects/v/versions/latest?deleted=true").json()["version"] == 2
+        assert error(client.delete("/subjects/v/versions/latest?permanent=true")) == (404, 40407)
+        address = {"type": "record", "name": "Address", "fields": [{"name": "street", "type": "string"}]}
+        register(client, "a", json.dumps(address))
+        person = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": "Address"}]})
+        created = register(client, "p", person, references=[{"name": "Address", "subject": "a", "version": 1}])
+        inlined = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": address}]})
+        assert register(client, "p", inlined)["id"] == created["id"]
+        bad = json.dumps({"type": "record", "name": "B", "fields": [{"name": "f", "type": "int", "default": "x"}]})
+        client.put("/mode?force=true", json={"mode": "IMPORT"})
+        assert register(client, "legacy", bad, id=100, version=1)["id"] == 100
+        client.put("/mode", json={"mode": "READWRITE"})
+        assert register(client, "legacy", bad)["id"] == 100
+
+
 def test_bad_default_is_refused_at_registration(client: TestClient) -> None:
     # RestApiTest.testRegisterBadDefault
     bad = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": "string", "default": None}]})
     r = client.post("/subjects/bad-default/versions", json={"schema": bad})
     assert error(r) == (422, 42201)
     assert "default" in r.json()["message"]
+
+
+def test_imported_schemas_keep_their_invalid_defaults(client: TestClient) -> None:
+    # Confluent validates defaults of new schemas only (canonicalizeSchema's isNew: register without an
+    # id): an import, a lookup and the re-registration of a stored schema parse without it, so schemas
+    # registered before Avro checked defaults migrate, and their producers keep their ids.
+    bad = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": "string", "default": None}]})
+    assert client.put("/mode", json={"mode": "IMPORT"}).status_code == 200
+    assert register(client, "legacy", bad, id=7, version=1)["id"] == 7
+    assert client.put("/mode", json={"mode": "READWRITE"}).status_code == 200
+    assert client.post("/subjects/legacy", json={"schema": bad}).json()["id"] == 7
+    assert register(client, "legacy", bad) == {"id": 7, "version": 1, "schema": bad.replace(" ", "")}
+    # a valid successor is checked against it; the invalid text is still refused as a new schema
+    successor = json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "f", "type": "string", "default": None}, {"name": "g", "type": "int", "default": 0}]})
+    assert error(client.post("/subjects/legacy/versions", json={"schema": successor})) == (422, 42201)
+    valid = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f", "type": ["null", "string"],
+                                                                    "default": None}]})
+    assert register(client, "legacy", valid)["version"] == 2
+    assert error(client.post("/subjects/other/versions", json={"schema": bad})) == (422, 42201)
 
 
 def test_latest_with_metadata_and_deleted_as_negative(client: TestClient) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from registry.schemas import InvalidSchemaError, ParsedSchema, SchemaReference, SchemaType, parse_schema
+from registry.schemas import (
+    InvalidDefaultError,
+    InvalidSchemaError,
+    ParsedSchema,
+    SchemaReference,
+    SchemaType,
+    parse_schema,
+)
 
 
 def test_avro_primitive_object_form_is_stored_as_its_canonical_string() -> None:
@@ -62,3 +69,13 @@ def test_parse_results_are_cached_per_text_and_references() -> None:
     other = parse_schema(SchemaType.AVRO, text, references=ref, resolved={"ns.F": eight})
     assert other is not first
     assert parse_schema(SchemaType.AVRO, text, references=ref, resolved={"ns.F": four}, normalize=True) is not first
+
+
+def test_defaults_are_checked_only_when_asked_and_a_checked_parse_serves_both() -> None:
+    bad = '{"type":"record","name":"LegacyDefault","fields":[{"name":"f","type":"string","default":null}]}'
+    with pytest.raises(InvalidDefaultError, match="Invalid default for field f"):
+        parse_schema(SchemaType.AVRO, bad)
+    assert parse_schema(SchemaType.AVRO, bad, validate_defaults=False).canonical == bad
+    good = '{"type":"record","name":"CheckedOnce","fields":[{"name":"f","type":"string","default":""}]}'
+    checked = parse_schema(SchemaType.AVRO, good)
+    assert parse_schema(SchemaType.AVRO, good, validate_defaults=False) is checked
