@@ -1,4 +1,5 @@
-"""audit.kafka_sink.KafkaSink against a real broker (Tansu), read back with a real client (kafka-python)."""
+"""audit.kafka_sink.KafkaSink against a real broker (Tansu), with each client (librdkafka and kafka-python),
+read back with a real client (kafka-python)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,14 @@ def make_events(n: int, sources: tuple[str, ...] = ("crn:///kafka=a",), start: i
     ]
 
 
-def fast_sink(bootstrap: str, topic: str, **options: Any) -> KafkaSink:
+@pytest.fixture(params=["librdkafka", "kafka-python"])
+def client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def fast_sink(bootstrap: str, topic: str, client: str, **options: Any) -> KafkaSink:
     return KafkaSink(bootstrap, topic, **{"delivery_timeout_ms": 2000, "max_block_ms": 500,
-                                          "retry_backoff_max_s": 0.3, **options})
+                                          "retry_backoff_max_s": 0.3, "client": client, **options})
 
 
 @pytest.fixture
@@ -50,11 +56,13 @@ def relayed_broker() -> Iterator[TcpRelay]:
             yield relay
 
 
-def test_the_topic_holds_exactly_the_events_written_keyed_by_source_in_order(kafka_broker: str) -> None:
+def test_the_topic_holds_exactly_the_events_written_keyed_by_source_in_order(
+    kafka_broker: str, client: str,
+) -> None:
     topic = create_topic(kafka_broker, partitions=3)
     sources = ("crn:///kafka=a", "crn:///kafka=b", "crn:///kafka=c")
     written = make_events(90, sources)
-    sink = fast_sink(kafka_broker, topic)
+    sink = fast_sink(kafka_broker, topic, client)
     for event in written:
         sink.write(event)
     sink.close(timeout_s=20)  # returns once everything buffered was shipped
@@ -72,13 +80,13 @@ def test_the_topic_holds_exactly_the_events_written_keyed_by_source_in_order(kaf
 
 
 def test_broker_down_counts_failures_blocks_no_write_keeps_the_file_and_shipping_resumes(
-    relayed_broker: TcpRelay, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    relayed_broker: TcpRelay, tmp_path: Path, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
     relay = relayed_broker
     topic = create_topic(relay.address)
     file = JsonLinesSink(tmp_path / "events.jsonl")
     # Waits of 3 s for metadata and for an answer: a write waiting on either would take that long.
-    kafka = fast_sink(relay.address, topic, delivery_timeout_ms=3000, max_block_ms=3000)
+    kafka = fast_sink(relay.address, topic, client, delivery_timeout_ms=3000, max_block_ms=3000)
     audit = MultiSink([file, kafka])
     try:
         before = make_events(5)
@@ -113,11 +121,11 @@ def test_broker_down_counts_failures_blocks_no_write_keeps_the_file_and_shipping
 
 
 def test_a_full_buffer_is_counted_and_logged_once_and_never_raises(
-    refused_port: int, caplog: pytest.LogCaptureFixture,
+    refused_port: int, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
     events = make_events(30)
     size = len(events[0].source) + len(events[0].to_json())
-    sink = fast_sink(f"127.0.0.1:{refused_port}", "t", buffer_bytes=10 * size + size // 2)
+    sink = fast_sink(f"127.0.0.1:{refused_port}", "t", client, buffer_bytes=10 * size + size // 2)
     try:
         with caplog.at_level(logging.WARNING, logger="kgov.audit.kafka"):
             for event in events:
@@ -132,9 +140,9 @@ def test_a_full_buffer_is_counted_and_logged_once_and_never_raises(
 
 
 def test_close_waits_a_bounded_time_then_counts_what_is_left(
-    refused_port: int, caplog: pytest.LogCaptureFixture,
+    refused_port: int, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
-    sink = fast_sink(f"127.0.0.1:{refused_port}", "t")
+    sink = fast_sink(f"127.0.0.1:{refused_port}", "t", client)
     for event in make_events(7):
         sink.write(event)
     started = time.monotonic()
@@ -149,13 +157,15 @@ def test_close_waits_a_bounded_time_then_counts_what_is_left(
     assert sink.stats().unshipped_at_close == 8
 
 
-def test_an_event_too_large_for_a_request_is_skipped_and_counted_the_others_go_in_order(kafka_broker: str) -> None:
+def test_an_event_too_large_for_a_request_is_skipped_and_counted_the_others_go_in_order(
+    kafka_broker: str, client: str,
+) -> None:
     topic = create_topic(kafka_broker)
     events = make_events(4)
     huge = change_event(type=EventType.CONFIG_CHANGE, source=events[0].source, time=T0, principal="User:admin",
                         method_name="AlterConfigs", target="topic=t", details={"blob": "x" * (2 * 1024 * 1024)})
     written = [*events[:2], huge, *events[2:]]
-    sink = fast_sink(kafka_broker, topic, buffer_bytes=8 * 1024 * 1024)
+    sink = fast_sink(kafka_broker, topic, client, buffer_bytes=8 * 1024 * 1024)
     for event in written:
         sink.write(event)
     sink.close(timeout_s=20)
