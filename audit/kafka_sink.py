@@ -187,6 +187,7 @@ class _RdProducer(Protocol):
                 headers: list[tuple[str, bytes]] | None = ..., on_delivery: Callable[[Any, Any], None] = ...) -> None: ...
     def flush(self, timeout: float = ...) -> int: ...
     def purge(self, in_queue: bool = ..., in_flight: bool = ..., blocking: bool = ...) -> None: ...
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any: ...
 
 
 class _Outcome(Enum):
@@ -415,6 +416,8 @@ class KafkaSink:
             "message.timeout.ms": delivery_timeout_ms,  # delivery.timeout.ms's librdkafka name
             "request.timeout.ms": request_timeout_ms,
             "reconnect.backoff.max.ms": int(retry_backoff_max_s * 1000),
+            # TCP connect and TLS/SASL handshake (default 30 s): kafka-python's bootstrap_timeout_ms.
+            "socket.connection.setup.timeout.ms": max(1000, request_timeout_ms),
             "security.protocol": security_protocol,
             "logger": _LibrdkafkaLog(sasl_password),
             "error_cb": self._client_error,
@@ -667,16 +670,24 @@ class KafkaSink:
             except Exception as exc:  # BufferError (its queue full), ...
                 failure = exc
                 break
-        # librdkafka does not wait for metadata in produce(): a broker that is down shows as no answer
-        # within message.timeout.ms. Flushed in slices so that close() can cut the wait short.
-        deadline = self.monotonic() + self._flush_timeout()
+        # Flushed in slices so that close() can cut the wait short. librdkafka does not wait for metadata
+        # in produce() as kafka-python's send() does (max_block_ms): a cluster that is down would show only
+        # as no answer within message.timeout.ms (30 s). So after max_block_ms without an answer, one
+        # metadata request, bounded by max_block_ms, tells an unreachable cluster from a slow one.
+        started = self.monotonic()
+        deadline = started + self._flush_timeout()
+        checked = failure is not None
         while any(a is _PENDING for a in answers):
             left = min(deadline - self.monotonic(), self._flush_timeout())
             if left <= 0:
                 break
             try:
                 producer.flush(min(left, 0.1))
-            except Exception as exc:
+                if not checked and self.monotonic() - started >= self.max_block_ms / 1000 and all(
+                        a is _PENDING or o is _Outcome.OVERSIZED for a, o in zip(answers, outcomes, strict=True)):
+                    checked = True
+                    producer.list_topics(self.topic, timeout=self.max_block_ms / 1000)
+            except Exception as exc:  # KafkaException: no metadata (_TRANSPORT, _TIMED_OUT, ...)
                 failure = failure or exc
                 break
         for i, answer in enumerate(answers):

@@ -173,3 +173,21 @@ def test_an_event_too_large_for_a_request_is_skipped_and_counted_the_others_go_i
     assert (stats.shipped, stats.too_large, stats.delivery_failures) == (4, 1, 0)
     records = read_topic(kafka_broker, topic, 4)
     assert [r.value.decode() for r in records] == [e.to_json() for e in events]
+
+
+def test_an_unreachable_cluster_is_a_failed_attempt_within_max_block_ms_not_the_delivery_timeout(
+    refused_port: int, client: str,
+) -> None:
+    """kafka-python's send() waits at most max_block_ms for metadata; librdkafka's produce() does not wait, so
+    the sink asks for metadata once an attempt has had no answer for max_block_ms. Either way a cluster that
+    is down is counted (and logged) after about max_block_ms, not after the 30 s delivery timeout."""
+    sink = KafkaSink(f"127.0.0.1:{refused_port}", "t", client=client,  # type: ignore[arg-type]
+                     max_block_ms=500, delivery_timeout_ms=30_000)
+    try:
+        started = time.monotonic()
+        sink.write(make_events(1)[0])
+        assert wait_for(lambda: sink.stats().delivery_failures >= 1, 10)
+        assert time.monotonic() - started < 5
+        assert sink.stats().buffered_events == 1  # kept for the next attempt
+    finally:
+        sink.close(timeout_s=0)
