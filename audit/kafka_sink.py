@@ -403,8 +403,10 @@ class KafkaSink:
             "bootstrap.servers": ",".join(self.bootstrap_servers),
             "client.id": "kgov-audit",
             "acks": "all",
-            # As above: no idempotent producer (a broker that lost its producer state refuses the next
-            # batch; librdkafka then raises a fatal error or bumps the epoch), one request in flight.
+            # As above: no idempotent producer, one request in flight. Checked with Tansu restarted behind
+            # the same address (memory storage: its producer state gone): librdkafka's idempotent producer
+            # had every later record time out, the plain one delivered them at once (the integration test
+            # test_a_broker_that_lost_its_producer_state_takes_the_next_events_at_once).
             "enable.idempotence": False,
             "max.in.flight.requests.per.connection": 1,
             # flush() sends at once whatever the linger (librdkafka >= 1.5): the linger only keeps an

@@ -191,3 +191,47 @@ def test_an_unreachable_cluster_is_a_failed_attempt_within_max_block_ms_not_the_
         assert sink.stats().buffered_events == 1  # kept for the next attempt
     finally:
         sink.close(timeout_s=0)
+
+
+def test_a_broker_that_lost_its_producer_state_takes_the_next_events_at_once(client: str) -> None:
+    """Why the sink's producer is not idempotent: a broker restarted without its producer state (Tansu's
+    memory storage; a real cluster after the state expired) does not take a producer id it never gave
+    out. librdkafka's idempotent producer then had every later record time out (5 of 5, here, with
+    Tansu), kafka-python's was refused with UnknownProducerId; with one request in flight instead, the
+    next events go to the new broker with no failed attempt."""
+    relay = TcpRelay(("127.0.0.1", 0))
+    with tansu_broker_advertising(relay.port) as first:
+        relay.upstream = first
+        relay.start()
+        topic = create_topic(relay.address)
+        sink = fast_sink(relay.address, topic, client, delivery_timeout_ms=5000, max_block_ms=2000)
+        before = make_events(3)
+        for event in before:
+            sink.write(event)
+        assert wait_for(lambda: sink.stats().shipped == 3, 20)
+        relay.stop()
+    try:
+        with tansu_broker_advertising(relay.port) as second:  # the same address, nothing remembered
+            relay.upstream = second
+            relay.start()
+            _create_named_topic(relay.address, topic)  # memory storage: the topic went with the broker
+            after = make_events(4, start=3)
+            for event in after:
+                sink.write(event)
+            assert wait_for(lambda: sink.stats().shipped == 7, 20)
+            assert sink.stats().delivery_failures == 0
+            assert [r.value.decode() for r in read_topic(relay.address, topic, 4)] == [e.to_json() for e in after]
+            sink.close(timeout_s=5)
+            relay.stop()
+    finally:
+        sink.close(timeout_s=0)
+
+
+def _create_named_topic(bootstrap: str, topic: str) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
