@@ -77,11 +77,10 @@ def resolve_client(choice: KafkaClientChoice) -> KafkaClient:
     installed fails here, at start, not on the shipper thread."""
     if choice == "auto":
         return "librdkafka" if importlib.util.find_spec("confluent_kafka") is not None else "kafka-python"
-    module = "confluent_kafka" if choice == "librdkafka" else "kafka"
+    module, package = ("confluent_kafka", "confluent-kafka (kgov[clients])") if choice == "librdkafka" \
+        else ("kafka", "kafka-python")
     if importlib.util.find_spec(module) is None:
-        package = "confluent-kafka" if choice == "librdkafka" else "kafka-python"
-        raise ImportError(f"audit.kafka_client = {choice!r} needs the {package} package (kgov[clients]); "
-                          "install it or use 'auto'")
+        raise ImportError(f"audit.kafka_client = {choice!r} needs the {package} package; install it or use 'auto'")
     return choice
 
 
@@ -210,7 +209,10 @@ class _LibrdkafkaLog:
     def log(self, level: int, msg: str, *args: object) -> None:
         if not self.logger.isEnabledFor(level):
             return
-        text = msg % args if args else msg
+        try:
+            text = msg % args if args else msg
+        except (TypeError, ValueError):  # never let a log line fail the flush that served it
+            text = " ".join(str(part) for part in (msg, *args))
         if self.password:
             text = text.replace(self.password, "***")
         self.logger.log(level, "%s", text)
@@ -322,7 +324,7 @@ class KafkaSink:
         self._last_client_error: str | None = None  # librdkafka's error_cb, read by the shipper
         if self.client == "librdkafka":
             self._producer_config = self._librdkafka_config(
-                security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_context,
+                security_protocol, sasl_mechanism, sasl_username, sasl_password,
                 (ssl_ca_file, ssl_cert_file, ssl_key_file), linger_ms, request_timeout_ms, delivery_timeout_ms,
                 retry_backoff_max_s)
             self._producer_factory = producer_factory or _librdkafka_producer
@@ -391,7 +393,7 @@ class KafkaSink:
 
     def _librdkafka_config(
         self, security_protocol: KafkaSecurityProtocol, sasl_mechanism: KafkaSaslMechanism | None,
-        sasl_username: str | None, sasl_password: str | None, ssl_context: ssl.SSLContext | None,
+        sasl_username: str | None, sasl_password: str | None,
         ssl_files: tuple[Path | None, Path | None, Path | None], linger_ms: int, request_timeout_ms: int,
         delivery_timeout_ms: int, retry_backoff_max_s: float,
     ) -> dict[str, Any]:
