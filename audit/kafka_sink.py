@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -246,14 +246,10 @@ class RateLimitedLog:
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
+class _Record(NamedTuple):
     key: bytes
     value: bytes
-
-    @property
-    def size(self) -> int:
-        return len(self.key) + len(self.value)
+    size: int  # key and value, counted against the buffer (computed once: the shipper reads it often)
 
 
 def tls_context(settings: KafkaAuditSettings) -> ssl.SSLContext | None:
@@ -473,7 +469,8 @@ class KafkaSink:
 
     def write(self, event: AuditEvent) -> None:
         """Queues `event` for shipping; never raises and never waits for the network."""
-        record = _Record(event.source.encode("utf-8"), event.to_json().encode("utf-8"))
+        key, value = event.source.encode("utf-8"), event.to_json().encode("utf-8")
+        record = _Record(key, value, len(key) + len(value))
         with self._cond:
             if self._closing or self._finished:
                 refused = "closed"
@@ -660,10 +657,11 @@ class KafkaSink:
         outcomes = [_Outcome.FAILED] * len(attempt)
         failure: Exception | None = None
         self._last_client_error = None
+        produce, topic, headers = producer.produce, self.topic, [CONTENT_TYPE]  # copied by produce()
         for i, record in enumerate(attempt):
             try:
-                producer.produce(self.topic, value=record.value, key=record.key, headers=[CONTENT_TYPE],
-                                 on_delivery=partial(_answer, answers, i))
+                produce(topic, value=record.value, key=record.key, headers=headers,
+                        on_delivery=partial(_answer, answers, i))
             except KafkaException as exc:
                 if _error_code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:  # above message.max.bytes
                     answers[i] = None
