@@ -268,7 +268,8 @@ class KafkaSink:
 
     Timeouts are the producer's (milliseconds, as kafka-python names them): `delivery_timeout_ms` bounds
     one attempt, `max_block_ms` a wait for the topic's metadata. `retry_backoff_s` doubles after each failed
-    attempt up to `retry_backoff_max_s`.
+    attempt up to `retry_backoff_max_s`. Before an attempt that would not be full, the shipper waits
+    `linger_s` for more events (Kafka 4.0's linger.ms default, 5 ms).
 
     `client` picks the producer (`resolve_client`). TLS: kafka-python uses `ssl_context`, librdkafka the
     `ssl_*_file`s (from_settings gives both).
@@ -299,6 +300,7 @@ class KafkaSink:
         max_block_ms: int = 1_000,
         retry_backoff_s: float = 0.1,
         retry_backoff_max_s: float = 5.0,
+        linger_s: float = 0.005,
         log_interval_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
         producer_factory: Callable[[dict[str, Any]], Any] | None = None,
@@ -312,6 +314,7 @@ class KafkaSink:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff_s = retry_backoff_s
         self.retry_backoff_max_s = retry_backoff_max_s
+        self.linger_s = linger_s
         self.monotonic = monotonic
         self._password = sasl_password
         self.max_block_ms = max_block_ms
@@ -480,7 +483,8 @@ class KafkaSink:
             else:
                 self._buffer.append(record)
                 self._buffered_bytes += record.size
-                self._cond.notify()
+                if len(self._buffer) == 1:
+                    self._cond.notify()  # the shipper waits only for an empty buffer (or a backoff)
                 return
         if refused == "full":
             self._warn.warning("buffer_full", "audit events not shipped to Kafka topic %s: the %d-byte buffer is full "
@@ -565,6 +569,11 @@ class KafkaSink:
         with self._cond:
             while not self._buffer and not self._closing:
                 self._cond.wait()
+            if len(self._buffer) < self.MAX_ATTEMPT_EVENTS and not self._closing and self.linger_s > 0:
+                # As a producer's linger.ms: an attempt of many events costs this thread (and the
+                # interpreter the writers share) far less per event than one per event. Writes do not
+                # wake it (the buffer is not empty); close() does.
+                self._cond.wait(self.linger_s)
             if self._finished or not self._buffer or (self._closing and self.monotonic() >= self._close_deadline):
                 return None
             attempt: list[_Record] = []
