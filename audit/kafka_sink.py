@@ -599,6 +599,9 @@ class KafkaSink:
         # timeout has passed; librdkafka never does): they are kept and sent one per attempt before any
         # is dropped.
         together = len(refused) > 1 and len(attempt) > 1
+        if together and failure is None:
+            failure = ValueError(f"{len(refused)} events refused together as larger than the topic's "
+                                 "max.message.bytes: sent one per attempt next")
         too_large = {i for i, o in enumerate(outcomes)
                      if o is _Outcome.OVERSIZED or (not together and o is _Outcome.REFUSED_TOO_LARGE)}
         delivered = [i in too_large or o is _Outcome.DELIVERED for i, o in enumerate(outcomes)]
@@ -653,7 +656,7 @@ class KafkaSink:
                 outcomes.append(_Outcome.DELIVERED)
             else:
                 outcomes.append(_Outcome.FAILED)
-            if outcomes[-1] is not _Outcome.DELIVERED and outcomes[-1] is not _Outcome.OVERSIZED:
+            if outcomes[-1] is _Outcome.FAILED:
                 failure = failure or _failure(future)
         outcomes += [_Outcome.FAILED] * (len(attempt) - len(futures))
         return outcomes, failure
@@ -708,7 +711,6 @@ class KafkaSink:
                 outcomes[i] = _Outcome.DELIVERED
             elif answer.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 outcomes[i] = _Outcome.REFUSED_TOO_LARGE
-                failure = failure or KafkaException(answer)
             else:
                 failure = failure or KafkaException(answer)
         if failure is None and any(a is _PENDING for a in answers):
