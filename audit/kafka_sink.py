@@ -430,7 +430,8 @@ class KafkaSink:
                            "sasl.password": sasl_password})
         if security_protocol.endswith("SSL"):
             # As tls_context(): the CA file or the system store ("probe": the wheels link OpenSSL
-            # statically), host names checked. TLS 1.0/1.1 need OpenSSL 3's security level 0.
+            # statically), host names checked. librdkafka has no minimum-version property; its OpenSSL 3
+            # offers nothing older than TLS 1.2 at the default security level (a unit test holds it to it).
             config.update({"ssl.ca.location": str(ca_file) if ca_file is not None else "probe",
                            "ssl.endpoint.identification.algorithm": "https"})
             if cert_file is not None and key_file is not None:

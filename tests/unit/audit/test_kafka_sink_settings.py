@@ -153,6 +153,7 @@ def test_every_setting_reaches_librdkafka_under_its_own_name(tmp_path: Path) -> 
 
 
 def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    import ipaddress
     from datetime import UTC, datetime, timedelta
 
     from cryptography import x509
@@ -165,7 +166,9 @@ def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     now = datetime.now(UTC)
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=1))
-            .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+            .not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
     cert_file, key_file = directory / f"{name}.pem", directory / f"{name}-key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -212,3 +215,44 @@ def _event() -> Any:
 
     return change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=datetime(2026, 11, 22, tzinfo=UTC),
                         principal="User:admin", method_name="CreateAcls", target="topic=t", details={})
+
+
+@pytest.mark.parametrize(("broker_tls", "handshake"), [("TLSv1_1", "UNSUPPORTED_PROTOCOL"), ("TLSv1_2", "TLSv1.2")])
+def test_librdkafka_speaks_tls_1_2_or_later_only(tmp_path: Path, broker_tls: str, handshake: str) -> None:
+    """tls_context() gives kafka-python TLS 1.2 at least; librdkafka has no such property, and its OpenSSL 3
+    offers no older version at its default security level: a broker that speaks TLS 1.1 at most (and would
+    accept it from a client that offers it) gets no handshake."""
+    import socket
+    import ssl
+    import threading
+    import warnings
+
+    cert, key = _self_signed(tmp_path, "broker")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # naming TLS 1.0 and 1.1 is deprecated
+        server.minimum_version = ssl.TLSVersion.TLSv1
+        server.maximum_version = ssl.TLSVersion[broker_tls]
+    server.set_ciphers("DEFAULT:@SECLEVEL=0")
+    seen: list[str] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def accept() -> None:
+            conn, _ = listener.accept()
+            try:
+                with server.wrap_socket(conn, server_side=True) as tls:
+                    seen.append(str(tls.version()))
+            except (ssl.SSLError, OSError) as exc:
+                seen.append(str(exc))
+                conn.close()
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        settings = KafkaAuditSettings(kafka_bootstrap_servers=f"127.0.0.1:{listener.getsockname()[1]}",
+                                      kafka_security_protocol="SSL", kafka_ssl_ca_file=cert, kafka_client="librdkafka")
+        sink = KafkaSink.from_settings(settings, max_block_ms=300)
+        assert sink is not None
+        sink.write(_event())
+        thread.join(10)
+        sink.close(timeout_s=0)
+    assert len(seen) == 1 and handshake in seen[0]
