@@ -4,8 +4,9 @@
 The file sink (`audit.sinks.JsonLinesSink`) stays the record of truth; this sink is a copy for a SIEM or
 a Spark job, and it never fails or slows down the request that wrote the event:
 - `write` puts the serialized event into a bounded buffer (bytes, as the Java producer's `buffer.memory`)
-  and returns; one shipper thread sends the buffer in order through kafka-python's producer. Nothing
-  raises: an event that does not fit in the buffer is counted (`buffer_full`) and logged, rate-limited.
+  and returns; one shipper thread sends the buffer in order through a producer: confluent-kafka's
+  (librdkafka) when it is importable, else kafka-python's (`[audit] kafka_client`). Nothing raises: an
+  event that does not fit in the buffer is counted (`buffer_full`) and logged, rate-limited.
 - Records are keyed by the event's `source`, so one source's events land in one partition, in the order
   written. A failed attempt (broker down, no metadata, not authorized, ...) is counted
   (`delivery_failures`), logged rate-limited, and the undelivered events stay at the head of the buffer
@@ -21,10 +22,18 @@ a Spark job, and it never fails or slows down the request that wrote the event:
 Records are the CloudEvents Kafka protocol binding's structured mode: the value is the event's JSON
 (`AuditEvent.to_json()`), header `content-type: application/cloudevents+json; charset=UTF-8`, key the
 event's `source`.
+
+Why librdkafka by default: kafka-python is pure Python, and its sender holds the interpreter lock while it
+encodes and sends, so every thread that writes audit events (the gateway writes one per request) waits for
+it; librdkafka's I/O threads are C and do not hold it (docs/benchmarks.md, audit_kafka_sink_bench). The
+shipper drives either client the same way: an attempt is produced, then flushed, and its answers decide
+what leaves the buffer. librdkafka's own log lines go to the Python logger `librdkafka` (not stderr),
+with the SASL password masked.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import ssl
@@ -34,8 +43,10 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -53,6 +64,24 @@ _HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+
 
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
 KafkaSaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+KafkaClientChoice = Literal["auto", "librdkafka", "kafka-python"]
+KafkaClient = Literal["librdkafka", "kafka-python"]
+# kafka-python's max_request_size default, which the sink has always used: the largest event shipped.
+MAX_REQUEST_BYTES = 1024 * 1024
+# librdkafka's log lines (through confluent-kafka's `logger`), silenced unless logging configures it.
+LIBRDKAFKA_LOGGER = "librdkafka"
+
+
+def resolve_client(choice: KafkaClientChoice) -> KafkaClient:
+    """`auto`: librdkafka when confluent-kafka is importable, else kafka-python. A client named but not
+    installed fails here, at start, not on the shipper thread."""
+    if choice == "auto":
+        return "librdkafka" if importlib.util.find_spec("confluent_kafka") is not None else "kafka-python"
+    module, package = ("confluent_kafka", "confluent-kafka (kgov[clients])") if choice == "librdkafka" \
+        else ("kafka", "kafka-python")
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"audit.kafka_client = {choice!r} needs the {package} package; install it or use 'auto'")
+    return choice
 
 
 def parse_bootstrap_servers(text: str) -> tuple[str, ...]:
@@ -87,6 +116,8 @@ class KafkaAuditSettings(BaseModel):
     kafka_ssl_key_file: Path | None = None
     kafka_buffer_bytes: int = Field(default=DEFAULT_BUFFER_BYTES, ge=64 * 1024)
     kafka_close_timeout_s: float = Field(default=5.0, ge=0, le=300)
+    # auto: librdkafka (confluent-kafka) when installed, else kafka-python.
+    kafka_client: KafkaClientChoice = "auto"
 
     @field_validator("kafka_bootstrap_servers")
     @classmethod
@@ -148,6 +179,45 @@ class _Producer(Protocol):
     def close(self, timeout: float | None = ...) -> None: ...
 
 
+class _RdProducer(Protocol):
+    """What the sink uses of confluent-kafka's Producer."""
+
+    def produce(self, topic: str, value: bytes | None = ..., key: bytes | None = ...,
+                headers: list[tuple[str, bytes]] | None = ..., on_delivery: Callable[[Any, Any], None] = ...) -> None: ...
+    def flush(self, timeout: float = ...) -> int: ...
+    def purge(self, in_queue: bool = ..., in_flight: bool = ..., blocking: bool = ...) -> None: ...
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any: ...
+
+
+class _Outcome(Enum):
+    """What became of one record of an attempt."""
+
+    DELIVERED = "delivered"
+    OVERSIZED = "oversized"  # refused by the client itself: larger than a request may be
+    REFUSED_TOO_LARGE = "refused_too_large"  # refused by the broker (MESSAGE_TOO_LARGE), alone or with its batch
+    FAILED = "failed"  # retriable: no answer, broker down, not authorized, ...
+
+
+class _LibrdkafkaLog:
+    """confluent-kafka's `logger`: librdkafka's lines to the `librdkafka` Python logger, the SASL password
+    masked (librdkafka redacts its sensitive properties itself; this is the second lock)."""
+
+    def __init__(self, password: str | None) -> None:
+        self.logger = logging.getLogger(LIBRDKAFKA_LOGGER)
+        self.password = password
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        if not self.logger.isEnabledFor(level):
+            return
+        try:
+            text = msg % args if args else msg
+        except (TypeError, ValueError):  # never let a log line fail the flush that served it
+            text = " ".join(str(part) for part in (msg, *args))
+        if self.password:
+            text = text.replace(self.password, "***")
+        self.logger.log(level, "%s", text)
+
+
 class RateLimitedLog:
     """A WARNING per kind of problem at most every `interval_s`, saying how many were not logged since."""
 
@@ -176,14 +246,10 @@ class RateLimitedLog:
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
+class _Record(NamedTuple):
     key: bytes
     value: bytes
-
-    @property
-    def size(self) -> int:
-        return len(self.key) + len(self.value)
+    size: int  # key and value, counted against the buffer (computed once: the shipper reads it often)
 
 
 def tls_context(settings: KafkaAuditSettings) -> ssl.SSLContext | None:
@@ -202,7 +268,11 @@ class KafkaSink:
 
     Timeouts are the producer's (milliseconds, as kafka-python names them): `delivery_timeout_ms` bounds
     one attempt, `max_block_ms` a wait for the topic's metadata. `retry_backoff_s` doubles after each failed
-    attempt up to `retry_backoff_max_s`.
+    attempt up to `retry_backoff_max_s`. Before an attempt that would not be full, the shipper waits
+    `linger_s` for more events (Kafka 4.0's linger.ms default, 5 ms).
+
+    `client` picks the producer (`resolve_client`). TLS: kafka-python uses `ssl_context`, librdkafka the
+    `ssl_*_file`s (from_settings gives both).
     """
 
     # One attempt sends at most this much, so each partition's share fits in one producer batch (below):
@@ -220,29 +290,81 @@ class KafkaSink:
         sasl_username: str | None = None,
         sasl_password: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        ssl_ca_file: Path | None = None,
+        ssl_cert_file: Path | None = None,
+        ssl_key_file: Path | None = None,
+        client: KafkaClientChoice = "auto",
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         close_timeout_s: float = 5.0,
         delivery_timeout_ms: int = 30_000,
         max_block_ms: int = 1_000,
         retry_backoff_s: float = 0.1,
         retry_backoff_max_s: float = 5.0,
+        linger_s: float = 0.005,
         log_interval_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
-        producer_factory: Callable[[dict[str, Any]], _Producer] | None = None,
+        producer_factory: Callable[[dict[str, Any]], Any] | None = None,
         start: bool = True,
     ) -> None:
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
+        self.client = resolve_client(client)
         self.topic = topic
         self.buffer_bytes = buffer_bytes
         self.close_timeout_s = close_timeout_s
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff_s = retry_backoff_s
         self.retry_backoff_max_s = retry_backoff_max_s
+        self.linger_s = linger_s
         self.monotonic = monotonic
         self._password = sasl_password
+        self.max_block_ms = max_block_ms
         request_timeout_ms = max(1, delivery_timeout_ms // 3)
         linger_ms = max(0, min(500, delivery_timeout_ms - request_timeout_ms - 1))
-        self._producer_config: dict[str, Any] = {
+        self._last_client_error: str | None = None  # librdkafka's error_cb, read by the shipper
+        if self.client == "librdkafka":
+            self._producer_config = self._librdkafka_config(
+                security_protocol, sasl_mechanism, sasl_username, sasl_password,
+                (ssl_ca_file, ssl_cert_file, ssl_key_file), linger_ms, request_timeout_ms, delivery_timeout_ms,
+                retry_backoff_max_s)
+            self._producer_factory = producer_factory or _librdkafka_producer
+            quiet = logging.getLogger(LIBRDKAFKA_LOGGER)
+        else:
+            self._producer_config = self._kafka_python_config(
+                security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_context, linger_ms,
+                request_timeout_ms, delivery_timeout_ms, max_block_ms, retry_backoff_max_s)
+            self._producer_factory = producer_factory or _kafka_producer
+            _import_kafka()  # here, not on the shipper thread: catch_warnings is process-wide
+            quiet = logging.getLogger("kafka")
+        if quiet.level == logging.NOTSET:
+            # kafka-python logs an ERROR per reconnect attempt while the broker is down (librdkafka a
+            # FAIL line); this sink says the same once a minute. Unless logging configures the logger.
+            quiet.setLevel(logging.CRITICAL)
+        if self.client == "librdkafka":
+            # Lines below the logger's level are not even formatted by librdkafka (syslog levels).
+            self._producer_config["log_level"] = _syslog_level(quiet.getEffectiveLevel())
+        self._warn = RateLimitedLog(log, log_interval_s, monotonic)
+        self._cond = threading.Condition()
+        self._buffer: deque[_Record] = deque()
+        self._buffered_bytes = 0
+        self._closing = False
+        self._close_deadline = float("inf")
+        self._finished = False  # the shipper has counted what was left; nothing changes after
+        self._shipped = 0
+        self._delivery_failures = 0
+        self._buffer_full = 0
+        self._too_large = 0
+        self._unshipped_at_close = 0
+        self._one_by_one = 0  # records at the head to send one per attempt (refused together as too large)
+        self._thread = threading.Thread(target=self._run, name=f"kgov-audit-kafka-{topic}", daemon=True)
+        if start:
+            self._thread.start()
+
+    def _kafka_python_config(
+        self, security_protocol: KafkaSecurityProtocol, sasl_mechanism: KafkaSaslMechanism | None,
+        sasl_username: str | None, sasl_password: str | None, ssl_context: ssl.SSLContext | None, linger_ms: int,
+        request_timeout_ms: int, delivery_timeout_ms: int, max_block_ms: int, retry_backoff_max_s: float,
+    ) -> dict[str, Any]:
+        return {
             "bootstrap_servers": list(self.bootstrap_servers),
             "client_id": "kgov-audit",
             "acks": "all",
@@ -265,30 +387,60 @@ class KafkaSink:
             "sasl_mechanism": sasl_mechanism if security_protocol.startswith("SASL_") else None,
             "sasl_plain_username": sasl_username,
             "sasl_plain_password": sasl_password,
+            "max_request_size": MAX_REQUEST_BYTES,
         }
-        self._producer_factory = producer_factory or _kafka_producer
-        _import_kafka()  # here, not on the shipper thread: catch_warnings is process-wide
-        quiet = logging.getLogger("kafka")
-        if quiet.level == logging.NOTSET:
-            # kafka-python logs an ERROR per reconnect attempt while the broker is down (several a
-            # second); this sink says the same once a minute. Unless logging configures `kafka`.
-            quiet.setLevel(logging.CRITICAL)
-        self._warn = RateLimitedLog(log, log_interval_s, monotonic)
-        self._cond = threading.Condition()
-        self._buffer: deque[_Record] = deque()
-        self._buffered_bytes = 0
-        self._closing = False
-        self._close_deadline = float("inf")
-        self._finished = False  # the shipper has counted what was left; nothing changes after
-        self._shipped = 0
-        self._delivery_failures = 0
-        self._buffer_full = 0
-        self._too_large = 0
-        self._unshipped_at_close = 0
-        self._one_by_one = 0  # records at the head to send one per attempt (refused together as too large)
-        self._thread = threading.Thread(target=self._run, name=f"kgov-audit-kafka-{topic}", daemon=True)
-        if start:
-            self._thread.start()
+
+    def _librdkafka_config(
+        self, security_protocol: KafkaSecurityProtocol, sasl_mechanism: KafkaSaslMechanism | None,
+        sasl_username: str | None, sasl_password: str | None,
+        ssl_files: tuple[Path | None, Path | None, Path | None], linger_ms: int, request_timeout_ms: int,
+        delivery_timeout_ms: int, retry_backoff_max_s: float,
+    ) -> dict[str, Any]:
+        """The kafka-python settings above under librdkafka's names (CONFIGURATION.md)."""
+        # librdkafka's TLS is OpenSSL's, configured by file: the ssl_context (kafka-python's) is not used.
+        # Without a CA file it verifies against the system store, so it never trusts more than the context.
+        ca_file, cert_file, key_file = ssl_files
+        config: dict[str, Any] = {
+            "bootstrap.servers": ",".join(self.bootstrap_servers),
+            "client.id": "kgov-audit",
+            "acks": "all",
+            # As above: no idempotent producer, one request in flight. Checked with Tansu restarted behind
+            # the same address (memory storage: its producer state gone): librdkafka's idempotent producer
+            # had every later record time out, the plain one delivered them at once (the integration test
+            # test_a_broker_that_lost_its_producer_state_takes_the_next_events_at_once).
+            "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": 1,
+            # flush() sends at once whatever the linger (librdkafka >= 1.5): the linger only keeps an
+            # attempt's records of one partition in one batch while they are produced.
+            "linger.ms": linger_ms,
+            "batch.size": 2 * self.MAX_ATTEMPT_BYTES,
+            "batch.num.messages": 2 * self.MAX_ATTEMPT_EVENTS,
+            "message.max.bytes": MAX_REQUEST_BYTES,
+            "message.timeout.ms": delivery_timeout_ms,  # delivery.timeout.ms's librdkafka name
+            "request.timeout.ms": request_timeout_ms,
+            "reconnect.backoff.max.ms": int(retry_backoff_max_s * 1000),
+            # TCP connect and TLS/SASL handshake (default 30 s): kafka-python's bootstrap_timeout_ms.
+            "socket.connection.setup.timeout.ms": max(1000, request_timeout_ms),
+            "security.protocol": security_protocol,
+            "logger": _LibrdkafkaLog(sasl_password),
+            "error_cb": self._client_error,
+        }
+        if security_protocol.startswith("SASL_"):
+            config.update({"sasl.mechanism": sasl_mechanism, "sasl.username": sasl_username,
+                           "sasl.password": sasl_password})
+        if security_protocol.endswith("SSL"):
+            # As tls_context(): the CA file or the system store ("probe": the wheels link OpenSSL
+            # statically), host names checked. librdkafka has no minimum-version property; its OpenSSL 3
+            # offers nothing older than TLS 1.2 at the default security level (a unit test holds it to it).
+            config.update({"ssl.ca.location": str(ca_file) if ca_file is not None else "probe",
+                           "ssl.endpoint.identification.algorithm": "https"})
+            if cert_file is not None and key_file is not None:
+                config.update({"ssl.certificate.location": str(cert_file), "ssl.key.location": str(key_file)})
+        return config
+
+    def _client_error(self, error: Any) -> None:
+        """librdkafka's error_cb (on the shipper thread, from flush): the latest, to explain a timeout."""
+        self._last_client_error = str(error)
 
     @classmethod
     def from_settings(cls, settings: KafkaAuditSettings, **options: Any) -> KafkaSink | None:
@@ -304,7 +456,11 @@ class KafkaSink:
             sasl_mechanism=settings.kafka_sasl_mechanism if sasl else None,
             sasl_username=settings.kafka_sasl_username if sasl else None,
             sasl_password=password.get_secret_value() if sasl and password is not None else None,
-            ssl_context=tls_context(settings),
+            ssl_context=tls_context(settings),  # also loads the files now: a missing one fails at start
+            ssl_ca_file=settings.kafka_ssl_ca_file,
+            ssl_cert_file=settings.kafka_ssl_cert_file,
+            ssl_key_file=settings.kafka_ssl_key_file,
+            client=settings.kafka_client,
             buffer_bytes=settings.kafka_buffer_bytes,
             close_timeout_s=settings.kafka_close_timeout_s,
             **options,
@@ -317,7 +473,8 @@ class KafkaSink:
 
     def write(self, event: AuditEvent) -> None:
         """Queues `event` for shipping; never raises and never waits for the network."""
-        record = _Record(event.source.encode("utf-8"), event.to_json().encode("utf-8"))
+        key, value = event.source.encode("utf-8"), event.to_json().encode("utf-8")
+        record = _Record(key, value, len(key) + len(value))
         with self._cond:
             if self._closing or self._finished:
                 refused = "closed"
@@ -327,7 +484,8 @@ class KafkaSink:
             else:
                 self._buffer.append(record)
                 self._buffered_bytes += record.size
-                self._cond.notify()
+                if len(self._buffer) == 1:
+                    self._cond.notify()  # the shipper waits only for an empty buffer (or a backoff)
                 return
         if refused == "full":
             self._warn.warning("buffer_full", "audit events not shipped to Kafka topic %s: the %d-byte buffer is full "
@@ -358,7 +516,7 @@ class KafkaSink:
         if self._thread.is_alive():
             # The shipper checks the deadline between steps; a step waits at most max_block_ms for
             # metadata, or until the deadline for a flush.
-            self._thread.join(timeout + self._producer_config["max_block_ms"] / 1000 + 2.0)
+            self._thread.join(timeout + self.max_block_ms / 1000 + 2.0)
         self._finish()
 
     def _finish(self) -> None:
@@ -377,7 +535,7 @@ class KafkaSink:
     # ------------------------------------------------------------------ the shipper thread
 
     def _run(self) -> None:
-        producer: _Producer | None = None
+        producer: Any = None
         backoff = self.retry_backoff_s
         try:
             while True:
@@ -396,14 +554,14 @@ class KafkaSink:
                 else:
                     # A new producer for the retry: fresh metadata and connections, and no state left
                     # from a failure the client may not recover from (every answer of the attempt is in).
-                    _close_quietly(producer)
+                    self._dispose(producer)
                     producer = None
                     backoff = self._back_off(backoff)
         except Exception:
             log.exception("the audit Kafka shipper for %s stopped; events are no longer shipped", self.topic)
         finally:
             if producer is not None:
-                _close_quietly(producer)
+                self._dispose(producer)
             self._finish()
 
     def _next_attempt(self) -> list[_Record] | None:
@@ -412,6 +570,11 @@ class KafkaSink:
         with self._cond:
             while not self._buffer and not self._closing:
                 self._cond.wait()
+            if len(self._buffer) < self.MAX_ATTEMPT_EVENTS and not self._closing and self.linger_s > 0:
+                # As a producer's linger.ms: an attempt of many events costs this thread (and the
+                # interpreter the writers share) far less per event than one per event. Writes do not
+                # wake it (the buffer is not empty); close() does.
+                self._cond.wait(self.linger_s)
             if self._finished or not self._buffer or (self._closing and self.monotonic() >= self._close_deadline):
                 return None
             attempt: list[_Record] = []
@@ -424,9 +587,49 @@ class KafkaSink:
                 size += record.size
             return attempt
 
-    def _send(self, producer: _Producer, attempt: list[_Record]) -> list[bool]:
+    def _send(self, producer: Any, attempt: list[_Record]) -> list[bool]:
         """Sends `attempt` and waits for the answers; removes what was delivered (or can never be: too
         large) from the buffer. Returns which records left it."""
+        if self.client == "librdkafka":
+            outcomes, failure = self._attempt_librdkafka(producer, attempt)
+        else:
+            outcomes, failure = self._attempt_kafka_python(producer, attempt)
+        refused = [i for i, o in enumerate(outcomes) if o is _Outcome.REFUSED_TOO_LARGE]
+        # A batch is refused whole: one record refused was alone in its batch, too large by itself. Several
+        # may be one batch too large only together (kafka-python splits such a batch, unless its delivery
+        # timeout has passed; librdkafka never does): they are kept and sent one per attempt before any
+        # is dropped.
+        together = len(refused) > 1 and len(attempt) > 1
+        if together and failure is None:
+            failure = ValueError(f"{len(refused)} events refused together as larger than the topic's "
+                                 "max.message.bytes: sent one per attempt next")
+        too_large = {i for i, o in enumerate(outcomes)
+                     if o is _Outcome.OVERSIZED or (not together and o is _Outcome.REFUSED_TOO_LARGE)}
+        delivered = [i in too_large or o is _Outcome.DELIVERED for i, o in enumerate(outcomes)]
+        kept = [r for r, ok in zip(attempt, delivered, strict=True) if not ok]
+        with self._cond:
+            if self._finished:  # close() gave up waiting and counted the buffer as unshipped
+                return delivered
+            for _ in attempt:
+                self._buffered_bytes -= self._buffer.popleft().size
+            self._buffer.extendleft(reversed(kept))
+            self._buffered_bytes += sum(r.size for r in kept)
+            self._shipped += sum(delivered) - len(too_large)
+            self._too_large += len(too_large)
+            if together:
+                self._one_by_one = len(refused)
+            elif len(attempt) == 1 and self._one_by_one and delivered[0]:
+                self._one_by_one -= 1
+        for i in sorted(too_large):
+            self._warn.warning("too_large", "an audit event of %d bytes is larger than a produce request may be "
+                               "or than the topic's max.message.bytes: not shipped to Kafka topic %s (it is in the "
+                               "audit file)", attempt[i].size, self.topic)
+        if not all(delivered) and failure is not None:
+            self._failed_attempt(len(kept), failure)
+        return delivered
+
+    def _attempt_kafka_python(self, producer: _Producer,
+                              attempt: list[_Record]) -> tuple[list[_Outcome], Exception | None]:
         from kafka.errors import MessageSizeTooLargeError
 
         futures: list[Any] = []  # None: refused by send() itself as larger than max_request_size
@@ -444,37 +647,91 @@ class KafkaSink:
                 producer.flush(timeout=self._flush_timeout())
             except Exception as exc:
                 failure = failure or exc
-        refused = [i for i, f in enumerate(futures) if f is not None and _too_large(f)]
-        # A batch is refused whole: one record refused was alone in its batch, too large by itself. Several
-        # may be one batch too large only together (kafka-python splits such a batch, unless its delivery
-        # timeout has passed): they are kept and sent one per attempt before any is dropped.
-        together = len(refused) > 1 and len(attempt) > 1
-        too_large = {i for i, f in enumerate(futures) if f is None or (not together and i in refused)}
-        delivered = [i in too_large or (f is not None and _succeeded(f)) for i, f in enumerate(futures)]
-        delivered += [False] * (len(attempt) - len(futures))
-        if failure is None:
-            failure = next((_failure(f) for f, ok in zip(futures, delivered, strict=False) if not ok), None)
-        kept = [r for r, ok in zip(attempt, delivered, strict=True) if not ok]
-        with self._cond:
-            if self._finished:  # close() gave up waiting and counted the buffer as unshipped
-                return delivered
-            for _ in attempt:
-                self._buffered_bytes -= self._buffer.popleft().size
-            self._buffer.extendleft(reversed(kept))
-            self._buffered_bytes += sum(r.size for r in kept)
-            self._shipped += sum(delivered) - len(too_large)
-            self._too_large += len(too_large)
-            if together:
-                self._one_by_one = len(refused)
-            elif len(attempt) == 1 and self._one_by_one and delivered[0]:
-                self._one_by_one -= 1
-        for i in sorted(too_large):
-            self._warn.warning("too_large", "an audit event of %d bytes is larger than the producer's "
-                               "max_request_size or the topic's max.message.bytes: not shipped to Kafka topic %s "
-                               "(it is in the audit file)", attempt[i].size, self.topic)
-        if not all(delivered) and failure is not None:
-            self._failed_attempt(len(kept), failure)
-        return delivered
+        outcomes: list[_Outcome] = []
+        for future in futures:
+            if future is None:
+                outcomes.append(_Outcome.OVERSIZED)
+            elif _too_large(future):
+                outcomes.append(_Outcome.REFUSED_TOO_LARGE)
+            elif _succeeded(future):
+                outcomes.append(_Outcome.DELIVERED)
+            else:
+                outcomes.append(_Outcome.FAILED)
+            if outcomes[-1] is _Outcome.FAILED:
+                failure = failure or _failure(future)
+        outcomes += [_Outcome.FAILED] * (len(attempt) - len(futures))
+        return outcomes, failure
+
+    def _attempt_librdkafka(self, producer: _RdProducer,
+                            attempt: list[_Record]) -> tuple[list[_Outcome], Exception | None]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        answers: list[Any] = [_PENDING] * len(attempt)  # the delivery report's error (None: delivered)
+        outcomes = [_Outcome.FAILED] * len(attempt)
+        failure: Exception | None = None
+        self._last_client_error = None
+        produce, topic, headers = producer.produce, self.topic, [CONTENT_TYPE]  # copied by produce()
+        for i, record in enumerate(attempt):
+            try:
+                produce(topic, value=record.value, key=record.key, headers=headers,
+                        on_delivery=partial(_answer, answers, i))
+            except KafkaException as exc:
+                if _error_code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:  # above message.max.bytes
+                    answers[i] = None
+                    outcomes[i] = _Outcome.OVERSIZED
+                    continue
+                failure = exc
+                break
+            except Exception as exc:  # BufferError (its queue full), ...
+                failure = exc
+                break
+        # Flushed in slices so that close() can cut the wait short. librdkafka does not wait for metadata
+        # in produce() as kafka-python's send() does (max_block_ms): a cluster that is down would show only
+        # as no answer within message.timeout.ms (30 s). So after max_block_ms without an answer, one
+        # metadata request, bounded by max_block_ms, tells an unreachable cluster from a slow one.
+        started = self.monotonic()
+        deadline = started + self._flush_timeout()
+        checked = failure is not None
+        while any(a is _PENDING for a in answers):
+            left = min(deadline - self.monotonic(), self._flush_timeout())
+            if left <= 0:
+                break
+            try:
+                producer.flush(min(left, 0.1))
+                if not checked and self.monotonic() - started >= self.max_block_ms / 1000 and all(
+                        a is _PENDING or o is _Outcome.OVERSIZED for a, o in zip(answers, outcomes, strict=True)):
+                    checked = True
+                    producer.list_topics(self.topic, timeout=self.max_block_ms / 1000)
+            except Exception as exc:  # KafkaException: no metadata (_TRANSPORT, _TIMED_OUT, ...)
+                failure = failure or exc
+                break
+        for i, answer in enumerate(answers):
+            if outcomes[i] is _Outcome.OVERSIZED or answer is _PENDING:
+                continue
+            if answer is None:
+                outcomes[i] = _Outcome.DELIVERED
+            elif answer.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                outcomes[i] = _Outcome.REFUSED_TOO_LARGE
+            else:
+                failure = failure or KafkaException(answer)
+        if failure is None and any(a is _PENDING for a in answers):
+            failure = TimeoutError("no answer from the broker")
+        if failure is not None and self._last_client_error:
+            failure = type(failure)(f"{failure}; last client error: {self._last_client_error}")
+        return outcomes, failure
+
+    def _dispose(self, producer: Any) -> None:
+        """Drops a producer after a failed attempt or at the end: its unanswered records are purged (they
+        are still in the buffer, and go with the next producer), so none of them is sent later, out of
+        order."""
+        try:
+            if self.client == "librdkafka":
+                producer.purge()
+                producer.flush(0)  # serves the purged records' delivery reports
+            else:
+                producer.close(timeout=0)
+        except Exception as exc:  # the buffer is what matters; a failed close only frees sockets
+            log.debug("closing the audit Kafka producer failed: %s", type(exc).__name__)
 
     def _flush_timeout(self) -> float:
         """A flush waits for every answer (the producer expires a batch after delivery_timeout_ms), or
@@ -517,13 +774,6 @@ class KafkaSink:
         return min(backoff * 2, self.retry_backoff_max_s)
 
 
-def _close_quietly(producer: _Producer) -> None:
-    try:
-        producer.close(timeout=0)
-    except Exception as exc:  # the buffer is what matters; a failed close only frees sockets
-        log.debug("closing the audit Kafka producer failed: %s", type(exc).__name__)
-
-
 def _succeeded(future: Any) -> bool:
     return bool(future.is_done and future.succeeded())
 
@@ -536,6 +786,28 @@ def _too_large(future: Any) -> bool:
 
     return bool(future.is_done and not future.succeeded()
                 and isinstance(future.exception, (MessageSizeTooLargeError, RecordListTooLargeError)))
+
+
+_PENDING = object()
+
+
+def _answer(answers: list[Any], i: int, error: Any, message: Any) -> None:
+    """confluent-kafka's on_delivery for record `i` of an attempt."""
+    answers[i] = error
+
+
+def _error_code(exc: BaseException) -> Any:
+    error: Any = exc.args[0] if exc.args else None
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def _syslog_level(level: int) -> int:
+    """A Python logging level as librdkafka's log_level (syslog: 7 debug ... 2 critical)."""
+    for python, syslog in ((logging.DEBUG, 7), (logging.INFO, 6), (logging.WARNING, 4), (logging.ERROR, 3)):
+        if level <= python:
+            return syslog
+    return 2
 
 
 def _failure(future: Any) -> Exception | None:
@@ -560,3 +832,10 @@ def _kafka_producer(config: dict[str, Any]) -> _Producer:
 
     producer: _Producer = KafkaProducer(**config)
     return producer
+
+
+def _librdkafka_producer(config: dict[str, Any]) -> _RdProducer:
+    from confluent_kafka import Producer
+
+    producer: Any = Producer(config)  # its stubs type headers wider than _RdProducer does
+    return producer  # type: ignore[no-any-return]

@@ -1,7 +1,7 @@
 """What shipping the audit trail to a Kafka topic costs a request, and how fast events reach the topic.
 
     .venv/bin/python bench/audit_kafka_sink_bench.py [--events 20000] [--rounds 3] [--partitions 1] [--plain]
-        [--relayed]
+        [--relayed] [--client both|librdkafka|kafka-python]
 
 Starts a real Tansu broker (memory storage) as the tests do: by default listening itself on a loopback
 port (tests.support.tansu.tansu_broker_advertising, as a broker elsewhere would be); with `--relayed` as
@@ -14,8 +14,9 @@ timer, through `MultiSink` to a fresh temporary directory; the kinds of round al
   as kgov writes with `[audit] kafka_bootstrap_servers` unset;
 - the same file sink and `audit.kafka_sink.KafkaSink` with its shipper thread not started: what a write
   itself does for Kafka (serialise the event again, append it to the buffer);
-- the same file sink and a shipping `KafkaSink` to a new topic: the shipper (kafka-python's producer, pure
-  Python) runs in the writing process as in kgov, so a write also waits for the interpreter it holds.
+- the same file sink and a shipping `KafkaSink` to a new topic, per client (`--client`, default both, side
+  by side in one run): the shipper runs in the writing process as in kgov. With kafka-python (pure Python)
+  a write also waits for the interpreter its producer holds; librdkafka's I/O threads are C and release it.
 
 Printed per kind: microseconds per `write` on the request path (best round; median of rounds) and the
 difference and ratio to the baseline; then how long after the first write the broker had acknowledged
@@ -40,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from audit.integrity import IntegrityKey
-from audit.kafka_sink import KafkaSink
+from audit.kafka_sink import KafkaClient, KafkaSink
 from audit.model import AuditEvent, authorization_event
 from audit.sinks import JsonLinesSink, MultiSink
 from tests.support.audit_topic import create_topic, read_topic
@@ -65,8 +66,10 @@ class Round:
 
 
 # What a round writes to: the file sink alone; with a Kafka sink whose shipper thread is not started
-# (the request path's own work: serialising and buffering the event); with a Kafka sink shipping.
-KINDS = ("file", "queued", "shipped")
+# (the request path's own work: serialising and buffering the event); with a Kafka sink shipping, per client.
+CLIENTS: tuple[KafkaClient, ...] = ("kafka-python", "librdkafka")
+LABELS = {"file": "file sink alone", "queued": "+ KafkaSink, shipper stopped",
+          **{f"shipped:{c}": f"+ KafkaSink shipping, {c}" for c in CLIENTS}}
 
 
 def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool, partitions: int) -> Round:
@@ -74,14 +77,16 @@ def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool,
     try:
         file = JsonLinesSink(directory / "events.jsonl", integrity=KEY if sealed else None)
         topic = create_topic(bootstrap, partitions=partitions, prefix="audit-bench-")
-        kafka = KafkaSink(bootstrap, topic, buffer_bytes=256 * 1024 * 1024, start=kind == "shipped")
+        shipping = kind.startswith("shipped:")
+        client: KafkaClient = "librdkafka" if kind == "shipped:librdkafka" else "kafka-python"
+        kafka = KafkaSink(bootstrap, topic, buffer_bytes=256 * 1024 * 1024, client=client, start=shipping)
         audit = MultiSink([file] if kind == "file" else [file, kafka])
         start = time.perf_counter()
         for e in events:
             audit.write(e)
         write_us = (time.perf_counter() - start) / len(events) * 1e6
         file.close()
-        if kind != "shipped":
+        if not shipping:
             logging.getLogger("kgov.audit.kafka").setLevel(logging.ERROR)  # "not shipped": as intended here
             kafka.close(timeout_s=0)
             logging.getLogger("kgov.audit.kafka").setLevel(logging.NOTSET)
@@ -111,30 +116,36 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--plain", action="store_true", help="the file sink without integrity (chain files)")
     parser.add_argument("--relayed", action="store_true", help="the broker behind kgov up's in-process relay")
+    parser.add_argument("--client", choices=("both", *CLIENTS), default="both",
+                        help="the shipping rounds' producer (both: one round of each per round)")
     args = parser.parse_args()
+    clients = CLIENTS if args.client == "both" else (args.client,)
+    kinds = ("file", "queued", *(f"shipped:{c}" for c in clients))
     events = [event(i) for i in range(args.events)]
     sealed = not args.plain
-    rounds: dict[str, list[Round]] = {kind: [] for kind in KINDS}
+    rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
     broker = tansu_broker() if args.relayed else tansu_broker_advertising()
     with broker as address:
         bootstrap = address if isinstance(address, str) else f"{address[0]}:{address[1]}"
-        one_round("shipped", bootstrap, events[:200], sealed, args.partitions)  # warm-up: connections, metadata
+        for client in clients:  # warm-up: connections, metadata
+            one_round(f"shipped:{client}", bootstrap, events[:200], sealed, args.partitions)
         for _ in range(args.rounds):
-            for kind in KINDS:
+            for kind in kinds:
                 rounds[kind].append(one_round(kind, bootstrap, events, sealed, args.partitions))
     print(f"{args.events} events per round, {args.rounds} rounds, {args.partitions} partition(s), file sink "
           f"{'sealed' if sealed else 'plain'}, broker {'relayed' if args.relayed else 'direct'}; microseconds per "
           f"write (best round; median of rounds); load average {os.getloadavg()[0]:.1f}")
     base = min(r.write_us for r in rounds["file"])
-    labels = {"file": "file sink alone", "queued": "+ KafkaSink, shipper stopped", "shipped": "+ KafkaSink shipping"}
-    for kind in KINDS:
+    for kind in kinds:
         best = min(r.write_us for r in rounds[kind])
         ratio = "" if kind == "file" else f"   {best - base:+7.2f} us, x{best / base:4.2f}"
-        print(f"  {labels[kind]:30s} {best:7.2f} ({statistics.median(r.write_us for r in rounds[kind]):7.2f}){ratio}")
-    rates = [r.shipped_per_s or 0.0 for r in rounds["shipped"]]
-    print(f"  shipped to the topic: {max(rates):,.0f} events/s (median {statistics.median(rates):,.0f}), first "
-          f"write to last acknowledgement; on the topic per round: {[r.on_topic for r in rounds['shipped']]}")
-    if any(r.on_topic != args.events for r in rounds["shipped"]):
+        print(f"  {LABELS[kind]:40s} {best:7.2f} ({statistics.median(r.write_us for r in rounds[kind]):7.2f}){ratio}")
+    for client in clients:
+        shipped = rounds[f"shipped:{client}"]
+        rates = [r.shipped_per_s or 0.0 for r in shipped]
+        print(f"  shipped to the topic by {client}: {max(rates):,.0f} events/s (median {statistics.median(rates):,.0f}),"
+              f" first write to last acknowledgement; on the topic per round: {[r.on_topic for r in shipped]}")
+    if any(r.on_topic != args.events for c in clients for r in rounds[f"shipped:{c}"]):
         raise SystemExit("the topic does not hold exactly the events written")
 
 

@@ -1,4 +1,5 @@
-"""audit.kafka_sink.KafkaSink against a real broker (Tansu), read back with a real client (kafka-python)."""
+"""audit.kafka_sink.KafkaSink against a real broker (Tansu), with each client (librdkafka and kafka-python),
+read back with a real client (kafka-python)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,14 @@ def make_events(n: int, sources: tuple[str, ...] = ("crn:///kafka=a",), start: i
     ]
 
 
-def fast_sink(bootstrap: str, topic: str, **options: Any) -> KafkaSink:
+@pytest.fixture(params=["librdkafka", "kafka-python"])
+def client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def fast_sink(bootstrap: str, topic: str, client: str, **options: Any) -> KafkaSink:
     return KafkaSink(bootstrap, topic, **{"delivery_timeout_ms": 2000, "max_block_ms": 500,
-                                          "retry_backoff_max_s": 0.3, **options})
+                                          "retry_backoff_max_s": 0.3, "client": client, **options})
 
 
 @pytest.fixture
@@ -50,11 +56,13 @@ def relayed_broker() -> Iterator[TcpRelay]:
             yield relay
 
 
-def test_the_topic_holds_exactly_the_events_written_keyed_by_source_in_order(kafka_broker: str) -> None:
+def test_the_topic_holds_exactly_the_events_written_keyed_by_source_in_order(
+    kafka_broker: str, client: str,
+) -> None:
     topic = create_topic(kafka_broker, partitions=3)
     sources = ("crn:///kafka=a", "crn:///kafka=b", "crn:///kafka=c")
     written = make_events(90, sources)
-    sink = fast_sink(kafka_broker, topic)
+    sink = fast_sink(kafka_broker, topic, client)
     for event in written:
         sink.write(event)
     sink.close(timeout_s=20)  # returns once everything buffered was shipped
@@ -72,13 +80,13 @@ def test_the_topic_holds_exactly_the_events_written_keyed_by_source_in_order(kaf
 
 
 def test_broker_down_counts_failures_blocks_no_write_keeps_the_file_and_shipping_resumes(
-    relayed_broker: TcpRelay, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    relayed_broker: TcpRelay, tmp_path: Path, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
     relay = relayed_broker
     topic = create_topic(relay.address)
     file = JsonLinesSink(tmp_path / "events.jsonl")
     # Waits of 3 s for metadata and for an answer: a write waiting on either would take that long.
-    kafka = fast_sink(relay.address, topic, delivery_timeout_ms=3000, max_block_ms=3000)
+    kafka = fast_sink(relay.address, topic, client, delivery_timeout_ms=3000, max_block_ms=3000)
     audit = MultiSink([file, kafka])
     try:
         before = make_events(5)
@@ -113,11 +121,11 @@ def test_broker_down_counts_failures_blocks_no_write_keeps_the_file_and_shipping
 
 
 def test_a_full_buffer_is_counted_and_logged_once_and_never_raises(
-    refused_port: int, caplog: pytest.LogCaptureFixture,
+    refused_port: int, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
     events = make_events(30)
     size = len(events[0].source) + len(events[0].to_json())
-    sink = fast_sink(f"127.0.0.1:{refused_port}", "t", buffer_bytes=10 * size + size // 2)
+    sink = fast_sink(f"127.0.0.1:{refused_port}", "t", client, buffer_bytes=10 * size + size // 2)
     try:
         with caplog.at_level(logging.WARNING, logger="kgov.audit.kafka"):
             for event in events:
@@ -132,9 +140,9 @@ def test_a_full_buffer_is_counted_and_logged_once_and_never_raises(
 
 
 def test_close_waits_a_bounded_time_then_counts_what_is_left(
-    refused_port: int, caplog: pytest.LogCaptureFixture,
+    refused_port: int, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
-    sink = fast_sink(f"127.0.0.1:{refused_port}", "t")
+    sink = fast_sink(f"127.0.0.1:{refused_port}", "t", client)
     for event in make_events(7):
         sink.write(event)
     started = time.monotonic()
@@ -149,13 +157,15 @@ def test_close_waits_a_bounded_time_then_counts_what_is_left(
     assert sink.stats().unshipped_at_close == 8
 
 
-def test_an_event_too_large_for_a_request_is_skipped_and_counted_the_others_go_in_order(kafka_broker: str) -> None:
+def test_an_event_too_large_for_a_request_is_skipped_and_counted_the_others_go_in_order(
+    kafka_broker: str, client: str,
+) -> None:
     topic = create_topic(kafka_broker)
     events = make_events(4)
     huge = change_event(type=EventType.CONFIG_CHANGE, source=events[0].source, time=T0, principal="User:admin",
                         method_name="AlterConfigs", target="topic=t", details={"blob": "x" * (2 * 1024 * 1024)})
     written = [*events[:2], huge, *events[2:]]
-    sink = fast_sink(kafka_broker, topic, buffer_bytes=8 * 1024 * 1024)
+    sink = fast_sink(kafka_broker, topic, client, buffer_bytes=8 * 1024 * 1024)
     for event in written:
         sink.write(event)
     sink.close(timeout_s=20)
@@ -163,3 +173,65 @@ def test_an_event_too_large_for_a_request_is_skipped_and_counted_the_others_go_i
     assert (stats.shipped, stats.too_large, stats.delivery_failures) == (4, 1, 0)
     records = read_topic(kafka_broker, topic, 4)
     assert [r.value.decode() for r in records] == [e.to_json() for e in events]
+
+
+def test_an_unreachable_cluster_is_a_failed_attempt_within_max_block_ms_not_the_delivery_timeout(
+    refused_port: int, client: str,
+) -> None:
+    """kafka-python's send() waits at most max_block_ms for metadata; librdkafka's produce() does not wait, so
+    the sink asks for metadata once an attempt has had no answer for max_block_ms. Either way a cluster that
+    is down is counted (and logged) after about max_block_ms, not after the 30 s delivery timeout."""
+    sink = KafkaSink(f"127.0.0.1:{refused_port}", "t", client=client,  # type: ignore[arg-type]
+                     max_block_ms=500, delivery_timeout_ms=30_000)
+    try:
+        started = time.monotonic()
+        sink.write(make_events(1)[0])
+        assert wait_for(lambda: sink.stats().delivery_failures >= 1, 10)
+        assert time.monotonic() - started < 5
+        assert sink.stats().buffered_events == 1  # kept for the next attempt
+    finally:
+        sink.close(timeout_s=0)
+
+
+def test_a_broker_that_lost_its_producer_state_takes_the_next_events_at_once(client: str) -> None:
+    """Why the sink's producer is not idempotent: a broker restarted without its producer state (Tansu's
+    memory storage; a real cluster after the state expired) does not take a producer id it never gave
+    out. librdkafka's idempotent producer then had every later record time out (5 of 5, here, with
+    Tansu), kafka-python's was refused with UnknownProducerId; with one request in flight instead, the
+    next events go to the new broker with no failed attempt."""
+    relay = TcpRelay(("127.0.0.1", 0))
+    with tansu_broker_advertising(relay.port) as first:
+        relay.upstream = first
+        relay.start()
+        topic = create_topic(relay.address)
+        sink = fast_sink(relay.address, topic, client, delivery_timeout_ms=5000, max_block_ms=2000)
+        before = make_events(3)
+        for event in before:
+            sink.write(event)
+        assert wait_for(lambda: sink.stats().shipped == 3, 20)
+        relay.stop()
+    try:
+        with tansu_broker_advertising(relay.port) as second:  # the same address, nothing remembered
+            relay.upstream = second
+            relay.start()
+            _create_named_topic(relay.address, topic)  # memory storage: the topic went with the broker
+            after = make_events(4, start=3)
+            for event in after:
+                sink.write(event)
+            assert wait_for(lambda: sink.stats().shipped == 7, 20)
+            assert sink.stats().delivery_failures == 0
+            assert [r.value.decode() for r in read_topic(relay.address, topic, 4)] == [e.to_json() for e in after]
+            sink.close(timeout_s=5)
+            relay.stop()
+    finally:
+        sink.close(timeout_s=0)
+
+
+def _create_named_topic(bootstrap: str, topic: str) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()

@@ -1,5 +1,6 @@
 """The gateway ships its audit events to `[audit] kafka_topic` (audit.kafka_sink); and the sink logs in to a
-secured cluster (SASL SCRAM), here a kgov gateway in front of Tansu."""
+secured cluster (SASL SCRAM, TLS), here a kgov gateway in front of Tansu, with each client (librdkafka and
+kafka-python: `[audit] kafka_client`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ collect_leaks = collect_kafka_python_connect_leaks
 ADMIN = Principal("User", "admin")
 PASSWORD = "auditor-secret-password"
 SASL = {"failed_authentication_delay_ms": 0}
+
+
+@pytest.fixture(params=["librdkafka", "kafka-python"])
+def client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def test_the_gateway_ships_its_events_exactly_as_in_its_file(
@@ -62,10 +68,11 @@ def _secured_cluster(runtime_factory: Callable[..., RunningGateway], topic: str)
     return gw
 
 
-def _sink(gw: RunningGateway, topic: str, password: str) -> KafkaSink:
+def _sink(gw: RunningGateway, topic: str, password: str, client: str) -> KafkaSink:
     settings = KafkaAuditSettings(kafka_bootstrap_servers=gw.bootstrap, kafka_topic=topic,
                                   kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
-                                  kafka_sasl_username="auditor", kafka_sasl_password=password)
+                                  kafka_sasl_username="auditor", kafka_sasl_password=password,
+                                  kafka_client=client)  # type: ignore[arg-type]
     sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000, retry_backoff_max_s=0.3)
     assert sink is not None
     return sink
@@ -86,25 +93,25 @@ def _events(n: int) -> list[Any]:
 
 
 def test_the_sink_logs_in_to_a_secured_cluster_with_scram(
-    runtime_factory: Callable[..., RunningGateway], kafka_broker: str,
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, client: str,
 ) -> None:
     topic = create_topic(kafka_broker)
     gw = _secured_cluster(runtime_factory, topic)
     events = _events(10)
-    _ship(_sink(gw, topic, PASSWORD), events)
+    _ship(_sink(gw, topic, PASSWORD, client), events)
     assert [r.value.decode() for r in read_topic(kafka_broker, topic, 10)] == [e.to_json() for e in events]
     logins = [e for e in gw.memory.events if e.type is EventType.AUTHENTICATION]  # type: ignore[attr-defined]
     assert logins and all(e.data["authenticationInfo"]["principal"] == "User:auditor" for e in logins)
 
 
 def test_a_refused_login_is_a_counted_failure_and_the_password_is_never_logged(
-    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, caplog: pytest.LogCaptureFixture,
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, caplog: pytest.LogCaptureFixture, client: str,
 ) -> None:
     topic = create_topic(kafka_broker)
     gw = _secured_cluster(runtime_factory, topic)
     wrong = "wrong-password-do-not-log-it"
     with caplog.at_level(logging.DEBUG):
-        sink = _sink(gw, topic, wrong)
+        sink = _sink(gw, topic, wrong, client)
         assert wrong not in repr(sink)
         sink.write(_events(1)[0])
         assert wait_for(lambda: sink.stats().delivery_failures >= 1, 20)
@@ -115,7 +122,7 @@ def test_a_refused_login_is_a_counted_failure_and_the_password_is_never_logged(
 
 
 def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
-    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path, client: str,
 ) -> None:
     cert, key = self_signed(tmp_path)
     topic = create_topic(kafka_broker)
@@ -125,7 +132,8 @@ def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
     acl = Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:auditor", "*", Operation.WRITE, Permission.ALLOW)
     assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
     tls = {"kafka_bootstrap_servers": gw.bootstrap, "kafka_topic": topic, "kafka_security_protocol": "SASL_SSL",
-           "kafka_sasl_mechanism": "SCRAM-SHA-256", "kafka_sasl_username": "auditor", "kafka_sasl_password": PASSWORD}
+           "kafka_sasl_mechanism": "SCRAM-SHA-256", "kafka_sasl_username": "auditor", "kafka_sasl_password": PASSWORD,
+           "kafka_client": client}
     events = _events(3)
 
     untrusting = KafkaSink.from_settings(KafkaAuditSettings(**tls), delivery_timeout_ms=3000)  # the system CAs
@@ -145,7 +153,7 @@ def test_the_sink_ships_over_tls_with_sasl_and_refuses_an_unknown_certificate(
 
 
 def test_the_sink_presents_a_client_certificate(
-    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path, client: str,
 ) -> None:
     gw, server_cert, client_cert, client_key = mtls_gateway(runtime_factory, tmp_path)
     topic = create_topic(kafka_broker)
@@ -154,7 +162,8 @@ def test_the_sink_presents_a_client_certificate(
     assert gw.runtime.authorizer.create_acls([acl], actor=ADMIN) == [None]
     settings = KafkaAuditSettings(kafka_bootstrap_servers=gw.bootstrap, kafka_topic=topic,
                                   kafka_security_protocol="SSL", kafka_ssl_ca_file=server_cert,
-                                  kafka_ssl_cert_file=client_cert, kafka_ssl_key_file=client_key)
+                                  kafka_ssl_cert_file=client_cert, kafka_ssl_key_file=client_key,
+                                  kafka_client=client)  # type: ignore[arg-type]
     sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000)
     assert sink is not None
     events = _events(2)

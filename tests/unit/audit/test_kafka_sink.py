@@ -1,5 +1,6 @@
 """audit.kafka_sink.KafkaSink's handling of answers a test broker cannot give (Tansu enforces no topic
-max.message.bytes): the producer is kafka-python's interface, its futures kafka-python's own."""
+max.message.bytes), with either client: a producer with kafka-python's interface, its futures kafka-python's
+own, or with confluent-kafka's (librdkafka), its errors confluent-kafka's own KafkaError."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from audit.kafka_sink import KafkaSink
+from audit.kafka_sink import CONTENT_TYPE, KafkaSink
 from audit.model import EventType, change_event
 
 T0 = datetime(2026, 11, 22, 7, 0, tzinfo=UTC)
 LIMIT = 10_000  # the topic's max.message.bytes, in this test
+
+
+CLIENTS = pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
 
 
 class TopicWithSmallMaxMessageBytes:
@@ -42,21 +47,23 @@ class TopicWithSmallMaxMessageBytes:
     def close(self, timeout: float | None = None) -> None: ...
 
 
+@CLIENTS
 @pytest.mark.parametrize("refused_by", ["broker", "client"])
-def test_an_event_too_large_for_the_topic_is_skipped_not_retried_forever(refused_by: str) -> None:
+def test_an_event_too_large_for_the_topic_is_skipped_not_retried_forever(refused_by: str, client: str) -> None:
     """Kafka's producer fails such a record for good (RecordTooLargeException is not retriable); retrying it
     re-sent it with every attempt, counted a failure and rebuilt the producer each time, backing off up to
     5 s between attempts, so the other events slowed to one attempt per backoff."""
-    producers: list[TopicWithSmallMaxMessageBytes] = []
+    producers: list[Any] = []
 
-    def factory(config: dict[str, Any]) -> TopicWithSmallMaxMessageBytes:
-        producers.append(TopicWithSmallMaxMessageBytes(refused_by))
+    def factory(config: dict[str, Any]) -> Any:
+        fake = TopicWithSmallMaxMessageBytes if client == "kafka-python" else RdTopicWithSmallMaxMessageBytes
+        producers.append(fake(refused_by))
         return producers[-1]
 
     events = [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
                            method_name="CreateAcls", target=f"topic=t{i}",
                            details={"blob": "x" * (2 * LIMIT if i == 1 else 10)}) for i in range(3)]
-    sink = KafkaSink("k:9092", "t", producer_factory=factory, start=False)
+    sink = KafkaSink("k:9092", "t", client=client, producer_factory=factory, start=False)  # type: ignore[arg-type]
     for event in events:
         sink.write(event)
     sink._thread.start()
@@ -96,20 +103,66 @@ class BrokerThatCannotSplit(TopicWithSmallMaxMessageBytes):
         self.pending = []
 
 
-def test_records_refused_together_as_too_large_are_tried_one_by_one_before_any_is_dropped() -> None:
+class RdTopicWithSmallMaxMessageBytes:
+    """TopicWithSmallMaxMessageBytes with confluent-kafka's Producer interface: librdkafka refuses a record
+    above message.max.bytes in produce() (KafkaException MSG_SIZE_TOO_LARGE), the broker in the delivery
+    report."""
+
+    def __init__(self, refused_by: str) -> None:
+        self.refused_by = refused_by
+        self.delivered: list[bytes] = []
+        self.pending: list[tuple[bytes, Any]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                headers: list[tuple[str, bytes]] | None = None, on_delivery: Any = None) -> None:
+        assert value is not None and headers == [CONTENT_TYPE]
+        if len(value) > LIMIT and self.refused_by == "client":
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        self.pending.append((value, on_delivery))
+
+    def refuses(self, value: bytes) -> bool:
+        return len(value) > LIMIT
+
+    def flush(self, timeout: float = -1) -> int:
+        for value, on_delivery in self.pending:
+            if self.refuses(value):
+                on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), None)
+            else:
+                self.delivered.append(value)
+                on_delivery(None, None)
+        self.pending = []
+        return 0
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self.pending = []
+
+
+class RdBrokerThatCannotSplit(RdTopicWithSmallMaxMessageBytes):
+    """BrokerThatCannotSplit for librdkafka, which never splits a batch the broker refused as too large."""
+
+    def __init__(self) -> None:
+        super().__init__("broker")
+
+    def refuses(self, value: bytes) -> bool:
+        return sum(len(v) for v, _ in self.pending) > LIMIT  # the whole batch
+
+
+@CLIENTS
+def test_records_refused_together_as_too_large_are_tried_one_by_one_before_any_is_dropped(client: str) -> None:
     """Several records refused in one attempt may be one batch too large as a whole, each of them fine:
     they are sent one per attempt, and only one refused on its own is dropped."""
-    producers: list[BrokerThatCannotSplit] = []
+    producers: list[Any] = []
 
-    def factory(config: dict[str, Any]) -> BrokerThatCannotSplit:
-        producers.append(BrokerThatCannotSplit())
+    def factory(config: dict[str, Any]) -> Any:
+        producers.append(BrokerThatCannotSplit() if client == "kafka-python" else RdBrokerThatCannotSplit())
         return producers[-1]
 
     sizes = [10, LIMIT * 6 // 10, LIMIT * 6 // 10, 2 * LIMIT, 10]
     events = [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
                            method_name="CreateAcls", target=f"topic=t{i}", details={"blob": "x" * size})
               for i, size in enumerate(sizes)]
-    sink = KafkaSink("k:9092", "t", producer_factory=factory, retry_backoff_s=0.01, start=False)
+    sink = KafkaSink("k:9092", "t", client=client, producer_factory=factory, retry_backoff_s=0.01,  # type: ignore[arg-type]
+                     start=False)
     for event in events:
         sink.write(event)
     sink._thread.start()
