@@ -253,3 +253,11 @@ def runtime_factory(kafka_broker: str, tmp_path: Path) -> Iterator[Callable[...,
     yield make
     for gw in running:
         gw.__exit__(None, None, None)
+
+
+@pytest.fixture
+def team(runtime_factory: Callable[..., RunningGateway]) -> Any:
+    """An application team's users and ACL helper on a gateway (tests.integration.gateway.team_journey)."""
+    from tests.integration.gateway.team_journey import make_team
+
+    return make_team(runtime_factory)

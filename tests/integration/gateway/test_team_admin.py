@@ -1,0 +1,128 @@
+"""An application team's AdminClient (librdkafka) through the gateway, each call without and with the
+ACL Kafka's KafkaApis asks for, denied with the error code Kafka answers."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclOperation,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
+
+from gateway.codec import SPECS
+from tests.integration.gateway.conftest import wait_until
+from tests.integration.gateway.team_journey import Team
+from tests.integration.gateway.test_proxy import create_topics
+
+pytestmark = [pytest.mark.broker]
+
+
+def error_of(future: object) -> int:
+    with pytest.raises(KafkaException) as err:
+        future.result(8)  # type: ignore[attr-defined]
+    code: int = err.value.args[0].code()
+    return code
+
+
+def test_create_and_delete_topics_need_create_and_delete(team: Team) -> None:
+    admin = AdminClient(team.conf())
+    topic = team.name("events")
+    # KafkaApis.handleCreateTopicsRequest: CREATE on the cluster or on the topic
+    [future] = admin.create_topics([NewTopic(topic, 2, 1)]).values()
+    assert error_of(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    team.acls("--operation", "Create", "--topic", team.prefix, "--resource-pattern-type", "prefixed")
+    [future] = admin.create_topics([NewTopic(topic, 2, 1)]).values()
+    assert future.result(8) is None
+    # KafkaApis.handleDeleteTopicsRequest: DELETE on the topic
+    [future] = admin.delete_topics([topic]).values()
+    assert error_of(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    team.acls("--operation", "Delete", "--topic", topic)
+    [future] = admin.delete_topics([topic]).values()
+    assert future.result(8) is None
+    ops = AdminClient(team.ops_conf())
+    wait_until(lambda: topic not in ops.list_topics(timeout=8).topics, timeout=5)
+
+
+def test_describe_and_incrementally_alter_topic_configs(team: Team, kafka_broker: str) -> None:
+    topic = team.name("events")
+    create_topics(kafka_broker, topic)
+    admin = AdminClient(team.conf())
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    # KafkaApis.handleDescribeConfigsRequest: DESCRIBE_CONFIGS on the topic
+    [future] = admin.describe_configs([resource]).values()
+    assert error_of(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    team.acls("--operation", "DescribeConfigs", "--topic", topic)
+    [future] = admin.describe_configs([resource]).values()
+    assert future.result(8) == {}  # Tansu (0.x) describes no topic configs
+    # KafkaApis.handleIncrementalAlterConfigsRequest: ALTER_CONFIGS on the topic
+    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    [future] = admin.incremental_alter_configs([change]).values()
+    assert error_of(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    team.acls("--operation", "AlterConfigs", "--topic", topic)
+    [future] = admin.incremental_alter_configs([change]).values()
+    assert future.result(8) is None
+
+
+def test_list_offsets_needs_describe_and_delete_records_delete(team: Team, kafka_broker: str) -> None:
+    topic = team.name("events")
+    create_topics(kafka_broker, topic)
+    p = Producer(team.ops_conf())
+    for i in range(3):  # a batch each: Tansu (0.x) counts a batch as one offset in ListOffsets
+        p.produce(topic, f"e{i}".encode(), partition=0)
+        assert p.flush(8) == 0
+    admin = AdminClient(team.conf())
+    partition = TopicPartition(topic, 0)
+    # KafkaApis.handleListOffsetRequest: DESCRIBE on the topic (librdkafka does not send it for a topic
+    # its Metadata answered TOPIC_AUTHORIZATION_FAILED: the gateway's answer is read raw)
+    assert list_offsets(team, topic) == (KafkaError.TOPIC_AUTHORIZATION_FAILED, -1)
+    team.acls("--operation", "Describe", "--topic", topic)
+    [future] = admin.list_offsets({partition: OffsetSpec.latest()}).values()
+    assert future.result(8).offset == 3
+    assert list_offsets(team, topic) == (0, 3)
+    # KafkaApis.handleDeleteRecordsRequest: DELETE on the topic
+    # KafkaApis.handleDeleteRecordsRequest: DELETE on the topic. Tansu (0.x) has no DeleteRecords (it
+    # closes the connection), so only the gateway's refusal is checked.
+    [future] = admin.delete_records([TopicPartition(topic, 0, 2)]).values()
+    assert error_of(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def list_offsets(team: Team, topic: str) -> tuple[int, int]:
+    """(error code, offset) of ListOffsets v7 for the latest offset of partition 0."""
+    cls = SPECS[2].request[7]
+    part = cls.fields["topics"].data_class.fields["partitions"].data_class
+    request = cls(replica_id=-1, isolation_level=0, topics=[cls.fields["topics"].data_class(
+        name=topic, partitions=[part(partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+    [answered] = team.call(2, 7, request).topics
+    [partition] = answered.partitions
+    return partition.error_code, partition.offset
+
+
+def test_describe_cluster_needs_no_acl(team: Team) -> None:
+    """KafkaApis.handleDescribeCluster (AuthHelper.computeDescribeClusterResponse) authorizes nothing but
+    the authorized operations it reports: none (0) without DESCRIBE on the cluster. kafka-python asks
+    with DescribeCluster (API 60); librdkafka with Metadata v10, which Kafka answers the same way."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(**team.python_conf())
+    try:
+        described = admin.describe_cluster()
+        assert described["cluster_id"] and len(described["brokers"]) == 1
+        assert described["authorized_operations"] == set()
+        team.acls("--operation", "Describe", "--operation", "IdempotentWrite", "--cluster")
+        assert admin.describe_cluster()["authorized_operations"] == {"DESCRIBE", "IDEMPOTENT_WRITE"}
+    finally:
+        admin.close()
+    librdkafka = AdminClient(team.conf())
+    cluster = librdkafka.describe_cluster(include_authorized_operations=True).result(8)
+    assert sorted(cluster.authorized_operations) == [AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE]
+    ops = AdminClient(team.ops_conf())
+    everything = ops.describe_cluster(include_authorized_operations=True).result(8).authorized_operations
+    assert AclOperation.ALTER in everything and AclOperation.CLUSTER_ACTION in everything
