@@ -172,6 +172,13 @@ class RequestAuthorizer:
         actions = [Action(resource_type, name, op, log_if_allowed=False, log_if_denied=False) for op in ops]
         return {int(op) for op, ok in zip(ops, self._check(actions), strict=True) if ok}
 
+    def cluster_authorized_operations(self) -> set[int]:
+        """KIP-430 for the cluster (Metadata v8-v10, DescribeCluster): none unless the principal may
+        DESCRIBE it (a real access, logged), then all it may do (KafkaApis, AuthHelper)."""
+        if not self.cluster(Operation.DESCRIBE):
+            return set()
+        return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
+
     def topics(
         self, request: Any, shape: TopicShape, op: Operation, *, log_if_denied: bool = True
     ) -> Callable[[str], bool]:
@@ -308,8 +315,7 @@ def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: 
                     if t.error_code == 0 and t.name is not None:
                         t.authorized_operations = az.authorized_operations(ResourceType.TOPIC, t.name)
             if want_cluster:
-                response.authorized_operations = az.authorized_operations(ResourceType.CLUSTER,
-                                                                          CLUSTER_RESOURCE_NAME)
+                response.authorized_operations = az.cluster_authorized_operations()
 
         plan.patches.append(authorized_operations)
     return plan
@@ -609,19 +615,17 @@ def _configs_planner(op: Operation, resp_field: str) -> Planner:
     return plan
 
 
-def _cluster_planner(op: Operation) -> Planner:
-    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-        if not az.cluster(op):
-            return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
-        if getattr(request, "include_cluster_authorized_operations", False):
-            def authorized_operations(response: Any) -> None:
-                response.authorized_operations = az.authorized_operations(ResourceType.CLUSTER,
-                                                                          CLUSTER_RESOURCE_NAME)
-
-            return Plan(forward=request, patches=[authorized_operations])
+def _plan_describe_cluster(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    """Kafka authorizes no part of DescribeCluster (AuthHelper.computeDescribeClusterResponse): like
+    Metadata's broker list, any authenticated client may read it. Only the KIP-430 operations it
+    reports are the principal's, checked as Kafka does."""
+    if not request.include_cluster_authorized_operations:
         return Plan(forward=request)
 
-    return plan
+    def authorized_operations(response: Any) -> None:
+        response.authorized_operations = az.cluster_authorized_operations()
+
+    return Plan(forward=request, patches=[authorized_operations])
 
 
 def _plan_leader_epoch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -689,7 +693,7 @@ PLANNERS: Final[dict[int, Planner]] = {
                                          "group_id", GROUP_AUTHORIZATION_FAILED)),
     44: _configs_planner(Operation.ALTER_CONFIGS, "responses"),
     47: _group_then(Operation.DELETE, _topic_planner(OFFSET_DELETE, Operation.READ)),
-    60: _cluster_planner(Operation.DESCRIBE),
+    60: _plan_describe_cluster,
     61: _topic_planner(DESCRIBE_PRODUCERS, Operation.READ),
     65: _name_list_planner(NameListShape(ResourceType.TRANSACTIONAL_ID, Operation.DESCRIBE, "transactional_ids",
                                          "transaction_states", "transactional_id",

@@ -202,7 +202,23 @@ def test_kip_430_authorized_operations_are_the_principals_not_the_gateways() -> 
         patch(response)
     assert response.topics[0].authorized_operations == {int(Operation.READ), int(Operation.DESCRIBE)}
     assert response.authorized_operations == {int(Operation.DESCRIBE)}
-    assert not any(a.log_if_denied or a.log_if_allowed for a in rules.asked[1:])
+    # real accesses: DESCRIBE on the topic named, and Kafka's DESCRIBE check before the cluster's
+    # operations (KafkaApis.handleTopicMetadataRequest); the operations themselves are filtering checks
+    logged = [(a.resource_type, a.operation) for a in rules.asked if a.log_if_denied or a.log_if_allowed]
+    assert logged == [(ResourceType.TOPIC, Operation.DESCRIBE), (ResourceType.CLUSTER, Operation.DESCRIBE)]
+
+
+def test_cluster_authorized_operations_are_none_without_describe_on_the_cluster() -> None:
+    cls = SPECS[3].request[10]
+    request = cls(topics=[], allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+                  include_topic_authorized_operations=False)
+    rules = Rules((ResourceType.CLUSTER, "kafka-cluster", Operation.IDEMPOTENT_WRITE))
+    p = plan(rules, 3, 10, request)
+    response = SPECS[3].response(brokers=[], topics=[], authorized_operations=set(range(3, 15)))
+    for patch in p.patches:
+        patch(response)
+    assert response.authorized_operations == set()  # Kafka: 0 without DESCRIBE, whatever else is allowed
+    assert [a.operation for a in rules.asked] == [Operation.DESCRIBE]
 
 
 def test_describe_cluster_authorized_operations() -> None:
@@ -213,6 +229,16 @@ def test_describe_cluster_authorized_operations() -> None:
     response = SPECS[60].response(brokers=[], authorized_operations=set(range(3, 15)))
     p.patches[0](response)
     assert response.authorized_operations == {int(Operation.DESCRIBE), int(Operation.ALTER)}
+
+
+def test_describe_cluster_is_forwarded_for_anyone_as_kafka_authorizes_none_of_it() -> None:
+    rules = Rules()
+    p = plan(rules, 60, 1, SPECS[60].request[1](include_cluster_authorized_operations=False))
+    assert p.forward is not None and not p.patches and not rules.asked
+    p = plan(rules, 60, 1, SPECS[60].request[1](include_cluster_authorized_operations=True))
+    response = SPECS[60].response(brokers=[], authorized_operations=set(range(3, 15)))
+    p.patches[0](response)
+    assert p.forward is not None and response.authorized_operations == set()
 
 
 def test_error_response_fails_every_partition_a_produce_names() -> None:
