@@ -48,6 +48,8 @@ class RunningGateway:
         return f"127.0.0.1:{self.gateway.port}"
 
     def __exit__(self, *exc: object) -> None:
+        if self.loop.is_closed():  # stopped already (a test restarting it), then again by its fixture
+            return
         self.call(self.runtime.stop() if self.runtime is not None else self.gateway.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)

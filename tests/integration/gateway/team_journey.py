@@ -60,11 +60,14 @@ class Team:
                 "sasl_plain_password": APP_PASSWORD}
 
 
-def make_team(runtime_factory: Callable[..., RunningGateway]) -> Team:
+def make_team(runtime_factory: Callable[..., RunningGateway], *, prefix: str | None = None,
+              **runtime: Any) -> Team:
     """The `team` fixture (tests/integration/gateway/conftest.py): a production-assembly gateway in
-    front of Tansu with the two users."""
-    gw = runtime_factory(sasl={"failed_authentication_delay_ms": 0}, authz={"super_users": "User:ops"})
-    creds = gw.runtime.credentials
-    creds.set_scram_credential("orders-app", "SCRAM-SHA-512", APP_PASSWORD, actor=ADMIN)
-    creds.set_scram_credential("ops", "SCRAM-SHA-512", OPS_PASSWORD, actor=ADMIN)
-    return Team(gw, f"team-{uuid.uuid4().hex[:8]}-")
+    front of Tansu with the two users. `runtime` goes to `runtime_factory` (listen, name, gateway...);
+    a gateway on an existing database (`prefix` given: a restart) finds the users already there."""
+    gw = runtime_factory(sasl={"failed_authentication_delay_ms": 0}, authz={"super_users": "User:ops"}, **runtime)
+    if prefix is None:
+        creds = gw.runtime.credentials
+        creds.set_scram_credential("orders-app", "SCRAM-SHA-512", APP_PASSWORD, actor=ADMIN)
+        creds.set_scram_credential("ops", "SCRAM-SHA-512", OPS_PASSWORD, actor=ADMIN)
+    return Team(gw, prefix or f"team-{uuid.uuid4().hex[:8]}-")
