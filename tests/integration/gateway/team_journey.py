@@ -3,10 +3,13 @@ README's "First steps" do, and its real clients' settings. The `team` fixture of
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from confluent_kafka import Consumer
 
 from authz.model import Principal
 from kgov.cli import main as kgov
@@ -15,6 +18,8 @@ from tests.integration.gateway.test_sasl import scram_login
 
 ADMIN = Principal("User", "admin")
 APP_PASSWORD = "orders-app-password-1"
+# Consumer group timings for tests: a dead member is noticed in seconds, heartbeats answer rebalances fast
+GROUP_TIMINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest"}
 OPS_PASSWORD = "platform-ops-password-1"
 
 
@@ -58,6 +63,19 @@ class Team:
         return {"bootstrap_servers": self.gw.bootstrap, "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "orders-app",
                 "sasl_plain_password": APP_PASSWORD}
+
+
+def take(c: Consumer, count: int, timeout: float = 9) -> list[bytes]:
+    """The values of the next `count` records `c` polls."""
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count:
+        assert time.monotonic() < deadline, f"timed out with {out}"
+        m = c.poll(0.1)
+        if m is not None:
+            assert m.error() is None, m.error()
+            out.append(m.value())
+    return out
 
 
 def make_team(runtime_factory: Callable[..., RunningGateway], *, prefix: str | None = None,

@@ -12,13 +12,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.gateway.team_journey import Team
+from tests.integration.gateway.team_journey import GROUP_TIMINGS, Team, take
 from tests.integration.gateway.test_proxy import create_topics
 
 pytestmark = [pytest.mark.broker]
-
-GROUP_TIMINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest"}
-
 
 def fill(team: Team, topic: str, partitions: int) -> None:
     """One record per partition, written by the super user."""
@@ -35,19 +32,6 @@ def poll_until(consumers: list[Consumer], check: Callable[[], bool], timeout: fl
         for c in consumers:
             m = c.poll(0.05)
             assert m is None or m.error() is None, m.error()
-
-
-def take(c: Consumer, count: int, timeout: float = 9) -> list[bytes]:
-    """The values of the next `count` records `c` polls."""
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count:
-        assert time.monotonic() < deadline, f"timed out with {out}"
-        m = c.poll(0.1)
-        if m is not None:
-            assert m.error() is None, m.error()
-            out.append(m.value())
-    return out
 
 
 def test_cooperative_sticky_rebalance_keeps_the_first_members_partitions(team: Team, kafka_broker: str) -> None:

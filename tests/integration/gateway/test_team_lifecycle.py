@@ -11,14 +11,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from tests.integration.gateway.conftest import RunningGateway
-from tests.integration.gateway.team_journey import ADMIN, Team, make_team
+from tests.integration.gateway.team_journey import ADMIN, GROUP_TIMINGS, Team, make_team, take
 from tests.integration.gateway.test_proxy import create_topics
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.broker]
-
-GROUP_TIMINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest"}
-
 
 def deliver(p: Producer, topic: str, value: bytes, timeout: float = 8) -> Any:
     """The delivery error of one record (None: written)."""
@@ -27,18 +24,6 @@ def deliver(p: Producer, topic: str, value: bytes, timeout: float = 8) -> Any:
     p.flush(timeout)
     assert outcome, "not delivered in time"
     return outcome[0]
-
-
-def take(c: Consumer, count: int, timeout: float = 9) -> list[bytes]:
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count:
-        assert time.monotonic() < deadline, f"timed out with {out}"
-        m = c.poll(0.1)
-        if m is not None:
-            assert m.error() is None, m.error()
-            out.append(m.value())
-    return out
 
 
 def test_clients_reconnect_after_the_gateway_restarts(

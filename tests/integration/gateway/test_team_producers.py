@@ -169,3 +169,32 @@ def test_send_offsets_to_transaction_needs_read_on_the_group(team: Team, kafka_b
     finally:
         c.close()
     assert committed.offset == 1 and committed.error is None
+
+
+def test_kafka_python_transactional_producer(team: Team, kafka_broker: str) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+
+    topic, txn = team.name("payments"), team.name("payments-tx")
+    create_topics(kafka_broker, topic)
+    team.acls("--producer", "--topic", topic)
+    refused = KafkaProducer(**team.python_conf(), transactional_id=txn)
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            refused.init_transactions()
+    finally:
+        refused.close(timeout=5)
+    team.acls("--producer", "--topic", topic, "--transactional-id", txn)
+    p = KafkaProducer(**team.python_conf(), transactional_id=txn)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        sent = p.send(topic, b"kp-committed")
+        p.commit_transaction()
+        assert sent.get(timeout=8).offset == 0
+        p.begin_transaction()
+        p.send(topic, b"kp-aborted")
+        p.abort_transaction()
+    finally:
+        p.close(timeout=5)
+    assert read_partition(team.ops_conf(), topic, 1)[:1] == [b"kp-committed"]
