@@ -127,3 +127,23 @@ def test_describe_cluster_needs_no_acl(team: Team) -> None:
     ops = AdminClient(team.ops_conf())
     everything = ops.describe_cluster(include_authorized_operations=True).result(8).authorized_operations
     assert AclOperation.ALTER in everything and AclOperation.CLUSTER_ACTION in everything
+
+
+def test_group_offsets_are_altered_with_group_and_topic_read_and_groups_deleted_with_delete(team: Team) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    topic, group = team.name("events"), team.name("orders-app")
+    ops = AdminClient(team.ops_conf())
+    [created] = ops.create_topics([NewTopic(topic, 1, 1)]).values()
+    assert created.result(8) is None
+    admin = AdminClient(team.conf())
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 1)])]
+    # KafkaApis.handleOffsetCommitRequest: READ on the group, then READ on each topic
+    assert error_of(admin.alter_consumer_group_offsets(request)[group]) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    team.acls("--consumer", "--topic", topic, "--group", group)
+    [altered] = admin.alter_consumer_group_offsets(request)[group].result(8).topic_partitions
+    assert (altered.offset, altered.error) == (1, None)
+    # KafkaApis.handleDeleteGroupsRequest: DELETE on the group
+    assert error_of(admin.delete_consumer_groups([group])[group]) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    team.acls("--operation", "Delete", "--group", group)
+    assert admin.delete_consumer_groups([group])[group].result(8) is None

@@ -159,3 +159,23 @@ def test_group_listing_and_description_are_filtered_by_describe(team: Team, kafk
     with pytest.raises(KafkaException) as err:
         admin.list_consumer_group_offsets([_group_request(theirs, topic)])[theirs].result(8)
     assert err.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def test_a_pattern_subscription_gets_only_the_topics_the_principal_may_describe(
+    team: Team, kafka_broker: str
+) -> None:
+    mine, theirs, group = team.name("orders"), team.name("payroll"), team.name("orders-app")
+    create_topics(kafka_broker, mine, theirs)
+    p = Producer(team.ops_conf())
+    p.produce(mine, b"mine")
+    p.produce(theirs, b"theirs")
+    assert p.flush(8) == 0
+    team.acls("--consumer", "--topic", mine, "--group", group)
+    c = Consumer({**team.conf(), "group.id": group, **GROUP_TIMINGS})
+    try:
+        c.subscribe([f"^{team.prefix}.*"])  # Metadata for all topics: filtered by DESCRIBE, as Kafka does
+        assert take(c, 1) == [b"mine"]
+        assert {tp.topic for tp in c.assignment()} == {mine}
+        assert c.poll(0.5) is None
+    finally:
+        c.close()
