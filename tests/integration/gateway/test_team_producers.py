@@ -198,3 +198,23 @@ def test_kafka_python_transactional_producer(team: Team, kafka_broker: str) -> N
     finally:
         p.close(timeout=5)
     assert read_partition(team.ops_conf(), topic, 1)[:1] == [b"kp-committed"]
+
+
+def test_adding_a_denied_topic_to_a_transaction_adds_none_of_the_request(team: Team, kafka_broker: str) -> None:
+    """KafkaApis.handleAddPartitionsToTxnRequest (v3 and below, what clients send): any partition that
+    fails its check fails the whole request; the others are answered OPERATION_NOT_ATTEMPTED (55) and
+    are not added to the transaction."""
+    allowed, denied, txn = team.name("payments"), team.name("payroll"), team.name("payments-tx")
+    create_topics(kafka_broker, allowed, denied)
+    team.acls("--producer", "--topic", allowed, "--transactional-id", txn)
+    producer = init_producer_id(team, txn)
+    assert producer.error_code == 0
+    cls = SPECS[24].request[3]
+    topic = cls.fields["v3_and_below_topics"].data_class
+    request = cls(v3_and_below_transactional_id=txn, v3_and_below_producer_id=producer.producer_id,
+                  v3_and_below_producer_epoch=producer.producer_epoch,
+                  v3_and_below_topics=[topic(name=allowed, partitions=[0]), topic(name=denied, partitions=[0])])
+    answer = team.call(24, 3, request)
+    codes = {(t.name, p.partition_index): p.partition_error_code
+             for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
+    assert codes == {(allowed, 0): 55, (denied, 0): KafkaError.TOPIC_AUTHORIZATION_FAILED}
