@@ -33,6 +33,7 @@ TOPIC_AUTHORIZATION_FAILED: Final = 29
 GROUP_AUTHORIZATION_FAILED: Final = 30
 CLUSTER_AUTHORIZATION_FAILED: Final = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+OPERATION_NOT_ATTEMPTED: Final = 55
 
 UNKNOWN_TOPIC_ID: Final = 100
 
@@ -572,6 +573,22 @@ def _txn_error(request: Any, resp_cls: Any) -> Any:
     return _whole_error(request, resp_cls, code)
 
 
+def _plan_add_partitions_to_txn(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    """AddPartitionsToTxn v0-v3 (the gateway stops there) as `KafkaApis.handleAddPartitionsToTxnRequest`:
+    WRITE on every topic, and unlike most APIs not partly: when any topic is denied nothing is added to
+    the transaction, the denied partitions are answered 29 and the others OPERATION_NOT_ATTEMPTED."""
+    ok = az.topics(request, ADD_PARTITIONS, Operation.WRITE)
+    topics = request.v3_and_below_topics or []
+    if all(ok(t.name) for t in topics):
+        return Plan(forward=request)
+    entries = [
+        _denied_entry(resp_cls, ADD_PARTITIONS, t.name, [int(p) for p in t.partitions],
+                      OPERATION_NOT_ATTEMPTED if ok(t.name) else TOPIC_AUTHORIZATION_FAILED)
+        for t in topics
+    ]
+    return Plan(local=resp_cls(results_by_topic_v3_and_below=entries))
+
+
 def _plan_txn_offset_commit(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     if not az.allowed(ResourceType.GROUP, request.group_id, Operation.READ):
         return Plan(local=_whole_error(request, resp_cls, GROUP_AUTHORIZATION_FAILED))
@@ -681,7 +698,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     21: _topic_planner(DELETE_RECORDS, Operation.DELETE),
     22: _plan_init_producer_id,
     23: _plan_leader_epoch,
-    24: _txn_then(_topic_planner(ADD_PARTITIONS, Operation.WRITE)),
+    24: _txn_then(_plan_add_partitions_to_txn),
     25: _txn_then(_group_then(Operation.READ, None)),
     26: _txn_then(None),
     28: _txn_then(_plan_txn_offset_commit),

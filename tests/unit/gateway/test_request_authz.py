@@ -266,3 +266,34 @@ def test_error_response_encodes_for_every_api_and_version() -> None:
             decoded = decode_response(spec, version, frame[4:])
             if "error_code" in spec.response.fields and spec.response.fields["error_code"].for_version_q(version):
                 assert decoded.error_code == 34, (spec.name, version)
+
+
+def add_partitions(*topics: str) -> Any:
+    cls = SPECS[24].request[3]
+    topic = cls.fields["v3_and_below_topics"].data_class
+    return cls(v3_and_below_transactional_id="tx", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+               v3_and_below_topics=[topic(name=n, partitions=[0, 1]) for n in topics])
+
+
+def test_add_partitions_to_txn_is_forwarded_when_every_topic_may_be_written() -> None:
+    rules = Rules((ResourceType.TRANSACTIONAL_ID, "tx", Operation.WRITE), (ResourceType.TOPIC, "a", Operation.WRITE),
+                  (ResourceType.TOPIC, "b", Operation.WRITE))
+    p = plan(rules, 24, 3, add_partitions("a", "b"))
+    assert p.forward is not None and not p.rewritten and not p.patches
+    assert [(a.resource_name, a.resource_ref_count) for a in rules.asked[1:]] == [("a", 2), ("b", 2)]
+
+
+def test_add_partitions_to_txn_with_a_denied_topic_adds_nothing_as_kafka() -> None:
+    rules = Rules((ResourceType.TRANSACTIONAL_ID, "tx", Operation.WRITE), (ResourceType.TOPIC, "a", Operation.WRITE))
+    p = plan(rules, 24, 3, add_partitions("a", "b"))
+    assert p.forward is None
+    codes = {(t.name, r.partition_index): r.partition_error_code for t in p.local.results_by_topic_v3_and_below
+             for r in t.results_by_partition}
+    assert codes == {("a", 0): 55, ("a", 1): 55, ("b", 0): 29, ("b", 1): 29}
+
+
+def test_add_partitions_to_txn_with_a_denied_transactional_id_asks_nothing_of_the_topics() -> None:
+    rules = Rules((ResourceType.TOPIC, "a", Operation.WRITE))
+    p = plan(rules, 24, 3, add_partitions("a"))
+    codes = {r.partition_error_code for t in p.local.results_by_topic_v3_and_below for r in t.results_by_partition}
+    assert p.forward is None and codes == {53} and len(rules.asked) == 1
