@@ -3,6 +3,8 @@ ACL Kafka's KafkaApis asks for, denied with the error code Kafka answers."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -147,3 +149,27 @@ def test_group_offsets_are_altered_with_group_and_topic_read_and_groups_deleted_
     assert error_of(admin.delete_consumer_groups([group])[group]) == KafkaError.GROUP_AUTHORIZATION_FAILED
     team.acls("--operation", "Delete", "--group", group)
     assert admin.delete_consumer_groups([group])[group].result(8) is None
+
+
+def create_topic_v7(team: Team, topic: str) -> Any:
+    """The result of CreateTopics v7 for `topic` (2 partitions), as User:orders-app."""
+    cls = SPECS[19].request[7]
+    request = cls(topics=[cls.fields["topics"].data_class(name=topic, num_partitions=2, replication_factor=1,
+                                                          assignments=[], configs=[])],
+                  timeout_ms=8000, validate_only=False)
+    [result] = team.call(19, 7, request).topics
+    return result
+
+
+def test_a_created_topic_is_described_only_to_a_principal_that_may_describe_its_configs(team: Team) -> None:
+    """KIP-525 as the controller answers (ReplicationControlManager.createTopic, ControllerApis.createTopics):
+    without DESCRIBE_CONFIGS on the new topic its partitions, replication factor and configs are hidden and
+    topic_config_error_code is TOPIC_AUTHORIZATION_FAILED."""
+    hidden, shown = team.name("hidden"), team.name("shown")
+    team.acls("--operation", "Create", "--topic", team.prefix, "--resource-pattern-type", "prefixed")
+    result = create_topic_v7(team, hidden)
+    assert (result.name, result.error_code, result.topic_config_error_code) == (hidden, 0, 29)
+    assert (result.num_partitions, result.replication_factor, list(result.configs)) == (-1, -1, [])
+    team.acls("--operation", "DescribeConfigs", "--topic", shown)
+    result = create_topic_v7(team, shown)
+    assert (result.error_code, result.topic_config_error_code, result.num_partitions) == (0, 0, 2)
