@@ -531,9 +531,28 @@ def _plan_list_groups(az: RequestAuthorizer, version: int, request: Any, resp_cl
 
 def _plan_create_topics(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     if az.cluster(Operation.CREATE, log_if_denied=False):
-        return Plan(forward=request)
-    ok = az.topics(request, CREATE_TOPICS, Operation.CREATE)
-    return _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
+        plan = Plan(forward=request)
+    else:
+        ok = az.topics(request, CREATE_TOPICS, Operation.CREATE)
+        plan = _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
+    if plan.forward is not None and version >= 5:
+        plan.patches.append(lambda response: _hide_undescribable_topics(az, response))
+    return plan
+
+
+def _hide_undescribable_topics(az: RequestAuthorizer, response: Any) -> None:
+    """KIP-525 (CreateTopics v5+) as Kafka's controller answers (ControllerApis.createTopics,
+    ReplicationControlManager.createTopic): a topic created for a principal that may not DESCRIBE_CONFIGS
+    it is answered with its id but not its partitions, replication factor or configs, and
+    topic_config_error_code 29. The upstream answered for the gateway's own identity."""
+    created = {t.name: 1 for t in response.topics if t.error_code == 0 and t.name is not None}
+    describable = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE_CONFIGS, created, log_if_denied=False)
+    for t in response.topics:
+        if t.name in created and t.name not in describable:
+            t.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+            t.num_partitions = -1
+            t.replication_factor = -1
+            t.configs = []
 
 
 def _plan_init_producer_id(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:

@@ -128,6 +128,30 @@ def test_create_topics_falls_back_from_cluster_to_topic_create() -> None:
     assert everything.forward is request and not everything.rewritten
 
 
+def test_created_topics_are_described_only_where_the_principal_may_describe_configs() -> None:
+    cls = SPECS[19].request[7]
+    t = cls.CreatableTopic
+    request = cls(topics=[t(name=n, num_partitions=3, replication_factor=1) for n in ("a", "b", "c")])
+    rules = Rules((ResourceType.CLUSTER, "kafka-cluster", Operation.CREATE),
+                  (ResourceType.TOPIC, "a", Operation.DESCRIBE_CONFIGS))
+    p = plan(rules, 19, 7, request)
+    result = SPECS[19].response.fields["topics"].data_class
+    config = result.fields["configs"].data_class
+    response = SPECS[19].response(topics=[
+        result(name=n, error_code=code, topic_config_error_code=0, num_partitions=3, replication_factor=1,
+               configs=[config(name="retention.ms", value="1", read_only=False, config_source=5,
+                               is_sensitive=False)])
+        for n, code in (("a", 0), ("b", 0), ("c", 36))])
+    for patch in p.patches:
+        patch(response)
+    answered = [(r.name, r.error_code, r.topic_config_error_code, r.num_partitions, r.replication_factor,
+                 len(r.configs)) for r in response.topics]
+    assert answered == [("a", 0, 0, 3, 1, 1), ("b", 0, 29, -1, -1, 0), ("c", 36, 0, 3, 1, 1)]
+    asked = [(a.resource_name, a.log_if_denied) for a in rules.asked if a.operation is Operation.DESCRIBE_CONFIGS]
+    assert asked == [("a", False), ("b", False)]  # only what was created; a filtering check, as Kafka's
+    assert not plan(rules, 19, 4, SPECS[19].request[4](topics=[])).patches  # no configs before v5
+
+
 def test_init_producer_id_rules() -> None:
     cls = SPECS[22].request[4]
     assert plan(Rules(), 22, 4, cls(transactional_id=None)).local.error_code == 31
