@@ -173,3 +173,22 @@ def test_a_created_topic_is_described_only_to_a_principal_that_may_describe_its_
     team.acls("--operation", "DescribeConfigs", "--topic", shown)
     result = create_topic_v7(team, shown)
     assert (result.error_code, result.topic_config_error_code, result.num_partitions) == (0, 0, 2)
+
+
+def test_group_configs_need_describe_configs_and_alter_configs_on_the_group(team: Team) -> None:
+    """Group configs (KIP-848, Kafka 3.8+; resource type 32) are checked on the group and denied with
+    GROUP_AUTHORIZATION_FAILED (ControllerApis.authorizeAlterResource, KafkaApis). Tansu has no group
+    configs: only the gateway's answers to a principal without the ACL are checked."""
+    group = team.name("orders-app")
+    describe = SPECS[32].request[4]
+    resource = describe.fields["resources"].data_class(resource_type=32, resource_name=group, configuration_keys=None)
+    [described] = team.call(32, 4, describe(resources=[resource], include_synonyms=False,
+                                              include_documentation=False)).results
+    assert (described.resource_type, described.resource_name, described.error_code) == (32, group, 30)
+    alter = SPECS[44].request[1]
+    entry = alter.fields["resources"].data_class
+    config = entry.fields["configs"].data_class
+    request = alter(resources=[entry(resource_type=32, resource_name=group, configs=[
+        config(name="consumer.session.timeout.ms", config_operation=0, value="45000")])], validate_only=True)
+    [altered] = team.call(44, 1, request).responses
+    assert (altered.resource_type, altered.resource_name, altered.error_code) == (32, group, 30)
