@@ -615,23 +615,37 @@ def _plan_txn_offset_commit(az: RequestAuthorizer, version: int, request: Any, r
     return _split_topics(request, resp_cls, OFFSET_COMMIT, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
 
-_TOPIC_CONFIG, _BROKER_CONFIG, _BROKER_LOGGER_CONFIG = 2, 4, 8
+# ConfigResource.Type ids, with the resource each is authorized on and the code a denial is answered with
+# (KafkaApis.handleDescribeConfigsRequest / handleIncrementalAlterConfigsRequest, ControllerApis'
+# authorizeAlterResource): the cluster for broker, broker-logger and client-metrics configs, the topic
+# or the group (KIP-848 group configs) named otherwise.
+_CONFIG_RESOURCES: Final[dict[int, tuple[ResourceType, int]]] = {
+    2: (ResourceType.TOPIC, TOPIC_AUTHORIZATION_FAILED),
+    4: (ResourceType.CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    8: (ResourceType.CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    16: (ResourceType.CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    32: (ResourceType.GROUP, GROUP_AUTHORIZATION_FAILED),
+}
 
 
 def _configs_planner(op: Operation, resp_field: str) -> Planner:
     def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-        topics = {r.resource_name: 1 for r in request.resources if r.resource_type == _TOPIC_CONFIG}
-        ok_topics = az.allowed_names(ResourceType.TOPIC, op, topics)
-        needs_cluster = any(r.resource_type != _TOPIC_CONFIG for r in request.resources)
-        ok_cluster = needs_cluster and az.cluster(op)
+        def named(rtype: ResourceType) -> dict[str, int]:
+            return {r.resource_name: 1 for r in request.resources
+                    if _CONFIG_RESOURCES.get(r.resource_type, (None, 0))[0] is rtype}
+
+        ok_topics = az.allowed_names(ResourceType.TOPIC, op, named(ResourceType.TOPIC))
+        ok_groups = az.allowed_names(ResourceType.GROUP, op, named(ResourceType.GROUP))
+        ok_cluster = bool(named(ResourceType.CLUSTER)) and az.cluster(op)
         kept, entries = [], []
         for r in request.resources:
-            if r.resource_type == _TOPIC_CONFIG:
-                allowed, code = r.resource_name in ok_topics, TOPIC_AUTHORIZATION_FAILED
-            elif r.resource_type in (_BROKER_CONFIG, _BROKER_LOGGER_CONFIG):
-                allowed, code = ok_cluster, CLUSTER_AUTHORIZATION_FAILED
-            else:
-                allowed, code = False, CLUSTER_AUTHORIZATION_FAILED
+            rtype, code = _CONFIG_RESOURCES.get(r.resource_type, (None, CLUSTER_AUTHORIZATION_FAILED))
+            if rtype is ResourceType.TOPIC:
+                allowed = r.resource_name in ok_topics
+            elif rtype is ResourceType.GROUP:
+                allowed = r.resource_name in ok_groups
+            else:  # an unknown type is refused (fail closed), as a broker config would be without the ACL
+                allowed = rtype is ResourceType.CLUSTER and ok_cluster
             if allowed:
                 kept.append(r)
             else:

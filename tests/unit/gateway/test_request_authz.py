@@ -186,6 +186,23 @@ def test_configs_split_topic_and_broker_resources() -> None:
     assert [(x.resource_name, x.error_code) for x in response.results] == [("1", 31)]
 
 
+def test_configs_of_groups_are_checked_on_the_group_and_client_metrics_on_the_cluster() -> None:
+    cls = SPECS[44].request[1]
+    r = cls.fields["resources"].data_class
+    request = cls(resources=[r(resource_type=t, resource_name=n, configs=[])
+                             for t, n in ((32, "g"), (32, "other"), (16, "metrics"), (64, "unknown"))],
+                  validate_only=False)
+    rules = Rules((ResourceType.GROUP, "g", Operation.ALTER_CONFIGS),
+                  (ResourceType.CLUSTER, "kafka-cluster", Operation.ALTER_CONFIGS))
+    p = plan(rules, 44, 1, request)
+    assert [(x.resource_type, x.resource_name) for x in p.forward.resources] == [(32, "g"), (16, "metrics")]
+    response = SPECS[44].response(responses=[])
+    p.patches[0](response)
+    assert [(x.resource_name, x.error_code) for x in response.responses] == [("other", 30), ("unknown", 31)]
+    assert {(a.resource_type, a.resource_name) for a in rules.asked} == {
+        (ResourceType.GROUP, "g"), (ResourceType.GROUP, "other"), (ResourceType.CLUSTER, "kafka-cluster")}
+
+
 def test_find_coordinator_batched_partial() -> None:
     cls = SPECS[10].request[4]
     p = plan(Rules((ResourceType.GROUP, "g1", Operation.DESCRIBE)), 10, 4,
