@@ -107,7 +107,7 @@ def list_offsets(team: Team, topic: str) -> tuple[int, int]:
     return partition.error_code, partition.offset
 
 
-def test_describe_cluster_needs_no_acl(team: Team) -> None:
+def test_describe_cluster_needs_no_acl(team: Team, kafka_broker: str) -> None:
     """KafkaApis.handleDescribeCluster (AuthHelper.computeDescribeClusterResponse) authorizes nothing but
     the authorized operations it reports: none (0) without DESCRIBE on the cluster. kafka-python asks
     with DescribeCluster (API 60); librdkafka with Metadata v10, which Kafka answers the same way."""
@@ -116,7 +116,10 @@ def test_describe_cluster_needs_no_acl(team: Team) -> None:
     admin = KafkaAdminClient(**team.python_conf())
     try:
         described = admin.describe_cluster()
-        assert described["cluster_id"] and len(described["brokers"]) == 1
+        [broker] = described["brokers"]
+        assert described["cluster_id"] and f"{broker['host']}:{broker['port']}" != kafka_broker
+        base = team.gw.settings.gateway.node_port_base  # type: ignore[attr-defined]
+        assert broker["port"] == base + broker["broker_id"]  # the gateway's listener for that broker
         assert not described["authorized_operations"]  # an empty list: 0 on the wire
         team.acls("--operation", "Describe", "--operation", "IdempotentWrite", "--cluster")
         granted = admin.describe_cluster()["authorized_operations"]
