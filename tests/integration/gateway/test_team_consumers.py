@@ -9,7 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.gateway.team_journey import GROUP_TIMINGS, Team, take
@@ -131,8 +138,6 @@ def test_kafka_python_consumer_commits_and_fetches_offsets_with_group_and_topic_
 def _group_request(group: str, topic: str) -> Any:
     """Partition 0 of `topic`, named: Tansu (0.x) answers an OffsetFetch for all of a group's topics
     (topics null) without its topics array, which no client or gateway can parse."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     return ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
 
 
@@ -156,9 +161,10 @@ def test_group_listing_and_description_are_filtered_by_describe(team: Team, kafk
     with pytest.raises(KafkaException) as err:
         admin.describe_consumer_groups([theirs])[theirs].result(8)
     assert err.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
-    with pytest.raises(KafkaException) as err:
-        admin.list_consumer_group_offsets([_group_request(theirs, topic)])[theirs].result(8)
-    assert err.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    for request in (_group_request(theirs, topic), ConsumerGroupTopicPartitions(theirs)):  # named, and all
+        with pytest.raises(KafkaException) as err:
+            admin.list_consumer_group_offsets([request])[theirs].result(8)
+        assert err.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 def test_a_pattern_subscription_gets_only_the_topics_the_principal_may_describe(
