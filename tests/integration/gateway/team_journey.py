@@ -44,12 +44,17 @@ class Team:
     def call(self, api_key: int, version: int, request: Any) -> Any:
         """One request on a connection of its own, logged in as User:orders-app: the answer a client
         gets for an API whose denial its library turns into something else."""
-        raw = RawClient(self.gw.bootstrap)
+        raw = self.login()
         try:
-            assert scram_login(raw, "SCRAM-SHA-512", "orders-app", APP_PASSWORD).error_code == 0
             return raw.call(api_key, version, request)
         finally:
             raw.close()
+
+    def login(self) -> RawClient:
+        """A bare connection logged in as User:orders-app."""
+        raw = RawClient(self.gw.bootstrap)
+        assert scram_login(raw, "SCRAM-SHA-512", "orders-app", APP_PASSWORD).error_code == 0
+        return raw
 
     def conf(self, user: str = "orders-app", password: str = APP_PASSWORD) -> dict[str, Any]:
         """librdkafka's settings for `user` through the gateway."""

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from gateway.codec import SPECS
+from tests.integration.gateway.conftest import RawClient
 from tests.integration.gateway.team_journey import Team
 from tests.integration.gateway.test_proxy import FAST_GROUP, create_topics
 
@@ -218,3 +219,31 @@ def test_adding_a_denied_topic_to_a_transaction_adds_none_of_the_request(team: T
     codes = {(t.name, p.partition_index): p.partition_error_code
              for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
     assert codes == {(allowed, 0): 55, (denied, 0): KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+
+def acks0_produce(raw: RawClient, *topics: str) -> None:
+    """Produce v9 with acks=0 (no answer) of one record to partition 0 of each topic."""
+    from tests.integration.gateway.test_proxy import _one_record_batch
+
+    cls = SPECS[0].request[9]
+    topic = cls.TopicProduceData
+    raw.send(0, 9, cls(transactional_id=None, acks=0, timeout_ms=5000, topic_data=[
+        topic(name=t, partition_data=[topic.PartitionProduceData(index=0, records=_one_record_batch(t.encode()))])
+        for t in topics]))
+
+
+def test_an_acks_0_produce_to_a_denied_topic_closes_the_connection(team: Team, kafka_broker: str) -> None:
+    """KafkaApis.handleProduceRequest: an acks=0 request has no answer, so when any of it fails (a denied
+    topic too) the broker closes the connection, which tells the producer something went wrong. (Tansu
+    answers acks=0 requests, which no broker may do, and the gateway closes the connection on such an
+    unsolicited answer: an allowed acks=0 produce cannot be tested against it, so only the refusal is.)"""
+    denied = team.name("payroll")
+    create_topics(kafka_broker, denied)
+    team.acls("--operation", "Describe", "--topic", denied)
+    raw = team.login()
+    try:
+        acks0_produce(raw, denied)
+        assert raw.closed_by_peer()
+    finally:
+        raw.close()
+    assert read_partition(team.ops_conf(), denied, 0) == []
