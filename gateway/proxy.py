@@ -1433,6 +1433,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if plan.forward is None:
             if key == 0 and acks == 0:
                 self._finish_without_response(slot)
+                self._close_after_failed_acks_0(header)
                 return
             local = plan.local
             if slot.throttle_ms and "throttle_time_ms" in spec.response.fields:
@@ -1457,6 +1458,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._send_upstream(out)
         if key == 0 and acks == 0:
             self._finish_without_response(slot)
+            if plan.patches:  # a denied topic was cut out (its answer would have been patched in)
+                self._close_after_failed_acks_0(header)
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
@@ -1997,6 +2000,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         slot.response = (response,)
         self.slots.append(slot)
         self._flush()
+
+    def _close_after_failed_acks_0(self, header: RequestHeader) -> None:
+        """KafkaApis.handleProduceRequest: an acks=0 request has no answer, so when any part of it
+        failed (here: a denied topic; the allowed part has been forwarded) the broker closes the
+        connection, which is how the producer learns of it, and logs that at INFO."""
+        log.info("Closing connection due to error during produce request with correlation id %d from client "
+                 "id %s with ack=0", header.correlation_id, header.client_id)
+        self._close_after_earlier_answers("a failed produce request with acks=0")
 
     def _finish_without_response(self, slot: Slot) -> None:
         slot.response = ()

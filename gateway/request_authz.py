@@ -33,6 +33,7 @@ TOPIC_AUTHORIZATION_FAILED: Final = 29
 GROUP_AUTHORIZATION_FAILED: Final = 30
 CLUSTER_AUTHORIZATION_FAILED: Final = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+OPERATION_NOT_ATTEMPTED: Final = 55
 
 UNKNOWN_TOPIC_ID: Final = 100
 
@@ -172,6 +173,13 @@ class RequestAuthorizer:
         actions = [Action(resource_type, name, op, log_if_allowed=False, log_if_denied=False) for op in ops]
         return {int(op) for op, ok in zip(ops, self._check(actions), strict=True) if ok}
 
+    def cluster_authorized_operations(self) -> set[int]:
+        """KIP-430 for the cluster (Metadata v8-v10, DescribeCluster): none unless the principal may
+        DESCRIBE it (a real access, logged), then all it may do (KafkaApis, AuthHelper)."""
+        if not self.cluster(Operation.DESCRIBE):
+            return set()
+        return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
+
     def topics(
         self, request: Any, shape: TopicShape, op: Operation, *, log_if_denied: bool = True
     ) -> Callable[[str], bool]:
@@ -308,8 +316,7 @@ def _plan_metadata(az: RequestAuthorizer, version: int, request: Any, resp_cls: 
                     if t.error_code == 0 and t.name is not None:
                         t.authorized_operations = az.authorized_operations(ResourceType.TOPIC, t.name)
             if want_cluster:
-                response.authorized_operations = az.authorized_operations(ResourceType.CLUSTER,
-                                                                          CLUSTER_RESOURCE_NAME)
+                response.authorized_operations = az.cluster_authorized_operations()
 
         plan.patches.append(authorized_operations)
     return plan
@@ -524,9 +531,28 @@ def _plan_list_groups(az: RequestAuthorizer, version: int, request: Any, resp_cl
 
 def _plan_create_topics(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     if az.cluster(Operation.CREATE, log_if_denied=False):
-        return Plan(forward=request)
-    ok = az.topics(request, CREATE_TOPICS, Operation.CREATE)
-    return _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
+        plan = Plan(forward=request)
+    else:
+        ok = az.topics(request, CREATE_TOPICS, Operation.CREATE)
+        plan = _split_topics(request, resp_cls, CREATE_TOPICS, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
+    if plan.forward is not None and version >= 5:
+        plan.patches.append(lambda response: _hide_undescribable_topics(az, response))
+    return plan
+
+
+def _hide_undescribable_topics(az: RequestAuthorizer, response: Any) -> None:
+    """KIP-525 (CreateTopics v5+) as Kafka's controller answers (ControllerApis.createTopics,
+    ReplicationControlManager.createTopic): a topic created for a principal that may not DESCRIBE_CONFIGS
+    it is answered with its id but not its partitions, replication factor or configs, and
+    topic_config_error_code 29. The upstream answered for the gateway's own identity."""
+    created = {t.name: 1 for t in response.topics if t.error_code == 0 and t.name is not None}
+    describable = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE_CONFIGS, created, log_if_denied=False)
+    for t in response.topics:
+        if t.name in created and t.name not in describable:
+            t.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+            t.num_partitions = -1
+            t.replication_factor = -1
+            t.configs = []
 
 
 def _plan_init_producer_id(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -566,6 +592,22 @@ def _txn_error(request: Any, resp_cls: Any) -> Any:
     return _whole_error(request, resp_cls, code)
 
 
+def _plan_add_partitions_to_txn(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    """AddPartitionsToTxn v0-v3 (the gateway stops there) as `KafkaApis.handleAddPartitionsToTxnRequest`:
+    WRITE on every topic, and unlike most APIs not partly: when any topic is denied nothing is added to
+    the transaction, the denied partitions are answered 29 and the others OPERATION_NOT_ATTEMPTED."""
+    ok = az.topics(request, ADD_PARTITIONS, Operation.WRITE)
+    topics = request.v3_and_below_topics or []
+    if all(ok(t.name) for t in topics):
+        return Plan(forward=request)
+    entries = [
+        _denied_entry(resp_cls, ADD_PARTITIONS, t.name, [int(p) for p in t.partitions],
+                      OPERATION_NOT_ATTEMPTED if ok(t.name) else TOPIC_AUTHORIZATION_FAILED)
+        for t in topics
+    ]
+    return Plan(local=resp_cls(results_by_topic_v3_and_below=entries))
+
+
 def _plan_txn_offset_commit(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
     if not az.allowed(ResourceType.GROUP, request.group_id, Operation.READ):
         return Plan(local=_whole_error(request, resp_cls, GROUP_AUTHORIZATION_FAILED))
@@ -573,23 +615,37 @@ def _plan_txn_offset_commit(az: RequestAuthorizer, version: int, request: Any, r
     return _split_topics(request, resp_cls, OFFSET_COMMIT, ok, lambda _n: TOPIC_AUTHORIZATION_FAILED)
 
 
-_TOPIC_CONFIG, _BROKER_CONFIG, _BROKER_LOGGER_CONFIG = 2, 4, 8
+# ConfigResource.Type ids, with the resource each is authorized on and the code a denial is answered with
+# (KafkaApis.handleDescribeConfigsRequest / handleIncrementalAlterConfigsRequest, ControllerApis'
+# authorizeAlterResource): the cluster for broker, broker-logger and client-metrics configs, the topic
+# or the group (KIP-848 group configs) named otherwise.
+_CONFIG_RESOURCES: Final[dict[int, tuple[ResourceType, int]]] = {
+    2: (ResourceType.TOPIC, TOPIC_AUTHORIZATION_FAILED),
+    4: (ResourceType.CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    8: (ResourceType.CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    16: (ResourceType.CLUSTER, CLUSTER_AUTHORIZATION_FAILED),
+    32: (ResourceType.GROUP, GROUP_AUTHORIZATION_FAILED),
+}
 
 
 def _configs_planner(op: Operation, resp_field: str) -> Planner:
     def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-        topics = {r.resource_name: 1 for r in request.resources if r.resource_type == _TOPIC_CONFIG}
-        ok_topics = az.allowed_names(ResourceType.TOPIC, op, topics)
-        needs_cluster = any(r.resource_type != _TOPIC_CONFIG for r in request.resources)
-        ok_cluster = needs_cluster and az.cluster(op)
+        def named(rtype: ResourceType) -> dict[str, int]:
+            return {r.resource_name: 1 for r in request.resources
+                    if _CONFIG_RESOURCES.get(r.resource_type, (None, 0))[0] is rtype}
+
+        ok_topics = az.allowed_names(ResourceType.TOPIC, op, named(ResourceType.TOPIC))
+        ok_groups = az.allowed_names(ResourceType.GROUP, op, named(ResourceType.GROUP))
+        ok_cluster = bool(named(ResourceType.CLUSTER)) and az.cluster(op)
         kept, entries = [], []
         for r in request.resources:
-            if r.resource_type == _TOPIC_CONFIG:
-                allowed, code = r.resource_name in ok_topics, TOPIC_AUTHORIZATION_FAILED
-            elif r.resource_type in (_BROKER_CONFIG, _BROKER_LOGGER_CONFIG):
-                allowed, code = ok_cluster, CLUSTER_AUTHORIZATION_FAILED
-            else:
-                allowed, code = False, CLUSTER_AUTHORIZATION_FAILED
+            rtype, code = _CONFIG_RESOURCES.get(r.resource_type, (None, CLUSTER_AUTHORIZATION_FAILED))
+            if rtype is ResourceType.TOPIC:
+                allowed = r.resource_name in ok_topics
+            elif rtype is ResourceType.GROUP:
+                allowed = r.resource_name in ok_groups
+            else:  # an unknown type is refused (fail closed), as a broker config would be without the ACL
+                allowed = rtype is ResourceType.CLUSTER and ok_cluster
             if allowed:
                 kept.append(r)
             else:
@@ -609,19 +665,17 @@ def _configs_planner(op: Operation, resp_field: str) -> Planner:
     return plan
 
 
-def _cluster_planner(op: Operation) -> Planner:
-    def plan(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
-        if not az.cluster(op):
-            return Plan(local=resp_cls(error_code=CLUSTER_AUTHORIZATION_FAILED))
-        if getattr(request, "include_cluster_authorized_operations", False):
-            def authorized_operations(response: Any) -> None:
-                response.authorized_operations = az.authorized_operations(ResourceType.CLUSTER,
-                                                                          CLUSTER_RESOURCE_NAME)
-
-            return Plan(forward=request, patches=[authorized_operations])
+def _plan_describe_cluster(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    """Kafka authorizes no part of DescribeCluster (AuthHelper.computeDescribeClusterResponse): like
+    Metadata's broker list, any authenticated client may read it. Only the KIP-430 operations it
+    reports are the principal's, checked as Kafka does."""
+    if not request.include_cluster_authorized_operations:
         return Plan(forward=request)
 
-    return plan
+    def authorized_operations(response: Any) -> None:
+        response.authorized_operations = az.cluster_authorized_operations()
+
+    return Plan(forward=request, patches=[authorized_operations])
 
 
 def _plan_leader_epoch(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
@@ -677,7 +731,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     21: _topic_planner(DELETE_RECORDS, Operation.DELETE),
     22: _plan_init_producer_id,
     23: _plan_leader_epoch,
-    24: _txn_then(_topic_planner(ADD_PARTITIONS, Operation.WRITE)),
+    24: _txn_then(_plan_add_partitions_to_txn),
     25: _txn_then(_group_then(Operation.READ, None)),
     26: _txn_then(None),
     28: _txn_then(_plan_txn_offset_commit),
@@ -689,7 +743,7 @@ PLANNERS: Final[dict[int, Planner]] = {
                                          "group_id", GROUP_AUTHORIZATION_FAILED)),
     44: _configs_planner(Operation.ALTER_CONFIGS, "responses"),
     47: _group_then(Operation.DELETE, _topic_planner(OFFSET_DELETE, Operation.READ)),
-    60: _cluster_planner(Operation.DESCRIBE),
+    60: _plan_describe_cluster,
     61: _topic_planner(DESCRIBE_PRODUCERS, Operation.READ),
     65: _name_list_planner(NameListShape(ResourceType.TRANSACTIONAL_ID, Operation.DESCRIBE, "transactional_ids",
                                          "transaction_states", "transactional_id",

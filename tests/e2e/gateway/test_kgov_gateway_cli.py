@@ -22,20 +22,25 @@ from tests.support.ports import free_port, wait_for_port
 pytestmark = [pytest.mark.broker]
 
 
-def test_kgov_gateway_command(kafka_broker: str, tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'kgov.db'}"
+def seed_producer(tmp_path: Path, db: str, user: str, mechanism: str, password: str, topic: str) -> None:
+    """`user` with a SCRAM credential and WRITE, DESCRIBE and CREATE on `topic`, in the database `db`,
+    before any gateway runs on it."""
     settings = Settings(db=db, data_dir=tmp_path)
     engine = open_engine(db)
-    CredentialService(engine, settings).set_scram_credential("carol", "SCRAM-SHA-256", "carol-password-0123",
-                                                             actor="test")
+    CredentialService(engine, settings).set_scram_credential(user, mechanism, password, actor="test")
     authz = AuthorizerService(engine, settings.authz)
     authz.start(background=False)
-    topic = f"cli-{uuid.uuid4().hex[:8]}"
-    authz.create_acls([Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:carol", "*", op, Permission.ALLOW)
-                       for op in (Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)],
+    authz.create_acls([Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, f"User:{user}", "*", op,
+                           Permission.ALLOW) for op in (Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)],
                       actor=Principal("User", "admin"))
     authz.close()
     engine.dispose()
+
+
+def test_kgov_gateway_command(kafka_broker: str, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'kgov.db'}"
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    seed_producer(tmp_path, db, "carol", "SCRAM-SHA-256", "carol-password-0123", topic)
     port = free_port()
     env = {**os.environ, "KGOV_DATA_DIR": str(tmp_path), "KGOV_GATEWAY__ADDRESS_MODE": "single"}
     proc = subprocess.Popen([sys.executable, "-m", "kgov", "gateway", "--listen", f"127.0.0.1:{port}",

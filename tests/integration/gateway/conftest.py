@@ -48,6 +48,8 @@ class RunningGateway:
         return f"127.0.0.1:{self.gateway.port}"
 
     def __exit__(self, *exc: object) -> None:
+        if self.loop.is_closed():  # stopped already (a test restarting it), then again by its fixture
+            return
         self.call(self.runtime.stop() if self.runtime is not None else self.gateway.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
@@ -253,3 +255,11 @@ def runtime_factory(kafka_broker: str, tmp_path: Path) -> Iterator[Callable[...,
     yield make
     for gw in running:
         gw.__exit__(None, None, None)
+
+
+@pytest.fixture
+def team(runtime_factory: Callable[..., RunningGateway]) -> Any:
+    """An application team's users and ACL helper on a gateway (tests.integration.gateway.team_journey)."""
+    from tests.integration.gateway.team_journey import make_team
+
+    return make_team(runtime_factory)

@@ -128,6 +128,30 @@ def test_create_topics_falls_back_from_cluster_to_topic_create() -> None:
     assert everything.forward is request and not everything.rewritten
 
 
+def test_created_topics_are_described_only_where_the_principal_may_describe_configs() -> None:
+    cls = SPECS[19].request[7]
+    t = cls.CreatableTopic
+    request = cls(topics=[t(name=n, num_partitions=3, replication_factor=1) for n in ("a", "b", "c")])
+    rules = Rules((ResourceType.CLUSTER, "kafka-cluster", Operation.CREATE),
+                  (ResourceType.TOPIC, "a", Operation.DESCRIBE_CONFIGS))
+    p = plan(rules, 19, 7, request)
+    result = SPECS[19].response.fields["topics"].data_class
+    config = result.fields["configs"].data_class
+    response = SPECS[19].response(topics=[
+        result(name=n, error_code=code, topic_config_error_code=0, num_partitions=3, replication_factor=1,
+               configs=[config(name="retention.ms", value="1", read_only=False, config_source=5,
+                               is_sensitive=False)])
+        for n, code in (("a", 0), ("b", 0), ("c", 36))])
+    for patch in p.patches:
+        patch(response)
+    answered = [(r.name, r.error_code, r.topic_config_error_code, r.num_partitions, r.replication_factor,
+                 len(r.configs)) for r in response.topics]
+    assert answered == [("a", 0, 0, 3, 1, 1), ("b", 0, 29, -1, -1, 0), ("c", 36, 0, 3, 1, 1)]
+    asked = [(a.resource_name, a.log_if_denied) for a in rules.asked if a.operation is Operation.DESCRIBE_CONFIGS]
+    assert asked == [("a", False), ("b", False)]  # only what was created; a filtering check, as Kafka's
+    assert not plan(rules, 19, 4, SPECS[19].request[4](topics=[])).patches  # no configs before v5
+
+
 def test_init_producer_id_rules() -> None:
     cls = SPECS[22].request[4]
     assert plan(Rules(), 22, 4, cls(transactional_id=None)).local.error_code == 31
@@ -160,6 +184,23 @@ def test_configs_split_topic_and_broker_resources() -> None:
     response = SPECS[32].response(results=[])
     p.patches[0](response)
     assert [(x.resource_name, x.error_code) for x in response.results] == [("1", 31)]
+
+
+def test_configs_of_groups_are_checked_on_the_group_and_client_metrics_on_the_cluster() -> None:
+    cls = SPECS[44].request[1]
+    r = cls.fields["resources"].data_class
+    request = cls(resources=[r(resource_type=t, resource_name=n, configs=[])
+                             for t, n in ((32, "g"), (32, "other"), (16, "metrics"), (64, "unknown"))],
+                  validate_only=False)
+    rules = Rules((ResourceType.GROUP, "g", Operation.ALTER_CONFIGS),
+                  (ResourceType.CLUSTER, "kafka-cluster", Operation.ALTER_CONFIGS))
+    p = plan(rules, 44, 1, request)
+    assert [(x.resource_type, x.resource_name) for x in p.forward.resources] == [(32, "g"), (16, "metrics")]
+    response = SPECS[44].response(responses=[])
+    p.patches[0](response)
+    assert [(x.resource_name, x.error_code) for x in response.responses] == [("other", 30), ("unknown", 31)]
+    assert {(a.resource_type, a.resource_name) for a in rules.asked} == {
+        (ResourceType.GROUP, "g"), (ResourceType.GROUP, "other"), (ResourceType.CLUSTER, "kafka-cluster")}
 
 
 def test_find_coordinator_batched_partial() -> None:
@@ -202,7 +243,23 @@ def test_kip_430_authorized_operations_are_the_principals_not_the_gateways() -> 
         patch(response)
     assert response.topics[0].authorized_operations == {int(Operation.READ), int(Operation.DESCRIBE)}
     assert response.authorized_operations == {int(Operation.DESCRIBE)}
-    assert not any(a.log_if_denied or a.log_if_allowed for a in rules.asked[1:])
+    # real accesses: DESCRIBE on the topic named, and Kafka's DESCRIBE check before the cluster's
+    # operations (KafkaApis.handleTopicMetadataRequest); the operations themselves are filtering checks
+    logged = [(a.resource_type, a.operation) for a in rules.asked if a.log_if_denied or a.log_if_allowed]
+    assert logged == [(ResourceType.TOPIC, Operation.DESCRIBE), (ResourceType.CLUSTER, Operation.DESCRIBE)]
+
+
+def test_cluster_authorized_operations_are_none_without_describe_on_the_cluster() -> None:
+    cls = SPECS[3].request[10]
+    request = cls(topics=[], allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+                  include_topic_authorized_operations=False)
+    rules = Rules((ResourceType.CLUSTER, "kafka-cluster", Operation.IDEMPOTENT_WRITE))
+    p = plan(rules, 3, 10, request)
+    response = SPECS[3].response(brokers=[], topics=[], authorized_operations=set(range(3, 15)))
+    for patch in p.patches:
+        patch(response)
+    assert response.authorized_operations == set()  # Kafka: 0 without DESCRIBE, whatever else is allowed
+    assert [a.operation for a in rules.asked] == [Operation.DESCRIBE]
 
 
 def test_describe_cluster_authorized_operations() -> None:
@@ -213,6 +270,16 @@ def test_describe_cluster_authorized_operations() -> None:
     response = SPECS[60].response(brokers=[], authorized_operations=set(range(3, 15)))
     p.patches[0](response)
     assert response.authorized_operations == {int(Operation.DESCRIBE), int(Operation.ALTER)}
+
+
+def test_describe_cluster_is_forwarded_for_anyone_as_kafka_authorizes_none_of_it() -> None:
+    rules = Rules()
+    p = plan(rules, 60, 1, SPECS[60].request[1](include_cluster_authorized_operations=False))
+    assert p.forward is not None and not p.patches and not rules.asked
+    p = plan(rules, 60, 1, SPECS[60].request[1](include_cluster_authorized_operations=True))
+    response = SPECS[60].response(brokers=[], authorized_operations=set(range(3, 15)))
+    p.patches[0](response)
+    assert p.forward is not None and response.authorized_operations == set()
 
 
 def test_error_response_fails_every_partition_a_produce_names() -> None:
@@ -240,3 +307,34 @@ def test_error_response_encodes_for_every_api_and_version() -> None:
             decoded = decode_response(spec, version, frame[4:])
             if "error_code" in spec.response.fields and spec.response.fields["error_code"].for_version_q(version):
                 assert decoded.error_code == 34, (spec.name, version)
+
+
+def add_partitions(*topics: str) -> Any:
+    cls = SPECS[24].request[3]
+    topic = cls.fields["v3_and_below_topics"].data_class
+    return cls(v3_and_below_transactional_id="tx", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+               v3_and_below_topics=[topic(name=n, partitions=[0, 1]) for n in topics])
+
+
+def test_add_partitions_to_txn_is_forwarded_when_every_topic_may_be_written() -> None:
+    rules = Rules((ResourceType.TRANSACTIONAL_ID, "tx", Operation.WRITE), (ResourceType.TOPIC, "a", Operation.WRITE),
+                  (ResourceType.TOPIC, "b", Operation.WRITE))
+    p = plan(rules, 24, 3, add_partitions("a", "b"))
+    assert p.forward is not None and not p.rewritten and not p.patches
+    assert [(a.resource_name, a.resource_ref_count) for a in rules.asked[1:]] == [("a", 2), ("b", 2)]
+
+
+def test_add_partitions_to_txn_with_a_denied_topic_adds_nothing_as_kafka() -> None:
+    rules = Rules((ResourceType.TRANSACTIONAL_ID, "tx", Operation.WRITE), (ResourceType.TOPIC, "a", Operation.WRITE))
+    p = plan(rules, 24, 3, add_partitions("a", "b"))
+    assert p.forward is None
+    codes = {(t.name, r.partition_index): r.partition_error_code for t in p.local.results_by_topic_v3_and_below
+             for r in t.results_by_partition}
+    assert codes == {("a", 0): 55, ("a", 1): 55, ("b", 0): 29, ("b", 1): 29}
+
+
+def test_add_partitions_to_txn_with_a_denied_transactional_id_asks_nothing_of_the_topics() -> None:
+    rules = Rules((ResourceType.TOPIC, "a", Operation.WRITE))
+    p = plan(rules, 24, 3, add_partitions("a"))
+    codes = {r.partition_error_code for t in p.local.results_by_topic_v3_and_below for r in t.results_by_partition}
+    assert p.forward is None and codes == {53} and len(rules.asked) == 1
