@@ -744,6 +744,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._large_frame_timer: asyncio.TimerHandle | None = None
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
+        # Produce requests with acks=0 forwarded, as (correlation id, how many answered requests had been
+        # forwarded before it): Kafka brokers never answer them, Tansu does, and such an answer is dropped
+        # rather than taken for an unexpected one (`_answer_to_acks_0`). Bounded: a broker that never
+        # answers leaves them here until the next answer, or until they fall off the end.
+        self._acks_0_sent: deque[tuple[int, int]] = deque(maxlen=1024)
+        self._awaited = 0  # requests put in awaiting_upstream, ever
+        self._answered = 0  # answers taken from it, ever
         self.pending_frames: list[Frame] = []
         self.pending_bytes = 0
         self.paused: set[str] = set()
@@ -1457,12 +1464,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             self._send_upstream(out)
         if key == 0 and acks == 0:
+            self._acks_0_sent.append((header.correlation_id, self._awaited))
             self._finish_without_response(slot)
             if plan.patches:  # a denied topic was cut out (its answer would have been patched in)
                 self._close_after_failed_acks_0(header)
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
+            self._awaited += 1
 
     def _answer_throttled_fetch(self, spec: ApiSpec, slot: Slot, throttle_ms: int) -> None:
         """Kafka's answer to a fetch over its consumer byte rate or request quota: no data, the throttle
@@ -1617,6 +1626,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         asyncio.get_running_loop().call_later(LISTING_WAIT_S, end)
         self.awaiting_upstream.append(Slot(header, spec, time.perf_counter(), 0, on_answer=on_answer))
+        self._awaited += 1
         self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
 
     def _send_upstream(self, *parts: Frame) -> None:
@@ -1932,11 +1942,14 @@ class ClientConnection(asyncio.BufferedProtocol):
     # -- responses ---------------------------------------------------------------------------
 
     def on_upstream_frame(self, frame: Frame) -> None:
+        correlation = int.from_bytes(frame[:4], "big", signed=True)
+        if self._acks_0_sent and self._answer_to_acks_0(correlation):
+            return
         if not self.awaiting_upstream:
             self.abort("unexpected response from upstream")
             return
         slot = self.awaiting_upstream.popleft()
-        correlation = int.from_bytes(frame[:4], "big", signed=True)
+        self._answered += 1
         if correlation != slot.header.correlation_id or slot.spec is None:
             self.abort("upstream correlation id mismatch")
             return
@@ -1995,6 +2008,17 @@ class ClientConnection(asyncio.BufferedProtocol):
             # In-flight requests cannot be answered: disconnecting is the retriable signal every
             # client handles (it reconnects, refreshes metadata and retries).
             self.abort(UPSTREAM_LOST)
+
+    def _answer_to_acks_0(self, correlation: int) -> bool:
+        """Whether an upstream frame is an answer to a produce request with acks=0, which is dropped.
+        Answers come in the order of the requests: only acks=0 requests forwarded before the next awaited
+        one can be answered now; those passed over were not answered (as Kafka brokers answer none) and
+        are forgotten."""
+        sent = self._acks_0_sent
+        while sent and sent[0][1] <= self._answered:
+            if sent.popleft()[0] == correlation:
+                return True
+        return False
 
     def _complete(self, slot: Slot, response: bytes) -> None:
         slot.response = (response,)

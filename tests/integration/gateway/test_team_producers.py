@@ -232,11 +232,35 @@ def acks0_produce(raw: RawClient, *topics: str) -> None:
         for t in topics]))
 
 
+def test_an_acks_0_producer_works_though_tansu_answers_what_kafka_would_not(team: Team, kafka_broker: str) -> None:
+    """Tansu answers produce requests with acks=0, which Kafka brokers never do; the gateway drops those
+    answers instead of closing the connection on an unexpected one, so acks=0 producers work in front of
+    it (and `kgov up`'s embedded broker). Answers to other requests still reach the client in order."""
+    topic = team.name("metrics")
+    create_topics(kafka_broker, topic)
+    team.acls("--producer", "--topic", topic)
+    p = Producer({**team.conf(), "acks": 0, "linger.ms": 5})
+    for i in range(20):
+        p.produce(topic, f"m{i}".encode(), partition=0)
+    assert p.flush(10) == 0
+    raw = team.login()
+    try:
+        acks0_produce(raw, topic)
+        acks0_produce(raw, topic)
+        metadata = SPECS[3].request[12]
+        answer = raw.call(3, 12, metadata(topics=[metadata.MetadataRequestTopic(name=topic)],
+                                          allow_auto_topic_creation=False))
+        assert [t.error_code for t in answer.topics] == [0]  # the metadata answer, not Tansu's produce answer
+    finally:
+        raw.close()
+    assert sorted(read_partition(team.ops_conf(), topic, 22)) == sorted(
+        [f"m{i}".encode() for i in range(20)] + [topic.encode()] * 2)
+
+
 def test_an_acks_0_produce_to_a_denied_topic_closes_the_connection(team: Team, kafka_broker: str) -> None:
     """KafkaApis.handleProduceRequest: an acks=0 request has no answer, so when any of it fails (a denied
-    topic too) the broker closes the connection, which tells the producer something went wrong. (Tansu
-    answers acks=0 requests, which no broker may do, and the gateway closes the connection on such an
-    unsolicited answer: an allowed acks=0 produce cannot be tested against it, so only the refusal is.)"""
+    topic too) the broker closes the connection, which tells the producer something went wrong; the
+    allowed part is forwarded first."""
     denied = team.name("payroll")
     create_topics(kafka_broker, denied)
     team.acls("--operation", "Describe", "--topic", denied)
