@@ -144,7 +144,6 @@ class _Prepared:
     existing_id: int | None
     registered: SubjectVersion | None
     request: RegisterRequest  # with references pinned and metadata and rule set merged
-    new_version: int  # the version a new registration takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -743,8 +742,7 @@ class SchemaRegistry:
             registered = self._inlined_version(conn, parsed, request, live, existing_id)
         if registered is None and not importing and refused_defaults:  # a new schema: defaults checked
             raise invalid_schema(refused_defaults[0])
-        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request,
-                         new_version)
+        return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request)
 
     def _same_but_confluent_version(self, conn: Connection, parsed: ParsedSchema, refs: Sequence[Reference],
                                     request: RegisterRequest, candidates: Sequence[SubjectVersion]
