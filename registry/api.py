@@ -506,7 +506,12 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
         raise
     audit(request, principal, change)
     body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
-    body.update(created.schema.body())
+    # The rest comes from the subject, not only from the request: a metadata-only registration copies
+    # the latest version's schema and references, and metadata and rule sets are merged with the
+    # latest version's and the config's. A writer who may not READ the subject gets Confluent's minimal
+    # answer (the id and version) rather than what it may not fetch (README, Data contracts).
+    if subject in readable(request, principal, [subject]):
+        body.update(created.schema.body())
     return respond(request, body)
 
 

@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
 from tests.integration.registry.conftest import basic
 from tests.integration.registry.test_api import USER_V1, USER_V2, error, record
 
@@ -181,3 +182,26 @@ def test_malformed_config_annotations_are_422_and_change_nothing(client: TestCli
 def test_malformed_request_annotations_are_422(client: TestClient, body: dict[str, Any]) -> None:
     assert error(post(client, "bad", schema=USER_V1, **body)) == (422, 422)
     assert error(client.get("/subjects/bad/versions")) == (404, 40401)
+
+
+def test_a_writer_without_read_gets_only_id_and_version(registry_app_factory: Callable[..., FastAPI],
+                                                        db_url: str) -> None:
+    # A metadata-only registration copies the subject's latest schema, and merges annotations from it
+    # and from the config: a writer that may not READ the subject must not receive them.
+    app = registry_app_factory(db=db_url)
+    acl = Acl(ResourceType.SUBJECT, "orders", PatternType.LITERAL, "User:bob", "*", Operation.WRITE,
+              Permission.ALLOW)
+    assert app.state.authorizer.create_acls([acl], actor=Principal("User", "admin")) == [None]
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("bob")) as bob:
+        secret = record("Secret", ("ssn", "string"))
+        admin.put("/config/orders", json={"overrideMetadata": {"properties": {"owner": "hidden"}}})
+        first = ok(admin, "orders", schema=secret)
+        assert first["schema"] and first["metadata"] == {"properties": {"owner": "hidden"}}
+        r = post(bob, "orders", metadata={"properties": {"note": "x"}})
+        assert r.status_code == 200 and r.json() == {"id": first["id"] + 1, "version": 2}
+        again = post(bob, "orders", schema=secret, metadata={"properties": {"note": "x"}})
+        assert again.json() == {"id": first["id"] + 1, "version": 2}  # answered, not added
+        assert bob.get("/subjects/orders/versions/2").status_code == 403
+        stored = admin.get("/subjects/orders/versions/2").json()
+        assert stored["schema"] == first["schema"]
+        assert stored["metadata"] == {"properties": {"note": "x", "owner": "hidden"}}
