@@ -705,10 +705,12 @@ class SchemaRegistry:
         config = self._config(conn, subject)
         rows = self._versions(conn, subject)
         live = [r for r in rows if not r.deleted]
-        # Confluent's newVersion: one more than any version the subject had (kgov never reuses one).
-        new_version = max([store.high_water(conn, subject), *(r.version for r in rows)]) + 1
         if not importing:
-            request = _populate_from_previous(request, live, config, new_version)
+            # Confluent's newVersion: one more than any version the subject had (kgov never reuses one);
+            # read only when `confluent:version` needs it (not on a producer's plain re-registration).
+            request = _populate_from_previous(
+                request, live, config,
+                lambda: max([store.high_water(conn, subject), *(r.version for r in rows)]) + 1)
         # Parsed as not new first (Confluent's canonicalizeSchema with isNew false for imports, and its
         # registerOrForward looking the schema up first): a stored schema with defaults Avro refuses
         # today (registered before Avro checked them, or imported) is found and answered.
@@ -961,7 +963,7 @@ class SchemaRegistry:
 
 
 def _populate_from_previous(request: RegisterRequest, live: Sequence[SubjectVersion], config: Mapping[str, Any],
-                            new_version: int) -> RegisterRequest:
+                            new_version: Callable[[], int]) -> RegisterRequest:
     """Confluent's `maybePopulateFromPrevious` (outside IMPORT mode), over the subject's live versions:
 
     - an empty schema takes the latest version's schema, type and references (a registration that
@@ -983,7 +985,7 @@ def _populate_from_previous(request: RegisterRequest, live: Sequence[SubjectVers
     rule_set = merge_rule_sets(merge_rule_sets(config.get("defaultRuleSet"), specific_rules),
                                config.get("overrideRuleSet"))
     if request.version not in (None, 0) or confluent_version(metadata) is not None:
-        metadata = with_confluent_version(metadata, new_version)
+        metadata = with_confluent_version(metadata, new_version())
     return replace(request, metadata=metadata, rule_set=rule_set)
 
 
