@@ -4,6 +4,8 @@ registrations, as Confluent's `KafkaSchemaRegistry.register` / `maybePopulateFro
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,7 +13,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from authz.database import open_engine
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
+from registry import store
+from registry.model import RegisterRequest, RegistryError
+from registry.service import SchemaRegistry, anyone_may_read
+from registry.store import install_schema
 from tests.integration.registry.conftest import basic
 from tests.integration.registry.test_api import USER_V1, USER_V2, error, record
 
@@ -205,3 +212,37 @@ def test_a_writer_without_read_gets_only_id_and_version(registry_app_factory: Ca
         stored = admin.get("/subjects/orders/versions/2").json()
         assert stored["schema"] == first["schema"]
         assert stored["metadata"] == {"properties": {"note": "x", "owner": "hidden"}}
+
+
+def test_explicit_version_is_a_compare_and_set_under_concurrency(db_url: str) -> None:
+    # Writers that all ask for version 2 at once (each through its own registry, as several nodes
+    # would): the check runs under the writers' lock, so exactly one wins and the others are 42201.
+    engine = open_engine(db_url)
+    install_schema(engine)
+    try:
+        SchemaRegistry(engine).register("cas", RegisterRequest(USER_V1), normalize=False, may_read=anyone_may_read)
+        start = threading.Barrier(4)
+        outcomes: list[object] = []
+
+        def attempt(n: int) -> None:
+            registry = SchemaRegistry(engine)
+            schema = json.dumps({"type": "record", "name": "User", "fields": [
+                {"name": "name", "type": "string"}, {"name": f"f{n}", "type": ["null", "string"], "default": None}]})
+            start.wait()
+            try:
+                created, _ = registry.register("cas", RegisterRequest(schema, version=2), normalize=False,
+                                               may_read=anyone_may_read)
+                outcomes.append(created.version)
+            except RegistryError as exc:
+                outcomes.append(exc.code)
+
+        threads = [threading.Thread(target=attempt, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(outcomes, key=str) == sorted([2, 42201, 42201, 42201], key=str)
+        with engine.connect() as conn:
+            assert [v.version for v in store.subject_versions(conn, "cas")] == [1, 2]
+    finally:
+        engine.dispose()
