@@ -32,6 +32,7 @@ from registry import store
 from registry.check_slots import ChecksBusy, CheckSlots, ChecksTimedOut
 from registry.config import RegistryConfig
 from registry.contexts import ContextPathRewrite
+from registry.contracts import check_metadata, check_rule_set
 from registry.fastpath import SchemaByIdFastPath
 from registry.model import (
     MAX_SUBJECT_LENGTH,
@@ -244,10 +245,13 @@ async def read_json(request: Request) -> dict[str, Any]:
     return document
 
 
-def register_request(document: dict[str, Any]) -> RegisterRequest:
-    """`RegisterSchemaRequest`: type errors are 422 (as Jackson's mapping errors are); an empty schema is 42201."""
+def register_request(document: dict[str, Any], *, may_be_empty: bool = False) -> RegisterRequest:
+    """`RegisterSchemaRequest`: type errors are 422 (as Jackson's mapping errors are); an empty schema is
+    42201, except where `may_be_empty` (a registration, which takes the latest version's schema then)."""
     schema = document.get("schema")
-    if schema is None or schema == "":
+    if may_be_empty and schema is None:
+        schema = ""
+    if (schema is None or schema == "") and not may_be_empty:
         raise RegistryError(42201, "Empty schema")
     if not isinstance(schema, str):
         raise RegistryError(422, "Field 'schema' must be a string")
@@ -272,10 +276,8 @@ def register_request(document: dict[str, Any]) -> RegisterRequest:
             raise RegistryError(42201, f"Invalid schema: the reference name '{ref['name']}' is given twice")
         names.add(ref["name"])
         refs.append(Reference(ref["name"], ref["subject"], ref["version"]))
-    metadata, rule_set = document.get("metadata"), document.get("ruleSet")
-    for name, value in (("metadata", metadata), ("ruleSet", rule_set)):
-        if value is not None and not isinstance(value, dict):
-            raise RegistryError(422, f"Field '{name}' must be an object")
+    metadata = check_metadata(document.get("metadata"), "metadata")
+    rule_set = check_rule_set(document.get("ruleSet"), "ruleSet")
     ids = {}
     for name in ("id", "version"):
         value = document.get(name)
@@ -488,7 +490,7 @@ def list_versions(request: Request, principal: Reader, subject: str, deleted: st
 async def register(request: Request, principal: Writer, subject: str, normalize: str | None = None,
                    format: str | None = None) -> Response:
     allow(request, principal, subject, Operation.WRITE)
-    document = register_request(await read_json(request))
+    document = register_request(await read_json(request), may_be_empty=True)
     try:
         created, change = await run_schema_work(
             request, lambda: _registry(request).register(subject, document, normalize=flag(normalize),
@@ -504,7 +506,12 @@ async def register(request: Request, principal: Writer, subject: str, normalize:
         raise
     audit(request, principal, change)
     body: dict[str, Any] = {"id": created.schema.id, "version": created.version}
-    body.update(created.schema.body())
+    # The rest comes from the subject, not only from the request: a metadata-only registration copies
+    # the latest version's schema and references, and metadata and rule sets are merged with the
+    # latest version's and the config's. A writer who may not READ the subject gets Confluent's minimal
+    # answer (the id and version) rather than what it may not fetch (README, Data contracts).
+    if subject in readable(request, principal, [subject]):
+        body.update(created.schema.body())
     return respond(request, body)
 
 

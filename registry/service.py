@@ -38,6 +38,15 @@ from registry.compat import (
     WorkBudget,
     check_compatibility,
 )
+from registry.contracts import (
+    check_metadata,
+    check_rule_set,
+    confluent_version,
+    merge_metadata,
+    merge_rule_sets,
+    with_confluent_version,
+    without_confluent_version,
+)
 from registry.model import (
     DEFAULT_COMPATIBILITY,
     DEFAULT_CONTEXT,
@@ -134,7 +143,7 @@ class _Prepared:
     rows: list[SubjectVersion]
     existing_id: int | None
     registered: SubjectVersion | None
-    request: RegisterRequest  # with references pinned and metadata and rule set inherited
+    request: RegisterRequest  # with references pinned and metadata and rule set merged
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,6 +485,10 @@ class SchemaRegistry:
                 echo[key] = stored[key] = body[key]
         if "normalize" in stored and not isinstance(stored["normalize"], bool):
             raise RegistryError(422, "normalize must be a boolean")
+        for name in ("defaultMetadata", "overrideMetadata"):
+            check_metadata(stored.get(name), name)
+        for name in ("defaultRuleSet", "overrideRuleSet"):
+            check_rule_set(stored.get(name), name)
         key = GLOBAL_KEY if subject is None else subject
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)
@@ -690,15 +703,20 @@ class SchemaRegistry:
         if not importing and mode is not Mode.READWRITE:
             raise operation_not_permitted(f"Subject {subject} in context {context} is not in read-write mode")
         config = self._config(conn, subject)
+        rows = self._versions(conn, subject)
+        live = [r for r in rows if not r.deleted]
+        if not importing:
+            # Confluent's newVersion: one more than any version the subject had (kgov never reuses one);
+            # read only when `confluent:version` needs it (not on a producer's plain re-registration).
+            request = _populate_from_previous(
+                request, live, config,
+                lambda: max([store.high_water(conn, subject), *(r.version for r in rows)]) + 1)
         # Parsed as not new first (Confluent's canonicalizeSchema with isNew false for imports, and its
         # registerOrForward looking the schema up first): a stored schema with defaults Avro refuses
         # today (registered before Avro checked them, or imported) is found and answered.
         refused_defaults: list[str] = []
         request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
                                               walk=walk, refused_defaults=refused_defaults)
-        rows = self._versions(conn, subject)
-        if not importing:
-            request = _inherit_annotations(request, [r for r in rows if not r.deleted])
         refs = _as_written(parsed, request.references, subject)
         fingerprint = full_fingerprint(parsed.schema_type.value, parsed.canonical, refs, request.metadata,
                                        request.rule_set, resolved=_references(parsed))
@@ -711,15 +729,40 @@ class SchemaRegistry:
             same.add(store.schema_id_by_fingerprint(conn, legacy))
         same.discard(None)
         registered = None
-        for row in reversed(rows):
-            if not row.deleted and row.schema.id in same and (not importing or request.id == row.schema.id):
-                registered = row
-                break
-        if registered is None and not importing:
-            registered = self._inlined_version(conn, parsed, request, [r for r in rows if not r.deleted], existing_id)
+        # An explicit version (Confluent's `schema.getVersion() != 0`) asks for a new version: only -1
+        # ("latest") answers an existing one, the latest live version if it is the same (below).
+        explicit = not importing and request.version not in (None, 0)
+        if not explicit:
+            for row in reversed(rows):
+                if not row.deleted and row.schema.id in same and (not importing or request.id == row.schema.id):
+                    registered = row
+                    break
+        if registered is None and not importing and (not explicit or request.version == -1):
+            registered = self._same_but_confluent_version(conn, parsed, refs, request,
+                                                          live[-1:] if explicit else live)
+        if registered is None and not explicit and not importing:
+            registered = self._inlined_version(conn, parsed, request, live, existing_id)
         if registered is None and not importing and refused_defaults:  # a new schema: defaults checked
             raise invalid_schema(refused_defaults[0])
         return _Prepared(importing, config, parsed, refs, fingerprint, rows, existing_id, registered, request)
+
+    def _same_but_confluent_version(self, conn: Connection, parsed: ParsedSchema, refs: Sequence[Reference],
+                                    request: RegisterRequest, candidates: Sequence[SubjectVersion]
+                                    ) -> SubjectVersion | None:
+        """The newest of `candidates` (live versions) holding the schema of `request` with its metadata
+        and rule set, `confluent:version` set aside: once a subject's metadata carries that property,
+        a re-registration carries the version it would create, and its stored twin the one it did
+        (Confluent's lookup ignores it likewise: `ParsedSchema.canLookup`, "without confluent:version").
+        With -1 Confluent compares the latest version only (schema-registry#3361)."""
+        if confluent_version(request.metadata) is None or not candidates:
+            return None
+        wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
+        prints = store.fingerprints_of(conn, (r.schema.id for r in candidates))
+        for row in reversed(candidates):
+            if (prints[row.schema.id][0] == wanted and row.schema.rule_set == request.rule_set
+                    and _same_metadata(row.schema.metadata, request.metadata)):
+                return row
+        return None
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
                  ) -> tuple[SubjectVersion, Change]:
@@ -772,6 +815,9 @@ class SchemaRegistry:
             if existing_id is None or existing_id != schema_id:
                 store.insert_schema(conn, stored, content_fp, fingerprint)
             version = self._next_version(conn, subject, rows, request.version if importing else None)
+            if not importing and request.version is not None and request.version > 0 and request.version != version:
+                # Confluent's KafkaSchemaRegistry.register, outside IMPORT mode (checked after compatibility).
+                raise invalid_schema("Version is not one more than previous version")
             store.insert_version(conn, subject, version, schema_id)
             # Confluent's KafkaSchemaRegistry.register tombstones the subject's earlier soft-deleted
             # versions of the same id, so that an id has one version per subject. kgov keeps one that
@@ -916,15 +962,35 @@ class SchemaRegistry:
         return deleted, Change("subject.delete", subject, {"versions": deleted, "permanent": permanent})
 
 
-def _inherit_annotations(request: RegisterRequest, live: Sequence[SubjectVersion]) -> RegisterRequest:
-    """Confluent's `maybePopulateFromPrevious` (outside IMPORT mode): metadata or a rule set the request
-    does not give are the latest live version's. (Confluent also merges the config's default and
-    override metadata and rule sets, which kgov's config does not hold.)"""
-    if not live or (request.metadata is not None and request.rule_set is not None):
-        return request
-    latest = live[-1].schema
-    return replace(request, metadata=request.metadata if request.metadata is not None else latest.metadata,
-                   rule_set=request.rule_set if request.rule_set is not None else latest.rule_set)
+def _populate_from_previous(request: RegisterRequest, live: Sequence[SubjectVersion], config: Mapping[str, Any],
+                            new_version: Callable[[], int]) -> RegisterRequest:
+    """Confluent's `maybePopulateFromPrevious` (outside IMPORT mode), over the subject's live versions:
+
+    - an empty schema takes the latest version's schema, type and references (a registration that
+      changes only the metadata or rule set); with no live version it is 42201 `Empty schema`;
+    - metadata and rule set are the config's default, then the request's (when it gives none, the
+      latest version's), then the config's override, merged (`registry.contracts`);
+    - `confluent:version` is set to the version the registration would create when the request gives
+      a version (any but 0), or when the merged metadata already carries it."""
+    latest = live[-1].schema if live else None
+    if not request.schema.strip():
+        if latest is None:
+            raise invalid_schema("Empty schema")
+        request = replace(request, schema=latest.schema, schema_type=latest.schema_type,
+                          references=latest.references)
+    specific_metadata = request.metadata if request.metadata is not None else latest.metadata if latest else None
+    specific_rules = request.rule_set if request.rule_set is not None else latest.rule_set if latest else None
+    metadata = merge_metadata(merge_metadata(config.get("defaultMetadata"), specific_metadata),
+                              config.get("overrideMetadata"))
+    rule_set = merge_rule_sets(merge_rule_sets(config.get("defaultRuleSet"), specific_rules),
+                               config.get("overrideRuleSet"))
+    if request.version not in (None, 0) or confluent_version(metadata) is not None:
+        metadata = with_confluent_version(metadata, new_version())
+    return replace(request, metadata=metadata, rule_set=rule_set)
+
+
+def _same_metadata(stored: Mapping[str, Any] | None, sent: Mapping[str, Any] | None) -> bool:
+    return (without_confluent_version(stored) or None) == (without_confluent_version(sent) or None)
 
 
 def _walk_references(subject: str, request: RegisterRequest, may_read: ReadCheck) -> _ReferenceWalk:

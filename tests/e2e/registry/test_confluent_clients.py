@@ -14,6 +14,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer as ConfluentAvroDeserializer
 from confluent_kafka.schema_registry.avro import AvroSerializer as ConfluentAvroSerializer
+from confluent_kafka.schema_registry.common.schema_registry_client import (
+    Metadata,
+    MetadataProperties,
+    Rule,
+    RuleKind,
+    RuleMode,
+    RuleSet,
+    ServerConfig,
+)
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer as ConfluentJSONDeserializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer as ConfluentJSONSerializer
@@ -89,6 +98,30 @@ def test_schema_registry_client_api(confluent_client: SchemaRegistryClient) -> N
     assert sorted(c.get_schema_types()) == ["AVRO", "JSON"]
     assert c.get_contexts() == ["."]
     assert c.test_compatibility_all_versions(subject, v1) is True
+
+
+def test_data_contracts_through_the_client(confluent_client: SchemaRegistryClient) -> None:
+    # The config's default metadata and override rule set (set_config/ServerConfig), merged into a
+    # registration that brings its own metadata (Schema(metadata=...)), as Confluent merges them.
+    c = confluent_client
+    subject = f"contract-{uuid.uuid4().hex[:8]}-value"
+    rule = Rule(name="positive", doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
+                params=None, expr="message.amount > 0", on_success=None, on_failure=None, disabled=None)
+    c.set_config(subject, ServerConfig(
+        default_metadata=Metadata(None, MetadataProperties({"owner": "data-team", "tier": "silver"}), None),
+        override_rule_set=RuleSet(None, [rule])))
+    config = c.get_config(subject)
+    assert config.default_metadata is not None and config.default_metadata.properties is not None
+    assert config.default_metadata.properties.properties == {"owner": "data-team", "tier": "silver"}
+    mine = Metadata(None, MetadataProperties({"tier": "gold"}), None)
+    created = c.register_schema_full_response(subject, Schema(ORDER_AVRO, "AVRO", metadata=mine))
+    latest = c.get_latest_version(subject)
+    assert latest.schema_id == created.schema_id and latest.version == 1
+    assert latest.schema.metadata is not None and latest.schema.metadata.properties is not None
+    assert latest.schema.metadata.properties.properties == {"owner": "data-team", "tier": "gold"}
+    assert latest.schema.rule_set is not None and latest.schema.rule_set.domain_rules is not None
+    assert [r.expr for r in latest.schema.rule_set.domain_rules] == ["message.amount > 0"]
+    assert c.get_latest_with_metadata(subject, {"tier": "gold"}).version == 1
 
 
 def new_topic(bootstrap: str) -> str:
