@@ -535,3 +535,22 @@ def test_a_token_refusal_waits_the_failure_delay_after_the_body_however_slowly_i
             assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
             assert b'"invalid_client"' in answer
             assert waited >= delay_s - 0.05, (client_id, waited)
+
+
+def test_created_token_answers_its_bearer_uncached(app_env) -> None:
+    """The REST create answers the OAUTHBEARER form `kgov tokens create` prints, which logs in as the
+    owner; the answer is never cached (it carries the token's secret twice)."""
+    from sasl.delegation import parse_bearer
+    from sasl.oauthbearer import build_client_initial_response
+
+    client, app, _, _ = app_env
+    client.put("/v1/scram/users/alice", json={"password": "alice-password"}, headers=ADMIN)
+    r = client.post("/v1/delegation-tokens", json={}, headers=basic("alice", "alice-password"))
+    assert r.status_code == 201, r.text
+    assert r.headers["cache-control"] == "no-store"
+    tok = r.json()
+    parsed = parse_bearer(tok["bearer"])
+    assert parsed.token_id == tok["token_id"] and base64.b64encode(parsed.hmac).decode() == tok["hmac"]
+    server = app.state.credentials.server_mechanism("OAUTHBEARER", "127.0.0.1")
+    result = server.step(build_client_initial_response(tok["bearer"]))
+    assert result.principal == Principal("User", "alice") and result.token_authenticated
