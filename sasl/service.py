@@ -282,7 +282,8 @@ class _AuditedMechanism:
             self._done = True
         elif (pending := getattr(self._inner, "pending_error", None)) is not None and not self._recorded:
             # OAUTHBEARER's error challenge: the attempt has failed already, whatever the client does next.
-            self._record(Failure(pending, mechanism=self.name))
+            self._record(Failure(pending, mechanism=self.name,
+                                 token_id=getattr(self._inner, "pending_token_id", None)))
         return result
 
     def _record(self, failure: Failure) -> None:
@@ -588,8 +589,9 @@ class CredentialService:
         else:
             # The token still works during its expiry millisecond (as for SCRAM, `scram_identity`).
             return ValidatedToken(principal_name=info.owner.name, scopes=frozenset(),
-                                  expiry_ms=info.usable_until_ms, token_authenticated=True)
-        raise TokenValidationError(reason)
+                                  expiry_ms=info.usable_until_ms, token_authenticated=True,
+                                  token_id=parsed.token_id)
+        raise TokenValidationError(reason, token_id=parsed.token_id)
 
     @staticmethod
     def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:
@@ -669,7 +671,8 @@ class CredentialService:
         event = authentication_event(source=self._source, time=self._clock(),
                                      principal=str(reauthenticating) if reauthenticating else None,
                                      mechanism=failure.mechanism, client_address=client_address, success=False,
-                                     reason=failure.reason, reauthentication=reauthenticating is not None)
+                                     reason=failure.reason, reauthentication=reauthenticating is not None,
+                                     token_id=failure.token_id)
         self._audit.write(replace(event, data={**event.data, "methodName": method}))
 
     def _audit_change(
