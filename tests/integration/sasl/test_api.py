@@ -301,6 +301,8 @@ def test_bearer_token_whose_exp_is_not_after_its_iat_or_nbf_is_refused(app_env) 
 
     client, app, clock, _ = app_env
     grant(app, "User:worker", ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    # kgov's own tokens are refused once their client is gone (`CredentialService._revoked_own_token`).
+    app.state.credentials.set_client("worker", "worker-secret-0123456789", [], actor=Principal("User", "admin"))
     key = app.state.credentials._signing_key()
     now = int(clock().timestamp())
 
