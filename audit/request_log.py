@@ -87,13 +87,19 @@ def authentication_event(
     reason: str | None = None,
     listener: str = "",
     reauthentication: bool = False,
+    token_id: str | None = None,
 ) -> AuditEvent:
     """One SASL outcome. `principal` is None when the client never proved an identity; `reason`
-    is for the operator (never sent to the client) and must not contain secrets."""
+    is for the operator (never sent to the client) and must not contain secrets. `token_id`: the
+    delegation token the login used or named (never its HMAC), as `authenticationInfo.delegationTokenId`,
+    a kgov field (Confluent's events have none for it); left out of logins without a token."""
+    info: dict[str, Any] = {"principal": principal, "mechanism": mechanism}
+    if token_id is not None:
+        info["delegationTokenId"] = token_id
     data: dict[str, Any] = {
         "serviceName": source,
         "methodName": "kafka.Authenticate",
-        "authenticationInfo": {"principal": principal, "mechanism": mechanism},
+        "authenticationInfo": info,
         "result": {"success": success, "reason": reason, "reauthentication": reauthentication},
         "requestMetadata": {"clientAddress": client_address, "listener": listener},
     }

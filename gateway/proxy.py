@@ -1879,7 +1879,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.principal = self.sasl.principal
             self.reader.max_frame_bytes = self.options.max_request_bytes
             self.reader.memory = self.memory
-            self._audit_auth(True, mechanism, None, step.reauthentication)
+            self._audit_auth(True, mechanism, None, step.reauthentication, token_id=step.token_id)
             self._complete(slot, response)
             self._start_upstream()
             return
@@ -1898,7 +1898,8 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _fail_authentication(self, step: AuthStep, mechanism: str, slot: Slot | None, response: bytes) -> None:
         """Audits and logs a failed exchange, holds its answer (`slot`, None: nothing to answer) for the
         failure delay, then answers it after every earlier request's answer and closes."""
-        self._audit_auth(False, mechanism, step.reason, step.reauthentication, from_mechanism=step.mechanism_failure)
+        self._audit_auth(False, mechanism, step.reason, step.reauthentication, from_mechanism=step.mechanism_failure,
+                         token_id=step.token_id)
         # Kafka's Selector log line; the client's error message, never the audit reason (it may tell
         # whether a user exists).
         log.info("Failed %sauthentication with %s (%s)", "re-" if step.reauthentication else "",
@@ -1928,7 +1929,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         asyncio.get_running_loop().call_later(delay, fail)
 
     def _audit_auth(self, success: bool, mechanism: str, reason: str | None, reauth: bool,
-                    *, from_mechanism: bool = False) -> None:
+                    *, from_mechanism: bool = False, token_id: str | None = None) -> None:
         sink = self.services.auth_audit or self.services.audit
         if sink is None or (from_mechanism and not success and not self.options.audit_auth_failures):
             return
@@ -1936,7 +1937,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         sink.write(authentication_event(
             source=self.options.source, time=self.services.clock(), principal=principal, mechanism=mechanism,
             client_address=self.client_host, success=success, reason=reason, listener=self.options.listener_name,
-            reauthentication=reauth,
+            reauthentication=reauth, token_id=token_id,
         ))
 
     # -- responses ---------------------------------------------------------------------------

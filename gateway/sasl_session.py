@@ -92,6 +92,7 @@ class AuthStep:
     reauthentication: bool = False
     silent: bool = False  # close without answering at all
     mechanism_failure: bool = False  # the mechanism itself refused (and audits that itself, if it does)
+    token_id: str | None = None  # the delegation token the login used or named, for the audit trail
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,11 +334,12 @@ class SaslSession:
             self.token_authenticated = step.token_authenticated
             self.state = State.AUTHENTICATED
             self._reauthenticating = False
-            return AuthStep(0, None, step.data, session_lifetime_ms=lifetime, done=True, reauthentication=reauth)
+            return AuthStep(0, None, step.data, session_lifetime_ms=lifetime, done=True, reauthentication=reauth,
+                            token_id=step.token_id)
         self.state = State.FAILED
         message = (
             f"Authentication failed during {'re-authentication' if reauth else 'authentication'} due to invalid "
             f"credentials with SASL mechanism {self.mechanism_name}"
         )
         return AuthStep(SASL_AUTHENTICATION_FAILED, message, step.data, failed=True, reason=step.reason,
-                        reauthentication=reauth, mechanism_failure=not crashed)
+                        reauthentication=reauth, mechanism_failure=not crashed, token_id=step.token_id)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, http_context
 from authz.model import CLUSTER_RESOURCE_NAME, Action, InvalidAclError, Operation, Principal, ResourceType
 from sasl.config import OAuthConfig, is_base_url
-from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, token_json
+from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, format_bearer, token_json
 from sasl.http_auth import CredentialAuthenticator, parse_basic
 from sasl.mechanism import Failure
 from sasl.service import CredentialError, CredentialService, OAuthError
@@ -123,6 +123,9 @@ class TokenOut(BaseModel):
 
 class CreatedTokenOut(TokenOut):
     hmac: str
+    # kgov's OAUTHBEARER form of the token (`sasl.delegation.format_bearer`), for clients that log in
+    # through OAUTHBEARER (librdkafka, kafka-python); what `kgov tokens create` prints as `bearer`.
+    bearer: str
 
 
 class ExpiryOut(BaseModel):
@@ -295,7 +298,8 @@ def _token_router() -> APIRouter:
             )
         except DelegationTokenError as exc:
             raise _token_error(exc) from None
-        return {**token_json(created.info), "hmac": base64.b64encode(created.hmac).decode()}
+        return {**token_json(created.info), "hmac": base64.b64encode(created.hmac).decode(),
+                "bearer": format_bearer(created.info.token_id, created.hmac)}
 
     @router.post("/v1/delegation-tokens/renew", response_model=ExpiryOut)
     def renew_token(body: RenewTokenRequest, request: Request, principal: CurrentPrincipal) -> ExpiryOut:

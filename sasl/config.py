@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 DAY_MS = 24 * 3600 * 1000
 # The claims kgov's token issuer writes itself (`sasl.issuer.mint_access_token`); the scope claim may be
 # none of them (as "sub" the scope string would become the token's principal).
-ISSUER_CLAIMS = frozenset({"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "client_id"})
+ISSUER_CLAIMS = frozenset({"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "client_id", "kgov_client_version"})
 
 
 class AdminConfig(BaseModel):

@@ -26,6 +26,9 @@ from sasl.config import ISSUER_CLAIMS
 from sasl.store import StoredSigningKey
 
 SUPPORTED_SIGNING_ALGORITHMS = ("RS256", "ES256")
+# kgov's own claim: which stored secret of the client the token was issued for (`client_version`),
+# so that replacing or deleting the client revokes the tokens issued before (`sasl.service`).
+CLIENT_VERSION_CLAIM = "kgov_client_version"
 SEALED_PREFIX = "kgov-aesgcm-v1:"
 
 
@@ -156,6 +159,13 @@ class IssuedToken:
     scope: str
 
 
+def client_version(secret_hash: str) -> str:
+    """A short fingerprint of a client's stored secret hash (passlib PBKDF2, randomly salted), which
+    changes whenever the client is replaced. It tells nothing about the secret: whoever could test
+    guesses against it would need the hash, whose salt it does not carry."""
+    return base64.urlsafe_b64encode(hashlib.sha256(secret_hash.encode()).digest()[:12]).decode()
+
+
 def mint_access_token(
     key: StoredSigningKey,
     *,
@@ -166,7 +176,9 @@ def mint_access_token(
     now_s: int,
     lifetime_s: int,
     scope_claim: str = "scope",
+    version: str | None = None,
 ) -> IssuedToken:
+    """`version`: the client's `client_version`, written as `kgov_client_version`."""
     if scope_claim in ISSUER_CLAIMS:
         raise ValueError(f"the scope claim {scope_claim!r} would overwrite a claim the issuer writes itself")
     scope = " ".join(sorted(set(scopes)))
@@ -181,5 +193,7 @@ def mint_access_token(
         "client_id": subject,
         scope_claim: scope,
     }
+    if version is not None:
+        claims[CLIENT_VERSION_CLAIM] = version
     token = jwt.encode(claims, key.private_pem, algorithm=key.alg, headers={"kid": key.kid, "typ": "JWT"})
     return IssuedToken(token, lifetime_s, scope)

@@ -320,10 +320,14 @@ class JwtValidator:
         *,
         now_s: Callable[[], float] = time.time,
         cache_size: int = 10_000,
+        revoked: Callable[[Mapping[str, Any]], str | None] | None = None,
     ) -> None:
         self._keys = keys
         self._policy = policy
         self._now_s = now_s
+        # Asked last, for every token that passed every other check (cached or not): a reason to refuse
+        # it although it verified (kgov's own issuer: its client was deleted), else None.
+        self._revoked = revoked
         self._cache_size = cache_size
         self._verified: OrderedDict[bytes, tuple[int, dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -332,6 +336,12 @@ class JwtValidator:
         return self.validate(token)
 
     def validate(self, token: str) -> ValidatedToken:
+        result = self._validate(token)
+        if self._revoked is not None and (reason := self._revoked(result.claims)) is not None:
+            raise TokenValidationError(reason)
+        return result
+
+    def _validate(self, token: str) -> ValidatedToken:
         if len(token) > MAX_TOKEN_LENGTH:
             raise TokenValidationError("JWT too long")
         self._keys.ensure_fresh()

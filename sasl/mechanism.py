@@ -28,6 +28,8 @@ class Success:
     data: bytes = field(default=b"", repr=False)
     token_authenticated: bool = False
     mechanism: str = ""
+    # The delegation token the login used (its id, never its HMAC), for the audit trail.
+    token_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,9 @@ class Failure:
     reason: str
     data: bytes = field(default=b"", repr=False)
     mechanism: str = ""
+    # The delegation token id the attempt named (SCRAM `tokenauth` user name, OAUTHBEARER bearer
+    # form), whether or not such a token exists: for the audit trail only.
+    token_id: str | None = None
 
 
 Step = Challenge | Success | Failure

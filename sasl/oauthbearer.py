@@ -44,11 +44,15 @@ class OAuthBearerError(ValueError):
 class TokenValidationError(Exception):
     """A token was refused. `reason` is for the audit trail only; `status` is what the client sees."""
 
-    def __init__(self, reason: str, status: str = "invalid_token", scope: str | None = None) -> None:
+    def __init__(
+        self, reason: str, status: str = "invalid_token", scope: str | None = None, *, token_id: str | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.scope = scope
+        # The delegation token id a bearer in kgov's form named (never its HMAC), for the audit trail.
+        self.token_id = token_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,8 @@ class ValidatedToken:
     # A delegation token's OAUTHBEARER form (`sasl.delegation.parse_bearer`), not a JWT: the session is
     # token-authenticated, as a SCRAM `tokenauth` login's (Kafka's `tokenAuthenticated`).
     token_authenticated: bool = False
+    # That delegation token's id, for the audit trail (never its HMAC).
+    token_id: str | None = None
 
 
 TokenValidator = Callable[[str], ValidatedToken]
@@ -147,6 +153,7 @@ class OAuthBearerServer:
         self._openid_configuration = openid_configuration
         self._state = 0
         self._error_reason = ""
+        self._error_token_id: str | None = None
 
     @property
     def pending_error(self) -> str | None:
@@ -156,6 +163,11 @@ class OAuthBearerServer:
         must not escape the failed-attempt limit."""
         return self._error_reason if self._state == 1 else None
 
+    @property
+    def pending_token_id(self) -> str | None:
+        """The delegation token id the refused bearer named, while `pending_error` is set."""
+        return self._error_token_id if self._state == 1 else None
+
     def step(self, received: bytes) -> Step:
         if self._state == 1:
             # The client's 0x01 after our JSON error: the exchange fails with the reason kept.
@@ -163,7 +175,7 @@ class OAuthBearerServer:
             reason = self._error_reason
             if received != SEPARATOR.encode():
                 reason += " (client did not answer the error with %x01)"
-            return Failure(reason, mechanism=self.name)
+            return Failure(reason, mechanism=self.name, token_id=self._error_token_id)
         if self._state != 0:
             return Failure("OAUTHBEARER exchange already complete", mechanism=self.name)
         try:
@@ -174,13 +186,16 @@ class OAuthBearerServer:
         try:
             token = self._validate(response.token)
         except TokenValidationError as exc:
+            self._error_token_id = exc.token_id
             return self._error(exc.reason, exc.status, exc.scope)
+        self._error_token_id = token.token_id
         if response.authzid and response.authzid != token.principal_name:
             self._state = 2
             return Failure(
                 f"Authentication failed: Client requested an authorization id ({response.authzid}) that is "
                 f"different from the token's principal name ({token.principal_name})",
                 mechanism=self.name,
+                token_id=token.token_id,
             )
         session = self._session
         lifetime = session(token.expiry_ms) if session else None
@@ -198,6 +213,7 @@ class OAuthBearerServer:
             session_lifetime_ms=lifetime,
             token_authenticated=token.token_authenticated,
             mechanism=self.name,
+            token_id=token.token_id,
         )
 
     def _error(self, reason: str, status: str, scope: str | None) -> Challenge:

@@ -356,7 +356,12 @@ class ScramServer:
 
     def _fail(self, reason: str, error: str = "other-error") -> Failure:
         self._state = 3
-        return Failure(reason=reason, data=f"e={error}".encode(), mechanism=self.name)
+        return Failure(reason=reason, data=f"e={error}".encode(), mechanism=self.name, token_id=self._token_id())
+
+    def _token_id(self) -> str | None:
+        """The delegation token id a `tokenauth=true` login named (its user name), for the audit trail."""
+        first = self._first
+        return first.username if first is not None and first.token_auth else None
 
     def step(self, received: bytes) -> Step:
         if self._state == 0:
@@ -374,6 +379,7 @@ class ScramServer:
         except ScramError as exc:
             return self._fail(str(exc), "invalid-encoding")
         if first.authzid and first.authzid != first.username:
+            self._first = first
             return self._fail(
                 "Authentication failed: Client requested an authorization id that is different from username"
             )
@@ -386,6 +392,7 @@ class ScramServer:
             self._failure = "Authentication failed: Invalid user credentials"
             credential = fake
         elif identity.credential.iterations < self._mechanism.min_iterations:
+            self._first = first
             return self._fail(
                 f"Iterations {identity.credential.iterations} is less than the minimum "
                 f"{self._mechanism.min_iterations} for {self.name}"
@@ -434,6 +441,7 @@ class ScramServer:
             data=b"v=" + base64.b64encode(server_signature),
             token_authenticated=identity.token_authenticated,
             mechanism=self.name,
+            token_id=self._token_id(),
         )
 
 

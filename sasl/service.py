@@ -153,6 +153,9 @@ class _Snapshot:
     unknown_shapes: Mapping[str, FakeCredentialShape]
     # The mechanism PLAIN / HTTP Basic checks most names against (SHA-512 when any user has it).
     plain_mechanism: ScramMechanism = SCRAM_SHA_512
+    # OAuth client id -> `issuer.client_version` of its stored secret: the tokens kgov issued stop
+    # verifying once their client is gone or replaced (`_revoked_own_token`).
+    clients: Mapping[str, str] = field(default_factory=dict)
 
 
 class FailureLimiter:
@@ -282,7 +285,8 @@ class _AuditedMechanism:
             self._done = True
         elif (pending := getattr(self._inner, "pending_error", None)) is not None and not self._recorded:
             # OAUTHBEARER's error challenge: the attempt has failed already, whatever the client does next.
-            self._record(Failure(pending, mechanism=self.name))
+            self._record(Failure(pending, mechanism=self.name,
+                                 token_id=getattr(self._inner, "pending_token_id", None)))
         return result
 
     def _record(self, failure: Failure) -> None:
@@ -356,6 +360,9 @@ class CredentialService:
                 reserved_principals=self._reserved_principals(settings, own_issuer),
             ),
             now_s=lambda: self._clock().timestamp(),
+            # Only kgov's own tokens (its issuer, its keys: with `jwks_url` unset the JWKS holds nothing
+            # else) can be revoked; an external provider's are its own business, as in Kafka.
+            revoked=self._revoked_own_token if own_issuer else None,
         )
 
     def __repr__(self) -> str:
@@ -397,7 +404,8 @@ class CredentialService:
         }
         has_512 = any(m == SCRAM_SHA_512.name for (_u, m) in scram)
         plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
-        return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain)
+        clients = {c.client_id: issuer_mod.client_version(c.secret_hash) for c in self.store.list_clients()}
+        return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain, clients)
 
     def _usable_token_credentials(
         self, tokens: Mapping[str, TokenInfo]
@@ -588,8 +596,9 @@ class CredentialService:
         else:
             # The token still works during its expiry millisecond (as for SCRAM, `scram_identity`).
             return ValidatedToken(principal_name=info.owner.name, scopes=frozenset(),
-                                  expiry_ms=info.usable_until_ms, token_authenticated=True)
-        raise TokenValidationError(reason)
+                                  expiry_ms=info.usable_until_ms, token_authenticated=True,
+                                  token_id=parsed.token_id)
+        raise TokenValidationError(reason, token_id=parsed.token_id)
 
     @staticmethod
     def _token_shape(mechanism: ScramMechanism) -> FakeCredentialShape:
@@ -669,7 +678,8 @@ class CredentialService:
         event = authentication_event(source=self._source, time=self._clock(),
                                      principal=str(reauthenticating) if reauthenticating else None,
                                      mechanism=failure.mechanism, client_address=client_address, success=False,
-                                     reason=failure.reason, reauthentication=reauthenticating is not None)
+                                     reason=failure.reason, reauthentication=reauthenticating is not None,
+                                     token_id=failure.token_id)
         self._audit.write(replace(event, data={**event.data, "methodName": method}))
 
     def _audit_change(
@@ -860,9 +870,11 @@ class CredentialService:
             actor,
             client_address,
         )
-        return self.store.upsert_client(
+        replaced = self.store.upsert_client(
             client_id, pbkdf2_sha256.hash(secret), scope_list, self.now_ms(), before_commit=audit
         )
+        self.refresh()  # the client's tokens (`_revoked_own_token`) follow at once on this node
+        return replaced
 
     def delete_client(
         self, client_id: str, *, actor: Principal | str, client_address: str | None = None
@@ -879,6 +891,7 @@ class CredentialService:
             raise CredentialError(
                 CredentialError.RESOURCE_NOT_FOUND, f"OAuth client {client_id} does not exist"
             )
+        self.refresh()  # its tokens stop at once on this node, on the others at their next check
 
     def list_clients(self) -> list[ServiceAccount]:
         return self.store.list_clients()
@@ -941,6 +954,24 @@ class CredentialService:
             )
         return active
 
+    def _revoked_own_token(self, claims: Mapping[str, Any]) -> str | None:
+        """Why a token kgov's issuer minted no longer authenticates, or None. Kafka cannot revoke a JWT
+        (its validators check signature and claims only, so a token lives until `exp`); kgov issued
+        these itself and knows their clients, so deleting a client, or replacing it (`set_client`: a
+        new secret, or new scopes), ends its tokens at the next snapshot refresh (`[sasl]
+        refresh_interval_s`) on every node. The snapshot answers: no database query per token. A
+        token from before `kgov_client_version` was written is ended by the deletion only."""
+        if claims.get("iss") != self.oauth.token_issuer:
+            return None  # not minted here (the validator's issuer check refuses it anyway)
+        client_id = claims.get("client_id", claims.get("sub"))
+        current = self._current().clients.get(client_id) if isinstance(client_id, str) else None
+        if current is None:
+            return f"OAuth client {client_id} was deleted: the tokens issued to it are revoked"
+        version = claims.get(issuer_mod.CLIENT_VERSION_CLAIM)
+        if version is not None and not (isinstance(version, str) and hmac.compare_digest(version, current)):
+            return f"OAuth client {client_id} was replaced since this token was issued: it is revoked"
+        return None
+
     def issue_token(self, account: ServiceAccount, requested_scope: str | None) -> IssuedToken:
         """RFC 6749 §4.4: a short-lived JWT whose `sub` is the client id."""
         allowed = set(account.scopes)
@@ -956,6 +987,7 @@ class CredentialService:
             now_s=int(self._clock().timestamp()),
             lifetime_s=self.oauth.token_lifetime_s,
             scope_claim=self.oauth.scope_claim,
+            version=issuer_mod.client_version(account.secret_hash),
         )
 
     # -- delegation tokens -----------------------------------------------------------------------

@@ -63,6 +63,7 @@ def test_confluent_kafka_produces_and_consumes_as_the_tokens_owner(
     create_topics(kafka_broker, topic)
     grant_prefix(gw, "User:alice", "dtok-")
     bearer, created = bearer_for(gw, max_lifetime_ms=3_600_000)
+    token_id = created.info.token_id
     conf = librdkafka_conf(gw, bearer, created.info.expiry_ms)
     p = Producer({**conf, "linger.ms": 5})
     for i in range(5):
@@ -71,7 +72,8 @@ def test_confluent_kafka_produces_and_consumes_as_the_tokens_owner(
     got = consume(gw.bootstrap, topic, 5, **{k: v for k, v in conf.items() if k != "bootstrap.servers"})
     assert sorted(got) == [f"rd-{i}".encode() for i in range(5)]
     logins = [e for e in auth_events(gw) if e["result"]["success"]]
-    assert logins and {tuple(e["authenticationInfo"].values()) for e in logins} == {("User:alice", "OAUTHBEARER")}
+    assert logins and {tuple(e["authenticationInfo"].values()) for e in logins} == {
+        ("User:alice", "OAUTHBEARER", token_id)}
     requests = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.request"]
     assert {r["principal"] for r in requests if r["requestHeader"]["requestApiKey"] in (0, 1)} == {"User:alice"}
     hmac_b64 = base64.b64encode(created.hmac).decode()
@@ -85,7 +87,8 @@ def test_kafka_python_produces_and_consumes_as_the_tokens_owner(
     topic = f"dtok-{uuid.uuid4().hex[:8]}"
     create_topics(kafka_broker, topic)
     grant_prefix(gw, "User:alice", "dtok-")
-    bearer, _ = bearer_for(gw)
+    bearer, created = bearer_for(gw)
+    token_id = created.info.token_id
     sasl = {"bootstrap_servers": gw.bootstrap, "security_protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": TokenProvider(bearer)}
     producer = KafkaProducer(acks=1, **sasl)
@@ -98,7 +101,8 @@ def test_kafka_python_produces_and_consumes_as_the_tokens_owner(
     consumer.close()
     assert sorted(got) == [f"kp-{i}".encode() for i in range(5)]
     logins = [e for e in auth_events(gw) if e["result"]["success"]]
-    assert logins and {tuple(e["authenticationInfo"].values()) for e in logins} == {("User:alice", "OAUTHBEARER")}
+    assert logins and {tuple(e["authenticationInfo"].values()) for e in logins} == {
+        ("User:alice", "OAUTHBEARER", token_id)}
 
 
 def test_without_an_acl_the_owner_is_denied(sasl_gateway: RunningGateway, kafka_broker: str) -> None:
@@ -269,5 +273,36 @@ def test_workers_reauthenticate_with_a_short_lived_token_that_their_service_rene
     reauths = [e for e in events if e["result"]["reauthentication"]]
     assert reauths, f"{client} should have re-authenticated"
     assert all(e["result"]["success"] for e in events)
-    assert {tuple(e["authenticationInfo"].values()) for e in events} == {("User:alice", "OAUTHBEARER")}
+    assert {tuple(e["authenticationInfo"].values()) for e in events} == {
+        ("User:alice", "OAUTHBEARER", created.info.token_id)}
     assert gw.gateway.expired_connections_killed == 0
+
+
+@pytest.mark.parametrize("form", ["SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
+def test_the_audit_trail_names_the_token_a_login_used_never_its_hmac(
+    sasl_gateway: RunningGateway, form: str,
+) -> None:
+    """SOX / SOC 2 access reviews: "User:alice logged in with delegation token <id>", for a success and
+    a refusal alike, through SCRAM `tokenauth` and the OAUTHBEARER form; a password login names none."""
+    gw = sasl_gateway
+    bearer, created = bearer_for(gw)
+    token_id, hmac_b64 = created.info.token_id, base64.b64encode(created.hmac).decode()
+    wrong_b64 = base64.b64encode(bytes(64)).decode()
+    for secret in (wrong_b64, hmac_b64):
+        raw = RawClient(gw.bootstrap)
+        if form == "OAUTHBEARER":
+            oauth_login(raw, bearer if secret == hmac_b64 else format_bearer(token_id, bytes(64)))
+        else:
+            scram_login(raw, form, token_id, secret, token=True)
+        raw.close()
+    raw = RawClient(gw.bootstrap)
+    assert scram_login(raw, "SCRAM-SHA-512", "alice", "alice-secret-password").error_code == 0
+    raw.close()
+    events = auth_events(gw)
+    failed, logged_in, password_login = events[-3:]
+    assert not failed["result"]["success"] and failed["authenticationInfo"]["delegationTokenId"] == token_id
+    assert logged_in["result"]["success"]
+    assert logged_in["authenticationInfo"] == {"principal": "User:alice", "mechanism": form,
+                                               "delegationTokenId": token_id}
+    assert password_login["authenticationInfo"] == {"principal": "User:alice", "mechanism": "SCRAM-SHA-512"}
+    assert all(hmac_b64 not in e.to_json() and bearer not in e.to_json() for e in gw.memory.events)

@@ -259,10 +259,13 @@ def test_kgov_gateway_command_exits_with_the_error_when_the_secret_is_wrong(
     assert not secrets_in(err)
 
 
-def test_revoked_client_keeps_the_valid_token_then_clients_are_dropped_with_a_clear_log(
+def test_a_deleted_client_keeps_its_token_which_the_issuer_refuses_then_clients_are_dropped_with_a_clear_log(
     runtime_factory: Callable[..., RunningGateway], inner: RunningGateway, token_endpoint: str, kafka_broker: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A keeps its current token while the endpoint refuses a new one; B issued that token itself, so it
+    refuses it once the client is deleted (`CredentialService._revoked_own_token`), though it has not
+    expired: A's clients are dropped, never forwarded anonymously."""
     caplog.set_level(logging.DEBUG)
     clock = Clock()
     outer = outer_gateway(runtime_factory, inner, token_endpoint, clock=clock)
@@ -274,7 +277,12 @@ def test_revoked_client_keeps_the_valid_token_then_clients_are_dropped_with_a_cl
     clock.offset = timedelta(seconds=lifetime_s * 0.9)
     wait_until(lambda: "using the current token until it expires" in caplog.text)  # the refresher's attempt
     assert "refused client 'gw-upstream': invalid_client (HTTP 401)" in caplog.text
-    produce(outer.bootstrap, topic, b"on-the-old-token")
+    raw = RawClient(outer.bootstrap)
+    raw.send(3, 12, SPECS[3].request[12](topics=[], allow_auto_topic_creation=False))
+    assert raw.closed_by_peer(timeout=10)
+    raw.close()
+    refused = [e["result"]["reason"] for e in oauth_logins(inner) if not e["result"]["success"]]
+    assert f"OAuth client {CLIENT_ID} was deleted: the tokens issued to it are revoked" in refused
     # expired in A's eyes: nothing to log in with, so clients are dropped (never forwarded anonymously)
     clock.offset = timedelta(seconds=lifetime_s + 60)
     raw = RawClient(outer.bootstrap)

@@ -301,6 +301,8 @@ def test_bearer_token_whose_exp_is_not_after_its_iat_or_nbf_is_refused(app_env) 
 
     client, app, clock, _ = app_env
     grant(app, "User:worker", ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    # kgov's own tokens are refused once their client is gone (`CredentialService._revoked_own_token`).
+    app.state.credentials.set_client("worker", "worker-secret-0123456789", [], actor=Principal("User", "admin"))
     key = app.state.credentials._signing_key()
     now = int(clock().timestamp())
 
@@ -535,3 +537,22 @@ def test_a_token_refusal_waits_the_failure_delay_after_the_body_however_slowly_i
             assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
             assert b'"invalid_client"' in answer
             assert waited >= delay_s - 0.05, (client_id, waited)
+
+
+def test_created_token_answers_its_bearer_uncached(app_env) -> None:
+    """The REST create answers the OAUTHBEARER form `kgov tokens create` prints, which logs in as the
+    owner; the answer is never cached (it carries the token's secret twice)."""
+    from sasl.delegation import parse_bearer
+    from sasl.oauthbearer import build_client_initial_response
+
+    client, app, _, _ = app_env
+    client.put("/v1/scram/users/alice", json={"password": "alice-password"}, headers=ADMIN)
+    r = client.post("/v1/delegation-tokens", json={}, headers=basic("alice", "alice-password"))
+    assert r.status_code == 201, r.text
+    assert r.headers["cache-control"] == "no-store"
+    tok = r.json()
+    parsed = parse_bearer(tok["bearer"])
+    assert parsed.token_id == tok["token_id"] and base64.b64encode(parsed.hmac).decode() == tok["hmac"]
+    server = app.state.credentials.server_mechanism("OAUTHBEARER", "127.0.0.1")
+    result = server.step(build_client_initial_response(tok["bearer"]))
+    assert result.principal == Principal("User", "alice") and result.token_authenticated

@@ -111,4 +111,11 @@ def test_external_identity_provider_by_jwks_url(tmp_path: Path) -> None:
             validator.validate(named_admin.access_token)
         # ... and the issuer's own deployment, where "admin" is its own service account, accepts it.
         assert issuer_app.state.credentials.validator.validate(named_admin.access_token).principal_name == "admin"
+        # The issuer revokes the tokens of a client it deleted; a deployment that only trusts its JWKS cannot
+        # know, and goes on accepting them until `exp`, as Kafka does (its clients are not ext-worker's, and
+        # the `iss` is its own default `token_issuer`: only its own issuer's tokens are checked so).
+        issuer_app.state.credentials.delete_client("ext-worker", actor="test")
+        with pytest.raises(TokenValidationError, match="OAuth client ext-worker was deleted"):
+            issuer_app.state.credentials.validator.validate(token)
+        assert validator.validate(token).principal_name == "ext-worker"
         consumer_app.state.engine.dispose()

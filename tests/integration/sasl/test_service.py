@@ -974,6 +974,7 @@ def test_oauthbearer_refuses_a_token_whose_exp_is_not_after_its_iat_or_nbf(env) 
     from jose import jwt
 
     svc, clock, audit, _ = env
+    svc.set_client("worker", "worker-secret-0123456789", [], actor=ALICE)  # kgov's tokens need their client
     key = svc._signing_key()
     now = int(clock().timestamp())
 
@@ -1020,3 +1021,58 @@ def test_the_cached_password_check_never_queries_the_database(db_url: str) -> No
         assert statements == []
     finally:
         engine.dispose()
+
+
+def test_deleting_or_replacing_a_client_revokes_the_tokens_kgov_issued_it(db_url: str) -> None:
+    """Kafka cannot revoke a JWT; kgov issued these and knows their client: once the client is deleted
+    (or replaced, with a new secret) its tokens are refused over SASL and HTTP Bearer, on the node that
+    made the change at once and on another node within `refresh_interval_s`, from the snapshot."""
+    import asyncio
+    import time
+
+    from sasl.http_auth import CredentialAuthenticator
+
+    engine_a, engine_b = open_engine(db_url), open_engine(db_url)
+    audit = MemorySink()
+    a = CredentialService(engine_a, settings(failed_authentication_delay_ms=0))
+    b = CredentialService(engine_b, settings(failed_authentication_delay_ms=0), audit=audit)
+    http_b = CredentialAuthenticator(b)
+
+    def sasl_ok(node: CredentialService, jwt: str) -> bool:
+        server = node.server_mechanism("OAUTHBEARER", "10.0.0.9")
+        return isinstance(server.step(build_client_initial_response(jwt)), Success)
+
+    def http_principal(jwt: str) -> Principal | None:
+        return asyncio.run(http_b.authenticate(f"Bearer {jwt}", "10.0.0.9"))
+
+    def issued(node: CredentialService, secret: str) -> str:
+        account = node.authenticate_client("etl", secret)
+        assert account is not None
+        return node.issue_token(account, None).access_token
+
+    a.set_client("etl", "first-secret-0123456789", [], actor=ALICE)
+    old = issued(a, "first-secret-0123456789")
+    assert sasl_ok(a, old) and sasl_ok(b, old)
+    assert http_principal(old) == Principal("User", "etl")
+    # Replaced with a new secret: the tokens issued for the old one stop, new ones work.
+    a.set_client("etl", "second-secret-0123456789", [], actor=ALICE)
+    assert not sasl_ok(a, old)
+    time.sleep(0.02)  # b's `refresh_interval_s` is 0.01 s
+    assert not sasl_ok(b, old) and http_principal(old) is None
+    new = issued(a, "second-secret-0123456789")
+    assert sasl_ok(b, new) and http_principal(new) == Principal("User", "etl")
+    # Deleted: refused everywhere, though the signature and `exp` are still good.
+    a.delete_client("etl", actor=ALICE)
+    assert not sasl_ok(a, new)
+    with pytest.raises(TokenValidationError, match="OAuth client etl was deleted"):
+        a.validator.validate(new)
+    time.sleep(0.02)
+    assert not sasl_ok(b, new) and http_principal(new) is None
+    reasons = [e.data["result"]["reason"] for e in audit.events if e.type == EventType.AUTHENTICATION]
+    assert reasons[-2:] == ["OAuth client etl was deleted: the tokens issued to it are revoked"] * 2
+    assert any("was replaced since this token was issued" in r for r in reasons)
+    # A client of the same name created again does not bring the old tokens back.
+    a.set_client("etl", "second-secret-0123456789", [], actor=ALICE)
+    assert not sasl_ok(a, new)
+    engine_a.dispose()
+    engine_b.dispose()
