@@ -516,8 +516,11 @@ def _unevaluated_properties(draft2019: bool) -> Any:
             return
         evaluated = _evaluated(validator, instance, schema, draft2019)
         _charge(_NAME * len(instance))
+        # Each name once per error, as jsonschema lists them ("'a', 'a' were unevaluated and invalid"):
+        # a refused name's subschema evaluated whole, as jsonschema does (it raises on a reference that
+        # cannot be resolved further in it).
         refused = [name for name, value in instance.items() if name not in evaluated
-                   and not _valid(validator.descend(value, unevaluated, path=name, schema_path=name))]
+                   for _ in validator.descend(value, unevaluated, path=name, schema_path=name)]
         if refused and unevaluated is False:
             yield ValidationError(f"Unevaluated properties are not allowed ({_listed(sorted(refused))} unexpected)")
         elif refused:

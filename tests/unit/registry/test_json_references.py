@@ -403,3 +403,15 @@ def test_the_references_of_ordinary_schemas_and_the_meta_schemas_resolve() -> No
     malformed = {"$ref": "#/const", "const": {"$ref": 5}}
     assert not registry.json_validation._references_resolve(_validator(malformed))
     assert outcome(_validator(malformed), 1)[0] == "unresolvable"  # (jsonschema: AttributeError)
+
+
+@pytest.mark.parametrize("draft", MODERN)
+def test_unevaluated_properties_evaluate_a_refused_name_whole_as_jsonschema(draft: str) -> None:
+    # jsonschema lists a name once per error of its subschema, and raises on a reference after the first.
+    schema = {"$schema": draft, "unevaluatedProperties": {"minimum": 3, "maximum": -5}}
+    same_as_jsonschema(schema, [{"a": 0}, {"a": 4, "b": -9}, {"a": "s"}])
+    assert [error.message for error in _validator(schema).iter_errors({"a": 0})] == [
+        "Unevaluated properties are not valid under the given schema ('a', 'a' were unevaluated and invalid)"]
+    broken = {"$schema": draft, "unevaluatedProperties": {"type": "integer", "$ref": "#/$defs/gone"}}
+    assert outcome(stock_validator(broken, []), {"a": "s"})[0] == "unresolvable"
+    same_as_jsonschema(broken, [{"a": "s"}, {}])
