@@ -1149,18 +1149,23 @@ _REFERENCES: Final = ("$ref", "$dynamicRef")
 
 def _all_resolve(roots: list[tuple[referencing.Resource[Any], Any]]) -> bool:
     """Whether every `$ref` and `$dynamicRef` in the resources `roots` (each with its resolver), their
-    subschemas and the subschemas the references lead to resolves (2020-12: a `$dynamicRef` first
-    resolves as a `$ref` does, then may move to a `$dynamicAnchor` of the dynamic scope, which is
-    always found: no more can fail). A reference's URI and pointer or anchor are read from its
-    resource's base URI, the same wherever the evaluation comes from, so each subschema is looked at
-    once per base URI. Steps are linear in the schemas' size: each subschema is visited once, and the
-    segments of the pointers followed are at most the references' characters. Not proven (False) on
-    anything malformed: such a schema's branches are evaluated whole, as jsonschema evaluates them."""
+    subschemas and the subschemas the references lead to resolves. A reference is read from its
+    subschema's base URI (`referencing`'s resolver), so each subschema is looked at once per base URI
+    it can be evaluated from: its own, and the one each reference to it leads to. A `$dynamicRef`
+    (2020-12) first resolves as a `$ref` does (which can fail), then moves to the outermost
+    `$dynamicAnchor` of that name in the dynamic scope (which cannot): each resource with one is looked
+    at too, from the base URI of the reference (`referencing` keeps it for one without `$id`), whatever
+    the scope. (`$recursiveRef`, 2019-09, reads "#" and the base URIs of the scope: resources of the
+    registry, which resolve.) Not proven (False) on anything malformed, and past `_WALKED` per
+    subschema (a schema whose `$dynamicRef`s reach many resources from many base URIs): such a
+    validator evaluates branches whole, as jsonschema does. The pointers followed are at most the
+    references' characters."""
     # (subschema, resolver, its specification, whether the resolver is the subschema's already: a
     # resource's own, or a reference's answer; else its parent's, which an `$id` moves as `descend` does)
     pending = [(resource.contents, resolver, resource._specification, True) for resource, resolver in roots]
     seen: set[tuple[int, str]] = set()
-    kept: list[Any] = []  # what `seen` names by `id` stays alive while it is used
+    nodes: dict[int, Any] = {}  # what `seen` names by `id`, kept alive while it is used
+    dynamic: dict[Any, Any] = {}  # `_dynamic_targets`' (registry, reference URI, name) done, and anchors by name
     try:
         while pending:
             node, resolver, spec, entered = pending.pop()
@@ -1174,7 +1179,9 @@ def _all_resolve(roots: list[tuple[referencing.Resource[Any], Any]]) -> bool:
             if key in seen:
                 continue
             seen.add(key)
-            kept.append(node)
+            nodes[id(node)] = node
+            if len(seen) > _WALKED * len(nodes) + _WALKED_FREE:
+                return False
             for keyword in _REFERENCES:
                 if keyword in node:
                     ref = node[keyword]
@@ -1182,10 +1189,39 @@ def _all_resolve(roots: list[tuple[referencing.Resource[Any], Any]]) -> bool:
                         return False
                     resolved = resolver.lookup(ref)
                     pending.append((resolved.contents, resolved.resolver, spec, True))
+                    if keyword == "$dynamicRef":
+                        pending.extend(_dynamic_targets(resolver, ref, spec, dynamic))
             pending.extend((child, resolver, spec, False) for child in spec.subresources_of(node))
     except (referencing.exceptions.Unresolvable, AttributeError, TypeError, LookupError, ValueError):
         return False
     return True
+
+
+_WALKED: Final = 4  # base URIs a subschema is looked at from, on average, before `_all_resolve` gives up
+_WALKED_FREE: Final = 10_000
+
+
+def _dynamic_targets(resolver: Any, ref: str, spec: Any, done: dict[Any, Any]) -> list[Any]:
+    """What the `$dynamicRef` `ref` can lead to, for `_all_resolve`: each `$dynamicAnchor` of its name in
+    the registry, with the resolver `referencing` gives it (its `DynamicAnchor.resolve`: the reference's
+    URI as base, moved by the target's `$id`). Once per registry, URI and name; `done` also holds each
+    registry's dynamic anchors by name, listed once."""
+    if ref.startswith("#"):
+        uri, name = resolver._base_uri, ref[1:]
+    else:
+        uri, name = urllib.parse.urldefrag(urllib.parse.urljoin(resolver._base_uri, ref))
+    registry = resolver._registry
+    if not name or name.startswith("/") or (id(registry), uri, name) in done:
+        return []
+    done[id(registry), uri, name] = registry  # (kept alive: its `id` names it)
+    anchors = done.get(id(registry))
+    if anchors is None:
+        anchors = done[id(registry)] = {}
+        for (_, anchor_name), anchor in registry._anchors.items():
+            if isinstance(anchor, referencing.jsonschema.DynamicAnchor):
+                anchors.setdefault(anchor_name, []).append(anchor.resource)
+    at = registry.resolver(base_uri=uri)
+    return [(resource.contents, at.in_subresource(resource), spec, True) for resource in anchors.get(name, ())]
 
 
 def validator_class_for(schema: Any, default: Any = None) -> Any:

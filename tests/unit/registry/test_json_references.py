@@ -415,3 +415,32 @@ def test_unevaluated_properties_evaluate_a_refused_name_whole_as_jsonschema(draf
     broken = {"$schema": draft, "unevaluatedProperties": {"type": "integer", "$ref": "#/$defs/gone"}}
     assert outcome(stock_validator(broken, []), {"a": "s"})[0] == "unresolvable"
     same_as_jsonschema(broken, [{"a": "s"}, {}])
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_dynamic_reference_target_is_read_from_the_references_base_uri(order: int) -> None:
+    # one.json's `$dynamicRef` reaches two.json's `$dynamicAnchor` (two.json, evaluated first, is in the
+    # dynamic scope), which has no `$id`: `referencing` reads it from one.json's URI, where its
+    # "#/$defs/only" leads nowhere. jsonschema raises on it in the failing first branch of its `anyOf`;
+    # read from two.json's own URI (as the check first did, meeting one.json first) it resolves.
+    one = {"$schema": DRAFT2020, "$dynamicAnchor": "node", "properties": {"n": {"$dynamicRef": "#node"}}}
+    two = {"$schema": DRAFT2020, "$dynamicAnchor": "node", "$defs": {"only": {"type": "integer"}},
+           "properties": {"b": {"$ref": "one.json"}},
+           "anyOf": [{"properties": {"x": {"type": "integer"}, "y": {"$ref": "#/$defs/only"}}}, {"type": "object"}]}
+    referenced = [("one.json", FetchedSchema(json.dumps(one), "JSON")), ("two.json", FetchedSchema(json.dumps(two), "JSON"))]
+    schema = {"$schema": DRAFT2020, "$ref": "two.json"}
+    values = [{"b": {"n": {"x": "s", "y": 0}}}, {"x": "s", "y": 0}, {"b": {"n": {"x": 1, "y": 0}}}]
+    # (the third reaches it whatever the evaluation: "x" matches)
+    assert [outcome(stock_validator(schema, referenced[::order]), value)[0] for value in values] == [
+        "unresolvable", True, "unresolvable"]
+    assert not registry.json_validation._references_resolve(_validator(schema, referenced[::order]))
+    same_as_jsonschema(schema, values, referenced[::order])
+
+
+def test_the_check_gives_up_past_its_bound_and_branches_are_evaluated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = branch_then("#/$defs/t")
+    assert registry.json_validation._references_resolve(_validator(schema))
+    monkeypatch.setattr(registry.json_validation, "_WALKED_FREE", 0)
+    monkeypatch.setattr(registry.json_validation, "_WALKED", 0)
+    assert not registry.json_validation._references_resolve(_validator(schema))
+    same_as_jsonschema(schema, [{"b": "", "a": 0}, {"b": 1, "a": "s"}, {"b": 1, "a": 0}])
