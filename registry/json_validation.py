@@ -1138,8 +1138,10 @@ _RESOLVING: Final[weakref.WeakValueDictionary[int, referencing.Registry[Any]]] =
 
 
 def _references_resolve(validator: Any) -> bool:
-    """Whether every reference `validator`'s evaluation can reach resolves (its registry one of
-    `_RESOLVING`'s: `referencing` keeps the registry while every reference resolves in it)."""
+    """Whether every reference `validator`'s evaluation can reach resolves: its registry is one of
+    `_RESOLVING`'s (`referencing` answers a reference in the registry it was looked up in when found
+    there; where it moves to another, as for an anchor found under a resource's `$id` rather than the
+    name it was fetched by, branches are evaluated whole)."""
     registry = getattr(validator._resolver, "_registry", None) if validator._ref_resolver is None else None
     return registry is not None and _RESOLVING.get(id(registry)) is registry
 

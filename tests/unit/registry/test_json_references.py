@@ -112,7 +112,8 @@ def bodies(draw: st.DrawFn, draft: str, depth: int = 0) -> Any:
     branches = draw(st.lists(bodies(draft, depth + 1), min_size=1, max_size=3))
     schema: dict[str, Any] = {"not": branches[0]} if choice == "not" else {choice: branches}
     if draft in MODERN and draw(st.integers(0, 3)) == 0:
-        schema["unevaluatedProperties"] = False
+        # a subschema now and then: jsonschema evaluates it whole on each name it refuses
+        schema["unevaluatedProperties"] = False if draw(st.booleans()) else draw(bodies(draft, 3))
     return schema
 
 
