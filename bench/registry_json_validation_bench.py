@@ -39,6 +39,13 @@ import referencing.jsonschema
 from registry import json_validation, serdes
 from registry.json_validation import linear_time
 
+
+def made(cls: Any, schema: Any) -> Any:
+    """The linear-time validator of `schema` as the serdes make it (`validator_with`: its references
+    proven to resolve, which lets `anyOf` and `oneOf` leave a failing branch at its first error)."""
+    made_with = getattr(json_validation, "validator_with", None)
+    return linear_time(cls)(schema) if made_with is None else made_with(linear_time(cls), schema, [])
+
 within_budget = getattr(json_validation, "within_budget", None)  # None in a tree without the budget
 
 SCHEMA = {
@@ -224,8 +231,8 @@ def per_validation_us(validator: Any, value: Any, count: int, rounds: int, budge
 
 
 def budget_figures(count: int, rounds: int) -> None:
-    record = linear_time(jsonschema.Draft7Validator)(SCHEMA)
-    orders = linear_time(jsonschema.Draft202012Validator)(ORDER_SCHEMA)
+    record = made(jsonschema.Draft7Validator, SCHEMA)
+    orders = made(jsonschema.Draft202012Validator, ORDER_SCHEMA)
     small_order = order(40)
     for name, validator, value, times in (("record", record, RECORD, count),
                                           ("40-line order", orders, small_order, max(count // 50, 10))):
@@ -248,7 +255,7 @@ def budget_figures(count: int, rounds: int) -> None:
              ("12 event types (oneOf of $refs), 8,000", EVENTS, events(8_000)),
              ("2020-12 meta-schema on a schema document", meta, schema_document(400)))
     for name, schema, value in cases:
-        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        validator = made(jsonschema.validators.validator_for(schema), schema)
         started = time.perf_counter()
         with within_budget(value, json_validation.WorkBudget(base=10**15)) as spending:
             assert jsonschema.exceptions.best_match(validator.iter_errors(value)) is None
@@ -257,7 +264,7 @@ def budget_figures(count: int, rounds: int) -> None:
         size = len(json.dumps(value, separators=(",", ":")))
         print(f"  {name}: {size:,} bytes, {nodes:,} nodes, {spending.steps:,} steps ({spending.steps / nodes:.2f} "
               f"per node), {took * 1e3:.0f} ms")
-    validator = linear_time(jsonschema.Draft202012Validator)(fan_out(30))
+    validator = made(jsonschema.Draft202012Validator, fan_out(30))
     started = time.perf_counter()
     try:
         with within_budget({}):
@@ -288,7 +295,7 @@ def hostile_figures() -> None:
 
 def timed_refusal(name: str, schema: Any, value: Any) -> str:
     """How `value` fares against `schema` under the default budget, and how long it takes."""
-    validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+    validator = made(jsonschema.validators.validator_for(schema), schema)
     nodes = json_validation.json_nodes(value)
     started, cpu = time.perf_counter(), time.process_time()
     try:
@@ -347,7 +354,7 @@ def hostile_shapes() -> Any:
 def per_step_figures() -> None:
     """Microseconds per step of each hostile shape: what the budget's steps are worth at worst."""
     for name, schema, value in hostile_shapes():
-        validator = linear_time(jsonschema.validators.validator_for(schema))(schema)
+        validator = made(jsonschema.validators.validator_for(schema), schema)
         started = time.perf_counter()
         with within_budget(value, json_validation.WorkBudget(base=10**15)) as spending:
             jsonschema.exceptions.best_match(validator.iter_errors(value))
@@ -408,9 +415,9 @@ def schema_check_figures() -> None:
 
 def ordinary_figures(rounds: int) -> None:
     """Per validation within the budget, as `serdes._validate` does: runs against any tree with a budget."""
-    record = linear_time(jsonschema.Draft7Validator)(SCHEMA)
-    orders = linear_time(jsonschema.Draft202012Validator)(ORDER_SCHEMA)
-    geo = linear_time(jsonschema.Draft7Validator)(GEOJSON)
+    record = made(jsonschema.Draft7Validator, SCHEMA)
+    orders = made(jsonschema.Draft202012Validator, ORDER_SCHEMA)
+    geo = made(jsonschema.Draft7Validator, GEOJSON)
     print(f"record {per_validation_us(record, RECORD, 2000, rounds, budgeted=True):.1f} us, "
           f"40-line order {per_validation_us(orders, order(40), 40, rounds, budgeted=True):.0f} us, "
           f"20 GeoJSON polygons {per_validation_us(geo, features(20), 40, rounds, budgeted=True):.0f} us")
@@ -439,7 +446,7 @@ def main() -> None:
         return
     size = len(json.dumps(RECORD, separators=(",", ":")))
     stock = jsonschema.Draft7Validator(SCHEMA)
-    linear = linear_time(jsonschema.Draft7Validator)(SCHEMA)
+    linear = made(jsonschema.Draft7Validator, SCHEMA)
     old = per_validation_us(stock, RECORD, args.count, args.rounds)
     new = per_validation_us(linear, RECORD, args.count, args.rounds)
     print(f"{size}-byte record, 5 patterns + patternProperties: re {old:.1f} us, RE2 {new:.1f} us, "
@@ -450,7 +457,7 @@ def main() -> None:
         assert not jsonschema.Draft7Validator(evil).is_valid("a" * n + "!")
         print(f"^(a+)+$ against {n + 1} characters with re: {time.perf_counter() - started:.3f} s")
     for n in (5_000, 100_000):
-        validator = linear_time(jsonschema.Draft7Validator)(evil)
+        validator = made(jsonschema.Draft7Validator, evil)
         started = time.perf_counter()
         assert not validator.is_valid("a" * n + "!")
         print(f"^(a+)+$ against {n + 1} characters with RE2: {(time.perf_counter() - started) * 1e3:.3f} ms")

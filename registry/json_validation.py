@@ -35,9 +35,14 @@ shared across threads, and fresh for each value. `anyOf` and `oneOf` leave a fai
 first error (jsonschema evaluates it whole, to report its errors should no branch match: they are
 gathered only then), `unevaluatedItems` keeps the evaluated indexes in a set (jsonschema's list made
 it quadratic), and `multipleOf` answers for integers beyond a float's range (jsonschema raised
-`OverflowError`); answers and errors are jsonschema's. (One departure follows: a failing branch
-left at its first error never reaches what follows in it, so a `$ref` there that cannot be resolved,
-on which jsonschema raises, is never resolved; the answer is the one it would be whatever it meant.) The serdes check a schema (its patterns and
+`OverflowError`); answers and errors are jsonschema's. Leaving a branch at its first error is only
+done where every reference resolves: jsonschema raises on one that cannot be resolved when it reaches
+it (`referencing`'s `Unresolvable`; 2020-12 resolves a `$dynamicRef` first as a `$ref`, so
+`"$dynamicRef": "#node"` in a resource with no anchor "node" is one), and a branch left early never
+reaches what follows in it: kgov answered "valid" (an `anyOf` whose second branch matched) or named
+another error where jsonschema raised. `validator_with` resolves every reference its evaluation can
+reach once (`_all_resolve`); a validator whose references are not all proven to resolve evaluates each
+branch whole, as jsonschema does, and raises where it raises. The serdes check a schema (its patterns and
 meta-schema) within `SCHEMA_CHECK_BUDGET`, counted over the schema's nodes.
 """
 
@@ -47,6 +52,7 @@ import contextvars
 import functools
 import threading
 import urllib.parse
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final
@@ -510,8 +516,11 @@ def _unevaluated_properties(draft2019: bool) -> Any:
             return
         evaluated = _evaluated(validator, instance, schema, draft2019)
         _charge(_NAME * len(instance))
+        # Each name once per error, as jsonschema lists them ("'a', 'a' were unevaluated and invalid"):
+        # a refused name's subschema evaluated whole, as jsonschema does (it raises on a reference that
+        # cannot be resolved further in it).
         refused = [name for name, value in instance.items() if name not in evaluated
-                   and not _valid(validator.descend(value, unevaluated, path=name, schema_path=name))]
+                   for _ in validator.descend(value, unevaluated, path=name, schema_path=name)]
         if refused and unevaluated is False:
             yield ValidationError(f"Unevaluated properties are not allowed ({_listed(sorted(refused))} unexpected)")
         elif refused:
@@ -618,7 +627,11 @@ def _any_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Iterat
     """`anyOf`: jsonschema gathers every error of each branch before the one that matches, to report
     them if none does; this answers by each branch's first error, and gathers the errors (`_gathered`)
     only for a value no branch matches. The same answer and errors, without evaluating whole failing
-    branches (which took a `oneOf` of a dozen event types nearly twice the steps)."""
+    branches (which took a `oneOf` of a dozen event types nearly twice the steps). Only where every
+    reference resolves (`_references_resolve`): elsewhere the rest of a failing branch can hold one that
+    does not, on which jsonschema raises, and each branch is evaluated whole, as jsonschema does."""
+    if not _references_resolve(validator):
+        return _gathered(validator, branches, instance)
     if _first_valid(validator, branches, instance) is not None:
         return None
     return _gathered(validator, branches, instance)
@@ -626,10 +639,24 @@ def _any_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Iterat
 
 def _one_of(validator: Any, branches: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     """`oneOf`, as `_any_of` (then, as jsonschema, every later branch is tried: one more is an error)."""
+    if not _references_resolve(validator):
+        return _one_of_whole(validator, branches, instance)
     first = _first_valid(validator, branches, instance)
     if first is None:
         return _gathered(validator, branches, instance)
     return _more_valid(validator, branches, first, instance)
+
+
+def _one_of_whole(validator: Any, branches: Any, instance: Any) -> Iterator[ValidationError]:
+    """jsonschema's `oneOf`: each branch evaluated whole up to the first that matches."""
+    errors: list[ValidationError] = []
+    for index, subschema in enumerate(branches):
+        found = list(validator.descend(instance, subschema, schema_path=index))
+        if not found:
+            yield from _more_valid(validator, branches, index, instance)
+            return
+        errors.extend(found)
+    yield QuotingError(_Quoted(instance), " is not valid under any of the given schemas", context=errors)
 
 
 def _gathered(validator: Any, branches: Any, instance: Any) -> Iterator[ValidationError]:
@@ -1080,19 +1107,123 @@ def _specification(cls: Any) -> Any:
                                                      default=referencing.Specification.OPAQUE)
 
 
-def validator_with(cls: Any, schema: Any, resources: list[tuple[str, referencing.Resource[Any]]]) -> Any:
-    """`cls(schema, registry=...)` of `resources` (and the meta-schemas, as jsonschema adds them), its
-    registry searched once for the `$id`s and `$anchor`s of the schema and the resources: jsonschema
-    searches the whole schema at each `$ref` to one (a `$ref` to an `$id` beside 10,000 definitions took
-    77 ms an application), as its registry of what it found is not kept from one reference to the next."""
+def validator_with(cls: Any, schema: Any, resources: list[tuple[str, referencing.Resource[Any]]],
+                   **fields: Any) -> Any:
+    """`cls(schema, registry=..., **fields)` of `resources` (and the meta-schemas, as jsonschema adds
+    them), its registry searched once for the `$id`s and `$anchor`s of the schema and the resources:
+    jsonschema searches the whole schema at each `$ref` to one (a `$ref` to an `$id` beside 10,000
+    definitions took 77 ms an application), as its registry of what it found is not kept from one
+    reference to the next. Its references are resolved once too (`_references_resolve`)."""
     root = _specification(cls).create_resource(schema)
     uri = root.id() or ""
     registry = jsonschema_specifications.REGISTRY.combine(referencing.Registry().with_resources(resources))
     try:
         crawled = registry.with_resource(uri, root).crawl()
     except (AttributeError, TypeError):  # a malformed keyword in a referenced schema: searched when reached
-        return cls(schema, registry=referencing.Registry().with_resources(resources))
-    return cls(schema, _resolver=crawled.resolver(base_uri=uri))
+        return cls(schema, registry=referencing.Registry().with_resources(resources), **fields)
+    resolver = crawled.resolver(base_uri=uri)
+    if _all_resolve([(root, resolver)] + [(resource, crawled.resolver(base_uri=name)) for name, resource in resources]):
+        _RESOLVING[id(crawled)] = crawled
+    return cls(schema, _resolver=resolver, **fields)
+
+
+# The registries (by `id`, while they live) of validators in which every reference their evaluation can
+# reach resolves (`_all_resolve`), which `anyOf` and `oneOf` may leave a failing branch at its first
+# error in (`_any_of`). jsonschema raises on a reference that cannot be resolved when it reaches it, and
+# evaluates every branch of `anyOf` and `oneOf` whole up to the one that matches: a branch left at its
+# first error would never reach one further in, and answer where jsonschema raises (an `anyOf` whose
+# failing first branch holds a `$dynamicRef` to an anchor its resource lacks, its second branch matching:
+# valid, where jsonschema raises `NoSuchAnchor`). Any other validator evaluates every branch whole.
+_RESOLVING: Final[weakref.WeakValueDictionary[int, referencing.Registry[Any]]] = weakref.WeakValueDictionary()
+
+
+def _references_resolve(validator: Any) -> bool:
+    """Whether every reference `validator`'s evaluation can reach resolves: its registry is one of
+    `_RESOLVING`'s (`referencing` answers a reference in the registry it was looked up in when found
+    there; where it moves to another, as for an anchor found under a resource's `$id` rather than the
+    name it was fetched by, branches are evaluated whole)."""
+    registry = getattr(validator._resolver, "_registry", None) if validator._ref_resolver is None else None
+    return registry is not None and _RESOLVING.get(id(registry)) is registry
+
+
+_REFERENCES: Final = ("$ref", "$dynamicRef")
+
+
+def _all_resolve(roots: list[tuple[referencing.Resource[Any], Any]]) -> bool:
+    """Whether every `$ref` and `$dynamicRef` in the resources `roots` (each with its resolver), their
+    subschemas and the subschemas the references lead to resolves. A reference is read from its
+    subschema's base URI (`referencing`'s resolver), so each subschema is looked at once per base URI
+    it can be evaluated from: its own, and the one each reference to it leads to. A `$dynamicRef`
+    (2020-12) first resolves as a `$ref` does (which can fail), then moves to the outermost
+    `$dynamicAnchor` of that name in the dynamic scope (which cannot): each resource with one is looked
+    at too, from the base URI of the reference (`referencing` keeps it for one without `$id`), whatever
+    the scope. (`$recursiveRef`, 2019-09, reads "#" and the base URIs of the scope: resources of the
+    registry, which resolve.) Not proven (False) on anything malformed, and past `_WALKED` per
+    subschema (a schema whose `$dynamicRef`s reach many resources from many base URIs): such a
+    validator evaluates branches whole, as jsonschema does. The pointers followed are at most the
+    references' characters."""
+    # (subschema, resolver, its specification, whether the resolver is the subschema's already: a
+    # resource's own, or a reference's answer; else its parent's, which an `$id` moves as `descend` does)
+    pending = [(resource.contents, resolver, resource._specification, True) for resource, resolver in roots]
+    seen: set[tuple[int, str]] = set()
+    nodes: dict[int, Any] = {}  # what `seen` names by `id`, kept alive while it is used
+    dynamic: dict[Any, Any] = {}  # `_dynamic_targets`' (registry, reference URI, name) done, and anchors by name
+    try:
+        while pending:
+            node, resolver, spec, entered = pending.pop()
+            if not isinstance(node, dict):
+                continue
+            if isinstance(node.get("$schema"), str):
+                spec = referencing.jsonschema.specification_with(node["$schema"], default=spec)
+            if not entered:
+                resolver = resolver.in_subresource(spec.create_resource(node))
+            key = (id(node), resolver._base_uri)
+            if key in seen:
+                continue
+            seen.add(key)
+            nodes[id(node)] = node
+            if len(seen) > _WALKED * len(nodes) + _WALKED_FREE:
+                return False
+            for keyword in _REFERENCES:
+                if keyword in node:
+                    ref = node[keyword]
+                    if not isinstance(ref, str):
+                        return False
+                    resolved = resolver.lookup(ref)
+                    pending.append((resolved.contents, resolved.resolver, spec, True))
+                    if keyword == "$dynamicRef":
+                        pending.extend(_dynamic_targets(resolver, ref, spec, dynamic))
+            pending.extend((child, resolver, spec, False) for child in spec.subresources_of(node))
+    except (referencing.exceptions.Unresolvable, AttributeError, TypeError, LookupError, ValueError):
+        return False
+    return True
+
+
+_WALKED: Final = 4  # base URIs a subschema is looked at from, on average, before `_all_resolve` gives up
+_WALKED_FREE: Final = 10_000
+
+
+def _dynamic_targets(resolver: Any, ref: str, spec: Any, done: dict[Any, Any]) -> list[Any]:
+    """What the `$dynamicRef` `ref` can lead to, for `_all_resolve`: each `$dynamicAnchor` of its name in
+    the registry, with the resolver `referencing` gives it (its `DynamicAnchor.resolve`: the reference's
+    URI as base, moved by the target's `$id`). Once per registry, URI and name; `done` also holds each
+    registry's dynamic anchors by name, listed once."""
+    if ref.startswith("#"):
+        uri, name = resolver._base_uri, ref[1:]
+    else:
+        uri, name = urllib.parse.urldefrag(urllib.parse.urljoin(resolver._base_uri, ref))
+    registry = resolver._registry
+    if not name or name.startswith("/") or (id(registry), uri, name) in done:
+        return []
+    done[id(registry), uri, name] = registry  # (kept alive: its `id` names it)
+    anchors = done.get(id(registry))
+    if anchors is None:
+        anchors = done[id(registry)] = {}
+        for (_, anchor_name), anchor in registry._anchors.items():
+            if isinstance(anchor, referencing.jsonschema.DynamicAnchor):
+                anchors.setdefault(anchor_name, []).append(anchor.resource)
+    at = registry.resolver(base_uri=uri)
+    return [(resource.contents, at.in_subresource(resource), spec, True) for resource in anchors.get(name, ())]
 
 
 def validator_class_for(schema: Any, default: Any = None) -> Any:
@@ -1111,11 +1242,18 @@ def check_schema(cls: Any, schema: Any) -> None:
     """`cls.check_schema(schema)` (`SchemaError` at the first error), with the meta-schema's keywords
     in linear time and its `regex` format (every `pattern` and `patternProperties` name) read by RE2:
     the patterns Java and RE2 accept (`\\p{L}`), not the ones Python's `re` compiles."""
+    for error in _meta_validator(cls).iter_errors(schema):
+        raise jsonschema.exceptions.SchemaError.create_from(error)
+
+
+@functools.cache
+def _meta_validator(cls: Any) -> Any:
+    """The validator of `cls`'s meta-schema `check_schema` uses, made once per class (`validator_with`:
+    its references proven to resolve, its registry searched once)."""
     checker = jsonschema.FormatChecker(formats=())
     checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_sized_pattern, UnevaluablePatternError)}
     meta = linear_time(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls))
-    for error in meta(cls.META_SCHEMA, format_checker=checker).iter_errors(schema):
-        raise jsonschema.exceptions.SchemaError.create_from(error)
+    return validator_with(meta, cls.META_SCHEMA, [], format_checker=checker)
 
 
 def _sized_pattern(regex: object) -> bool:

@@ -24,7 +24,7 @@ import pytest
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import registry.json_validation
@@ -112,7 +112,8 @@ def bodies(draw: st.DrawFn, draft: str, depth: int = 0) -> Any:
     branches = draw(st.lists(bodies(draft, depth + 1), min_size=1, max_size=3))
     schema: dict[str, Any] = {"not": branches[0]} if choice == "not" else {choice: branches}
     if draft in MODERN and draw(st.integers(0, 3)) == 0:
-        schema["unevaluatedProperties"] = False
+        # a subschema now and then: jsonschema evaluates it whole on each name it refuses
+        schema["unevaluatedProperties"] = False if draw(st.booleans()) else draw(bodies(draft, 3))
     return schema
 
 
@@ -156,9 +157,11 @@ def documents(draw: st.DrawFn, draft: str) -> tuple[dict[str, Any], list[tuple[s
     """(root schema, referenced registry schemas): the root without `$id`; inside it https://ex.com/a/one.json
     holding https://ex.com/a/two.json and https://ex.com/b/one.json (written relative to it), which holds
     https://ex.com/b/two.json, and a URN resource; the registry schemas "one.json" and "two.json", each
-    referring to the other by name. Every reference resolves from every resource: jsonschema raises
-    on one that does not only when it reaches it, which kgov's `anyOf` and `oneOf` need not (they leave
-    a failing branch at its first error; the answer is the same whatever the reference would mean)."""
+    referring to the other by name. Every `$ref` resolves from every resource; a 2020-12
+    `"$dynamicRef": "#node"` does not in a resource without `"$dynamicAnchor": "node"` (it resolves as a
+    `$ref` first), on which jsonschema raises when it reaches it, and kgov must raise too: its `anyOf`
+    and `oneOf` leave a failing branch at its first error only when every reference resolves
+    (`dynamic_ref_failure`)."""
     two = draw(resources(draft, "two.json"))
     inner = draw(resources(draft, "../b/one.json", nested={"two": two}, dynamic=draw(st.booleans())))
     outer = draw(resources(draft, "https://ex.com/a/one.json", dynamic=draw(st.booleans()),
@@ -228,12 +231,80 @@ def same_as_jsonschema(schema: Any, values: list[Any], referenced: list[tuple[st
             assert outcome(ours, value) == expected, (schema, value)
 
 
+def plain_resource(resource_id: str | None = None) -> dict[str, Any]:
+    """A 2020-12 resource as `resources` draws it with every choice its first: `t` an integer (its
+    anchor `t`), "a" and "c" through `#/$defs/t`, "b" through `$dynamicRef: "#node"`."""
+    schema: dict[str, Any] = {"$defs": {"t": {"type": "integer", "$anchor": "t"}, "u": {"$ref": "#/$defs/t"}},
+                              "properties": {"a": {"$ref": "#/$defs/t"}, "b": {"$dynamicRef": "#node"},
+                                             "c": {"$ref": "#/$defs/t"}}}
+    if resource_id is not None:
+        schema["$id"] = resource_id
+    return schema
+
+
+def dynamic_ref_failure() -> tuple[dict[str, Any], list[tuple[str, FetchedSchema]], list[Any]]:
+    """The example the property test found at 1,500 examples (schema, referenced schemas, values). The
+    registry schema "one.json" has no `$dynamicAnchor`, so its `$dynamicRef: "#node"` cannot be resolved
+    (2020-12: it first resolves as a `$ref`, and one.json has no anchor "node"). It sits in the first
+    branch of an `anyOf` after `b`, whose "" fails; jsonschema evaluates that branch whole and raises,
+    kgov left it at its first error and answered (the second branch matches) without resolving it."""
+    inner = plain_resource("../b/one.json")
+    inner["$defs"]["two"] = plain_resource("two.json")
+    outer = plain_resource("https://ex.com/a/one.json")
+    outer["$defs"].update(inner=inner, two=plain_resource("two.json"))
+    root = plain_resource()
+    root["$defs"].update(outer=outer, urn=plain_resource("urn:ex:three"))
+    root["properties"]["b"] = {"$ref": "one.json"}
+    root.update({"$dynamicAnchor": "node", "$schema": DRAFT2020})
+    one = {"$defs": {"t": {"type": "integer", "$anchor": "t"}, "u": {"$ref": "#/$defs/t"}, "two": {"$ref": "two.json"}},
+           "properties": {"a": {"$ref": "#/$defs/t"}, "b": {"$ref": "one.json"}, "c": {
+               "anyOf": [{"type": "object", "properties": {"b": {"type": "integer"}, "a": {"$dynamicRef": "#node"}}},
+                         {"type": "object"}], "unevaluatedProperties": False}}, "$schema": DRAFT2020}
+    two = plain_resource()
+    two["$defs"]["one"] = {"$ref": "one.json"}
+    two["$schema"] = DRAFT2020
+    referenced = [("one.json", FetchedSchema(json.dumps(one), "JSON")), ("two.json", FetchedSchema(json.dumps(two), "JSON"))]
+    values = [{"a": 0, "b": {"a": 0, "b": {"a": 0, "b": {"a": 0, "b": {"a": 0}}}}},
+              {"a": 0, "b": {"a": None, "b": {"a": 0, "b": {"a": 0, "b": {"a": 0}}, "c": {"a": 0, "b": ""}}}}]
+    return root, referenced, values
+
+
+class Drawn:
+    """Stands for `st.data()` in an `@example`: gives its draws in turn (again for each draft)."""
+
+    def __init__(self, *draws: Any) -> None:
+        self.draws = draws
+        self.count = 0
+
+    def draw(self, strategy: Any, label: Any = None) -> Any:
+        self.count += 1
+        return self.draws[(self.count - 1) % len(self.draws)]
+
+
+FOUND = dynamic_ref_failure()
+
+
 @pytest.mark.parametrize("draft", DRAFTS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
+@example(data=Drawn(FOUND[:2], FOUND[2]))
 def test_references_resolve_as_jsonschema_resolves_them(draft: str, data: st.DataObject) -> None:
     schema, referenced = data.draw(documents(draft))
-    same_as_jsonschema(schema, data.draw(st.lists(objects(), min_size=1, max_size=4)), referenced)
+    values = data.draw(st.lists(objects(), min_size=1, max_size=4))
+    if schema["$schema"] == draft:  # else an `@example` of another draft, checked under its own
+        same_as_jsonschema(schema, values, referenced)
+
+
+def test_an_unresolvable_reference_in_a_failing_branch_raises_as_in_jsonschema() -> None:
+    schema, referenced, values = dynamic_ref_failure()
+    stock = stock_validator(schema, referenced)
+    assert outcome(stock, values[0])[0] is True
+    assert outcome(stock, values[1])[0] == "unresolvable"
+    same_as_jsonschema(schema, values, referenced)
+    # The same branch where nothing else fails: jsonschema raises rather than answer `valid`, and so does kgov.
+    value = {"a": 0, "b": {"a": 0, "b": {"a": 0, "c": {"a": 0, "b": ""}}}}
+    assert outcome(stock, value)[0] == "unresolvable"
+    same_as_jsonschema(schema, [value], referenced)
 
 
 NESTED = {"$schema": DRAFT2020, "$id": "https://ex.com/root.json", "$defs": {"t": {"type": "integer"}},
@@ -289,3 +360,88 @@ def test_one_reference_text_meaning_two_targets_in_one_value(draft: str) -> None
               {"b": {"a": "s"}, "a": 1}, {"c": {"a": 2}, "b": {"a": 2}, "a": "s"}]
     same_as_jsonschema(schema, values)
     assert [_validator(schema).is_valid(value) for value in values] == [True, False, False, True, False]
+
+
+def branch_then(reference: str, keyword: str = "anyOf", **defs: Any) -> dict[str, Any]:
+    """`keyword` of a branch that fails on "b" first and then reaches `reference` on "a", and a branch
+    any object matches."""
+    first = {"properties": {"b": {"type": "integer"}, "a": {"$ref": reference}}}
+    return {"$schema": DRAFT2020, keyword: [first, {"type": "object"}], "x": {"$ref": "#/$defs/gone"},
+            "$defs": {"t": {"type": "integer"}, **defs}}
+
+
+@pytest.mark.parametrize("keyword", ["anyOf", "oneOf"])
+def test_a_failing_branch_is_left_at_its_first_error_only_where_every_reference_resolves(keyword: str) -> None:
+    value = {"b": "", "a": 0}
+    # "#/x" is in no keyword: found only by following the reference there, which leads nowhere.
+    for reference in ("#/$defs/gone", "#gone", "other.json", "#/x"):
+        schema = branch_then(reference, keyword)
+        assert outcome(stock_validator(schema, []), value)[0] == "unresolvable"
+        assert not registry.json_validation._references_resolve(_validator(schema))
+        same_as_jsonschema(schema, [value, {"b": 1, "a": 0}, {"b": 1, "a": "s"}, 5])
+    # All resolving, a branch is left at its first error; one that cannot resolve, where no value
+    # leads, and each branch is evaluated whole: the same answers, in more steps.
+    steps = {}
+    for gone in ({"type": "string"}, {"$ref": "#/nowhere"}):
+        schema = branch_then("#/$defs/t", keyword, gone=gone)
+        validator = _validator(schema)
+        same_as_jsonschema(schema, [value, {"b": 1, "a": 0}])
+        with within_budget(value) as spending:
+            assert validator.is_valid(value) is True
+        steps[registry.json_validation._references_resolve(validator)] = spending.steps
+    assert steps[True] < steps[False]
+
+
+def test_the_references_of_ordinary_schemas_and_the_meta_schemas_resolve() -> None:
+    # Every validator the serdes make of a schema whose references resolve keeps the shorter way.
+    for draft in DRAFTS:
+        assert registry.json_validation._references_resolve(_validator(same_text_elsewhere(draft)))
+        meta = registry.json_validation._meta_validator(registry.json_validation.validator_class_for({"$schema": draft}))
+        assert registry.json_validation._references_resolve(meta)
+    schema, referenced, _ = dynamic_ref_failure()
+    assert registry.json_validation._references_resolve(_validator(schema, referenced)) is False
+    # A reference that is no string, where only a reference leads (no meta-schema looks in `const`).
+    malformed = {"$ref": "#/const", "const": {"$ref": 5}}
+    assert not registry.json_validation._references_resolve(_validator(malformed))
+    assert outcome(_validator(malformed), 1)[0] == "unresolvable"  # (jsonschema: AttributeError)
+
+
+@pytest.mark.parametrize("draft", MODERN)
+def test_unevaluated_properties_evaluate_a_refused_name_whole_as_jsonschema(draft: str) -> None:
+    # jsonschema lists a name once per error of its subschema, and raises on a reference after the first.
+    schema = {"$schema": draft, "unevaluatedProperties": {"minimum": 3, "maximum": -5}}
+    same_as_jsonschema(schema, [{"a": 0}, {"a": 4, "b": -9}, {"a": "s"}])
+    assert [error.message for error in _validator(schema).iter_errors({"a": 0})] == [
+        "Unevaluated properties are not valid under the given schema ('a', 'a' were unevaluated and invalid)"]
+    broken = {"$schema": draft, "unevaluatedProperties": {"type": "integer", "$ref": "#/$defs/gone"}}
+    assert outcome(stock_validator(broken, []), {"a": "s"})[0] == "unresolvable"
+    same_as_jsonschema(broken, [{"a": "s"}, {}])
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_dynamic_reference_target_is_read_from_the_references_base_uri(order: int) -> None:
+    # one.json's `$dynamicRef` reaches two.json's `$dynamicAnchor` (two.json, evaluated first, is in the
+    # dynamic scope), which has no `$id`: `referencing` reads it from one.json's URI, where its
+    # "#/$defs/only" leads nowhere. jsonschema raises on it in the failing first branch of its `anyOf`;
+    # read from two.json's own URI (as the check first did, meeting one.json first) it resolves.
+    one = {"$schema": DRAFT2020, "$dynamicAnchor": "node", "properties": {"n": {"$dynamicRef": "#node"}}}
+    two = {"$schema": DRAFT2020, "$dynamicAnchor": "node", "$defs": {"only": {"type": "integer"}},
+           "properties": {"b": {"$ref": "one.json"}},
+           "anyOf": [{"properties": {"x": {"type": "integer"}, "y": {"$ref": "#/$defs/only"}}}, {"type": "object"}]}
+    referenced = [("one.json", FetchedSchema(json.dumps(one), "JSON")), ("two.json", FetchedSchema(json.dumps(two), "JSON"))]
+    schema = {"$schema": DRAFT2020, "$ref": "two.json"}
+    values = [{"b": {"n": {"x": "s", "y": 0}}}, {"x": "s", "y": 0}, {"b": {"n": {"x": 1, "y": 0}}}]
+    # (the third reaches it whatever the evaluation: "x" matches)
+    assert [outcome(stock_validator(schema, referenced[::order]), value)[0] for value in values] == [
+        "unresolvable", True, "unresolvable"]
+    assert not registry.json_validation._references_resolve(_validator(schema, referenced[::order]))
+    same_as_jsonschema(schema, values, referenced[::order])
+
+
+def test_the_check_gives_up_past_its_bound_and_branches_are_evaluated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = branch_then("#/$defs/t")
+    assert registry.json_validation._references_resolve(_validator(schema))
+    monkeypatch.setattr(registry.json_validation, "_WALKED_FREE", 0)
+    monkeypatch.setattr(registry.json_validation, "_WALKED", 0)
+    assert not registry.json_validation._references_resolve(_validator(schema))
+    same_as_jsonschema(schema, [{"b": "", "a": 0}, {"b": 1, "a": "s"}, {"b": 1, "a": 0}])
