@@ -90,6 +90,9 @@ from sasl.store import (
 
 log = logging.getLogger("kgov.sasl")
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
+# How old the credential snapshot may be when a delegation-token bearer with a right HMAC names an id it
+# lacks (`validate_delegation_bearer`): the token was most likely issued moments ago on another node.
+TOKEN_MISS_REFRESH_S: Final = 0.05
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
 
 
@@ -336,6 +339,7 @@ class CredentialService:
         self._unknown_token_key = self.store.server_secret(SCRAM_UNKNOWN_TOKEN_SECRET)
         self._refresh_lock = threading.Lock()
         self._checked_at = 0.0
+        self._token_miss_checked_at = -TOKEN_MISS_REFRESH_S  # see _current_after_token_miss
         # What the last load accepted / refused of the stored token credentials (see `_load`).
         self._held_token_credentials: Mapping[str, Mapping[str, ScramCredential]] = {}
         self._foreign_tokens: set[str] = set()
@@ -486,6 +490,16 @@ class CredentialService:
             self._snapshot = self._load()
             self._checked_at = elapsed_clock()
 
+    def _current_after_token_miss(self) -> _Snapshot:
+        """The credential snapshot, checked against the store unless a token miss did so in the last
+        `TOKEN_MISS_REFRESH_S` (`validate_delegation_bearer`)."""
+        now = elapsed_clock()
+        if now - self._token_miss_checked_at >= TOKEN_MISS_REFRESH_S:
+            self._token_miss_checked_at = self._checked_at = now
+            if self.store.version() != self._snapshot.version:
+                self.refresh()
+        return self._snapshot
+
     def _current(self) -> _Snapshot:
         now = elapsed_clock()
         if now - self._checked_at >= self.sasl.refresh_interval_s:
@@ -582,6 +596,12 @@ class CredentialService:
         expected = token_hmac(secret if secret is not None else self._unknown_token_key, parsed.token_id)
         matches = hmac.compare_digest(expected, parsed.hmac)
         info = snap.tokens.get(parsed.token_id, _NO_TOKEN)
+        if info is _NO_TOKEN and matches and secret is not None:
+            # A right HMAC for an id this node has not seen: a token issued elsewhere (the control plane,
+            # another node) moments ago and handed straight to a worker. Only the key's holders can make
+            # one, so a guess never costs the database a query; looking again at most every
+            # TOKEN_MISS_REFRESH_S bounds what a removed token's holder can make it do.
+            info = self._current_after_token_miss().tokens.get(parsed.token_id, _NO_TOKEN)
         expired_now = info.is_expired(self.now_ms())
         if secret is None:
             reason = "delegation tokens are disabled (sasl.delegation_token_secret_key is unset)"

@@ -132,6 +132,32 @@ def test_failed_bearer_logins_count_against_the_source(db_url: str) -> None:
     engine.dispose()
 
 
+def test_a_token_made_on_another_node_moments_ago_logs_in_at_once(db_url: str) -> None:
+    """A service issues a token and hands it to a worker, which logs in through another node (the gateway)
+    within milliseconds, before that node's credential snapshot is due for a refresh: a bearer whose HMAC
+    is right for an id the snapshot lacks makes the node look again (at most every 50 ms), so the first
+    login works. A wrong HMAC never does (only the key's holders can make a right one). (A token removed
+    elsewhere is refused here at the node's next refresh, as for SCRAM.)"""
+    from sqlalchemy import event
+
+    engine = open_engine(db_url)
+    try:
+        issuer = CredentialService(engine, settings(), clock=Clock())
+        gateway = CredentialService(engine, settings(refresh_interval_s=5.0), clock=Clock())
+        assert isinstance(login(gateway, bearer_of(issuer.create_token(ALICE))), Success)  # its snapshot: fresh
+        statements: list[str] = []
+        event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        made = issuer.create_token(ALICE)
+        statements.clear()
+        wrong = login(gateway, format_bearer(made.info.token_id, bytes(64)))
+        assert isinstance(wrong, Failure) and "unknown delegation token" in wrong.reason
+        assert statements == []  # a wrong HMAC does not reach the database
+        ok = login(gateway, bearer_of(made))
+        assert isinstance(ok, Success) and ok.principal == ALICE and ok.token_authenticated
+    finally:
+        engine.dispose()
+
+
 def test_a_node_with_another_key_or_none_refuses_the_token(db_url: str) -> None:
     engine = open_engine(db_url)
     made = CredentialService(engine, settings(), clock=Clock()).create_token(ALICE)
