@@ -750,10 +750,10 @@ class KafkaSink:
                            self._describe(exc))
 
     def _describe(self, exc: BaseException) -> str:
-        text = f"{type(exc).__name__}: {exc}"[:300]
+        text = f"{type(exc).__name__}: {exc}"
         if self._password:
             text = text.replace(self._password, "***")  # defensive: no client error is known to quote it
-        return text
+        return text[:300]  # cut after masking: a cut through the password would leave its first characters
 
     def _back_off(self, backoff: float) -> float:
         """Waits `backoff` seconds (less once closing would pass the deadline); the next backoff."""

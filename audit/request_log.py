@@ -16,6 +16,9 @@ from typing import Any
 from audit.kafka_format import REQUEST_LOGGER, log4j_envelope
 from audit.model import AuditEvent, EventType
 
+# The longest delegation token id there is (the credential store's column): a longer named id is cut.
+MAX_TOKEN_ID_LENGTH = 64
+
 
 def request_log_entry(
     *,
@@ -95,6 +98,10 @@ def authentication_event(
     a kgov field (Confluent's events have none for it); left out of logins without a token."""
     info: dict[str, Any] = {"principal": principal, "mechanism": mechanism}
     if token_id is not None:
+        if len(token_id) > MAX_TOKEN_ID_LENGTH:
+            # A name no token has (a SCRAM `tokenauth` user name, up to the SASL frame limit): whole, every
+            # unauthenticated attempt could write half a megabyte and rotate the audit trail out.
+            token_id = f"{token_id[:MAX_TOKEN_ID_LENGTH]}... ({len(token_id)} characters)"
         info["delegationTokenId"] = token_id
     data: dict[str, Any] = {
         "serviceName": source,

@@ -285,6 +285,11 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
 
         def _writing(self, size: int) -> None:
             """Before a write: while something is owed, these bytes are owed too."""
+            if (self._write_left_s is not None and not self.flow.write_paused and not self._server_closing
+                    and self.transport.get_write_buffer_size() == 0):
+                # The client took everything since writing resumed: asyncio's resume_writing comes once, below
+                # the low-water mark, rarely at 0, and nothing tells of the rest. This answer starts afresh.
+                self._write_left_s = None
             if self._write_left_s is not None:
                 self._pause_write_clock()
                 self._write_left_s += size / ANSWER_MIN_BYTES_PER_S

@@ -171,3 +171,21 @@ def test_records_refused_together_as_too_large_are_tried_one_by_one_before_any_i
     assert (stats.shipped, stats.too_large, stats.unshipped_at_close) == (4, 1, 0)
     delivered = [v for p in producers for v in p.delivered]
     assert delivered == [e.to_json().encode() for i, e in enumerate(events) if i != 3]
+
+
+@CLIENTS
+def test_a_failure_quoting_the_password_near_the_cut_leaks_no_part_of_it(
+        client: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The failure text is cut to 300 characters for the log; cut before the password was masked, a password
+    straddling the cut was left in part (its first characters, unmasked) in the WARNING."""
+    password = "S3cretPassw0rd-0123456789"
+    sink = KafkaSink("localhost:9092", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                     sasl_username="audit", sasl_password=password, client=client, start=False)
+    for filler in range(270, 300):
+        caplog.clear()
+        sink._warn.interval_s = 0.0
+        with caplog.at_level("WARNING", logger="kgov"):
+            sink._failed_attempt(1, RuntimeError("x" * filler + password))
+        text = caplog.text
+        assert "shipping 1 audit event(s)" in text
+        assert password[:8] not in text, filler

@@ -47,3 +47,30 @@ def test_events_are_cloudevents_with_the_entry_as_data() -> None:
     assert auth["type"] == "io.kgov.authentication"
     assert auth["data"]["authenticationInfo"] == {"principal": None, "mechanism": "SCRAM-SHA-512"}
     assert auth["data"]["result"] == {"success": False, "reason": "unknown user", "reauthentication": False}
+
+
+def test_a_named_delegation_token_id_is_bounded_in_the_event() -> None:
+    """A SCRAM `tokenauth=true` login names its token by its user name, which the client chooses freely up to
+    the SASL frame limit (Kafka's sasl.server.max.receive.size, 512 KiB). The failure's event carried it whole:
+    every failed login (unauthenticated, from anyone) could write half a megabyte to the audit file, rotating
+    the real audit trail out with a few thousand attempts. No token id is longer than the store's 64 characters."""
+    from sasl.mechanism import Challenge, Failure
+    from sasl.scram import SCRAM_SHA_256, ScramClient, ScramServer
+
+    name = "t" * 500_000
+    client = ScramClient(SCRAM_SHA_256, name, "not-the-hmac", extensions={"tokenauth": "true"})
+    server = ScramServer(SCRAM_SHA_256, lambda _name, _token: None)
+    challenge = server.step(client.first_message())
+    assert isinstance(challenge, Challenge)
+    failure = server.step(client.final_message(challenge.data))
+    assert isinstance(failure, Failure) and failure.token_id == name
+    event = authentication_event(source="kgov", time=TS, principal=None, mechanism="SCRAM-SHA-256",
+                                 client_address="10.0.0.1", success=False, reason=failure.reason,
+                                 token_id=failure.token_id)
+    assert len(event.to_json()) < 2_000
+    named = event.to_dict()["data"]["authenticationInfo"]["delegationTokenId"]
+    assert named.startswith("t" * 64) and "500000 characters" in named
+    real = "0b7cbd0c-4f0e-4a43-9d2e-5e6d1c7f1a2b"
+    ok = authentication_event(source="kgov", time=TS, principal="User:alice", mechanism="SCRAM-SHA-256",
+                              client_address="10.0.0.1", success=True, token_id=real)
+    assert ok.to_dict()["data"]["authenticationInfo"]["delegationTokenId"] == real

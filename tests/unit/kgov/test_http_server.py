@@ -235,3 +235,25 @@ def test_nothing_is_owed_while_the_client_keeps_up(connection: tuple[Any, FakeTr
     transport.waiting = 0
     loop.advance(3600.0)
     assert not transport.aborted and [t for t in loop.timers if not t.cancelled] == []
+
+
+def test_a_client_that_took_everything_after_writing_resumed_starts_afresh_at_the_next_answer(
+        connection: tuple[Any, FakeTransport, FakeLoop]) -> None:
+    """asyncio calls resume_writing once, when the buffer falls below its low-water mark (16 KiB), rarely
+    at 0 with a slow reader; it says nothing when the rest is taken. The next answer, on the same kept-alive
+    connection, was owed only what was left of the first one's time (here 1 s) plus its own bytes' share:
+    a client that had taken everything was dropped after 5 s instead of 34."""
+    protocol, transport, loop = connection
+    transport.waiting = MIB
+    protocol.pause_writing()
+    loop.advance(33.0)
+    transport.waiting = 10_000  # below the low-water mark: writing resumes
+    protocol.resume_writing()
+    transport.waiting = 0  # the client takes the rest (asyncio tells the protocol nothing)
+    loop.advance(60.0)
+    protocol.transport.write(b"x" * MIB)  # the next answer
+    protocol.pause_writing()  # a new backlog: 30 s + 1 MiB at 256 KiB/s = 34 s
+    loop.advance(33.9)
+    assert not transport.aborted
+    loop.advance(0.2)
+    assert transport.aborted
