@@ -648,9 +648,18 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._login_correlation -= 1
         request.with_header(correlation_id=self._login_correlation, client_id="kgov-gateway")
         self.transport.write(bytes(request.encode(version=1, header=True, framed=True)))
-        frame = await asyncio.wait_for(self.login_frames.get(), timeout=10)
-        if frame is _CLOSED:
-            raise UpstreamLoginError("the upstream closed the connection during the SASL exchange", refused=False)
+        while True:
+            frame = await asyncio.wait_for(self.login_frames.get(), timeout=10)
+            if frame is _CLOSED:
+                raise UpstreamLoginError("the upstream closed the connection during the SASL exchange",
+                                         refused=False)
+            correlation = int.from_bytes(frame[:4], "big", signed=True)
+            # A re-authentication waits for the awaited answers only: an upstream that answers acks=0
+            # produce requests (Tansu) may still send those before the exchange's (they are dropped).
+            if not self.client.drops_acks_0_answer(correlation):
+                break
+        if correlation != self._login_correlation:
+            raise UpstreamLoginError("upstream correlation id mismatch during the SASL exchange", refused=False)
         return decode_response(SPECS[key], 1, frame)
 
     async def _login_handshake(self, mechanism: str) -> None:
@@ -1944,7 +1953,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def on_upstream_frame(self, frame: Frame) -> None:
         correlation = int.from_bytes(frame[:4], "big", signed=True)
-        if self._acks_0_sent and self._answer_to_acks_0(correlation):
+        if self.drops_acks_0_answer(correlation):
             return
         if not self.awaiting_upstream:
             self.abort("unexpected response from upstream")
@@ -2009,6 +2018,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             # In-flight requests cannot be answered: disconnecting is the retriable signal every
             # client handles (it reconnects, refreshes metadata and retries).
             self.abort(UPSTREAM_LOST)
+
+    def drops_acks_0_answer(self, correlation: int) -> bool:
+        """Whether an upstream frame with `correlation` is an answer to an acks=0 produce request,
+        dropped (`_answer_to_acks_0`); also asked during the gateway's own SASL exchange upstream."""
+        return bool(self._acks_0_sent) and self._answer_to_acks_0(correlation)
 
     def _answer_to_acks_0(self, correlation: int) -> bool:
         """Whether an upstream frame is an answer to a produce request with acks=0, which is dropped.
