@@ -1619,7 +1619,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         upstream connection (as the gateway's upstream identity); its answer replaces the map."""
         gateway = self.gateway
         spec, version = SPECS[3], refresh_version(versions)
-        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+        # A correlation id no acks=0 produce still remembered uses (`_answer_to_acks_0`): the listing's
+        # answer would be taken for that one's and dropped (a Kafka broker never answers it).
+        taken = {correlation for correlation, _ in self._acks_0_sent}
+        correlation = -1
+        while correlation in taken:
+            correlation -= 1
+        header = RequestHeader(3, version, correlation, "kgov-gateway", 0)
 
         def end() -> None:
             for waiter in gateway.topic_listing.finish(token):
