@@ -2049,9 +2049,11 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _close_after_failed_acks_0(self, header: RequestHeader) -> None:
         """KafkaApis.handleProduceRequest: an acks=0 request has no answer, so when any part of it
         failed (here: a denied topic; the allowed part has been forwarded) the broker closes the
-        connection, which is how the producer learns of it, and logs that at INFO."""
+        connection, which is how the producer learns of it, and logs that at INFO. Departure: the client
+        id, the client's own choice, is written as printable text of at most 200 characters (Kafka writes
+        it as it is; a line break in it would forge log lines)."""
         log.info("Closing connection due to error during produce request with correlation id %d from client "
-                 "id %s with ack=0", header.correlation_id, header.client_id)
+                 "id %s with ack=0", header.correlation_id, printable(header.client_id))
         self._close_after_earlier_answers("a failed produce request with acks=0")
 
     def _finish_without_response(self, slot: Slot) -> None:
