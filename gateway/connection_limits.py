@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from authz.host_address import address_group, java_host_address
+from gateway.quota_model import ip_lookup_key
 
 # Defaults (Kafka's are unlimited): see gateway/README.md "Connection limits" for why these.
 DEFAULT_MAX_CONNECTIONS: Final = 10_000
@@ -28,8 +29,10 @@ DEFAULT_MAX_CONNECTIONS_PER_IP: Final = 1_000
 
 def ip_key(address: str) -> str:
     """One key per client address, as Java's `InetAddress` compares them (`::ffff:10.0.0.1` is
-    10.0.0.1; an IPv6 address in any spelling is one address)."""
-    return java_host_address(address)
+    10.0.0.1; an IPv6 address in any spelling is one address; a link-local client's zone, which its
+    host text carries for ACLs, is not part of it: `Inet6Address.equals` ignores the scope, so an
+    override naming fe80::1 applies on every interface, as Kafka's ConnectionQuotas)."""
+    return ip_lookup_key(address) or java_host_address(address)
 
 
 def share_key(address: str) -> str:

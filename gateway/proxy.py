@@ -648,9 +648,18 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._login_correlation -= 1
         request.with_header(correlation_id=self._login_correlation, client_id="kgov-gateway")
         self.transport.write(bytes(request.encode(version=1, header=True, framed=True)))
-        frame = await asyncio.wait_for(self.login_frames.get(), timeout=10)
-        if frame is _CLOSED:
-            raise UpstreamLoginError("the upstream closed the connection during the SASL exchange", refused=False)
+        while True:
+            frame = await asyncio.wait_for(self.login_frames.get(), timeout=10)
+            if frame is _CLOSED:
+                raise UpstreamLoginError("the upstream closed the connection during the SASL exchange",
+                                         refused=False)
+            correlation = int.from_bytes(frame[:4], "big", signed=True)
+            # A re-authentication waits for the awaited answers only: an upstream that answers acks=0
+            # produce requests (Tansu) may still send those before the exchange's (they are dropped).
+            if not self.client.drops_acks_0_answer(correlation):
+                break
+        if correlation != self._login_correlation:
+            raise UpstreamLoginError("upstream correlation id mismatch during the SASL exchange", refused=False)
         return decode_response(SPECS[key], 1, frame)
 
     async def _login_handshake(self, mechanism: str) -> None:
@@ -1610,7 +1619,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         upstream connection (as the gateway's upstream identity); its answer replaces the map."""
         gateway = self.gateway
         spec, version = SPECS[3], refresh_version(versions)
-        header = RequestHeader(3, version, -1, "kgov-gateway", 0)
+        # A correlation id no acks=0 produce still remembered uses (`_answer_to_acks_0`): the listing's
+        # answer would be taken for that one's and dropped (a Kafka broker never answers it).
+        taken = {correlation for correlation, _ in self._acks_0_sent}
+        correlation = -1
+        while correlation in taken:
+            correlation -= 1
+        header = RequestHeader(3, version, correlation, "kgov-gateway", 0)
 
         def end() -> None:
             for waiter in gateway.topic_listing.finish(token):
@@ -1944,7 +1959,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def on_upstream_frame(self, frame: Frame) -> None:
         correlation = int.from_bytes(frame[:4], "big", signed=True)
-        if self._acks_0_sent and self._answer_to_acks_0(correlation):
+        if self.drops_acks_0_answer(correlation):
             return
         if not self.awaiting_upstream:
             self.abort("unexpected response from upstream")
@@ -2010,6 +2025,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             # client handles (it reconnects, refreshes metadata and retries).
             self.abort(UPSTREAM_LOST)
 
+    def drops_acks_0_answer(self, correlation: int) -> bool:
+        """Whether an upstream frame with `correlation` is an answer to an acks=0 produce request,
+        dropped (`_answer_to_acks_0`); also asked during the gateway's own SASL exchange upstream."""
+        return bool(self._acks_0_sent) and self._answer_to_acks_0(correlation)
+
     def _answer_to_acks_0(self, correlation: int) -> bool:
         """Whether an upstream frame is an answer to a produce request with acks=0, which is dropped.
         Answers come in the order of the requests: only acks=0 requests forwarded before the next awaited
@@ -2029,9 +2049,11 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _close_after_failed_acks_0(self, header: RequestHeader) -> None:
         """KafkaApis.handleProduceRequest: an acks=0 request has no answer, so when any part of it
         failed (here: a denied topic; the allowed part has been forwarded) the broker closes the
-        connection, which is how the producer learns of it, and logs that at INFO."""
+        connection, which is how the producer learns of it, and logs that at INFO. Departure: the client
+        id, the client's own choice, is written as printable text of at most 200 characters (Kafka writes
+        it as it is; a line break in it would forge log lines)."""
         log.info("Closing connection due to error during produce request with correlation id %d from client "
-                 "id %s with ack=0", header.correlation_id, header.client_id)
+                 "id %s with ack=0", header.correlation_id, printable(header.client_id))
         self._close_after_earlier_answers("a failed produce request with acks=0")
 
     def _finish_without_response(self, slot: Slot) -> None:

@@ -196,7 +196,7 @@ def produce_request(topic: str, value: bytes) -> Any:
         data(name=topic, partition_data=[data.PartitionProduceData(index=0, records=_one_record_batch(value))])])
 
 
-@pytest.mark.parametrize("bandwidth_ms", [2500, 300], ids=["bandwidth-larger", "request-larger"])
+@pytest.mark.parametrize("bandwidth_ms", [2500, 700], ids=["bandwidth-larger", "request-larger"])
 def test_a_produce_answer_carries_the_larger_throttle_and_the_mute_is_that_one_not_the_sum(
     authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
     bandwidth_ms: int,
@@ -221,9 +221,10 @@ def test_a_produce_answer_carries_the_larger_throttle_and_the_mute_is_that_one_n
         assert [p.error_code for t in answer.responses for p in t.partition_responses] == [0]  # produced
         expected = max(bandwidth_ms, LONGEST_MUTE_MS)
         assert abs(answer.throttle_time_ms - expected) <= 50, answer.throttle_time_ms
-        # One mute of the larger throttle: the two never add up (that would be `expected + 300` or more).
+        # One mute of the larger throttle: the two never add up (that would be `expected + 700` or more; the
+        # margin above is for a loaded machine's round trip through the gateway and the broker).
         muted = seconds_until_answered(raw)
-        assert expected / 1000 - 0.25 <= muted < expected / 1000 + 0.25, muted
+        assert expected / 1000 - 0.25 <= muted < expected / 1000 + 0.6, muted
     finally:
         raw.close()
 

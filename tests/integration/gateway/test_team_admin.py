@@ -49,7 +49,7 @@ def test_create_and_delete_topics_need_create_and_delete(team: Team) -> None:
     [future] = admin.delete_topics([topic]).values()
     assert future.result(8) is None
     ops = AdminClient(team.ops_conf())
-    wait_until(lambda: topic not in ops.list_topics(timeout=8).topics, timeout=5)
+    wait_until(lambda: topic not in ops.list_topics(timeout=8).topics)
 
 
 def test_describe_and_incrementally_alter_topic_configs(team: Team, kafka_broker: str) -> None:

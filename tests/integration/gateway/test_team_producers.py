@@ -3,6 +3,7 @@ librdkafka and kafka-python, SASL/SCRAM-SHA-512 and the least-privilege ACLs Kaf
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -221,7 +222,7 @@ def test_adding_a_denied_topic_to_a_transaction_adds_none_of_the_request(team: T
     assert codes == {(allowed, 0): 55, (denied, 0): KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
 
-def acks0_produce(raw: RawClient, *topics: str) -> None:
+def acks0_produce(raw: RawClient, *topics: str, client_id: str = "raw") -> None:
     """Produce v9 with acks=0 (no answer) of one record to partition 0 of each topic."""
     from tests.integration.gateway.test_proxy import _one_record_batch
 
@@ -229,7 +230,7 @@ def acks0_produce(raw: RawClient, *topics: str) -> None:
     topic = cls.TopicProduceData
     raw.send(0, 9, cls(transactional_id=None, acks=0, timeout_ms=5000, topic_data=[
         topic(name=t, partition_data=[topic.PartitionProduceData(index=0, records=_one_record_batch(t.encode()))])
-        for t in topics]))
+        for t in topics]), client_id=client_id)
 
 
 def test_an_acks_0_producer_works_though_tansu_answers_what_kafka_would_not(team: Team, kafka_broker: str) -> None:
@@ -271,3 +272,21 @@ def test_an_acks_0_produce_to_a_denied_topic_closes_the_connection(team: Team, k
     finally:
         raw.close()
     assert read_partition(team.ops_conf(), denied, 0) == []
+
+
+def test_the_close_after_a_failed_acks_0_produce_logs_the_client_id_as_one_printable_line(
+    team: Team, kafka_broker: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka's INFO line names the client id, which the client chooses (up to 32,767 characters, any of
+    them): written as it is, a line break in it would forge log lines."""
+    caplog.set_level(logging.INFO, logger="kgov.gateway")
+    denied = team.name("ledger")
+    create_topics(kafka_broker, denied)
+    raw = team.login()
+    try:
+        acks0_produce(raw, denied, client_id="app\n2026-11-22 INFO forged line " + "x" * 5000)
+        assert raw.closed_by_peer()
+    finally:
+        raw.close()
+    (line,) = [r.getMessage() for r in caplog.records if "with ack=0" in r.getMessage()]
+    assert line.isprintable() and "app?2026-11-22 INFO forged line" in line and len(line) < 500, line

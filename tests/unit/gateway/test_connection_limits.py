@@ -46,6 +46,23 @@ def test_overrides_set_an_addresss_own_limit_zero_included() -> None:
     assert [limits.admit("2001:db8::7") is None for _ in range(3)] == [True, True, False]
 
 
+def test_a_link_local_clients_zone_does_not_escape_its_addresss_override_or_count() -> None:
+    """A link-local client's host carries its zone (`authz.host_address.peer_host_address`, for ACLs), but
+    Kafka's ConnectionQuotas keys counts and overrides by `InetAddress`, whose equality ignores the scope:
+    an override naming fe80::1 applies to fe80::1 on any interface."""
+    from authz.host_address import peer_host_address
+
+    host = peer_host_address(("fe80::1", 9092, 0, 4))
+    assert host == "fe80:0:0:0:0:0:0:1%4"
+    limits = ConnectionLimits(max_connections=100, max_connections_per_ip=5, overrides={"fe80::1": 0})
+    assert limits.admit(host) is not None
+    limits = ConnectionLimits(max_connections=100, max_connections_per_ip=1)
+    assert limits.admit(host) is None
+    assert limits.admit("fe80::1%eth0") is not None and limits.count("fe80::1") == 1
+    limits.release(host)
+    assert limits.count("fe80::1") == 0
+
+
 def test_settings_defaults_and_refusals() -> None:
     config = GatewayConfig()
     assert (config.max_connections, config.max_connections_per_ip) == (10_000, 1_000)

@@ -28,6 +28,9 @@ class _Client:
     def abort(self, reason: str) -> None:
         self.aborted.append(reason)
 
+    def drops_acks_0_answer(self, correlation: int) -> bool:
+        return False  # no produce request was forwarded
+
     def on_upstream_lost(self, exc: Exception | None) -> None:
         pass
 
