@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import random
 import select
@@ -43,7 +44,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit.request_log import authentication_event, request_event, request_log_entry, request_log_line
 from audit.sinks import AuditSink, LineSink
@@ -125,6 +126,9 @@ from gateway.upstream_login import (
     reauthentication_delay_s,
 )
 from gateway.upstream_token import UpstreamLoginError as UpstreamLoginError  # re-exported
+
+if TYPE_CHECKING:
+    from sasl.scram import SaltedPasswordCache
 from gateway.upstream_token import printable
 
 log = logging.getLogger("kgov.gateway")
@@ -304,6 +308,9 @@ class Gateway:
         self.upstream_versions: dict[int, tuple[int, int]] | None = None
         self._versions_at = 0.0
         self.topic_ids = TopicIds()  # what the upstream's topic ids name (Fetch v13+)
+        # The gateway's own SCRAM credential upstream: its salted passwords, so that PBKDF2 runs once, not
+        # on the event loop for every client connection's upstream login (`upstream_salted_cache`).
+        self._upstream_scram: tuple[str, str, SaltedPasswordCache] | None = None
         # The gateway's listings of the upstream's topics: one at a time, one per second at most.
         self.topic_listing: ListingGate[ClientConnection] = ListingGate()
         self._servers: list[asyncio.base_events.Server] = []
@@ -533,6 +540,16 @@ class Gateway:
             return self.options.upstream
         return self.brokers.upstream_of(node_id) or self.options.upstream
 
+    def upstream_salted_cache(self, username: str, password: str) -> SaltedPasswordCache:
+        """The salted-password cache of the credential the gateway logs in upstream with; a new one when
+        the credential changed (a cache never serves another credential's logins)."""
+        held = self._upstream_scram
+        from sasl.scram import SaltedPasswordCache
+
+        if held is None or held[0] != username or not hmac.compare_digest(held[1].encode(), password.encode()):
+            held = self._upstream_scram = (username, password, SaltedPasswordCache())
+        return held[2]
+
     async def refresh_upstream_versions(self) -> dict[int, tuple[int, int]]:
         """Asks the upstream which API versions it supports (once; clients reuse the answer)."""
         host, port = self.options.upstream
@@ -680,7 +697,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             messages = [b"\x00" + username.encode() + b"\x00" + password.encode()]
             response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=messages[0]))
         else:
-            client = ScramClient(MECHANISMS[mechanism], username, password)
+            client = ScramClient(MECHANISMS[mechanism], username, password,
+                                 salted_cache=self.client.gateway.upstream_salted_cache(username, password))
             response = await self._login_call(SASL_AUTHENTICATE, auth(auth_bytes=client.first_message()))
             if not response.error_code:
                 try:

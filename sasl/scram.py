@@ -452,6 +452,29 @@ def _text_or_empty(data: bytes) -> str:
         return ""
 
 
+class SaltedPasswordCache:
+    """The salted passwords of ONE client credential (user and password), by mechanism, salt and
+    iteration count: a server keeps one salt per user and mechanism, so a few entries suffice; the
+    oldest goes first. What it holds logs in as that user to that server, as the password does, so it
+    belongs with the password, never shared between credentials."""
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._entries: dict[tuple[str, bytes, int], bytes] = {}
+
+    def get(self, key: tuple[str, bytes, int]) -> bytes | None:
+        return self._entries.get(key)
+
+    def put(self, key: tuple[str, bytes, int], salted: bytes) -> None:
+        self._entries.pop(key, None)
+        while len(self._entries) >= self._size:
+            del self._entries[next(iter(self._entries))]
+        self._entries[key] = salted
+
+    def __repr__(self) -> str:
+        return f"SaltedPasswordCache({len(self._entries)} entries)"
+
+
 class ScramClient:
     """The client side (tests, CLI, the gateway's upstream login). Raises `ScramError` on any failure."""
 
@@ -464,8 +487,13 @@ class ScramClient:
         token_auth: bool = False,
         nonce: str | None = None,
         extensions: Mapping[str, str] | None = None,
+        salted_cache: SaltedPasswordCache | None = None,
     ) -> None:
+        """`salted_cache`: where the salted password (the PBKDF2 result) for a salt and iteration count
+        is kept between logins with this password, so that only the first of many runs PBKDF2 (the
+        gateway logs in upstream once per client connection, on its event loop)."""
         self.mechanism = mechanism
+        self._salted_cache = salted_cache
         self.username = username
         self._password = password
         self._nonce = nonce or default_nonce()
@@ -508,7 +536,13 @@ class ScramClient:
             )
         if iterations > self.mechanism.max_iterations:
             raise ScramError(f"Requested iterations {iterations} is more than the maximum")
-        salted = self.mechanism.salted_password(self._password, _b64decode(m.group("salt")), iterations)
+        salt = _b64decode(m.group("salt"))
+        cache, key = self._salted_cache, (self.mechanism.name, salt, iterations)
+        salted = cache.get(key) if cache is not None else None
+        if salted is None:
+            salted = self.mechanism.salted_password(self._password, salt, iterations)
+            if cache is not None:
+                cache.put(key, salted)
         mech = self.mechanism
         client_key = mech.hmac(salted, b"Client Key")
         without_proof = f"c=biws,r={nonce}"

@@ -12,8 +12,14 @@ import pytest
 
 from gateway.codec import SPECS, encode_response, parse_request_header
 from gateway.proxy import UpstreamConnection, UpstreamLoginError
+from sasl.scram import SaltedPasswordCache
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+class _Gateway:
+    def upstream_salted_cache(self, username: str, password: str) -> SaltedPasswordCache:
+        return SaltedPasswordCache()
 
 
 class _Client:
@@ -21,6 +27,7 @@ class _Client:
 
     def __init__(self) -> None:
         self.aborted: list[str] = []
+        self.gateway = _Gateway()
 
     def on_upstream_frame(self, frame: Any) -> None:
         raise AssertionError("no frame is forwarded during the login")

@@ -372,3 +372,36 @@ def test_the_fake_credential_is_derived_for_known_names_too() -> None:
             f"n,,n={name},r=abc".encode()
         )
     assert asked == [("known", False), ("ghost", False)]
+
+
+def test_a_salted_password_cache_spares_pbkdf2_on_later_logins_and_only_for_its_salt(monkeypatch) -> None:
+    """The gateway logs in upstream once per client connection, on its event loop: with the credential's
+    SaltedPasswordCache only the first login runs PBKDF2. Each later one still proves itself to the real
+    server (fresh nonces) and checks the server's signature; a new salt (the password changed upstream)
+    runs PBKDF2 again, and a wrong cached entry cannot be made to pass."""
+    from sasl.scram import SaltedPasswordCache, ScramMechanism
+
+    derivations: list[int] = []
+    original = ScramMechanism.salted_password
+
+    def counting(self, password: str, salt: bytes, iterations: int) -> bytes:
+        derivations.append(iterations)
+        return original(self, password, salt, iterations)
+
+    cred = derive_credential(SCRAM_SHA_512, "svc-password", iterations=16384)
+    rotated = derive_credential(SCRAM_SHA_512, "svc-password", iterations=16384)  # a new salt
+    changed = derive_credential(SCRAM_SHA_512, "new-password", iterations=16384)
+    monkeypatch.setattr(ScramMechanism, "salted_password", counting)
+    cache = SaltedPasswordCache()
+    for _ in range(3):
+        client = ScramClient(SCRAM_SHA_512, "svc", "svc-password", salted_cache=cache)
+        result = run(ScramServer(SCRAM_SHA_512, lookup_for({"svc": cred})), client)
+        assert isinstance(result, Success)
+        client.verify_server_final(result.data)
+    assert derivations == [16384]
+    result = run(ScramServer(SCRAM_SHA_512, lookup_for({"svc": rotated})),
+                 ScramClient(SCRAM_SHA_512, "svc", "svc-password", salted_cache=cache))
+    assert isinstance(result, Success) and derivations == [16384, 16384]
+    refused = run(ScramServer(SCRAM_SHA_512, lookup_for({"svc": changed})),
+                  ScramClient(SCRAM_SHA_512, "svc", "svc-password", salted_cache=cache))
+    assert isinstance(refused, Failure)
