@@ -57,7 +57,7 @@ from sasl.scram import (
     ScramServer,
     derive_credential,
 )
-from sasl.service import CredentialService
+from sasl.service import CreatedToken, CredentialService
 
 TARGET = 20_000
 
@@ -196,21 +196,27 @@ def _xor(a: bytes, b: bytes) -> bytes:
 TOKEN_KINDS = ("real token", "real id, wrong HMAC", "unknown id", "expired id")
 
 
-def token_login_runner(tmp: str, mech: ScramMechanism, kind: str) -> Runner:
-    """Returns a runner whose result is the median server time of one attempt, in microseconds."""
-    engine = open_engine(f"sqlite:///{tmp}/tokens-{mech.name}-{kind[:4]}.db")
+def _token_service(db_file: str) -> tuple[CredentialService, CreatedToken, CreatedToken]:
+    """A credential service over its own SQLite file with 100 tokens, then a live one and one that has
+    expired (its clock moved past it): (service, live token, expired token)."""
     clock = _Clock()
     settings = Settings(
         dev_mode=True,
         sasl={"delegation_token_secret_key": "bench-delegation-token-secret", "max_failed_attempts_per_source": 10**9},
     )
-    svc = CredentialService(engine, settings, clock=clock)
+    svc = CredentialService(open_engine(f"sqlite:///{db_file}"), settings, clock=clock)
     owner = Principal("User", "bench")
     for _ in range(100):  # a few other tokens in the snapshot
         svc.create_token(owner)
     real = svc.create_token(owner)
     stale = svc.create_token(owner, max_lifetime_ms=1)
     clock.now += timedelta(milliseconds=2)
+    return svc, real, stale
+
+
+def token_login_runner(tmp: str, mech: ScramMechanism, kind: str) -> Runner:
+    """Returns a runner whose result is the median server time of one attempt, in microseconds."""
+    svc, real, stale = _token_service(f"{tmp}/tokens-{mech.name}-{kind[:4]}.db")
     name = {"unknown id": None, "expired id": stale.info.token_id}.get(kind, real.info.token_id)
     password = base64.b64encode(real.hmac).decode()
     client_key: bytes | None = None  # the real client's, derived once from the salt the server shows
@@ -259,19 +265,7 @@ def token_login_runner(tmp: str, mech: ScramMechanism, kind: str) -> Runner:
 
 def bearer_login_runner(tmp: str, kind: str) -> Runner:
     """The median server time of one OAUTHBEARER attempt with a delegation token's bearer, in µs."""
-    engine = open_engine(f"sqlite:///{tmp}/bearer-{kind[:4]}.db")
-    clock = _Clock()
-    settings = Settings(
-        dev_mode=True,
-        sasl={"delegation_token_secret_key": "bench-delegation-token-secret", "max_failed_attempts_per_source": 10**9},
-    )
-    svc = CredentialService(engine, settings, clock=clock)
-    owner = Principal("User", "bench")
-    for _ in range(100):  # a few other tokens in the snapshot
-        svc.create_token(owner)
-    real = svc.create_token(owner)
-    stale = svc.create_token(owner, max_lifetime_ms=1)
-    clock.now += timedelta(milliseconds=2)
+    svc, real, stale = _token_service(f"{tmp}/bearer-{kind[:4]}.db")
     wrong = os.urandom(64)
 
     def message(i: int) -> bytes:
