@@ -196,6 +196,22 @@ def _xor(a: bytes, b: bytes) -> bytes:
 TOKEN_KINDS = ("real token", "real id, wrong HMAC", "unknown id", "expired id")
 
 
+def _median_runner(attempt: Callable[[int], float]) -> Runner:
+    """A runner calling `attempt(n)` (n = 1, 2, ...: its seconds of server time) for the given seconds,
+    at least 5 times; its result is the median, in microseconds."""
+    counter = [0]
+
+    def run(seconds: float) -> float:
+        times: list[float] = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline or len(times) < 5:
+            counter[0] += 1
+            times.append(attempt(counter[0]))
+        return statistics.median(times) * 1e6
+
+    return run
+
+
 def _token_service(db_file: str) -> tuple[CredentialService, CreatedToken, CreatedToken]:
     """A credential service over its own SQLite file with 100 tokens, then a live one and one that has
     expired (its clock moved past it): (service, live token, expired token)."""
@@ -250,17 +266,7 @@ def token_login_runner(tmp: str, mech: ScramMechanism, kind: str) -> Runner:
         assert isinstance(result, Success) == (kind == "real token"), result
         return elapsed
 
-    counter = [0]
-
-    def run(seconds: float) -> float:
-        times: list[float] = []
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline or len(times) < 5:
-            counter[0] += 1
-            times.append(attempt(counter[0]))
-        return statistics.median(times) * 1e6
-
-    return run
+    return _median_runner(attempt)
 
 
 def bearer_login_runner(tmp: str, kind: str) -> Runner:
@@ -287,17 +293,7 @@ def bearer_login_runner(tmp: str, kind: str) -> Runner:
         assert isinstance(result, Success if kind == "real token" else Failure), result
         return elapsed
 
-    counter = [0]
-
-    def run(seconds: float) -> float:
-        times: list[float] = []
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline or len(times) < 5:
-            counter[0] += 1
-            times.append(attempt(counter[0]))
-        return statistics.median(times) * 1e6
-
-    return run
+    return _median_runner(attempt)
 
 
 def bearer_logins(args: argparse.Namespace) -> None:
