@@ -363,6 +363,16 @@ class _Relay:
                 asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            # What close() could not end (a connection accepted while it ran, or close() itself cut short)
+            # is cancelled here on the stopped loop and run to its end, as asyncio.run's shutdown does:
+            # destroyed while pending, a splice's `finally` would be thrown GeneratorExit mid-await.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                with contextlib.suppress(Exception):
+                    self._loop.run_until_complete(asyncio.wait(pending, timeout=10))
         self._listener.close()
         self._loop.close()
 
