@@ -135,7 +135,13 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes `_b64` wrote as `text`; ValueError for any other spelling. Only the canonical one: the
+    decoder also takes `/` for `_`, `+` for `-` and any value of a last character's unused low bits, so
+    an edited chain file could otherwise decode to the same MAC and verify."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:
+        raise ValueError("not the canonical base64url spelling")
+    return raw
 
 
 def _canonical(entry: dict[str, Any]) -> bytes:

@@ -685,3 +685,22 @@ def test_format_1_chains_without_a_generation_still_verify_and_an_upgrade_number
     headers = [json.loads(chain_path(tmp_path / "a.log").read_text().splitlines()[0])]
     assert headers[0]["v"] == 2 and type(headers[0]["g"]) is int and len(reports) > len(old)
 
+
+
+def test_a_mac_respelled_in_another_base64_form_does_not_verify(tmp_path: Path) -> None:
+    """base64url decoders also take `/` for `_`, `+` for `-` and any value of the last character's unused
+    bits: a chain file edited that way decodes to the same MACs, and must fail all the same (found by the
+    property test above in CI)."""
+    from audit.integrity import AuditFile, verify_family
+
+    _valid_family(tmp_path)
+    data, chain = (tmp_path / "a.log").read_bytes(), chain_path(tmp_path / "a.log").read_bytes()
+    assert verify_family([AuditFile("a.log", ".a.log.chain", data, chain)], KEY)[0].ok
+    first = json.loads(chain.split(b"\n")[0])
+    mac = first["m"]
+    respelled = [mac[:-1] + chr(ord(mac[-1]) ^ 1)]  # the last character's unused low bit
+    respelled += [mac.replace(a, b, 1) for a, b in (("_", "/"), ("-", "+")) if a in mac]
+    for other in respelled:
+        edited = chain.replace(f'"m":"{mac}"'.encode(), f'"m":"{other}"'.encode(), 1)
+        assert edited != chain
+        assert not verify_family([AuditFile("a.log", ".a.log.chain", data, edited)], KEY)[0].ok, other
