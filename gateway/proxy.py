@@ -773,11 +773,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.awaiting_upstream: deque[Slot] = deque()
         # Produce requests with acks=0 forwarded, as (correlation id, how many answered requests had been
         # forwarded before it): Kafka brokers never answer them, Tansu does, and such an answer is dropped
-        # rather than taken for an unexpected one (`_answer_to_acks_0`). Bounded: a broker that never
+        # rather than taken for an unexpected one (`drops_acks_0_answer`). Bounded: a broker that never
         # answers leaves them here until the next answer, or until they fall off the end.
         self._acks_0_sent: deque[tuple[int, int]] = deque(maxlen=1024)
-        self._awaited = 0  # requests put in awaiting_upstream, ever
-        self._answered = 0  # answers taken from it, ever
+        self._answered = 0  # answers taken from awaiting_upstream, ever
         self.pending_frames: list[Frame] = []
         self.pending_bytes = 0
         self.paused: set[str] = set()
@@ -1491,14 +1490,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         else:
             self._send_upstream(out)
         if key == 0 and acks == 0:
-            self._acks_0_sent.append((header.correlation_id, self._awaited))
+            self._acks_0_sent.append((header.correlation_id, self._answered + len(self.awaiting_upstream)))
             self._finish_without_response(slot)
             if plan.patches:  # a denied topic was cut out (its answer would have been patched in)
                 self._close_after_failed_acks_0(header)
         else:
             self.slots.append(slot)
             self.awaiting_upstream.append(slot)
-            self._awaited += 1
 
     def _answer_throttled_fetch(self, spec: ApiSpec, slot: Slot, throttle_ms: int) -> None:
         """Kafka's answer to a fetch over its consumer byte rate or request quota: no data, the throttle
@@ -1637,7 +1635,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         upstream connection (as the gateway's upstream identity); its answer replaces the map."""
         gateway = self.gateway
         spec, version = SPECS[3], refresh_version(versions)
-        # A correlation id no acks=0 produce still remembered uses (`_answer_to_acks_0`): the listing's
+        # A correlation id no acks=0 produce still remembered uses (`drops_acks_0_answer`): the listing's
         # answer would be taken for that one's and dropped (a Kafka broker never answers it).
         taken = {correlation for correlation, _ in self._acks_0_sent}
         correlation = -1
@@ -1659,7 +1657,6 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         asyncio.get_running_loop().call_later(LISTING_WAIT_S, end)
         self.awaiting_upstream.append(Slot(header, spec, time.perf_counter(), 0, on_answer=on_answer))
-        self._awaited += 1
         self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
 
     def _send_upstream(self, *parts: Frame) -> None:
@@ -2044,15 +2041,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.abort(UPSTREAM_LOST)
 
     def drops_acks_0_answer(self, correlation: int) -> bool:
-        """Whether an upstream frame with `correlation` is an answer to an acks=0 produce request,
-        dropped (`_answer_to_acks_0`); also asked during the gateway's own SASL exchange upstream."""
-        return bool(self._acks_0_sent) and self._answer_to_acks_0(correlation)
-
-    def _answer_to_acks_0(self, correlation: int) -> bool:
-        """Whether an upstream frame is an answer to a produce request with acks=0, which is dropped.
-        Answers come in the order of the requests: only acks=0 requests forwarded before the next awaited
-        one can be answered now; those passed over were not answered (as Kafka brokers answer none) and
-        are forgotten."""
+        """Whether an upstream frame with `correlation` is an answer to a produce request with acks=0,
+        which is dropped (also asked during the gateway's own SASL exchange upstream). Answers come in
+        the order of the requests: only acks=0 requests forwarded before the next awaited one can be
+        answered now; those passed over were not answered (as Kafka brokers answer none) and are forgotten."""
         sent = self._acks_0_sent
         while sent and sent[0][1] <= self._answered:
             if sent.popleft()[0] == correlation:

@@ -167,7 +167,7 @@ def test_an_answer_to_an_acks_0_produce_arriving_during_upstream_reauthenticatio
     upstream: ScriptedUpstream, authz_factory: Callable[..., AuthzFixture],
 ) -> None:
     """The re-authentication waits for the awaited answers only, so an answer to an acks=0 produce
-    (`ClientConnection._answer_to_acks_0`) can still be on its way when the SASL exchange begins: it is
+    (`ClientConnection.drops_acks_0_answer`) can still be on its way when the SASL exchange begins: it is
     dropped, not read as the SaslHandshake's answer."""
     upstream.release.set()  # no Metadata answer held
     authz = authz_factory(allow_everyone_if_no_acl_found=True)
