@@ -41,9 +41,10 @@ from registry.compat import (
 from registry.contracts import (
     check_metadata,
     check_rule_set,
+    compatibility_group_value,
     confluent_version,
-    merge_metadata,
-    merge_rule_sets,
+    merge_with_config,
+    validate_rule_set,
     with_confluent_version,
     without_confluent_version,
 )
@@ -473,8 +474,6 @@ class SchemaRegistry:
         raise RegistryError(40408, f"Subject '{subject}' does not have subject-level compatibility configured")
 
     def set_config(self, subject: str | None, body: Mapping[str, Any]) -> tuple[dict[str, Any], Change]:
-        if subject is not None:
-            validate_subject(subject)
         level = body.get("compatibility", body.get("compatibilityLevel"))
         echo: dict[str, Any] = {}
         stored: dict[str, Any] = {}
@@ -487,8 +486,15 @@ class SchemaRegistry:
             raise RegistryError(422, "normalize must be a boolean")
         for name in ("defaultMetadata", "overrideMetadata"):
             check_metadata(stored.get(name), name)
+        if "compatibilityGroup" in stored and not isinstance(stored["compatibilityGroup"], str):
+            raise RegistryError(422, "compatibilityGroup must be a string")
         for name in ("defaultRuleSet", "overrideRuleSet"):
             check_rule_set(stored.get(name), name)
+        # Confluent's ConfigResource order: the level (42203), then the rule sets (42210), then the subject.
+        for name in ("defaultRuleSet", "overrideRuleSet"):
+            validate_rule_set(stored.get(name))
+        if subject is not None:
+            validate_subject(subject)
         key = GLOBAL_KEY if subject is None else subject
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)
@@ -612,6 +618,9 @@ class SchemaRegistry:
                 raise version_not_found(version)
             # Confluent compares only the named version, whatever the level's transitivity.
             level = level.removesuffix("_TRANSITIVE")
+        # Confluent's isCompatible takes the request's metadata as sent (no config defaults merged in,
+        # unlike a registration) to pick the versions of the same compatibility group.
+        previous = _same_group(config, request.metadata, previous)
         messages = self._incompatibilities(conn, parsed, previous, level, WorkBudget(self._max_diff_work))
         return CompatibilityVerdict(not messages, tuple(messages) if verbose else ())
 
@@ -638,7 +647,8 @@ class SchemaRegistry:
     def _lookup(self, subject: str, request: RegisterRequest, *, normalize: bool, deleted: bool,
                 walk: _ReferenceWalk) -> SubjectVersion:
         with self.engine.connect() as conn:
-            rows = [r for r in self._versions(conn, subject) if deleted or not r.deleted]
+            stored = self._versions(conn, subject)
+            rows = [r for r in stored if deleted or not r.deleted]
             if not rows:
                 raise subject_not_found(subject)
             config = self._config(conn, subject)
@@ -646,22 +656,41 @@ class SchemaRegistry:
             # Avro would refuse today is found.
             request, parsed = self._parse_request(conn, request, normalize=normalize or bool(config.get("normalize")),
                                                   walk=walk, validate_defaults=False)
-            # As written: the subject's versions all resolve their references in its context.
-            refs = _as_written(parsed, request.references, subject)
-            wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
-            prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
-            for row in reversed(rows):
-                if prints[row.schema.id][0] != wanted:
-                    continue
-                if request.metadata is not None and request.metadata != row.schema.metadata:
-                    continue
-                if request.rule_set is not None and request.rule_set != row.schema.rule_set:
-                    continue
-                return row
-            inlined = self._inlined_version(conn, parsed, request, rows, None, any_annotations=True)
-        if inlined is not None:
-            return inlined
+            found = self._matching_version(conn, subject, parsed, request, rows)
+            live = [r for r in stored if not r.deleted]
+            if found is None and live:
+                # Confluent's lookUpSchemaUnderSubject, on a miss, merges what a registration of the
+                # request would (the config's defaults and overrides around the request's metadata and
+                # rule set, or the latest live version's where the request gives none) and looks up
+                # once more, unless that changes nothing: a version registered under the config's
+                # defaults is found by a client that sends only its own annotations.
+                metadata, rule_set = merge_with_config(config, request.metadata, request.rule_set,
+                                                       (live[-1].schema.metadata, live[-1].schema.rule_set))
+                if (metadata, rule_set) != (request.metadata, request.rule_set):
+                    retry = replace(request, metadata=metadata, rule_set=rule_set)
+                    found = self._matching_version(conn, subject, parsed, retry, rows)
+        if found is not None:
+            return found
         raise schema_not_found()
+
+    def _matching_version(self, conn: Connection, subject: str, parsed: ParsedSchema, request: RegisterRequest,
+                          rows: Sequence[SubjectVersion]) -> SubjectVersion | None:
+        """The newest of `rows` holding `parsed` with the request's metadata and rule set (either
+        matching any when the request gives none), else an Avro version it equals once references are
+        resolved (`_inlined_version`)."""
+        # As written: the subject's versions all resolve their references in its context.
+        refs = _as_written(parsed, request.references, subject)
+        wanted = content_fingerprint(parsed.schema_type.value, parsed.canonical, refs)
+        prints = store.fingerprints_of(conn, (r.schema.id for r in rows))
+        for row in reversed(rows):
+            if prints[row.schema.id][0] != wanted:
+                continue
+            if request.metadata is not None and request.metadata != row.schema.metadata:
+                continue
+            if request.rule_set is not None and request.rule_set != row.schema.rule_set:
+                continue
+            return row
+        return self._inlined_version(conn, parsed, request, rows, None, any_annotations=True)
 
     def _inlined_version(self, conn: Connection, parsed: ParsedSchema, request: RegisterRequest,
                          rows: Sequence[SubjectVersion], existing_id: int | None, *,
@@ -766,6 +795,9 @@ class SchemaRegistry:
 
     def register(self, subject: str, request: RegisterRequest, *, normalize: bool, may_read: ReadCheck
                  ) -> tuple[SubjectVersion, Change]:
+        # Confluent's SubjectVersionsResource.register: the request's own rule set (not the one merged
+        # with the config's and the latest version's) is validated first, then the subject.
+        validate_rule_set(request.rule_set)
         validate_subject(subject)
         walk = _walk_references(subject, request, may_read)
         # Producers re-register their schema at every start: answer that from a read, without the
@@ -843,7 +875,7 @@ class SchemaRegistry:
         if basis is None:
             return None
         level, _ = basis
-        messages = self._incompatibilities(conn, prepared.parsed, [r for r in prepared.rows if not r.deleted], level,
+        messages = self._incompatibilities(conn, prepared.parsed, _compared_versions(prepared), level,
                                            budget, judged=judged, take_slot=take_slot)
         if messages:
             raise IncompatibleSchemaError(subject, messages)
@@ -978,12 +1010,8 @@ def _populate_from_previous(request: RegisterRequest, live: Sequence[SubjectVers
             raise invalid_schema("Empty schema")
         request = replace(request, schema=latest.schema, schema_type=latest.schema_type,
                           references=latest.references)
-    specific_metadata = request.metadata if request.metadata is not None else latest.metadata if latest else None
-    specific_rules = request.rule_set if request.rule_set is not None else latest.rule_set if latest else None
-    metadata = merge_metadata(merge_metadata(config.get("defaultMetadata"), specific_metadata),
-                              config.get("overrideMetadata"))
-    rule_set = merge_rule_sets(merge_rule_sets(config.get("defaultRuleSet"), specific_rules),
-                               config.get("overrideRuleSet"))
+    metadata, rule_set = merge_with_config(config, request.metadata, request.rule_set,
+                                           (latest.metadata, latest.rule_set) if latest else None)
     if request.version not in (None, 0) or confluent_version(metadata) is not None:
         metadata = with_confluent_version(metadata, new_version())
     return replace(request, metadata=metadata, rule_set=rule_set)
@@ -1037,11 +1065,33 @@ def _referenced_row(rows: Sequence[SubjectVersion], version: int) -> SubjectVers
 
 def _compatibility_basis(prepared: _Prepared) -> tuple[str, tuple[tuple[int, int], ...]] | None:
     """What a compatibility verdict depends on besides the new schema: the level and the live versions
-    (schemas are immutable per id). None when importing, which is not checked."""
+    it is compared with (`_compared_versions`; schemas are immutable per id). None when importing,
+    which is not checked."""
     if prepared.importing:
         return None
     level = str(prepared.config.get("compatibilityLevel", DEFAULT_COMPATIBILITY))
-    return level, tuple((r.version, r.schema.id) for r in prepared.rows if not r.deleted)
+    return level, tuple((r.version, r.schema.id) for r in _compared_versions(prepared))
+
+
+def _compared_versions(prepared: _Prepared) -> list[SubjectVersion]:
+    """The live versions a registration is checked against: those of its compatibility group, its
+    metadata being the merged one (config defaults and overrides included), as Confluent's register
+    builds the schema before `isCompatibleWithPrevious`."""
+    live = [r for r in prepared.rows if not r.deleted]
+    return _same_group(prepared.config, prepared.request.metadata, live)
+
+
+def _same_group(config: Mapping[str, Any], metadata: Mapping[str, Any] | None,
+                versions: Sequence[SubjectVersion]) -> list[SubjectVersion]:
+    """Confluent's `isCompatibleWithPrevious` with a `compatibilityGroup`: only the versions whose
+    metadata gives the property it names the new schema's value, absent matching absent (a new
+    schema without the property is compared with the versions without it). The level's
+    transitivity then applies to these (the latest of the group, or all of them)."""
+    group = config.get("compatibilityGroup")
+    if not isinstance(group, str):
+        return list(versions)
+    value = compatibility_group_value(metadata, group)
+    return [v for v in versions if compatibility_group_value(v.schema.metadata, group) == value]
 
 
 def _judged(basis: tuple[str, tuple[tuple[int, int], ...]] | None) -> tuple[tuple[int, int], ...]:
