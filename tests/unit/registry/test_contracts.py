@@ -10,9 +10,12 @@ import pytest
 from registry.contracts import (
     check_metadata,
     check_rule_set,
+    compatibility_group_value,
     confluent_version,
     merge_metadata,
     merge_rule_sets,
+    merge_with_config,
+    validate_rule_set,
     with_confluent_version,
     without_confluent_version,
 )
@@ -85,3 +88,73 @@ def test_well_formed_annotations_pass_unchanged() -> None:
     rules = {"domainRules": [{"name": "r"}], "enableAt": "2026"}
     assert check_rule_set(rules, "ruleSet") is rules
     assert check_rule_set(None, "ruleSet") is None
+
+
+@pytest.mark.parametrize("rule", [
+    {"name": 1}, {"type": ["CEL"]}, {"kind": "condition"}, {"mode": "READWRITE"}, {"tags": "PII"},
+    {"params": {"k": 1}}, {"disabled": "true"}, {"onFailure": 0},
+])
+def test_rule_fields_of_the_wrong_shape_are_422_naming_the_rule(rule: dict[str, Any]) -> None:
+    with pytest.raises(RegistryError) as raised:
+        check_rule_set({"domainRules": [{"name": "ok", "type": "CEL"}, rule]}, "ruleSet")
+    assert raised.value.code == 422 and "ruleSet.domainRules[1]." in raised.value.message
+
+
+def _refusal(rule_set: dict[str, Any]) -> str:
+    with pytest.raises(RegistryError) as raised:
+        validate_rule_set(rule_set)
+    assert raised.value.code == 42210 and raised.value.status == 422
+    return raised.value.message
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("r" * 63 + "\N{GRINNING FACE}", "Rule name too long"),  # 65 UTF-16 units, as Java counts them
+    ("a\N{GRINNING FACE}", "Illegal character in rule name: a\N{GRINNING FACE}"),  # a surrogate pair
+    ("\N{MATHEMATICAL BOLD CAPITAL A}", "Illegal initial character in rule name: \N{MATHEMATICAL BOLD CAPITAL A}"),
+    ("a\N{MATHEMATICAL BOLD DIGIT ZERO}", "Illegal character in rule name: a\N{MATHEMATICAL BOLD DIGIT ZERO}"),
+    ("a\u00b2", "Illegal character in rule name: a\u00b2"),  # superscript two: No, not a Java digit
+    ("a b", "Illegal character in rule name: a b"),
+    ("\u0661x", "Illegal initial character in rule name: \u0661x"),  # a digit, though Arabic-Indic
+])
+def test_rule_names_are_read_as_java_reads_them(name: str, message: str) -> None:
+    assert _refusal({"domainRules": [{"name": name, "type": "CEL"}]}) == message
+
+
+@pytest.mark.parametrize("name", ["r" * 64, "_", "x\u0661", "\u00e9t\u00e9-2", "\u01c5a", "\u02b0"])
+def test_java_letters_and_digits_make_valid_names(name: str) -> None:
+    validate_rule_set({"domainRules": [{"name": name, "type": "CEL"}]})
+
+
+def test_the_first_failure_in_confluents_order_is_reported() -> None:
+    # The duplicate is found before the second rule is validated; lists are walked migration first.
+    duplicate = {"domainRules": [{"name": "x", "type": "T"}], "migrationRules": [{"name": "x", "mode": "UPGRADE"}]}
+    assert _refusal(duplicate) == "Missing rule type"
+    duplicate["migrationRules"][0]["type"] = "T"
+    assert _refusal(duplicate) == "Found rule with duplicate name 'x'"
+    # Rule.validate (name, type, actions) before the list's modes.
+    assert _refusal({"domainRules": [{"name": "x", "mode": "UPGRADE"}]}) == "Missing rule type"
+    assert _refusal({"domainRules": [{"name": "x", "type": "T", "mode": "READ", "onSuccess": "a,b"}]}) == (
+        "Multiple actions only valid with WRITEREAD and UPDOWN")
+    validate_rule_set({"migrationRules": [{"name": "m", "type": "T", "mode": "UPDOWN", "onSuccess": "a,b"}],
+                       "domainRules": [{"name": "d", "type": "T", "onFailure": "ERROR,NONE"}]})
+    validate_rule_set(None)
+    validate_rule_set({})
+
+
+def test_merge_with_config_is_default_then_given_or_previous_then_override() -> None:
+    config = {"defaultMetadata": {"properties": {"a": "default", "b": "default"}},
+              "overrideMetadata": {"properties": {"b": "override"}},
+              "overrideRuleSet": {"domainRules": [{"name": "o"}]}}
+    previous = ({"properties": {"a": "previous"}}, {"domainRules": [{"name": "p"}]})
+    assert merge_with_config(config, None, None, previous) == (
+        {"properties": {"a": "previous", "b": "override"}}, {"domainRules": [{"name": "p"}, {"name": "o"}]})
+    assert merge_with_config(config, {"properties": {"c": "mine"}}, {"domainRules": []}, previous) == (
+        {"properties": {"a": "default", "b": "override", "c": "mine"}}, {"domainRules": [{"name": "o"}]})
+    assert merge_with_config({}, None, None, None) == (None, None)
+
+
+def test_the_compatibility_group_value_is_a_string_property_or_none() -> None:
+    assert compatibility_group_value({"properties": {"major": "2"}}, "major") == "2"
+    assert compatibility_group_value({"properties": {"minor": "2"}}, "major") is None
+    assert compatibility_group_value({"tags": {}}, "major") is None
+    assert compatibility_group_value(None, "major") is None
