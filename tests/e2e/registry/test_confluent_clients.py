@@ -124,6 +124,30 @@ def test_data_contracts_through_the_client(confluent_client: SchemaRegistryClien
     assert c.get_latest_with_metadata(subject, {"tier": "gold"}).version == 1
 
 
+def test_rule_validation_and_lookup_with_config_defaults_through_the_client(
+        confluent_client: SchemaRegistryClient, kgov_url: str) -> None:
+    # An invalid rule is the client's SchemaRegistryError with Confluent's code and message; a schema
+    # registered under the config's default metadata is found by a lookup sending only its own metadata.
+    c = confluent_client
+    subject = f"lookup-{uuid.uuid4().hex[:8]}-value"
+    bad = Rule(name="bad name", doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
+               params=None, expr="true", on_success=None, on_failure=None, disabled=None)
+    with pytest.raises(SchemaRegistryError) as raised:
+        c.register_schema(subject, Schema(ORDER_AVRO, "AVRO", rule_set=RuleSet(None, [bad])))
+    assert (raised.value.http_status_code, raised.value.error_code) == (422, 42210)
+    assert raised.value.error_message == "Illegal character in rule name: bad name"
+    c.set_config(subject, ServerConfig(
+        default_metadata=Metadata(None, MetadataProperties({"owner": "data-team"}), None)))
+    mine = Metadata(None, MetadataProperties({"app": "billing"}), None)
+    created = c.register_schema_full_response(subject, Schema(ORDER_AVRO, "AVRO", metadata=mine))
+    # A fresh client: the registering one answers lookups of what it registered from its cache.
+    with SchemaRegistryClient({"url": kgov_url, "basic.auth.user.info": f"admin:{PASSWORD}"}) as fresh:
+        found = fresh.lookup_schema(subject, Schema(ORDER_AVRO, "AVRO", metadata=mine))
+    # The client answers the schema it sent ("Ensure the schema matches the input") with the id and
+    # version the server found.
+    assert (found.schema_id, found.version) == (created.schema_id, 1)
+
+
 def new_topic(bootstrap: str) -> str:
     topic = f"sr-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
