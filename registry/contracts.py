@@ -3,7 +3,9 @@
 Pure functions over the JSON objects the REST API carries. A registration's annotations are merged as
 Confluent's `KafkaSchemaRegistry.maybeSetMetadataRuleSet` merges them: the config's default, then the
 request's (or, when the request gives none, the latest live version's), then the config's override,
-each later one winning (`Metadata.mergeMetadata`, `RuleSet.mergeRuleSets`).
+each later one winning (`Metadata.mergeMetadata`, `RuleSet.mergeRuleSets`). A request's rule set is
+validated as Confluent's `RuleSet.validate` validates it (`validate_rule_set`, 42210), and a config's
+`compatibilityGroup` names the metadata property whose value groups versions for compatibility.
 """
 
 from __future__ import annotations
