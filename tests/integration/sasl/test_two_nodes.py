@@ -23,7 +23,8 @@ from sasl.mechanism import Challenge, Failure, Success
 from sasl.oauthbearer import TokenValidationError, build_client_initial_response
 from sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
 from sasl.service import LOOKUP_REFRESH_S, CredentialService, CredentialStoreUnavailable
-from tests.integration.authz.test_snapshot_age import Outage, outage  # noqa: F401 - the fixture
+from tests.integration.authz.test_snapshot_age import Outage
+from tests.integration.authz.test_snapshot_age import outage as outage  # the fixture, re-exported
 from tests.integration.sasl.test_service import SECRET_KEY, scram_login, settings
 
 pytestmark = pytest.mark.postgres
