@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import re
 import secrets
 import threading
 from collections import OrderedDict, deque
@@ -53,7 +54,7 @@ from sasl.delegation import (
     token_scram_credentials,
     visible,
 )
-from sasl.http_auth import MAX_SECRET_LENGTH, verify_hashed_secret
+from sasl.http_auth import MAX_SECRET_LENGTH, CredentialStoreUnavailable, verify_hashed_secret
 from sasl.issuer import IssuedToken
 from sasl.jwt_validation import (
     JwksCache,
@@ -119,11 +120,6 @@ class CredentialError(ValueError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-class CredentialStoreUnavailable(Exception):
-    """The credential snapshot is older than `[sasl] max_snapshot_age_s`: the database has not confirmed
-    it for that long, so logins that need it fail closed. The message names the setting, no secret."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -981,6 +977,15 @@ class CredentialService:
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL, "client_secret must have at least 16 characters"
             )
+        if not _FORM_SAFE.fullmatch(client_id) or not _FORM_SAFE.fullmatch(secret):
+            # `POST /oauth/token` reads HTTP Basic as sent (`sasl.api._client_credentials`); with these
+            # characters a client that form-urlencodes first (RFC 6749 §2.3.1, Kafka's
+            # sasl.oauthbearer.header.urlencode=true) sends the same bytes as one that does not.
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                "client_id and client_secret may hold only letters, digits, '.', '_' and '-' (so that "
+                "clients that URL-encode them for HTTP Basic and clients that do not send the same value)",
+            )
         if len(secret) > MAX_SECRET_LENGTH:  # passlib hashes no longer secret
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL,
@@ -1276,6 +1281,9 @@ class CredentialService:
 
 
 MAX_NAME_LENGTH: Final = 255  # the name columns of sasl/store.py
+# What application/x-www-form-urlencoded leaves as it is in Java's URLEncoder, Python's quote_plus and
+# the WHATWG serializer alike.
+_FORM_SAFE: Final = re.compile(r"[A-Za-z0-9._-]+")
 MAX_TOKEN_PRINCIPAL_LENGTH: Final = 512  # the token owner and requester columns
 
 
