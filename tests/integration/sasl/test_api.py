@@ -562,7 +562,7 @@ def test_token_endpoint_reads_basic_credentials_as_sent_one_guess_per_failure(ap
     """HTTP Basic is read as sent (Kafka's default and librdkafka): the form-decoded spelling of the
     secret is no second guess. Client ids and secrets are limited to characters form-urlencoding leaves
     alone, so clients that encode first (RFC 6749 §2.3.1) send the same value."""
-    client, app, _clock, _ = app_env
+    client, _app, _clock, _ = app_env
     r = client.post("/v1/oauth/clients",
                     json={"client_id": "job", "client_secret": "job-secret_0123.456789", "scopes": []}, headers=ADMIN)
     assert r.status_code in (200, 201)
