@@ -299,13 +299,19 @@ def bearer_login_runner(tmp: str, kind: str) -> Runner:
     return _median_runner(attempt)
 
 
+def _best_medians(rows: list[tuple[str, Runner]], args: argparse.Namespace) -> list[float]:
+    """Each runner's lowest median over the rounds, the rounds interleaved."""
+    best = [float("inf")] * len(rows)
+    for _ in range(args.rounds):
+        for i, (_name, runner) in enumerate(rows):
+            best[i] = min(best[i], runner(args.seconds))
+    return best
+
+
 def bearer_logins(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [(f"OAUTHBEARER delegation token, {kind}", bearer_login_runner(tmp, kind)) for kind in TOKEN_KINDS]
-        best = [float("inf")] * len(rows)
-        for _ in range(args.rounds):
-            for i, (_name, runner) in enumerate(rows):
-                best[i] = min(best[i], runner(args.seconds))
+        best = _best_medians(rows, args)
     for (name, _runner), micros in zip(rows, best, strict=True):
         print(f"{name:<56} {micros:>8,.1f} us/attempt (server, median)")
     ratios = ", ".join(f"{TOKEN_KINDS[k]} {best[k] / best[1]:.2f}" for k in (2, 3))
@@ -386,10 +392,7 @@ def lookup_runner(tmp: str, kind: str) -> Runner:
 def lookup_timing(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [(kind, lookup_runner(tmp, kind)) for kind in LOOKUP_KINDS]
-        best = [float("inf")] * len(rows)
-        for _ in range(args.rounds):
-            for i, (_name, runner) in enumerate(rows):
-                best[i] = min(best[i], runner(args.seconds))
+        best = _best_medians(rows, args)
     for (name, _runner), micros in zip(rows, best, strict=True):
         print(f"SCRAM-SHA-512 first message, {name:<26} {micros:>10,.1f} us (server, median)")
     print(f"unknown / known, checked: {best[1] / best[0]:.2f}; not checked: {best[3] / best[2]:.2f}")
