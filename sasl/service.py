@@ -595,7 +595,10 @@ class CredentialService:
                              unreachable=self._unreachable_since is not None, outages=self.store_outages)
 
     def snapshot_problem(self) -> str | None:
-        """For `/health`: why this node refuses logins, or None."""
+        """For `/health`: why this node refuses logins, or None. Checks the store when due, so that a
+        node nobody logs in to notices the database is back (the load balancer's probe brings it back)."""
+        with contextlib.suppress(CredentialStoreUnavailable):
+            self._current()
         state = self.snapshot_state()
         if state.stale:
             return (f"credential snapshot not confirmed by the database for {state.age_s:.0f} s "
@@ -752,7 +755,8 @@ class CredentialService:
         credential refresh is due it answers None: the refresh (a query, perhaps a reload of every
         credential) then runs in `verify_password`, off the loop, and a removed user is not served
         from a snapshot nobody refreshes."""
-        if self._monotonic() - self._checked_at >= min(LOOKUP_REFRESH_S, self.sasl.refresh_interval_s):
+        if (self._unreachable_since is not None  # `verify_password` decides, with `max_snapshot_age_s`
+                or self._monotonic() - self._checked_at >= min(LOOKUP_REFRESH_S, self.sasl.refresh_interval_s)):
             return None
         snap = self._snapshot
         for mech in (SCRAM_SHA_512, MECHANISMS["SCRAM-SHA-256"]):
