@@ -1,6 +1,6 @@
 """Credential-service throughput on one core: SCRAM server handshakes, cached PLAIN logins, JWT validations.
 
-    .venv/bin/python bench/sasl_bench.py [--seconds 0.5] [--rounds 8] [--only all|throughput|tokens|bearer]
+    .venv/bin/python bench/sasl_bench.py [--seconds 0.5] [--rounds 8] [--only all|throughput|tokens|bearer|lookup]
 
 Targets (issue 3): >= 20,000 SCRAM handshakes/s and >= 20,000 JWT validations/s on one core.
 - SCRAM: the server side of complete SCRAM-SHA-256 and SCRAM-SHA-512 exchanges (client-first ->
@@ -21,6 +21,9 @@ Targets (issue 3): >= 20,000 SCRAM handshakes/s and >= 20,000 JWT validations/s 
   bearer form (`CredentialService.server_mechanism("OAUTHBEARER")`, the first step, and the client's
   %x01 after an error): the right token, then a real id with a wrong HMAC, an unknown id, an expired
   token's id, which must cost the same.
+- Look-ups (`--only lookup`): the first SCRAM answer for a stored user and an unknown name, when the
+  look-up checks the database's change version first (`LOOKUP_REFRESH_S` has passed) and when not.
+  Hits and misses run the same check, so known and unknown must cost the same either way.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from sasl.scram import (
     ScramServer,
     derive_credential,
 )
-from sasl.service import CreatedToken, CredentialService
+from sasl.service import LOOKUP_REFRESH_S, CreatedToken, CredentialService
 
 TARGET = 20_000
 
@@ -296,13 +299,19 @@ def bearer_login_runner(tmp: str, kind: str) -> Runner:
     return _median_runner(attempt)
 
 
+def _best_medians(rows: list[tuple[str, Runner]], args: argparse.Namespace) -> list[float]:
+    """Each runner's lowest median over the rounds, the rounds interleaved."""
+    best = [float("inf")] * len(rows)
+    for _ in range(args.rounds):
+        for i, (_name, runner) in enumerate(rows):
+            best[i] = min(best[i], runner(args.seconds))
+    return best
+
+
 def bearer_logins(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [(f"OAUTHBEARER delegation token, {kind}", bearer_login_runner(tmp, kind)) for kind in TOKEN_KINDS]
-        best = [float("inf")] * len(rows)
-        for _ in range(args.rounds):
-            for i, (_name, runner) in enumerate(rows):
-                best[i] = min(best[i], runner(args.seconds))
+        best = _best_medians(rows, args)
     for (name, _runner), micros in zip(rows, best, strict=True):
         print(f"{name:<56} {micros:>8,.1f} us/attempt (server, median)")
     ratios = ", ".join(f"{TOKEN_KINDS[k]} {best[k] / best[1]:.2f}" for k in (2, 3))
@@ -348,6 +357,48 @@ def reload_runner(tmp: str, tokens: int = 1000) -> Runner:
     return run
 
 
+LOOKUP_KINDS = ("known user, checked", "unknown name, checked", "known user, not checked", "unknown name, not checked")
+
+
+def lookup_runner(tmp: str, kind: str) -> Runner:
+    """The server's answer to a SCRAM-SHA-512 client-first message (sent at once, before any failure
+    delay: its time is what a prober sees) through `CredentialService.server_mechanism` over SQLite with
+    200 users. "checked": the node's clock has moved past `LOOKUP_REFRESH_S` before each attempt, so the
+    look-up asks the database for its change version first; "not checked": it has not."""
+    mono = [1000.0]
+    settings = Settings(dev_mode=True, sasl={"max_failed_attempts_per_source": 10**9, "scram_iterations": 4096})
+    svc = CredentialService(open_engine(f"sqlite:///{tmp}/lookup-{kind[:5]}-{kind[-7:]}.db"), settings,
+                            monotonic=lambda: mono[0])
+    for i in range(200):
+        svc.set_scram_credential(f"user-{i}", "SCRAM-SHA-512", "pw", actor="bench")
+    checked = kind.endswith(", checked")
+    known = kind.startswith("known")
+
+    def attempt(i: int) -> float:
+        if checked:
+            mono[0] += LOOKUP_REFRESH_S + 0.001
+        name = f"user-{i % 200}" if known else f"nobody-{i}"
+        server = svc.server_mechanism("SCRAM-SHA-512", "10.0.0.1")
+        message = f"n,,n={name},r=bench-nonce-{i}".encode()
+        t0 = time.perf_counter()
+        first = server.step(message)
+        elapsed = time.perf_counter() - t0
+        assert isinstance(first, Challenge)
+        return elapsed
+
+    return _median_runner(attempt)
+
+
+def lookup_timing(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [(kind, lookup_runner(tmp, kind)) for kind in LOOKUP_KINDS]
+        best = _best_medians(rows, args)
+    for (name, _runner), micros in zip(rows, best, strict=True):
+        print(f"SCRAM-SHA-512 first message, {name:<26} {micros:>10,.1f} us (server, median)")
+    print(f"unknown / known, checked: {best[1] / best[0]:.2f}; not checked: {best[3] / best[2]:.2f}")
+    print(f"a look-again on misses only would have added {best[1] - best[3]:,.1f} us to unknown names alone")
+
+
 def token_logins(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [
@@ -377,9 +428,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one round of one measurement")
     parser.add_argument("--rounds", type=int, default=8, help="rounds, interleaved; the best of each is kept")
-    parser.add_argument("--only", choices=("all", "throughput", "tokens", "bearer"), default="all",
+    parser.add_argument("--only", choices=("all", "throughput", "tokens", "bearer", "lookup"), default="all",
                         help="throughput: the rows with targets; tokens: delegation-token login costs (SCRAM); "
-                             "bearer: delegation-token login costs (OAUTHBEARER)")
+                             "bearer: delegation-token login costs (OAUTHBEARER); lookup: a known and an unknown "
+                             "name's first SCRAM answer, with and without the look-up's check of the database")
     args = parser.parse_args()
     pin_to_one_core()
     if args.only in ("all", "throughput"):
@@ -388,6 +440,8 @@ def main() -> int:
         token_logins(args)
     if args.only in ("all", "bearer"):
         bearer_logins(args)
+    if args.only in ("all", "lookup"):
+        lookup_timing(args)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores shared with other work)")
     return 0
 

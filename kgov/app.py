@@ -67,6 +67,18 @@ class _AuthzCollector:
         yield GaugeMetricFamily("kgov_authz_snapshot_stale",
                                 "1 while the ACL snapshot is older than authz.max_snapshot_age_s (all but super "
                                 "users denied)", value=1.0 if state.stale else 0.0)
+        credentials = getattr(self.app.state, "credentials", None)  # set by sasl.api.install
+        if credentials is not None:
+            creds = credentials.snapshot_state()
+            yield GaugeMetricFamily("kgov_sasl_snapshot_age_seconds",
+                                    "Seconds since the database last confirmed the credential snapshot current",
+                                    value=creds.age_s)
+            yield GaugeMetricFamily("kgov_sasl_snapshot_stale",
+                                    "1 while the credential snapshot is older than sasl.max_snapshot_age_s (logins "
+                                    "fail closed)", value=1.0 if creds.stale else 0.0)
+            yield CounterMetricFamily("kgov_sasl_store_outages",
+                                      "Times the credential store stopped answering this node's checks",
+                                      value=creds.outages)
 
 
 def _audit_kafka_metrics(sinks: dict[str, KafkaSink]) -> Any:

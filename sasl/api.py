@@ -15,7 +15,7 @@ import asyncio
 import base64
 import time
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, unquote_plus
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -25,7 +25,7 @@ from authz.http import ApiError, CurrentPrincipal, authorize_http, client_addres
 from authz.model import CLUSTER_RESOURCE_NAME, Action, InvalidAclError, Operation, Principal, ResourceType
 from sasl.config import OAuthConfig, is_base_url
 from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, format_bearer, token_json
-from sasl.http_auth import CredentialAuthenticator, parse_basic
+from sasl.http_auth import CredentialAuthenticator, CredentialStoreUnavailable, parse_basic
 from sasl.mechanism import Failure
 from sasl.service import CredentialError, CredentialService, OAuthError
 from sasl.store import ServiceAccount
@@ -372,8 +372,16 @@ def _oauth_error(exc: OAuthError, *, authorization_header: bool = False) -> JSON
     )
 
 
-def _client_credentials(request: Request, form: dict[str, str]) -> list[tuple[str, str]]:
-    """Candidate (client_id, secret) pairs: HTTP Basic (raw, then RFC 6749 §2.3.1 form-decoded) or form."""
+def _client_credentials(request: Request, form: dict[str, str]) -> tuple[str, str]:
+    """(client_id, secret): HTTP Basic, read as sent (one guess per request), or the form's.
+
+    RFC 6749 §2.3.1 has the client form-urlencode both before Basic encoding; Kafka's Java client does
+    so only with `sasl.oauthbearer.header.urlencode=true` (default false, `HttpAccessTokenRetriever.
+    formatAuthorizationHeader` / `ClientCredentialsJwtRetriever`) and librdkafka never
+    (`rd_kafka_oidc_build_auth_header` formats "%s:%s" and base64-encodes it). kgov takes the value as
+    sent, as those clients' defaults need, and keeps the two spellings the same for every client it
+    creates: client ids and secrets are made of characters form-urlencoding leaves as they are
+    (`CredentialService.set_client`). Trying both spellings would give a guesser two per counted failure."""
     header = request.headers.get("authorization")
     basic = parse_basic(header)
     if header and basic is None:
@@ -381,14 +389,9 @@ def _client_credentials(request: Request, form: dict[str, str]) -> list[tuple[st
     if basic is not None:
         if "client_secret" in form:
             raise OAuthError("invalid_request", "use only one client authentication method")
-        cid, secret = basic
-        candidates = [(cid, secret)]
-        decoded = (unquote_plus(cid), unquote_plus(secret))
-        if decoded != (cid, secret):
-            candidates.append(decoded)
-        return candidates
+        return basic
     if "client_id" in form and "client_secret" in form:
-        return [(form["client_id"], form["client_secret"])]
+        return form["client_id"], form["client_secret"]
     raise OAuthError("invalid_client", "client authentication required", 401)
 
 
@@ -437,6 +440,10 @@ _TOKEN_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": {"application/json": {"schema": _OAUTH_ERROR_SCHEMA}},
     },
     401: {"description": "invalid_client", "content": {"application/json": {"schema": _OAUTH_ERROR_SCHEMA}}},
+    503: {
+        "description": "temporarily_unavailable: the credential store has not answered for sasl.max_snapshot_age_s",
+        "content": {"application/json": {"schema": _OAUTH_ERROR_SCHEMA}},
+    },
 }
 
 
@@ -511,17 +518,19 @@ def _issuer_router() -> APIRouter:
                 if key in form:
                     raise OAuthError("invalid_request", f"parameter {key} repeated")
                 form[key] = value
-            candidates = _client_credentials(request, form)
+            credentials = _client_credentials(request, form)
             if not form.get("grant_type"):
                 raise OAuthError("invalid_request", "grant_type is required")
             if form["grant_type"] != "client_credentials":
                 raise OAuthError("unsupported_grant_type", "only grant_type=client_credentials is supported")
             account = None
             if not service.limiter.blocked(address):
-                for cid, secret in candidates:
+                cid, secret = credentials
+                try:
                     account = await asyncio.to_thread(service.authenticate_client, cid, secret)
-                    if account is not None:
-                        break
+                except CredentialStoreUnavailable as exc:
+                    # Not the client's fault: not counted, and said as RFC 6749 §4.1.2.1 says it.
+                    raise OAuthError("temporarily_unavailable", str(exc), 503) from None
                 if account is None:
                     service.limiter.record_failure(address)
                     service.audit_authentication(
@@ -533,7 +542,10 @@ def _issuer_router() -> APIRouter:
                 # A blocked source waits too, as in sasl.http_auth: every refusal takes the same time.
                 await asyncio.sleep(max(0.0, service.failure_delay_s - (time.monotonic() - started)))
                 raise OAuthError("invalid_client", "client authentication failed", 401)
-            issued = await asyncio.to_thread(service.issue_token, account, form.get("scope") or None)
+            try:
+                issued = await asyncio.to_thread(service.issue_token, account, form.get("scope") or None)
+            except CredentialStoreUnavailable as exc:  # the signing keys come from the same snapshot
+                raise OAuthError("temporarily_unavailable", str(exc), 503) from None
         except OAuthError as exc:
             return _oauth_error(exc, authorization_header=authorization_header)
         body = {"access_token": issued.access_token, "token_type": "Bearer", "expires_in": issued.expires_in}
@@ -593,6 +605,9 @@ def install(app: FastAPI) -> None:
     service.ensure_admin(settings.admin.user, admin_password)
     app.state.credentials = service
     app.state.authenticator = CredentialAuthenticator(service)
+    checks = getattr(app.state, "health_checks", None)
+    if isinstance(checks, list):  # /health: 503 while logins fail closed (sasl.max_snapshot_age_s)
+        checks.append(service.snapshot_problem)
     app.include_router(_admin_router())
     app.include_router(_token_router())
     app.include_router(_issuer_router())

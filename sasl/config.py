@@ -35,6 +35,10 @@ class SaslConfig(BaseModel):
     plain_cache_size: int = Field(default=10_000, ge=0)
     # How often a node checks the database for credential changes made elsewhere.
     refresh_interval_s: float = Field(default=0.5, gt=0, le=5.0)
+    # Logins fail closed once the database has not confirmed the credential snapshot for this long
+    # (revocations made through other nodes cannot arrive); 0 = serve it for ever, as a Kafka broker
+    # serves its cached SCRAM credentials without the controller.
+    max_snapshot_age_s: float = Field(default=300.0, ge=0, le=86_400)
     # Kafka's delegation.token.secret.key: unset disables delegation tokens (DELEGATION_TOKEN_AUTH_DISABLED).
     delegation_token_secret_key: SecretStr | None = Field(default=None, repr=False)
     delegation_token_max_lifetime_ms: int = Field(default=7 * DAY_MS, gt=0)
@@ -50,6 +54,15 @@ class SaslConfig(BaseModel):
                 "to disable delegation tokens"
             )
         return v
+
+    @model_validator(mode="after")
+    def _age_above_interval(self) -> SaslConfig:
+        if 0 < self.max_snapshot_age_s <= self.refresh_interval_s:
+            raise ValueError(
+                f"sasl.max_snapshot_age_s ({self.max_snapshot_age_s}) must be 0 (no limit) or longer than "
+                f"sasl.refresh_interval_s ({self.refresh_interval_s}): one check comes every interval"
+            )
+        return self
 
     @field_validator("enabled_mechanisms")
     @classmethod

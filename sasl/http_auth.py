@@ -30,6 +30,12 @@ from sasl.oauthbearer import TokenValidationError
 if TYPE_CHECKING:
     from sasl.service import CredentialService
 
+
+class CredentialStoreUnavailable(Exception):
+    """The credential snapshot is older than `[sasl] max_snapshot_age_s`: the database has not confirmed
+    it for that long, so logins that need it fail closed. The message names the setting, no secret.
+    (Here rather than in `sasl.service`, which imports this module.)"""
+
 # A hash of a random value, so a request for an unknown user costs the same as a known one.
 _DUMMY_HASH = pbkdf2_sha256.hash(base64.b64encode(b"kgov-no-such-user").decode())
 # The longest secret passlib hashes or verifies (longer ones raise PasswordSizeError).
@@ -121,12 +127,16 @@ class CredentialAuthenticator:
             user, password = creds
             # A recently verified password is answered from the cache on the loop; PBKDF2 on a
             # miss runs in a worker thread, off the event loop.
-            verified = service.verify_password_cached(user, password) or await asyncio.to_thread(
-                service.verify_password, user, password
-            )
+            try:
+                verified = service.verify_password_cached(user, password) or await asyncio.to_thread(
+                    service.verify_password, user, password
+                )
+            except CredentialStoreUnavailable as exc:  # fails closed, as a wrong password does (401)
+                verified, reason = None, str(exc)
+            else:
+                reason = "Authentication failed: Invalid username or password"
             if verified is not None:
                 return verified.principal
-            reason = "Authentication failed: Invalid username or password"
         elif (token := parse_bearer(authorization)) is not None:
             mechanism = "HTTP-BEARER"
             try:

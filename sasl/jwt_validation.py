@@ -462,7 +462,13 @@ class JwtValidator:
             )
         raw_scope = claims.get(p.scope_claim)
         if isinstance(raw_scope, str):
-            scopes = frozenset(raw_scope.split())
+            # RFC 9068 §2.2.3 (RFC 8693 §4.2): a string holds scope-tokens separated by SP, RFC 6749 §3.3's
+            # grammar; split on SP (U+0020) only, so "a\tb" is one scope that matches neither "a" nor "b".
+            # **A departure from Kafka**: its `BrokerJwtValidator` / `ClientJwtValidator` (formerly
+            # `ValidatorAccessTokenValidator` / `LoginAccessTokenValidator`) and `OAuthBearerUnsecuredJws`
+            # take a string claim as ONE scope; Kafka never compares scopes itself, kgov does
+            # (`required_scopes`), and a provider writing "kafka read" means two.
+            scopes = frozenset(s for s in raw_scope.split(" ") if s)
         elif isinstance(raw_scope, list) and all(isinstance(s, str) for s in raw_scope):
             scopes = frozenset(raw_scope)
         else:

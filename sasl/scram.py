@@ -10,8 +10,8 @@ Deliberate differences from Kafka's server, both stricter and invisible to real 
   name, so unknown users and wrong passwords fail at the same step (Kafka fails unknown users at
   the first message, which tells an attacker the user does not exist). The credential service keys
   it with a secret shared through the database (same salt on every node and after a restart) and
-  gives it the commonest iteration count and salt form of the stored credentials
-  (`FakeCredentialShape`), so neither the salt's stability nor its shape gives a name away.
+  draws its iteration count and salt form per name from those of the stored credentials, in their
+  proportions (`pick_fake_shape`), so neither the salt's stability nor its shape gives a name away.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from collections import Counter
@@ -242,7 +243,7 @@ BASE36: Final = b"0123456789abcdefghijklmnopqrstuvwxyz"
 
 @dataclass(frozen=True, slots=True)
 class FakeCredentialShape:
-    """How the credential shown for an unknown name looks: what most real credentials look like.
+    """How the credential shown for an unknown name looks: like the real credentials (`pick_fake_shape`).
 
     Kafka's tools make 4096-iteration credentials whose salt is a base-36 string (AlterUserScramCredentials
     from `kafka-configs.sh`); kgov's own are 8192 by default with 24 random bytes. A fake that always
@@ -258,15 +259,53 @@ def salt_alphabet_of(salt: bytes) -> bytes | None:
     return BASE36 if salt and all(b in BASE36 for b in salt) else None
 
 
-def commonest_shape(credentials: Iterable[ScramCredential], default: FakeCredentialShape) -> FakeCredentialShape:
-    """The most frequent (iterations, salt length, salt alphabet) among `credentials`; ties go to the
-    larger count of iterations, then the longer salt, so the answer does not depend on order."""
+@dataclass(frozen=True, slots=True)
+class ShapeCensus:
+    """How many stored credentials of one mechanism have each shape, in a fixed order (`shape_census`).
+    Empty when there are none; `pick_fake_shape` then answers `default`."""
+
+    counts: tuple[tuple[FakeCredentialShape, int], ...]
+    default: FakeCredentialShape
+
+
+def _shape_order(shape: FakeCredentialShape) -> tuple[int, int, bytes]:
+    return shape.iterations, shape.salt_length, shape.salt_alphabet or b""
+
+
+def shape_census(credentials: Iterable[ScramCredential], default: FakeCredentialShape) -> ShapeCensus:
+    """Counts (iterations, salt length, salt alphabet) among `credentials`; the order does not depend on
+    theirs, so every node holding the same credentials builds the same census."""
     counts: Counter[FakeCredentialShape] = Counter(
         FakeCredentialShape(c.iterations, len(c.salt), salt_alphabet_of(c.salt)) for c in credentials
     )
-    if not counts:
-        return default
-    return max(counts, key=lambda s: (counts[s], s.iterations, s.salt_length, s.salt_alphabet is None))
+    return ShapeCensus(tuple(sorted(counts.items(), key=lambda kv: _shape_order(kv[0]))), default)
+
+
+def pick_fake_shape(census: ShapeCensus, mechanism: ScramMechanism, username: str, *, key: bytes) -> FakeCredentialShape:
+    """The shape of the credential shown for `username`, which has none: drawn from the stored
+    credentials' shapes in proportion to how many have each, by a keyed hash of the name (weighted
+    rendezvous hashing), so it is the same on every attempt and every node, and over many names the
+    fakes look like the population. Showing every unknown name the commonest shape would single out
+    each user with another (a user made with `--iterations 16384` among 8192s).
+
+    Rendezvous hashing keeps names where they are when the population changes: a new shape takes
+    names only for itself (in proportion to its count) and moves no name between the other shapes.
+    What is left: a prober watching one name over time may see its fake shape change when someone
+    else's credential is created or removed (a real user's shape changes only with its own credential);
+    each such change moves few names, and only toward or away from the shape that changed."""
+    if not census.counts:
+        return census.default
+    seed = f"{mechanism.name}\x00{username}\x00".encode()
+    best: tuple[float, FakeCredentialShape] | None = None
+    for shape, count in census.counts:
+        label = b"shape\x00" + seed + repr(_shape_order(shape)).encode()
+        draw = int.from_bytes(mechanism.hmac(key, label)[:8], "big")
+        # -ln(u) / weight with u uniform in (0, 1]: the smallest wins with probability weight / total.
+        score = -math.log((draw + 1) / 2**64) / count
+        if best is None or score < best[0]:
+            best = (score, shape)
+    assert best is not None
+    return best[1]
 
 
 def _keyed_bytes(mechanism: ScramMechanism, key: bytes, label: bytes, length: int) -> bytes:

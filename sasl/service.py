@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import re
 import secrets
 import threading
 from collections import OrderedDict, deque
@@ -53,7 +54,7 @@ from sasl.delegation import (
     token_scram_credentials,
     visible,
 )
-from sasl.http_auth import MAX_SECRET_LENGTH, verify_hashed_secret
+from sasl.http_auth import MAX_SECRET_LENGTH, CredentialStoreUnavailable, verify_hashed_secret
 from sasl.issuer import IssuedToken
 from sasl.jwt_validation import (
     JwksCache,
@@ -73,11 +74,13 @@ from sasl.scram import (
     ScramIdentity,
     ScramMechanism,
     ScramServer,
+    ShapeCensus,
     check_iterations,
-    commonest_shape,
     credential_from_salted,
     derive_credential,
     fake_credential,
+    pick_fake_shape,
+    shape_census,
 )
 from sasl.session import session_lifetime_ms
 from sasl.store import (
@@ -90,9 +93,13 @@ from sasl.store import (
 
 log = logging.getLogger("kgov.sasl")
 ALL_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
-# How old the credential snapshot may be when a delegation-token bearer with a right HMAC names an id it
-# lacks (`validate_delegation_bearer`): the token was most likely issued moments ago on another node.
-TOKEN_MISS_REFRESH_S: Final = 0.05
+# How old the credential snapshot may be when a login looks a name up (`_login_snapshot`): a name it
+# lacks was most likely created moments ago on another node. Hits and misses alike, so the look-again
+# does not tell which names exist; at most one version query per this interval per node.
+LOOKUP_REFRESH_S: Final = 0.05
+# How long a login waits for another thread's check of the store before going on with the snapshot it
+# has: a database that hangs (a dropped connection, a failover) delays logins by at most this.
+CHECK_WAIT_S: Final = 1.0
 _DUMMY_CLIENT_HASH: Final = pbkdf2_sha256.hash(secrets.token_urlsafe(16))
 
 
@@ -113,6 +120,17 @@ class CredentialError(ValueError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotState:
+    """How current the credential snapshot is (`/health`, metrics), as `authz.service.SnapshotState`."""
+
+    age_s: float  # since the database last confirmed the snapshot current
+    max_age_s: float  # sasl.max_snapshot_age_s; 0 = unlimited
+    stale: bool  # older than max_age_s: logins that need the snapshot fail
+    unreachable: bool  # the last check of the database failed
+    outages: int  # how many times a check failed after one had succeeded (metrics)
 
 
 class OAuthError(Exception):
@@ -152,13 +170,16 @@ class _Snapshot:
     # made under this node's `delegation_token_secret_key` (`_usable_token_credentials`).
     token_credentials: Mapping[str, Mapping[str, ScramCredential]]
     keys: tuple[StoredSigningKey, ...]
-    # Per SCRAM mechanism, the shape of the credential shown for unknown names (`commonest_shape`).
-    unknown_shapes: Mapping[str, FakeCredentialShape]
+    # Per SCRAM mechanism, the shapes of the stored credentials, from which the credential shown for
+    # an unknown name takes its own (`scram.pick_fake_shape`).
+    unknown_shapes: Mapping[str, ShapeCensus]
     # The mechanism PLAIN / HTTP Basic checks most names against (SHA-512 when any user has it).
     plain_mechanism: ScramMechanism = SCRAM_SHA_512
     # OAuth client id -> `issuer.client_version` of its stored secret: the tokens kgov issued stop
     # verifying once their client is gone or replaced (`_revoked_own_token`).
     clients: Mapping[str, str] = field(default_factory=dict)
+    # OAuth client id -> the client (its secret's hash, its scopes): `POST /oauth/token` checks these.
+    accounts: Mapping[str, ServiceAccount] = field(default_factory=dict)
 
 
 class FailureLimiter:
@@ -279,7 +300,15 @@ class _AuditedMechanism:
                 self._service.audit_authentication(failure, self._address, "kafka.Authenticate",
                                                    reauthenticating=self._reauthenticating)
                 return failure
-        result = self._inner.step(received)
+        try:
+            result = self._inner.step(received)
+        except CredentialStoreUnavailable as exc:
+            # Fails closed; not counted against the source, which did nothing wrong.
+            self._done = True
+            failure = Failure(str(exc), mechanism=self.name)
+            self._service.audit_authentication(failure, self._address, "kafka.Authenticate",
+                                               reauthenticating=self._reauthenticating)
+            return failure
         if isinstance(result, Failure):
             self._done = True
             if not self._recorded:
@@ -310,8 +339,10 @@ class CredentialService:
         audit: AuditSink | None = None,
         clock: Callable[[], datetime] | None = None,
         source: str = "kgov",
+        monotonic: Callable[[], float] = elapsed_clock,
     ) -> None:
         self.store = CredentialStore(engine)
+        self._monotonic = monotonic
         self.sasl = settings.sasl
         self.oauth = settings.oauth
         if self.oauth.jwks_url is not None and not self.oauth.audience:
@@ -338,12 +369,16 @@ class CredentialService:
         self._unknown_key = self.store.server_secret(SCRAM_UNKNOWN_USER_SECRET)
         self._unknown_token_key = self.store.server_secret(SCRAM_UNKNOWN_TOKEN_SECRET)
         self._refresh_lock = threading.Lock()
-        self._checked_at = 0.0
-        self._token_miss_checked_at = -TOKEN_MISS_REFRESH_S  # see _current_after_token_miss
+        self._check_lock = threading.Lock()  # one check of the store at a time (`_checked_snapshot`)
+        self._checked_at = float("-inf")  # when the last check of the store began (or failed)
+        self._unreachable_since: float | None = None  # the current outage's first failed check
+        self._stale_logged = False  # the ERROR of the current stale period is out
+        self.store_outages = 0
         # What the last load accepted / refused of the stored token credentials (see `_load`).
         self._held_token_credentials: Mapping[str, Mapping[str, ScramCredential]] = {}
         self._foreign_tokens: set[str] = set()
         self._snapshot = self._load()
+        self._confirmed_at = self._monotonic()  # when the store last confirmed the snapshot current
         own_issuer = self.oauth.jwks_url is None
         fetch = http_jwks_fetcher(self.oauth.jwks_url) if self.oauth.jwks_url else self._own_jwks
         self.jwks = JwksCache(
@@ -403,13 +438,14 @@ class CredentialService:
         scram = self.store.all_scram()
         default = FakeCredentialShape(iterations=self.sasl.scram_iterations)
         shapes = {
-            name: commonest_shape((c for (_u, m), c in scram.items() if m == name), default)
+            name: shape_census((c for (_u, m), c in scram.items() if m == name), default)
             for name in MECHANISMS
         }
         has_512 = any(m == SCRAM_SHA_512.name for (_u, m) in scram)
         plain = SCRAM_SHA_512 if has_512 or not scram else MECHANISMS["SCRAM-SHA-256"]
-        clients = {c.client_id: issuer_mod.client_version(c.secret_hash) for c in self.store.list_clients()}
-        return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain, clients)
+        accounts = {c.client_id: c for c in self.store.list_clients()}
+        clients = {cid: issuer_mod.client_version(c.secret_hash) for cid, c in accounts.items()}
+        return _Snapshot(version, scram, tokens, token_credentials, tuple(keys), shapes, plain, clients, accounts)
 
     def _usable_token_credentials(
         self, tokens: Mapping[str, TokenInfo]
@@ -487,26 +523,97 @@ class CredentialService:
     def refresh(self) -> None:
         """Reloads the snapshot now (after a local write, or when told of a change)."""
         with self._refresh_lock:
+            asked = self._monotonic()
             self._snapshot = self._load()
-            self._checked_at = elapsed_clock()
+        self._confirmed(asked)
 
-    def _current_after_token_miss(self) -> _Snapshot:
-        """The credential snapshot, checked against the store unless a token miss did so in the last
-        `TOKEN_MISS_REFRESH_S` (`validate_delegation_bearer`)."""
-        now = elapsed_clock()
-        if now - self._token_miss_checked_at >= TOKEN_MISS_REFRESH_S:
-            self._token_miss_checked_at = self._checked_at = now
+    def _check(self) -> None:
+        """Asks the store for its change version and reloads when it moved. A failure is logged once per
+        outage and leaves the snapshot as it was (`_served` decides whether it may still be used)."""
+        asked = self._checked_at = self._monotonic()
+        try:
             if self.store.version() != self._snapshot.version:
-                self.refresh()
+                with self._refresh_lock:
+                    self._snapshot = self._load()
+        except SQLAlchemyError as exc:
+            now = self._checked_at = self._monotonic()  # the next try waits from here, however long this took
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+                self.store_outages += 1
+                # The exception's type only: a driver's message may hold the database URL.
+                log.warning("credential store unreachable (%s): logins use the credentials confirmed %.1f s ago, "
+                            "for at most sasl.max_snapshot_age_s = %g s (0: no limit); retrying every %g s",
+                            type(exc).__name__, now - self._confirmed_at, self.sasl.max_snapshot_age_s,
+                            self.sasl.refresh_interval_s)
+            return
+        self._confirmed(asked)
+
+    def _confirmed(self, asked: float) -> None:
+        """The store answered a check (or a load) asked at `asked`: the snapshot was current then."""
+        self._confirmed_at = max(self._confirmed_at, asked)
+        if self._unreachable_since is not None:
+            since, self._unreachable_since = self._unreachable_since, None
+            self._stale_logged = False
+            log.warning("credential store reachable again after %.1f s: logins follow the stored credentials "
+                        "again", self._monotonic() - since)
+
+    def _checked_snapshot(self, interval: float) -> _Snapshot:
+        """The snapshot, after checking the store for changes when the last check is `interval` old
+        (`refresh_interval_s` while the store fails, so an outage costs a try per interval, not per
+        login). One check at a time: a caller that finds one running waits for it (at most
+        `CHECK_WAIT_S`) and uses its result rather than asking again."""
+        if self._unreachable_since is not None:
+            interval = max(interval, self.sasl.refresh_interval_s)
+        if self._monotonic() - self._checked_at >= interval and self._check_lock.acquire(timeout=CHECK_WAIT_S):
+            try:
+                if self._monotonic() - self._checked_at >= interval:
+                    self._check()
+            finally:
+                self._check_lock.release()
+        return self._served()
+
+    def _served(self) -> _Snapshot:
+        """The snapshot, unless the store has not confirmed it for `max_snapshot_age_s`: then revocations
+        made through other nodes cannot arrive, and `CredentialStoreUnavailable` fails the caller closed."""
+        max_age = self.sasl.max_snapshot_age_s
+        if max_age > 0 and self._monotonic() - self._confirmed_at >= max_age:
+            if not self._stale_logged:
+                self._stale_logged = True
+                log.error("credential snapshot not confirmed by the database for %.1f s (sasl.max_snapshot_age_s "
+                          "= %g): logins are refused until the database answers",
+                          self._monotonic() - self._confirmed_at, max_age)
+            raise CredentialStoreUnavailable(
+                "credentials not confirmed by the database for longer than sasl.max_snapshot_age_s: "
+                "logins are refused until it answers"
+            )
         return self._snapshot
+
+    def snapshot_state(self) -> SnapshotState:
+        max_age = self.sasl.max_snapshot_age_s
+        age = self._monotonic() - self._confirmed_at
+        return SnapshotState(age_s=age, max_age_s=max_age, stale=max_age > 0 and age >= max_age,
+                             unreachable=self._unreachable_since is not None, outages=self.store_outages)
+
+    def snapshot_problem(self) -> str | None:
+        """For `/health`: why this node refuses logins, or None. Checks the store when due, so that a
+        node nobody logs in to notices the database is back (the load balancer's probe brings it back)."""
+        with contextlib.suppress(CredentialStoreUnavailable):
+            self._current()
+        state = self.snapshot_state()
+        if state.stale:
+            return (f"credential snapshot not confirmed by the database for {state.age_s:.0f} s "
+                    "(sasl.max_snapshot_age_s): logins refused")
+        return None
+
+    def _login_snapshot(self) -> _Snapshot:
+        """The snapshot a login looks its name up in: checked against the store within the last
+        `LOOKUP_REFRESH_S`, so a user, client or token created through another node a moment ago is
+        found. Every login pays the same (a hit as a miss: only the clock decides whether this call
+        queries), so the time to the first answer does not tell a stored name from an unknown one."""
+        return self._checked_snapshot(min(LOOKUP_REFRESH_S, self.sasl.refresh_interval_s))
 
     def _current(self) -> _Snapshot:
-        now = elapsed_clock()
-        if now - self._checked_at >= self.sasl.refresh_interval_s:
-            self._checked_at = now
-            if self.store.version() != self._snapshot.version:
-                self.refresh()
-        return self._snapshot
+        return self._checked_snapshot(self.sasl.refresh_interval_s)
 
     # -- mechanisms ------------------------------------------------------------------------------
     def server_mechanism(
@@ -553,7 +660,7 @@ class CredentialService:
     def scram_identity(
         self, mechanism: ScramMechanism, username: str, token_auth: bool
     ) -> ScramIdentity | None:
-        snap = self._current()
+        snap = self._login_snapshot()
         if not token_auth:
             cred = snap.scram.get((username, mechanism.name))
             return ScramIdentity(Principal("User", username), cred) if cred else None
@@ -591,17 +698,13 @@ class CredentialService:
             parsed = parse_bearer(bearer)
         except BearerFormatError as exc:
             raise TokenValidationError(str(exc)) from None
-        snap = self._current()
+        # Checked against the store within LOOKUP_REFRESH_S, whatever the id: a token issued elsewhere
+        # moments ago and handed straight to a worker is found, and a guess costs what a real id does.
+        snap = self._login_snapshot()
         secret = self._token_secret
         expected = token_hmac(secret if secret is not None else self._unknown_token_key, parsed.token_id)
         matches = hmac.compare_digest(expected, parsed.hmac)
         info = snap.tokens.get(parsed.token_id, _NO_TOKEN)
-        if info is _NO_TOKEN and matches and secret is not None:
-            # A right HMAC for an id this node has not seen: a token issued elsewhere (the control plane,
-            # another node) moments ago and handed straight to a worker. Only the key's holders can make
-            # one, so a guess never costs the database a query; looking again at most every
-            # TOKEN_MISS_REFRESH_S bounds what a removed token's holder can make it do.
-            info = self._current_after_token_miss().tokens.get(parsed.token_id, _NO_TOKEN)
         expired_now = info.is_expired(self.now_ms())
         if secret is None:
             reason = "delegation tokens are disabled (sasl.delegation_token_secret_key is unset)"
@@ -642,7 +745,8 @@ class CredentialService:
             # The salt a token with this id has (or had, or would have): the same for a live token, one
             # that expired or was removed, and an id never issued, so the salt tells nobody which.
             return dataclasses.replace(fake, salt=token_salt(self._token_secret, username))
-        shape = self._current().unknown_shapes[mechanism.name]
+        census = self._login_snapshot().unknown_shapes[mechanism.name]
+        shape = pick_fake_shape(census, mechanism, username, key=self._unknown_key)
         return fake_credential(mechanism, username, key=self._unknown_key, shape=shape)
 
     def verify_password_cached(self, username: str, password: str) -> VerifiedUser | None:
@@ -651,7 +755,8 @@ class CredentialService:
         credential refresh is due it answers None: the refresh (a query, perhaps a reload of every
         credential) then runs in `verify_password`, off the loop, and a removed user is not served
         from a snapshot nobody refreshes."""
-        if elapsed_clock() - self._checked_at >= self.sasl.refresh_interval_s:
+        if (self._unreachable_since is not None  # `verify_password` decides, with `max_snapshot_age_s`
+                or self._monotonic() - self._checked_at >= min(LOOKUP_REFRESH_S, self.sasl.refresh_interval_s)):
             return None
         snap = self._snapshot
         for mech in (SCRAM_SHA_512, MECHANISMS["SCRAM-SHA-256"]):
@@ -664,7 +769,7 @@ class CredentialService:
 
     def verify_password(self, username: str, password: str) -> VerifiedUser | None:
         """PLAIN / HTTP Basic against the stored SCRAM credential (SHA-512 preferred), constant time."""
-        snap = self._current()
+        snap = self._login_snapshot()
         found: tuple[ScramMechanism, ScramCredential] | None = None
         for mech in (SCRAM_SHA_512, MECHANISMS["SCRAM-SHA-256"]):
             cred = snap.scram.get((username, mech.name))
@@ -672,10 +777,11 @@ class CredentialService:
                 found = (mech, cred)
                 break
         if found is None:
-            # The same work as checking most users (their hash and iteration count), so the time
-            # taken does not tell whether the name exists.
+            # The work of checking a user with the shape SCRAM shows for this name (`pick_fake_shape`),
+            # so the time taken does not tell whether the name exists.
             mech = snap.plain_mechanism
-            mech.salted_password(password, b"kgov-none", snap.unknown_shapes[mech.name].iterations)
+            shape = pick_fake_shape(snap.unknown_shapes[mech.name], mech, username, key=self._unknown_key)
+            mech.salted_password(password, b"kgov-none", shape.iterations)
             return None
         mech, cred = found
         cache_key = self._plain_cache.key(mech.name, username, password)
@@ -875,6 +981,15 @@ class CredentialService:
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL, "client_secret must have at least 16 characters"
             )
+        if not _FORM_SAFE.fullmatch(client_id) or not _FORM_SAFE.fullmatch(secret):
+            # `POST /oauth/token` reads HTTP Basic as sent (`sasl.api._client_credentials`); with these
+            # characters a client that form-urlencodes first (RFC 6749 §2.3.1, Kafka's
+            # sasl.oauthbearer.header.urlencode=true) sends the same bytes as one that does not.
+            raise CredentialError(
+                CredentialError.UNACCEPTABLE_CREDENTIAL,
+                "client_id and client_secret may hold only letters, digits, '.', '_' and '-' (so that "
+                "clients that URL-encode them for HTTP Basic and clients that do not send the same value)",
+            )
         if len(secret) > MAX_SECRET_LENGTH:  # passlib hashes no longer secret
             raise CredentialError(
                 CredentialError.UNACCEPTABLE_CREDENTIAL,
@@ -917,7 +1032,12 @@ class CredentialService:
         return self.store.list_clients()
 
     def authenticate_client(self, client_id: str, secret: str) -> ServiceAccount | None:
-        account = self.store.get_client(client_id)
+        """The client, when the secret is its own. From the snapshot, checked against the store within
+        `LOOKUP_REFRESH_S` (`_login_snapshot`): a client created or replaced through another node a
+        moment ago is found, no request queries the database for its id, and the tokens issued here
+        carry the secret version this node's validator holds (`_revoked_own_token`).
+        Raises `CredentialStoreUnavailable` past `max_snapshot_age_s`."""
+        account = self._login_snapshot().accounts.get(client_id)
         ok = verify_hashed_secret(secret, account.secret_hash if account else _DUMMY_CLIENT_HASH)
         return account if ok and account else None
 
@@ -984,7 +1104,11 @@ class CredentialService:
         if claims.get("iss") != self.oauth.token_issuer:
             return None  # not minted here (the validator's issuer check refuses it anyway)
         client_id = claims.get("client_id", claims.get("sub"))
-        current = self._current().clients.get(client_id) if isinstance(client_id, str) else None
+        try:
+            clients = self._login_snapshot().clients
+        except CredentialStoreUnavailable:
+            return "cannot tell whether the token's OAuth client was deleted: the credential store is unreachable"
+        current = clients.get(client_id) if isinstance(client_id, str) else None
         if current is None:
             return f"OAuth client {client_id} was deleted: the tokens issued to it are revoked"
         version = claims.get(issuer_mod.CLIENT_VERSION_CLAIM)
@@ -1161,6 +1285,9 @@ class CredentialService:
 
 
 MAX_NAME_LENGTH: Final = 255  # the name columns of sasl/store.py
+# What application/x-www-form-urlencoded leaves as it is in Java's URLEncoder, Python's quote_plus and
+# the WHATWG serializer alike.
+_FORM_SAFE: Final = re.compile(r"[A-Za-z0-9._-]+")
 MAX_TOKEN_PRINCIPAL_LENGTH: Final = 512  # the token owner and requester columns
 
 

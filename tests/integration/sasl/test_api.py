@@ -556,3 +556,25 @@ def test_created_token_answers_its_bearer_uncached(app_env) -> None:
     server = app.state.credentials.server_mechanism("OAUTHBEARER", "127.0.0.1")
     result = server.step(build_client_initial_response(tok["bearer"]))
     assert result.principal == Principal("User", "alice") and result.token_authenticated
+
+
+def test_token_endpoint_reads_basic_credentials_as_sent_one_guess_per_failure(app_env) -> None:
+    """HTTP Basic is read as sent (Kafka's default and librdkafka): the form-decoded spelling of the
+    secret is no second guess. Client ids and secrets are limited to characters form-urlencoding leaves
+    alone, so clients that encode first (RFC 6749 §2.3.1) send the same value."""
+    client, _app, _clock, _ = app_env
+    r = client.post("/v1/oauth/clients",
+                    json={"client_id": "job", "client_secret": "job-secret_0123.456789", "scopes": []}, headers=ADMIN)
+    assert r.status_code in (200, 201)
+    token = {"grant_type": "client_credentials"}
+    assert client.post("/oauth/token", data=token, headers=basic("job", "job-secret_0123.456789")).status_code == 200
+    # The same secret percent-encoded where encoding changes nothing: taken literally, so wrong.
+    r = client.post("/oauth/token", data=token, headers=basic("job", "job%2Dsecret_0123.456789"))
+    assert (r.status_code, r.json()["error"]) == (401, "invalid_client")
+    r = client.post("/oauth/token", data=token, headers=basic("j%6Fb", "job-secret_0123.456789"))
+    assert (r.status_code, r.json()["error"]) == (401, "invalid_client")
+    for cid, secret in (("svc@team", "job-secret-0123456789"), ("svc", "secret+with/base64=="),
+                        ("svc", "secret with spaces 0123")):
+        r = client.post("/v1/oauth/clients", json={"client_id": cid, "client_secret": secret, "scopes": []},
+                        headers=ADMIN)
+        assert r.status_code == 400 and "letters, digits" in r.json()["message"], (cid, r.json())

@@ -15,7 +15,7 @@ from sasl.delegation import format_bearer
 from sasl.http_auth import CredentialAuthenticator
 from sasl.mechanism import Challenge, Failure, Success
 from sasl.oauthbearer import TokenValidationError, build_client_initial_response
-from sasl.service import CredentialService
+from sasl.service import LOOKUP_REFRESH_S, CredentialService
 from tests.integration.sasl.test_service import SECRET_KEY, Clock, settings
 from tests.integration.sasl.test_service import env as env  # the (service, clock, audit, engine) fixture
 
@@ -134,26 +134,37 @@ def test_failed_bearer_logins_count_against_the_source(db_url: str) -> None:
 
 def test_a_token_made_on_another_node_moments_ago_logs_in_at_once(db_url: str) -> None:
     """A service issues a token and hands it to a worker, which logs in through another node (the gateway)
-    within milliseconds, before that node's credential snapshot is due for a refresh: a bearer whose HMAC
-    is right for an id the snapshot lacks makes the node look again (at most every 50 ms), so the first
-    login works. A wrong HMAC never does (only the key's holders can make a right one). (A token removed
-    elsewhere is refused here at the node's next refresh, as for SCRAM.)"""
+    within milliseconds, long before that node's credential snapshot is due for a refresh: every login
+    looks its name up in a snapshot checked against the store within `LOOKUP_REFRESH_S`, so the first
+    login works. Whether a login asks the database depends on the clock only, never on the bearer: a
+    wrong HMAC costs the queries a right one does, no more, and no query until the interval has passed."""
     from sqlalchemy import event
 
     engine = open_engine(db_url)
+    mono = [1000.0]
+    moment = LOOKUP_REFRESH_S + 0.001
     try:
         issuer = CredentialService(engine, settings(), clock=Clock())
-        gateway = CredentialService(engine, settings(refresh_interval_s=5.0), clock=Clock())
+        gateway = CredentialService(engine, settings(refresh_interval_s=5.0), clock=Clock(),
+                                    monotonic=lambda: mono[0])
         assert isinstance(login(gateway, bearer_of(issuer.create_token(ALICE))), Success)  # its snapshot: fresh
         statements: list[str] = []
         event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
         made = issuer.create_token(ALICE)
-        statements.clear()
-        wrong = login(gateway, format_bearer(made.info.token_id, bytes(64)))
-        assert isinstance(wrong, Failure) and "unknown delegation token" in wrong.reason
-        assert statements == []  # a wrong HMAC does not reach the database
+        mono[0] += moment
         ok = login(gateway, bearer_of(made))
         assert isinstance(ok, Success) and ok.principal == ALICE and ok.token_authenticated
+        counts = []
+        for bearer in (format_bearer(made.info.token_id, bytes(64)), bearer_of(made)):
+            mono[0] += moment
+            statements.clear()
+            login(gateway, bearer)
+            counts.append(len(statements))
+        assert counts[0] == counts[1] > 0  # the change-version query, for the wrong HMAC as for the right one
+        statements.clear()
+        wrong = login(gateway, format_bearer(made.info.token_id, bytes(64)))
+        assert isinstance(wrong, Failure) and wrong.reason.endswith("the HMAC does not match")
+        assert statements == []  # within the interval: no query, whatever the bearer
     finally:
         engine.dispose()
 

@@ -477,9 +477,10 @@ def server_first(svc: CredentialService, mech, name: str, *, token: bool = False
     return dict(item.split("=", 1) for item in reply.data.decode().split(",")[1:])
 
 
-def test_unknown_names_look_like_the_commonest_stored_credential(db_url: str) -> None:
+def test_unknown_names_look_like_the_stored_credentials(db_url: str) -> None:
     """Users made by Kafka's tools have 4096 iterations and a base-36 text salt; a fake with kgov's
-    defaults (8192, random bytes) would have marked every such user as real."""
+    defaults (8192, random bytes) would have marked every such user as real. Unknown names show the
+    stored shapes in proportion (`scram.pick_fake_shape`), salt form included."""
     engine = open_engine(db_url)
     svc = CredentialService(engine, settings(scram_iterations=8192))
     for i in range(3):  # as kafka-configs.sh sends them through AlterUserScramCredentials
@@ -489,11 +490,13 @@ def test_unknown_names_look_like_the_commonest_stored_credential(db_url: str) ->
             f"kafka-user-{i}", "SCRAM-SHA-512", salt=salt, salted_password=salted, iterations=4096, actor=ALICE
         )
     svc.set_scram_credential("kgov-user", "SCRAM-SHA-512", "pw", actor=ALICE)  # 8192, 24 random bytes
-    real = server_first(svc, SCRAM_SHA_512, "kafka-user-0")
-    fake = server_first(svc, SCRAM_SHA_512, "no-such-user")
-    assert real["i"] == fake["i"] == "4096"
-    fake_salt = base64.b64decode(fake["s"])
-    assert len(fake_salt) == 26 and fake_salt.decode().isalnum() and fake_salt.decode() == fake_salt.decode().lower()
+    assert server_first(svc, SCRAM_SHA_512, "kafka-user-0")["i"] == "4096"
+    fakes = [server_first(svc, SCRAM_SHA_512, f"no-such-user-{i}") for i in range(40)]
+    kafka_like = [base64.b64decode(f["s"]) for f in fakes if f["i"] == "4096"]
+    kgov_like = [base64.b64decode(f["s"]) for f in fakes if f["i"] == "8192"]
+    assert len(kafka_like) + len(kgov_like) == 40 and kafka_like and kgov_like  # 3 : 1 expected
+    assert all(len(s) == 26 and s.decode().isalnum() and s.decode() == s.decode().lower() for s in kafka_like)
+    assert all(len(s) == 24 for s in kgov_like)
     # SCRAM-SHA-256 has no stored credential: the configured default shape.
     assert server_first(svc, SCRAM_SHA_256, "no-such-user")["i"] == "8192"
     # A token id that does not exist looks like a token (minimum iterations), not like a user.

@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 
 from kgov.app import build_app
 from kgov.settings import load_settings
+from tests.support.data_dir_outage import data_dir_gone
 from tests.support.waiting import wait_for
 
 
@@ -23,16 +24,10 @@ def test_a_node_cut_off_from_its_database_reports_itself_down(tmp_path: Path) ->
     with TestClient(build_app(settings)) as client:
         assert client.get("/health").json() == {"status": "UP"}
         assert "kgov_authz_snapshot_stale 0.0" in client.get("/metrics").text
-        # The SQLite database goes away: the pool's open handles are dropped and a plain file takes the
-        # data directory's place, so the poller's next connection fails (even as root).
-        client.app.state.engine.dispose()  # type: ignore[attr-defined]
-        data.rename(tmp_path / "moved")
-        data.write_text("not a directory")
-        assert wait_for(lambda: client.get("/health").status_code == 503)
-        down = client.get("/health").json()
-        assert down["error_code"] == 503 and "max_snapshot_age_s" in down["message"]
-        assert "kgov_authz_snapshot_stale 1.0" in client.get("/metrics").text
-        data.unlink()
-        (tmp_path / "moved").rename(data)
+        with data_dir_gone(client.app.state.engine, data):  # type: ignore[attr-defined]
+            assert wait_for(lambda: client.get("/health").status_code == 503)
+            down = client.get("/health").json()
+            assert down["error_code"] == 503 and "max_snapshot_age_s" in down["message"]
+            assert "kgov_authz_snapshot_stale 1.0" in client.get("/metrics").text
         assert wait_for(lambda: client.get("/health").status_code == 200)
         assert "kgov_authz_snapshot_stale 0.0" in client.get("/metrics").text

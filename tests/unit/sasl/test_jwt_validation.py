@@ -100,6 +100,17 @@ def test_principal_and_scope_claims_configurable() -> None:
     rejects(v, sign(scp=["a"]), "no principal claim 'client_id'")
 
 
+def test_a_scope_string_is_split_on_spaces_only() -> None:
+    """RFC 9068 §2.2.3: space-separated scope-tokens (SP only, RFC 6749 §3.3); a list holds one scope
+    per element, as in Kafka."""
+    v, _, _ = make(required_scopes=frozenset({"admin"}))
+    assert v.validate(sign(scope="kafka  admin")).scopes == {"kafka", "admin"}
+    rejects(v, sign(scope="kafka\tadmin"), "lacks required scope")
+    rejects(v, sign(scope="kafka\nadmin"), "lacks required scope")
+    rejects(v, sign(scope=["kafka admin"]), "lacks required scope")
+    assert v.validate(sign(scope=["kafka", "admin"])).scopes == {"kafka", "admin"}
+
+
 @pytest.mark.parametrize("alg", ["none", "None", "NONE", "nOnE"])
 def test_alg_none_rejected(alg: str) -> None:
     v, _, _ = make()

@@ -22,13 +22,14 @@ from sasl.scram import (
     ScramError,
     ScramIdentity,
     ScramServer,
-    commonest_shape,
     decode_sasl_name,
     derive_credential,
     encode_sasl_name,
     fake_credential,
     mechanism_named,
     parse_client_first,
+    pick_fake_shape,
+    shape_census,
 )
 
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -315,20 +316,37 @@ def test_server_never_raises_on_garbage(data: bytes) -> None:
 # -- review fixes (rev-sasl) --------------------------------------------------------------------
 
 
-def test_commonest_shape_follows_the_stored_credentials() -> None:
+def test_fake_shapes_follow_the_stored_credentials_in_proportion() -> None:
     kafka_made = ScramCredential(b"3kq9z0x1c7v2b8n4m6l5j0h9gf", b"k" * 64, b"s" * 64, 4096)
     kgov_made = derive_credential(SCRAM_SHA_512, "pw", iterations=8192)
+    rare = derive_credential(SCRAM_SHA_512, "pw", iterations=16384)
     default = FakeCredentialShape(iterations=8192)
-    assert commonest_shape([], default) == default
-    shape = commonest_shape([kafka_made, kafka_made, kgov_made], default)
-    assert shape == FakeCredentialShape(4096, 26, BASE36)
-    # Ties do not depend on the order the database returned the rows in.
-    assert commonest_shape([kafka_made, kgov_made], default) == commonest_shape([kgov_made, kafka_made], default)
-    fake = fake_credential(SCRAM_SHA_512, "ghost", key=b"k" * 32, shape=shape)
+    key = b"k" * 32
+    assert pick_fake_shape(shape_census([], default), SCRAM_SHA_512, "ghost", key=key) == default
+    census = shape_census([kafka_made] * 6 + [kgov_made] * 3 + [rare], default)
+    # The census does not depend on the order the database returned the rows in.
+    assert census == shape_census([rare] + [kgov_made] * 3 + [kafka_made] * 6, default)
+    names = [f"user-{i}" for i in range(4000)]
+    picks = [pick_fake_shape(census, SCRAM_SHA_512, n, key=key) for n in names]
+    counts = {s.iterations: sum(p.iterations == s.iterations for p in picks) for s in (
+        FakeCredentialShape(4096), FakeCredentialShape(8192), FakeCredentialShape(16384))}
+    # 60 % / 30 % / 10 % as stored; a single 16384-iteration user hides among ~400 unknown names.
+    assert 2250 <= counts[4096] <= 2550 and 1050 <= counts[8192] <= 1350 and 300 <= counts[16384] <= 500
+    assert FakeCredentialShape(4096, 26, BASE36) in picks  # the Kafka-made shape, salt form and all
+    # Stable per name and key, and another key draws differently.
+    assert picks == [pick_fake_shape(census, SCRAM_SHA_512, n, key=key) for n in names]
+    assert picks != [pick_fake_shape(census, SCRAM_SHA_512, n, key=b"j" * 32) for n in names]
+    # One more credential of an existing shape moves names only toward that shape, and few of them.
+    grown = shape_census([kafka_made] * 6 + [kgov_made] * 4 + [rare], default)
+    moved = [(a, b) for a, b in zip(picks, (pick_fake_shape(grown, SCRAM_SHA_512, n, key=key) for n in names),
+                                     strict=True) if a != b]
+    assert moved and len(moved) < 300 and all(b.iterations == 8192 for _a, b in moved)
+    shape = FakeCredentialShape(4096, 26, BASE36)
+    fake = fake_credential(SCRAM_SHA_512, "ghost", key=key, shape=shape)
     assert fake.iterations == 4096 and len(fake.salt) == 26 and all(b in BASE36 for b in fake.salt)
-    long_salt = fake_credential(SCRAM_SHA_512, "ghost", key=b"k" * 32, shape=FakeCredentialShape(4096, 100))
+    long_salt = fake_credential(SCRAM_SHA_512, "ghost", key=key, shape=FakeCredentialShape(4096, 100))
     assert len(long_salt.salt) == 100
-    assert fake_credential(SCRAM_SHA_512, "ghost", key=b"k" * 32, shape=shape) == fake  # stable per name and key
+    assert fake_credential(SCRAM_SHA_512, "ghost", key=key, shape=shape) == fake  # stable per name and key
     assert fake_credential(SCRAM_SHA_512, "ghost", key=b"j" * 32, shape=shape).salt != fake.salt
 
 
