@@ -1428,6 +1428,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         if key == 0:
             slot.records_bytes = len(frame)
             acks = produce_acks(frame, header)
+            if acks == 0:
+                # KafkaApis.handleProduceRequest: "the request quota is not enforced if acks == 0"
+                # (`requestThrottleTimeMs = if (produceRequest.acks == 0) 0 else
+                # quotas.request.maybeRecordAndGetThrottleTimeMs(...)`), and the no-answer goes out through
+                # `sendNoOpResponseExemptThrottle`, which records the time as exempt
+                # (`quotas.request.maybeRecordExempt`), never against the principal. The produce byte rate
+                # still applies and may mute (below). Exempt on every path, held for topic ids too.
+                self._request_time_settled = True
         else:
             acks = 1
         if quotas is not None and key == 1:
@@ -1457,10 +1465,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         # KafkaApis (handleProduceRequest, handleFetchRequest): the request quota is charged before the
         # answer is decided, and the answer carries the larger of the bandwidth and request throttles; the
         # mute is that larger one (`_mute` keeps the later deadline, the two never add up). The time spent
-        # on the upstream's answer is charged when it is back (`on_upstream_frame`). Departure: Kafka
-        # exempts acks=0 produce requests from the request quota (`sendNoOpResponseExemptThrottle`); here
-        # they are charged too, as the gateway's time on them is as real (the mute needs no answer).
-        slot.throttle_ms = max(bandwidth, self._settle_request_time(now)) if quotas is not None else 0
+        # on the upstream's answer is charged when it is back (`on_upstream_frame`). A produce request with
+        # acks=0 is exempt from the request quota (above), as in Kafka.
+        if quotas is not None:
+            slot.throttle_ms = max(bandwidth, 0 if acks == 0 else self._settle_request_time(now))
         if key == 1 and slot.throttle_ms > 0 and plan.forward is not None:
             # Kafka answers a throttled fetch, over either quota, with no data (`getThrottledResponse`).
             self._answer_throttled_fetch(spec, slot, slot.throttle_ms)
