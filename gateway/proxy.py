@@ -2033,7 +2033,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         if response is not None:
             slot.response = (encode_response(spec, version, header.correlation_id, response),)
         else:
-            slot.response = response_with_correlation_id(frame, header.correlation_id)  # the body untouched: no copy
+            # as the upstream sent it, under the client's correlation id (`gateway.upstream_ids`)
+            slot.response = response_with_correlation_id(frame, header.correlation_id)
         self._flush()
         self._signal_drained()
 
