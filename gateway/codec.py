@@ -37,6 +37,8 @@ with warnings.catch_warnings():
 
 API_VERSIONS_KEY: Final = 18
 _HEADER = struct.Struct(">hhi")
+_FRAMED_HEADER = struct.Struct(">ihhi")  # size prefix, api key, api version, correlation id
+_FRAMED_ID = struct.Struct(">ii")  # size prefix, correlation id
 
 # OffsetCommit v10+ and DeleteTopics v6+ name topics by id and have no id-aware planner yet. Fetch
 # v16+ answers KIP-951 leader endpoints (NodeEndpoints) that would have to be rewritten to the
@@ -216,10 +218,12 @@ def encode_response(spec: ApiSpec, version: int, correlation_id: int, message: A
     return (len(header) + len(body)).to_bytes(4, "big") + header + bytes(body)
 
 
-def encode_request(spec: ApiSpec, header: RequestHeader, message: Any) -> bytes:
-    """A complete request frame carrying the client's header fields and a (rewritten) body."""
+def encode_request(spec: ApiSpec, header: RequestHeader, message: Any, correlation_id: int | None = None) -> bytes:
+    """A complete request frame carrying the client's header fields (its correlation id replaced by
+    `correlation_id` when given) and a (rewritten) body."""
     body = message.encode(version=header.api_version)
-    head = _HEADER.pack(header.api_key, header.api_version, header.correlation_id)
+    correlation = header.correlation_id if correlation_id is None else correlation_id
+    head = _HEADER.pack(header.api_key, header.api_version, correlation)
     if header.client_id is None:
         head += b"\xff\xff"
     else:
@@ -228,6 +232,27 @@ def encode_request(spec: ApiSpec, header: RequestHeader, message: Any) -> bytes:
     if spec.request_flexible(header.api_version):
         head += b"\x00"
     return (len(head) + len(body)).to_bytes(4, "big") + head + bytes(body)
+
+
+_VIEW_FROM: Final = 4096  # below this a frame's rest is copied (cheaper than a memoryview), from it viewed
+
+
+def request_with_correlation_id(frame: bytes | bytearray, header: RequestHeader,
+                                correlation_id: int) -> tuple[bytes, bytes | bytearray | memoryview]:
+    """A request frame (without its size prefix) as the parts of a framed request carrying
+    `correlation_id` instead: size prefix and fixed header anew, then the rest of `frame` (a view of a
+    large one: no copy)."""
+    rest = frame[8:] if len(frame) < _VIEW_FROM else memoryview(frame)[8:]
+    return _FRAMED_HEADER.pack(len(frame), header.api_key, header.api_version, correlation_id), rest
+
+
+def response_with_correlation_id(frame: bytes | bytearray,
+                                 correlation_id: int) -> tuple[bytes, bytes | bytearray | memoryview]:
+    """A response frame (without its size prefix) as the parts of a framed response carrying
+    `correlation_id` instead: size prefix and id anew, then the rest of `frame` (a view of a large one:
+    no copy)."""
+    rest = frame[4:] if len(frame) < _VIEW_FROM else memoryview(frame)[4:]
+    return _FRAMED_ID.pack(len(frame), correlation_id), rest
 
 
 def produce_acks(frame: bytes | bytearray, header: RequestHeader) -> int:

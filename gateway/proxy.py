@@ -72,6 +72,8 @@ from gateway.codec import (
     encode_response,
     parse_request_header,
     produce_acks,
+    request_with_correlation_id,
+    response_with_correlation_id,
 )
 from gateway.connection_limits import (
     DEFAULT_MAX_CONNECTIONS,
@@ -119,6 +121,7 @@ from gateway.topic_ids import (
     refresh_version,
     request_ids,
 )
+from gateway.upstream_ids import UpstreamIds, wire_id
 from gateway.upstream_login import (
     Authenticated,
     OAuthBearerExchange,
@@ -248,7 +251,7 @@ class Slot:
     started: float
     request_bytes: int
     patches: list[Callable[[Any], None]] = field(default_factory=list)
-    response: tuple[Frame, ...] | None = None  # the frame's parts, written with writelines
+    response: tuple[Frame | memoryview, ...] | None = None  # the frame's parts, written with writelines
     forwarded: bool = False
     throttle_ms: int = 0
     records_bytes: int = 0
@@ -257,6 +260,7 @@ class Slot:
     # A request of the gateway's own on the client's upstream connection: its answer goes here, not
     # to the client (the topic id refresh, `ClientConnection._hold_for_topic_ids`).
     on_answer: Callable[[Frame], None] | None = None
+    upstream_seq: int = -1  # its number on the upstream connection (`gateway.upstream_ids`), once sent
 
 
 _DN_NAMES = {
@@ -771,13 +775,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._large_frame_timer: asyncio.TimerHandle | None = None
         self.slots: deque[Slot] = deque()
         self.awaiting_upstream: deque[Slot] = deque()
-        # Produce requests with acks=0 forwarded, as (correlation id, how many answered requests had been
-        # forwarded before it): Kafka brokers never answer them, Tansu does, and such an answer is dropped
-        # rather than taken for an unexpected one (`drops_acks_0_answer`). Bounded: a broker that never
-        # answers leaves them here until the next answer, or until they fall off the end.
-        self._acks_0_sent: deque[tuple[int, int]] = deque(maxlen=1024)
-        self._answered = 0  # answers taken from awaiting_upstream, ever
-        self.pending_frames: list[Frame] = []
+        # The correlation ids upstream are the gateway's own numbering (`gateway.upstream_ids`): answers to
+        # acks=0 produce requests (Tansu's; Kafka brokers send none) are told from the awaited ones by
+        # number, however many are outstanding, and a client reusing an id cannot confuse them.
+        self.upstream_ids = UpstreamIds()
+        self.pending_frames: list[Frame | memoryview] = []
         self.pending_bytes = 0
         self.paused: set[str] = set()
         self.closed = False
@@ -1426,6 +1428,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         if key == 0:
             slot.records_bytes = len(frame)
             acks = produce_acks(frame, header)
+            if acks == 0:
+                # KafkaApis.handleProduceRequest: "the request quota is not enforced if acks == 0"
+                # (`requestThrottleTimeMs = if (produceRequest.acks == 0) 0 else
+                # quotas.request.maybeRecordAndGetThrottleTimeMs(...)`), and the no-answer goes out through
+                # `sendNoOpResponseExemptThrottle`, which records the time as exempt
+                # (`quotas.request.maybeRecordExempt`), never against the principal. The produce byte rate
+                # still applies and may mute (below). Exempt on every path, held for topic ids too.
+                self._request_time_settled = True
         else:
             acks = 1
         if quotas is not None and key == 1:
@@ -1455,10 +1465,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         # KafkaApis (handleProduceRequest, handleFetchRequest): the request quota is charged before the
         # answer is decided, and the answer carries the larger of the bandwidth and request throttles; the
         # mute is that larger one (`_mute` keeps the later deadline, the two never add up). The time spent
-        # on the upstream's answer is charged when it is back (`on_upstream_frame`). Departure: Kafka
-        # exempts acks=0 produce requests from the request quota (`sendNoOpResponseExemptThrottle`); here
-        # they are charged too, as the gateway's time on them is as real (the mute needs no answer).
-        slot.throttle_ms = max(bandwidth, self._settle_request_time(now)) if quotas is not None else 0
+        # on the upstream's answer is charged when it is back (`on_upstream_frame`). A produce request with
+        # acks=0 is exempt from the request quota (above), as in Kafka.
+        if quotas is not None:
+            slot.throttle_ms = max(bandwidth, 0 if acks == 0 else self._settle_request_time(now))
         if key == 1 and slot.throttle_ms > 0 and plan.forward is not None:
             # Kafka answers a throttled fetch, over either quota, with no data (`getThrottledResponse`).
             self._answer_throttled_fetch(spec, slot, slot.throttle_ms)
@@ -1473,10 +1483,9 @@ class ClientConnection(asyncio.BufferedProtocol):
                 local.throttle_time_ms = slot.throttle_ms
             self._complete(slot, encode_response(spec, version, header.correlation_id, local))
             return
-        out = encode_request(spec, header, plan.forward) if plan.rewritten else None
         if plan.sessionless:
             slot.sessionless = True
-            if out is None:
+            if not plan.rewritten:
                 frame = sessionless_frame(frame, header)
         rewrite = self.gateway.brokers.response_rewriter(key, version)
         # Metadata v10+ answers carry topic ids: learn them before any patch filters topics out.
@@ -1485,12 +1494,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         if rewrite is not None:
             slot.patches.append(rewrite)
         slot.forwarded = True
-        if out is None:
-            self._send_upstream(len(frame).to_bytes(4, "big"), frame)
+        slot.upstream_seq = seq = self.upstream_ids.assign()
+        if plan.rewritten:
+            self._send_upstream(encode_request(spec, header, plan.forward, wire_id(seq)))
         else:
-            self._send_upstream(out)
+            self._send_upstream(*request_with_correlation_id(frame, header, wire_id(seq)))
         if key == 0 and acks == 0:
-            self._acks_0_sent.append((header.correlation_id, self._answered + len(self.awaiting_upstream)))
             self._finish_without_response(slot)
             if plan.patches:  # a denied topic was cut out (its answer would have been patched in)
                 self._close_after_failed_acks_0(header)
@@ -1635,13 +1644,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         upstream connection (as the gateway's upstream identity); its answer replaces the map."""
         gateway = self.gateway
         spec, version = SPECS[3], refresh_version(versions)
-        # A correlation id no acks=0 produce still remembered uses (`drops_acks_0_answer`): the listing's
-        # answer would be taken for that one's and dropped (a Kafka broker never answers it).
-        taken = {correlation for correlation, _ in self._acks_0_sent}
-        correlation = -1
-        while correlation in taken:
-            correlation -= 1
-        header = RequestHeader(3, version, correlation, "kgov-gateway", 0)
+        # Numbered as the client's requests are (`gateway.upstream_ids`): no id of the client's can be
+        # taken for it, nor its answer for an acks=0 produce's.
+        seq = self.upstream_ids.assign()
+        header = RequestHeader(3, version, wire_id(seq), "kgov-gateway", 0)
 
         def end() -> None:
             for waiter in gateway.topic_listing.finish(token):
@@ -1656,10 +1662,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             end()
 
         asyncio.get_running_loop().call_later(LISTING_WAIT_S, end)
-        self.awaiting_upstream.append(Slot(header, spec, time.perf_counter(), 0, on_answer=on_answer))
+        self.awaiting_upstream.append(Slot(header, spec, time.perf_counter(), 0, on_answer=on_answer,
+                                           upstream_seq=seq))
         self._send_upstream(encode_request(spec, header, refresh_request(spec.request, version)))
 
-    def _send_upstream(self, *parts: Frame) -> None:
+    def _send_upstream(self, *parts: Frame | memoryview) -> None:
         up = self.upstream
         if up is not None and up.transport is not None:
             up.transport.writelines(parts)
@@ -1974,14 +1981,15 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def on_upstream_frame(self, frame: Frame) -> None:
         correlation = int.from_bytes(frame[:4], "big", signed=True)
-        if self.drops_acks_0_answer(correlation):
+        awaiting = self.awaiting_upstream
+        if not awaiting or correlation != wire_id(awaiting[0].upstream_seq):
+            if self.drops_acks_0_answer(correlation):
+                return
+            self.abort("upstream correlation id mismatch" if awaiting else "unexpected response from upstream")
             return
-        if not self.awaiting_upstream:
-            self.abort("unexpected response from upstream")
-            return
-        slot = self.awaiting_upstream.popleft()
-        self._answered += 1
-        if correlation != slot.header.correlation_id or slot.spec is None:
+        slot = awaiting.popleft()
+        self.upstream_ids.answered(slot.upstream_seq)
+        if slot.spec is None:
             self.abort("upstream correlation id mismatch")
             return
         if slot.on_answer is not None:
@@ -2025,7 +2033,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         if response is not None:
             slot.response = (encode_response(spec, version, header.correlation_id, response),)
         else:
-            slot.response = (len(frame).to_bytes(4, "big"), frame)  # untouched: no copy
+            # as the upstream sent it, under the client's correlation id (`gateway.upstream_ids`)
+            slot.response = response_with_correlation_id(frame, header.correlation_id)
         self._flush()
         self._signal_drained()
 
@@ -2042,14 +2051,10 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def drops_acks_0_answer(self, correlation: int) -> bool:
         """Whether an upstream frame with `correlation` is an answer to a produce request with acks=0,
-        which is dropped (also asked during the gateway's own SASL exchange upstream). Answers come in
-        the order of the requests: only acks=0 requests forwarded before the next awaited one can be
-        answered now; those passed over were not answered (as Kafka brokers answer none) and are forgotten."""
-        sent = self._acks_0_sent
-        while sent and sent[0][1] <= self._answered:
-            if sent.popleft()[0] == correlation:
-                return True
-        return False
+        which is dropped (also asked during the gateway's own SASL exchange upstream): one numbered
+        after the last answer and before the next awaited request (`UpstreamIds.drops`)."""
+        awaiting = self.awaiting_upstream
+        return self.upstream_ids.drops(correlation, awaiting[0].upstream_seq if awaiting else None)
 
     def _complete(self, slot: Slot, response: bytes) -> None:
         slot.response = (response,)

@@ -236,3 +236,110 @@ def test_quota_rest_api_refuses_an_ip_that_is_not_an_address(tmp_path: Path) -> 
         assert r.status_code == 200, r.text
         assert r.json() == {"entity": {"ip": "2001:db8:0:0:0:0:0:7"}, "values": IP_RATE}
         assert http.get("/v1/quotas", auth=admin).json() == [r.json()]
+
+
+# -- ip rows written before the names were normalised: one row per address, the same one every time --
+
+
+def _insert_ip_rows(engine: Any, *rows: tuple[str, float]) -> None:
+    """Rows as a gateway older than the normalisation wrote them: the ip name as the operator spelled it."""
+    import sqlalchemy as sa
+
+    from authz.database import transaction
+    from gateway.quota_store import quotas_table
+
+    with transaction(engine) as conn:
+        for name, value in rows:
+            conn.execute(sa.insert(quotas_table).values(
+                user_kind="none", user_name="", client_kind="none", client_name="", ip_kind="name", ip_name=name,
+                quota_key=CONNECTION_CREATION_RATE, quota_value=value))
+
+
+def _stored_ip_rows(engine: Any) -> list[tuple[str, float]]:
+    import sqlalchemy as sa
+
+    from gateway.quota_store import quotas_table
+
+    with engine.connect() as conn:
+        return sorted((r.ip_name, r.quota_value) for r in conn.execute(
+            sa.select(quotas_table).where(quotas_table.c.ip_kind == "name")))
+
+
+def _ip(name: str) -> QuotaEntity:
+    return QuotaEntity(ip=EntityPart.of(name))
+
+
+def test_ip_rows_spelling_one_address_apply_one_value_and_the_migration_merges_them(
+    db_url: str, caplog: pytest.LogCaptureFixture, authz_factory: Any,
+) -> None:
+    """`::ffff:10.0.0.7` and `10.0.0.7` stored as two rows name one entity: the row in the lookup form
+    applies (every change since the normalisation went to it), else the lowest value; every time, not in
+    whichever order the database returns the rows (the later row used to shadow the other silently),
+    with a WARNING naming the rows. Migration 2 then leaves one row per address, in the lookup form, and
+    DescribeClientQuotas lists one entity, under either spelling."""
+    import logging
+
+    from authz.database import migrate
+    from authz.model import Principal, RequestContext
+    from gateway.admin_apis import QuotaApis
+    from gateway.codec import SPECS
+    from gateway.quota_store import COMPONENT, MIGRATIONS
+
+    engine = open_engine(db_url)
+    try:
+        store = QuotaStore(engine)
+        migrate(engine, COMPONENT, MIGRATIONS[:1])  # the table as the older gateway left it
+        _insert_ip_rows(engine, ("10.0.0.7", 5.0), ("::ffff:10.0.0.7", 2.0), ("[10.0.0.8]", 3.0),
+                        ("::ffff:10.0.0.8", 4.0), ("::ffff:10.0.0.9", 6.0), ("broker.example.com", 1.0))
+        applied = {_ip("10.0.0.7"): {CONNECTION_CREATION_RATE: 5.0}, _ip("10.0.0.8"): {CONNECTION_CREATION_RATE: 3.0},
+                   _ip("10.0.0.9"): {CONNECTION_CREATION_RATE: 6.0},
+                   _ip("broker.example.com"): {CONNECTION_CREATION_RATE: 1.0}}
+        with caplog.at_level(logging.WARNING, logger="kgov.gateway.quotas"):
+            assert store.load()[1] == applied
+            assert store.load()[1] == applied
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert sorted(warnings) == [  # once per store, not at every load
+            "client quota rows ip='10.0.0.7' connection_creation_rate=5, ip='::ffff:10.0.0.7' "
+            "connection_creation_rate=2 name one ip entity, 10.0.0.7: connection_creation_rate=5 of the row "
+            "ip='10.0.0.7' applies (the row stored as 10.0.0.7 wins, else the lowest value)",
+            "client quota rows ip='::ffff:10.0.0.8' connection_creation_rate=4, ip='[10.0.0.8]' "
+            "connection_creation_rate=3 name one ip entity, 10.0.0.8: connection_creation_rate=3 of the row "
+            "ip='[10.0.0.8]' applies (the row stored as 10.0.0.8 wins, else the lowest value)",
+        ]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="kgov.gateway.quotas"):
+            store.migrate()
+        assert [r.levelname for r in caplog.records] == ["WARNING", "WARNING", "INFO"]
+        assert caplog.records[0].getMessage().endswith("; merged into that one row")
+        assert caplog.records[2].getMessage() == ("client quota row ip='::ffff:10.0.0.9' connection_creation_rate=6 "
+                                                  "is now stored as ip='10.0.0.9'")
+        assert _stored_ip_rows(engine) == [("10.0.0.7", 5.0), ("10.0.0.8", 3.0), ("10.0.0.9", 6.0),
+                                           ("broker.example.com", 1.0)]
+        assert store.load()[1] == applied
+        describe = SPECS[48].request[1]
+        apis = QuotaApis(authz_factory(allow_everyone_if_no_acl_found=True).service, store, QuotaEnforcer(store))
+        ctx = RequestContext(Principal("User", "admin"), "127.0.0.1")
+        for match in ("10.0.0.7", "::ffff:10.0.0.7"):
+            found = apis.describe(ctx, 1, describe(components=[
+                describe.ComponentData(entity_type="ip", match_type=0, match=match)], strict=True))
+            assert [([(p.entity_type, p.entity_name) for p in e.entity], [(v.key, v.value) for v in e.values])
+                    for e in found.entries] == [([("ip", "10.0.0.7")], [(CONNECTION_CREATION_RATE, 5.0)])]
+    finally:
+        engine.dispose()
+
+
+def test_a_change_to_an_ip_entity_replaces_or_removes_its_rows_in_every_spelling(db_url: str) -> None:
+    """A row another spelling left after the migration (a gateway older than it, still running) would
+    otherwise come back when the entity is removed, or keep shadowing it."""
+    engine = open_engine(db_url)
+    try:
+        store = QuotaStore(engine)
+        store.migrate()
+        _insert_ip_rows(engine, ("10.0.0.7", 5.0), ("::ffff:10.0.0.7", 2.0), ("10.0.0.70", 9.0))
+        store.alter([(_ip("[10.0.0.7]"), [QuotaOp(CONNECTION_CREATION_RATE, 4.0)])])
+        assert _stored_ip_rows(engine) == [("10.0.0.7", 4.0), ("10.0.0.70", 9.0)]
+        _insert_ip_rows(engine, ("::ffff:10.0.0.7", 2.0))
+        store.alter([(_ip("10.0.0.7"), [QuotaOp(CONNECTION_CREATION_RATE, remove=True)])])
+        assert store.load()[1] == {_ip("10.0.0.70"): {CONNECTION_CREATION_RATE: 9.0}}
+    finally:
+        engine.dispose()

@@ -285,3 +285,50 @@ def test_a_real_producer_hears_the_request_throttle_and_is_held_by_the_mute(
     # Each produce request waits for the mute the previous answer announced.
     gaps = [b - a for a, b in itertools.pairwise(delivered)]
     assert all(gap >= 0.8 for gap in gaps), gaps
+
+
+@pytest.mark.parametrize(("acks", "byte_rate"), [(0, None), (1, None), (0, 10.0)],
+                         ids=["acks0", "acks1", "acks0-over-byte-rate"])
+def test_a_produce_with_acks_0_is_exempt_from_the_request_quota_but_not_from_the_byte_rate(
+    authz_factory: Callable[..., AuthzFixture], gateway_factory: Callable[..., RunningGateway], kafka_broker: str,
+    acks: int, byte_rate: float | None,
+) -> None:
+    """KafkaApis.handleProduceRequest: "the request quota is not enforced if acks == 0" (its request
+    throttle is 0 and `sendNoOpResponseExemptThrottle` records the time as exempt), while the produce byte
+    rate is recorded and mutes as for any produce request. With a request quota of 0, an acks=0 produce
+    leaves the connection unmuted (acks=1, the contrast, mutes it); over its byte rate it is muted."""
+    topic = f"rq0-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    entity = QuotaEntity(client_id=EntityPart.of("throttled"))
+    quotas = zero_request_quota(entity)
+    if byte_rate is not None:
+        quotas.set_configs({entity: {**quotas.configs[entity], PRODUCER_BYTE_RATE: byte_rate}})
+    gw = gateway_factory(Services(authz_factory(allow_everyone_if_no_acl_found=True).service, quotas=quotas))
+    raw = RawClient(gw.bootstrap)
+    try:
+        assert seconds_until_answered(raw) < 0.5
+        request = produce_request(topic, b"z")
+        request.acks = acks
+        raw.send(0, 9, request, client_id="throttled")
+        if acks:
+            assert raw.receive(0, 9).throttle_time_ms == LONGEST_MUTE_MS
+        if acks == 0 and byte_rate is None:
+            assert seconds_until_answered(raw) < 0.5  # read and forwarded at once: nothing muted
+            assert muted_until(gw) == 0.0
+        else:
+            assert muted_until(gw) > 0.0
+            assert seconds_until_answered(raw) >= 0.8
+    finally:
+        raw.close()
+    wait_until(lambda: produced(kafka_broker, topic) == 1)
+
+
+def produced(bootstrap: str, topic: str) -> int:
+    """Partition 0's end offset, read straight from the broker."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()

@@ -19,6 +19,8 @@ from gateway.codec import (
     parse_request_header,
     produce_acks,
     read_uvarint,
+    request_with_correlation_id,
+    response_with_correlation_id,
     write_uvarint,
 )
 
@@ -131,3 +133,20 @@ def test_fuzzed_bodies_after_a_valid_header(key: int, version: int, body: bytes)
     h = parse_request_header(frame)
     with contextlib.suppress(CodecError):
         decode_request(spec, h, frame)
+
+
+@pytest.mark.parametrize("body_size", [10, 4096, 70_000])
+def test_a_frame_with_another_correlation_id_differs_in_that_id_only(body_size: int) -> None:
+    """The gateway's own ids upstream (`gateway.upstream_ids`): a request goes out, and its answer comes
+    back, with only the correlation id changed; small frames copied, large ones viewed."""
+    req = SPECS[3].request[12](topics=[SPECS[3].request[12].MetadataRequestTopic(name="t" * body_size)],
+                               allow_auto_topic_creation=False)
+    req.with_header(correlation_id=-7, client_id="app")
+    framed = bytes(req.encode(version=12, header=True, framed=True))
+    frame = framed[4:]
+    out = b"".join(request_with_correlation_id(frame, parse_request_header(frame), 2**31 - 1))
+    assert out == framed[:8] + (2**31 - 1).to_bytes(4, "big") + framed[12:]
+    assert parse_request_header(out[4:]).client_id == "app"
+    answer = (12345).to_bytes(4, "big") + bytes(range(256)) * (body_size // 256 + 1)
+    back = b"".join(response_with_correlation_id(answer, -7))
+    assert back == len(answer).to_bytes(4, "big") + (-7).to_bytes(4, "big", signed=True) + answer[4:]
