@@ -24,6 +24,8 @@ Files numbered above `backups` (left by a larger `backups`; the run NAME.<backup
 without a gap) are deleted by the next rotation, oldest first and as logged steps of it, as rotation drops
 the oldest kept file: so the family stays one run of files, each one rotation older than the next, which
 is what `audit.integrity` verifies. A file numbered after a gap in that run is not the family's and is left.
+(Log4j 2's `DefaultRolloverStrategy` purge also deletes the oldest files beyond `max` at a rollover, but
+every file its pattern matches, gaps and all.)
 
 A writer notices on every append, by the link count and change time of the lock file it holds (one
 `fstat`), that it was deleted, replaced or renamed away, and takes the one now at its path (creating it)
@@ -47,9 +49,9 @@ from pathlib import Path
 
 from audit.integrity import chain_path, lock_path
 
-# The log is read back from its end this much at a time, until the last rotation's `rotate` (or a `done`)
-# is in: one read unless a rotation of more than about 7,000 files is half done.
-_TAIL_BYTES = 64 * 1024
+# The log is first read back this far from its end, then twice as far each time until the last rotation's
+# `rotate` (or a `done`) is in: one read unless a rotation of more than about 400 files is half done.
+_TAIL_BYTES = 4 * 1024
 _RECORD = re.compile(rb"rotate (\d+) (\d+)|moved (\d+)|done")
 _TORN = b"~"  # ends a record whose write was cut short: no record ends in it
 
@@ -66,24 +68,23 @@ class Rotation:
 
 def _scan(log: bytes) -> tuple[Rotation | None, bool]:
     """The rotation `log` began last and did not finish, and whether `log` holds a `rotate` or a `done`
-    (if not, an older part of the log may hold the `rotate` its `moved` records belong to)."""
-    begun: Rotation | None = None
-    anchored = False
+    (if not, an older part of the log may hold the `rotate` its `moved` records belong to). Only the last
+    of those and the records after it count, so the scan starts from there."""
     # The last piece has no newline: a record whose write was cut short, or empty.
-    for raw in log.split(b"\n")[:-1]:
-        m = _RECORD.fullmatch(raw)
-        if m is None:
-            continue  # a torn or unknown record
-        if m[1] is not None:
-            begun = Rotation(int(m[1]), range(int(m[2]), -1, -1))
-        elif m[3] is not None:
-            if begun is not None and int(m[3]) in begun.remaining:
-                begun = Rotation(begun.backups, range(int(m[3]) - 1, -1, -1))
-            continue
-        else:
-            begun = None
-        anchored = True
-    return (begun if begun is not None and begun.remaining else None), anchored
+    lines = log.split(b"\n")[:-1]
+    for at in range(len(lines) - 1, -1, -1):
+        m = _RECORD.fullmatch(lines[at])  # a torn or unknown record does not match
+        if m is not None and m[3] is None:
+            break
+    else:
+        return None, False
+    if m[1] is None:
+        return None, True  # `done`
+    begun = Rotation(int(m[1]), range(int(m[2]), -1, -1))
+    for raw in lines[at + 1:]:
+        if (m := _RECORD.fullmatch(raw)) is not None and m[3] is not None and int(m[3]) in begun.remaining:
+            begun = Rotation(begun.backups, range(int(m[3]) - 1, -1, -1))
+    return (begun if begun.remaining else None), True
 
 
 def pending_rotation(log: bytes) -> Rotation | None:
@@ -175,18 +176,18 @@ class FamilyLock:
 
     def pending(self) -> Rotation | None:
         """Held: the rotation the log began last and did not finish, read back from the log's end as far
-        as its records reach (`_TAIL_BYTES` at a time)."""
-        end = self.version()
-        window = b""
+        as its last `rotate` or `done` (`_TAIL_BYTES` first, then twice as much each time)."""
+        size = self.version()
+        want = _TAIL_BYTES
         while True:
-            start = max(0, end - _TAIL_BYTES)
-            window = os.pread(self._fd, end - start, start) + window
-            end = start
+            start = max(0, size - want)
+            window = os.pread(self._fd, size - start, start)
             # From the first whole line: the window may begin inside a record.
             whole = window if start == 0 else window[window.index(b"\n") + 1:] if b"\n" in window else b""
             rotation, anchored = _scan(whole)
             if anchored or start == 0:
                 return rotation
+            want *= 2
 
     def _log(self, record: str) -> None:
         """Appends one record. A write cut short raises: the step it records is then not known as done, and
