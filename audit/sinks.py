@@ -192,6 +192,7 @@ class _RotatingFile:
             self._closed = True
             try:
                 with self._family:
+                    self._family.checked_version()  # the `stop` under the lock file at the path, as a line
                     self._close_files("stop")
             finally:
                 self._family.close()

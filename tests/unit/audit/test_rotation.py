@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.integrity import IntegrityKey, Reason, audit_files_in, chain_path, lock_path, verify_paths
-from audit.rotation import FamilyLock, Rotation, pending_rotation
+from audit.rotation import FamilyLock, Rotation, pending_rotation, rotation_top
 from audit.sinks import AuditWriteError, TextLineSink
 
 KEY = IntegrityKey(b"k" * 43)
@@ -48,6 +48,16 @@ def test_a_record_whose_write_was_cut_short_does_not_count() -> None:
     assert pending_rotation(begun + b"moved 1~\nmoved 12\n") == Rotation(20, moves(11))
     assert pending_rotation(b"rotate 20 1~\n") is None
     assert pending_rotation(begun + b"moved 12\nmoved 11\ndon~\n") == Rotation(20, moves(10))
+
+
+def test_a_rotation_starts_at_the_last_file_of_the_run_beyond_backups_else_at_the_oldest_kept() -> None:
+    assert rotation_top(set(), 10) == 0
+    assert rotation_top({1, 2, 3}, 10) == 3
+    assert rotation_top(set(range(1, 11)), 10) == 9  # NAME.10 is pushed out by the move of NAME.9 onto it
+    assert rotation_top({1, 2, 3, 4, 5, 9}, 2) == 5  # 3 .. 5 are deleted; 9, after a gap, is not the family's
+    assert rotation_top({1, 2, 4, 5}, 2) == 2  # no NAME.3: nothing beyond the count to delete
+    assert rotation_top({1, 2}, 0) == 2
+    assert rotation_top(set(), 0) == 0
 
 
 def lines_in(d: Path, name: str) -> list[str]:
