@@ -55,7 +55,7 @@ def test_a_rotation_starts_at_the_last_file_of_the_run_beyond_backups_else_at_th
     assert rotation_top({1, 2, 3}, 10) == 3
     assert rotation_top(set(range(1, 11)), 10) == 9  # NAME.10 is pushed out by the move of NAME.9 onto it
     assert rotation_top({1, 2, 3, 4, 5, 9}, 2) == 5  # 3 .. 5 are deleted; 9, after a gap, is not the family's
-    assert rotation_top({1, 2, 4, 5}, 2) == 2  # no NAME.3: nothing beyond the count to delete
+    assert rotation_top({1, 2, 4, 5}, 2) == 1  # no NAME.3: nothing beyond the count to delete
     assert rotation_top({1, 2}, 0) == 2
     assert rotation_top(set(), 0) == 0
 
