@@ -52,7 +52,8 @@ from audit.integrity import chain_path, lock_path
 # The log is first read back this far from its end, then twice as far each time until the last rotation's
 # `rotate` (or a `done`) is in: one read unless a rotation of more than about 400 files is half done.
 _TAIL_BYTES = 4 * 1024
-_RECORD = re.compile(rb"rotate (\d+) (\d+)|moved (\d+)|done")
+# At most 18 digits: a damaged record of thousands would not even convert (int's digit limit).
+_RECORD = re.compile(rb"rotate (\d{1,18}) (\d{1,18})|moved (\d{1,18})|done")
 _TORN = b"~"  # ends a record whose write was cut short: no record ends in it
 
 

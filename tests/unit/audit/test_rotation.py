@@ -38,6 +38,7 @@ def test_the_log_tells_which_moves_of_an_unfinished_rotation_are_left() -> None:
     assert pending_rotation(b"rotate 2 1\nmoved 1\nmoved 0\ndone\nrotate 2 1\nmov\nmoved 1\n") == Rotation(2, moves(0))
     assert pending_rotation(b"rotate x 1\nmoved \xff\n") is None
     assert pending_rotation(b"rotate 3 2\nmoved 9\nmoved 2 \n done\n") == Rotation(3, moves(2))
+    assert pending_rotation(b"rotate 3 2\nmoved " + b"9" * 5000 + b"\n") == Rotation(3, moves(2))
 
 
 def test_a_record_whose_write_was_cut_short_does_not_count() -> None:
