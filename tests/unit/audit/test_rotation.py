@@ -405,3 +405,21 @@ def test_writers_of_one_file_in_any_order_lose_nothing_and_verify(max_bytes: int
         assert all(p.stat().st_size <= max_bytes or len(p.read_text().splitlines()) == 1 for p in kept)
         reports = verify_paths(audit_files_in(d), KEY)
         assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
+
+
+def test_files_left_beyond_a_lowered_backups_by_the_old_rotation_are_deleted_by_the_next(tmp_path: Path) -> None:
+    """The old rotation with `backups = 2` moved only a.log.1 and a.log (as `rotate 2 1` does), leaving
+    a.log.3 .. a.log.5 behind a dropped file: `verify` reports them; the next rotation deletes them."""
+    target = tmp_path / "a.log"
+    files_of(target, 6, backups=5)
+    log = lock_path(target)
+    log.write_bytes(log.read_bytes() + b"rotate 2 1\n")  # a rotation as the old code did it, not yet done
+    sink = TextLineSink(target, max_bytes=40, backups=2, integrity=KEY)  # does it
+    found = {p.reason for r in verify_paths(audit_files_in(tmp_path), KEY) for p in r.problems}
+    assert Reason.RENAMED in found
+    sink.write_line("y" * 30)  # into the empty a.log the rotation left
+    sink.write_line("z" * 30)  # rotates: deletes a.log.5 .. a.log.2, moves a.log.1 and a.log
+    sink.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["a.log", "a.log.1", "a.log.2"]
+    reports = verify_paths(audit_files_in(tmp_path), KEY)
+    assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
