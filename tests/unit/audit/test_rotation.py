@@ -305,15 +305,6 @@ def test_lowering_backups_deletes_the_files_beyond_it_at_the_next_rotation(
     assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems]
 
 
-def four_files(target: Path) -> dict[str, list[str]]:
-    """a.log.3 .. a.log, one sealed line each (max_bytes fits one), and what each holds."""
-    sink = TextLineSink(target, max_bytes=40, backups=3, integrity=KEY)
-    for i in range(4):
-        sink.write_line(f"line {i} " + "x" * 20)
-    sink.close()
-    return {n: lines_in(target.parent, n) for n in ("a.log", "a.log.1", "a.log.2", "a.log.3")}
-
-
 @pytest.mark.parametrize(("fails", "at"), [("replace", k) for k in range(6)] + [("log", k) for k in range(5)])
 def test_a_rotation_that_fails_at_any_step_ends_as_if_it_had_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   fails: str, at: int) -> None:
@@ -321,7 +312,7 @@ def test_a_rotation_that_fails_at_any_step_ends_as_if_it_had_not(tmp_path: Path,
     fails first, the writer that comes next finishes it and every file ends up one place older, none lost
     and none moved twice."""
     target = tmp_path / "a.log"
-    before = four_files(target)
+    before = files_of(target, 4, backups=3)
     calls = [0]
 
     def failing(real: Callable[..., object]) -> Callable[..., object]:
