@@ -40,8 +40,9 @@ class _RotatingFile:
     """Append-only text file rotated by size: `path`, `path.1` (newest) ... `path.<backups>`.
 
     Several processes may append to one file and rotate it: every append holds the file's lock
-    (`audit.rotation.FamilyLock`), under which the size that decides a rotation is the file's real one and a
-    rotation by another process is seen and followed before the line is written.
+    (`audit.rotation.FamilyLock`; the one at its path, also when the lock file was deleted since the last
+    append), under which the size that decides a rotation is the file's real one and a rotation by another
+    process is seen and followed before the line is written.
 
     With an integrity key every line is also sealed in the chain file beside it (`audit.integrity`), which
     rotates with it; the data file itself stays exactly as without."""
@@ -162,8 +163,10 @@ class _RotatingFile:
                 if self._closed:
                     raise OSError(errno.EBADF, "the sink is closed")
                 with self._family:
+                    # None: the lock file had been deleted or replaced, and this writer now holds the new one.
+                    version = self._family.checked_version()
                     size = -1 if self._data is None else os.lseek(self._data.fileno(), 0, os.SEEK_END)
-                    if (size < 0 or self._family.version() != self._seen
+                    if (size < 0 or version is None or version != self._seen
                             or (size and size + len(data) > self.max_bytes)):
                         self._settle(len(data))
                         assert self._data is not None
@@ -189,6 +192,7 @@ class _RotatingFile:
             self._closed = True
             try:
                 with self._family:
+                    self._family.checked_version()  # the `stop` under the lock file at the path, as a line
                     self._close_files("stop")
             finally:
                 self._family.close()
