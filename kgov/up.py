@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -45,6 +45,9 @@ from kgov.http_server import server_options
 from kgov.private_files import local_secret, private_dir, private_file
 from kgov.run_directory import run_directory
 from kgov.settings import DEFAULT_HTTP_REQUEST_MAX_BYTES, Settings
+
+if TYPE_CHECKING:
+    from gateway.runtime import GatewayRuntime
 
 UP_MECHANISMS = ["SCRAM-SHA-512", "OAUTHBEARER"]
 # The sandboxed broker's private directory in the temporary directory (isolated_broker).
@@ -366,6 +369,14 @@ def startup_text(settings: Settings, *, gateway: str, mechanisms: Sequence[str],
         + "\nPress Ctrl-C to stop."
 
 
+def _gateway_snapshot_problem(runtime: GatewayRuntime) -> str | None:
+    """For /health: why the embedded gateway cannot decide (None when it can)."""
+    if runtime.authorizer.snapshot_state().stale:
+        return "gateway: ACL snapshot older than authz.max_snapshot_age_s: database unreachable"
+    problem = runtime.credentials.snapshot_problem()
+    return f"gateway: {problem}" if problem is not None else None
+
+
 def reset_dev_admin(credentials: Any, settings: Settings) -> None:
     """Dev mode: the admin password this run announces, generated or chosen (`KGOV_ADMIN__PASSWORD`,
     `[admin] password`), replaces any admin credential an earlier run left in the data directory.
@@ -464,6 +475,9 @@ def _run_up(args: argparse.Namespace) -> int:
                                           forwarded_allow_ips=settings.http_forwarded_allow_ips,
                                           max_body_bytes=settings.http_request_max_bytes))
         runtime = build_runtime(settings, upstream=upstream)
+        # The gateway keeps its own ACL and credential snapshots: /health answers 503 when either is too old
+        # to decide with (its logins or requests fail closed), as for the control plane's own.
+        app.state.health_checks.append(lambda: _gateway_snapshot_problem(runtime))
         if runtime.audit_kafka is not None:
             app.state.audit_kafka["gateway"] = runtime.audit_kafka  # /metrics reports both components
 
