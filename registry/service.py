@@ -499,6 +499,10 @@ class SchemaRegistry:
         return echo, Change("config.update", subject or GLOBAL_KEY, {"config": echo})
 
     def delete_config(self, subject: str | None) -> tuple[dict[str, Any], Change]:
+        if subject is not None:
+            # As set_config: `__GLOBAL` names the global row, which the subject route (authorized on the
+            # subject) must not reach; only `DELETE /config` (CLUSTER ALTER) may reset it.
+            validate_subject(subject)
         key = GLOBAL_KEY if subject is None else subject
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)
@@ -542,6 +546,8 @@ class SchemaRegistry:
         return mode, Change("mode.update", subject or GLOBAL_KEY, {"mode": mode.value, "force": force})
 
     def delete_mode(self, subject: str | None) -> tuple[Mode, Change]:
+        if subject is not None:
+            validate_subject(subject)  # as delete_config
         key = GLOBAL_KEY if subject is None else subject
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)

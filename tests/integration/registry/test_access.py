@@ -290,3 +290,23 @@ def test_filtered_listings_are_unchanged_for_callers_who_may_read_every_subject(
         for route in REFERENCED_BY + CONTEXTS:  # the admin's answers are those of the code before filtering
             assert answer(bob.get(route)) == answer(admin.get(route)) == answer(anonymous.get(route)), route
     assert denials(app) == []
+
+
+@pytest.mark.parametrize("route", ["/config/__GLOBAL", "/mode/__GLOBAL"])
+def test_a_subject_level_grant_cannot_reach_the_global_config_or_mode(app: FastAPI, route: str) -> None:
+    """The global level is stored under the subject key `__GLOBAL`, a name no subject may have. A caller
+    allowed ALTER_CONFIGS on every subject (or on a prefix of `__GLOBAL`) must not reset the global
+    config or mode through the subject route: that needs CLUSTER ALTER (`DELETE /config`, `/mode`)."""
+    grant(app, "alice", "*", PatternType.LITERAL, Operation.ALTER_CONFIGS, Operation.READ)
+    grant(app, "bob", "__", PatternType.PREFIXED, Operation.ALTER_CONFIGS, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice, \
+            TestClient(app, headers=basic("bob")) as bob:
+        assert admin.put("/config", json={"compatibility": "FULL"}).status_code == 200
+        assert admin.put("/mode", json={"mode": "READONLY"}).status_code == 200
+        for caller in (alice, bob):
+            refused = caller.delete(route)
+            assert (refused.status_code, refused.json()["error_code"]) == (422, 42208), refused.text
+            assert caller.put(route, json={"compatibility": "NONE", "mode": "READWRITE"}).status_code == 422
+        assert admin.get("/config").json() == {"compatibilityLevel": "FULL"}
+        assert admin.get("/mode").json() == {"mode": "READONLY"}
+        assert alice.delete("/config").status_code == 403  # the global routes stay the cluster's
