@@ -21,7 +21,14 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from authz.decide import validate_new_acl
-from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, peer_address
+from authz.http import (
+    ApiError,
+    AuthenticatedRoute,
+    CurrentPrincipal,
+    authorize_http,
+    client_address,
+    peer_address,
+)
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
     Acl,
@@ -159,7 +166,7 @@ def _create(request: Request, principal: Principal, acls: list[Acl]) -> None:
     _service(request).create_acls(acls, actor=principal, client_address=client_address(request))
 
 
-v3 = APIRouter(tags=["acls"])
+v3 = APIRouter(route_class=AuthenticatedRoute, tags=["acls"])
 
 
 @v3.get("/v3/clusters")
@@ -285,7 +292,7 @@ def _pattern_json(b: RoleBinding) -> dict[str, str]:
     return {"resourceType": b.resource_type.name, "name": b.resource_name, "patternType": b.pattern_type.name}
 
 
-mds = APIRouter(tags=["role bindings"])
+mds = APIRouter(route_class=AuthenticatedRoute, tags=["role bindings"])
 
 
 @mds.get("/security/1.0/roles")
@@ -390,7 +397,7 @@ def lookup_role_resource(request: Request, role: str, resource_type: str, name: 
 # ---------------------------------------------------------------------------- groups
 
 
-groups_router = APIRouter(tags=["groups"])
+groups_router = APIRouter(route_class=AuthenticatedRoute, tags=["groups"])
 
 
 @groups_router.get("/v1/groups")

@@ -78,6 +78,54 @@ def test_unauthenticated_surface_is_only_operations_and_token_discovery(client: 
     assert health.json() == {"status": "UP"}
 
 
+# Routes with a body that answer callers without credentials: the token endpoint (client credentials in
+# the form) and the decision API (listed networks).
+_OPEN_BODY_ROUTES = {"/oauth/token", "/v1/data/kafka/authz/allow", "/v1/data/kafka/authz/batch"}
+
+
+def _body_routes(client: TestClient) -> list[tuple[str, str]]:
+    import re
+
+    return [(method.upper(), re.sub(r"\{[^}]+\}", "x", path))
+            for path, ops in client.get("/openapi.json").json()["paths"].items() if path not in _OPEN_BODY_ROUTES
+            for method, op in ops.items() if method in ("post", "put", "delete") and "requestBody" in op]
+
+
+def test_a_body_is_not_read_before_its_caller_is_authenticated(client: TestClient) -> None:
+    """FastAPI parses a declared body before the dependencies that authenticate: without credentials,
+    a malformed body would be parsed (on the event loop, up to http_request_max_bytes) and answered 400."""
+    routes = _body_routes(client)
+    assert ("POST", "/v3/clusters/x/acls:batch") in routes and ("PUT", "/v1/quotas") in routes
+    for method, path in routes:
+        r = client.request(method, path, content=b'{"data": [' * 50, headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()) == (401, {"error_code": 40101, "message": "Unauthorized"}), (method, path)
+
+
+class _CountingAuthenticator:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def authenticate(self, authorization: str | None, client_address: str) -> Any:
+        self.calls += 1
+        return await self.inner.authenticate(authorization, client_address)
+
+
+def test_credentials_are_checked_once_per_request(tmp_path: Path) -> None:
+    """Checked before the body and asked for again by the route: a second check would count and audit one
+    failure twice (locking a source out at half the attempts) and pay a password's PBKDF2 twice."""
+    settings = load_settings(data_dir=tmp_path / "data", dev_mode=True, admin={"password": "admin-password-1"},
+                             sasl={"failed_authentication_delay_ms": 0})
+    with TestClient(build_app(settings)) as c:
+        counting = c.app.state.authenticator = _CountingAuthenticator(c.app.state.authenticator)  # type: ignore[attr-defined]
+        admin = ("admin", "admin-password-1")
+        ok = c.put("/v1/quotas", json={"entity": {"user": "alice"}, "set": {"producer_byte_rate": 1024}}, auth=admin)
+        assert ok.status_code == 200 and counting.calls == 1
+        assert c.post("/v3/clusters/x/acls", json={}, auth=("admin", "wrong")).status_code == 401
+        assert counting.calls == 2
+        assert c.get("/v1/quotas", auth=admin).status_code == 200 and counting.calls == 3
+
+
 def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None:
     @client.app.get("/boom")  # type: ignore[attr-defined, untyped-decorator]
     def boom() -> None:
