@@ -7,6 +7,8 @@ the `{"error_code", "message"}` body that Confluent's REST APIs use.
 
 from __future__ import annotations
 
+import logging
+import secrets
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Protocol
 
@@ -32,6 +34,15 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers
+
+
+def logged_incident(logger: logging.Logger, what: str, request: Request, exc: BaseException) -> str:
+    """Logs an unexpected failure of a request with its traceback under a new random id, and returns the
+    id for the answer: the client gets only the id to quote, the operator finds the detail by it. The
+    path is logged quoted (`%r`): a percent-encoded line break in it would otherwise start a forged line."""
+    incident = secrets.token_hex(8)
+    logger.error("%s on %s %r (incident %s)", what, request.method, request.url.path, incident, exc_info=exc)
+    return incident
 
 
 def api_error_response(exc: ApiError) -> JSONResponse:

@@ -31,7 +31,7 @@ import sasl.api
 from audit.kafka_sink import KafkaSink
 from audit.sinks import JsonLinesSink, MultiSink, TextLineSink
 from authz.database import open_engine
-from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http
+from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http, logged_incident
 from authz.model import CLUSTER_RESOURCE_NAME, USER_WILDCARD, Operation, Principal, ResourceType
 from authz.service import AuthorizerService
 from kgov import __version__
@@ -365,9 +365,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # The detail goes to the log (never secrets: handlers do not put them in exceptions), not the client.
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        response = JSONResponse(status_code=500, content={"error_code": 50001, "message": "Internal server error"})
+        # The detail goes to the log (never secrets: handlers do not put them in exceptions), not the client,
+        # which gets the id of the log line.
+        incident = logged_incident(log, "unhandled error", request, exc)
+        response = JSONResponse(status_code=500, content={"error_code": 50001,
+                                                          "message": f"Internal server error (incident {incident})"})
         SecurityHeaders.harden(response.headers, request.scope)  # sent from outside SecurityHeaders
         return response
 

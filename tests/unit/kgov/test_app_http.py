@@ -126,15 +126,29 @@ def test_credentials_are_checked_once_per_request(tmp_path: Path) -> None:
         assert c.get("/v1/quotas", auth=admin).status_code == 200 and counting.calls == 3
 
 
-def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None:
-    @client.app.get("/boom")  # type: ignore[attr-defined, untyped-decorator]
-    def boom() -> None:
+def test_unexpected_errors_say_nothing_to_the_client(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    """Only an incident id, which names the log line that holds the detail; the path is logged quoted, so
+    a percent-encoded control character in it (a line break, a terminal escape) cannot forge a line."""
+    import re
+
+    @client.app.get("/boom/{name}")  # type: ignore[attr-defined, untyped-decorator]
+    def boom(name: str) -> None:
         raise RuntimeError("SELECT secret FROM sasl_scram_credentials")
 
     with TestClient(client.app, raise_server_exceptions=False) as c:  # type: ignore[arg-type]
-        r = c.get("/boom")
-    assert r.status_code == 500
-    assert r.json() == {"error_code": 50001, "message": "Internal server error"}
+        answers = [c.get("/boom/x%1B[2KERROR forged") for _ in range(2)]
+    incidents = []
+    for r in answers:
+        assert r.status_code == 500
+        assert r.json()["error_code"] == 50001 and "SELECT" not in r.text and "sasl" not in r.text
+        found = re.fullmatch(r"Internal server error \(incident ([0-9a-f]{16})\)", r.json()["message"])
+        assert found is not None, r.json()
+        incidents.append(found.group(1))
+    assert incidents[0] != incidents[1]
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert [rec.getMessage() for rec in logged] == [
+        f"unhandled error on GET '/boom/x\\x1b[2KERROR forged' (incident {i})" for i in incidents]
+    assert all(rec.exc_info and "sasl_scram_credentials" in str(rec.exc_info[1]) for rec in logged)
 
 
 def test_unexpected_errors_carry_the_security_headers(client: TestClient) -> None:
