@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Sequence
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
@@ -27,6 +26,7 @@ from authz.http import (
     CurrentPrincipal,
     authorize_http,
     client_address,
+    listed_proxy,
     peer_address,
 )
 from authz.model import (
@@ -542,22 +542,6 @@ def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
 _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
 
 
-def _listed_proxy(peer: str | None, proxies: Sequence[str]) -> bool:
-    """Whether `peer` is in `http_forwarded_allow_ips`, read as uvicorn's ProxyHeadersMiddleware reads it
-    (`ipaddress.ip_network` without strict=False: an entry with host bits set believes nobody there)."""
-    try:
-        addr = ipaddress.ip_address(peer or "")
-    except ValueError:
-        return False
-    for entry in proxies:
-        try:
-            if addr in ipaddress.ip_network(entry):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _opa_caller_allowed(request: Request) -> None:
     """Brokers call the decision API without credentials, so only listed networks may (default: loopback).
 
@@ -569,8 +553,8 @@ def _opa_caller_allowed(request: Request) -> None:
     would check exactly that proxy's address. Brokers call directly and send none of these headers."""
     settings = request.app.state.settings
     forwarded = any(h in request.headers for h in _FORWARDING_HEADERS)
-    if forwarded and not _listed_proxy(peer_address(request) or client_address(request),
-                                       settings.http_forwarded_allow_ips):
+    if forwarded and not listed_proxy(peer_address(request) or client_address(request),
+                                      settings.http_forwarded_allow_ips):
         raise ApiError(403, 40301, "The decision API does not answer requests forwarded by a proxy that is not "
                                    "listed in http_forwarded_allow_ips")
     if forwarded and "x-forwarded-for" not in request.headers:

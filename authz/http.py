@@ -7,9 +7,10 @@ the `{"error_code", "message"}` body that Confluent's REST APIs use.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
@@ -61,6 +62,22 @@ PEER_SCOPE_KEY = "kgov.peer"
 
 def client_address(request: Request) -> str:
     return request.client.host if request.client else "0.0.0.0"
+
+
+def listed_proxy(peer: str | None, proxies: Sequence[str]) -> bool:
+    """Whether `peer` is in `http_forwarded_allow_ips`, read as uvicorn's ProxyHeadersMiddleware reads it
+    (`ipaddress.ip_network` without strict=False: an entry with host bits set believes nobody there)."""
+    try:
+        addr = ipaddress.ip_address(peer or "")
+    except ValueError:
+        return False
+    for entry in proxies:
+        try:
+            if addr in ipaddress.ip_network(entry):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def peer_address(request: Request) -> str | None:

@@ -293,3 +293,24 @@ def test_a_page_of_the_public_address_behind_a_host_rewriting_proxy_is_refused_b
 ])
 def test_listed_public_origins_are_this_site(tmp_path: Path, headers: dict[str, str], status: int) -> None:
     assert _bind_role(tmp_path, headers, http_public_origins=["https://kgov.example.com"]) == status
+
+
+def test_a_forwarded_request_from_an_unlisted_peer_is_warned_about_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Behind a proxy missing from http_forwarded_allow_ips every client has the proxy's address, and a
+    few bad passwords from any of them refuse every login through it, the admin's included."""
+    settings = load_settings(data_dir=tmp_path / "data", dev_mode=True, http_forwarded_allow_ips=["10.0.1.0/24"])
+    app = build_app(settings)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "X-Forwarded-For" in r.getMessage()]
+
+    with TestClient(app, client=("10.0.1.9", 4000)) as listed, TestClient(app, client=("10.0.0.2", 4000)) as other:
+        assert listed.get("/health", headers={"X-Forwarded-For": "192.0.2.1"}).status_code == 200
+        assert other.get("/health").status_code == 200
+        assert warnings() == []
+        for _ in range(2):
+            assert other.get("/health", headers={"X-Forwarded-For": "192.0.2.1"}).status_code == 200
+    assert len(warnings()) == 1
+    assert warnings()[0].startswith("a request from 10.0.0.2 carried X-Forwarded-For, and 10.0.0.2 is not in "
+                                    "http_forwarded_allow_ips")
