@@ -310,3 +310,19 @@ def test_a_subject_level_grant_cannot_reach_the_global_config_or_mode(app: FastA
         assert admin.get("/config").json() == {"compatibilityLevel": "FULL"}
         assert admin.get("/mode").json() == {"mode": "READONLY"}
         assert alice.delete("/config").status_code == 403  # the global routes stay the cluster's
+
+
+def test_the_empty_subjects_level_is_audited_as_its_own_not_as_the_global_one(app: FastAPI) -> None:
+    """`/config/` and `/mode/` name the subject "" (Confluent keeps it as `__EMPTY`), authorized as that
+    subject; the audit trail must not record its change as one of the global level."""
+    with TestClient(app, headers=basic("admin")) as admin:
+        assert admin.put("/config/", json={"compatibility": "NONE"}).status_code == 200
+        assert admin.put("/mode/", json={"mode": "READONLY"}).status_code == 200
+        assert admin.delete("/config/").status_code == 200
+        assert admin.delete("/mode/").status_code == 200
+        assert admin.get("/config").json() == {"compatibilityLevel": "BACKWARD"}
+        assert admin.get("/mode").json() == {"mode": "READWRITE"}
+    changes = [(e.data["methodName"], e.data["resourceName"]) for e in app.state.audit.events
+               if e.type is EventType.CONFIG_CHANGE]
+    assert changes == [("schema-registry.config.update", ""), ("schema-registry.mode.update", ""),
+                       ("schema-registry.config.delete", ""), ("schema-registry.mode.delete", "")]
