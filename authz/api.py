@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Sequence
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
@@ -21,7 +20,15 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from authz.decide import validate_new_acl
-from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, peer_address
+from authz.http import (
+    ApiError,
+    AuthenticatedRoute,
+    CurrentPrincipal,
+    authorize_http,
+    client_address,
+    listed_proxy,
+    peer_address,
+)
 from authz.model import (
     CLUSTER_RESOURCE_NAME,
     Acl,
@@ -159,7 +166,7 @@ def _create(request: Request, principal: Principal, acls: list[Acl]) -> None:
     _service(request).create_acls(acls, actor=principal, client_address=client_address(request))
 
 
-v3 = APIRouter(tags=["acls"])
+v3 = APIRouter(route_class=AuthenticatedRoute, tags=["acls"])
 
 
 @v3.get("/v3/clusters")
@@ -285,7 +292,7 @@ def _pattern_json(b: RoleBinding) -> dict[str, str]:
     return {"resourceType": b.resource_type.name, "name": b.resource_name, "patternType": b.pattern_type.name}
 
 
-mds = APIRouter(tags=["role bindings"])
+mds = APIRouter(route_class=AuthenticatedRoute, tags=["role bindings"])
 
 
 @mds.get("/security/1.0/roles")
@@ -390,7 +397,7 @@ def lookup_role_resource(request: Request, role: str, resource_type: str, name: 
 # ---------------------------------------------------------------------------- groups
 
 
-groups_router = APIRouter(tags=["groups"])
+groups_router = APIRouter(route_class=AuthenticatedRoute, tags=["groups"])
 
 
 @groups_router.get("/v1/groups")
@@ -535,22 +542,6 @@ def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
 _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
 
 
-def _listed_proxy(peer: str | None, proxies: Sequence[str]) -> bool:
-    """Whether `peer` is in `http_forwarded_allow_ips`, read as uvicorn's ProxyHeadersMiddleware reads it
-    (`ipaddress.ip_network` without strict=False: an entry with host bits set believes nobody there)."""
-    try:
-        addr = ipaddress.ip_address(peer or "")
-    except ValueError:
-        return False
-    for entry in proxies:
-        try:
-            if addr in ipaddress.ip_network(entry):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 def _opa_caller_allowed(request: Request) -> None:
     """Brokers call the decision API without credentials, so only listed networks may (default: loopback).
 
@@ -562,8 +553,8 @@ def _opa_caller_allowed(request: Request) -> None:
     would check exactly that proxy's address. Brokers call directly and send none of these headers."""
     settings = request.app.state.settings
     forwarded = any(h in request.headers for h in _FORWARDING_HEADERS)
-    if forwarded and not _listed_proxy(peer_address(request) or client_address(request),
-                                       settings.http_forwarded_allow_ips):
+    if forwarded and not listed_proxy(peer_address(request) or client_address(request),
+                                      settings.http_forwarded_allow_ips):
         raise ApiError(403, 40301, "The decision API does not answer requests forwarded by a proxy that is not "
                                    "listed in http_forwarded_allow_ips")
     if forwarded and "x-forwarded-for" not in request.headers:

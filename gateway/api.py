@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
-from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address
+from authz.http import ApiError, AuthenticatedRoute, CurrentPrincipal, authorize_http, client_address
 from authz.model import CLUSTER_RESOURCE_NAME, Operation, ResourceType
 from gateway.cli import entity_json
 from gateway.quota_model import DEFAULT_PART, NONE_PART, EntityPart, QuotaEntity, QuotaError
@@ -47,7 +47,7 @@ def install(app: FastAPI) -> None:
     store = QuotaStore(app.state.engine)
     store.migrate()
     app.state.quota_store = store
-    router = APIRouter(tags=["quotas"])
+    router = APIRouter(route_class=AuthenticatedRoute, tags=["quotas"])
 
     @router.get("/v1/quotas", response_model=list[QuotaEntry])
     def list_quotas(

@@ -8,7 +8,7 @@ Each package installs its routes with `<package>.api.install(app)` and reads wha
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +31,15 @@ import sasl.api
 from audit.kafka_sink import KafkaSink
 from audit.sinks import JsonLinesSink, MultiSink, TextLineSink
 from authz.database import open_engine
-from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http
+from authz.http import (
+    PEER_SCOPE_KEY,
+    ApiError,
+    api_error_response,
+    authenticated_principal,
+    authorize_http,
+    listed_proxy,
+    logged_incident,
+)
 from authz.model import CLUSTER_RESOURCE_NAME, USER_WILDCARD, Operation, Principal, ResourceType
 from authz.service import AuthorizerService
 from kgov import __version__
@@ -264,6 +272,35 @@ class CrossSiteWriteGuard:
             return True
 
 
+class UnlistedProxyWarning:
+    """Logs one warning, the first time a request carries `X-Forwarded-For` from a peer that is not in
+    `http_forwarded_allow_ips` (whose forwarded addresses are therefore not believed). If that peer is a
+    reverse proxy in front of kgov, every client behind it has the proxy's address: one failed-login
+    allowance for all of them (`sasl.max_failed_attempts_per_source` bad passwords from anyone, and every
+    login through that proxy, the admin's included, is refused for `sasl.failed_attempts_window_s`), one
+    host for ACL host rules, one address in the audit trail. Any client can send the header itself, so
+    this warns, once per process, and refuses nothing; after that it costs one attribute test."""
+
+    def __init__(self, app: ASGIApp, proxies: Sequence[str]) -> None:
+        self.app = app
+        self.proxies = tuple(proxies)
+        self.warned = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.warned and scope["type"] == "http":
+            peer = scope.get(PEER_SCOPE_KEY) or scope.get("client")
+            address = str(peer[0]) if peer else None
+            if (any(name == b"x-forwarded-for" for name, _ in scope["headers"])
+                    and not listed_proxy(address, self.proxies)):
+                self.warned = True
+                log.warning("a request from %s carried X-Forwarded-For, and %s is not in http_forwarded_allow_ips: "
+                            "if it is a reverse proxy in front of kgov, list it there, or every client behind it "
+                            "shares its address: one failed-login allowance (a few bad passwords from anyone "
+                            "refuse every login through it for sasl.failed_attempts_window_s, the admin's too), "
+                            "one host for ACL host rules, one address in the audit trail", address, address)
+        await self.app(scope, receive, send)
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     _private_storage(settings)
     if settings.oauth.signing_key_secret is None and not settings.dev_mode:
@@ -331,6 +368,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     registry.api.install(app)
     gateway.api.install(app)
     app.add_middleware(CrossSiteWriteGuard, public_origins=frozenset(settings.http_public_origins))
+    app.add_middleware(UnlistedProxyWarning, proxies=settings.http_forwarded_allow_ips)
     # Last, so outermost: it also sees the answers of the middlewares the packages installed.
     docs = (app.docs_url, app.swagger_ui_oauth2_redirect_url) if app.docs_url else ()
     app.add_middleware(SecurityHeaders, docs_paths=frozenset(path for path in docs if path))
@@ -377,9 +415,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # The detail goes to the log (never secrets: handlers do not put them in exceptions), not the client.
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        response = JSONResponse(status_code=500, content={"error_code": 50001, "message": "Internal server error"})
+        # The detail goes to the log (never secrets: handlers do not put them in exceptions), not the client,
+        # which gets the id of the log line.
+        incident = logged_incident(log, "unhandled error", request, exc)
+        response = JSONResponse(status_code=500, content={"error_code": 50001,
+                                                          "message": f"Internal server error (incident {incident})"})
         SecurityHeaders.harden(response.headers, request.scope)  # sent from outside SecurityHeaders
         return response
 

@@ -26,7 +26,14 @@ from starlette.responses import Response
 from audit.model import EventType, change_event
 from audit.sinks import AuditWriteError
 from authz.database import StorageError
-from authz.http import ApiError, api_error_response, authenticated_principal, authorize_http, http_context
+from authz.http import (
+    ApiError,
+    api_error_response,
+    authenticated_principal,
+    authorize_http,
+    http_context,
+    logged_incident,
+)
 from authz.model import CLUSTER_RESOURCE_NAME, Action, Operation, Principal, ResourceType
 from registry import store
 from registry.check_slots import ChecksBusy, CheckSlots, ChecksTimedOut
@@ -123,12 +130,12 @@ class RegistryRoute(APIRoute):
                 return api_error_response(exc)
             except RequestValidationError:
                 return _error(422, 422, "Unprocessable entity")
-            except AuditWriteError:
-                log.exception("registry: audit record could not be written")
-                return _error(500, 50001, "Error while writing the audit record")
-            except (SQLAlchemyError, StorageError):
-                log.exception("registry: storage failure")
-                return _error(500, 50001, "Error in the backend data store")
+            except AuditWriteError as exc:
+                incident = logged_incident(log, "registry: audit record could not be written", request, exc)
+                return _error(500, 50001, f"Error while writing the audit record (incident {incident})")
+            except (SQLAlchemyError, StorageError) as exc:
+                incident = logged_incident(log, "registry: storage failure", request, exc)
+                return _error(500, 50001, f"Error in the backend data store (incident {incident})")
 
         return guarded
 

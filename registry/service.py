@@ -502,9 +502,13 @@ class SchemaRegistry:
             merged = {**previous, **stored}
             store.put_config(conn, key, merged)
         self._forget_usages()
-        return echo, Change("config.update", subject or GLOBAL_KEY, {"config": echo})
+        return echo, Change("config.update", key, {"config": echo})
 
     def delete_config(self, subject: str | None) -> tuple[dict[str, Any], Change]:
+        if subject is not None:
+            # As set_config: `__GLOBAL` names the global row, which the subject route (authorized on the
+            # subject) must not reach; only `DELETE /config` (CLUSTER ALTER) may reset it.
+            validate_subject(subject)
         key = GLOBAL_KEY if subject is None else subject
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)
@@ -518,7 +522,7 @@ class SchemaRegistry:
             store.delete_config(conn, key)
         self._forget_usages()
         return previous or {"compatibilityLevel": DEFAULT_COMPATIBILITY}, Change(
-            "config.delete", subject or GLOBAL_KEY, {}
+            "config.delete", key, {}
         )
 
     def get_mode(self, subject: str | None, *, default_to_global: bool = False) -> Mode:
@@ -536,6 +540,8 @@ class SchemaRegistry:
         if subject is not None:
             validate_subject(subject)
         mode = Mode.parse(mode_text)
+        # The subject "" (`/mode/`) is a subject like any other, not the global level (nor is it in the audit).
+        key = GLOBAL_KEY if subject is None else subject
         if subject is not None and mode is Mode.FORWARD:
             raise RegistryError(42204, "Invalid mode. FORWARD is only supported on the global level.")
         with transaction(self.engine) as conn:
@@ -543,11 +549,13 @@ class SchemaRegistry:
             # Redpanda and Confluent: IMPORT only on an empty registry (soft deletes are not enough).
             if mode is Mode.IMPORT and not force and store.has_any_version(conn, subject):
                 raise operation_not_permitted("Cannot import since found existing subjects")
-            store.put_mode(conn, GLOBAL_KEY if subject is None else subject, mode.value)
+            store.put_mode(conn, key, mode.value)
         self._forget_usages()
-        return mode, Change("mode.update", subject or GLOBAL_KEY, {"mode": mode.value, "force": force})
+        return mode, Change("mode.update", key, {"mode": mode.value, "force": force})
 
     def delete_mode(self, subject: str | None) -> tuple[Mode, Change]:
+        if subject is not None:
+            validate_subject(subject)  # as delete_config
         key = GLOBAL_KEY if subject is None else subject
         with transaction(self.engine) as conn:
             bump_version(conn, store.COMPONENT)
@@ -558,7 +566,7 @@ class SchemaRegistry:
                 raise RegistryError(40409, f"Subject '{subject}' does not have subject-level mode configured")
             store.delete_mode(conn, key)
         self._forget_usages()
-        return Mode(previous or Mode.READWRITE.value), Change("mode.delete", subject or GLOBAL_KEY, {})
+        return Mode(previous or Mode.READWRITE.value), Change("mode.delete", key, {})
 
     # ------------------------------------------------------------------ compatibility
 

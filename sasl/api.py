@@ -21,7 +21,14 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from authz.http import ApiError, CurrentPrincipal, authorize_http, client_address, http_context
+from authz.http import (
+    ApiError,
+    AuthenticatedRoute,
+    CurrentPrincipal,
+    authorize_http,
+    client_address,
+    http_context,
+)
 from authz.model import CLUSTER_RESOURCE_NAME, Action, InvalidAclError, Operation, Principal, ResourceType
 from sasl.config import OAuthConfig, is_base_url
 from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, format_bearer, token_json
@@ -159,7 +166,7 @@ def _describe(request: Request, principal: Principal) -> None:
 
 
 def _admin_router() -> APIRouter:
-    router = APIRouter(tags=["credentials"])
+    router = APIRouter(route_class=AuthenticatedRoute, tags=["credentials"])
 
     @router.put("/v1/scram/users/{name}", response_model=ScramUserOut)
     async def put_scram_user(
@@ -278,7 +285,7 @@ def _user_out(service: CredentialService, name: str) -> ScramUserOut:
 
 
 def _token_router() -> APIRouter:
-    router = APIRouter(tags=["delegation tokens"])
+    router = APIRouter(route_class=AuthenticatedRoute, tags=["delegation tokens"])
 
     @router.post("/v1/delegation-tokens", status_code=201, response_model=CreatedTokenOut)
     def create_token(

@@ -290,3 +290,39 @@ def test_filtered_listings_are_unchanged_for_callers_who_may_read_every_subject(
         for route in REFERENCED_BY + CONTEXTS:  # the admin's answers are those of the code before filtering
             assert answer(bob.get(route)) == answer(admin.get(route)) == answer(anonymous.get(route)), route
     assert denials(app) == []
+
+
+@pytest.mark.parametrize("route", ["/config/__GLOBAL", "/mode/__GLOBAL"])
+def test_a_subject_level_grant_cannot_reach_the_global_config_or_mode(app: FastAPI, route: str) -> None:
+    """The global level is stored under the subject key `__GLOBAL`, a name no subject may have. A caller
+    allowed ALTER_CONFIGS on every subject (or on a prefix of `__GLOBAL`) must not reset the global
+    config or mode through the subject route: that needs CLUSTER ALTER (`DELETE /config`, `/mode`)."""
+    grant(app, "alice", "*", PatternType.LITERAL, Operation.ALTER_CONFIGS, Operation.READ)
+    grant(app, "bob", "__", PatternType.PREFIXED, Operation.ALTER_CONFIGS, Operation.READ)
+    with TestClient(app, headers=basic("admin")) as admin, TestClient(app, headers=basic("alice")) as alice, \
+            TestClient(app, headers=basic("bob")) as bob:
+        assert admin.put("/config", json={"compatibility": "FULL"}).status_code == 200
+        assert admin.put("/mode", json={"mode": "READONLY"}).status_code == 200
+        for caller in (alice, bob):
+            refused = caller.delete(route)
+            assert (refused.status_code, refused.json()["error_code"]) == (422, 42208), refused.text
+            assert caller.put(route, json={"compatibility": "NONE", "mode": "READWRITE"}).status_code == 422
+        assert admin.get("/config").json() == {"compatibilityLevel": "FULL"}
+        assert admin.get("/mode").json() == {"mode": "READONLY"}
+        assert alice.delete("/config").status_code == 403  # the global routes stay the cluster's
+
+
+def test_the_empty_subjects_level_is_audited_as_its_own_not_as_the_global_one(app: FastAPI) -> None:
+    """`/config/` and `/mode/` name the subject "" (Confluent keeps it as `__EMPTY`), authorized as that
+    subject; the audit trail must not record its change as one of the global level."""
+    with TestClient(app, headers=basic("admin")) as admin:
+        assert admin.put("/config/", json={"compatibility": "NONE"}).status_code == 200
+        assert admin.put("/mode/", json={"mode": "READONLY"}).status_code == 200
+        assert admin.delete("/config/").status_code == 200
+        assert admin.delete("/mode/").status_code == 200
+        assert admin.get("/config").json() == {"compatibilityLevel": "BACKWARD"}
+        assert admin.get("/mode").json() == {"mode": "READWRITE"}
+    changes = [(e.data["methodName"], e.data["resourceName"]) for e in app.state.audit.events
+               if e.type is EventType.CONFIG_CHANGE]
+    assert changes == [("schema-registry.config.update", ""), ("schema-registry.mode.update", ""),
+                       ("schema-registry.config.delete", ""), ("schema-registry.mode.delete", "")]

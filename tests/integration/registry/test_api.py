@@ -653,3 +653,30 @@ def test_a_reference_to_latest_is_pinned_to_the_version_that_was_latest(client: 
     # ... and "latest" now means version 2: a different schema, not registered under the subject.
     r = client.post("/subjects/uses-dep", json={"schema": uses, "references": latest})
     assert error(r) == (404, 40403)
+
+
+@pytest.mark.parametrize(("failure", "message"), [
+    ("storage", "Error in the backend data store"), ("audit", "Error while writing the audit record")])
+def test_a_server_failure_answers_only_the_id_of_its_log_line(app: FastAPI, client: TestClient, failure: str,
+                                                              message: str, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import re
+
+    from sqlalchemy.exc import OperationalError
+
+    from audit.sinks import AuditWriteError
+
+    def broken(*args: object, **kwargs: object) -> None:
+        if failure == "storage":
+            raise OperationalError("SELECT subject FROM registry_schemas", {}, Exception("/var/lib/kgov/kgov.db"))
+        raise AuditWriteError("cannot write audit record to /var/lib/kgov/audit/events.jsonl")
+
+    monkeypatch.setattr(app.state.schema_registry, "list_subjects", broken)
+    r = client.get("/subjects")
+    assert r.status_code == 500
+    found = re.fullmatch(re.escape(message) + r" \(incident ([0-9a-f]{16})\)", r.json()["message"])
+    assert found is not None and r.json()["error_code"] == 50001, r.text
+    assert "/var/lib" not in r.text and "SELECT" not in r.text
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(logged) == 1 and f"GET '/subjects' (incident {found.group(1)})" in logged[0].getMessage()
+    assert logged[0].exc_info is not None and "/var/lib/kgov" in str(logged[0].exc_info[1])

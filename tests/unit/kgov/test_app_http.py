@@ -78,15 +78,77 @@ def test_unauthenticated_surface_is_only_operations_and_token_discovery(client: 
     assert health.json() == {"status": "UP"}
 
 
-def test_unexpected_errors_say_nothing_to_the_client(client: TestClient) -> None:
-    @client.app.get("/boom")  # type: ignore[attr-defined, untyped-decorator]
-    def boom() -> None:
+# Routes with a body that answer callers without credentials: the token endpoint (client credentials in
+# the form) and the decision API (listed networks).
+_OPEN_BODY_ROUTES = {"/oauth/token", "/v1/data/kafka/authz/allow", "/v1/data/kafka/authz/batch"}
+
+
+def _body_routes(client: TestClient) -> list[tuple[str, str]]:
+    import re
+
+    return [(method.upper(), re.sub(r"\{[^}]+\}", "x", path))
+            for path, ops in client.get("/openapi.json").json()["paths"].items() if path not in _OPEN_BODY_ROUTES
+            for method, op in ops.items() if method in ("post", "put", "delete") and "requestBody" in op]
+
+
+def test_a_body_is_not_read_before_its_caller_is_authenticated(client: TestClient) -> None:
+    """FastAPI parses a declared body before the dependencies that authenticate: without credentials,
+    a malformed body would be parsed (on the event loop, up to http_request_max_bytes) and answered 400."""
+    routes = _body_routes(client)
+    assert ("POST", "/v3/clusters/x/acls:batch") in routes and ("PUT", "/v1/quotas") in routes
+    for method, path in routes:
+        r = client.request(method, path, content=b'{"data": [' * 50, headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()) == (401, {"error_code": 40101, "message": "Unauthorized"}), (method, path)
+
+
+class _CountingAuthenticator:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def authenticate(self, authorization: str | None, client_address: str) -> Any:
+        self.calls += 1
+        return await self.inner.authenticate(authorization, client_address)
+
+
+def test_credentials_are_checked_once_per_request(tmp_path: Path) -> None:
+    """Checked before the body and asked for again by the route: a second check would count and audit one
+    failure twice (locking a source out at half the attempts) and pay a password's PBKDF2 twice."""
+    settings = load_settings(data_dir=tmp_path / "data", dev_mode=True, admin={"password": "admin-password-1"},
+                             sasl={"failed_authentication_delay_ms": 0})
+    with TestClient(build_app(settings)) as c:
+        counting = c.app.state.authenticator = _CountingAuthenticator(c.app.state.authenticator)  # type: ignore[attr-defined]
+        admin = ("admin", "admin-password-1")
+        ok = c.put("/v1/quotas", json={"entity": {"user": "alice"}, "set": {"producer_byte_rate": 1024}}, auth=admin)
+        assert ok.status_code == 200 and counting.calls == 1
+        assert c.post("/v3/clusters/x/acls", json={}, auth=("admin", "wrong")).status_code == 401
+        assert counting.calls == 2
+        assert c.get("/v1/quotas", auth=admin).status_code == 200 and counting.calls == 3
+
+
+def test_unexpected_errors_say_nothing_to_the_client(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    """Only an incident id, which names the log line that holds the detail; the path is logged quoted, so
+    a percent-encoded control character in it (a line break, a terminal escape) cannot forge a line."""
+    import re
+
+    @client.app.get("/boom/{name}")  # type: ignore[attr-defined, untyped-decorator]
+    def boom(name: str) -> None:
         raise RuntimeError("SELECT secret FROM sasl_scram_credentials")
 
     with TestClient(client.app, raise_server_exceptions=False) as c:  # type: ignore[arg-type]
-        r = c.get("/boom")
-    assert r.status_code == 500
-    assert r.json() == {"error_code": 50001, "message": "Internal server error"}
+        answers = [c.get("/boom/x%1B[2KERROR forged") for _ in range(2)]
+    incidents = []
+    for r in answers:
+        assert r.status_code == 500
+        assert r.json()["error_code"] == 50001 and "SELECT" not in r.text and "sasl" not in r.text
+        found = re.fullmatch(r"Internal server error \(incident ([0-9a-f]{16})\)", r.json()["message"])
+        assert found is not None, r.json()
+        incidents.append(found.group(1))
+    assert incidents[0] != incidents[1]
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert [rec.getMessage() for rec in logged] == [
+        f"unhandled error on GET '/boom/x\\x1b[2KERROR forged' (incident {i})" for i in incidents]
+    assert all(rec.exc_info and "sasl_scram_credentials" in str(rec.exc_info[1]) for rec in logged)
 
 
 def test_unexpected_errors_carry_the_security_headers(client: TestClient) -> None:
@@ -231,3 +293,24 @@ def test_a_page_of_the_public_address_behind_a_host_rewriting_proxy_is_refused_b
 ])
 def test_listed_public_origins_are_this_site(tmp_path: Path, headers: dict[str, str], status: int) -> None:
     assert _bind_role(tmp_path, headers, http_public_origins=["https://kgov.example.com"]) == status
+
+
+def test_a_forwarded_request_from_an_unlisted_peer_is_warned_about_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Behind a proxy missing from http_forwarded_allow_ips every client has the proxy's address, and a
+    few bad passwords from any of them refuse every login through it, the admin's included."""
+    settings = load_settings(data_dir=tmp_path / "data", dev_mode=True, http_forwarded_allow_ips=["10.0.1.0/24"])
+    app = build_app(settings)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "X-Forwarded-For" in r.getMessage()]
+
+    with TestClient(app, client=("10.0.1.9", 4000)) as listed, TestClient(app, client=("10.0.0.2", 4000)) as other:
+        assert listed.get("/health", headers={"X-Forwarded-For": "192.0.2.1"}).status_code == 200
+        assert other.get("/health").status_code == 200
+        assert warnings() == []
+        for _ in range(2):
+            assert other.get("/health", headers={"X-Forwarded-For": "192.0.2.1"}).status_code == 200
+    assert len(warnings()) == 1
+    assert warnings()[0].startswith("a request from 10.0.0.2 carried X-Forwarded-For, and 10.0.0.2 is not in "
+                                    "http_forwarded_allow_ips")
