@@ -1,0 +1,149 @@
+"""Reads an audit topic from its start to its end as it is now, for `kgov audit verify --kafka-bootstrap`
+(audit.kafka_seal.verify_records). It connects and logs in as the sink does (`[audit] kafka_*`, through
+audit.kafka_sink's connection settings), with either client (`resolve_client`).
+
+The end is each partition's high watermark read before consuming: records written meanwhile are left for
+the next run. No consumer group is joined and no offset is committed (partitions are assigned), and the
+topic is never created by the metadata request (`allow.auto.create.topics` off): verifying a topic name
+with a typo must not make an empty topic of it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from audit.kafka_seal import TopicRecord
+from audit.kafka_sink import (
+    KafkaAuditSettings,
+    KafkaClientChoice,
+    _import_kafka,
+    kafka_python_connection,
+    librdkafka_connection,
+    parse_bootstrap_servers,
+    resolve_client,
+    tls_context,
+)
+
+
+class TopicReadError(Exception):
+    """The topic could not be read to its end. The message never holds the SASL password."""
+
+
+def read_topic(settings: KafkaAuditSettings, topic: str, *, timeout_s: float = 60.0,
+               client: KafkaClientChoice | None = None,
+               monotonic: Callable[[], float] = time.monotonic) -> Iterator[TopicRecord]:
+    """Every record of `topic` from each partition's start to its current end, in offset order within a
+    partition. TopicReadError when the cluster, the topic or its end cannot be reached within `timeout_s`."""
+    if settings.kafka_bootstrap_servers is None:
+        raise TopicReadError("no bootstrap servers")
+    servers = parse_bootstrap_servers(settings.kafka_bootstrap_servers)
+    chosen = resolve_client(client or settings.kafka_client)
+    sasl = settings.kafka_security_protocol.startswith("SASL_")
+    password = settings.kafka_sasl_password.get_secret_value() if sasl and settings.kafka_sasl_password else None
+    login = (settings.kafka_security_protocol, settings.kafka_sasl_mechanism if sasl else None,
+             settings.kafka_sasl_username if sasl else None, password)
+    deadline = monotonic() + timeout_s
+    try:
+        if chosen == "librdkafka":
+            config = {"bootstrap.servers": ",".join(servers), "client.id": "kgov-audit-verify",
+                      "group.id": f"kgov-audit-verify-{secrets.token_hex(6)}", "enable.auto.commit": False,
+                      "allow.auto.create.topics": False,
+                      **librdkafka_connection(*login, (settings.kafka_ssl_ca_file, settings.kafka_ssl_cert_file,
+                                                       settings.kafka_ssl_key_file))}
+            yield from _read_librdkafka(config, topic, deadline, monotonic)
+        else:
+            _import_kafka()
+            config = {"bootstrap_servers": list(servers), "client_id": "kgov-audit-verify", "group_id": None,
+                      "enable_auto_commit": False, "allow_auto_create_topics": False,
+                      **kafka_python_connection(*login, tls_context(settings))}
+            yield from _read_kafka_python(config, topic, deadline, monotonic)
+    except TopicReadError:
+        raise
+    except Exception as exc:  # connection, login, authorization: one clear line, the password masked
+        text = f"{type(exc).__name__}: {exc}"
+        raise TopicReadError(text.replace(password, "***") if password else text) from None
+
+
+def _read_librdkafka(config: dict[str, Any], topic: str, deadline: float,
+                     monotonic: Callable[[], float]) -> Iterator[TopicRecord]:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    errors: list[str] = []
+    config["error_cb"] = lambda error: errors.append(str(error))
+    consumer = Consumer(config)
+    try:
+        left = max(0.1, deadline - monotonic())
+        try:
+            metadata = consumer.list_topics(topic, timeout=left)
+        except KafkaException as exc:
+            raise TopicReadError(f"no metadata from the cluster within the timeout ({exc}"
+                                 f"{'; ' + errors[-1] if errors else ''})") from None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise TopicReadError(f"topic {topic} does not exist or may not be described by this principal"
+                                 f"{f' ({found.error})' if found is not None and found.error else ''}")
+        ends: dict[int, int] = {}
+        starts: list[Any] = []
+        for partition in sorted(found.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=max(0.1, deadline - monotonic()))
+            if high > low:
+                ends[partition] = high
+                starts.append(TopicPartition(topic, partition, low))
+        consumer.assign(starts)
+        while ends:
+            if monotonic() >= deadline:
+                raise TopicReadError(f"timed out reading topic {topic}: partition(s) {sorted(ends)} not read to "
+                                     f"their end{'; ' + errors[-1] if errors else ''}")
+            for message in consumer.consume(500, timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    if error.fatal() or not error.retriable():
+                        raise TopicReadError(f"reading topic {topic}: {error}")
+                    continue
+                partition, offset = message.partition(), message.offset()
+                headers: Any = message.headers() or ()  # a list of (str, bytes | None) from a consumer
+                if partition in ends and offset is not None and offset < ends[partition]:
+                    yield TopicRecord(partition, offset, message.value(), tuple(headers))
+            for position in consumer.position([TopicPartition(topic, p) for p in ends]):
+                if position.offset >= ends[position.partition]:  # (control records are skipped, not returned)
+                    del ends[position.partition]
+    finally:
+        consumer.close()
+
+
+def _read_kafka_python(config: dict[str, Any], topic: str, deadline: float,
+                       monotonic: Callable[[], float]) -> Iterator[TopicRecord]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(**config)
+    try:
+        partitions: set[int] = set()
+        while not partitions:
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                if monotonic() >= deadline:
+                    raise TopicReadError(f"topic {topic} does not exist or may not be described by this principal")
+                time.sleep(0.2)
+        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(assigned)
+        begins = consumer.beginning_offsets(assigned)
+        ends = {tp: end for tp, end in consumer.end_offsets(assigned).items() if end > begins[tp]}
+        for tp in assigned:
+            consumer.seek(tp, begins[tp])
+        while ends:
+            if monotonic() >= deadline:
+                raise TopicReadError(f"timed out reading topic {topic}: partition(s) "
+                                     f"{sorted(tp.partition for tp in ends)} not read to their end")
+            for tp, batch in consumer.poll(timeout_ms=500).items():
+                for r in batch:
+                    if tp in ends and r.offset < ends[tp]:
+                        yield TopicRecord(r.partition, r.offset, r.value, tuple(r.headers or ()))
+            for tp in list(ends):
+                if consumer.position(tp) >= ends[tp]:
+                    del ends[tp]
+    finally:
+        consumer.close()
