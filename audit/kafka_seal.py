@@ -212,7 +212,9 @@ def parse_seal(header: bytes) -> Seal:
     if version != SEAL_VERSION:
         raise SealFormatError(f"version {version}, not {SEAL_VERSION}")
     end = _FIXED.size + writer_len
-    if writer_len == 0 or len(header) != end + _SIGNATURE_BYTES:
+    if writer_len == 0:
+        raise SealFormatError("an empty writer id")
+    if len(header) != end + _SIGNATURE_BYTES:
         raise SealFormatError(f"{len(header)} bytes, not the {end + _SIGNATURE_BYTES} its writer length says")
     try:
         writer = header[_FIXED.size:end].decode("utf-8")

@@ -228,15 +228,19 @@ class Settings(BaseSettings):
         # Beside the chain key, for the same reason: not where the audit files are shipped from.
         return self.audit.kafka_seal_key_file or self.data_dir / "audit-seal.key"
 
-    def audit_seal_key(self, *, create: bool = True) -> Ed25519PrivateKey | None:
+    def audit_seal_key(self) -> Ed25519PrivateKey | None:
         """The Ed25519 key the Kafka audit sink seals its records with (audit.kafka_seal); None when no
-        topic is configured or `[audit] kafka_seal = false`. The default key file is generated on first use
-        (not with `create=False`); a configured one must exist (a typo must not start a new key)."""
+        topic is configured or `[audit] kafka_seal = false`."""
         if self.audit.kafka_bootstrap_servers is None or not self.audit.kafka_seal:
             return None
+        return self.audit_seal_private_key()
+
+    def audit_seal_private_key(self) -> Ed25519PrivateKey:
+        """The seal key whether shipping is on or not (`kgov audit seal-public-key`). The default key file is
+        generated on first use; a configured one must exist (a typo must not start a new key)."""
         path = self.audit_seal_key_file
         try:
-            if self.audit.kafka_seal_key_file is None and create:
+            if self.audit.kafka_seal_key_file is None:
                 private_dir(path.parent)
                 return generated_private_key(path)
             return load_private_key(path)
