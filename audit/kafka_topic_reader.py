@@ -2,8 +2,12 @@
 (audit.kafka_seal.verify_records). It connects and logs in as the sink does (`[audit] kafka_*`, through
 audit.kafka_sink's connection settings), with either client (`resolve_client`).
 
-The end is each partition's high watermark read before consuming: records written meanwhile are left for
-the next run. No consumer group is joined and no offset is committed (partitions are assigned), and the
+The end of a partition is where the consumer has caught up: at or past the offset ListOffsets gave before
+consuming, and at the high watermark its last fetch answer gave (librdkafka's partition EOF, kafka-python's
+`highwater`). Both, because Tansu (0.x) answers ListOffsets with a count of batches, not of records (see
+tests/integration/gateway/test_team_admin.py), which alone would stop the read after the first batch of
+each partition. Records written while it reads may be included: a writer still shipping can show a gap
+among its newest records (those of one attempt still on their way to another partition); verify again. No consumer group is joined and no offset is committed (partitions are assigned), and the
 topic is never created by the metadata request (`allow.auto.create.topics` off): verifying a topic name
 with a typo must not make an empty topic of it.
 """
@@ -50,7 +54,7 @@ def read_topic(settings: KafkaAuditSettings, topic: str, *, timeout_s: float = 6
         if chosen == "librdkafka":
             config = {"bootstrap.servers": ",".join(servers), "client.id": "kgov-audit-verify",
                       "group.id": f"kgov-audit-verify-{secrets.token_hex(6)}", "enable.auto.commit": False,
-                      "allow.auto.create.topics": False,
+                      "allow.auto.create.topics": False, "enable.partition.eof": True,
                       **librdkafka_connection(*login, (settings.kafka_ssl_ca_file, settings.kafka_ssl_cert_file,
                                                        settings.kafka_ssl_key_file))}
             yield from _read_librdkafka(config, topic, deadline, monotonic)
@@ -69,7 +73,7 @@ def read_topic(settings: KafkaAuditSettings, topic: str, *, timeout_s: float = 6
 
 def _read_librdkafka(config: dict[str, Any], topic: str, deadline: float,
                      monotonic: Callable[[], float]) -> Iterator[TopicRecord]:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     errors: list[str] = []
     config["error_cb"] = lambda error: errors.append(str(error))
@@ -98,19 +102,22 @@ def _read_librdkafka(config: dict[str, Any], topic: str, deadline: float,
             if monotonic() >= deadline:
                 raise TopicReadError(f"timed out reading topic {topic}: partition(s) {sorted(ends)} not read to "
                                      f"their end{'; ' + errors[-1] if errors else ''}")
+            caught_up: set[int] = set()
             for message in consumer.consume(500, timeout=0.5):
-                error = message.error()
+                error, partition, offset = message.error(), message.partition(), message.offset()
                 if error is not None:
-                    if error.fatal() or not error.retriable():
+                    if error.code() == KafkaError._PARTITION_EOF and partition is not None:
+                        caught_up.add(partition)
+                    elif error.fatal() or not error.retriable():
                         raise TopicReadError(f"reading topic {topic}: {error}")
                     continue
-                partition, offset = message.partition(), message.offset()
                 headers: Any = message.headers() or ()  # a list of (str, bytes | None) from a consumer
-                if partition in ends and offset is not None and offset < ends[partition]:
+                if partition in ends and offset is not None:
                     yield TopicRecord(partition, offset, message.value(), tuple(headers))
-            for position in consumer.position([TopicPartition(topic, p) for p in ends]):
-                if position.offset >= ends[position.partition]:  # (control records are skipped, not returned)
-                    del ends[position.partition]
+            if caught_up:
+                for position in consumer.position([TopicPartition(topic, p) for p in caught_up if p in ends]):
+                    if position.offset >= ends[position.partition]:
+                        del ends[position.partition]
     finally:
         consumer.close()
 
@@ -139,11 +146,11 @@ def _read_kafka_python(config: dict[str, Any], topic: str, deadline: float,
                 raise TopicReadError(f"timed out reading topic {topic}: partition(s) "
                                      f"{sorted(tp.partition for tp in ends)} not read to their end")
             for tp, batch in consumer.poll(timeout_ms=500).items():
-                for r in batch:
-                    if tp in ends and r.offset < ends[tp]:
-                        yield TopicRecord(r.partition, r.offset, r.value, tuple(r.headers or ()))
+                if tp in ends:
+                    yield from (TopicRecord(r.partition, r.offset, r.value, tuple(r.headers or ())) for r in batch)
             for tp in list(ends):
-                if consumer.position(tp) >= ends[tp]:
+                highwater = consumer.highwater(tp)  # None until a fetch answer came
+                if highwater is not None and consumer.position(tp) >= max(ends[tp], highwater):
                     del ends[tp]
     finally:
         consumer.close()
