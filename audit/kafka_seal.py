@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -83,8 +83,9 @@ def public_key_pem(private_key: Ed25519PrivateKey) -> str:
 
 def _read_private(path: Path, what: str) -> bytes:
     try:
-        # Non-blocking: a FIFO put in its place must not hang a start; refused below.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        # Non-blocking: a FIFO put in its place must not hang a start; refused below. A symbolic link is
+        # followed (a Kubernetes secret volume's files are links), as for the files' chain key.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with open(fd, "rb") as fh:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -104,7 +105,7 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     data = _read_private(path, "audit seal key file")
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError, Exception):  # never echo what the file holds
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # never echo what the file holds
         raise SealKeyError(f"audit seal key file {path} does not hold an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise SealKeyError(f"audit seal key file {path} holds a {type(key).__name__.lstrip('_')}, not an Ed25519 "
@@ -144,7 +145,7 @@ def load_public_keys(paths: Iterable[Path]) -> dict[bytes, Ed25519PublicKey]:
         public: object
         try:
             public = serialization.load_pem_public_key(data)
-        except (ValueError, TypeError, Exception):
+        except (ValueError, TypeError, UnsupportedAlgorithm):
             try:  # a private key given by mistake still only verifies; it is not echoed
                 public = load_private_key(path).public_key()
             except SealKeyError:
@@ -291,7 +292,6 @@ class TopicReport:
     malformed: list[tuple[int, int, str]] = field(default_factory=list)
     forged: list[tuple[int, int, str]] = field(default_factory=list)
     anchors_missing: list[Anchor] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -272,3 +272,12 @@ def test_verifiers_load_public_keys_or_the_public_half_of_a_private_key(tmp_path
     junk.write_text("nope")
     with pytest.raises(SealKeyError, match="does not hold a PEM public key"):
         load_public_keys([junk])
+
+
+def test_a_key_file_reached_through_a_symbolic_link_loads(tmp_path: Path) -> None:
+    """As a Kubernetes secret volume presents its files; the link's target must still be owner-only."""
+    target = tmp_path / "secret"
+    generated_private_key(target)
+    link = tmp_path / "audit-seal.key"
+    link.symlink_to(target)
+    assert public_key_pem(load_private_key(link)) == public_key_pem(load_private_key(target))
