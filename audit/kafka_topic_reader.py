@@ -2,7 +2,7 @@
 (audit.kafka_seal.verify_records). It connects and logs in as the sink does (`[audit] kafka_*`, through
 audit.kafka_sink's connection settings), with either client (`resolve_client`).
 
-The end of a partition is where the consumer has caught up: at or past the offset ListOffsets gave before
+The principal needs READ and DESCRIBE on the topic, nothing on any group. The end of a partition is where the consumer has caught up: at or past the offset ListOffsets gave before
 consuming, and at the high watermark its last fetch answer gave (librdkafka's partition EOF, kafka-python's
 `highwater`). Both, because Tansu (0.x) answers ListOffsets with a count of batches, not of records (see
 tests/integration/gateway/test_team_admin.py), which alone would stop the read after the first batch of
@@ -62,6 +62,8 @@ def read_topic(settings: KafkaAuditSettings, topic: str, *, timeout_s: float = 6
             _import_kafka()
             config = {"bootstrap_servers": list(servers), "client_id": "kgov-audit-verify", "group_id": None,
                       "enable_auto_commit": False, "allow_auto_create_topics": False,
+                      # Connecting and logging in (30 s by default) within the read's own bound.
+                      "bootstrap_timeout_ms": max(1000, int(timeout_s * 1000)),
                       **kafka_python_connection(*login, tls_context(settings))}
             yield from _read_kafka_python(config, topic, deadline, monotonic)
     except TopicReadError:
@@ -108,6 +110,11 @@ def _read_librdkafka(config: dict[str, Any], topic: str, deadline: float,
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF and partition is not None:
                         caught_up.add(partition)
+                    elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                        # librdkafka wants a group.id and looks its coordinator up, though assigned
+                        # partitions at given offsets need none: a reader with READ on the topic only
+                        # (no group ACL) still reads.
+                        continue
                     elif error.fatal() or not error.retriable():
                         raise TopicReadError(f"reading topic {topic}: {error}")
                     continue
