@@ -180,6 +180,11 @@ class Sealer:
         self.seq = 0  # of the next record
         self.prev = _ZERO
 
+    @property
+    def size(self) -> int:
+        """Bytes of each seal."""
+        return _FIXED.size + len(self._writer) + _SIGNATURE_BYTES
+
     def __repr__(self) -> str:  # the key stays out of it
         return f"Sealer(writer={self.writer!r}, epoch={self.epoch.hex()}, seq={self.seq})"
 

@@ -259,11 +259,20 @@ class _Record(NamedTuple):
     key: bytes
     value: bytes
     size: int  # key and value, counted against the buffer (computed once: the shipper reads it often)
-    seal: bytes | None = None  # the kgov-seal header, set by the shipper the first time the record is sent
+    # The kgov-seal header, set by the shipper the first time the record is sent; _NOT_SEALED: too large
+    # to be sent at all.
+    seal: bytes | None = None
+
+
+_NOT_SEALED = b""
+# A record's size in a produce request beyond its key, value and seal, generously (headers' names, the
+# content type, varints, the record and batch headers): a record above MAX_REQUEST_BYTES with it is
+# refused by the client whatever it holds.
+_RECORD_OVERHEAD = 200
 
 
 def _headers(record: _Record) -> list[tuple[str, bytes]]:
-    return [CONTENT_TYPE] if record.seal is None else [CONTENT_TYPE, (SEAL_HEADER, record.seal)]
+    return [CONTENT_TYPE, (SEAL_HEADER, record.seal)] if record.seal else [CONTENT_TYPE]
 
 
 def tls_context(settings: KafkaAuditSettings) -> ssl.SSLContext | None:
@@ -630,10 +639,14 @@ class KafkaSink:
         signature (tens of microseconds) stays off the request path, and records refused by a full buffer
         or left at shutdown take no seq, so they leave no gap. A record is sealed once, the first time it
         is sent, and keeps its seal in the buffer: one sent again is the same bytes (a duplicate to the
-        verifier, not a second record)."""
-        if self._sealer is None or attempt[-1].seal is not None:  # sealed in order: the last tells
+        verifier, not a second record). A record too large for any produce request is not sealed: the
+        client refuses it (`too_large`), and a seq it took would show as a record deleted from the topic."""
+        sealer = self._sealer
+        if sealer is None or attempt[-1].seal is not None:  # sealed in order: the last tells
             return attempt
-        sealed = [r if r.seal is not None else r._replace(seal=self._sealer.seal(r.value)) for r in attempt]
+        sealed = [r if r.seal is not None else r._replace(
+            seal=_NOT_SEALED if r.size + _RECORD_OVERHEAD + sealer.size > MAX_REQUEST_BYTES else sealer.seal(r.value))
+            for r in attempt]
         with self._cond:
             if not self._finished:  # only the shipper takes records off the head, so it is still `attempt`
                 for i, record in enumerate(sealed):
@@ -728,7 +741,7 @@ class KafkaSink:
         for i, record in enumerate(attempt):
             try:
                 produce(topic, value=record.value, key=record.key,
-                        headers=unsealed if record.seal is None else _headers(record),
+                        headers=_headers(record) if record.seal else unsealed,
                         on_delivery=partial(_answer, answers, i))
             except KafkaException as exc:
                 if _error_code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:  # above message.max.bytes
