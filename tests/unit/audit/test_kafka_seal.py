@@ -281,3 +281,38 @@ def test_a_key_file_reached_through_a_symbolic_link_loads(tmp_path: Path) -> Non
     link = tmp_path / "audit-seal.key"
     link.symlink_to(target)
     assert public_key_pem(load_private_key(link)) == public_key_pem(load_private_key(target))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_verifier_agrees_with_a_naive_model_on_any_deletion_copy_and_reordering(data: st.DataObject) -> None:
+    """The topic as any sequence of one writer's sealed records (each in its own source's partition): the
+    verdicts a naive reading gives. Start missing: the first seq is gone; gap: a seq between two present
+    ones is gone; reordered: in some partition, the records first seen are not in seq order. A cut tail and
+    copies of a record are invisible."""
+    n = data.draw(st.integers(1, 10))
+    partition_of = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    s = sealer("w", 3)
+    sealed = [(partition_of[i], b"v%d" % i, s.seal(b"v%d" % i)) for i in range(n)]
+    order = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2 * n))
+    offsets = [0, 0, 0]
+    topic = []
+    for i in order:
+        partition, value, seal = sealed[i]
+        topic.append(TopicRecord(partition, offsets[partition], value, ((SEAL_HEADER, seal),)))
+        offsets[partition] += 1
+    report = verify_records(topic, KEYS)
+
+    present = sorted(set(order))
+    start_missing = present[0] > 0
+    gap = len(present) != present[-1] - present[0] + 1
+    firsts: dict[int, list[int]] = {}
+    for i in dict.fromkeys(order):  # first occurrences, in topic order
+        firsts.setdefault(partition_of[i], []).append(i)
+    reordered = any(seqs != sorted(seqs) for seqs in firsts.values())
+    problems = report.chains[0].problems
+    assert any("start is missing" in p for p in problems) == start_missing
+    assert any("missing (deleted or lost)" in p for p in problems) == gap
+    assert any(p.startswith("reordered") for p in problems) == reordered
+    assert report.ok == (not (start_missing or gap or reordered))
+    assert (report.chains[0].verified, report.chains[0].duplicates) == (len(present), len(order) - len(present))
