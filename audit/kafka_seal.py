@@ -55,7 +55,8 @@ _FIXED = struct.Struct(">B8s8sQ32sB")
 _SIGNATURE_BYTES = 64
 _ZERO = bytes(32)
 MAX_WRITER_BYTES = 255
-_ANCHOR = re.compile(r"(?P<writer>[^:\s]{1,255}):(?P<epoch>[0-9a-f]{16}):(?P<seq>\d{1,20}):(?P<link>[0-9a-f]{64})")
+# The writer id may hold colons: the three fields after it are fixed.
+_ANCHOR = re.compile(r"(?P<writer>\S{1,255}):(?P<epoch>[0-9a-f]{16}):(?P<seq>\d{1,20}):(?P<link>[0-9a-f]{64})")
 
 
 class SealKeyError(Exception):

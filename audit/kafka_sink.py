@@ -126,7 +126,7 @@ class KafkaAuditSettings(BaseModel):
     # None: `<data_dir>/audit-seal.key`, generated (0600) on first start. Set: the file must exist.
     kafka_seal_key_file: Path | None = None
     # Who the seals say wrote the records; None: the host name.
-    kafka_seal_writer: str | None = Field(default=None, min_length=1, max_length=64)
+    kafka_seal_writer: str | None = Field(default=None, pattern=r"^\S{1,64}$")  # no spaces: `verify` prints it
 
     @field_validator("kafka_bootstrap_servers")
     @classmethod

@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                           "WRITER:EPOCH:SEQ:LINK), kept elsewhere: it must still be there (repeatable)")
     topic = ver.add_argument_group("topic mode (--kafka-bootstrap); the SASL password comes from "
                                    "KGOV_AUDIT__KAFKA_SASL_PASSWORD or --sasl-password-stdin")
-    topic.add_argument("--topic", default=DEFAULT_TOPIC, help=f"the audit topic (default {DEFAULT_TOPIC})")
+    topic.add_argument("--topic", help=f"the audit topic (default: [audit] kafka_topic, {DEFAULT_TOPIC})")
     topic.add_argument("--public-key", action="append", default=[], metavar="FILE",
                        help="a writer's public key (PEM, from `kgov audit seal-public-key`; repeatable, one per "
                             "node; default: the public half of [audit] kafka_seal_key_file)")
@@ -185,9 +185,21 @@ def _classify(args: argparse.Namespace) -> int:
     return 0
 
 
+_TOPIC_ONLY = ("topic", "public_key", "sasl_username", "sasl_password_stdin", "ssl_ca_file", "ssl_cert_file",
+               "ssl_key_file", "missing_start_ok")
+
+
 def _verify(args: argparse.Namespace) -> int:
     if args.kafka_bootstrap:
+        if args.key:
+            print("kgov audit verify: --key is the audit files' chain key; a topic's seals are checked with "
+                  "--public-key FILE", file=sys.stderr)
+            return 2
         return _verify_topic(args)
+    if given := [name for name in _TOPIC_ONLY if getattr(args, name)]:
+        print(f"kgov audit verify: --{given[0].replace('_', '-')} is for a topic: pass --kafka-bootstrap HOST:PORT",
+              file=sys.stderr)
+        return 2
     from audit.integrity import (
         IntegrityKeyError,
         audit_files_in,
@@ -270,7 +282,7 @@ def _verify_topic(args: argparse.Namespace) -> int:
     from pydantic import SecretStr, ValidationError
 
     from audit.kafka_seal import Anchor, SealKeyError, load_public_keys, verify_records
-    from audit.kafka_sink import KafkaAuditSettings
+    from audit.kafka_sink import DEFAULT_TOPIC, KafkaAuditSettings
     from audit.kafka_topic_reader import TopicReadError, read_topic
 
     def fail(message: str) -> int:
@@ -281,6 +293,8 @@ def _verify_topic(args: argparse.Namespace) -> int:
         anchors = [Anchor.parse(a) for a in args.anchor]
     except ValueError as e:
         return fail(str(e))
+    if args.topic is None:
+        args.topic = args.settings().audit.kafka_topic if hasattr(args, "settings") else DEFAULT_TOPIC
     password = (sys.stdin.readline().rstrip("\r\n") if args.sasl_password_stdin
                 else os.environ.get("KGOV_AUDIT__KAFKA_SASL_PASSWORD"))
     try:

@@ -181,6 +181,10 @@ def test_an_unreachable_cluster_and_inconsistent_options_are_usage_errors(
     assert rc == 2 and "set audit.kafka_sasl_username" in err
     rc, _, err = verify(capsys, "127.0.0.1:9", "t", [str(tmp_path / "absent.pem")])
     assert rc == 2 and "cannot read the public key file" in err
+    rc, _, err = verify(capsys, "127.0.0.1:9", "t", [pem], "--key", pem)
+    assert rc == 2 and "--key is the audit files' chain key" in err
+    assert main(["audit", "verify", "--dir", str(tmp_path), "--public-key", pem]) == 2
+    assert "--public-key is for a topic: pass --kafka-bootstrap" in capsys.readouterr().err
 
 
 def test_a_sink_started_from_settings_seals_with_the_generated_key(

@@ -222,6 +222,11 @@ def test_an_anchor_shows_a_cut_tail() -> None:
     assert cut.chains[0].ok  # without the anchor, the cut tail is invisible
 
 
+def test_an_anchor_of_a_writer_id_with_colons_parses_back() -> None:
+    anchor = Anchor("host:8080", bytes(range(8)), 12, bytes(range(32)))
+    assert Anchor.parse(str(anchor)) == anchor
+
+
 @pytest.mark.parametrize("text", ["", "w:00:1:00", "w:" + "0" * 16 + ":x:" + "0" * 64])
 def test_a_malformed_anchor_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not an anchor"):

@@ -292,5 +292,6 @@ def test_the_seal_writer_defaults_to_the_host_name_and_is_bounded(tmp_path: Path
     settings = Settings(data_dir=tmp_path, audit={"kafka_bootstrap_servers": "h:9092"})
     sink = KafkaSink.from_settings(settings.audit, settings.audit_seal_key(), start=False)
     assert sink is not None and sink._sealer is not None and sink._sealer.writer == socket.gethostname()[:64]
-    with pytest.raises(ValidationError, match="kafka_seal_writer"):
-        KafkaAuditSettings(kafka_seal_writer="x" * 65)
+    for bad in ("x" * 65, "", "node 1"):
+        with pytest.raises(ValidationError, match="kafka_seal_writer"):
+            KafkaAuditSettings(kafka_seal_writer=bad)
