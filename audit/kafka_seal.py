@@ -358,7 +358,7 @@ def verify_records(records: Iterable[TopicRecord], keys: Mapping[bytes, Ed25519P
         chain_report = reports.setdefault(chain_id, ChainReport(seal.writer, seal.epoch, seal.key_id))
         sealed = _Sealed(seal.seq, seal.prev, hashlib.sha256(message).digest(), *where)
         if seal.key_id != chain_report.key_id:
-            chain_report.problems.append(f"{seal.seq} at {_at(sealed)} is signed by key {seal.key_id.hex()}, the "
+            chain_report.problems.append(f"seq {seal.seq} at {_at(sealed)} is signed by key {seal.key_id.hex()}, the "
                                          f"chain's other records by {chain_report.key_id.hex()}")
         earlier = chain.get(seal.seq)
         if earlier is not None:

@@ -321,3 +321,16 @@ def test_the_verifier_agrees_with_a_naive_model_on_any_deletion_copy_and_reorder
     assert any(p.startswith("reordered") for p in problems) == reordered
     assert report.ok == (not (start_missing or gap or reordered))
     assert (report.chains[0].verified, report.chains[0].duplicates) == (len(present), len(order) - len(present))
+
+
+def test_a_chain_continued_under_another_key_is_reported() -> None:
+    """Two keys, both given, sealing as one writer and epoch: the chain's records are not one signer's."""
+    a, b = sealer("n", 9, KEY), sealer("n", 9, OTHER)
+    first = TopicRecord(0, 0, b"x", ((SEAL_HEADER, a.seal(b"x")),))
+    b.seq, b.prev = a.seq, a.prev  # b carries on where a stopped, links and all
+    second = TopicRecord(0, 1, b"y", ((SEAL_HEADER, b.seal(b"y")),))
+    both = {**KEYS, key_id(OTHER.public_key()): OTHER.public_key()}
+    report = verify_records([first, second], both)
+    assert report.chains[0].problems == [
+        f"seq 1 at partition 0 offset 1 is signed by key {key_id(OTHER.public_key()).hex()}, the chain's other records "
+        f"by {key_id(KEY.public_key()).hex()}"]
