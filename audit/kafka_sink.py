@@ -21,7 +21,9 @@ a Spark job, and it never fails or slows down the request that wrote the event:
 
 Records are the CloudEvents Kafka protocol binding's structured mode: the value is the event's JSON
 (`AuditEvent.to_json()`), header `content-type: application/cloudevents+json; charset=UTF-8`, key the
-event's `source`.
+event's `source`. With a `Sealer` (`[audit] kafka_seal`), each record also carries a header `kgov-seal`:
+an Ed25519 signature chained per writer epoch (audit.kafka_seal), made on the shipper thread the first
+time the record is sent (`_sealed`) and kept for every resend.
 
 Why librdkafka by default: kafka-python is pure Python, and its sender holds the interpreter lock while it
 encodes and sends, so every thread that writes audit events (the gateway writes one per request) waits for

@@ -4,6 +4,7 @@ kafka-python: `[audit] kafka_client`)."""
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -192,18 +193,24 @@ def test_a_siem_verifies_the_sealed_topic_through_a_secured_cluster_with_scram(
     (tmp_path / "node.pem").write_text(public_key_pem(key))
     _ship(_sink(gw, topic, PASSWORD, client, seal_key=key), _events(5))
 
-    def verify(password: str, timeout: str = "10") -> tuple[int, str, str]:
-        monkeypatch.setenv("KGOV_AUDIT__KAFKA_SASL_PASSWORD", password)
+    def verify(password: str, timeout: str = "10", stdin: bool = False) -> tuple[int, str, str]:
+        if stdin:
+            monkeypatch.delenv("KGOV_AUDIT__KAFKA_SASL_PASSWORD", raising=False)
+            monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
+        else:
+            monkeypatch.setenv("KGOV_AUDIT__KAFKA_SASL_PASSWORD", password)
         capsys.readouterr()
         rc = main(["audit", "verify", "--kafka-bootstrap", gw.bootstrap, "--topic", topic, "--client", client,
                    "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "SCRAM-SHA-512",
-                   "--sasl-username", "siem", "--public-key", str(tmp_path / "node.pem"), "--timeout", timeout])
+                   "--sasl-username", "siem", "--public-key", str(tmp_path / "node.pem"), "--timeout", timeout,
+                   *(["--sasl-password-stdin"] if stdin else [])])
         out, err = capsys.readouterr()
         return rc, out, err
 
     rc, out, err = verify(PASSWORD)
     assert (rc, err) == (0, ""), err
     assert "writer node-1 epoch " in out and "OK, 5 records verified (seq 0-4)" in out
+    assert verify(PASSWORD, stdin=True)[0] == 0
     wrong = "wrong-siem-password-never-shown"
     rc, out, err = verify(wrong, "3")
     assert (rc, out) == (2, "") and f"cannot read topic {topic}" in err and wrong not in err
