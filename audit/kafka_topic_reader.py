@@ -6,8 +6,10 @@ The principal needs READ and DESCRIBE on the topic, nothing on any group. The en
 consuming, and at the high watermark its last fetch answer gave (librdkafka's partition EOF, kafka-python's
 `highwater`). Both, because Tansu (0.x) answers ListOffsets with a count of batches, not of records (see
 tests/integration/gateway/test_team_admin.py), which alone would stop the read after the first batch of
-each partition. Records written while it reads may be included: a writer still shipping can show a gap
-among its newest records (those of one attempt still on their way to another partition); verify again. No consumer group is joined and no offset is committed (partitions are assigned), and the
+each partition. Records written while it reads may be included: a writer still shipping whose records go
+to several partitions (several sources) can show a gap among its newest records, those of one attempt
+still on their way to another partition; verify again. (kgov's writers have one source each: one
+partition, read in order, so a read stopped anywhere only cuts the tail.) No consumer group is joined and no offset is committed (partitions are assigned), and the
 topic is never created by the metadata request (`allow.auto.create.topics` off): verifying a topic name
 with a typo must not make an empty topic of it.
 """
