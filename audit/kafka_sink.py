@@ -21,7 +21,9 @@ a Spark job, and it never fails or slows down the request that wrote the event:
 
 Records are the CloudEvents Kafka protocol binding's structured mode: the value is the event's JSON
 (`AuditEvent.to_json()`), header `content-type: application/cloudevents+json; charset=UTF-8`, key the
-event's `source`.
+event's `source`. With a `Sealer` (`[audit] kafka_seal`), each record also carries a header `kgov-seal`:
+an Ed25519 signature chained per writer epoch (audit.kafka_seal), made on the shipper thread the first
+time the record is sent (`_sealed`) and kept for every resend.
 
 Why librdkafka by default: kafka-python is pure Python, and its sender holds the interpreter lock while it
 encodes and sends, so every thread that writes audit events (the gateway writes one per request) waits for
@@ -36,6 +38,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import socket
 import ssl
 import threading
 import time
@@ -48,8 +51,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from audit.kafka_seal import SEAL_HEADER, Sealer
 from audit.model import AuditEvent
 
 log = logging.getLogger("kgov.audit.kafka")
@@ -118,6 +123,12 @@ class KafkaAuditSettings(BaseModel):
     kafka_close_timeout_s: float = Field(default=5.0, ge=0, le=300)
     # auto: librdkafka (confluent-kafka) when installed, else kafka-python.
     kafka_client: KafkaClientChoice = "auto"
+    # Sign each record (header kgov-seal, audit.kafka_seal) with an Ed25519 key, chained per writer.
+    kafka_seal: bool = True
+    # None: `<data_dir>/audit-seal.key`, generated (0600) on first start. Set: the file must exist.
+    kafka_seal_key_file: Path | None = None
+    # Who the seals say wrote the records; None: the host name.
+    kafka_seal_writer: str | None = Field(default=None, pattern=r"^\S{1,64}$")  # no spaces: `verify` prints it
 
     @field_validator("kafka_bootstrap_servers")
     @classmethod
@@ -250,6 +261,20 @@ class _Record(NamedTuple):
     key: bytes
     value: bytes
     size: int  # key and value, counted against the buffer (computed once: the shipper reads it often)
+    # The kgov-seal header, set by the shipper the first time the record is sent; _NOT_SEALED: too large
+    # to be sent at all.
+    seal: bytes | None = None
+
+
+_NOT_SEALED = b""
+# A record's size in a produce request beyond its key, value and seal, generously (headers' names, the
+# content type, varints, the record and batch headers): a record above MAX_REQUEST_BYTES with it is
+# refused by the client whatever it holds.
+_RECORD_OVERHEAD = 200
+
+
+def _headers(record: _Record) -> list[tuple[str, bytes]]:
+    return [CONTENT_TYPE, (SEAL_HEADER, record.seal)] if record.seal else [CONTENT_TYPE]
 
 
 def tls_context(settings: KafkaAuditSettings) -> ssl.SSLContext | None:
@@ -261,6 +286,42 @@ def tls_context(settings: KafkaAuditSettings) -> ssl.SSLContext | None:
     if settings.kafka_ssl_cert_file is not None and settings.kafka_ssl_key_file is not None:
         ctx.load_cert_chain(str(settings.kafka_ssl_cert_file), str(settings.kafka_ssl_key_file))
     return ctx
+
+
+def kafka_python_connection(security_protocol: KafkaSecurityProtocol, sasl_mechanism: KafkaSaslMechanism | None,
+                            sasl_username: str | None, sasl_password: str | None,
+                            ssl_context: ssl.SSLContext | None) -> dict[str, Any]:
+    """How kafka-python's clients reach and log in to the cluster (the sink's producer, the verifier's
+    consumer: audit.kafka_topic_reader)."""
+    return {
+        "security_protocol": security_protocol,
+        "ssl_context": ssl_context,
+        "sasl_mechanism": sasl_mechanism if security_protocol.startswith("SASL_") else None,
+        "sasl_plain_username": sasl_username,
+        "sasl_plain_password": sasl_password,
+    }
+
+
+def librdkafka_connection(security_protocol: KafkaSecurityProtocol, sasl_mechanism: KafkaSaslMechanism | None,
+                          sasl_username: str | None, sasl_password: str | None,
+                          ssl_files: tuple[Path | None, Path | None, Path | None]) -> dict[str, Any]:
+    """The same under librdkafka's names (CONFIGURATION.md), its log lines to the `librdkafka` logger."""
+    # librdkafka's TLS is OpenSSL's, configured by file: the ssl_context (kafka-python's) is not used.
+    # Without a CA file it verifies against the system store, so it never trusts more than the context.
+    ca_file, cert_file, key_file = ssl_files
+    config: dict[str, Any] = {"security.protocol": security_protocol, "logger": _LibrdkafkaLog(sasl_password)}
+    if security_protocol.startswith("SASL_"):
+        config.update({"sasl.mechanism": sasl_mechanism, "sasl.username": sasl_username,
+                       "sasl.password": sasl_password})
+    if security_protocol.endswith("SSL"):
+        # As tls_context(): the CA file or the system store ("probe": the wheels link OpenSSL
+        # statically), host names checked. librdkafka has no minimum-version property; its OpenSSL 3
+        # offers nothing older than TLS 1.2 at the default security level (a unit test holds it to it).
+        config.update({"ssl.ca.location": str(ca_file) if ca_file is not None else "probe",
+                       "ssl.endpoint.identification.algorithm": "https"})
+        if cert_file is not None and key_file is not None:
+            config.update({"ssl.certificate.location": str(cert_file), "ssl.key.location": str(key_file)})
+    return config
 
 
 class KafkaSink:
@@ -304,6 +365,7 @@ class KafkaSink:
         log_interval_s: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
         producer_factory: Callable[[dict[str, Any]], Any] | None = None,
+        sealer: Sealer | None = None,
         start: bool = True,
     ) -> None:
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
@@ -317,6 +379,7 @@ class KafkaSink:
         self.linger_s = linger_s
         self.monotonic = monotonic
         self._password = sasl_password
+        self._sealer = sealer
         self.max_block_ms = max_block_ms
         request_timeout_ms = max(1, delivery_timeout_ms // 3)
         linger_ms = max(0, min(500, delivery_timeout_ms - request_timeout_ms - 1))
@@ -382,12 +445,8 @@ class KafkaSink:
             "max_block_ms": max_block_ms,
             "bootstrap_timeout_ms": max(max_block_ms, 1_000),
             "reconnect_backoff_max_ms": int(retry_backoff_max_s * 1000),
-            "security_protocol": security_protocol,
-            "ssl_context": ssl_context,
-            "sasl_mechanism": sasl_mechanism if security_protocol.startswith("SASL_") else None,
-            "sasl_plain_username": sasl_username,
-            "sasl_plain_password": sasl_password,
             "max_request_size": MAX_REQUEST_BYTES,
+            **kafka_python_connection(security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_context),
         }
 
     def _librdkafka_config(
@@ -397,9 +456,6 @@ class KafkaSink:
         delivery_timeout_ms: int, retry_backoff_max_s: float,
     ) -> dict[str, Any]:
         """The kafka-python settings above under librdkafka's names (CONFIGURATION.md)."""
-        # librdkafka's TLS is OpenSSL's, configured by file: the ssl_context (kafka-python's) is not used.
-        # Without a CA file it verifies against the system store, so it never trusts more than the context.
-        ca_file, cert_file, key_file = ssl_files
         config: dict[str, Any] = {
             "bootstrap.servers": ",".join(self.bootstrap_servers),
             "client.id": "kgov-audit",
@@ -421,21 +477,9 @@ class KafkaSink:
             "reconnect.backoff.max.ms": int(retry_backoff_max_s * 1000),
             # TCP connect and TLS/SASL handshake (default 30 s): kafka-python's bootstrap_timeout_ms.
             "socket.connection.setup.timeout.ms": max(1000, request_timeout_ms),
-            "security.protocol": security_protocol,
-            "logger": _LibrdkafkaLog(sasl_password),
             "error_cb": self._client_error,
+            **librdkafka_connection(security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_files),
         }
-        if security_protocol.startswith("SASL_"):
-            config.update({"sasl.mechanism": sasl_mechanism, "sasl.username": sasl_username,
-                           "sasl.password": sasl_password})
-        if security_protocol.endswith("SSL"):
-            # As tls_context(): the CA file or the system store ("probe": the wheels link OpenSSL
-            # statically), host names checked. librdkafka has no minimum-version property; its OpenSSL 3
-            # offers nothing older than TLS 1.2 at the default security level (a unit test holds it to it).
-            config.update({"ssl.ca.location": str(ca_file) if ca_file is not None else "probe",
-                           "ssl.endpoint.identification.algorithm": "https"})
-            if cert_file is not None and key_file is not None:
-                config.update({"ssl.certificate.location": str(cert_file), "ssl.key.location": str(key_file)})
         return config
 
     def _client_error(self, error: Any) -> None:
@@ -443,10 +487,14 @@ class KafkaSink:
         self._last_client_error = str(error)
 
     @classmethod
-    def from_settings(cls, settings: KafkaAuditSettings, **options: Any) -> KafkaSink | None:
-        """The sink `settings` describe; None when `kafka_bootstrap_servers` is not set."""
+    def from_settings(cls, settings: KafkaAuditSettings, seal_key: Ed25519PrivateKey | None = None,
+                      **options: Any) -> KafkaSink | None:
+        """The sink `settings` describe, sealing with `seal_key` when given (`kgov.settings.Settings.
+        audit_seal_key`); None when `kafka_bootstrap_servers` is not set."""
         if settings.kafka_bootstrap_servers is None:
             return None
+        if seal_key is not None:
+            options.setdefault("sealer", Sealer(seal_key, settings.kafka_seal_writer or socket.gethostname()[:64]))
         sasl = settings.kafka_security_protocol.startswith("SASL_")
         password = settings.kafka_sasl_password
         return cls(
@@ -542,6 +590,7 @@ class KafkaSink:
                 attempt = self._next_attempt()
                 if attempt is None:
                     break
+                attempt = self._sealed(attempt)
                 if producer is None:
                     try:
                         producer = self._producer_factory(dict(self._producer_config))
@@ -586,6 +635,26 @@ class KafkaSink:
                 attempt.append(record)
                 size += record.size
             return attempt
+
+    def _sealed(self, attempt: list[_Record]) -> list[_Record]:
+        """`attempt` with every record sealed. Sealed here, on the shipper thread, not in `write`: a
+        signature (tens of microseconds) stays off the request path, and records refused by a full buffer
+        or left at shutdown take no seq, so they leave no gap. A record is sealed once, the first time it
+        is sent, and keeps its seal in the buffer: one sent again is the same bytes (a duplicate to the
+        verifier, not a second record). A record too large for any produce request is not sealed: the
+        client refuses it (`too_large`), and a seq it took would show as a record deleted from the topic."""
+        sealer = self._sealer
+        if sealer is None or attempt[-1].seal is not None:  # sealed in order: the last tells
+            return attempt
+        sealed = [r if r.seal is not None else r._replace(
+            seal=_NOT_SEALED if r.size + _RECORD_OVERHEAD + sealer.size > MAX_REQUEST_BYTES else sealer.seal(r.value))
+            for r in attempt]
+        with self._cond:
+            if not self._finished:  # only the shipper takes records off the head, so it is still `attempt`
+                for i, record in enumerate(sealed):
+                    if attempt[i].seal is None:
+                        self._buffer[i] = record
+        return sealed
 
     def _send(self, producer: Any, attempt: list[_Record]) -> list[bool]:
         """Sends `attempt` and waits for the answers; removes what was delivered (or can never be: too
@@ -636,7 +705,7 @@ class KafkaSink:
         failure: Exception | None = None
         for record in attempt:
             try:
-                futures.append(producer.send(self.topic, value=record.value, key=record.key, headers=[CONTENT_TYPE]))
+                futures.append(producer.send(self.topic, value=record.value, key=record.key, headers=_headers(record)))
             except MessageSizeTooLargeError:
                 futures.append(None)  # the others of the attempt still go
             except Exception as exc:  # no metadata within max_block_ms, a closed producer, ...
@@ -670,10 +739,11 @@ class KafkaSink:
         outcomes = [_Outcome.FAILED] * len(attempt)
         failure: Exception | None = None
         self._last_client_error = None
-        produce, topic, headers = producer.produce, self.topic, [CONTENT_TYPE]  # copied by produce()
+        produce, topic, unsealed = producer.produce, self.topic, [CONTENT_TYPE]  # copied by produce()
         for i, record in enumerate(attempt):
             try:
-                produce(topic, value=record.value, key=record.key, headers=headers,
+                produce(topic, value=record.value, key=record.key,
+                        headers=_headers(record) if record.seal else unsealed,
                         on_delivery=partial(_answer, answers, i))
             except KafkaException as exc:
                 if _error_code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:  # above message.max.bytes

@@ -1,7 +1,7 @@
 """What shipping the audit trail to a Kafka topic costs a request, and how fast events reach the topic.
 
     .venv/bin/python bench/audit_kafka_sink_bench.py [--events 20000] [--rounds 3] [--partitions 1] [--plain]
-        [--relayed] [--client both|librdkafka|kafka-python]
+        [--relayed] [--client both|librdkafka|kafka-python] [--seal]
 
 Starts a real Tansu broker (memory storage) as the tests do: by default listening itself on a loopback
 port (tests.support.tansu.tansu_broker_advertising, as a broker elsewhere would be); with `--relayed` as
@@ -16,7 +16,9 @@ timer, through `MultiSink` to a fresh temporary directory; the kinds of round al
   itself does for Kafka (serialise the event again, append it to the buffer);
 - the same file sink and a shipping `KafkaSink` to a new topic, per client (`--client`, default both, side
   by side in one run): the shipper runs in the writing process as in kgov. With kafka-python (pure Python)
-  a write also waits for the interpreter its producer holds; librdkafka's I/O threads are C and release it.
+  a write also waits for the interpreter its producer holds; librdkafka's I/O threads are C and release it;
+- with `--seal`, also a shipping `KafkaSink` per client whose records are sealed (audit.kafka_seal: an
+  Ed25519 signature per record, on the shipper thread), beside the unsealed one.
 
 Printed per kind: microseconds per `write` on the request path (best round; median of rounds) and the
 difference and ratio to the baseline; then how long after the first write the broker had acknowledged
@@ -40,7 +42,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from audit.integrity import IntegrityKey
+from audit.kafka_seal import Sealer
 from audit.kafka_sink import KafkaClient, KafkaSink
 from audit.model import AuditEvent, authorization_event
 from audit.sinks import JsonLinesSink, MultiSink
@@ -69,7 +74,9 @@ class Round:
 # (the request path's own work: serialising and buffering the event); with a Kafka sink shipping, per client.
 CLIENTS: tuple[KafkaClient, ...] = ("kafka-python", "librdkafka")
 LABELS = {"file": "file sink alone", "queued": "+ KafkaSink, shipper stopped",
-          **{f"shipped:{c}": f"+ KafkaSink shipping, {c}" for c in CLIENTS}}
+          **{f"shipped:{c}": f"+ KafkaSink shipping, {c}" for c in CLIENTS},
+          **{f"sealed:{c}": f"+ KafkaSink shipping sealed, {c}" for c in CLIENTS}}
+SEAL_KEY = Ed25519PrivateKey.generate()
 
 
 def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool, partitions: int) -> Round:
@@ -77,9 +84,11 @@ def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool,
     try:
         file = JsonLinesSink(directory / "events.jsonl", integrity=KEY if sealed else None)
         topic = create_topic(bootstrap, partitions=partitions, prefix="audit-bench-")
-        shipping = kind.startswith("shipped:")
-        client: KafkaClient = "librdkafka" if kind == "shipped:librdkafka" else "kafka-python"
-        kafka = KafkaSink(bootstrap, topic, buffer_bytes=256 * 1024 * 1024, client=client, start=shipping)
+        shipping = kind.startswith(("shipped:", "sealed:"))
+        client: KafkaClient = "librdkafka" if kind.endswith(":librdkafka") else "kafka-python"
+        sealer = Sealer(SEAL_KEY, "bench") if kind.startswith("sealed:") else None
+        kafka = KafkaSink(bootstrap, topic, buffer_bytes=256 * 1024 * 1024, client=client, start=shipping,
+                          sealer=sealer)
         audit = MultiSink([file] if kind == "file" else [file, kafka])
         start = time.perf_counter()
         for e in events:
@@ -118,9 +127,10 @@ def main() -> None:
     parser.add_argument("--relayed", action="store_true", help="the broker behind kgov up's in-process relay")
     parser.add_argument("--client", choices=("both", *CLIENTS), default="both",
                         help="the shipping rounds' producer (both: one round of each per round)")
+    parser.add_argument("--seal", action="store_true", help="also ship with sealed records, per client")
     args = parser.parse_args()
     clients = CLIENTS if args.client == "both" else (args.client,)
-    kinds = ("file", "queued", *(f"shipped:{c}" for c in clients))
+    kinds = ("file", "queued", *(f"shipped:{c}" for c in clients), *(f"sealed:{c}" for c in clients if args.seal))
     events = [event(i) for i in range(args.events)]
     sealed = not args.plain
     rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
@@ -140,12 +150,14 @@ def main() -> None:
         best = min(r.write_us for r in rounds[kind])
         ratio = "" if kind == "file" else f"   {best - base:+7.2f} us, x{best / base:4.2f}"
         print(f"  {LABELS[kind]:40s} {best:7.2f} ({statistics.median(r.write_us for r in rounds[kind]):7.2f}){ratio}")
-    for client in clients:
-        shipped = rounds[f"shipped:{client}"]
+    shipping = [k for k in kinds if k.startswith(("shipped:", "sealed:"))]
+    for kind in shipping:
+        shipped = rounds[kind]
         rates = [r.shipped_per_s or 0.0 for r in shipped]
-        print(f"  shipped to the topic by {client}: {max(rates):,.0f} events/s (median {statistics.median(rates):,.0f}),"
+        print(f"  shipped to the topic by {kind.split(':')[1]}{' sealed' if kind.startswith('sealed') else ''}: "
+              f"{max(rates):,.0f} events/s (median {statistics.median(rates):,.0f}),"
               f" first write to last acknowledgement; on the topic per round: {[r.on_topic for r in shipped]}")
-    if any(r.on_topic != args.events for c in clients for r in rounds[f"shipped:{c}"]):
+    if any(r.on_topic != args.events for k in shipping for r in rounds[k]):
         raise SystemExit("the topic does not hold exactly the events written")
 
 

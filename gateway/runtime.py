@@ -123,6 +123,7 @@ def build_runtime(
         raise ValueError(f"gateway.mechanisms names {', '.join(unknown)}, which [sasl] enabled_mechanisms "
                          f"({', '.join(enabled) or 'none'}) does not enable")
     sealed = settings.audit_integrity_key()  # before anything is opened: a missing configured key stops here
+    seal_key = settings.audit_seal_key()  # (the same for the Kafka sink's seal key)
     now = clock or (lambda: datetime.now(UTC))
     own_engine = engine is None
     engine = engine or open_engine(settings.database_url)
@@ -133,7 +134,7 @@ def build_runtime(
                          backups=settings.audit.backups, integrity=sealed)
     request_lines = TextLineSink(audit_dir / "gateway-kafka-request.log", max_bytes=settings.audit.max_bytes,
                                  backups=settings.audit.backups, integrity=sealed)
-    kafka = KafkaSink.from_settings(settings.audit)
+    kafka = KafkaSink.from_settings(settings.audit, seal_key)
     extra = [s for s in (kafka, extra_audit) if s is not None]
     sink: AuditSink = MultiSink([events, *extra]) if extra else events
     source = f"crn:///kafka={settings.cluster_id}"

@@ -310,13 +310,14 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     engine = open_engine(settings.database_url)
     audit_dir = settings.audit_dir
     sealed = settings.audit_integrity_key()
+    seal_key = settings.audit_seal_key()
     events = JsonLinesSink(private_file(audit_dir / "events.jsonl"), max_bytes=settings.audit.max_bytes,
                            backups=settings.audit.backups, integrity=sealed)
     lines = TextLineSink(private_file(audit_dir / "kafka-authorizer.log"), max_bytes=settings.audit.max_bytes,
                          backups=settings.audit.backups, integrity=sealed)
     # A copy of the events for a Kafka topic, when `[audit] kafka_bootstrap_servers` is set; the file stays
     # the record of truth (audit.kafka_sink).
-    kafka = KafkaSink.from_settings(settings.audit)
+    kafka = KafkaSink.from_settings(settings.audit, seal_key)
     audit = MultiSink([events] if kafka is None else [events, kafka])
     now = clock or (lambda: datetime.now(UTC))
     authorizer = AuthorizerService(

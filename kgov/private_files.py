@@ -30,7 +30,7 @@ PRIVATE_FILE_MODE = 0o600
 # with its chain file .NAME.chain, .NAME.1.chain, ...: audit.integrity; .NAME.lock: audit.rotation).
 _KGOV_FILE = re.compile(
     r"kgov\.db(-wal|-shm|-journal)?"
-    r"|(delegation-token\.key|signing-key\.secret|audit-integrity\.key)(\.([0-9a-f]{16}\.)?new)?"
+    r"|(delegation-token\.key|signing-key\.secret|audit-integrity\.key|audit-seal\.key)(\.([0-9a-f]{16}\.)?new)?"
     rf"|tansu\.log|audit|{AUDIT_FILE_PATTERN}|\.{AUDIT_FILE_PATTERN}\.(chain|lock)"
 )
 

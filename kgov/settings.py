@@ -10,7 +10,7 @@ import ipaddress
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
@@ -23,12 +23,16 @@ from pydantic_settings import (
 
 from audit.config import AuditConfig
 from audit.integrity import IntegrityKey, IntegrityKeyError, load_key
+from audit.kafka_seal import SealKeyError, generated_private_key, load_private_key
 from authz.config import AuthzConfig, parse_super_users
 from authz.model import InvalidAclError, Principal
 from gateway.config import GatewayConfig
 from kgov.private_files import local_secret, private_dir, saved_secret, sqlite_file
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 DEFAULT_CONFIG_FILE = Path("kgov.toml")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -218,6 +222,30 @@ class Settings(BaseSettings):
         # Beside the database, not in the audit directory: whoever ships or rotates the audit files away
         # (a log collector) does not get the key that seals them.
         return self.audit.integrity_key_file or self.data_dir / "audit-integrity.key"
+
+    @property
+    def audit_seal_key_file(self) -> Path:
+        # Beside the chain key, for the same reason: not where the audit files are shipped from.
+        return self.audit.kafka_seal_key_file or self.data_dir / "audit-seal.key"
+
+    def audit_seal_key(self) -> Ed25519PrivateKey | None:
+        """The Ed25519 key the Kafka audit sink seals its records with (audit.kafka_seal); None when no
+        topic is configured or `[audit] kafka_seal = false`."""
+        if self.audit.kafka_bootstrap_servers is None or not self.audit.kafka_seal:
+            return None
+        return self.audit_seal_private_key()
+
+    def audit_seal_private_key(self) -> Ed25519PrivateKey:
+        """The seal key whether shipping is on or not (`kgov audit seal-public-key`). The default key file is
+        generated on first use; a configured one must exist (a typo must not start a new key)."""
+        path = self.audit_seal_key_file
+        try:
+            if self.audit.kafka_seal_key_file is None:
+                private_dir(path.parent)
+                return generated_private_key(path)
+            return load_private_key(path)
+        except SealKeyError as exc:  # `kgov` prints a ValueError as a usage error, not a trace
+            raise ValueError(f"{exc} ([audit] kafka_seal_key_file)") from None
 
     @property
     def delegation_token_key_file(self) -> Path:

@@ -49,7 +49,7 @@ class _Session:
             integrity=self.settings.audit_integrity_key(),
         )
         # The control plane's topic gets the command's events too; close() waits for them, bounded.
-        self.kafka = KafkaSink.from_settings(self.settings.audit)
+        self.kafka = KafkaSink.from_settings(self.settings.audit, self.settings.audit_seal_key())
         sinks = MultiSink([self.audit] if self.kafka is None else [self.audit, self.kafka])
         self.service = CredentialService(
             self.engine, self.settings, audit=sinks, source=f"crn:///kafka={self.settings.cluster_id}"

@@ -1,4 +1,4 @@
-"""`kgov audit generate`, `run`, `classify` and `verify`, registered by `kgov.cli`."""
+"""`kgov audit generate`, `run`, `classify`, `verify` and `seal-public-key`, registered by `kgov.cli`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds this package's subcommands; each sets `func(args) -> int`."""
+    from audit.kafka_sink import DEFAULT_TOPIC
     from spark_compliance.job import add_run_arguments
 
     audit = subparsers.add_parser("audit", help="compliance audits of Kafka and kgov logs on Spark")
@@ -46,12 +47,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     where.add_argument("--dir", metavar="DIR", help="every audit file in DIR (default: [audit] dir)")
     where.add_argument("files", nargs="*", default=[], metavar="FILE",
                        help="audit files (with their rotations) to check instead of a directory")
+    where.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]",
+                       help="check the seals of the audit topic on this cluster instead of files (audit.kafka_seal)")
     ver.add_argument("--key", metavar="FILE",
                      help="the key file the writers sealed with (default: [audit] integrity_key_file)")
     ver.add_argument("--anchor", action="append", default=[], metavar="SEAL",
-                     help="a newest seal printed by an earlier verify (WRITER:SEQ:MAC), kept elsewhere: it must "
-                          "still be there (repeatable)")
+                     help="a newest seal printed by an earlier verify (files: WRITER:SEQ:MAC, topic: "
+                          "WRITER:EPOCH:SEQ:LINK), kept elsewhere: it must still be there (repeatable)")
+    topic = ver.add_argument_group("topic mode (--kafka-bootstrap); the SASL password comes from "
+                                   "KGOV_AUDIT__KAFKA_SASL_PASSWORD or --sasl-password-stdin")
+    topic.add_argument("--topic", help=f"the audit topic (default: [audit] kafka_topic, {DEFAULT_TOPIC})")
+    topic.add_argument("--public-key", action="append", default=[], metavar="FILE",
+                       help="a writer's public key (PEM, from `kgov audit seal-public-key`; repeatable, one per "
+                            "node; default: the public half of [audit] kafka_seal_key_file)")
+    topic.add_argument("--security-protocol", default="PLAINTEXT",
+                       choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+    topic.add_argument("--sasl-mechanism", default="SCRAM-SHA-512", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    topic.add_argument("--sasl-username", metavar="USER", help="needs READ and DESCRIBE on the topic")
+    topic.add_argument("--sasl-password-stdin", action="store_true", help="read the SASL password from standard input")
+    topic.add_argument("--ssl-ca-file", metavar="PEM")
+    topic.add_argument("--ssl-cert-file", metavar="PEM")
+    topic.add_argument("--ssl-key-file", metavar="PEM")
+    topic.add_argument("--client", default="auto", choices=["auto", "librdkafka", "kafka-python"])
+    topic.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="to reach the cluster and read the topic to its end (default 60)")
+    topic.add_argument("--missing-start-ok", action="store_true",
+                       help="a chain whose first records are gone is a note, not a failure (a topic whose "
+                            "retention deletes old records)")
     ver.set_defaults(func=_verify)
+    pub = sub.add_parser("seal-public-key",
+                         help="print the public key (PEM) that verifies the audit topic's seals of this node")
+    pub.add_argument("--key", metavar="FILE",
+                     help="the seal's private key file (default: [audit] kafka_seal_key_file, generated if absent)")
+    pub.set_defaults(func=_seal_public_key)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -157,7 +185,21 @@ def _classify(args: argparse.Namespace) -> int:
     return 0
 
 
+_TOPIC_ONLY = ("topic", "public_key", "sasl_username", "sasl_password_stdin", "ssl_ca_file", "ssl_cert_file",
+               "ssl_key_file", "missing_start_ok")
+
+
 def _verify(args: argparse.Namespace) -> int:
+    if args.kafka_bootstrap:
+        if args.key:
+            print("kgov audit verify: --key is the audit files' chain key; a topic's seals are checked with "
+                  "--public-key FILE", file=sys.stderr)
+            return 2
+        return _verify_topic(args)
+    if given := [name for name in _TOPIC_ONLY if getattr(args, name)]:
+        print(f"kgov audit verify: --{given[0].replace('_', '-')} is for a topic: pass --kafka-bootstrap HOST:PORT",
+              file=sys.stderr)
+        return 2
     from audit.integrity import (
         IntegrityKeyError,
         audit_files_in,
@@ -215,6 +257,99 @@ def _verify(args: argparse.Namespace) -> int:
     for anchor in args.anchor:
         print(f"anchor {anchor}: {'MISSING (records cut from the end, or files replaced)' if anchor in gone else 'found'}")
     return 0 if all(r.ok for r in reports) and not gone else 1
+
+
+def _seal_public_key(args: argparse.Namespace) -> int:
+    from audit.kafka_seal import SealKeyError, load_private_key, public_key_pem
+
+    try:
+        if args.key:
+            key = load_private_key(Path(args.key))
+        elif hasattr(args, "settings"):
+            key = args.settings().audit_seal_private_key()
+        else:
+            print("kgov audit seal-public-key: pass --key FILE", file=sys.stderr)
+            return 2
+    except (SealKeyError, ValueError) as e:
+        print(f"kgov audit seal-public-key: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(public_key_pem(key))
+    return 0
+
+
+def _verify_topic(args: argparse.Namespace) -> int:
+    """`kgov audit verify --kafka-bootstrap`: reads the topic to its current end and checks every chain."""
+    from pydantic import SecretStr, ValidationError
+
+    from audit.kafka_seal import Anchor, SealKeyError, load_public_keys, verify_records
+    from audit.kafka_sink import DEFAULT_TOPIC, KafkaAuditSettings
+    from audit.kafka_topic_reader import TopicReadError, read_topic
+
+    def fail(message: str) -> int:
+        print(f"kgov audit verify: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        anchors = [Anchor.parse(a) for a in args.anchor]
+    except ValueError as e:
+        return fail(str(e))
+    if args.topic is None:
+        args.topic = args.settings().audit.kafka_topic if hasattr(args, "settings") else DEFAULT_TOPIC
+    password = (sys.stdin.readline().rstrip("\r\n") if args.sasl_password_stdin
+                else os.environ.get("KGOV_AUDIT__KAFKA_SASL_PASSWORD"))
+    try:
+        # The sink's own settings model: the same checks (a SASL protocol needs a user and a password, TLS
+        # files only with TLS) and the same connection code (audit.kafka_topic_reader).
+        settings = KafkaAuditSettings(
+            kafka_bootstrap_servers=args.kafka_bootstrap, kafka_topic=args.topic,
+            kafka_security_protocol=args.security_protocol, kafka_sasl_mechanism=args.sasl_mechanism,
+            kafka_sasl_username=args.sasl_username,
+            kafka_sasl_password=SecretStr(password) if password is not None and args.security_protocol.startswith(
+                "SASL_") else None,
+            kafka_ssl_ca_file=args.ssl_ca_file, kafka_ssl_cert_file=args.ssl_cert_file,
+            kafka_ssl_key_file=args.ssl_key_file, kafka_client=args.client)
+    except ValidationError as e:
+        return fail("; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors()))
+    try:
+        if args.public_key:
+            keys = load_public_keys(Path(k) for k in args.public_key)
+        elif hasattr(args, "settings"):
+            keys = load_public_keys([args.settings().audit_seal_key_file])
+        else:
+            return fail("pass --public-key FILE")
+    except (SealKeyError, ValueError) as e:
+        return fail(f"{e}; pass --public-key FILE, a writer's public key (kgov audit seal-public-key)")
+    try:
+        report = verify_records(read_topic(settings, args.topic, timeout_s=args.timeout), keys, anchors=anchors,
+                                missing_start_ok=args.missing_start_ok)
+    except (TopicReadError, ImportError, OSError) as e:
+        return fail(f"cannot read topic {args.topic}: {e}")
+    chains = f"{len(report.chains)} chain{'s' if len(report.chains) != 1 else ''}"
+    print(f"topic {args.topic}: {report.records} records, {chains}")
+    for chain in report.chains:
+        counted = f"{chain.verified} records verified (seq {chain.first_seq}-{chain.last_seq})" + (
+            f", {chain.duplicates} duplicate(s) sent again" if chain.duplicates else "")
+        print(f"{chain.name} (key {chain.key_id.hex()}): {'OK' if chain.ok else 'FAILED'}, {counted}")
+        for problem in chain.problems:
+            print(f"  problem: {problem}")
+        for note in chain.notes:
+            print(f"  note: {note}")
+        if chain.newest is not None:
+            # Keep it elsewhere: records cut from the end of this chain show against it (--anchor).
+            print(f"  newest seal: {chain.newest}")
+    for what, found in (("without a kgov-seal header (unsigned)", [(p, o, "") for p, o in report.unsigned]),
+                        ("with a malformed kgov-seal header", report.malformed),
+                        ("whose seal does not verify (forged or signed by another key)", report.forged)):
+        if found:
+            print(f"FAILED: {len(found)} record(s) {what}:")
+            for partition, offset, why in found[:20]:
+                print(f"  partition {partition} offset {offset}{': ' + why if why else ''}")
+            if len(found) > 20:
+                print(f"  and {len(found) - 20} more")
+    for anchor in anchors:
+        gone = anchor in report.anchors_missing
+        print(f"anchor {anchor}: {'MISSING (records cut from the end, or replaced)' if gone else 'found'}")
+    return 0 if report.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ kafka-python: `[audit] kafka_client`)."""
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -68,12 +69,12 @@ def _secured_cluster(runtime_factory: Callable[..., RunningGateway], topic: str)
     return gw
 
 
-def _sink(gw: RunningGateway, topic: str, password: str, client: str) -> KafkaSink:
+def _sink(gw: RunningGateway, topic: str, password: str, client: str, seal_key: Any = None) -> KafkaSink:
     settings = KafkaAuditSettings(kafka_bootstrap_servers=gw.bootstrap, kafka_topic=topic,
                                   kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
                                   kafka_sasl_username="auditor", kafka_sasl_password=password,
-                                  kafka_client=client)  # type: ignore[arg-type]
-    sink = KafkaSink.from_settings(settings, delivery_timeout_ms=3000, retry_backoff_max_s=0.3)
+                                  kafka_client=client, kafka_seal_writer="node-1")  # type: ignore[arg-type]
+    sink = KafkaSink.from_settings(settings, seal_key, delivery_timeout_ms=3000, retry_backoff_max_s=0.3)
     assert sink is not None
     return sink
 
@@ -169,3 +170,47 @@ def test_the_sink_presents_a_client_certificate(
     events = _events(2)
     _ship(sink, events)
     assert [r.value.decode() for r in read_topic(kafka_broker, topic, 2)] == [e.to_json() for e in events]
+
+
+def test_a_siem_verifies_the_sealed_topic_through_a_secured_cluster_with_scram(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, client: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kgov audit verify --kafka-bootstrap` logs in as a consumer needs (audit.kafka_topic_reader, the sink's
+    connection settings): User:siem may read the topic only; a wrong password is a clear error without it."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from audit.kafka_seal import public_key_pem
+    from kgov.cli import main
+
+    topic = create_topic(kafka_broker)
+    gw = _secured_cluster(runtime_factory, topic)
+    gw.runtime.credentials.set_scram_credential("siem", "SCRAM-SHA-512", PASSWORD, actor=ADMIN)
+    acls = [Acl(ResourceType.TOPIC, topic, PatternType.LITERAL, "User:siem", "*", op, Permission.ALLOW)
+            for op in (Operation.READ, Operation.DESCRIBE)]
+    assert gw.runtime.authorizer.create_acls(acls, actor=ADMIN) == [None, None]
+    key = Ed25519PrivateKey.generate()
+    (tmp_path / "node.pem").write_text(public_key_pem(key))
+    _ship(_sink(gw, topic, PASSWORD, client, seal_key=key), _events(5))
+
+    def verify(password: str, timeout: str = "10", stdin: bool = False) -> tuple[int, str, str]:
+        if stdin:
+            monkeypatch.delenv("KGOV_AUDIT__KAFKA_SASL_PASSWORD", raising=False)
+            monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
+        else:
+            monkeypatch.setenv("KGOV_AUDIT__KAFKA_SASL_PASSWORD", password)
+        capsys.readouterr()
+        rc = main(["audit", "verify", "--kafka-bootstrap", gw.bootstrap, "--topic", topic, "--client", client,
+                   "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "SCRAM-SHA-512",
+                   "--sasl-username", "siem", "--public-key", str(tmp_path / "node.pem"), "--timeout", timeout,
+                   *(["--sasl-password-stdin"] if stdin else [])])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, err = verify(PASSWORD)
+    assert (rc, err) == (0, ""), err
+    assert "writer node-1 epoch " in out and "OK, 5 records verified (seq 0-4)" in out
+    assert verify(PASSWORD, stdin=True)[0] == 0
+    wrong = "wrong-siem-password-never-shown"
+    rc, out, err = verify(wrong, "3")
+    assert (rc, out) == (2, "") and f"cannot read topic {topic}" in err and wrong not in err

@@ -65,6 +65,30 @@ def test_audited_decisions_reach_the_topic_exactly_as_in_the_file(kafka_broker: 
     records = read_topic(kafka_broker, topic, len(lines))
     assert [r.value.decode() for r in records] == lines
     assert {r.key for r in records} == {b"crn:///kafka=c1"}
+    assert all(name == "kgov-seal" for r in records for name, _ in r.headers[1:])
+
+
+def test_the_control_planes_records_are_signed_with_the_data_directorys_key_and_verify(
+    kafka_broker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kgov audit verify --kafka-bootstrap` without --public-key takes the public half of the key the
+    control plane generated at its start (audit.kafka_seal)."""
+    from kgov.cli import main
+
+    topic = create_topic(kafka_broker)
+    app = build_app(settings_shipping_to(tmp_path, kafka_broker, kafka_topic=topic, kafka_seal_writer="cp-1"))
+    with serve_app(app) as base:
+        deny(base, "secret-a")
+        assert wait_for(lambda: metric(base, "kgov_audit_kafka_shipped_events_total", component="control_plane") >= 1)
+    assert (tmp_path / "audit-seal.key").stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv("KGOV_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("KGOV_AUDIT__KAFKA_BOOTSTRAP_SERVERS", kafka_broker)
+    capsys.readouterr()
+    rc = main(["audit", "verify", "--kafka-bootstrap", kafka_broker, "--topic", topic, "--timeout", "20"])
+    out = capsys.readouterr().out
+    lines = (tmp_path / "audit" / "events.jsonl").read_text().splitlines()
+    assert rc == 0, out
+    assert f"OK, {len(lines)} records verified (seq 0-{len(lines) - 1})" in out and "writer cp-1 epoch" in out
 
 
 @KAFKA_PYTHON_CONNECT_LEAKS

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from audit.kafka_sink import CONTENT_TYPE, KafkaSink
+from audit.kafka_sink import CONTENT_TYPE, MAX_REQUEST_BYTES, KafkaSink
 from audit.model import EventType, change_event
 
 T0 = datetime(2026, 11, 22, 7, 0, tzinfo=UTC)
@@ -189,3 +189,123 @@ def test_a_failure_quoting_the_password_near_the_cut_leaks_no_part_of_it(
         text = caplog.text
         assert "shipping 1 audit event(s)" in text
         assert password[:8] not in text, filler
+
+
+class FailsFirstAttempt:
+    """A topic whose first attempt gets no answer (every record fails, retriable) and whose later attempts
+    are delivered; what each attempt sent (value, headers) is kept, with either client's interface."""
+
+    def __init__(self, attempts: list[list[tuple[bytes, list[tuple[str, bytes]]]]]) -> None:
+        self.attempts = attempts
+        attempts.append([])
+        self.pending: list[Any] = []
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> Any:
+        from kafka.future import Future
+
+        assert value is not None and headers is not None
+        self.attempts[-1].append((value, list(headers)))
+        self.pending.append(Future())
+        return self.pending[-1]
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                headers: list[tuple[str, bytes]] | None = None, on_delivery: Any = None) -> None:
+        assert value is not None and headers is not None
+        self.attempts[-1].append((value, list(headers)))
+        self.pending.append(on_delivery)
+
+    def flush(self, timeout: float | None = None) -> int:
+        from kafka.errors import KafkaTimeoutError
+
+        first = len(self.attempts) == 1
+        for answer in self.pending:
+            if callable(answer):  # librdkafka's on_delivery
+                answer(KafkaError(KafkaError._MSG_TIMED_OUT) if first else None, None)
+            else:
+                answer.failure(KafkaTimeoutError()) if first else answer.success(None)
+        self.pending = []
+        return 0
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self.pending = []
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+
+@CLIENTS
+def test_a_record_sent_again_keeps_its_seal_and_an_event_refused_by_a_full_buffer_takes_no_seq(client: str) -> None:
+    """The verifier sees a resent record as a duplicate only if it is the same bytes; a seq taken by an event
+    that never left the process would be a gap in the chain (audit.kafka_seal)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from audit.kafka_seal import SEAL_HEADER, Sealer, key_id, parse_seal, verify_records
+    from audit.kafka_seal import TopicRecord as Rec
+
+    key = Ed25519PrivateKey.generate()
+    attempts: list[list[tuple[bytes, list[tuple[str, bytes]]]]] = []
+    events = [change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
+                           method_name="CreateAcls", target=f"topic=t{i}",
+                           details={"blob": "x" * (70_000 if i == 2 else 10)}) for i in range(5)]
+    sink = KafkaSink("k:9092", "t", client=client,  # type: ignore[arg-type]
+                     producer_factory=lambda config: FailsFirstAttempt(attempts), sealer=Sealer(key, "n"),
+                     buffer_bytes=64 * 1024, retry_backoff_s=0.01, start=False)
+    for event in events:
+        sink.write(event)  # the third does not fit in the buffer beside the others
+    sink._thread.start()
+    sink.close(timeout_s=5)
+    assert (sink.stats().shipped, sink.stats().buffer_full) == (4, 1)
+    assert len(attempts) == 2 and attempts[0] == attempts[1]  # the retry: the same values, the same seals
+    seals = [dict(headers)[SEAL_HEADER] for _, headers in attempts[1]]
+    assert [parse_seal(s).seq for s in seals] == [0, 1, 2, 3]
+    topic = [Rec(0, i, v, tuple(h)) for i, (v, h) in enumerate(attempts[0] + attempts[1])]
+    report = verify_records(topic, {key_id(key.public_key()): key.public_key()})
+    assert report.ok and (report.chains[0].verified, report.chains[0].duplicates) == (4, 4)
+
+
+class RefusesAboveRequestSize(FailsFirstAttempt):
+    """Delivers at once, but refuses in send()/produce() a record above the producer's request size, as
+    kafka-python (MessageSizeTooLargeError) and librdkafka (MSG_SIZE_TOO_LARGE) do."""
+
+    def __init__(self, attempts: list[list[tuple[bytes, list[tuple[str, bytes]]]]]) -> None:
+        super().__init__(attempts)
+        attempts.append([])  # not the first attempt: delivered
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: list[tuple[str, bytes]] | None = None) -> Any:
+        from kafka.errors import MessageSizeTooLargeError
+
+        if value is not None and len(value) > MAX_REQUEST_BYTES:
+            raise MessageSizeTooLargeError("too large")
+        return super().send(topic, value, key, headers)
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                headers: list[tuple[str, bytes]] | None = None, on_delivery: Any = None) -> None:
+        if value is not None and len(value) > MAX_REQUEST_BYTES:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        super().produce(topic, value, key, headers, on_delivery)
+
+
+@CLIENTS
+def test_an_event_too_large_for_any_request_takes_no_seq_so_it_leaves_no_gap(client: str) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from audit.kafka_seal import SEAL_HEADER, Sealer, key_id, parse_seal, verify_records
+    from audit.kafka_seal import TopicRecord as Rec
+
+    key = Ed25519PrivateKey.generate()
+    attempts: list[list[tuple[bytes, list[tuple[str, bytes]]]]] = []
+    sink = KafkaSink("k:9092", "t", client=client,  # type: ignore[arg-type]
+                     producer_factory=lambda config: RefusesAboveRequestSize(attempts), sealer=Sealer(key, "n"),
+                     start=False)
+    for i, size in enumerate((10, MAX_REQUEST_BYTES + 10, 10)):
+        sink.write(change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0, principal="User:admin",
+                                method_name="CreateAcls", target=f"topic=t{i}", details={"blob": "x" * size}))
+    sink._thread.start()
+    sink.close(timeout_s=5)
+    assert (sink.stats().shipped, sink.stats().too_large) == (2, 1)
+    sent = [r for attempt in attempts for r in attempt]
+    assert [parse_seal(dict(headers)[SEAL_HEADER]).seq for _, headers in sent] == [0, 1]
+    report = verify_records([Rec(0, i, v, tuple(h)) for i, (v, h) in enumerate(sent)],
+                            {key_id(key.public_key()): key.public_key()})
+    assert report.ok and report.chains[0].verified == 2

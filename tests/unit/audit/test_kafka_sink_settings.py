@@ -256,3 +256,42 @@ def test_librdkafka_speaks_tls_1_2_or_later_only(tmp_path: Path, broker_tls: str
         thread.join(10)
         sink.close(timeout_s=0)
     assert len(seen) == 1 and handshake in seen[0]
+
+
+def test_the_seal_key_is_generated_owner_only_beside_the_database_only_when_records_are_shipped(
+    tmp_path: Path,
+) -> None:
+    from audit.kafka_seal import public_key_pem
+
+    assert Settings(data_dir=tmp_path / "a").audit_seal_key() is None  # no topic: no key, no file
+    assert not (tmp_path / "a").exists()
+    off = Settings(data_dir=tmp_path / "b", audit={"kafka_bootstrap_servers": "h:9092", "kafka_seal": False})
+    assert off.audit_seal_key() is None
+    settings = Settings(data_dir=tmp_path / "c", audit={"kafka_bootstrap_servers": "h:9092"})
+    key = settings.audit_seal_key()
+    assert key is not None and settings.audit_seal_key_file == tmp_path / "c" / "audit-seal.key"
+    assert settings.audit_seal_key_file.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "c").stat().st_mode & 0o777 == 0o700
+    again = settings.audit_seal_key()
+    assert again is not None and public_key_pem(again) == public_key_pem(key)
+    sink = KafkaSink.from_settings(settings.audit, key, start=False)
+    assert sink is not None and sink._sealer is not None and "PRIVATE" not in repr(sink._sealer)
+
+
+def test_a_configured_seal_key_file_must_exist_and_names_the_setting(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, audit={"kafka_bootstrap_servers": "h:9092",
+                                                  "kafka_seal_key_file": tmp_path / "typo.key"})
+    with pytest.raises(ValueError, match=r"typo.key does not exist \(\[audit\] kafka_seal_key_file\)"):
+        settings.audit_seal_key()
+    assert not (tmp_path / "typo.key").exists()
+
+
+def test_the_seal_writer_defaults_to_the_host_name_and_is_bounded(tmp_path: Path) -> None:
+    import socket
+
+    settings = Settings(data_dir=tmp_path, audit={"kafka_bootstrap_servers": "h:9092"})
+    sink = KafkaSink.from_settings(settings.audit, settings.audit_seal_key(), start=False)
+    assert sink is not None and sink._sealer is not None and sink._sealer.writer == socket.gethostname()[:64]
+    for bad in ("x" * 65, "", "node 1"):
+        with pytest.raises(ValidationError, match="kafka_seal_writer"):
+            KafkaAuditSettings(kafka_seal_writer=bad)

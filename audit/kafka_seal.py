@@ -1,0 +1,412 @@
+"""Tamper evidence for the audit events on a Kafka topic: an Ed25519 seal per record, chained per writer.
+
+`audit.integrity` chains the audit files with an HMAC, so whoever can verify can also forge. The topic's
+readers (a SIEM, an auditor) get a signature they check with a public key instead: each record carries a
+header `kgov-seal` (binary, 122 bytes plus the writer id):
+
+    version (1) | key id (8) | epoch (8) | seq (8, big-endian) | prev (32) | writer length (1) | writer | signature (64)
+
+- key id: the first 8 bytes of SHA-256 over the raw public key, so a verifier given several keys (one per
+  node) picks the right one, and a record signed by a key it was not given is reported as such;
+- writer: who wrote it (`[audit] kafka_seal_writer`, by default the host name); epoch: 8 random bytes drawn at
+  each sink start, so each start of each process is a chain of its own (several gateways and control planes
+  write one topic);
+- seq: 0, 1, 2, ... per epoch, contiguous; prev: the link (below) of the record sealed before it in the same
+  epoch, 32 zero bytes for seq 0;
+- signature: Ed25519 (RFC 8032) over `_DOMAIN`, the fields above (without the signature) and the SHA-256 of
+  the record's value. The link of a record is the SHA-256 of that same signed message.
+
+The key is not in the signed message: Kafka's record key is the event's `source`, which the value carries.
+The topic name is not either, so a mirrored copy of the topic (MirrorMaker, another name) still verifies.
+
+`verify_records` (pure: records in, report out) rebuilds every chain from the records of all partitions (a
+writer's events go to the partition of their `source`) and reports per chain: records verified, duplicates
+(delivery is at least once: a resent record is the same bytes), gaps in seq (records deleted or lost), records
+out of order within a partition, a start that is missing, two different records sealed for one seq, and a link
+that does not match. Records with no seal, a malformed seal, an unknown key or a bad signature are reported per
+topic with their partition and offset. What it cannot see: the newest records of a chain deleted (nothing
+comes after them to show the gap) unless an anchor printed by an earlier verify (`Anchor`) is passed back;
+anything done by whoever holds a private key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import os
+import re
+import secrets
+import stat
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+SEAL_HEADER = "kgov-seal"
+SEAL_VERSION = 1
+_DOMAIN = b"kgov audit kafka seal\n"
+# version, key id, epoch, seq, prev, writer length
+_FIXED = struct.Struct(">B8s8sQ32sB")
+_SIGNATURE_BYTES = 64
+_ZERO = bytes(32)
+MAX_WRITER_BYTES = 255
+# The writer id may hold colons: the three fields after it are fixed.
+_ANCHOR = re.compile(r"(?P<writer>\S{1,255}):(?P<epoch>[0-9a-f]{16}):(?P<seq>\d{1,20}):(?P<link>[0-9a-f]{64})")
+
+
+class SealKeyError(Exception):
+    """The seal's key file is missing, unreadable or not an Ed25519 key. The message names the file, never
+    its content."""
+
+
+class SealFormatError(ValueError):
+    """A `kgov-seal` header that cannot be parsed."""
+
+
+def key_id(public_key: Ed25519PublicKey) -> bytes:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).digest()[:8]
+
+
+def public_key_pem(private_key: Ed25519PrivateKey) -> str:
+    """The public half (SubjectPublicKeyInfo PEM) to hand to the topic's verifiers."""
+    return private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode("ascii")
+
+
+# ---------------------------------------------------------------------------------------------- key files
+
+
+def _read_private(path: Path, what: str) -> bytes:
+    try:
+        # Non-blocking: a FIFO put in its place must not hang a start; refused below. A symbolic link is
+        # followed (a Kubernetes secret volume's files are links), as for the files' chain key.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SealKeyError(f"{what} {path} is not a regular file")
+            if st.st_mode & 0o077:
+                raise SealKeyError(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; only its owner may "
+                                   f"read it: run `chmod 600 {path}`")
+            return fh.read(64 * 1024)
+    except FileNotFoundError:
+        raise SealKeyError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise SealKeyError(f"cannot read the {what} {path}: {exc.strerror}") from None
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """The Ed25519 private key (PKCS#8 PEM, unencrypted) of an existing owner-only file."""
+    data = _read_private(path, "audit seal key file")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # never echo what the file holds
+        raise SealKeyError(f"audit seal key file {path} does not hold an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SealKeyError(f"audit seal key file {path} holds a {type(key).__name__.lstrip('_')}, not an Ed25519 "
+                           "private key")
+    return key
+
+
+def generated_private_key(path: Path) -> Ed25519PrivateKey:
+    """The key at `path`, generated there (0600) first when absent: as `kgov.private_files.local_secret`, a
+    new key is written whole under a name of its own and linked into place, so a crash never leaves half a
+    key, and two first starts at once (control plane and gateway) both end up with the one linked first."""
+    if not path.exists():
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        staged = path.with_name(f"{path.name}.{secrets.token_hex(8)}.new")
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(pem)
+                fh.flush()
+                os.fsync(fh.fileno())
+            with contextlib.suppress(FileExistsError):  # never replaces a key another start wrote meanwhile
+                os.link(staged, path)
+        finally:
+            staged.unlink()
+    return load_private_key(path)
+
+
+def load_public_keys(paths: Iterable[Path]) -> dict[bytes, Ed25519PublicKey]:
+    """Verifiers' keys by key id: public keys (PEM), or a private key file (its public half)."""
+    keys: dict[bytes, Ed25519PublicKey] = {}
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise SealKeyError(f"cannot read the public key file {path}: {exc.strerror}") from None
+        public: object
+        try:
+            public = serialization.load_pem_public_key(data)
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            try:  # a private key given by mistake still only verifies; it is not echoed
+                public = load_private_key(path).public_key()
+            except SealKeyError:
+                raise SealKeyError(f"{path} does not hold a PEM public key") from None
+        if not isinstance(public, Ed25519PublicKey):
+            raise SealKeyError(f"{path} holds a {type(public).__name__.lstrip('_')}, not an Ed25519 public key")
+        keys[key_id(public)] = public
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------- sealing
+
+
+def _signed_message(fields: bytes, value: bytes) -> bytes:
+    return _DOMAIN + fields + hashlib.sha256(value).digest()
+
+
+class Sealer:
+    """One writer epoch's chain: seals record values in order. No I/O and not thread-safe: the sink's
+    shipper thread alone calls `seal`, once per record (a record sent again keeps its seal)."""
+
+    def __init__(self, private_key: Ed25519PrivateKey, writer: str,
+                 token: Callable[[int], bytes] = secrets.token_bytes) -> None:
+        raw = writer.encode("utf-8")
+        if not 1 <= len(raw) <= MAX_WRITER_BYTES:
+            raise ValueError(f"an audit seal writer id is 1-{MAX_WRITER_BYTES} bytes of UTF-8")
+        self._key = private_key
+        self._key_id = key_id(private_key.public_key())
+        self.writer = writer
+        self._writer = raw
+        self.epoch = token(8)
+        self.seq = 0  # of the next record
+        self.prev = _ZERO
+
+    @property
+    def size(self) -> int:
+        """Bytes of each seal."""
+        return _FIXED.size + len(self._writer) + _SIGNATURE_BYTES
+
+    def __repr__(self) -> str:  # the key stays out of it
+        return f"Sealer(writer={self.writer!r}, epoch={self.epoch.hex()}, seq={self.seq})"
+
+    def seal(self, value: bytes) -> bytes:
+        """The `kgov-seal` header value for the next record, whose value is `value`."""
+        fields = _FIXED.pack(SEAL_VERSION, self._key_id, self.epoch, self.seq, self.prev, len(self._writer)) \
+            + self._writer
+        message = _signed_message(fields, value)
+        signature = self._key.sign(message)
+        self.prev = hashlib.sha256(message).digest()
+        self.seq += 1
+        return fields + signature
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    key_id: bytes
+    epoch: bytes
+    seq: int
+    prev: bytes
+    writer: str
+    fields: bytes = field(repr=False)
+    signature: bytes = field(repr=False)
+
+
+def parse_seal(header: bytes) -> Seal:
+    """The fields of a `kgov-seal` header; SealFormatError saying what is wrong."""
+    if len(header) < _FIXED.size + 1 + _SIGNATURE_BYTES:
+        raise SealFormatError(f"{len(header)} bytes, shorter than any seal")
+    version, kid, epoch, seq, prev, writer_len = _FIXED.unpack_from(header)
+    if version != SEAL_VERSION:
+        raise SealFormatError(f"version {version}, not {SEAL_VERSION}")
+    end = _FIXED.size + writer_len
+    if writer_len == 0:
+        raise SealFormatError("an empty writer id")
+    if len(header) != end + _SIGNATURE_BYTES:
+        raise SealFormatError(f"{len(header)} bytes, not the {end + _SIGNATURE_BYTES} its writer length says")
+    try:
+        writer = header[_FIXED.size:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise SealFormatError("the writer id is not UTF-8") from None
+    return Seal(kid, epoch, seq, prev, writer, header[:end], header[end:])
+
+
+# ---------------------------------------------------------------------------------------------- verifying
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """What the verifier needs of one consumed record."""
+
+    partition: int
+    offset: int
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+ChainId = tuple[str, bytes]  # writer, epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A chain's newest record as `verify` printed it (`WRITER:EPOCH:SEQ:LINK`), kept elsewhere: passed back,
+    the records up to it must still be there, so a cut tail shows."""
+
+    writer: str
+    epoch: bytes
+    seq: int
+    link: bytes
+
+    def __str__(self) -> str:
+        return f"{self.writer}:{self.epoch.hex()}:{self.seq}:{self.link.hex()}"
+
+    @staticmethod
+    def parse(text: str) -> Anchor:
+        match = _ANCHOR.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"{text!r} is not an anchor WRITER:EPOCH(16 hex):SEQ:LINK(64 hex) printed by verify")
+        return Anchor(match["writer"], bytes.fromhex(match["epoch"]), int(match["seq"]), bytes.fromhex(match["link"]))
+
+
+@dataclass(slots=True)
+class ChainReport:
+    writer: str
+    epoch: bytes
+    key_id: bytes
+    verified: int = 0
+    duplicates: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    newest: Anchor | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def name(self) -> str:
+        return f"writer {self.writer} epoch {self.epoch.hex()}"
+
+
+@dataclass(slots=True)
+class TopicReport:
+    records: int = 0
+    chains: list[ChainReport] = field(default_factory=list)
+    # (partition, offset, what): records that verify as no writer's
+    unsigned: list[tuple[int, int]] = field(default_factory=list)
+    malformed: list[tuple[int, int, str]] = field(default_factory=list)
+    forged: list[tuple[int, int, str]] = field(default_factory=list)
+    anchors_missing: list[Anchor] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (not self.unsigned and not self.malformed and not self.forged and not self.anchors_missing
+                and all(c.ok for c in self.chains))
+
+
+@dataclass(frozen=True, slots=True)
+class _Sealed:
+    """What a chain keeps of a verified record (a topic may hold millions)."""
+
+    seq: int
+    prev: bytes
+    link: bytes
+    partition: int
+    offset: int
+
+
+def verify_records(records: Iterable[TopicRecord], keys: Mapping[bytes, Ed25519PublicKey], *,
+                   anchors: Iterable[Anchor] = (), missing_start_ok: bool = False) -> TopicReport:
+    """Checks every record's seal and every writer epoch's chain (module docstring). `records` in offset
+    order within each partition. `missing_start_ok`: a chain starting past seq 0 is a note, not a problem
+    (a topic whose retention deletes old records)."""
+    report = TopicReport()
+    chains: dict[ChainId, dict[int, _Sealed]] = {}
+    reports: dict[ChainId, ChainReport] = {}
+    # Within a partition a writer's records arrive in seq order (one request in flight, batches written
+    # whole); a record that comes after a higher seq of its chain in the same partition was moved.
+    highest: dict[tuple[ChainId, int], int] = {}
+    for record in records:
+        report.records += 1
+        where = (record.partition, record.offset)
+        seals = [v for k, v in record.headers if k == SEAL_HEADER]
+        if not seals:
+            report.unsigned.append(where)
+            continue
+        if len(seals) > 1 or seals[0] is None:
+            report.malformed.append((*where, "several kgov-seal headers" if len(seals) > 1 else "an empty kgov-seal"))
+            continue
+        try:
+            seal = parse_seal(seals[0])
+        except SealFormatError as exc:
+            report.malformed.append((*where, str(exc)))
+            continue
+        public = keys.get(seal.key_id)
+        if public is None:
+            report.forged.append((*where, f"signed by key {seal.key_id.hex()}, which was not given"))
+            continue
+        message = _signed_message(seal.fields, record.value or b"")
+        try:
+            public.verify(seal.signature, message)
+        except InvalidSignature:
+            report.forged.append((*where, f"bad signature (claims writer {seal.writer} epoch {seal.epoch.hex()} "
+                                          f"seq {seal.seq})"))
+            continue
+        chain_id = (seal.writer, seal.epoch)
+        chain = chains.setdefault(chain_id, {})
+        chain_report = reports.setdefault(chain_id, ChainReport(seal.writer, seal.epoch, seal.key_id))
+        sealed = _Sealed(seal.seq, seal.prev, hashlib.sha256(message).digest(), *where)
+        if seal.key_id != chain_report.key_id:
+            chain_report.problems.append(f"seq {seal.seq} at {_at(sealed)} is signed by key {seal.key_id.hex()}, the "
+                                         f"chain's other records by {chain_report.key_id.hex()}")
+        earlier = chain.get(seal.seq)
+        if earlier is not None:
+            if earlier.link == sealed.link:
+                chain_report.duplicates += 1  # sent again after an answer was lost
+            else:
+                chain_report.problems.append(f"two different records sealed as seq {seal.seq}: at {_at(earlier)} and "
+                                             f"{_at(sealed)}")
+            continue
+        chain[seal.seq] = sealed
+        top = highest.get((chain_id, record.partition))
+        if top is not None and seal.seq < top:
+            chain_report.problems.append(f"reordered: seq {seal.seq} at {_at(sealed)} comes after seq {top} in "
+                                         f"partition {record.partition}")
+        else:
+            highest[(chain_id, record.partition)] = seal.seq
+    for chain_id, chain in sorted(chains.items()):
+        chain_report = reports[chain_id]
+        _check_chain(chain_report, chain, missing_start_ok)
+        report.chains.append(chain_report)
+    for anchor in anchors:
+        found = chains.get((anchor.writer, anchor.epoch), {}).get(anchor.seq)
+        if found is None or found.link != anchor.link:
+            report.anchors_missing.append(anchor)
+    return report
+
+
+def _at(sealed: _Sealed) -> str:
+    return f"partition {sealed.partition} offset {sealed.offset}"
+
+
+def _check_chain(report: ChainReport, chain: dict[int, _Sealed], missing_start_ok: bool) -> None:
+    seqs = sorted(chain)
+    report.verified = len(seqs)
+    report.first_seq, report.last_seq = seqs[0], seqs[-1]
+    newest = chain[seqs[-1]]
+    report.newest = Anchor(report.writer, report.epoch, newest.seq, newest.link)
+    if seqs[0] != 0:
+        message = f"the chain's start is missing: its first record is seq {seqs[0]} (seq 0-{seqs[0] - 1} deleted)"
+        (report.notes if missing_start_ok else report.problems).append(message)
+    elif chain[0].prev != _ZERO:
+        report.problems.append(f"seq 0 at {_at(chain[0])} does not start a chain (its previous link is not zero)")
+    gaps = [(a + 1, b - 1) for a, b in itertools.pairwise(seqs) if b > a + 1]
+    if gaps:
+        lost = sum(last - first + 1 for first, last in gaps)
+        shown = ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in gaps[:20])
+        report.problems.append(f"{lost} record(s) missing (deleted or lost): seq {shown}"
+                               + (f" and {len(gaps) - 20} more gaps" if len(gaps) > 20 else ""))
+    for a, b in itertools.pairwise(seqs):
+        if b == a + 1 and chain[b].prev != chain[a].link:
+            report.problems.append(f"seq {b} at {_at(chain[b])} does not link to seq {a} at {_at(chain[a])}")
