@@ -43,6 +43,7 @@ from encryption.datakeys import (
     UnwrapLimit,
 )
 from encryption.envelope import (
+    FIELD_FORMAT_VERSION,
     FIELD_KEY,
     FIELD_VALUE,
     FLAG_COMPRESSED,
@@ -76,6 +77,7 @@ UNKNOWN_KEY_MESSAGE: Final = (
 _BEFORE_NONCE: Final = slice(None, -NONCE_SIZE)  # version, flags, KEK name and version, wrapped data key
 _NONCE_PART: Final = slice(-NONCE_SIZE, None)
 _NOTHING_READ: Final = (None, 0, None)  # DecryptingDeserializer._last before the first record
+_READABLE_VERSIONS: Final = (FORMAT_VERSION, FIELD_FORMAT_VERSION)
 # A decompression bomb must not take the consumer down: payloads inflate to at most this.
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
@@ -121,7 +123,7 @@ def _as_bytes(data: Any, what: str) -> bytes:
     )
 
 
-def _add_header(headers: Any, name: str, value: bytes) -> None:
+def add_header(headers: Any, name: str, value: bytes) -> None:
     if isinstance(headers, list):
         for existing in headers:
             if existing[0] == name:
@@ -137,7 +139,7 @@ def _add_header(headers: Any, name: str, value: bytes) -> None:
         raise EncryptionError("record headers must be a list of (name, value) tuples or a dict")
 
 
-def _find_header(headers: Any, name: str) -> bytes | None:
+def find_header(headers: Any, name: str) -> bytes | None:
     if not headers:
         return None
     if isinstance(headers, dict):
@@ -219,11 +221,18 @@ class PayloadSealer(ForgetsKeysOnFork):
                 return active, nonce
             spent = active
 
-    def seal(self, flags: int, field_tag: bytes, topic: str, key: Any, plaintext: bytes) -> tuple[bytes, bytes]:
+    def seal(
+        self, flags: int, field_tag: bytes, topic: str, key: Any, plaintext: bytes, record: bytes | None = None
+    ) -> tuple[bytes, bytes]:
+        """`record`: for a field of format version 2, its record identifier and concrete position
+        (`encryption.fields`), appended to the associated data; None: a format version 1 ciphertext."""
         suffix = self.suffixes.get(field_tag, topic)
         active = self.active
         if active is None or (nonce := active.next_nonce()) is None:
             active, nonce = self._fresh(active)
+        if record is not None:
+            header = active.field_prefixes[flags] + nonce
+            return header, active.aead.encrypt(nonce, plaintext, header + suffix + record)
         header = active.prefixes[flags] + nonce
         aad = header + suffix + key_tail(key) if flags & FLAG_KEY_BOUND else header + suffix
         return header, active.aead.encrypt(nonce, plaintext, aad)
@@ -259,9 +268,13 @@ class PayloadOpener:
         self.suffixes = AadSuffixes()
         self.kek_names = kek_names
 
-    def open(self, header: bytes, ciphertext: bytes, field_tag: bytes, topic: str, key: Any) -> bytes:
-        if len(header) < 2 + NONCE_SIZE or header[0] != FORMAT_VERSION:
-            if header and header[0] != FORMAT_VERSION:
+    def open(
+        self, header: bytes, ciphertext: bytes, field_tag: bytes, topic: str, key: Any, record: bytes | None = None
+    ) -> bytes:
+        """`record`: as for `PayloadSealer.seal`; given, the header must be of format version 2, else 1."""
+        version = FORMAT_VERSION if record is None else FIELD_FORMAT_VERSION
+        if len(header) < 2 + NONCE_SIZE or header[0] != version:
+            if header and header[0] != version:
                 raise DecryptionError(f"unknown encryption format version {header[0]}")
             raise DecryptionError("truncated encryption header")
         flags = header[1]
@@ -282,6 +295,8 @@ class PayloadOpener:
             aad = header + suffix + key_tail(key)
         else:
             aad = header + suffix
+        if record is not None:
+            aad += record
         try:
             plaintext: bytes = aead.decrypt(header[-NONCE_SIZE:], ciphertext, aad)
         except (InvalidTag, ValueError) as exc:
@@ -293,7 +308,7 @@ class PayloadOpener:
         return plaintext
 
     def _load(self, header: bytes) -> AESGCM:
-        parsed, end = parse_header(header)
+        parsed, end = parse_header(header, versions=_READABLE_VERSIONS)  # `open` checked which one
         if end != len(header):
             raise DecryptionError("malformed encryption header")
         try:
@@ -316,11 +331,11 @@ def _inflate(compressed: bytes, limit: int) -> bytes:
     return plaintext
 
 
-def split_envelope(data: bytes) -> tuple[bytes, bytes]:
-    """(header, ciphertext) of a self-contained envelope."""
+def split_envelope(data: bytes, versions: tuple[int, ...] = (FORMAT_VERSION,)) -> tuple[bytes, bytes]:
+    """(header, ciphertext) of a self-contained envelope of one of the format `versions`."""
     if data[: len(MAGIC)] != MAGIC:
         raise DecryptionError("record is not encrypted (no kgov.enc header and no kgov envelope)")
-    _, end = parse_header(data, len(MAGIC))
+    _, end = parse_header(data, len(MAGIC), versions)
     return data[len(MAGIC) : end], data[end:]
 
 
@@ -447,7 +462,7 @@ class EncryptingSerializer:
         if headers is None or self.envelope:
             value = MAGIC + header + ciphertext
         else:
-            _add_header(headers, HEADER, header)
+            add_header(headers, HEADER, header)
             value = ciphertext
         if self.signer is not None:
             self._sign(ctx, key, value)
@@ -461,7 +476,7 @@ class EncryptingSerializer:
             )
         if ctx.headers is None:
             raise EncryptionError("signatures travel in a header: produce with headers=[]")
-        _add_header(ctx.headers, SIGNATURE_HEADER, self.signer.signature_header(ctx.topic, key, value, ctx.headers))
+        add_header(ctx.headers, SIGNATURE_HEADER, self.signer.signature_header(ctx.topic, key, value, ctx.headers))
 
 
 class DecryptingDeserializer:
@@ -594,7 +609,7 @@ class DecryptingDeserializer:
             verify_signature(self.trusted_signers, ctx.topic, cast(bytes | None, key), data, headers)
         if data is None:
             return None
-        header = _find_header(headers, HEADER)
+        header = find_header(headers, HEADER)
         if header is None:
             header, ciphertext = split_envelope(data)
         else:
@@ -669,7 +684,7 @@ class RecordKeySerializer:
                 raise EncryptionError("hash_keys keeps the original key in a header: produce with headers=[]")
             hashed = hmac.new(self._hash_secret(), data, hashlib.sha256).digest()
             header, ciphertext = self._sealer.seal(FLAG_KEY_BOUND, FIELD_KEY, ctx.topic, hashed, data)
-            _add_header(ctx.headers, KEY_HEADER, header + ciphertext)
+            add_header(ctx.headers, KEY_HEADER, header + ciphertext)
             data = hashed
         setattr(ctx, WIRE_KEY_ATTR, data)
         return data
@@ -733,7 +748,7 @@ class RecordKeyDeserializer:
             raise DecryptionError("RecordKeyDeserializer needs the SerializationContext")
         setattr(ctx, WIRE_KEY_ATTR, data)
         try:
-            protected = _find_header(ctx.headers, KEY_HEADER)
+            protected = find_header(ctx.headers, KEY_HEADER)
         except DecryptionError as exc:
             raise exc.located(**record_location(ctx)) from None
         if protected is None and self.hashed_keys and data is not None:
