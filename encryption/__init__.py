@@ -35,6 +35,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _MODULES = {
+    "ANY_KEK": "encryption.serdes",
     "DataKeyCache": "encryption.datakeys",
     "DataKeyIssuer": "encryption.datakeys",
     "DataKeyPolicy": "encryption.datakeys",
@@ -66,6 +67,7 @@ _MODULES = {
 }
 
 __all__ = [
+    "ANY_KEK",
     "DataKeyCache",
     "DataKeyIssuer",
     "DataKeyPolicy",
@@ -112,6 +114,7 @@ if TYPE_CHECKING:
     from encryption.reencrypt import ReencryptionReport, Reencryptor, reencrypt_topic
     from encryption.retry import RetryPolicy
     from encryption.serdes import (
+        ANY_KEK,
         DecryptingDeserializer,
         EncryptingSerializer,
         RecordContext,

@@ -76,6 +76,7 @@ from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 from encryption.serdes import (
     Inner,
+    KekNames,
     PayloadOpener,
     PayloadSealer,
     accepted_keks,
@@ -1019,7 +1020,7 @@ class FieldDecryptingDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
-        kek_names: Iterable[str] | None = None,
+        kek_names: KekNames = None,
         accept_unbound_fields: bool = False,
     ) -> None:
         """`kek_names`: the KEKs fields may be encrypted under (as for `DecryptingDeserializer`); a rule
@@ -1033,7 +1034,9 @@ class FieldDecryptingDeserializer:
         self.inner = inner
         self.accept_unbound_fields = accept_unbound_fields
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
-        self.kek_names = accepted_keks(kek_names)
+        # No warning when every rule names its KEK: each field is then held to its rule's KEK anyway.
+        self.kek_names = accepted_keks(kek_names, "FieldDecryptingDeserializer",
+                                       warn=any(rule.kek is None for rule in policy.rules))
         self._opener = PayloadOpener(self.cache, kek_names=self.kek_names)
         self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now, self.cache.ttl_seconds)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}

@@ -103,9 +103,10 @@ class Reencryptor:
         self.key_name = key_name
         self.signer = signer
         self._issuer = DataKeyIssuer(kms, policy, retry)
+        # Only records under `key_name` are rewritten (`rewrite` refuses the others before reading them).
         self._value_in = DecryptingDeserializer(kms, trusted_signers=trusted_signers, retry=retry,
-                                                unwrap_limit=unwrap_limit)
-        self._key_in = RecordKeyDeserializer(kms, retry=retry, cache=self._value_in.cache)
+                                                unwrap_limit=unwrap_limit, kek_names=[key_name])
+        self._key_in = RecordKeyDeserializer(kms, retry=retry, cache=self._value_in.cache, kek_names=[key_name])
         self._serializers: dict[tuple[bool, bool, bool, bool], EncryptingSerializer] = {}
         self._key_serializers: dict[bool, RecordKeySerializer] = {}
 

@@ -22,8 +22,10 @@ the wire key on it (attribute `kgov_wire_key`) so the value side can bind or sig
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
+import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
@@ -238,9 +240,34 @@ class PayloadSealer(ForgetsKeysOnFork):
         return header, active.aead.encrypt(nonce, plaintext, aad)
 
 
-def accepted_keks(kek_names: Iterable[str] | None) -> frozenset[bytes] | None:
-    """A consumer's `kek_names` as the UTF-8 names a header carries (None: any KEK)."""
+class AnyKek(enum.Enum):
+    """`kek_names=ANY_KEK`: a consumer accepts records under any KEK its KMS serves, on purpose."""
+
+    ANY = "any"
+
+
+ANY_KEK: Final = AnyKek.ANY
+KekNames = Iterable[str] | AnyKek | None
+_LOG = logging.getLogger("encryption")
+_WARNED_ANY_KEK: set[str] = set()
+
+
+def accepted_keks(kek_names: KekNames, consumer: str, *, warn: bool = True) -> frozenset[bytes] | None:
+    """A consumer's `kek_names` as the UTF-8 names a header carries (None: any KEK).
+
+    Absent (None), any KEK is accepted as before 2026-11-22, and the first `consumer` of its kind in the
+    process logs a warning saying how to choose (`warn=False`: it has its KEKs from elsewhere). Refusing
+    would break every consumer built without it; `ANY_KEK` says "any" on purpose, without the warning."""
+    if kek_names is ANY_KEK:
+        return None
     if kek_names is None:
+        if warn and consumer not in _WARNED_ANY_KEK:
+            _WARNED_ANY_KEK.add(consumer)
+            _LOG.warning(
+                "%s without kek_names accepts records under every KEK its KMS serves, so whoever may wrap data "
+                "keys under any of them (another topic's producers) can write records it reads: pass "
+                "kek_names=[...] (the KEKs of its topics), or kek_names=ANY_KEK to accept any on purpose "
+                "(docs/encryption.md, 'Which KEKs a consumer accepts')", consumer)
         return None
     if isinstance(kek_names, str):
         raise EncryptionError("kek_names takes a collection of KEK names, not one string")
@@ -489,7 +516,8 @@ class DecryptingDeserializer:
     also refuses records not bound to their Kafka key (a value moved onto another key of the topic).
     `kek_names`: the KEKs this consumer accepts records under (e.g. `["orders"]`); a record naming
     another is refused before any KMS call. Without it any KEK the KMS serves is accepted, so whoever
-    may wrap under any of them (another topic's producers) can write records this consumer reads.
+    may wrap under any of them (another topic's producers) can write records this consumer reads; the
+    first such consumer logs a warning (`kek_names=ANY_KEK` accepts any on purpose, without it).
     """
 
     def __init__(
@@ -503,13 +531,13 @@ class DecryptingDeserializer:
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
         require_key_bound: bool = False,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
-        kek_names: Iterable[str] | None = None,
+        kek_names: KekNames = None,
     ) -> None:
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         # A record not bound to its key can be copied onto another key of the same topic and still
         # decrypt; with require_key_bound such records are refused (all producers use RecordKeySerializer).
         self.require_key_bound = require_key_bound
-        self.kek_names = accepted_keks(kek_names)
+        self.kek_names = accepted_keks(kek_names, "DecryptingDeserializer")
         self._opener = PayloadOpener(self.cache, max_inflated_bytes, self.kek_names)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
@@ -733,11 +761,11 @@ class RecordKeyDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
-        kek_names: Iterable[str] | None = None,
+        kek_names: KekNames = None,
     ) -> None:
         self.hashed_keys = hashed_keys
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
-        self._opener = PayloadOpener(self.cache, kek_names=accepted_keks(kek_names))
+        self._opener = PayloadOpener(self.cache, kek_names=accepted_keks(kek_names, "RecordKeyDeserializer"))
         self.inner = inner
 
     def __repr__(self) -> str:
