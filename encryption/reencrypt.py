@@ -4,8 +4,9 @@ Old records stay readable after a rotation anyway (their wrapped data keys name 
 is for retiring an old version, e.g. a compacted topic whose records live for ever. `Reencryptor`
 rewrites one record (pure apart from KMS calls): it decrypts with the record's own data key and
 encrypts the same plaintext under a fresh data key, keeping the form (header or envelope), the
-compression flag, key binding, hashed keys (the keyed hash does not change across rotations, so the
-rewritten record supersedes the old one under compaction) and other headers. A signed record is
+compression flag, key binding, hashed keys (the keyed hash does not change across rotations, and the
+rewrite keeps the record's hash scope, per topic or per KEK, so it supersedes the old one under
+compaction) and other headers. A signed record is
 re-signed only when a signer is given, never stripped silently. A record encrypted under another KEK
 is refused, not rewrapped under `key_name` (that would hand it to that KEK's readers). A signer
 needs `trusted_signers` too: every record's signature is verified before it is replaced by the
@@ -26,6 +27,7 @@ version only once the topic holds none of its records (compacted, or past its re
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +52,7 @@ from encryption.retry import RetryPolicy
 from encryption.serdes import (
     DecryptingDeserializer,
     EncryptingSerializer,
+    KeyHashScope,
     RecordContext,
     RecordKeyDeserializer,
     RecordKeySerializer,
@@ -108,7 +111,7 @@ class Reencryptor:
                                                 unwrap_limit=unwrap_limit, kek_names=[key_name])
         self._key_in = RecordKeyDeserializer(kms, retry=retry, cache=self._value_in.cache, kek_names=[key_name])
         self._serializers: dict[tuple[bool, bool, bool, bool], EncryptingSerializer] = {}
-        self._key_serializers: dict[bool, RecordKeySerializer] = {}
+        self._key_serializers: dict[KeyHashScope | None, RecordKeySerializer] = {}
 
     def is_current(self, headers: Any, value: bytes | None) -> bool:
         """True when every encrypted part of the record is wrapped by the current KEK version; False
@@ -144,8 +147,10 @@ class Reencryptor:
 
         out_headers: list[tuple[str, str | bytes | None]] = [(n, v) for n, v in items if n not in _OURS]
         out = RecordContext(topic, MessageField.KEY, out_headers)
-        new_key = self._key_serializer(hashed)(plain_key, out)
-        if not hashed and new_key != key:
+        # A hashed key keeps its hash (compaction): rewritten in the scope it was hashed in.
+        scope = self._hash_scope(topic, key, plain_key) if hashed else None
+        new_key = self._key_serializer(scope)(plain_key, out)
+        if new_key != key:
             raise EncryptionError("record key changed during re-encryption")
         out.field = MessageField.VALUE
         flags, envelope = self._value_form(value, items)
@@ -162,11 +167,21 @@ class Reencryptor:
             return parse_header(header)[0].flags, False
         return parse_header(value, len(MAGIC))[0].flags, True
 
-    def _key_serializer(self, hashed: bool) -> RecordKeySerializer:
-        serializer = self._key_serializers.get(hashed)
+    def _hash_scope(self, topic: str, key: bytes | None, original: Any) -> KeyHashScope:
+        """Which `hash_keys` scope the record's key was hashed in: the one whose hash of its original it is."""
+        if isinstance(key, bytes) and isinstance(original, bytes):
+            for scope in ("topic", "kek"):
+                if hmac.compare_digest(self._key_serializer(scope).key_hash(topic, original), key):
+                    return scope
+        raise EncryptionError(
+            "record's hashed key is not the per-topic or per-KEK hash of its protected original under "
+            f"{self.key_name!r}: rewriting it would change the key")
+
+    def _key_serializer(self, scope: KeyHashScope | None) -> RecordKeySerializer:
+        serializer = self._key_serializers.get(scope)
         if serializer is None:
-            serializer = self._key_serializers[hashed] = RecordKeySerializer(
-                self.kms, self.key_name, hash_keys=hashed, issuer=self._issuer
+            serializer = self._key_serializers[scope] = RecordKeySerializer(
+                self.kms, self.key_name, hash_keys=scope or False, issuer=self._issuer
             )
         return serializer
 

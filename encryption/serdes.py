@@ -28,7 +28,7 @@ import hmac
 import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
 
 from confluent_kafka.serialization import MessageField, SerializationContext
 from cryptography.exceptions import InvalidTag
@@ -249,7 +249,10 @@ class AnyKek(enum.Enum):
 ANY_KEK: Final = AnyKek.ANY
 KekNames = Iterable[str] | AnyKek | None
 _LOG = logging.getLogger("encryption")
-_WARNED_ANY_KEK: set[str] = set()
+_WARNED: set[str] = set()  # what this process has warned of, once each
+KeyHashScope = Literal["topic", "kek"]
+# Separate secrets per scope: a per-KEK hash never equals a per-topic one, whatever the key.
+_KEY_HASH_LABELS: Final[dict[KeyHashScope, bytes]] = {"kek": b"key-hash", "topic": b"key-hash-topic"}
 
 
 def accepted_keks(kek_names: KekNames, consumer: str, *, warn: bool = True) -> frozenset[bytes] | None:
@@ -261,8 +264,8 @@ def accepted_keks(kek_names: KekNames, consumer: str, *, warn: bool = True) -> f
     if kek_names is ANY_KEK:
         return None
     if kek_names is None:
-        if warn and consumer not in _WARNED_ANY_KEK:
-            _WARNED_ANY_KEK.add(consumer)
+        if warn and consumer not in _WARNED:
+            _WARNED.add(consumer)
             _LOG.warning(
                 "%s without kek_names accepts records under every KEK its KMS serves, so whoever may wrap data "
                 "keys under any of them (another topic's producers) can write records it reads: pass "
@@ -668,9 +671,16 @@ class RecordKeySerializer:
 
     By default the key stays as the inner serializer made it (partitioning and compaction need a
     stable key) and is left on the context so the value serializer can bind or sign it. With
-    `hash_keys=True` the key becomes HMAC-SHA256(secret, key), where the secret is derived from the
-    KEK and survives rotation (equal keys keep equal hashes: same partition, compaction works), and
-    the original key is encrypted into the `kgov.enc.key` header (bound to topic and hashed key).
+    `hash_keys` the key becomes a keyed hash (HMAC-SHA256) under a secret derived from the KEK that
+    survives rotation (equal keys keep equal hashes: same partition, compaction works), and the
+    original key is encrypted into the `kgov.enc.key` header (bound to topic and hashed key):
+    - `hash_keys="topic"` (for new topics): the topic is hashed with the key, so one key hashes
+      differently on every topic and records cannot be linked across topics by their keys;
+    - `hash_keys="kek"`: the hash of builds before 2026-11-22, one per key for all topics under the KEK
+      (linkable across them); keep it for topics already written that way, whose compaction needs
+      every record of a key to keep its hash;
+    - `hash_keys=True`: "kek", so that no existing topic's hashes change, with a warning (logged once)
+      asking to choose. Consumers read both alike (the hashed key is opaque to them).
     """
 
     def __init__(
@@ -679,7 +689,7 @@ class RecordKeySerializer:
         key_name: str,
         inner: Inner | None = None,
         *,
-        hash_keys: bool = False,
+        hash_keys: bool | KeyHashScope = False,
         policy: DataKeyPolicy | None = None,
         retry: RetryPolicy | None = None,
         issuer: DataKeyIssuer | None = None,
@@ -687,20 +697,40 @@ class RecordKeySerializer:
         self.kms = kms
         self.key_name = key_name
         self.inner = inner
-        self.hash_keys = hash_keys
+        if hash_keys is True:
+            if "hash_keys=True" not in _WARNED:
+                _WARNED.add("hash_keys=True")
+                _LOG.warning(
+                    "RecordKeySerializer(hash_keys=True) hashes keys per KEK: a key has the same hash on every "
+                    "topic under that KEK, so records are linkable across topics. Kept so that existing topics "
+                    "keep their hashes (compaction): pass hash_keys='kek' for those and hash_keys='topic' for "
+                    "new topics (docs/encryption.md, 'Hashed keys')")
+            hash_keys = "kek"
+        elif hash_keys not in (False, "topic", "kek"):
+            raise EncryptionError(f"hash_keys takes 'topic', 'kek' or False, not {hash_keys!r}")
+        self.hash_keys: KeyHashScope | None = hash_keys or None
         self.issuer = issuer or DataKeyIssuer(kms, policy, retry)
         self._sealer = PayloadSealer(self.issuer, key_name)
         self._secret: bytes | None = None
 
     def __repr__(self) -> str:
-        return f"RecordKeySerializer(key_name={self.key_name!r}, hash_keys={self.hash_keys})"
+        return f"RecordKeySerializer(key_name={self.key_name!r}, hash_keys={self.hash_keys!r})"
 
     def _hash_secret(self) -> bytes:
         if self._secret is None:
+            label = _KEY_HASH_LABELS[self.hash_keys or "kek"]
             self._secret = call_with_retry(
-                self.issuer.retry, "derived_secret", lambda: self.kms.derived_secret(self.key_name, b"key-hash")
+                self.issuer.retry, "derived_secret", lambda: self.kms.derived_secret(self.key_name, label)
             )
         return self._secret
+
+    def key_hash(self, topic: str, key: bytes) -> bytes:
+        """The hashed form of `key` on `topic` (see `hash_keys`)."""
+        if self.hash_keys == "topic":
+            name = topic.encode("utf-8")
+            # Length-prefixed: ("ab", key) and ("a", "b" + key) hash apart.
+            return hmac.new(self._hash_secret(), len(name).to_bytes(2, "big") + name + key, hashlib.sha256).digest()
+        return hmac.new(self._hash_secret(), key, hashlib.sha256).digest()
 
     def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         if ctx is None:
@@ -710,7 +740,7 @@ class RecordKeySerializer:
         if self.hash_keys and data is not None:
             if ctx.headers is None:
                 raise EncryptionError("hash_keys keeps the original key in a header: produce with headers=[]")
-            hashed = hmac.new(self._hash_secret(), data, hashlib.sha256).digest()
+            hashed = self.key_hash(ctx.topic, data)
             header, ciphertext = self._sealer.seal(FLAG_KEY_BOUND, FIELD_KEY, ctx.topic, hashed, data)
             add_header(ctx.headers, KEY_HEADER, header + ciphertext)
             data = hashed

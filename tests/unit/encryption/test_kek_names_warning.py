@@ -23,7 +23,7 @@ PII_SCHEMA = {"type": "object", "properties": {"ssn": {"type": "string", "conflu
 
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("encryption.serdes._WARNED_ANY_KEK", set())
+    monkeypatch.setattr("encryption.serdes._WARNED", set())
 
 
 def warnings_in(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -22,7 +22,8 @@ from encryption.reencrypt import Reencryptor
 
 def produce(kms: LocalKms, key: bytes, value: bytes, *, headers: list | None, **options: object) -> tuple:
     ctx = SerializationContext("orders", MessageField.KEY, headers)
-    wire_key = RecordKeySerializer(kms, "orders", hash_keys=bool(options.pop("hash_keys", False)))(key, ctx)
+    hash_keys = options.pop("hash_keys", False)
+    wire_key = RecordKeySerializer(kms, "orders", hash_keys=hash_keys)(key, ctx)  # type: ignore[arg-type]
     ctx.field = MessageField.VALUE
     return wire_key, EncryptingSerializer(kms, "orders", **options)(value, ctx), headers  # type: ignore[arg-type]
 
@@ -45,6 +46,8 @@ def versions(headers: list | None, value: bytes) -> list[int]:
     {},
     {"compress": True},
     {"hash_keys": True},
+    {"hash_keys": "kek"},
+    {"hash_keys": "topic"},
     {"bind_key": False},
 ])
 def test_rewrite_moves_records_to_the_current_version(kms: LocalKms, options: dict) -> None:
