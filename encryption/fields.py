@@ -873,7 +873,7 @@ def _entry_position(key: object, where: Path, strict: bool) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
-def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
+def values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
     """The values at `path`, looking into any mapping, list or tuple (as the writers would)."""
     if obj is None:
         return
@@ -890,7 +890,7 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
     else:
         children = (obj[head],) if isinstance(obj, Mapping) and head in obj else ()
     for child in children:
-        yield from _values_at(child, rest, exclusions, where)
+        yield from values_at(child, rest, exclusions, where)
 
 
 class _DeterministicKeys:
@@ -972,7 +972,7 @@ class FieldEncryptingSerializer:
             raise EncryptionError("FieldEncryptingSerializer needs the SerializationContext")
         if obj is not None:
             for cutoff in self.policy.cutoffs:
-                if any(value is not None for value in _values_at(obj, cutoff, self.policy.exclusions)):
+                if any(value is not None for value in values_at(obj, cutoff, self.policy.exclusions)):
                     raise EncryptionError(
                         f"record nests deeper than {MAX_RECURSION} levels of a recursive type at "
                         f"{'.'.join(cutoff)!r}: its tagged fields there would not be encrypted"

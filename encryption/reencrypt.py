@@ -27,6 +27,8 @@ version only once the topic holds none of its records (compacted, or past its re
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,20 +40,31 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from encryption.datakeys import DEFAULT_UNWRAP_LIMIT, DataKeyIssuer, DataKeyPolicy, UnwrapLimit
 from encryption.envelope import (
+    FIELD_FORMAT_VERSION,
     FLAG_COMPRESSED,
     FLAG_KEY_BOUND,
+    FORMAT_VERSION,
     HEADER,
     KEY_HEADER,
     MAGIC,
+    RECORD_HEADER,
     SIGNATURE_HEADER,
     parse_header,
 )
 from encryption.errors import DecryptionError, EncryptionError
+from encryption.fields import (
+    FieldDecryptingDeserializer,
+    FieldEncryptingSerializer,
+    FieldPolicy,
+    FieldRule,
+    values_at,
+)
 from encryption.kms import Kms, WrappedKey
 from encryption.retry import RetryPolicy
 from encryption.serdes import (
     DecryptingDeserializer,
     EncryptingSerializer,
+    Inner,
     KeyHashScope,
     RecordContext,
     RecordKeyDeserializer,
@@ -196,6 +209,77 @@ class Reencryptor:
         return serializer
 
 
+class FieldReencryptor:
+    """Rewrites records of field-level encryption (`encryption.fields`) in field format version 2.
+
+    For the migration from format version 1 (fields not bound to their record) and after a KEK
+    rotation: every randomized field is decrypted (version 1 accepted here, and only here) and sealed
+    again under the current version of its KEK, bound to a fresh record identifier (`kgov.enc.rec`);
+    deterministic fields are sealed again too (the same ciphertext: their key is derived from the KEK
+    and survives rotation). `deserializer` and `serializer` are the topic's inner serdes around the
+    record dict (for `reencrypt_topic`, which produces bytes: e.g. the Avro ones); None passes the
+    record dict itself (callers by hand). The Kafka key and other headers are kept. Only records
+    under `key_name` and the KEKs the policy's rules name are read; a signed record is refused (its
+    signature would not cover the rewrite). As for `Reencryptor`, make it after a rotation: its data
+    keys stay wrapped by the KEK version current when they were made."""
+
+    def __init__(
+        self,
+        kms: Kms,
+        key_name: str,
+        policy: FieldPolicy,
+        *,
+        deserializer: Inner | None = None,
+        serializer: Inner | None = None,
+        data_keys: DataKeyPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
+    ) -> None:
+        self.kms = kms
+        self.policy = policy
+        keks = {key_name} | {rule.kek for rule in policy.rules if rule.kek is not None}
+        self._reader = FieldDecryptingDeserializer(
+            kms, policy, deserializer, retry=retry, unwrap_limit=unwrap_limit, kek_names=sorted(keks),
+            accept_unbound_fields=True)
+        self._writer = FieldEncryptingSerializer(kms, key_name, policy, serializer, data_keys=data_keys, retry=retry)
+        self._inner_in = deserializer
+        self._key_name = key_name
+
+    def is_current(self, headers: Any, value: Any) -> bool:
+        """True when the record carries its identifier and every randomized field is of format version 2
+        under the current version of its KEK (read from the fields' headers, nothing decrypted)."""
+        if value is None:
+            return True
+        items = header_items(headers)
+        if not any(name == RECORD_HEADER for name, _ in items):
+            return not any(not rule.deterministic for rule in self.policy.rules)
+        record = self._inner_in(value, RecordContext("", MessageField.VALUE, items)) if self._inner_in else value
+        return all(_field_is_current(self.kms, self._key_name, rule, sealed)
+                   for rule in self.policy.rules if not rule.deterministic
+                   for sealed in values_at(record, rule.path, self.policy.exclusions) if sealed is not None)
+
+    def rewrite(self, topic: str, key: bytes | None, value: Any, headers: Any) -> RewrittenRecord:
+        """Decrypts and re-encrypts one record (raises DecryptionError / EncryptionError)."""
+        items = header_items(headers)
+        if any(name == SIGNATURE_HEADER for name, _ in items):
+            raise EncryptionError("record is signed: field-level records are rewritten unsigned, so it is refused")
+        plain = self._reader(value, RecordContext(topic, MessageField.VALUE, items, key=key))
+        out_headers: list[tuple[str, str | bytes | None]] = [(n, v) for n, v in items if n != RECORD_HEADER]
+        new_value = self._writer(plain, RecordContext(topic, MessageField.VALUE, out_headers, key=key))
+        return RewrittenRecord(key, new_value, out_headers)
+
+
+def _field_is_current(kms: Kms, key_name: str, rule: FieldRule, sealed: Any) -> bool:
+    try:
+        raw = base64.b64decode(sealed, validate=True) if rule.kind == "string" else bytes(sealed)
+        parsed, _ = parse_header(raw, len(MAGIC), (FORMAT_VERSION, FIELD_FORMAT_VERSION))
+    except (binascii.Error, TypeError, ValueError, DecryptionError):
+        return False  # `rewrite` says what is wrong with it
+    kek = parsed.wrapped.key_name
+    return (raw[len(MAGIC)] == FIELD_FORMAT_VERSION and kek == (rule.kek or key_name)
+            and parsed.wrapped.version == kms.current_version(kek))
+
+
 @dataclass(frozen=True, slots=True)
 class ReencryptionReport:
     read: int
@@ -207,11 +291,12 @@ class ReencryptionReport:
 def reencrypt_topic(
     client_config: Mapping[str, Any],
     topic: str,
-    reencryptor: Reencryptor,
+    reencryptor: Reencryptor | FieldReencryptor,
     *,
     timeout: float = 30.0,
 ) -> ReencryptionReport:
-    """Rewrites the latest record of every key of `topic` that is not under the current KEK version."""
+    """Rewrites the latest record of every key of `topic` that is not under the current KEK version (with a
+    `FieldReencryptor`: not in field format version 2 under the current versions)."""
     # The end of each partition comes from Fetch (partition EOF), not ListOffsets: some Kafka-compatible
     # brokers (Tansu) count ListOffsets' high watermark in batches, not records.
     consumer = Consumer({

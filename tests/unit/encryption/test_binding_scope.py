@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +16,7 @@ from encryption import DecryptionError, EncryptionError, LocalKms
 from encryption.envelope import RECORD_HEADER, RECORD_ID_SIZE
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 from encryption.serdes import RecordContext
+from tests.unit.encryption.field_format_1 import V1_ALICE, V1_MALLORY, V1_SCHEMA, sealed_in_format_1
 
 PII = {"type": "string", "confluent:tags": ["PII"]}
 SCHEMA = {
@@ -155,29 +153,6 @@ def test_deterministic_fields_stay_unbound_and_need_no_header(kms: LocalKms) -> 
         "ssn": "alice-ssn", "notes": [{"text": "b"}, {"text": "a"}]}
 
 
-# Records written by the field serializer of commit 2223f76 (format version 1) under the KEK "orders"
-# v1 = bytes(range(32)) (the `fixed_kms` of test_wire_format.py), topic "customers", no headers.
-_V1_DATA_KEY = ("S0dFAQEABm9yZGVycwAAAAEAPFO5jgPOSawzCwan/jQWWkB+C1dAxk9w/9E9nHgxnYCQ4ptAxKGpKAKYrxLCBGPmbg5P"
-                "2fuDyKLvxDTyWAAAAAAAAAAAAAAA")
-V1_ALICE = {"ssn": _V1_DATA_KEY + "AL9OcfVBecVK+JuI5iS6kGkZOMGfWgRigI4=", "name": "Alice",
-            "phones": [_V1_DATA_KEY + "Aa9HWhTcCuLeSMi/zC56218D6kvaEU9yLw==",
-                       _V1_DATA_KEY + "AuzTDS3Wkz7A/f7EgPaI1dQ3Gza/wpnmmw=="]}
-V1_MALLORY = {"ssn": _V1_DATA_KEY + "A4iMeh1lmevhTCAegIOnng5xKy3oID9j4stiAw==", "name": "Mallory", "phones": []}
-V1_SCHEMA = {"type": "object", "properties": {"ssn": PII, "name": {"type": "string"},
-                                              "phones": {"type": "array", "items": PII}}}
-
-
-@pytest.fixture
-def fixed_kms(tmp_path: Path) -> LocalKms:
-    ring = tmp_path / "fixed-ring.json"
-    document = {"format": "kgov-keyring", "version": 1, "keys": {"orders": {"current": 1, "versions": {
-        "1": {"material": base64.b64encode(bytes(range(32))).decode()}}}}}
-    fd = os.open(ring, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(document, out)
-    return LocalKms(ring)
-
-
 def test_format_version_1_fields_are_refused_by_default(fixed_kms: LocalKms) -> None:
     reader = FieldDecryptingDeserializer(fixed_kms, FieldPolicy.from_json_schema(V1_SCHEMA))
     with pytest.raises(DecryptionError, match=r"field 'phones\.\[\]' is in field format version 1.*accept_unbound_fields"):
@@ -199,3 +174,13 @@ def test_format_version_1_fields_read_on_request_with_their_old_binding(fixed_km
     with pytest.raises(DecryptionError, match="authentication failed"):
         reader({**V1_ALICE, "ssn": base64.b64encode(bytes(relabelled)).decode()},
                SerializationContext("customers", MessageField.VALUE, [(RECORD_HEADER, bytes(RECORD_ID_SIZE))]))
+
+
+def test_the_format_1_helper_writes_what_the_old_serializer_wrote(fixed_kms: LocalKms) -> None:
+    # sealed_in_format_1 (used where records must be written on another topic) against the old vectors.
+    reader = FieldDecryptingDeserializer(fixed_kms, FieldPolicy.from_json_schema(V1_SCHEMA), accept_unbound_fields=True)
+    plain = {"ssn": "alice-ssn", "name": "Alice", "phones": ["555-0100", "555-0101"]}
+    written = sealed_in_format_1(fixed_kms, "orders", "customers", plain)
+    assert [len(written["ssn"]), len(written["phones"][0])] == [len(V1_ALICE["ssn"]), len(V1_ALICE["phones"][0])]
+    assert written["ssn"][:24] == V1_ALICE["ssn"][:24]  # magic, version 1, flags 0, KEK name and version
+    assert reader(written, SerializationContext("customers", MessageField.VALUE, [])) == plain

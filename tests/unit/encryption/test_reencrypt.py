@@ -16,8 +16,10 @@ from encryption import (
     RecordKeySerializer,
     Signer,
 )
-from encryption.envelope import HEADER, KEY_HEADER, MAGIC, parse_header
-from encryption.reencrypt import Reencryptor
+from encryption.envelope import HEADER, KEY_HEADER, MAGIC, RECORD_HEADER, parse_header
+from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+from encryption.reencrypt import FieldReencryptor, Reencryptor
+from tests.unit.encryption.field_format_1 import V1_ALICE, V1_SCHEMA
 
 
 def produce(kms: LocalKms, key: bytes, value: bytes, *, headers: list | None, **options: object) -> tuple:
@@ -106,3 +108,43 @@ def test_records_under_another_kek_are_not_rewrapped_under_ours(kms: LocalKms) -
     with pytest.raises(EncryptionError, match="under KEK 'payroll', not 'orders'"):
         reencryptor.rewrite("orders", wire_key, value, ctx.headers)
     assert Reencryptor(kms, "payroll").rewrite("orders", wire_key, value, ctx.headers).value != value
+
+
+# -- field-level records: format version 1 to 2, and KEK rotations ------------------------------------
+
+
+def test_field_records_of_format_1_are_rewritten_bound_to_their_record(fixed_kms: LocalKms) -> None:
+    policy = FieldPolicy.from_json_schema(V1_SCHEMA)
+    reencryptor = FieldReencryptor(fixed_kms, "orders", policy)
+    headers = [("trace", b"t1")]
+    assert not reencryptor.is_current(headers, V1_ALICE)
+    record = reencryptor.rewrite("customers", b"alice", V1_ALICE, headers)
+    assert record.key == b"alice" and ("trace", b"t1") in record.headers
+    assert [name for name, _ in record.headers].count(RECORD_HEADER) == 1
+    assert record.value["name"] == "Alice" and record.value["ssn"] != V1_ALICE["ssn"]
+    assert reencryptor.is_current(record.headers, record.value)
+    # The default consumer, which refuses format version 1, reads the rewrite.
+    reader = FieldDecryptingDeserializer(fixed_kms, policy, kek_names=["orders"])
+    ctx = SerializationContext("customers", MessageField.VALUE, record.headers)
+    assert reader(record.value, ctx) == {"ssn": "alice-ssn", "name": "Alice", "phones": ["555-0100", "555-0101"]}
+    # Rewritten again after a rotation (by a reencryptor made after it, whose data keys are wrapped by the
+    # new version): the current KEK version, a new record identifier.
+    fixed_kms.rotate_key("orders")
+    assert not reencryptor.is_current(record.headers, record.value)
+    reencryptor = FieldReencryptor(fixed_kms, "orders", policy)
+    again = reencryptor.rewrite("customers", b"alice", record.value, record.headers)
+    assert reencryptor.is_current(again.headers, again.value)
+    assert dict(again.headers)[RECORD_HEADER] != dict(record.headers)[RECORD_HEADER]
+    assert reader(again.value, SerializationContext("customers", MessageField.VALUE, again.headers))["ssn"] == "alice-ssn"
+
+
+def test_field_records_under_another_kek_or_signed_are_not_rewritten(fixed_kms: LocalKms) -> None:
+    policy = FieldPolicy.from_json_schema(V1_SCHEMA)
+    fixed_kms.create_key("payments")
+    sent = SerializationContext("customers", MessageField.VALUE, [])
+    foreign = FieldEncryptingSerializer(fixed_kms, "payments", policy)({"ssn": "x", "name": "M"}, sent)
+    reencryptor = FieldReencryptor(fixed_kms, "orders", policy)
+    with pytest.raises(DecryptionError, match="'payments', which this consumer does not accept"):
+        reencryptor.rewrite("customers", None, foreign, sent.headers)
+    with pytest.raises(EncryptionError, match="record is signed"):
+        reencryptor.rewrite("customers", None, V1_ALICE, [("kgov.sig", b"x")])
