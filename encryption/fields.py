@@ -17,7 +17,10 @@ client-side field-level encryption:
 
 Two modes per field:
 - randomized (default): AES-256-GCM under the producer's data key, a self-contained envelope
-  (`MAGIC + header + ciphertext`, see `encryption.envelope`) whose associated data binds topic and field;
+  (`MAGIC + header + ciphertext`, see `encryption.envelope`) whose associated data binds topic, field,
+  the record (its `kgov.enc.rec` identifier, so produce with `headers=[]`) and the array index or map
+  key: field format version 2. Version 1 fields (bound to topic and field only) are refused unless the
+  consumer passes `accept_unbound_fields=True` during a migration (`encryption.reencrypt.FieldReencryptor`);
 - deterministic, for fields that must stay joinable: AES-SIV (RFC 5297) under a key derived from the KEK
   (stable across rotations), bound to the field path but not the topic, so equal values give equal
   ciphertexts across topics that share the KEK. It reveals equality, by design; use it only where a
