@@ -181,7 +181,13 @@ class FieldPolicy:
         if self.schema is None:  # a policy built from rules by hand: no schema to check against
             return
         if self._shape is None:
-            self._shape = self.schema.checker()
+            try:
+                self._shape = self.schema.checker()
+            except Exception as exc:  # whatever fastavro or jsonschema raise on a schema they cannot load
+                # Refused, never skipped: the schema's text is not quoted (it may be long), only the cause's type.
+                raise DecryptionError(
+                    f"records cannot be checked against the policy's {self.schema.schema_type} schema "
+                    f"({type(exc).__name__}): pass inner= (the topic's deserializer)") from None
         self._shape(record)
 
     def __repr__(self) -> str:

@@ -70,3 +70,12 @@ def test_with_inner_the_inner_deserializer_decides_the_shape(kms: LocalKms) -> N
     policy = FieldPolicy.from_json_schema(JSON_SCHEMA)
     reader = FieldDecryptingDeserializer(kms, policy, lambda data, _: data)
     assert reader({"name": 12}, ctx()) == {"name": 12}
+
+
+def test_a_schema_the_validator_cannot_load_refuses_records_never_skips_the_check(kms: LocalKms) -> None:
+    # The policy's walk reads tags, not every detail fastavro needs (a fixed type's size): refused, not skipped.
+    policy = FieldPolicy.from_avro({"type": "record", "name": "R", "fields": [
+        {"name": "ssn", "type": "string", "confluent:tags": ["PII"]}, {"name": "x", "type": {"type": "fixed", "name": "F"}}]})
+    reader = FieldDecryptingDeserializer(kms, policy)
+    assert "cannot be checked against the policy's AVRO schema (KeyError): pass inner=" in str(
+        refusal(reader, {"ssn": "x"}))
