@@ -117,6 +117,18 @@ def test_a_whole_record_still_moves_with_its_identifier_to_another_key(kms: Loca
     assert FieldDecryptingDeserializer(kms, policy)(alice, moved)["ssn"] == "alice-ssn"
 
 
+def test_unencrypted_fields_and_missing_fields_are_not_bound(kms: LocalKms, sealed: Sealed) -> None:
+    # The identifier binds the encrypted fields to each other, not to the record's plaintext fields or
+    # to which encrypted fields are there (docs/encryption.md).
+    policy, (alice, alice_ctx), _ = sealed
+    reader = FieldDecryptingDeserializer(kms, policy)
+    edited = {**alice, "notes": alice["notes"][:1], "extra": "chosen by the writer"}
+    del edited["tax_id"]
+    assert reader(edited, with_headers(alice_ctx)) == {
+        "ssn": "alice-ssn", "notes": [{"text": "first"}], "labels": {"home": "Oslo", "work": "Bergen"},
+        "extra": "chosen by the writer"}
+
+
 def test_a_field_does_not_move_to_another_topic_or_rule_path(kms: LocalKms, sealed: Sealed) -> None:
     policy, (alice, alice_ctx), _ = sealed
     reader = FieldDecryptingDeserializer(kms, policy)
