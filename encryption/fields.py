@@ -68,6 +68,7 @@ from encryption.datakeys import (
 )
 from encryption.envelope import (
     FIELD_FORMAT_VERSION,
+    FLAG_KEY_BOUND,
     FORMAT_VERSION,
     MAGIC,
     RECORD_HEADER,
@@ -78,6 +79,8 @@ from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 from encryption.serdes import (
+    UNKNOWN_KEY,
+    UNKNOWN_KEY_MESSAGE,
     Inner,
     KekNames,
     PayloadOpener,
@@ -88,6 +91,7 @@ from encryption.serdes import (
     find_header,
     record_location,
     split_envelope,
+    wire_key,
 )
 
 DETERMINISTIC_MAGIC = b"KGD\x01"
@@ -958,10 +962,16 @@ class FieldEncryptingSerializer:
         *,
         data_keys: DataKeyPolicy | None = None,
         retry: RetryPolicy | None = None,
+        bind_key: bool = False,
     ) -> None:
+        """`bind_key=True` also binds every randomized field to the record's Kafka key, so the record
+        (fields and identifier together) cannot be moved to another key: the key must be known, as for
+        `EncryptingSerializer(bind_key=True)` (`RecordKeySerializer` as key serializer, or a
+        `RecordContext(key=...)`), and consumers need `RecordKeyDeserializer` or such a context too."""
         self.policy = policy
         self.inner = inner
         self.key_name = key_name
+        self.bind_key = bind_key
         self.issuer = DataKeyIssuer(kms, data_keys, retry)
         # One sealer per KEK: a rule's `encrypt.kek.name`, else `key_name`.
         self._sealers = {
@@ -987,21 +997,27 @@ class FieldEncryptingSerializer:
                         f"{'.'.join(cutoff)!r}: its tagged fields there would not be encrypted"
                     )
             record_id = b""
+            key = None
             if self._binds_records:
                 if ctx.headers is None:
                     raise EncryptionError(
                         f"field-level encryption binds fields to their record through the {RECORD_HEADER!r} "
                         "header: produce with headers=[] (a fresh list per record)")
+                if self.bind_key and (key := wire_key(ctx)) is UNKNOWN_KEY:
+                    raise EncryptionError(UNKNOWN_KEY_MESSAGE)
                 record_id = self._record_ids(RECORD_ID_SIZE)
+            flags = FLAG_KEY_BOUND if self.bind_key else 0
             for rule in self.policy.rules:
-                obj = _transform(obj, rule.path,
-                                 partial(self._encrypt, rule=rule, topic=ctx.topic, record_id=record_id),
+                obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic, flags=flags,
+                                                         key=key, record_id=record_id),
                                  self.policy.exclusions, strict=True)
             if record_id:  # once every field is sealed: a refused record leaves the headers as they were
                 add_header(ctx.headers, RECORD_HEADER, record_id)
         return self.inner(obj, ctx) if self.inner is not None else obj
 
-    def _encrypt(self, value: Any, position: bytes, rule: FieldRule, topic: str, record_id: bytes) -> Any:
+    def _encrypt(
+        self, value: Any, position: bytes, rule: FieldRule, topic: str, flags: int, key: Any, record_id: bytes
+    ) -> Any:
         plaintext = _field_bytes(value, rule)
         kek = rule.kek or self.key_name
         if rule.deterministic:
@@ -1012,7 +1028,7 @@ class FieldEncryptingSerializer:
             )
         else:
             header, ciphertext = self._sealers[kek].seal(
-                0, self._tags[rule.path], topic, None, plaintext, record=record_id + position)
+                flags, self._tags[rule.path], topic, key, plaintext, record=record_id + position)
             sealed = MAGIC + header + ciphertext
         return base64.b64encode(sealed).decode("ascii") if rule.kind == "string" else sealed
 
@@ -1066,14 +1082,16 @@ class FieldDecryptingDeserializer:
             # In the reverse order of encryption: a value two rules reach (a declared JSON property that
             # another allOf part's tagged additionalProperties also covers) was sealed by each in turn.
             for rule in reversed(self.policy.rules):
-                obj = _transform(obj, rule.path,
-                                 partial(self._decrypt, rule=rule, topic=ctx.topic, record_id=record_id),
+                obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic,
+                                                         key=wire_key(ctx), record_id=record_id),
                                  self.policy.exclusions)
         except DecryptionError as exc:
             raise exc.located(**record_location(ctx)) from exc.__cause__
         return obj
 
-    def _decrypt(self, value: Any, position: bytes, rule: FieldRule, topic: str, record_id: bytes | None) -> Any:
+    def _decrypt(
+        self, value: Any, position: bytes, rule: FieldRule, topic: str, key: Any, record_id: bytes | None
+    ) -> Any:
         try:
             if rule.kind == "string":
                 sealed = base64.b64decode(value, validate=True)
@@ -1114,7 +1132,10 @@ class FieldDecryptingDeserializer:
                     f"field {rule.name!r} is in field format version 1, which is not bound to its record (it could "
                     "have been copied from another record): refused; accept_unbound_fields=True reads it while "
                     "the topic's records are rewritten (FieldReencryptor)")
-            plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic, None, bound)
+            # The key matters only where the header's flag says the field is bound to it (version 2 only:
+            # version 1 fields were never written key-bound).
+            plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic,
+                                          key if bound is not None else None, bound)
         if rule.kind != "string":
             return plaintext
         try:

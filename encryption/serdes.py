@@ -70,6 +70,7 @@ from encryption.signing import Signer, verify_signature
 WIRE_KEY_ATTR: Final = "kgov_wire_key"
 _VALUE: Final = MessageField.VALUE
 _UNKNOWN: Final = object()  # no key serializer left the record's key on the context
+UNKNOWN_KEY: Final = _UNKNOWN  # what `wire_key` answers then
 UNKNOWN_KEY_MESSAGE: Final = (
     "bind_key=True but the record's Kafka key is not known, so the record would not be bound to it: "
     "use RecordKeySerializer as key serializer (also for null keys) or pass a RecordContext(key=...); "
@@ -164,6 +165,12 @@ def find_header(headers: Any, name: str) -> bytes | None:
     raise DecryptionError(f"record header {name!r} must be bytes, got {type(value).__name__}")
 
 
+def wire_key(ctx: SerializationContext) -> Any:
+    """The record's Kafka key as written (bytes or None) that a key (de)serializer left on `ctx`, else
+    `UNKNOWN_KEY`."""
+    return getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
+
+
 def record_location(ctx: SerializationContext | None) -> dict[str, Any]:
     return {
         "topic": getattr(ctx, "topic", None),
@@ -234,7 +241,8 @@ class PayloadSealer(ForgetsKeysOnFork):
             active, nonce = self._fresh(active)
         if record is not None:
             header = active.field_prefixes[flags] + nonce
-            return header, active.aead.encrypt(nonce, plaintext, header + suffix + record)
+            tail = key_tail(key) + record if flags & FLAG_KEY_BOUND else record
+            return header, active.aead.encrypt(nonce, plaintext, header + suffix + tail)
         header = active.prefixes[flags] + nonce
         aad = header + suffix + key_tail(key) if flags & FLAG_KEY_BOUND else header + suffix
         return header, active.aead.encrypt(nonce, plaintext, aad)

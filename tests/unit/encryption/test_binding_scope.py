@@ -129,6 +129,26 @@ def test_unencrypted_fields_and_missing_fields_are_not_bound(kms: LocalKms, seal
         "extra": "chosen by the writer"}
 
 
+def test_bind_key_also_binds_the_record_to_its_kafka_key(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_json_schema(SCHEMA)
+    serializer = FieldEncryptingSerializer(kms, "orders", policy, bind_key=True)
+    sent = ctx(key=b"alice")
+    alice = serializer({"ssn": "alice-ssn", "notes": [{"text": "first"}]}, sent)
+    reader = FieldDecryptingDeserializer(kms, policy)
+    headers = list(sent.headers or [])
+    assert reader(alice, RecordContext("customers", MessageField.VALUE, headers, key=b"alice"))["ssn"] == "alice-ssn"
+    with pytest.raises(DecryptionError, match="authentication failed"):  # the whole record moved to another key
+        reader(alice, RecordContext("customers", MessageField.VALUE, headers, key=b"mallory"))
+    with pytest.raises(DecryptionError, match="bound to its Kafka key, which this deserializer was not given"):
+        reader(alice, SerializationContext("customers", MessageField.VALUE, headers))
+    with pytest.raises(EncryptionError, match="Kafka key is not known"):
+        serializer({"ssn": "x"}, SerializationContext("customers", MessageField.VALUE, []))
+    null_key = ctx(key=None)
+    keyless = serializer({"ssn": "k"}, null_key)
+    assert reader(keyless, RecordContext("customers", MessageField.VALUE, list(null_key.headers or []), key=None)) == {
+        "ssn": "k"}
+
+
 def test_a_field_does_not_move_to_another_topic_or_rule_path(kms: LocalKms, sealed: Sealed) -> None:
     policy, (alice, alice_ctx), _ = sealed
     reader = FieldDecryptingDeserializer(kms, policy)
