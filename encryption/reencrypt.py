@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,7 +218,8 @@ class FieldReencryptor:
     deterministic fields are sealed again too (the same ciphertext: their key is derived from the KEK
     and survives rotation). `deserializer` and `serializer` are the topic's inner serdes around the
     record dict (for `reencrypt_topic`, which produces bytes: e.g. the Avro ones); None passes the
-    record dict itself (callers by hand). The Kafka key and other headers are kept. Only records
+    record dict itself (callers by hand). The Kafka key, key binding (`bind_key`) and other headers
+    are kept. Only records
     under `key_name` and the KEKs the policy's rules name are read; a signed record is refused (its
     signature would not cover the rewrite). As for `Reencryptor`, make it after a rotation: its data
     keys stay wrapped by the KEK version current when they were made."""
@@ -238,10 +239,12 @@ class FieldReencryptor:
         self.kms = kms
         self.policy = policy
         keks = {key_name} | {rule.kek for rule in policy.rules if rule.kek is not None}
+        # The record is decoded by `deserializer` here, so the reader checks the dict against the schema.
         self._reader = FieldDecryptingDeserializer(
-            kms, policy, deserializer, retry=retry, unwrap_limit=unwrap_limit, kek_names=sorted(keks),
-            accept_unbound_fields=True)
-        self._writer = FieldEncryptingSerializer(kms, key_name, policy, serializer, data_keys=data_keys, retry=retry)
+            kms, policy, retry=retry, unwrap_limit=unwrap_limit, kek_names=sorted(keks), accept_unbound_fields=True)
+        # Key-bound records (FieldEncryptingSerializer(bind_key=True)) stay key-bound.
+        self._writers = {bound: FieldEncryptingSerializer(kms, key_name, policy, serializer, data_keys=data_keys,
+                                                          retry=retry, bind_key=bound) for bound in (False, True)}
         self._inner_in = deserializer
         self._key_name = key_name
 
@@ -253,31 +256,56 @@ class FieldReencryptor:
         items = header_items(headers)
         if not any(name == RECORD_HEADER for name, _ in items):
             return not any(not rule.deterministic for rule in self.policy.rules)
-        record = self._inner_in(value, RecordContext("", MessageField.VALUE, items)) if self._inner_in else value
-        return all(_field_is_current(self.kms, self._key_name, rule, sealed)
-                   for rule in self.policy.rules if not rule.deterministic
-                   for sealed in values_at(record, rule.path, self.policy.exclusions) if sealed is not None)
+        record = self._decoded(value, RecordContext("", MessageField.VALUE, items))
+        for rule, raw in self._sealed_fields(record):
+            if raw is None:
+                return False  # `rewrite` says what is wrong with it
+            parsed, _ = parse_header(raw, len(MAGIC), _FIELD_VERSIONS)
+            kek = parsed.wrapped.key_name
+            if (raw[len(MAGIC)] != FIELD_FORMAT_VERSION or kek != (rule.kek or self._key_name)
+                    or parsed.wrapped.version != self.kms.current_version(kek)):
+                return False
+        return True
 
     def rewrite(self, topic: str, key: bytes | None, value: Any, headers: Any) -> RewrittenRecord:
         """Decrypts and re-encrypts one record (raises DecryptionError / EncryptionError)."""
         items = header_items(headers)
         if any(name == SIGNATURE_HEADER for name, _ in items):
             raise EncryptionError("record is signed: field-level records are rewritten unsigned, so it is refused")
-        plain = self._reader(value, RecordContext(topic, MessageField.VALUE, items, key=key))
+        ctx = RecordContext(topic, MessageField.VALUE, items, key=key)
+        record = self._decoded(value, ctx)
+        plain = self._reader(record, ctx)
+        bound = any(raw is not None and raw[len(MAGIC) + 1] & FLAG_KEY_BOUND for _, raw in self._sealed_fields(record))
         out_headers: list[tuple[str, str | bytes | None]] = [(n, v) for n, v in items if n != RECORD_HEADER]
-        new_value = self._writer(plain, RecordContext(topic, MessageField.VALUE, out_headers, key=key))
+        new_value = self._writers[bound](plain, RecordContext(topic, MessageField.VALUE, out_headers, key=key))
         return RewrittenRecord(key, new_value, out_headers)
 
+    def _decoded(self, value: Any, ctx: RecordContext) -> Any:
+        return self._inner_in(value, ctx) if self._inner_in is not None and value is not None else value
 
-def _field_is_current(kms: Kms, key_name: str, rule: FieldRule, sealed: Any) -> bool:
-    try:
-        raw = base64.b64decode(sealed, validate=True) if rule.kind == "string" else bytes(sealed)
-        parsed, _ = parse_header(raw, len(MAGIC), (FORMAT_VERSION, FIELD_FORMAT_VERSION))
-    except (binascii.Error, TypeError, ValueError, DecryptionError):
-        return False  # `rewrite` says what is wrong with it
-    kek = parsed.wrapped.key_name
-    return (raw[len(MAGIC)] == FIELD_FORMAT_VERSION and kek == (rule.kek or key_name)
-            and parsed.wrapped.version == kms.current_version(kek))
+    def _sealed_fields(self, record: Any) -> Iterator[tuple[FieldRule, bytes | None]]:
+        """Each randomized field of `record` as its envelope bytes (None: not a well-formed envelope)."""
+        for rule in self.policy.rules:
+            if rule.deterministic:
+                continue
+            for sealed in values_at(record, rule.path, self.policy.exclusions):
+                if sealed is None:
+                    continue
+                try:
+                    if rule.kind == "string":
+                        raw = base64.b64decode(sealed, validate=True)
+                    elif isinstance(sealed, bytes | bytearray | memoryview):
+                        raw = bytes(sealed)
+                    else:  # not bytes(sealed): bytes(10**10) allocates ten gigabytes
+                        raise TypeError(type(sealed).__name__)
+                    parse_header(raw, len(MAGIC), _FIELD_VERSIONS)
+                except (binascii.Error, TypeError, ValueError, DecryptionError):
+                    yield rule, None
+                    continue
+                yield rule, raw
+
+
+_FIELD_VERSIONS = (FORMAT_VERSION, FIELD_FORMAT_VERSION)
 
 
 @dataclass(frozen=True, slots=True)

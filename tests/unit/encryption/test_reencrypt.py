@@ -19,6 +19,7 @@ from encryption import (
 from encryption.envelope import HEADER, KEY_HEADER, MAGIC, RECORD_HEADER, parse_header
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 from encryption.reencrypt import FieldReencryptor, Reencryptor
+from encryption.serdes import RecordContext
 from tests.unit.encryption.field_format_1 import V1_ALICE, V1_SCHEMA
 
 
@@ -148,3 +149,23 @@ def test_field_records_under_another_kek_or_signed_are_not_rewritten(fixed_kms: 
         reencryptor.rewrite("customers", None, foreign, sent.headers)
     with pytest.raises(EncryptionError, match="record is signed"):
         reencryptor.rewrite("customers", None, V1_ALICE, [("kgov.sig", b"x")])
+
+
+def test_key_bound_field_records_stay_key_bound(kms: LocalKms) -> None:
+    policy = FieldPolicy.from_json_schema(V1_SCHEMA)
+    sent = RecordContext("customers", MessageField.VALUE, [], key=b"alice")
+    written = FieldEncryptingSerializer(kms, "orders", policy, bind_key=True)({"ssn": "alice-ssn"}, sent)
+    kms.rotate_key("orders")
+    reencryptor = FieldReencryptor(kms, "orders", policy)
+    assert not reencryptor.is_current(sent.headers, written)
+    record = reencryptor.rewrite("customers", b"alice", written, sent.headers)
+    assert reencryptor.is_current(record.headers, record.value)
+    reader = FieldDecryptingDeserializer(kms, policy, kek_names=["orders"])
+    assert reader(record.value, RecordContext("customers", MessageField.VALUE, record.headers, key=b"alice")) == {
+        "ssn": "alice-ssn"}
+    with pytest.raises(DecryptionError, match="authentication failed"):
+        reader(record.value, RecordContext("customers", MessageField.VALUE, record.headers, key=b"mallory"))
+    # A hostile non-bytes value where bytes are expected is not allocated while checking currency.
+    blob_policy = FieldPolicy.from_avro({"type": "record", "name": "R", "fields": [
+        {"name": "blob", "type": "bytes", "confluent:tags": ["PII"]}]})
+    assert not FieldReencryptor(kms, "orders", blob_policy).is_current([(RECORD_HEADER, b"x" * 16)], {"blob": 10**13})
