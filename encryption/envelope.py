@@ -15,8 +15,9 @@ The *envelope form*, for paths without headers, is `MAGIC + header + ciphertext`
 
 Field-level ciphertexts (`encryption.fields`) are envelopes too. Since format version 2 (the version
 byte of their header) each is bound to its record: the record carries `kgov.enc.rec` once (16 random
-bytes, new for every record), and a field's associated data ends with that identifier and the field's
-concrete position (array indexes, map keys). Whole values and protected keys stay at version 1.
+bytes, new for every record), and a field's associated data ends with the Kafka key (only when flag bit
+1 says so), that identifier and the field's concrete position (array indexes, map keys). Whole values
+and protected keys stay at version 1.
 
 Associated data binds the ciphertext to everything that decides how it is read:
 `header || field tag || len16(topic) || topic [|| len32(key) || key]`. Replaying a record into

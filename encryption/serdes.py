@@ -259,7 +259,7 @@ KekNames = Iterable[str] | AnyKek | None
 _LOG = logging.getLogger("encryption")
 _WARNED: set[str] = set()  # what this process has warned of, once each
 KeyHashScope = Literal["topic", "kek"]
-# Separate secrets per scope: a per-KEK hash never equals a per-topic one, whatever the key.
+# One secret per scope (different derivation labels): the two hashes of a key are independent.
 _KEY_HASH_LABELS: Final[dict[KeyHashScope, bytes]] = {"kek": b"key-hash", "topic": b"key-hash-topic"}
 
 

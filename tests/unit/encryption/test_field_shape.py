@@ -79,3 +79,11 @@ def test_a_schema_the_validator_cannot_load_refuses_records_never_skips_the_chec
     reader = FieldDecryptingDeserializer(kms, policy)
     assert "cannot be checked against the policy's AVRO schema (KeyError): pass inner=" in str(
         refusal(reader, {"ssn": "x"}))
+
+
+def test_the_json_check_runs_patterns_in_linear_time(kms: LocalKms) -> None:
+    # A pattern Python's `re` backtracks on for ever (`^(a+)+$` against "aaaa...!"): with RE2 the record
+    # is refused at once (a backtracking validator would hold the consumer here past the test timeout).
+    schema = {"type": "object", "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}, "ssn": PII}}
+    reader = FieldDecryptingDeserializer(kms, FieldPolicy.from_json_schema(schema))
+    assert "does not match the policy's JSON Schema at $.name" in str(refusal(reader, {"name": "a" * 5000 + "!"}))
