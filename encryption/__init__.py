@@ -20,7 +20,7 @@ Quick start (confluent-kafka)::
 Modules: `envelope` (the record format, version 1), `kms` (the `Kms` interface, `LocalKms`),
 `vault` (`VaultTransitKms`), `datakeys` (data-key lifetimes and the unwrapped-key cache), `serdes`
 (the serializers), `signing` (Ed25519), `fields` (field-level encryption by schema tags),
-`reencrypt` (rewriting after a KEK rotation), `retry`, `errors` (`DecryptionError`, the one error a
+`reencrypt` (rewriting after a KEK rotation, and field records into field format version 2), `retry`, `errors` (`DecryptionError`, the one error a
 consumer sees), `cli` (`kgov encryption ...`). What each ciphertext is bound to, key binding, where
 field tags may be written (and which are refused) and the KMS unwrap limit: docs/encryption.md.
 
@@ -35,6 +35,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _MODULES = {
+    "ANY_KEK": "encryption.serdes",
     "DataKeyCache": "encryption.datakeys",
     "DataKeyIssuer": "encryption.datakeys",
     "DataKeyPolicy": "encryption.datakeys",
@@ -45,6 +46,7 @@ _MODULES = {
     "FieldDecryptingDeserializer": "encryption.fields",
     "FieldEncryptingSerializer": "encryption.fields",
     "FieldPolicy": "encryption.fields",
+    "FieldReencryptor": "encryption.reencrypt",
     "InsecureKeyRingError": "encryption.errors",
     "KeyNotFoundError": "encryption.errors",
     "Kms": "encryption.kms",
@@ -66,6 +68,7 @@ _MODULES = {
 }
 
 __all__ = [
+    "ANY_KEK",
     "DataKeyCache",
     "DataKeyIssuer",
     "DataKeyPolicy",
@@ -76,6 +79,7 @@ __all__ = [
     "FieldDecryptingDeserializer",
     "FieldEncryptingSerializer",
     "FieldPolicy",
+    "FieldReencryptor",
     "InsecureKeyRingError",
     "KeyNotFoundError",
     "Kms",
@@ -109,9 +113,10 @@ if TYPE_CHECKING:
     )
     from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
     from encryption.kms import Kms, LocalKms, WrappedKey
-    from encryption.reencrypt import ReencryptionReport, Reencryptor, reencrypt_topic
+    from encryption.reencrypt import FieldReencryptor, ReencryptionReport, Reencryptor, reencrypt_topic
     from encryption.retry import RetryPolicy
     from encryption.serdes import (
+        ANY_KEK,
         DecryptingDeserializer,
         EncryptingSerializer,
         RecordContext,

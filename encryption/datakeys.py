@@ -24,7 +24,7 @@ from itertools import repeat
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from authz.clock import elapsed_clock
-from encryption.envelope import NONCE_SIZE, header_prefix, key_part
+from encryption.envelope import FIELD_FORMAT_VERSION, NONCE_SIZE, header_prefix, key_part
 from encryption.errors import (
     EncryptionError,
     KeyNotFoundError,
@@ -77,7 +77,7 @@ class DataKeyPolicy:
 class ActiveDataKey:
     """One data key in use by a producer. `next_nonce()` returns None once the key is spent."""
 
-    __slots__ = ("aead", "expires", "nonces", "now", "prefixes", "wrapped")
+    __slots__ = ("aead", "expires", "field_prefixes", "nonces", "now", "prefixes", "wrapped")
 
     def __init__(
         self, data_key: bytes, wrapped: WrappedKey, policy: DataKeyPolicy, now: Callable[[], float]
@@ -86,6 +86,7 @@ class ActiveDataKey:
         self.wrapped = wrapped
         part = key_part(wrapped)
         self.prefixes = tuple(header_prefix(flags, part) for flags in range(4))
+        self.field_prefixes = tuple(header_prefix(flags, part, FIELD_FORMAT_VERSION) for flags in range(4))
         # Public for the serializer's inlined hot path (`EncryptingSerializer.__call__`). The nonces
         # 0, 1, ... max_records - 1 as 12-byte big-endian counters; exhausted = the key is spent. One
         # `next()` draws a nonce entirely in C, atomically under the GIL: concurrent producers get

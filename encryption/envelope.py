@@ -1,4 +1,4 @@
-"""The encrypted-record format (version 1), pure functions only.
+"""The encrypted-record format (version 1; field format version 2), pure functions only.
 
 A record value encrypted in *header form* keeps the ciphertext (AES-256-GCM output, 16-byte tag at the
 end) as the value and carries one header, `kgov.enc`, whose value is:
@@ -12,6 +12,12 @@ end) as the value and carries one header, `kgov.enc`, whose value is:
     nonce     12 bytes (a per-data-key counter: never repeats under one data key)
 
 The *envelope form*, for paths without headers, is `MAGIC + header + ciphertext` in the value itself.
+
+Field-level ciphertexts (`encryption.fields`) are envelopes too. Since format version 2 (the version
+byte of their header) each is bound to its record: the record carries `kgov.enc.rec` once (16 random
+bytes, new for every record), and a field's associated data ends with the Kafka key (only when flag bit
+1 says so), that identifier and the field's concrete position (array indexes, map keys). Whole values
+and protected keys stay at version 1.
 
 Associated data binds the ciphertext to everything that decides how it is read:
 `header || field tag || len16(topic) || topic [|| len32(key) || key]`. Replaying a record into
@@ -27,8 +33,11 @@ from encryption.errors import DecryptionError
 from encryption.kms import WrappedKey
 
 FORMAT_VERSION = 1
+FIELD_FORMAT_VERSION = 2  # randomized field ciphertexts bound to their record (RECORD_HEADER)
 HEADER = "kgov.enc"
 KEY_HEADER = "kgov.enc.key"
+RECORD_HEADER = "kgov.enc.rec"
+RECORD_ID_SIZE = 16
 SIGNATURE_HEADER = "kgov.sig"
 MAGIC = b"KGE\x01"
 NONCE_SIZE = 12
@@ -54,9 +63,9 @@ def key_part(wrapped: WrappedKey) -> bytes:
     )
 
 
-def header_prefix(flags: int, wrapped_part: bytes) -> bytes:
+def header_prefix(flags: int, wrapped_part: bytes, version: int = FORMAT_VERSION) -> bytes:
     """Everything in the header except the nonce."""
-    return bytes((FORMAT_VERSION, flags)) + wrapped_part
+    return bytes((version, flags)) + wrapped_part
 
 
 def aad_suffix(field_tag: bytes, topic: bytes) -> bytes:
@@ -84,11 +93,12 @@ class ParsedHeader:
     cache_key: bytes = field(repr=False)  # KEK name, version and wrapped key: what the data-key cache keys on
 
 
-def parse_header(buf: bytes, start: int = 0) -> tuple[ParsedHeader, int]:
-    """Parses a header at `buf[start:]`; returns it and the index just past it."""
+def parse_header(buf: bytes, start: int = 0, versions: tuple[int, ...] = (FORMAT_VERSION,)) -> tuple[ParsedHeader, int]:
+    """Parses a header at `buf[start:]`; returns it and the index just past it. `versions`: the format
+    versions the caller reads (whole values and keys: 1 only)."""
     try:
         version = buf[start]
-        if version != FORMAT_VERSION:
+        if version not in versions:
             raise DecryptionError(f"unknown encryption format version {version}")
         flags = buf[start + 1]
         if flags & ~KNOWN_FLAGS:

@@ -17,7 +17,10 @@ client-side field-level encryption:
 
 Two modes per field:
 - randomized (default): AES-256-GCM under the producer's data key, a self-contained envelope
-  (`MAGIC + header + ciphertext`, see `encryption.envelope`) whose associated data binds topic and field;
+  (`MAGIC + header + ciphertext`, see `encryption.envelope`) whose associated data binds topic, field,
+  the record (its `kgov.enc.rec` identifier, so produce with `headers=[]`) and the array index or map
+  key: field format version 2. Version 1 fields (bound to topic and field only) are refused unless the
+  consumer passes `accept_unbound_fields=True` during a migration (`encryption.reencrypt.FieldReencryptor`);
 - deterministic, for fields that must stay joinable: AES-SIV (RFC 5297) under a key derived from the KEK
   (stable across rotations), bound to the field path but not the topic, so equal values give equal
   ciphertexts across topics that share the KEK. It reveals equality, by design; use it only where a
@@ -36,13 +39,17 @@ import binascii
 import datetime
 import decimal
 import json
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import partial
 from typing import Any, Literal
 
+import fastavro
+import fastavro.validation
 from confluent_kafka.serialization import SerializationContext
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -58,24 +65,40 @@ from encryption.datakeys import (
     Refusals,
     UnwrapLimit,
 )
-from encryption.envelope import MAGIC, parse_header
+from encryption.envelope import (
+    FIELD_FORMAT_VERSION,
+    FLAG_KEY_BOUND,
+    FORMAT_VERSION,
+    MAGIC,
+    RECORD_HEADER,
+    RECORD_ID_SIZE,
+    parse_header,
+)
 from encryption.errors import DecryptionError, EncryptionError, KmsError
 from encryption.kms import Kms, check_key_name
 from encryption.retry import RetryPolicy, call_with_retry
 from encryption.serdes import (
+    UNKNOWN_KEY,
+    UNKNOWN_KEY_MESSAGE,
     Inner,
+    KekNames,
     PayloadOpener,
     PayloadSealer,
     accepted_keks,
+    add_header,
     check_kek_accepted,
+    find_header,
     record_location,
     split_envelope,
+    wire_key,
 )
 
 DETERMINISTIC_MAGIC = b"KGD\x01"
 DEFAULT_TAGS = frozenset({"PII"})
 _SIV_LABEL = b"field-siv"
 _FIELD_AAD = b"kgov-field-v1:"
+# Randomized field ciphertexts: version 2 (bound to the record) is written; version 1 only read on request.
+_FIELD_VERSIONS = (FORMAT_VERSION, FIELD_FORMAT_VERSION)
 
 Kind = Literal["string", "bytes"]
 # A path through the record: field names, "[]" for array items, "{}" for map values.
@@ -128,9 +151,13 @@ class FieldPolicy:
     """Which fields of a schema to encrypt, and how. Build it with `from_avro` or `from_json_schema`."""
 
     def __init__(
-        self, rules: Iterable[FieldRule], cutoffs: Iterable[Path] = (), exclusions: Exclusions | None = None
+        self, rules: Iterable[FieldRule], cutoffs: Iterable[Path] = (), exclusions: Exclusions | None = None,
+        schema: SchemaSource | None = None,
     ) -> None:
         self.rules = tuple(rules)
+        # The schema the policy was read from (None: built from rules by hand), for `check_shape`.
+        self.schema = schema
+        self._shape: Callable[[Mapping[str, Any]], None] | None = None
         # Paths where a recursive schema was no longer unrolled: a record with data there is refused.
         self.cutoffs = tuple(cutoffs)
         # Map-like JSON objects: the declared property names that their "{}" paths do not cover.
@@ -144,6 +171,27 @@ class FieldPolicy:
             name = rule.name
             if paths.setdefault(name, rule.path) != rule.path or "\0" in name:
                 raise EncryptionError(f"encrypted fields must have distinct names without NUL: {name!r} is ambiguous")
+
+    def check_shape(self, record: Any) -> None:
+        """Refuses (`DecryptionError`) a record that is not a dict matching the policy's schema: what the
+        consumer's inner deserializer would have refused. Without one (`FieldDecryptingDeserializer(inner=
+        None)`), a record shaped otherwise (a list where the schema has an array of tagged strings, a
+        bytes value from Kafka) would pass its tagged values through undecrypted and unchecked."""
+        if not isinstance(record, Mapping):
+            raise DecryptionError(
+                f"FieldDecryptingDeserializer without inner= reads records as dicts, got {type(record).__name__}: "
+                "pass inner= (the topic's Avro or JSON deserializer)")
+        if self.schema is None:  # a policy built from rules by hand: no schema to check against
+            return
+        if self._shape is None:
+            try:
+                self._shape = self.schema.checker()
+            except Exception as exc:  # whatever fastavro or jsonschema raise on a schema they cannot load
+                # Refused, never skipped: the schema's text is not quoted (it may be long), only the cause's type.
+                raise DecryptionError(
+                    f"records cannot be checked against the policy's {self.schema.schema_type} schema "
+                    f"({type(exc).__name__}): pass inner= (the topic's deserializer)") from None
+        self._shape(record)
 
     def __repr__(self) -> str:
         return f"FieldPolicy({[(r.name, 'deterministic' if r.deterministic else 'randomized') for r in self.rules]})"
@@ -170,7 +218,9 @@ class FieldPolicy:
         walker = _AvroWalker(named, [], [])
         walker.value(document, (), None, (), qualified="", where=str(_avro_name(document)), inherited=frozenset(),
                      sites=(), field=False)
-        return cls._select(walker.out, tags, deterministic_tags, metadata, rule_set, walker.cutoffs)
+        return cls._select(walker.out, tags, deterministic_tags, metadata, rule_set, walker.cutoffs,
+                           schema=SchemaSource("AVRO", document, tuple(
+                               json.loads(r) if isinstance(r, str) else r for r in references)))
 
     @classmethod
     def from_json_schema(
@@ -188,7 +238,8 @@ class FieldPolicy:
         walker = _JsonWalker(document)
         walker.position(document, (), "#", (), qualified="")
         return cls._select(walker.out, tags, deterministic_tags, metadata, rule_set, walker.cutoffs,
-                           {path: keys for path, keys in walker.exclusions.items() if keys})
+                           {path: keys for path, keys in walker.exclusions.items() if keys},
+                           schema=SchemaSource("JSON", document))
 
     @classmethod
     def from_registered_schema(
@@ -222,6 +273,8 @@ class FieldPolicy:
         rule_set: Mapping[str, Any] | None,
         cutoffs: Iterable[Path] = (),
         exclusions: Exclusions | None = None,
+        *,
+        schema: SchemaSource,
     ) -> FieldPolicy:
         sensitive = set(tags) if tags is not None else set()
         deterministic = set(deterministic_tags)
@@ -307,7 +360,52 @@ class FieldPolicy:
             assert kind is not None  # checked above
             rules.append(FieldRule(path, kind, bool(chosen & deterministic), field_keks.pop() if field_keks else None))
         _check_patterns_cover_declared(by_pattern, {rule.path for rule in rules}, exclusions or {})
-        return cls(rules, cutoffs, exclusions)
+        return cls(rules, cutoffs, exclusions, schema)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaSource:
+    """The schema a `FieldPolicy` was read from: its type, document and (Avro) referenced schemas."""
+
+    schema_type: Literal["AVRO", "JSON"]
+    document: Any = dataclass_field(repr=False)
+    references: tuple[Any, ...] = dataclass_field(default=(), repr=False)
+
+    def checker(self) -> Callable[[Mapping[str, Any]], None]:
+        """A function refusing a record that does not match the schema. The error names where (JSON: the
+        path) but quotes no value: the record's other fields are not encrypted, and may still be private."""
+        if self.schema_type == "AVRO":
+            named: dict[str, Any] = {}
+            for reference in self.references:
+                fastavro.parse_schema(reference, named_schemas=named)
+            parsed = fastavro.parse_schema(self.document, named_schemas=named)
+
+            def check_avro(record: Mapping[str, Any]) -> None:
+                try:
+                    valid = fastavro.validation.validate(record, parsed, raise_errors=False)
+                except Exception:  # whatever a hostile record makes the validator raise: refused, never passed
+                    valid = False
+                if not valid:
+                    raise DecryptionError("record does not match the policy's Avro schema")
+            return check_avro
+        # registry's linear-time validator: the schema's regexes run on RE2 and the work per value is bounded.
+        from registry.json_validation import validator_class_for, validator_with, within_budget
+
+        validator = validator_with(validator_class_for(self.document), self.document, [])
+
+        def check_json(record: Mapping[str, Any]) -> None:
+            try:
+                with within_budget(record):
+                    error = next(iter(validator.iter_errors(record)), None)
+                    where = None if error is None else error.json_path
+            except Exception as exc:  # the work budget, a circular value, a pattern RE2 cannot run, ...: refused
+                raise DecryptionError(
+                    f"record could not be checked against the policy's JSON Schema ({type(exc).__name__})"
+                ) from None
+            if where is not None:
+                shown = where if len(where) <= 200 else where[:200] + "..."
+                raise DecryptionError(f"record does not match the policy's JSON Schema at {shown}")
+        return check_json
 
 
 def _check_patterns_cover_declared(by_pattern: Mapping[Path, str], rule_paths: set[Path],
@@ -719,17 +817,18 @@ _LEAVES = (str, bytes, bytearray, memoryview, bool, int, float, decimal.Decimal,
 
 
 def _transform(
-    obj: Any, path: Path, change: Callable[[Any], Any], exclusions: Exclusions, prefix: Path = (), *,
-    strict: bool = False,
+    obj: Any, path: Path, change: Callable[[Any, bytes], Any], exclusions: Exclusions, prefix: Path = (), *,
+    strict: bool = False, position: bytes = b"",
 ) -> Any:
-    """A copy of `obj` with the values at `path` replaced by `change(value)`; other parts are shared.
+    """A copy of `obj` with the values at `path` replaced by `change(value, position)`; other parts are
+    shared. `position` is the value's concrete place along `path` (`_item_position`, `_entry_position`).
     Under a "{}" segment, keys in `exclusions[prefix + "{}"]` (declared JSON properties) are skipped.
     `strict` (encrypting): any mapping is looked into (the Avro and JSON writers accept any), and a
     container it cannot look into on the way (a tuple, an object) is refused, never passed on unencrypted."""
     if obj is None:
         return None
     if not path:
-        return change(obj)
+        return change(obj, position)
     if strict:
         if isinstance(obj, Mapping) and not isinstance(obj, dict):
             obj = dict(obj)
@@ -744,21 +843,41 @@ def _transform(
     if head == "[]":
         if not isinstance(obj, list):
             return obj
-        return [_transform(item, rest, change, exclusions, where, strict=strict) for item in obj]
+        return [_transform(item, rest, change, exclusions, where, strict=strict,
+                           position=position + _item_position(index))
+                for index, item in enumerate(obj)]
     if head == "{}":
         if not isinstance(obj, dict):
             return obj
         skip = exclusions.get(where, frozenset())
-        return {k: v if k in skip else _transform(v, rest, change, exclusions, where, strict=strict)
+        return {k: v if k in skip else _transform(v, rest, change, exclusions, where, strict=strict,
+                                                  position=position + _entry_position(k, where, strict))
                 for k, v in obj.items()}
     if isinstance(obj, dict) and head in obj:
         copy = dict(obj)
-        copy[head] = _transform(obj[head], rest, change, exclusions, where, strict=strict)
+        copy[head] = _transform(obj[head], rest, change, exclusions, where, strict=strict, position=position)
         return copy
     return obj
 
 
-def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
+# A randomized field of format version 2 is bound to its concrete position: each array index and map key
+# on its rule path, in order, after the record identifier (see encryption.envelope). Their number and
+# kinds are fixed by the rule path, and each is fixed-size or length-prefixed, so two positions never
+# encode alike: items of one array cannot be swapped, nor map values moved to another key.
+def _item_position(index: int) -> bytes:
+    return index.to_bytes(4, "big")
+
+
+def _entry_position(key: object, where: Path, strict: bool) -> bytes:
+    if not isinstance(key, str):
+        name = ".".join(p for p in where if p not in ("[]", "{}")) or "the record"
+        message = f"{name} has a map key that is a {type(key).__name__}, not a string"
+        raise EncryptionError(message) if strict else DecryptionError(message)
+    raw = key.encode("utf-8", "surrogatepass")
+    return len(raw).to_bytes(4, "big") + raw
+
+
+def values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) -> Iterable[Any]:
     """The values at `path`, looking into any mapping, list or tuple (as the writers would)."""
     if obj is None:
         return
@@ -775,7 +894,7 @@ def _values_at(obj: Any, path: Path, exclusions: Exclusions, prefix: Path = ()) 
     else:
         children = (obj[head],) if isinstance(obj, Mapping) and head in obj else ()
     for child in children:
-        yield from _values_at(child, rest, exclusions, where)
+        yield from values_at(child, rest, exclusions, where)
 
 
 class _DeterministicKeys:
@@ -834,10 +953,16 @@ class FieldEncryptingSerializer:
         *,
         data_keys: DataKeyPolicy | None = None,
         retry: RetryPolicy | None = None,
+        bind_key: bool = False,
     ) -> None:
+        """`bind_key=True` also binds every randomized field to the record's Kafka key, so the record
+        (fields and identifier together) cannot be moved to another key: the key must be known, as for
+        `EncryptingSerializer(bind_key=True)` (`RecordKeySerializer` as key serializer, or a
+        `RecordContext(key=...)`), and consumers need `RecordKeyDeserializer` or such a context too."""
         self.policy = policy
         self.inner = inner
         self.key_name = key_name
+        self.bind_key = bind_key
         self.issuer = DataKeyIssuer(kms, data_keys, retry)
         # One sealer per KEK: a rule's `encrypt.kek.name`, else `key_name`.
         self._sealers = {
@@ -845,6 +970,9 @@ class FieldEncryptingSerializer:
         }
         self._siv = _DeterministicKeys(kms, self.issuer.retry)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
+        # Randomized fields are bound to their record through an identifier carried in RECORD_HEADER.
+        self._binds_records = any(not rule.deterministic for rule in policy.rules)
+        self._record_ids: Callable[[int], bytes] = os.urandom
 
     def __repr__(self) -> str:
         return f"FieldEncryptingSerializer(key_name={self.key_name!r}, policy={self.policy!r})"
@@ -854,26 +982,44 @@ class FieldEncryptingSerializer:
             raise EncryptionError("FieldEncryptingSerializer needs the SerializationContext")
         if obj is not None:
             for cutoff in self.policy.cutoffs:
-                if any(value is not None for value in _values_at(obj, cutoff, self.policy.exclusions)):
+                if any(value is not None for value in values_at(obj, cutoff, self.policy.exclusions)):
                     raise EncryptionError(
                         f"record nests deeper than {MAX_RECURSION} levels of a recursive type at "
                         f"{'.'.join(cutoff)!r}: its tagged fields there would not be encrypted"
                     )
+            record_id = b""
+            key = None
+            if self._binds_records:
+                if ctx.headers is None:
+                    raise EncryptionError(
+                        f"field-level encryption binds fields to their record through the {RECORD_HEADER!r} "
+                        "header: produce with headers=[] (a fresh list per record)")
+                if self.bind_key and (key := wire_key(ctx)) is UNKNOWN_KEY:
+                    raise EncryptionError(UNKNOWN_KEY_MESSAGE)
+                record_id = self._record_ids(RECORD_ID_SIZE)
+            flags = FLAG_KEY_BOUND if self.bind_key else 0
             for rule in self.policy.rules:
-                obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic),
+                obj = _transform(obj, rule.path, partial(self._encrypt, rule=rule, topic=ctx.topic, flags=flags,
+                                                         key=key, record_id=record_id),
                                  self.policy.exclusions, strict=True)
+            if record_id:  # once every field is sealed: a refused record leaves the headers as they were
+                add_header(ctx.headers, RECORD_HEADER, record_id)
         return self.inner(obj, ctx) if self.inner is not None else obj
 
-    def _encrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
+    def _encrypt(
+        self, value: Any, position: bytes, rule: FieldRule, topic: str, flags: int, key: Any, record_id: bytes
+    ) -> Any:
         plaintext = _field_bytes(value, rule)
         kek = rule.kek or self.key_name
         if rule.deterministic:
+            # Not bound to the record or position: equal values must give equal ciphertexts.
             name = kek.encode("utf-8")
             sealed = DETERMINISTIC_MAGIC + bytes((len(name),)) + name + self._siv.cipher(kek).encrypt(
                 plaintext, [_FIELD_AAD + rule.name.encode("utf-8")]
             )
         else:
-            header, ciphertext = self._sealers[kek].seal(0, self._tags[rule.path], topic, None, plaintext)
+            header, ciphertext = self._sealers[kek].seal(
+                flags, self._tags[rule.path], topic, key, plaintext, record=record_id + position)
             sealed = MAGIC + header + ciphertext
         return base64.b64encode(sealed).decode("ascii") if rule.kind == "string" else sealed
 
@@ -890,14 +1036,23 @@ class FieldDecryptingDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
-        kek_names: Iterable[str] | None = None,
+        kek_names: KekNames = None,
+        accept_unbound_fields: bool = False,
     ) -> None:
         """`kek_names`: the KEKs fields may be encrypted under (as for `DecryptingDeserializer`); a rule
-        naming its KEK (`encrypt.kek.name`) accepts that one only, whatever this says."""
+        naming its KEK (`encrypt.kek.name`) accepts that one only, whatever this says.
+
+        `accept_unbound_fields=True` also reads randomized fields of format version 1, which are not
+        bound to their record (a field cut from one record and pasted into another decrypts): only while
+        migrating a topic's records to version 2 (`encryption.reencrypt.FieldReencryptor`). Refused by
+        default. With `inner=None` the record must be a dict matching the policy's schema."""
         self.policy = policy
         self.inner = inner
+        self.accept_unbound_fields = accept_unbound_fields
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
-        self.kek_names = accepted_keks(kek_names)
+        # No warning when every rule names its KEK: each field is then held to its rule's KEK anyway.
+        self.kek_names = accepted_keks(kek_names, "FieldDecryptingDeserializer",
+                                       warn=any(rule.kek is None for rule in policy.rules))
         self._opener = PayloadOpener(self.cache, kek_names=self.kek_names)
         self._siv = _DeterministicKeys(kms, self.cache.retry, self.cache.now, self.cache.ttl_seconds)
         self._tags = {rule.path: b"F" + rule.name.encode("utf-8") + b"\0" for rule in policy.rules}
@@ -910,16 +1065,24 @@ class FieldDecryptingDeserializer:
             raise DecryptionError("FieldDecryptingDeserializer needs the SerializationContext")
         obj = self.inner(data, ctx) if self.inner is not None else data
         try:
+            if self.inner is None and obj is not None:
+                self.policy.check_shape(obj)
+            record_id = find_header(ctx.headers, RECORD_HEADER)
+            if record_id is not None and len(record_id) != RECORD_ID_SIZE:
+                raise DecryptionError(f"record's {RECORD_HEADER!r} header is malformed")
             # In the reverse order of encryption: a value two rules reach (a declared JSON property that
             # another allOf part's tagged additionalProperties also covers) was sealed by each in turn.
             for rule in reversed(self.policy.rules):
-                obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic),
+                obj = _transform(obj, rule.path, partial(self._decrypt, rule=rule, topic=ctx.topic,
+                                                         key=wire_key(ctx), record_id=record_id),
                                  self.policy.exclusions)
         except DecryptionError as exc:
             raise exc.located(**record_location(ctx)) from exc.__cause__
         return obj
 
-    def _decrypt(self, value: Any, rule: FieldRule, topic: str) -> Any:
+    def _decrypt(
+        self, value: Any, position: bytes, rule: FieldRule, topic: str, key: Any, record_id: bytes | None
+    ) -> Any:
         try:
             if rule.kind == "string":
                 sealed = base64.b64decode(value, validate=True)
@@ -943,12 +1106,27 @@ class FieldDecryptingDeserializer:
             plaintext = self._open_deterministic(sealed, rule)
         else:
             try:
-                header, ciphertext = split_envelope(sealed)
+                header, ciphertext = split_envelope(sealed, _FIELD_VERSIONS)
             except DecryptionError as exc:
                 raise DecryptionError(f"field {rule.name!r} is not encrypted") from exc
             if rule.kek is not None:
-                _check_rule_kek(rule, parse_header(header)[0].wrapped.key_name)
-            plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic, None)
+                _check_rule_kek(rule, parse_header(header, versions=_FIELD_VERSIONS)[0].wrapped.key_name)
+            if header[0] == FIELD_FORMAT_VERSION:
+                if record_id is None:
+                    raise DecryptionError(
+                        f"field {rule.name!r} is bound to its record but the record has no {RECORD_HEADER!r} header")
+                bound: bytes | None = record_id + position
+            elif self.accept_unbound_fields:
+                bound = None
+            else:
+                raise DecryptionError(
+                    f"field {rule.name!r} is in field format version 1, which is not bound to its record (it could "
+                    "have been copied from another record): refused; accept_unbound_fields=True reads it while "
+                    "the topic's records are rewritten (FieldReencryptor)")
+            # The key matters only where the header's flag says the field is bound to it (version 2 only:
+            # version 1 fields were never written key-bound).
+            plaintext = self._opener.open(header, ciphertext, self._tags[rule.path], topic,
+                                          key if bound is not None else None, bound)
         if rule.kind != "string":
             return plaintext
         try:

@@ -4,8 +4,9 @@ Old records stay readable after a rotation anyway (their wrapped data keys name 
 is for retiring an old version, e.g. a compacted topic whose records live for ever. `Reencryptor`
 rewrites one record (pure apart from KMS calls): it decrypts with the record's own data key and
 encrypts the same plaintext under a fresh data key, keeping the form (header or envelope), the
-compression flag, key binding, hashed keys (the keyed hash does not change across rotations, so the
-rewritten record supersedes the old one under compaction) and other headers. A signed record is
+compression flag, key binding, hashed keys (the keyed hash does not change across rotations, and the
+rewrite keeps the record's hash scope, per topic or per KEK, so it supersedes the old one under
+compaction) and other headers. A signed record is
 re-signed only when a signer is given, never stripped silently. A record encrypted under another KEK
 is refused, not rewrapped under `key_name` (that would hand it to that KEK's readers). A signer
 needs `trusted_signers` too: every record's signature is verified before it is replaced by the
@@ -26,7 +27,10 @@ version only once the topic holds none of its records (compacted, or past its re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+import binascii
+import hmac
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,20 +40,32 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from encryption.datakeys import DEFAULT_UNWRAP_LIMIT, DataKeyIssuer, DataKeyPolicy, UnwrapLimit
 from encryption.envelope import (
+    FIELD_FORMAT_VERSION,
     FLAG_COMPRESSED,
     FLAG_KEY_BOUND,
+    FORMAT_VERSION,
     HEADER,
     KEY_HEADER,
     MAGIC,
+    RECORD_HEADER,
     SIGNATURE_HEADER,
     parse_header,
 )
 from encryption.errors import DecryptionError, EncryptionError
+from encryption.fields import (
+    FieldDecryptingDeserializer,
+    FieldEncryptingSerializer,
+    FieldPolicy,
+    FieldRule,
+    values_at,
+)
 from encryption.kms import Kms, WrappedKey
 from encryption.retry import RetryPolicy
 from encryption.serdes import (
     DecryptingDeserializer,
     EncryptingSerializer,
+    Inner,
+    KeyHashScope,
     RecordContext,
     RecordKeyDeserializer,
     RecordKeySerializer,
@@ -103,11 +119,12 @@ class Reencryptor:
         self.key_name = key_name
         self.signer = signer
         self._issuer = DataKeyIssuer(kms, policy, retry)
+        # Only records under `key_name` are rewritten (`rewrite` refuses the others before reading them).
         self._value_in = DecryptingDeserializer(kms, trusted_signers=trusted_signers, retry=retry,
-                                                unwrap_limit=unwrap_limit)
-        self._key_in = RecordKeyDeserializer(kms, retry=retry, cache=self._value_in.cache)
+                                                unwrap_limit=unwrap_limit, kek_names=[key_name])
+        self._key_in = RecordKeyDeserializer(kms, retry=retry, cache=self._value_in.cache, kek_names=[key_name])
         self._serializers: dict[tuple[bool, bool, bool, bool], EncryptingSerializer] = {}
-        self._key_serializers: dict[bool, RecordKeySerializer] = {}
+        self._key_serializers: dict[KeyHashScope | None, RecordKeySerializer] = {}
 
     def is_current(self, headers: Any, value: bytes | None) -> bool:
         """True when every encrypted part of the record is wrapped by the current KEK version; False
@@ -143,8 +160,10 @@ class Reencryptor:
 
         out_headers: list[tuple[str, str | bytes | None]] = [(n, v) for n, v in items if n not in _OURS]
         out = RecordContext(topic, MessageField.KEY, out_headers)
-        new_key = self._key_serializer(hashed)(plain_key, out)
-        if not hashed and new_key != key:
+        # A hashed key keeps its hash (compaction): rewritten in the scope it was hashed in.
+        scope = self._hash_scope(topic, key, plain_key) if hashed else None
+        new_key = self._key_serializer(scope)(plain_key, out)
+        if new_key != key:
             raise EncryptionError("record key changed during re-encryption")
         out.field = MessageField.VALUE
         flags, envelope = self._value_form(value, items)
@@ -161,11 +180,21 @@ class Reencryptor:
             return parse_header(header)[0].flags, False
         return parse_header(value, len(MAGIC))[0].flags, True
 
-    def _key_serializer(self, hashed: bool) -> RecordKeySerializer:
-        serializer = self._key_serializers.get(hashed)
+    def _hash_scope(self, topic: str, key: bytes | None, original: Any) -> KeyHashScope:
+        """Which `hash_keys` scope the record's key was hashed in: the one whose hash of its original it is."""
+        if isinstance(key, bytes) and isinstance(original, bytes):
+            for scope in ("topic", "kek"):
+                if hmac.compare_digest(self._key_serializer(scope).key_hash(topic, original), key):
+                    return scope
+        raise EncryptionError(
+            "record's hashed key is not the per-topic or per-KEK hash of its protected original under "
+            f"{self.key_name!r}: rewriting it would change the key")
+
+    def _key_serializer(self, scope: KeyHashScope | None) -> RecordKeySerializer:
+        serializer = self._key_serializers.get(scope)
         if serializer is None:
-            serializer = self._key_serializers[hashed] = RecordKeySerializer(
-                self.kms, self.key_name, hash_keys=hashed, issuer=self._issuer
+            serializer = self._key_serializers[scope] = RecordKeySerializer(
+                self.kms, self.key_name, hash_keys=scope or False, issuer=self._issuer
             )
         return serializer
 
@@ -180,6 +209,105 @@ class Reencryptor:
         return serializer
 
 
+class FieldReencryptor:
+    """Rewrites records of field-level encryption (`encryption.fields`) in field format version 2.
+
+    For the migration from format version 1 (fields not bound to their record) and after a KEK
+    rotation: every randomized field is decrypted (version 1 accepted here, and only here) and sealed
+    again under the current version of its KEK, bound to a fresh record identifier (`kgov.enc.rec`);
+    deterministic fields are sealed again too (the same ciphertext: their key is derived from the KEK
+    and survives rotation). `deserializer` and `serializer` are the topic's inner serdes around the
+    record dict (for `reencrypt_topic`, which produces bytes: e.g. the Avro ones); None passes the
+    record dict itself (callers by hand). The Kafka key, key binding (`bind_key`) and other headers
+    are kept. Only records
+    under `key_name` and the KEKs the policy's rules name are read; a signed record is refused (its
+    signature would not cover the rewrite). As for `Reencryptor`, make it after a rotation: its data
+    keys stay wrapped by the KEK version current when they were made."""
+
+    def __init__(
+        self,
+        kms: Kms,
+        key_name: str,
+        policy: FieldPolicy,
+        *,
+        deserializer: Inner | None = None,
+        serializer: Inner | None = None,
+        data_keys: DataKeyPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
+    ) -> None:
+        self.kms = kms
+        self.policy = policy
+        keks = {key_name} | {rule.kek for rule in policy.rules if rule.kek is not None}
+        # The record is decoded by `deserializer` here, so the reader checks the dict against the schema.
+        self._reader = FieldDecryptingDeserializer(
+            kms, policy, retry=retry, unwrap_limit=unwrap_limit, kek_names=sorted(keks), accept_unbound_fields=True)
+        # Key-bound records (FieldEncryptingSerializer(bind_key=True)) stay key-bound.
+        self._writers = {bound: FieldEncryptingSerializer(kms, key_name, policy, serializer, data_keys=data_keys,
+                                                          retry=retry, bind_key=bound) for bound in (False, True)}
+        self._inner_in = deserializer
+        self._key_name = key_name
+
+    def is_current(self, headers: Any, value: Any) -> bool:
+        """True when the record carries its identifier and every randomized field is of format version 2
+        under the current version of its KEK (read from the fields' headers, nothing decrypted)."""
+        if value is None:
+            return True
+        items = header_items(headers)
+        if not any(name == RECORD_HEADER for name, _ in items):
+            return not any(not rule.deterministic for rule in self.policy.rules)
+        record = self._decoded(value, RecordContext("", MessageField.VALUE, items))
+        for rule, raw in self._sealed_fields(record):
+            if raw is None:
+                return False  # `rewrite` says what is wrong with it
+            parsed, _ = parse_header(raw, len(MAGIC), _FIELD_VERSIONS)
+            kek = parsed.wrapped.key_name
+            if (raw[len(MAGIC)] != FIELD_FORMAT_VERSION or kek != (rule.kek or self._key_name)
+                    or parsed.wrapped.version != self.kms.current_version(kek)):
+                return False
+        return True
+
+    def rewrite(self, topic: str, key: bytes | None, value: Any, headers: Any) -> RewrittenRecord:
+        """Decrypts and re-encrypts one record (raises DecryptionError / EncryptionError)."""
+        items = header_items(headers)
+        if any(name == SIGNATURE_HEADER for name, _ in items):
+            raise EncryptionError("record is signed: field-level records are rewritten unsigned, so it is refused")
+        ctx = RecordContext(topic, MessageField.VALUE, items, key=key)
+        record = self._decoded(value, ctx)
+        plain = self._reader(record, ctx)
+        bound = any(raw is not None and raw[len(MAGIC) + 1] & FLAG_KEY_BOUND for _, raw in self._sealed_fields(record))
+        out_headers: list[tuple[str, str | bytes | None]] = [(n, v) for n, v in items if n != RECORD_HEADER]
+        new_value = self._writers[bound](plain, RecordContext(topic, MessageField.VALUE, out_headers, key=key))
+        return RewrittenRecord(key, new_value, out_headers)
+
+    def _decoded(self, value: Any, ctx: RecordContext) -> Any:
+        return self._inner_in(value, ctx) if self._inner_in is not None and value is not None else value
+
+    def _sealed_fields(self, record: Any) -> Iterator[tuple[FieldRule, bytes | None]]:
+        """Each randomized field of `record` as its envelope bytes (None: not a well-formed envelope)."""
+        for rule in self.policy.rules:
+            if rule.deterministic:
+                continue
+            for sealed in values_at(record, rule.path, self.policy.exclusions):
+                if sealed is None:
+                    continue
+                try:
+                    if rule.kind == "string":
+                        raw = base64.b64decode(sealed, validate=True)
+                    elif isinstance(sealed, bytes | bytearray | memoryview):
+                        raw = bytes(sealed)
+                    else:  # not bytes(sealed): bytes(10**10) allocates ten gigabytes
+                        raise TypeError(type(sealed).__name__)
+                    parse_header(raw, len(MAGIC), _FIELD_VERSIONS)
+                except (binascii.Error, TypeError, ValueError, DecryptionError):
+                    yield rule, None
+                    continue
+                yield rule, raw
+
+
+_FIELD_VERSIONS = (FORMAT_VERSION, FIELD_FORMAT_VERSION)
+
+
 @dataclass(frozen=True, slots=True)
 class ReencryptionReport:
     read: int
@@ -191,11 +319,12 @@ class ReencryptionReport:
 def reencrypt_topic(
     client_config: Mapping[str, Any],
     topic: str,
-    reencryptor: Reencryptor,
+    reencryptor: Reencryptor | FieldReencryptor,
     *,
     timeout: float = 30.0,
 ) -> ReencryptionReport:
-    """Rewrites the latest record of every key of `topic` that is not under the current KEK version."""
+    """Rewrites the latest record of every key of `topic` that is not under the current KEK version (with a
+    `FieldReencryptor`: not in field format version 2 under the current versions)."""
     # The end of each partition comes from Fetch (partition EOF), not ListOffsets: some Kafka-compatible
     # brokers (Tansu) count ListOffsets' high watermark in batches, not records.
     consumer = Consumer({

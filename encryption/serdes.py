@@ -22,11 +22,13 @@ the wire key on it (attribute `kgov_wire_key`) so the value side can bind or sig
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
+import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
 
 from confluent_kafka.serialization import MessageField, SerializationContext
 from cryptography.exceptions import InvalidTag
@@ -43,6 +45,7 @@ from encryption.datakeys import (
     UnwrapLimit,
 )
 from encryption.envelope import (
+    FIELD_FORMAT_VERSION,
     FIELD_KEY,
     FIELD_VALUE,
     FLAG_COMPRESSED,
@@ -67,6 +70,7 @@ from encryption.signing import Signer, verify_signature
 WIRE_KEY_ATTR: Final = "kgov_wire_key"
 _VALUE: Final = MessageField.VALUE
 _UNKNOWN: Final = object()  # no key serializer left the record's key on the context
+UNKNOWN_KEY: Final = _UNKNOWN  # what `wire_key` answers then
 UNKNOWN_KEY_MESSAGE: Final = (
     "bind_key=True but the record's Kafka key is not known, so the record would not be bound to it: "
     "use RecordKeySerializer as key serializer (also for null keys) or pass a RecordContext(key=...); "
@@ -76,6 +80,7 @@ UNKNOWN_KEY_MESSAGE: Final = (
 _BEFORE_NONCE: Final = slice(None, -NONCE_SIZE)  # version, flags, KEK name and version, wrapped data key
 _NONCE_PART: Final = slice(-NONCE_SIZE, None)
 _NOTHING_READ: Final = (None, 0, None)  # DecryptingDeserializer._last before the first record
+_READABLE_VERSIONS: Final = (FORMAT_VERSION, FIELD_FORMAT_VERSION)
 # A decompression bomb must not take the consumer down: payloads inflate to at most this.
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
@@ -121,7 +126,7 @@ def _as_bytes(data: Any, what: str) -> bytes:
     )
 
 
-def _add_header(headers: Any, name: str, value: bytes) -> None:
+def add_header(headers: Any, name: str, value: bytes) -> None:
     if isinstance(headers, list):
         for existing in headers:
             if existing[0] == name:
@@ -137,7 +142,7 @@ def _add_header(headers: Any, name: str, value: bytes) -> None:
         raise EncryptionError("record headers must be a list of (name, value) tuples or a dict")
 
 
-def _find_header(headers: Any, name: str) -> bytes | None:
+def find_header(headers: Any, name: str) -> bytes | None:
     if not headers:
         return None
     if isinstance(headers, dict):
@@ -158,6 +163,12 @@ def _find_header(headers: Any, name: str) -> bytes | None:
     if isinstance(value, bytearray | memoryview):  # hand-built headers; consumed ones are bytes
         return bytes(value)
     raise DecryptionError(f"record header {name!r} must be bytes, got {type(value).__name__}")
+
+
+def wire_key(ctx: SerializationContext) -> Any:
+    """The record's Kafka key as written (bytes or None) that a key (de)serializer left on `ctx`, else
+    `UNKNOWN_KEY`."""
+    return getattr(ctx, WIRE_KEY_ATTR, _UNKNOWN)
 
 
 def record_location(ctx: SerializationContext | None) -> dict[str, Any]:
@@ -219,19 +230,55 @@ class PayloadSealer(ForgetsKeysOnFork):
                 return active, nonce
             spent = active
 
-    def seal(self, flags: int, field_tag: bytes, topic: str, key: Any, plaintext: bytes) -> tuple[bytes, bytes]:
+    def seal(
+        self, flags: int, field_tag: bytes, topic: str, key: Any, plaintext: bytes, record: bytes | None = None
+    ) -> tuple[bytes, bytes]:
+        """`record`: for a field of format version 2, its record identifier and concrete position
+        (`encryption.fields`), appended to the associated data; None: a format version 1 ciphertext."""
         suffix = self.suffixes.get(field_tag, topic)
         active = self.active
         if active is None or (nonce := active.next_nonce()) is None:
             active, nonce = self._fresh(active)
+        if record is not None:
+            header = active.field_prefixes[flags] + nonce
+            tail = key_tail(key) + record if flags & FLAG_KEY_BOUND else record
+            return header, active.aead.encrypt(nonce, plaintext, header + suffix + tail)
         header = active.prefixes[flags] + nonce
         aad = header + suffix + key_tail(key) if flags & FLAG_KEY_BOUND else header + suffix
         return header, active.aead.encrypt(nonce, plaintext, aad)
 
 
-def accepted_keks(kek_names: Iterable[str] | None) -> frozenset[bytes] | None:
-    """A consumer's `kek_names` as the UTF-8 names a header carries (None: any KEK)."""
+class AnyKek(enum.Enum):
+    """`kek_names=ANY_KEK`: a consumer accepts records under any KEK its KMS serves, on purpose."""
+
+    ANY = "any"
+
+
+ANY_KEK: Final = AnyKek.ANY
+KekNames = Iterable[str] | AnyKek | None
+_LOG = logging.getLogger("encryption")
+_WARNED: set[str] = set()  # what this process has warned of, once each
+KeyHashScope = Literal["topic", "kek"]
+# One secret per scope (different derivation labels): the two hashes of a key are independent.
+_KEY_HASH_LABELS: Final[dict[KeyHashScope, bytes]] = {"kek": b"key-hash", "topic": b"key-hash-topic"}
+
+
+def accepted_keks(kek_names: KekNames, consumer: str, *, warn: bool = True) -> frozenset[bytes] | None:
+    """A consumer's `kek_names` as the UTF-8 names a header carries (None: any KEK).
+
+    Absent (None), any KEK is accepted as before 2026-11-22, and the first `consumer` of its kind in the
+    process logs a warning saying how to choose (`warn=False`: it has its KEKs from elsewhere). Refusing
+    would break every consumer built without it; `ANY_KEK` says "any" on purpose, without the warning."""
+    if kek_names is ANY_KEK:
+        return None
     if kek_names is None:
+        if warn and consumer not in _WARNED:
+            _WARNED.add(consumer)
+            _LOG.warning(
+                "%s without kek_names accepts records under every KEK its KMS serves, so whoever may wrap data "
+                "keys under any of them (another topic's producers) can write records it reads: pass "
+                "kek_names=[...] (the KEKs of its topics), or kek_names=ANY_KEK to accept any on purpose "
+                "(docs/encryption.md, 'Which KEKs a consumer accepts')", consumer)
         return None
     if isinstance(kek_names, str):
         raise EncryptionError("kek_names takes a collection of KEK names, not one string")
@@ -259,9 +306,13 @@ class PayloadOpener:
         self.suffixes = AadSuffixes()
         self.kek_names = kek_names
 
-    def open(self, header: bytes, ciphertext: bytes, field_tag: bytes, topic: str, key: Any) -> bytes:
-        if len(header) < 2 + NONCE_SIZE or header[0] != FORMAT_VERSION:
-            if header and header[0] != FORMAT_VERSION:
+    def open(
+        self, header: bytes, ciphertext: bytes, field_tag: bytes, topic: str, key: Any, record: bytes | None = None
+    ) -> bytes:
+        """`record`: as for `PayloadSealer.seal`; given, the header must be of format version 2, else 1."""
+        version = FORMAT_VERSION if record is None else FIELD_FORMAT_VERSION
+        if len(header) < 2 + NONCE_SIZE or header[0] != version:
+            if header and header[0] != version:
                 raise DecryptionError(f"unknown encryption format version {header[0]}")
             raise DecryptionError("truncated encryption header")
         flags = header[1]
@@ -282,6 +333,8 @@ class PayloadOpener:
             aad = header + suffix + key_tail(key)
         else:
             aad = header + suffix
+        if record is not None:
+            aad += record
         try:
             plaintext: bytes = aead.decrypt(header[-NONCE_SIZE:], ciphertext, aad)
         except (InvalidTag, ValueError) as exc:
@@ -293,7 +346,7 @@ class PayloadOpener:
         return plaintext
 
     def _load(self, header: bytes) -> AESGCM:
-        parsed, end = parse_header(header)
+        parsed, end = parse_header(header, versions=_READABLE_VERSIONS)  # `open` checked which one
         if end != len(header):
             raise DecryptionError("malformed encryption header")
         try:
@@ -316,11 +369,11 @@ def _inflate(compressed: bytes, limit: int) -> bytes:
     return plaintext
 
 
-def split_envelope(data: bytes) -> tuple[bytes, bytes]:
-    """(header, ciphertext) of a self-contained envelope."""
+def split_envelope(data: bytes, versions: tuple[int, ...] = (FORMAT_VERSION,)) -> tuple[bytes, bytes]:
+    """(header, ciphertext) of a self-contained envelope of one of the format `versions`."""
     if data[: len(MAGIC)] != MAGIC:
         raise DecryptionError("record is not encrypted (no kgov.enc header and no kgov envelope)")
-    _, end = parse_header(data, len(MAGIC))
+    _, end = parse_header(data, len(MAGIC), versions)
     return data[len(MAGIC) : end], data[end:]
 
 
@@ -447,7 +500,7 @@ class EncryptingSerializer:
         if headers is None or self.envelope:
             value = MAGIC + header + ciphertext
         else:
-            _add_header(headers, HEADER, header)
+            add_header(headers, HEADER, header)
             value = ciphertext
         if self.signer is not None:
             self._sign(ctx, key, value)
@@ -461,7 +514,7 @@ class EncryptingSerializer:
             )
         if ctx.headers is None:
             raise EncryptionError("signatures travel in a header: produce with headers=[]")
-        _add_header(ctx.headers, SIGNATURE_HEADER, self.signer.signature_header(ctx.topic, key, value, ctx.headers))
+        add_header(ctx.headers, SIGNATURE_HEADER, self.signer.signature_header(ctx.topic, key, value, ctx.headers))
 
 
 class DecryptingDeserializer:
@@ -474,7 +527,8 @@ class DecryptingDeserializer:
     also refuses records not bound to their Kafka key (a value moved onto another key of the topic).
     `kek_names`: the KEKs this consumer accepts records under (e.g. `["orders"]`); a record naming
     another is refused before any KMS call. Without it any KEK the KMS serves is accepted, so whoever
-    may wrap under any of them (another topic's producers) can write records this consumer reads.
+    may wrap under any of them (another topic's producers) can write records this consumer reads; the
+    first such consumer logs a warning (`kek_names=ANY_KEK` accepts any on purpose, without it).
     """
 
     def __init__(
@@ -488,13 +542,13 @@ class DecryptingDeserializer:
         max_inflated_bytes: int = MAX_DECOMPRESSED_BYTES,
         require_key_bound: bool = False,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
-        kek_names: Iterable[str] | None = None,
+        kek_names: KekNames = None,
     ) -> None:
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
         # A record not bound to its key can be copied onto another key of the same topic and still
         # decrypt; with require_key_bound such records are refused (all producers use RecordKeySerializer).
         self.require_key_bound = require_key_bound
-        self.kek_names = accepted_keks(kek_names)
+        self.kek_names = accepted_keks(kek_names, "DecryptingDeserializer")
         self._opener = PayloadOpener(self.cache, max_inflated_bytes, self.kek_names)
         self.inner = inner
         self.trusted_signers = dict(trusted_signers) if trusted_signers is not None else None
@@ -594,7 +648,7 @@ class DecryptingDeserializer:
             verify_signature(self.trusted_signers, ctx.topic, cast(bytes | None, key), data, headers)
         if data is None:
             return None
-        header = _find_header(headers, HEADER)
+        header = find_header(headers, HEADER)
         if header is None:
             header, ciphertext = split_envelope(data)
         else:
@@ -625,9 +679,16 @@ class RecordKeySerializer:
 
     By default the key stays as the inner serializer made it (partitioning and compaction need a
     stable key) and is left on the context so the value serializer can bind or sign it. With
-    `hash_keys=True` the key becomes HMAC-SHA256(secret, key), where the secret is derived from the
-    KEK and survives rotation (equal keys keep equal hashes: same partition, compaction works), and
-    the original key is encrypted into the `kgov.enc.key` header (bound to topic and hashed key).
+    `hash_keys` the key becomes a keyed hash (HMAC-SHA256) under a secret derived from the KEK that
+    survives rotation (equal keys keep equal hashes: same partition, compaction works), and the
+    original key is encrypted into the `kgov.enc.key` header (bound to topic and hashed key):
+    - `hash_keys="topic"` (for new topics): the topic is hashed with the key, so one key hashes
+      differently on every topic and records cannot be linked across topics by their keys;
+    - `hash_keys="kek"`: the hash of builds before 2026-11-22, one per key for all topics under the KEK
+      (linkable across them); keep it for topics already written that way, whose compaction needs
+      every record of a key to keep its hash;
+    - `hash_keys=True`: "kek", so that no existing topic's hashes change, with a warning (logged once)
+      asking to choose. Consumers read both alike (the hashed key is opaque to them).
     """
 
     def __init__(
@@ -636,7 +697,7 @@ class RecordKeySerializer:
         key_name: str,
         inner: Inner | None = None,
         *,
-        hash_keys: bool = False,
+        hash_keys: bool | KeyHashScope = False,
         policy: DataKeyPolicy | None = None,
         retry: RetryPolicy | None = None,
         issuer: DataKeyIssuer | None = None,
@@ -644,20 +705,40 @@ class RecordKeySerializer:
         self.kms = kms
         self.key_name = key_name
         self.inner = inner
-        self.hash_keys = hash_keys
+        if hash_keys is True:
+            if "hash_keys=True" not in _WARNED:
+                _WARNED.add("hash_keys=True")
+                _LOG.warning(
+                    "RecordKeySerializer(hash_keys=True) hashes keys per KEK: a key has the same hash on every "
+                    "topic under that KEK, so records are linkable across topics. Kept so that existing topics "
+                    "keep their hashes (compaction): pass hash_keys='kek' for those and hash_keys='topic' for "
+                    "new topics (docs/encryption.md, 'Hashed keys')")
+            hash_keys = "kek"
+        elif hash_keys not in (False, "topic", "kek"):
+            raise EncryptionError(f"hash_keys takes 'topic', 'kek' or False, not {hash_keys!r}")
+        self.hash_keys: KeyHashScope | None = hash_keys or None
         self.issuer = issuer or DataKeyIssuer(kms, policy, retry)
         self._sealer = PayloadSealer(self.issuer, key_name)
         self._secret: bytes | None = None
 
     def __repr__(self) -> str:
-        return f"RecordKeySerializer(key_name={self.key_name!r}, hash_keys={self.hash_keys})"
+        return f"RecordKeySerializer(key_name={self.key_name!r}, hash_keys={self.hash_keys!r})"
 
     def _hash_secret(self) -> bytes:
         if self._secret is None:
+            label = _KEY_HASH_LABELS[self.hash_keys or "kek"]
             self._secret = call_with_retry(
-                self.issuer.retry, "derived_secret", lambda: self.kms.derived_secret(self.key_name, b"key-hash")
+                self.issuer.retry, "derived_secret", lambda: self.kms.derived_secret(self.key_name, label)
             )
         return self._secret
+
+    def key_hash(self, topic: str, key: bytes) -> bytes:
+        """The hashed form of `key` on `topic` (see `hash_keys`)."""
+        if self.hash_keys == "topic":
+            name = topic.encode("utf-8")
+            # Length-prefixed: ("ab", key) and ("a", "b" + key) hash apart.
+            return hmac.new(self._hash_secret(), len(name).to_bytes(2, "big") + name + key, hashlib.sha256).digest()
+        return hmac.new(self._hash_secret(), key, hashlib.sha256).digest()
 
     def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         if ctx is None:
@@ -667,9 +748,9 @@ class RecordKeySerializer:
         if self.hash_keys and data is not None:
             if ctx.headers is None:
                 raise EncryptionError("hash_keys keeps the original key in a header: produce with headers=[]")
-            hashed = hmac.new(self._hash_secret(), data, hashlib.sha256).digest()
+            hashed = self.key_hash(ctx.topic, data)
             header, ciphertext = self._sealer.seal(FLAG_KEY_BOUND, FIELD_KEY, ctx.topic, hashed, data)
-            _add_header(ctx.headers, KEY_HEADER, header + ciphertext)
+            add_header(ctx.headers, KEY_HEADER, header + ciphertext)
             data = hashed
         setattr(ctx, WIRE_KEY_ATTR, data)
         return data
@@ -718,11 +799,11 @@ class RecordKeyDeserializer:
         retry: RetryPolicy | None = None,
         cache: DataKeyCache | None = None,
         unwrap_limit: UnwrapLimit | None = DEFAULT_UNWRAP_LIMIT,
-        kek_names: Iterable[str] | None = None,
+        kek_names: KekNames = None,
     ) -> None:
         self.hashed_keys = hashed_keys
         self.cache = cache if cache is not None else DataKeyCache(kms, retry=retry, unwrap_limit=unwrap_limit)
-        self._opener = PayloadOpener(self.cache, kek_names=accepted_keks(kek_names))
+        self._opener = PayloadOpener(self.cache, kek_names=accepted_keks(kek_names, "RecordKeyDeserializer"))
         self.inner = inner
 
     def __repr__(self) -> str:
@@ -733,7 +814,7 @@ class RecordKeyDeserializer:
             raise DecryptionError("RecordKeyDeserializer needs the SerializationContext")
         setattr(ctx, WIRE_KEY_ATTR, data)
         try:
-            protected = _find_header(ctx.headers, KEY_HEADER)
+            protected = find_header(ctx.headers, KEY_HEADER)
         except DecryptionError as exc:
             raise exc.located(**record_location(ctx)) from None
         if protected is None and self.hashed_keys and data is not None:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import io
-import uuid
+import json
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from confluent_kafka.serialization import MessageField, SerializationContext, StringSerializer
 from confluent_kafka.serializing_producer import SerializingProducer
 
-from encryption import LocalKms
+from encryption import DecryptionError, LocalKms
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
+from encryption.reencrypt import FieldReencryptor, ReencryptionReport, reencrypt_topic
+from tests.integration.encryption.test_broker import new_topic, read_raw
+from tests.unit.encryption.field_format_1 import V1_SCHEMA, sealed_in_format_1
 
 pytestmark = pytest.mark.broker
 
@@ -44,10 +46,7 @@ def read_avro(data: bytes, _ctx: SerializationContext | None) -> Any:
 def test_sensitive_field_encrypted_others_readable_without_keys(kafka_broker: str, tmp_path: Path) -> None:
     kms = LocalKms(tmp_path / "ring.json")
     kms.create_key("clinic")
-    topic = f"patients-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka_broker})
-    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
-        future.result(timeout=30)
+    topic = new_topic(kafka_broker)
 
     policy = FieldPolicy.from_avro(SCHEMA)
     records = [
@@ -60,19 +59,10 @@ def test_sensitive_field_encrypted_others_readable_without_keys(kafka_broker: st
         "value.serializer": FieldEncryptingSerializer(kms, "clinic", policy, write_avro),
     })
     for record in records:
-        producer.produce(topic, key=record["id"], value=record)
+        producer.produce(topic, key=record["id"], value=record, headers=[])  # the record identifier goes there
     assert producer.flush(30) == 0
 
-    consumer = Consumer({"bootstrap.servers": kafka_broker, "group.id": f"g-{uuid.uuid4().hex}"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    messages = []
-    try:
-        while len(messages) < len(records):
-            msg = consumer.poll(10)
-            assert msg is not None and msg.error() is None
-            messages.append(msg)
-    finally:
-        consumer.close()
+    messages = read_raw(kafka_broker, topic, len(records))
 
     for msg, record in zip(messages, records, strict=True):
         assert record["diagnosis"].encode() not in msg.value()
@@ -82,4 +72,34 @@ def test_sensitive_field_encrypted_others_readable_without_keys(kafka_broker: st
         assert keyless["diagnosis"] != record["diagnosis"] and keyless["insurance_no"] != record["insurance_no"]
 
         ctx = SerializationContext(topic, MessageField.VALUE, msg.headers())
-        assert FieldDecryptingDeserializer(kms, policy, read_avro)(msg.value(), ctx) == record
+        assert FieldDecryptingDeserializer(kms, policy, read_avro, kek_names=["clinic"])(msg.value(), ctx) == record
+
+
+def test_a_topic_of_format_1_field_records_is_migrated_to_format_2(kafka_broker: str, tmp_path: Path) -> None:
+    """Records written before field format version 2 (fields not bound to their record) are refused by
+    default; `reencrypt_topic` with a `FieldReencryptor` rewrites the latest record of each key."""
+    kms = LocalKms(tmp_path / "ring.json")
+    kms.create_key("orders")
+    topic = new_topic(kafka_broker)
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    alice = {"ssn": "alice-ssn", "name": "Alice", "phones": ["555-0100"]}
+    mallory = {"ssn": "mallory-ssn", "name": "Mallory", "phones": []}
+    for key, record in ((b"alice", alice), (b"mallory", mallory)):
+        producer.produce(topic, key=key, value=json.dumps(sealed_in_format_1(kms, "orders", topic, record)).encode())
+    assert producer.flush(30) == 0
+
+    policy = FieldPolicy.from_json_schema(V1_SCHEMA)
+    reader = FieldDecryptingDeserializer(kms, policy, lambda data, _: json.loads(data), kek_names=["orders"])
+    old = read_raw(kafka_broker, topic, 2)
+    with pytest.raises(DecryptionError, match="field format version 1"):
+        reader(old[0].value(), SerializationContext(topic, MessageField.VALUE, old[0].headers()))
+
+    migrate = FieldReencryptor(kms, "orders", policy, deserializer=lambda data, _: json.loads(data),
+                               serializer=lambda obj, _: json.dumps(obj).encode())
+    report = reencrypt_topic({"bootstrap.servers": kafka_broker}, topic, migrate)
+    assert report == ReencryptionReport(read=2, rewritten=2, already_current=0, tombstones=0)
+    new = read_raw(kafka_broker, topic, 4)[2:]
+    assert {msg.key(): reader(msg.value(), SerializationContext(topic, MessageField.VALUE, msg.headers()))
+            for msg in new} == {b"alice": alice, b"mallory": mallory}
+    again = reencrypt_topic({"bootstrap.servers": kafka_broker}, topic, migrate)
+    assert again == ReencryptionReport(read=4, rewritten=0, already_current=2, tombstones=0)

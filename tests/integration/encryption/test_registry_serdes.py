@@ -90,8 +90,9 @@ def test_field_and_payload_encryption_around_registry_serdes(
             kms, "payments", policy, AvroSerializer(client, SCHEMA, use_latest_version=True))
         whole = EncryptingSerializer(kms, "payments", AvroSerializer(client, SCHEMA, use_latest_version=True), bind_key=False)
         producer = SerializingProducer({"bootstrap.servers": kafka_broker, "key.serializer": StringSerializer()})
+        field_headers: list[tuple[str, bytes]] = []
         producer.produce(topic, key="tx-1", value=field_level(PAYMENT, SerializationContext(
-            topic, MessageField.VALUE, [])))
+            topic, MessageField.VALUE, field_headers)), headers=field_headers)
         headers: list[tuple[str, bytes]] = []
         producer.produce(topic, key="tx-1", value=whole(PAYMENT, SerializationContext(
             topic, MessageField.VALUE, headers)), headers=headers)
@@ -183,7 +184,9 @@ def test_tags_in_branches_items_and_additional_properties_through_the_registry_s
         ]
         producer = SerializingProducer({"bootstrap.servers": kafka_broker})
         for serializer, person in zip(serializers, (person_json, person_avro), strict=True):
-            producer.produce(topic, value=serializer(person, SerializationContext(topic, MessageField.VALUE, [])))
+            headers: list[tuple[str, bytes]] = []
+            producer.produce(topic, value=serializer(person, SerializationContext(topic, MessageField.VALUE, headers)),
+                             headers=headers)
         assert producer.flush(30) == 0
 
         json_msg, avro_msg = consume(kafka_broker, topic, 2)
@@ -194,8 +197,9 @@ def test_tags_in_branches_items_and_additional_properties_through_the_registry_s
         assert keyless["name"] == "Alice" and keyless["attributes"]["kind"] == "person"
         assert keyless["ssn"] != person_json["ssn"] and keyless["emails"] != person_json["emails"]
 
-        ctx = SerializationContext(topic, MessageField.VALUE, [])
+        ctx = SerializationContext(topic, MessageField.VALUE, json_msg.headers())
         assert FieldDecryptingDeserializer(kms, json_policy, JSONDeserializer(client))(json_msg.value(), ctx) == person_json
+        ctx = SerializationContext(topic, MessageField.VALUE, avro_msg.headers())
         assert FieldDecryptingDeserializer(kms, avro_policy, AvroDeserializer(client))(avro_msg.value(), ctx) == person_avro
     finally:
         client.close()

@@ -174,11 +174,11 @@ def test_a_protected_key_under_a_kek_the_consumer_does_not_accept_is_refused(kms
 def test_a_field_under_a_kek_the_consumer_does_not_accept_is_refused(kms: LocalKms, deterministic: bool) -> None:
     kms.create_key("payments")
     policy = FieldPolicy.from_json_schema(FIELD_SCHEMA, deterministic_tags=["PII"] if deterministic else [])
-    forged = FieldEncryptingSerializer(kms, "payments", policy)(
-        {"ssn": "mallory-ssn"}, SerializationContext("customers", MessageField.VALUE, []))
+    sent = SerializationContext("customers", MessageField.VALUE, [])
+    forged = FieldEncryptingSerializer(kms, "payments", policy)({"ssn": "mallory-ssn"}, sent)
     reader = FieldDecryptingDeserializer(kms, policy, kek_names=["orders"])
     with pytest.raises(DecryptionError, match="'payments'"):
-        reader(forged, SerializationContext("customers", MessageField.VALUE, []))
+        reader(forged, sent)
 
 
 def test_a_key_ring_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

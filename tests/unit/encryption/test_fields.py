@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from encryption import DecryptionError, EncryptionError, LocalKms
-from encryption.envelope import MAGIC, parse_header
+from encryption.envelope import FIELD_FORMAT_VERSION, MAGIC, parse_header
 from encryption.fields import FieldDecryptingDeserializer, FieldEncryptingSerializer, FieldPolicy
 
 CUSTOMER = {
@@ -73,7 +73,8 @@ def ctx(topic: str = "customers") -> SerializationContext:
 def test_tagged_avro_fields_are_encrypted_and_the_rest_stays_readable(kms: LocalKms) -> None:
     policy = FieldPolicy.from_avro(json.dumps(CUSTOMER))
     assert {rule.name for rule in policy.rules} == {"ssn", "card", "address.street", "orders.[].note"}
-    data = FieldEncryptingSerializer(kms, "orders", policy, avro_writer)(ALICE, ctx())
+    sent = ctx()
+    data = FieldEncryptingSerializer(kms, "orders", policy, avro_writer)(ALICE, sent)
     for secret in (b"078-05-1120", b"4111111111111111", b"rue Secrete", b"gift for Bob"):
         assert secret not in data
 
@@ -84,7 +85,7 @@ def test_tagged_avro_fields_are_encrypted_and_the_rest_stays_readable(kms: Local
     assert without_keys["ssn"] != ALICE["ssn"] and base64.b64decode(without_keys["ssn"])
     assert without_keys["card"] != ALICE["card"]
 
-    with_keys = FieldDecryptingDeserializer(kms, policy, avro_reader)(data, ctx())
+    with_keys = FieldDecryptingDeserializer(kms, policy, avro_reader)(data, sent)
     assert with_keys == ALICE
 
 
@@ -103,16 +104,17 @@ def test_metadata_tags_and_deterministic_rules(kms: LocalKms) -> None:
     assert modes == {"name": True, "ssn": False, "email": False, "card": False, "address.street": False,
                      "orders.[].note": False}
     serializer = FieldEncryptingSerializer(kms, "orders", policy)
-    first = serializer(ALICE, ctx("customers"))
+    first_sent, elsewhere_sent = ctx("customers"), ctx("payments")
+    first = serializer(ALICE, first_sent)
     second = serializer(ALICE, ctx("customers"))
-    elsewhere = serializer(ALICE, ctx("payments"))
+    elsewhere = serializer(ALICE, elsewhere_sent)
     assert first["name"] == second["name"] == elsewhere["name"] != "Alice"  # joinable, across topics too
     assert first["ssn"] != second["ssn"]  # randomized
     kms.rotate_key("orders")
     assert FieldEncryptingSerializer(kms, "orders", policy)(ALICE, ctx())["name"] == first["name"]
     deserializer = FieldDecryptingDeserializer(kms, policy)
-    assert deserializer(first, ctx("customers")) == ALICE
-    assert deserializer(elsewhere, ctx("payments")) == ALICE
+    assert deserializer(first, first_sent) == ALICE
+    assert deserializer(elsewhere, elsewhere_sent) == ALICE
     # A randomized field is bound to its topic.
     with pytest.raises(DecryptionError, match="topic=payments"):
         deserializer(first, ctx("payments"))
@@ -133,28 +135,30 @@ def test_json_schema_fields_and_schema_validity(kms: LocalKms) -> None:
     record = {"name": "Alice", "ssn": "078-05-1120", "email": None, "address": {"street": "12 rue", "zip": "69001"}}
     policy = FieldPolicy.from_json_schema(json.dumps(schema))
     assert {rule.name for rule in policy.rules} == {"ssn", "email", "address.street"}
-    wire = FieldEncryptingSerializer(kms, "orders", policy, lambda obj, _: json.dumps(obj).encode())(record, ctx())
+    sent = ctx()
+    wire = FieldEncryptingSerializer(kms, "orders", policy, lambda obj, _: json.dumps(obj).encode())(record, sent)
     visible = json.loads(wire)
     jsonschema.validate(visible, schema)
     assert visible["name"] == "Alice" and visible["email"] is None and visible["address"]["zip"] == "69001"
     assert "078-05" not in wire.decode() and "12 rue" not in wire.decode()
-    back = FieldDecryptingDeserializer(kms, policy, lambda data, _: json.loads(data))(wire, ctx())
+    back = FieldDecryptingDeserializer(kms, policy, lambda data, _: json.loads(data))(wire, sent)
     assert back == record
 
 
 def test_tampered_or_swapped_fields_fail(kms: LocalKms) -> None:
     policy = FieldPolicy.from_avro(CUSTOMER)
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(ALICE, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(ALICE, sent)
     deserializer = FieldDecryptingDeserializer(kms, policy)
     swapped = {**encrypted, "address": {**encrypted["address"], "street": encrypted["ssn"]}}
     with pytest.raises(DecryptionError, match="authentication failed"):
-        deserializer(swapped, ctx())
+        deserializer(swapped, sent)
     raw = bytearray(base64.b64decode(encrypted["ssn"]))
     raw[-1] ^= 1
     with pytest.raises(DecryptionError):
-        deserializer({**encrypted, "ssn": base64.b64encode(bytes(raw)).decode()}, ctx())
+        deserializer({**encrypted, "ssn": base64.b64encode(bytes(raw)).decode()}, sent)
     with pytest.raises(DecryptionError, match="not encrypted"):
-        deserializer({**encrypted, "ssn": "078-05-1120"}, ctx())
+        deserializer({**encrypted, "ssn": "078-05-1120"}, sent)
 
 
 def test_policy_errors() -> None:
@@ -209,12 +213,14 @@ def test_named_type_references_maps_and_recursion(kms: LocalKms) -> None:
         "parent": None,
     }
     out = io.BytesIO()
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(order, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(order, sent)
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema), encrypted)
     assert b"Main St" not in out.getvalue() and b"Home Rd" not in out.getvalue() and b"Bergen" in out.getvalue()
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == order
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == order
     nested = {**order, "parent": {**order, "parent": {**order, "parent": order}}}
-    twice = FieldEncryptingSerializer(kms, "orders", policy)(nested, ctx())
+    sent = ctx()
+    twice = FieldEncryptingSerializer(kms, "orders", policy)(nested, sent)
     assert twice["parent"]["parent"]["parent"]["billing"]["street"] != "1 Main St"
     too_deep = {**order, "parent": nested}
     with pytest.raises(EncryptionError, match="recursive type"):
@@ -251,10 +257,11 @@ def test_recursive_and_external_json_schemas(kms: LocalKms) -> None:
     # Plaintexts with a space: base64 ciphertext can contain "s2" by chance (it did), never "secret 2".
     leaf = {"secret": "secret 3", "children": [], "labels": {"x": {"note": "note 1"}}}
     record = {"secret": "secret 1", "children": [{"secret": "secret 2", "children": [leaf]}], "labels": {}}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, sent)
     text = json.dumps(encrypted)
     assert not any(p in text for p in ("secret 1", "secret 2", "secret 3", "note 1"))
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == record
     deep: dict = {"secret": "x", "children": []}
     for _ in range(6):
         deep = {"secret": "x", "children": [deep]}
@@ -276,11 +283,12 @@ def test_each_encrypt_rule_uses_its_own_kek(kms: LocalKms) -> None:
     policy = FieldPolicy.from_avro(CUSTOMER, metadata={"tags": {"**.name": ["JOIN"]}}, rule_set=rule_set)
     assert {(rule.name, rule.kek) for rule in policy.rules if rule.name in ("ssn", "name")} == {
         ("ssn", "pii-kek"), ("name", "join-kek")}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(ALICE, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(ALICE, sent)
     ssn_envelope = base64.b64decode(encrypted["ssn"])
-    assert parse_header(ssn_envelope, len(MAGIC))[0].wrapped.key_name == "pii-kek"
+    assert parse_header(ssn_envelope, len(MAGIC), (FIELD_FORMAT_VERSION,))[0].wrapped.key_name == "pii-kek"
     assert b"join-kek" in base64.b64decode(encrypted["name"])
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == ALICE
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == ALICE
     clash = {"domainRules": [*rule_set["domainRules"], {"name": "c", "type": "ENCRYPT", "tags": ["PII"],
                                                         "params": {"encrypt.kek.name": "join-kek"}}]}
     schema = {"type": "record", "name": "R", "fields": [
@@ -298,10 +306,11 @@ def test_json_objects_with_declared_and_additional_properties(kms: LocalKms) -> 
                   "note": {"type": "string", "confluent:tags": ["PII"]}}}}
     policy = FieldPolicy.from_json_schema(schema)
     record = {"id": "r1", "meta": {"note": "not sensitive, declared"}, "extra": {"note": "secret"}}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, sent)
     assert encrypted["id"] == "r1" and encrypted["meta"] == {"note": "not sensitive, declared"}
     assert encrypted["extra"]["note"] != "secret"
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == record
 
 
 def test_a_value_two_rules_reach_decrypts_to_what_was_written(kms: LocalKms) -> None:
@@ -313,9 +322,10 @@ def test_a_value_two_rules_reach_decrypts_to_what_was_written(kms: LocalKms) -> 
     ]}
     policy = FieldPolicy.from_json_schema(schema)
     record = {"ssn": "078-05-1120", "note": "call after six"}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, sent)
     assert "078-05-1120" not in json.dumps(encrypted) and "call after six" not in json.dumps(encrypted)
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == record
 
 
 AVRO_UNION = {"type": "record", "name": "R", "fields": [
@@ -356,9 +366,10 @@ def test_objects_on_a_tagged_path_are_refused_and_any_mapping_is_encrypted(kms: 
 
     with pytest.raises(EncryptionError, match="Customer, which field-level encryption cannot look into"):
         serializer(Customer(), ctx())
+    sent = ctx()
     wire = serializer(types.MappingProxyType({"u": types.MappingProxyType({"x": "SECRET-1"}), "a": ["SECRET-2"]}),
-                      ctx())
+                      sent)
     assert b"SECRET" not in wire
     decrypted = FieldDecryptingDeserializer(kms, policy, lambda data, _: fastavro.schemaless_reader(
-        io.BytesIO(data), fastavro.parse_schema(AVRO_UNION)))(wire, ctx())
+        io.BytesIO(data), fastavro.parse_schema(AVRO_UNION)))(wire, sent)
     assert decrypted == {"u": {"x": "SECRET-1"}, "a": ["SECRET-2"]}

@@ -201,9 +201,12 @@ def test_a_non_bytes_value_in_an_encrypted_bytes_field_is_refused_without_alloca
         "type": "record", "name": "R",
         "fields": [{"name": "blob", "type": "bytes", "confluent:tags": ["PII"]}],
     })
-    deserializer = FieldDecryptingDeserializer(kms, policy)
+    # An inner deserializer that lets anything through (without one, the schema check refuses it first).
+    deserializer = FieldDecryptingDeserializer(kms, policy, lambda data, _: data)
     with pytest.raises(DecryptionError, match="'blob' is not encrypted"):
         deserializer({"blob": 10**13}, SerializationContext("t", MessageField.VALUE, []))
+    with pytest.raises(DecryptionError, match="does not match the policy's Avro schema"):
+        FieldDecryptingDeserializer(kms, policy)({"blob": 10**13}, SerializationContext("t", MessageField.VALUE, []))
 
 
 class _NoVault:

@@ -166,5 +166,6 @@ def test_field_level_round_trip_property(tmp_path_factory: pytest.TempPathFactor
     encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx)
     assert encrypted["plain"] == plain and (secret is None) == (encrypted["secret"] is None)
     assert encrypted["blob"] != blob and encrypted["join"] != join
-    assert encrypted["join"] == FieldEncryptingSerializer(kms, "orders", policy)(record, ctx)["join"]
+    again = FieldEncryptingSerializer(kms, "orders", policy)(record, SerializationContext("t", MessageField.VALUE, []))
+    assert encrypted["join"] == again["join"]
     assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx) == record

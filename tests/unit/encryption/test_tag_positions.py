@@ -36,19 +36,23 @@ def is_field_ciphertext(value: Any) -> bool:
     return isinstance(raw, bytes) and raw.startswith(MAGIC)
 
 
-def json_round_trip(kms: LocalKms, schema: dict[str, Any], record: dict[str, Any], **policy: Any) -> Any:
-    """Encrypts `record`, checks the wire text still validates against `schema` and holds no secret
-    value of the record, decrypts it back; returns the encrypted record."""
+def json_round_trip(kms: LocalKms, schema: dict[str, Any], record: dict[str, Any],
+                    sent: SerializationContext | None = None, **policy: Any) -> Any:
+    """Encrypts `record` (with `sent`, which then holds the record's headers), checks the wire text still
+    validates against `schema` and holds no secret value of the record, decrypts it back; returns the
+    encrypted record."""
     built = FieldPolicy.from_json_schema(json.dumps(schema), **policy)
-    wire = FieldEncryptingSerializer(kms, "orders", built, lambda obj, _: json.dumps(obj).encode())(record, ctx())
+    sent = sent or ctx()
+    wire = FieldEncryptingSerializer(kms, "orders", built, lambda obj, _: json.dumps(obj).encode())(record, sent)
     encrypted = json.loads(wire)
     jsonschema.validate(encrypted, schema)
-    back = FieldDecryptingDeserializer(kms, built, lambda data, _: json.loads(data))(wire, ctx())
+    back = FieldDecryptingDeserializer(kms, built, lambda data, _: json.loads(data))(wire, sent)
     assert back == record
     return encrypted
 
 
-def avro_round_trip(kms: LocalKms, schema: dict[str, Any], record: dict[str, Any], **policy: Any) -> tuple[Any, bytes]:
+def avro_round_trip(kms: LocalKms, schema: dict[str, Any], record: dict[str, Any],
+                    sent: SerializationContext | None = None, **policy: Any) -> tuple[Any, bytes]:
     parsed = fastavro.parse_schema(copy.deepcopy(schema))
 
     def write(obj: Any, _: Any) -> bytes:
@@ -60,8 +64,9 @@ def avro_round_trip(kms: LocalKms, schema: dict[str, Any], record: dict[str, Any
         return fastavro.schemaless_reader(io.BytesIO(data), parsed)
 
     built = FieldPolicy.from_avro(json.dumps(schema), **policy)
-    wire = FieldEncryptingSerializer(kms, "orders", built, write)(record, ctx())
-    assert FieldDecryptingDeserializer(kms, built, read)(wire, ctx()) == record
+    sent = sent or ctx()
+    wire = FieldEncryptingSerializer(kms, "orders", built, write)(record, sent)
+    assert FieldDecryptingDeserializer(kms, built, read)(wire, sent) == record
     return read(wire, None), wire
 
 
@@ -384,9 +389,10 @@ def test_json_properties_named_like_path_markers_are_fine_untagged(kms: LocalKms
                                                                               "confluent:tags": PII}}}
     policy = FieldPolicy.from_json_schema(schema)
     record = {"[]": "plain", "ssn": "078-05-1120"}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, sent)
     assert encrypted["[]"] == "plain" and "078-05-1120" not in json.dumps(encrypted)
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == record
 
 
 @pytest.mark.parametrize("beside_items", [
@@ -402,9 +408,10 @@ def test_json_tags_beside_an_array_items_schema_are_not_skipped(kms: LocalKms, b
         "a": {"type": "array", "items": {"type": "string"}, **beside_items}}}
     policy = FieldPolicy.from_json_schema(schema)
     record = {"a": ["078-05-1120", "other"]}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, sent)
     assert "078-05-1120" not in json.dumps(encrypted)
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == record
     # Beside items that are not strings, it is refused instead.
     schema["properties"]["a"]["items"] = {"type": "integer"}
     with pytest.raises(EncryptionError, match="cannot be honoured"):
@@ -456,9 +463,10 @@ def test_json_pattern_tag_matching_a_declared_property_is_not_skipped(kms: Local
     schema["properties"]["ssn_x"] = tagged
     policy = FieldPolicy.from_json_schema(schema)
     record = {"ssn_x": "078-05-1120", "ssn_y": "219-09-9999"}
-    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, ctx())
+    sent = ctx()
+    encrypted = FieldEncryptingSerializer(kms, "orders", policy)(record, sent)
     assert "078-05-1120" not in json.dumps(encrypted) and "219-09-9999" not in json.dumps(encrypted)
-    assert FieldDecryptingDeserializer(kms, policy)(encrypted, ctx()) == record
+    assert FieldDecryptingDeserializer(kms, policy)(encrypted, sent) == record
 
 
 @pytest.mark.parametrize("conditional", [
@@ -487,20 +495,22 @@ def test_a_field_described_by_two_union_branches_is_encrypted_once(kms: LocalKms
                     "Account")
     policy = FieldPolicy.from_avro(schema)
     assert [rule.name for rule in policy.rules] == ["holder.ssn"]
-    keyless, _ = avro_round_trip(kms, schema, {"holder": {"ssn": "078-05-1120"}})
+    sent = ctx()
+    keyless, _ = avro_round_trip(kms, schema, {"holder": {"ssn": "078-05-1120"}}, sent)
     # One seal: the envelope's plaintext is the value itself.
     single = FieldPolicy.from_json_schema({"type": "object", "properties": {"holder": {
         "type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": PII}}}}})
-    opened = FieldDecryptingDeserializer(kms, single)(keyless, ctx())
+    opened = FieldDecryptingDeserializer(kms, single)(keyless, sent)
     assert opened == {"holder": {"ssn": "078-05-1120"}}
 
 
 def test_a_property_tagged_in_two_all_of_parts_is_encrypted_once(kms: LocalKms) -> None:
     tagged = {"type": "string", "confluent:tags": PII}
     schema = {"type": "object", "properties": {"ssn": tagged}, "allOf": [{"properties": {"ssn": tagged}}]}
-    encrypted = json_round_trip(kms, schema, {"ssn": "078-05-1120"})
+    sent = ctx()
+    encrypted = json_round_trip(kms, schema, {"ssn": "078-05-1120"}, sent)
     single = FieldPolicy.from_json_schema({"type": "object", "properties": {"ssn": tagged}})
-    assert FieldDecryptingDeserializer(kms, single)(encrypted, ctx()) == {"ssn": "078-05-1120"}
+    assert FieldDecryptingDeserializer(kms, single)(encrypted, sent) == {"ssn": "078-05-1120"}
 
 
 def test_one_path_under_two_tags_takes_the_union_of_their_rules(kms: LocalKms) -> None:
