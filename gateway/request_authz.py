@@ -722,8 +722,9 @@ def _plan_consumer_group_heartbeat(az: RequestAuthorizer, version: int, request:
     """KIP-848's ConsumerGroupHeartbeat as `KafkaApis.handleConsumerGroupHeartbeat` (Kafka 4.x): READ on
     the group, else GROUP_AUTHORIZATION_FAILED; then, when the heartbeat names its subscription
     (`SubscribedTopicNames` is null when unchanged), DESCRIBE on every name in one batch (Kafka's
-    `filterByAuthorized`, denials logged), and a single denied name fails the whole heartbeat with
-    TOPIC_AUTHORIZATION_FAILED (no error message, as Kafka). Both answers carry no assignment.
+    `filterByAuthorized`, denials logged), and a single denied name (or one sent twice: Kafka compares
+    counts) fails the whole heartbeat with TOPIC_AUTHORIZATION_FAILED (no error message, as Kafka). Both
+    answers carry no assignment.
 
     Departure from Kafka: a regular-expression subscription (`SubscribedTopicRegex`, v1+, non-empty) is
     refused with INVALID_REQUEST and `REGEX_SUBSCRIPTION_REFUSED`, after the checks Kafka makes. Kafka's
@@ -739,7 +740,9 @@ def _plan_consumer_group_heartbeat(az: RequestAuthorizer, version: int, request:
         for name in names:
             counts[name] = counts.get(name, 0) + 1
         ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, counts)
-        if any(name not in ok for name in counts):
+        # Kafka's very test: the distinct allowed names against the names sent, so a name sent twice
+        # fails too (`authorizedTopics.size < subscribedTopicNames.size`).
+        if len(ok) < len(names):
             return Plan(local=resp_cls(error_code=TOPIC_AUTHORIZATION_FAILED))
     if version >= 1 and request.subscribed_topic_regex:
         return Plan(local=resp_cls(error_code=INVALID_REQUEST, error_message=REGEX_SUBSCRIPTION_REFUSED))

@@ -306,3 +306,22 @@ def test_librdkafka_consumer_protocol_joins_through_the_gateway_and_is_refused_a
     assert KafkaError.TOPIC_AUTHORIZATION_FAILED in codes, [*errors, *events]
     assert assigned == []
     assert all(r.subscribed_topic_names != ["secret"] for r in upstream.keys_received(HEARTBEAT_848)[count:])
+
+
+def test_librdkafka_regex_subscription_fails_loudly_through_the_gateway(
+    upstream: Kafka4Upstream, authz_factory: Callable[..., AuthzFixture],
+) -> None:
+    """librdkafka sends a `^` subscription as SubscribedTopicRegex; the gateway's INVALID_REQUEST is fatal
+    to it (`_FATAL` naming "Invalid request"), so the application learns at once instead of waiting."""
+    from confluent_kafka import KafkaError
+
+    authz = authz_factory(allow_everyone_if_no_acl_found=True)
+    with gateway(upstream, authz) as gw:
+        consumer, assigned, errors = _librdkafka_consumer(gw.bootstrap, "team", "^ord.*")
+        try:
+            events = _poll_until(consumer, lambda events: bool(errors or events))
+        finally:
+            consumer.close()
+    fatal = [e for e in [*errors, *events] if e.code() == KafkaError._FATAL]
+    assert fatal and "Invalid request" in fatal[0].str(), [*errors, *events]
+    assert assigned == [] and upstream.keys_received(HEARTBEAT_848) == []

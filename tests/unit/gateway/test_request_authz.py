@@ -369,8 +369,10 @@ def test_consumer_group_heartbeat_fails_whole_with_29_when_any_subscribed_topic_
 
 def test_consumer_group_heartbeat_allowed_is_forwarded_untouched_and_unchanged_subscription_asks_no_topic() -> None:
     rules = Rules((ResourceType.GROUP, "g", Operation.READ), (ResourceType.TOPIC, "a", Operation.DESCRIBE))
-    p = plan(rules, 68, 0, heartbeat(version=0, names=["a", "a"]))
+    p = plan(rules, 68, 0, heartbeat(version=0, names=["a"]))
     assert p.forward is not None and not p.rewritten and not p.patches
+    # Kafka counts: the allowed distinct names (1) against the names sent (2)
+    assert plan(rules, 68, 1, heartbeat(names=["a", "a"])).local.error_code == 29
     rules.asked.clear()
     p = plan(rules, 68, 1, heartbeat(names=None))  # null: the subscription did not change
     assert p.forward is not None
