@@ -295,6 +295,7 @@ def test_librdkafka_consumer_protocol_joins_through_the_gateway_and_is_refused_a
         assert assigned == [["orders"]]
         sent = upstream.keys_received(HEARTBEAT_848)
         assert sent and sent[0].group_id == "team" and sent[0].subscribed_topic_names == ["orders"]
+        assert sent[0].subscribed_topic_regex == ""  # librdkafka names no expression this way: forwarded
 
         count = len(upstream.keys_received(HEARTBEAT_848))
         consumer, assigned, errors = _librdkafka_consumer(gw.bootstrap, "team", "secret")
