@@ -33,7 +33,7 @@ with warnings.catch_warnings():
     from kafka.protocol.api_message import ApiMessage
     from kafka.protocol.schemas import BaseField
 
-    import gateway.delegation_messages  # noqa: F401  (delegation-token APIs, schemas of our own)
+    import gateway.bundled_messages  # noqa: F401  (delegation-token and KIP-848 APIs, schemas of our own)
 
 API_VERSIONS_KEY: Final = 18
 _HEADER = struct.Struct(">hhi")

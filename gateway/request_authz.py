@@ -32,6 +32,7 @@ ANONYMOUS: Final = Principal("User", "ANONYMOUS")
 TOPIC_AUTHORIZATION_FAILED: Final = 29
 GROUP_AUTHORIZATION_FAILED: Final = 30
 CLUSTER_AUTHORIZATION_FAILED: Final = 31
+INVALID_REQUEST: Final = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
 OPERATION_NOT_ATTEMPTED: Final = 55
 
@@ -711,6 +712,108 @@ def _describe_topic_partitions(az: RequestAuthorizer, version: int, request: Any
     return plan
 
 
+# The gateway's answer to a KIP-848 regular-expression subscription (below).
+REGEX_SUBSCRIPTION_REFUSED: Final = (
+    "Regular-expression subscriptions (SubscribedTopicRegex) are not supported through the kgov gateway; "
+    "subscribe to topic names")
+
+
+def _plan_consumer_group_heartbeat(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    """KIP-848's ConsumerGroupHeartbeat as `KafkaApis.handleConsumerGroupHeartbeat` (Kafka 4.x): READ on
+    the group, else GROUP_AUTHORIZATION_FAILED; then, when the heartbeat names its subscription
+    (`SubscribedTopicNames` is null when unchanged), DESCRIBE on every name in one batch (Kafka's
+    `filterByAuthorized`, denials logged), and a single denied name (or one sent twice: Kafka compares
+    counts) fails the whole heartbeat with TOPIC_AUTHORIZATION_FAILED (no error message, as Kafka). Both
+    answers carry no assignment.
+
+    Departure from Kafka: a regular-expression subscription (`SubscribedTopicRegex`, v1+, non-empty) is
+    refused with INVALID_REQUEST and `REGEX_SUBSCRIPTION_REFUSED`, after the checks Kafka makes. Kafka's
+    coordinator resolves the expression against the topics the member's own principal may DESCRIBE
+    (`GroupMetadataManager`'s regex resolution with the request context); behind the gateway the upstream
+    would resolve it with the gateway's identity and could assign topics the user may not see. An empty
+    expression is forwarded: Kafka treats it as none (it clears a regex subscription)."""
+    if not az.allowed(ResourceType.GROUP, request.group_id, Operation.READ):
+        return Plan(local=resp_cls(error_code=GROUP_AUTHORIZATION_FAILED))
+    names = request.subscribed_topic_names
+    if names:
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, counts)
+        # Kafka's very test: the distinct allowed names against the names sent, so a name sent twice
+        # fails too (`authorizedTopics.size < subscribedTopicNames.size`).
+        if len(ok) < len(names):
+            return Plan(local=resp_cls(error_code=TOPIC_AUTHORIZATION_FAILED))
+    if version >= 1 and request.subscribed_topic_regex:
+        return Plan(local=resp_cls(error_code=INVALID_REQUEST, error_message=REGEX_SUBSCRIPTION_REFUSED))
+    return Plan(forward=request)
+
+
+# Kafka's message for a described consumer group that names a topic the principal may not DESCRIBE.
+UNDESCRIBABLE_TOPICS: Final = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def _plan_consumer_group_describe(az: RequestAuthorizer, version: int, request: Any, resp_cls: Any) -> Plan:
+    """KIP-848's ConsumerGroupDescribe as `KafkaApis.handleConsumerGroupDescribe` (Kafka 4.x): DESCRIBE
+    on each group; a denied group is answered GROUP_AUTHORIZATION_FAILED in place (first, as Kafka lists
+    them before the coordinator's results) and never asked upstream. With IncludeAuthorizedOperations the
+    described groups carry this principal's KIP-430 rights, not the gateway's. Then, as Kafka ("Clients
+    are not allowed to see topics that are not authorized for Describe"), every topic named in a member's
+    assignment or target assignment needs DESCRIBE (one batch, denials logged): a group naming any other
+    is replaced by a row with only its id, TOPIC_AUTHORIZATION_FAILED, Kafka's message and no members.
+    Subscribed topic names and regexes are not checked, as in Kafka."""
+    groups = list(request.group_ids)
+    ok = az.allowed_names(ResourceType.GROUP, Operation.DESCRIBE, dict.fromkeys(groups, 1))
+    denied = [_new(resp_cls, "groups", group_id=g, error_code=GROUP_AUTHORIZATION_FAILED)
+              for g in groups if g not in ok]
+    kept = [g for g in groups if g in ok]
+    if not kept:
+        return Plan(local=resp_cls(groups=denied))
+    request.group_ids = kept
+    include_ops = bool(request.include_authorized_operations)
+
+    def answer_for_principal(response: Any) -> None:
+        if include_ops:
+            for g in response.groups:
+                if g.error_code == 0:
+                    g.authorized_operations = _bits(az.authorized_operations(ResourceType.GROUP, g.group_id))
+        response.groups[:0] = denied
+        _hide_undescribable_assignments(az, response, resp_cls)
+
+    return Plan(forward=request, rewritten=bool(denied), patches=[answer_for_principal])
+
+
+def _bits(operations: set[int]) -> int:
+    """KIP-430's bit field (bit n for AclOperation code n) as the signed int32 the schema carries."""
+    value = sum(1 << op for op in operations)
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _assigned_topics(group: Any) -> list[str]:
+    names: list[str] = []
+    for member in group.members or []:
+        for assignment in (member.assignment, member.target_assignment):
+            if assignment is not None:
+                names.extend(tp.topic_name for tp in assignment.topic_partitions or [])
+    return names
+
+
+def _hide_undescribable_assignments(az: RequestAuthorizer, response: Any, resp_cls: Any) -> None:
+    counts: dict[str, int] = {}
+    for group in response.groups:
+        for name in _assigned_topics(group):
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return
+    ok = az.allowed_names(ResourceType.TOPIC, Operation.DESCRIBE, counts)
+    response.groups = [
+        g if all(n in ok for n in _assigned_topics(g)) else
+        _new(resp_cls, "groups", group_id=g.group_id, error_code=TOPIC_AUTHORIZATION_FAILED,
+             error_message=UNDESCRIBABLE_TOPICS, members=[])
+        for g in response.groups
+    ]
+
+
 PLANNERS: Final[dict[int, Planner]] = {
     0: _plan_produce,
     1: _plan_fetch,
@@ -749,6 +852,8 @@ PLANNERS: Final[dict[int, Planner]] = {
                                          "transaction_states", "transactional_id",
                                          TRANSACTIONAL_ID_AUTHORIZATION_FAILED, (("transaction_state", ""),))),
     66: _plan_list_transactions,
+    68: _plan_consumer_group_heartbeat,
+    69: _plan_consumer_group_describe,
     75: _describe_topic_partitions,
 }
 
@@ -784,4 +889,6 @@ def error_response(api_key: int, request: Any, resp_cls: Any, code: int) -> Any:
         if api_key in (0, 1, 3):  # Produce/Fetch v13+ answer by topic id (the name is not on the wire there)
             for entry, t in zip(values[shape.resp_topics], getattr(request, shape.req_topics) or [], strict=True):
                 entry.topic_id = t.topic_id
+    if api_key == 69:  # ConsumerGroupDescribeRequest.getErrorResponse: every group named, with the code
+        values["groups"] = [_new(resp_cls, "groups", group_id=g, error_code=code) for g in request.group_ids or []]
     return resp_cls(**values)

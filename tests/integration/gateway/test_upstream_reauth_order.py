@@ -24,7 +24,7 @@ from gateway.codec import API_VERSIONS_KEY, SPECS, encode_response, parse_reques
 from gateway.proxy import ClientConnection, GatewayOptions, Services
 from tests.integration.gateway.conftest import AuthzFixture, RawClient, RunningGateway, wait_until
 from tests.integration.gateway.test_proxy import _one_record_batch
-from tests.support.sockets import recv_frame
+from tests.support.sockets import recv_frame, serve_each_connection
 
 LIFETIME_MS = 400
 PRODUCE, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA = 0, 17, 36, 3
@@ -43,20 +43,8 @@ class ScriptedUpstream:
         self.auth_bytes: list[bytes] = []
         self.answered_produce_behind_another = False
         self.answers_acks_0 = True
-        self._threads: list[threading.Thread] = []
         self._conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self._conns.append(conn)
-            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            t.start()
-            self._threads.append(t)
+        serve_each_connection(self.listener, self._serve, self._conns)
 
     def _serve(self, conn: socket.socket) -> None:
         held = False

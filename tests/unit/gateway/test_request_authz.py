@@ -338,3 +338,123 @@ def test_add_partitions_to_txn_with_a_denied_transactional_id_asks_nothing_of_th
     p = plan(rules, 24, 3, add_partitions("a"))
     codes = {r.partition_error_code for t in p.local.results_by_topic_v3_and_below for r in t.results_by_partition}
     assert p.forward is None and codes == {53} and len(rules.asked) == 1
+
+
+# KIP-848 (ConsumerGroupHeartbeat 68, ConsumerGroupDescribe 69), as Kafka 4.x's KafkaApis.
+
+def heartbeat(version: int = 1, group: str = "g", names: list[str] | None = None, regex: str | None = None) -> Any:
+    values: dict[str, Any] = {"group_id": group, "member_id": "m", "member_epoch": 0,
+                              "subscribed_topic_names": names, "topic_partitions": []}
+    if version >= 1:
+        values["subscribed_topic_regex"] = regex
+    return SPECS[68].request(**values)
+
+
+def test_consumer_group_heartbeat_needs_read_on_the_group_before_any_topic_is_looked_at() -> None:
+    rules = Rules((ResourceType.TOPIC, "a", Operation.DESCRIBE))
+    p = plan(rules, 68, 1, heartbeat(names=["a"]))
+    assert p.forward is None and p.local.error_code == 30 and p.local.assignment is None
+    assert [(a.resource_type, a.resource_name, a.operation) for a in rules.asked] == [
+        (ResourceType.GROUP, "g", Operation.READ)]
+
+
+def test_consumer_group_heartbeat_fails_whole_with_29_when_any_subscribed_topic_is_denied() -> None:
+    rules = Rules((ResourceType.GROUP, "g", Operation.READ), (ResourceType.TOPIC, "a", Operation.DESCRIBE))
+    p = plan(rules, 68, 1, heartbeat(names=["a", "secret"]))
+    assert p.forward is None and p.local.error_code == 29 and p.local.error_message is None
+    topic_checks = [a for a in rules.asked if a.resource_type is ResourceType.TOPIC]
+    assert {a.resource_name for a in topic_checks} == {"a", "secret"}
+    assert all(a.operation is Operation.DESCRIBE and a.log_if_denied for a in topic_checks)
+
+
+def test_consumer_group_heartbeat_allowed_is_forwarded_untouched_and_unchanged_subscription_asks_no_topic() -> None:
+    rules = Rules((ResourceType.GROUP, "g", Operation.READ), (ResourceType.TOPIC, "a", Operation.DESCRIBE))
+    p = plan(rules, 68, 0, heartbeat(version=0, names=["a"]))
+    assert p.forward is not None and not p.rewritten and not p.patches
+    # Kafka counts: the allowed distinct names (1) against the names sent (2)
+    assert plan(rules, 68, 1, heartbeat(names=["a", "a"])).local.error_code == 29
+    rules.asked.clear()
+    p = plan(rules, 68, 1, heartbeat(names=None))  # null: the subscription did not change
+    assert p.forward is not None
+    assert [a.resource_type for a in rules.asked] == [ResourceType.GROUP]
+
+
+def test_consumer_group_heartbeat_regex_subscription_is_refused_after_kafkas_checks() -> None:
+    rules = Rules((ResourceType.GROUP, "g", Operation.READ), (ResourceType.TOPIC, "a", Operation.DESCRIBE))
+    p = plan(rules, 68, 1, heartbeat(regex="^team\\..*"))
+    assert p.forward is None and p.local.error_code == 42 and "SubscribedTopicRegex" in p.local.error_message
+    # the group is still checked first: a denied group is 30, not 42
+    assert plan(Rules(), 68, 1, heartbeat(regex="^x")).local.error_code == 30
+    # an empty expression (Kafka: none) goes through
+    assert plan(rules, 68, 1, heartbeat(names=["a"], regex="")).forward is not None
+
+
+def describe_request(*groups: str, ops: bool = False) -> Any:
+    return SPECS[69].request(group_ids=list(groups), include_authorized_operations=ops)
+
+
+def described(group: str, *assigned: str, target: tuple[str, ...] = (), ops: int = -2147483648) -> Any:
+    cls = SPECS[69].response.fields["groups"].data_class
+    member_cls = cls.fields["members"].data_class
+    assignment_cls = member_cls.fields["assignment"].data_class
+    tp = assignment_cls.fields["topic_partitions"].data_class
+
+    def assignment(names: tuple[str, ...]) -> Any:
+        return assignment_cls(topic_partitions=[tp(topic_name=n, partitions=[0]) for n in names])
+
+    member = member_cls(member_id="m1", client_id="c", client_host="/10.0.0.1", subscribed_topic_names=list(assigned),
+                        assignment=assignment(assigned), target_assignment=assignment(target))
+    return cls(group_id=group, group_state="Stable", group_epoch=3, members=[member], authorized_operations=ops)
+
+
+def test_consumer_group_describe_denied_groups_answered_30_in_place_first_and_not_asked_upstream() -> None:
+    rules = Rules((ResourceType.GROUP, "ok", Operation.DESCRIBE))
+    p = plan(rules, 69, 0, describe_request("no", "ok"))
+    assert p.forward is not None and p.rewritten and p.forward.group_ids == ["ok"]
+    response = SPECS[69].response(groups=[described("ok")])
+    for patch in p.patches:
+        patch(response)
+    assert [(g.group_id, g.error_code) for g in response.groups] == [("no", 30), ("ok", 0)]
+    only_denied = plan(Rules(), 69, 1, describe_request("no"))
+    assert only_denied.forward is None and [(g.group_id, g.error_code) for g in only_denied.local.groups] == [
+        ("no", 30)]
+
+
+def test_consumer_group_describe_hides_groups_whose_assignments_name_an_undescribable_topic() -> None:
+    rules = Rules((ResourceType.GROUP, "g1", Operation.DESCRIBE), (ResourceType.GROUP, "g2", Operation.DESCRIBE),
+                  (ResourceType.GROUP, "g3", Operation.DESCRIBE), (ResourceType.TOPIC, "a", Operation.DESCRIBE))
+    p = plan(rules, 69, 1, describe_request("g1", "g2", "g3"))
+    response = SPECS[69].response(groups=[described("g1", "a"), described("g2", "a", "secret"),
+                                          described("g3", "a", target=("secret",))])
+    for patch in p.patches:
+        patch(response)
+    rows = {g.group_id: g for g in response.groups}
+    assert rows["g1"].error_code == 0 and rows["g1"].members[0].assignment.topic_partitions[0].topic_name == "a"
+    for hidden in ("g2", "g3"):  # assignment or target assignment
+        g = rows[hidden]
+        assert (g.error_code, g.members, g.group_state, g.group_epoch) == (29, [], "", 0)
+        assert g.error_message == "The group has described topic(s) that the client is not authorized to describe."
+    topic_checks = [a for a in rules.asked if a.resource_type is ResourceType.TOPIC]
+    assert {a.resource_name for a in topic_checks} == {"a", "secret"} and all(a.log_if_denied for a in topic_checks)
+    # the encoded answer carries no trace of the hidden topic
+    frame = encode_response(SPECS[69], 1, 1, response)
+    assert b"secret" not in frame
+
+
+def test_consumer_group_describe_authorized_operations_are_the_principals() -> None:
+    rules = Rules((ResourceType.GROUP, "g", Operation.DESCRIBE), (ResourceType.GROUP, "g", Operation.READ))
+    p = plan(rules, 69, 1, describe_request("g", ops=True))
+    response = SPECS[69].response(groups=[described("g", ops=0x7FFFFFF8)])  # the gateway's own (broad) rights
+    for patch in p.patches:
+        patch(response)
+    assert response.groups[0].authorized_operations == (1 << int(Operation.READ)) | (1 << int(Operation.DESCRIBE))
+    p = plan(rules, 69, 1, describe_request("g", ops=False))
+    response = SPECS[69].response(groups=[described("g")])
+    for patch in p.patches:
+        patch(response)
+    assert response.groups[0].authorized_operations == -2147483648  # not asked for: Kafka's default
+
+
+def test_error_response_names_every_consumer_group_described() -> None:
+    response = error_response(69, describe_request("a", "b"), SPECS[69].response, 34)
+    assert [(g.group_id, g.error_code) for g in response.groups] == [("a", 34), ("b", 34)]

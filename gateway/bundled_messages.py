@@ -1,4 +1,5 @@
-"""kafka-python message classes for the delegation-token APIs (schemas in `gateway/kafka_schemas`).
+"""kafka-python message classes for the APIs its bundled schemas lack (schemas in `gateway/kafka_schemas`):
+the delegation-token APIs (38-41) and KIP-848's ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
 
 Created at import (kafka-python builds each class from the JSON file of the same name); the codec's
 registry finds them among ApiMessage's subclasses. `MESSAGES` keeps them alive.
@@ -12,8 +13,12 @@ from typing import Any
 
 import gateway.kafka_schemas as _schemas
 
-_NAMES = tuple(f"{verb}DelegationToken{kind}" for verb in ("Create", "Renew", "Expire", "Describe")
-               for kind in ("Request", "Response"))
+_APIS = (
+    *(f"{verb}DelegationToken" for verb in ("Create", "Renew", "Expire", "Describe")),
+    "ConsumerGroupHeartbeat",
+    "ConsumerGroupDescribe",
+)
+_NAMES = tuple(f"{api}{kind}" for api in _APIS for kind in ("Request", "Response"))
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
