@@ -277,6 +277,9 @@ def _decide_from(base: str, source: str, headers: dict[str, str]) -> httpx.Respo
     # A broker calling directly, and one a listed proxy forwards: answered.
     ("127.0.0.1", {}, None),
     (LISTED_PROXY, {"X-Forwarded-For": "10.0.0.5"}, None),
+    # A proxy on a dual-stack listener names an IPv4 client as IPv4-mapped IPv6: the same broker.
+    (LISTED_PROXY, {"X-Forwarded-For": "::ffff:10.0.0.5"}, None),
+    (LISTED_PROXY, {"X-Forwarded-For": "::ffff:10.0.0.6"}, "decision_api_networks"),
     # Forwarded by an address that is not a listed proxy: refused as with no proxy listed. Ignoring the
     # headers would check the sender's own address (loopback, admitted here) for whoever it forwards.
     ("127.0.0.1", {"X-Forwarded-For": "10.0.0.5"}, "http_forwarded_allow_ips"),
