@@ -71,7 +71,7 @@ def serve(data_dir: str, port: int, ready: Any, stop: Any) -> None:
     from kgov.settings import Settings
     from kgov.up import control_plane
 
-    settings = Settings(data_dir=Path(data_dir), cluster_id="bench", sasl={"failed_authentication_delay_ms": 0})
+    settings = Settings(data_dir=Path(data_dir), cluster_id="bench")
     with control_plane(build_app(settings), "127.0.0.1", port):
         ready.set()
         stop.wait()
@@ -176,7 +176,10 @@ def throughput(port: int, request: bytes, connections: int, seconds: float, serv
 
 def summary(label: str, samples: list[float]) -> None:
     ordered = sorted(samples)
-    p = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3  # noqa: E731
+
+    def p(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
     print(f"{label:<34} n={len(samples):>6}  mean {statistics.fmean(samples) * 1e3:7.3f} ms  "
           f"p50 {p(0.50):7.3f}  p99 {p(0.99):7.3f}  max {ordered[-1] * 1e3:7.3f} ms  "
           f"({1 / statistics.fmean(samples):,.0f} calls/s on one connection)")
