@@ -142,15 +142,17 @@ def latency(port: int, requests: list[bytes], expect: bytes) -> list[float]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc): the server's own cost, which a shared
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU time of a process so far (Linux /proc): the server's own cost, which a shared
     machine's other load does not inflate the way it inflates wall-clock rates."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def throughput(port: int, request: bytes, connections: int, seconds: float, server_pid: int) -> tuple[float, float]:
-    """(calls per second, server CPU microseconds per call)."""
+def throughput(port: int, request: bytes, connections: int, seconds: float, server_pid: int
+               ) -> tuple[float, float, float]:
+    """(calls per second, server user and system CPU microseconds per call)."""
     counts = [0] * connections
     stop = time.perf_counter() + seconds
 
@@ -171,7 +173,8 @@ def throughput(port: int, request: bytes, connections: int, seconds: float, serv
     for t in threads:
         t.join()
     calls = sum(counts)
-    return calls / (time.perf_counter() - started), (cpu_seconds(server_pid) - cpu) / calls * 1e6
+    user, system = cpu_seconds(server_pid)
+    return calls / (time.perf_counter() - started), (user - cpu[0]) / calls * 1e6, (system - cpu[1]) / calls * 1e6
 
 
 def summary(label: str, samples: list[float]) -> None:
@@ -225,9 +228,10 @@ def main() -> None:
             print(f"{'':<34} = {statistics.fmean(batch_lat) / 100 * 1e6:.1f} us per decision in a batch")
             for label, request in (("allowed", allowed), ("denied + audited", denied)):
                 for conns in (1, args.connections):
-                    rate, cpu_us = throughput(port, request, conns, args.seconds, server.pid or 0)
-                    print(f"throughput {label:<18} {conns} connection(s): {rate:>9,.0f} calls/s, "
-                          f"server CPU {cpu_us:,.0f} us per call ({1e6 / cpu_us:,.0f} calls per CPU-second)")
+                    rate, user_us, sys_us = throughput(port, request, conns, args.seconds, server.pid or 0)
+                    print(f"throughput {label:<18} {conns} connection(s): {rate:>9,.0f} calls/s, server CPU "
+                          f"{user_us + sys_us:,.0f} us per call (user {user_us:,.0f}, system {sys_us:,.0f}; "
+                          f"{1e6 / (user_us + sys_us):,.0f} calls per CPU-second)")
         finally:
             stop.set()
             server.join(15)
