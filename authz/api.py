@@ -709,12 +709,11 @@ async def opa_allow(request: Request) -> dict[str, Any]:
 
 @opa.post("/v1/data/kafka/authz/batch")
 async def opa_batch(request: Request) -> dict[str, Any]:
-    """Body `{"inputs": [<document>, ...]}`; answers `{"result": [true|false, ...]}` in order.
-
-    Read and decided on a worker thread: a batch of thousands of audited decisions takes seconds, which
-    on the event loop would hold up every other broker's single decision (the plugin gives up after 5 s)."""
+    """Body `{"inputs": [<document>, ...]}`; answers `{"result": [true|false, ...]}` in order."""
     _opa_caller_allowed(request)
     raw = await _body(request)
+    # Read and decided on a worker thread: a batch of thousands of audited decisions takes seconds, which
+    # on the event loop would hold up every other broker's single decision (the plugin gives up after 5 s).
     return await run_in_threadpool(_opa_batch, _service(request), raw)
 
 
