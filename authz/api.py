@@ -483,14 +483,11 @@ MAX_OPA_STRING = 32_767
 
 def _text(doc: Any, key: str, *, nullable: bool = False) -> str:
     """A string field; None (JSON null) reads as "" where the plugin may write null (a v0 header's clientId)."""
-    if nullable and isinstance(doc, dict) and doc.get(key, "") is None:
-        return ""
-    try:
-        value = _field(doc, key, str)
-    except OpaInputError as exc:
-        if nullable and "must be" in str(exc):
-            raise OpaInputError(f"{key!r} must be a string or null") from None
-        raise
+    if nullable and isinstance(doc, dict) and key in doc and not isinstance(doc[key], str):
+        if doc[key] is None:
+            return ""
+        raise OpaInputError(f"{key!r} must be a string or null")
+    value = _field(doc, key, str)
     if len(value) > MAX_OPA_STRING:
         raise OpaInputError(f"{key!r} must be at most {MAX_OPA_STRING} characters")
     try:
