@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from authz.decide import validate_new_acl
 from authz.http import (
@@ -41,6 +45,7 @@ from authz.model import (
     Principal,
     RequestContext,
     ResourceType,
+    refuse_lone_surrogate,
 )
 from authz.request_names import request_name
 from authz.roles import PREDEFINED_ROLES, RoleBinding, validate_role_binding
@@ -439,11 +444,15 @@ MAX_OPA_BODY = 4 * 1024 * 1024
 MAX_OPA_BATCH = 10_000
 
 
-async def _json_object(request: Request, key: str) -> Any:
-    """The body as JSON whatever its Content-Type (brokers' HTTP clients do not all send one)."""
+async def _body(request: Request) -> bytes:
     raw = await request.body()
     if len(raw) > MAX_OPA_BODY:
         raise ApiError(413, 413, f"Request body larger than {MAX_OPA_BODY} bytes")
+    return raw
+
+
+def _json_field(raw: bytes, key: str) -> Any:
+    """`key` of the body read as JSON whatever its Content-Type (brokers' HTTP clients do not all send one)."""
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -459,13 +468,15 @@ class OpaInputError(ValueError):
     pass
 
 
-def _field(doc: Any, key: str, kind: type[_T], default: _T | None = None) -> _T:
-    """`doc[key]`, which must be a `kind` (JSON: a bool is not a number); `default` when absent."""
+# What a Python type is called in the JSON the caller sent.
+_JSON_KINDS: dict[type, str] = {dict: "a JSON object", str: "a string", int: "an integer", bool: "true or false"}
+
+
+def _field(doc: Any, key: str, kind: type[_T]) -> _T:
+    """`doc[key]`, which must be present and a `kind` (JSON: a bool is not a number)."""
     if not isinstance(doc, dict):
         raise OpaInputError(f"expected a JSON object holding {key!r}")
     if key not in doc:
-        if default is not None:
-            return default
         raise OpaInputError(f"{key!r} is required")
     value = doc[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -473,73 +484,175 @@ def _field(doc: Any, key: str, kind: type[_T], default: _T | None = None) -> _T:
     return value
 
 
-# What a Python type is called in the JSON the caller sent.
-_JSON_KINDS: dict[type, str] = {dict: "a JSON object", str: "a string", int: "an integer", bool: "true or false"}
+# Java strings on the wire: Kafka's protocol writes a STRING with an int16 length, so nothing a broker
+# authorizes is longer; a longer one would only grow the decision cache's keys.
+MAX_OPA_STRING = 32_767
+
+
+def _text(doc: Any, key: str, *, nullable: bool = False) -> str:
+    """A string field; None (JSON null) reads as "" where the plugin may write null (a v0 header's clientId)."""
+    if nullable and isinstance(doc, dict) and key in doc and not isinstance(doc[key], str):
+        if doc[key] is None:
+            return ""
+        raise OpaInputError(f"{key!r} must be a string or null")
+    value = _field(doc, key, str)
+    if len(value) > MAX_OPA_STRING:
+        raise OpaInputError(f"{key!r} must be at most {MAX_OPA_STRING} characters")
+    try:
+        refuse_lone_surrogate(value, repr(key))
+    except InvalidAclError as exc:
+        raise OpaInputError(str(exc)) from None
+    return value
+
+
+_INT16 = (-(1 << 15), (1 << 15) - 1)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _number(doc: Any, key: str, low: int, high: int) -> int:
+    value = _field(doc, key, int)
+    if not low <= value <= high:
+        raise OpaInputError(f"{key!r} must be an integer from {low} to {high}")
+    return value
+
+
+def _optional(doc: dict[str, Any], key: str, kind: type) -> None:
+    """A field kgov does not read: checked only for its JSON type, and only when present."""
+    if key in doc:
+        _field(doc, key, kind)
+
+
+# The names Java's `enum.name()` writes, for values a broker's Action can hold: Kafka's concrete
+# ResourceTypes (kgov's SUBJECT is not one) and AclOperations (not the filter-only ANY, nor UNKNOWN).
+_OPA_RESOURCE_TYPES: dict[str, ResourceType] = {t.name: t for t in (
+    ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID,
+    ResourceType.DELEGATION_TOKEN, ResourceType.USER)}
+_OPA_OPERATIONS: dict[str, Operation] = {
+    op.name: op for op in Operation if op not in (Operation.ANY, Operation.UNKNOWN)}
+# org.apache.kafka.common.security.auth.SecurityProtocol
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _named(names: Mapping[str, _T], value: str, what: str) -> _T:
+    try:
+        return names[value]
+    except KeyError:
+        raise OpaInputError(f"{what} must be one of {', '.join(names)}; got {value[:100]!r}") from None
 
 
 def _opa_client_address(value: str) -> str:
     """The plugin sends Java's `InetAddress.toString()`: `hostname/ip`, or `/ip` when no name is
     known. Only the IP counts (Kafka matches ACL hosts against `getHostAddress()`); anything that
-    does not end in an IP literal is refused, so a host-specific DENY can never be bypassed by an
-    address that matches no ACL host."""
-    literal = value.rpartition("/")[2]
+    does not end in `/` and an IP literal is refused, so a host-specific DENY can never be bypassed by
+    an address that matches no ACL host."""
+    _hostname, slash, literal = value.rpartition("/")
     try:
+        if not slash:
+            raise ValueError(value)
         ipaddress.ip_address(literal.partition("%")[0])
     except ValueError:
-        raise OpaInputError("clientAddress must end in an IP address ([hostname]/ip)") from None
+        raise OpaInputError("clientAddress must be Java's InetAddress text: [hostname]/ip") from None
     return literal
 
 
-def _opa_decide(service: AuthorizerService, doc: dict[str, Any]) -> bool:
-    """One decision for the input document the opa-kafka-plugin sends (fail closed on anything odd:
-    a field of the wrong type or a missing one is a 400, which the plugin reads as a denial)."""
+@dataclass(frozen=True, slots=True)
+class OpaQuestion:
+    """One input document, read: `action` is None for the plugin's authorizeByResourceType."""
+
+    ctx: RequestContext
+    resource_type: ResourceType
+    operation: Operation
+    action: Action | None
+
+
+def _opa_question(doc: Any) -> OpaQuestion:
+    """Reads one input document as OpaAuthorizer.scala's serializers write it (fail closed: a missing
+    field, a value of another JSON type or outside Java's range, an enum name Java would not write is an
+    OpaInputError, answered 400, which the plugin reads as a denial). Fields kgov does not need
+    (`connectionId`, `clientInformation`, `headerVersion`) are only type-checked; fields the plugin may
+    add later are not read. No side effect: nothing is decided or audited here."""
+    if not isinstance(doc, dict):
+        raise OpaInputError("each input document must be a JSON object")
+    action_doc = _field(doc, "action", dict)
+    ctx_doc = _field(doc, "requestContext", dict)
+    pattern = _field(action_doc, "resourcePattern", dict)
+    principal_doc = _field(ctx_doc, "principal", dict)
+    header = _field(_field(ctx_doc, "header", dict), "name", dict)
+    _optional(ctx_doc, "connectionId", str)
+    _optional(ctx_doc, "clientInformation", dict)
+    _optional(ctx_doc["header"], "headerVersion", int)
+    if _field(pattern, "unknown", bool) if "unknown" in pattern else False:
+        raise OpaInputError("'unknown' must be false: the resource type or pattern type is one kgov cannot read")
+    protocol = _text(ctx_doc, "securityProtocol")
+    if protocol not in _SECURITY_PROTOCOLS:
+        raise OpaInputError(f"securityProtocol must be one of {', '.join(_SECURITY_PROTOCOLS)}; got {protocol[:100]!r}")
+    ctx = RequestContext(
+        principal=Principal(_text(principal_doc, "principalType"), _text(principal_doc, "name")),
+        client_address=_opa_client_address(_text(ctx_doc, "clientAddress")),
+        listener=_text(ctx_doc, "listenerName"),
+        security_protocol=protocol,
+        client_id=_text(header, "clientId", nullable=True),
+        api_key=_number(header, "requestApiKey", 0, _INT16[1]),
+        api_version=_number(header, "requestApiVersion", 0, _INT16[1]),
+        correlation_id=_number(header, "correlationId", *_INT32),
+    )
+    rt = _named(_OPA_RESOURCE_TYPES, _text(pattern, "resourceType"), "resourceType")
+    op = _named(_OPA_OPERATIONS, _text(action_doc, "operation"), "operation")
+    pt = _text(pattern, "patternType")
+    name = _text(pattern, "name")
+    ref_count = _number(action_doc, "resourceReferenceCount", 0, _INT32[1])
+    log_if_allowed = _field(action_doc, "logIfAllowed", bool)
+    log_if_denied = _field(action_doc, "logIfDenied", bool)
+    if pt == "PREFIXED" and name == "":
+        # The plugin maps authorizeByResourceType to PREFIXED "" (OpaAuthorizer.authorizeByResourceType).
+        return OpaQuestion(ctx, rt, op, None)
+    if pt != "LITERAL":
+        # The plugin refuses any other pattern type itself (IllegalArgumentException), as Kafka's authorizers do.
+        raise OpaInputError(f"Only literal resources are supported. Got: {pt[:100]}")
+    return OpaQuestion(ctx, rt, op, Action(rt, name, op, resource_ref_count=ref_count,
+                                           log_if_allowed=log_if_allowed, log_if_denied=log_if_denied))
+
+
+def _opa_answer(service: AuthorizerService, question: OpaQuestion) -> bool:
+    """Kafka's answer to a read document, audited as Kafka's authorizer logs it."""
     try:
-        if not isinstance(doc, dict):
-            raise OpaInputError("each input document must be a JSON object")
-        action = _field(doc, "action", dict)
-        ctx_doc = _field(doc, "requestContext", dict)
-        pattern = _field(action, "resourcePattern", dict)
-        principal_doc = _field(ctx_doc, "principal", dict)
-        principal = Principal(_field(principal_doc, "principalType", str), _field(principal_doc, "name", str))
-        header = ctx_doc.get("header") or {}
-        header_data = (header.get("name") or header.get("data") or {}) if isinstance(header, dict) else {}
-        if not isinstance(header_data, dict):
-            raise OpaInputError("'header' must hold an object")
-        ctx = RequestContext(
-            principal=principal,
-            client_address=_opa_client_address(_field(ctx_doc, "clientAddress", str)),
-            listener=str(ctx_doc.get("listenerName", "")),
-            security_protocol=str(ctx_doc.get("securityProtocol", "")),
-            client_id=str(header_data.get("clientId") or ""),
-            api_key=_field(header_data, "requestApiKey", int, -1),
-            api_version=_field(header_data, "requestApiVersion", int, -1),
-            correlation_id=_field(header_data, "correlationId", int, 0),
-        )
-        rt = ResourceType.parse(_field(pattern, "resourceType", str))
-        op = Operation.parse(_field(action, "operation", str))
-        pt = PatternType.parse(_field(pattern, "patternType", str, "LITERAL"))
-        name = _field(pattern, "name", str)
-        if pt is PatternType.PREFIXED and name == "":
-            # The plugin maps authorizeByResourceType to PREFIXED "" (its README).
-            return service.authorize_by_resource_type(ctx, op, rt).allowed
-        if pt is not PatternType.LITERAL:
-            raise OpaInputError(f"Only literal resources are supported. Got: {pt.name}")
-        act = Action(
-            rt, name, op,
-            resource_ref_count=_field(action, "resourceReferenceCount", int, 1),
-            log_if_allowed=_field(action, "logIfAllowed", bool, True),
-            log_if_denied=_field(action, "logIfDenied", bool, True),
-        )
-        return service.authorize(ctx, [act])[0].allowed
-    except OpaInputError:
-        raise
-    except (KeyError, TypeError, AttributeError, InvalidAclError) as exc:
-        raise OpaInputError(f"malformed input document: {type(exc).__name__}: {exc}") from None
-    except ValueError as exc:
+        if question.action is None:
+            return service.authorize_by_resource_type(question.ctx, question.operation, question.resource_type).allowed
+        return service.authorize(question.ctx, [question.action])[0].allowed
+    except InvalidAclError as exc:
         raise OpaInputError(str(exc)) from None
 
 
+def _opa_decide(service: AuthorizerService, doc: Any) -> bool:
+    """One decision for the input document the opa-kafka-plugin sends."""
+    return _opa_answer(service, _opa_question(doc))
+
+
 _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+
+_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def _plain_address(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IPv4-mapped IPv6 address (`::ffff:10.0.0.5`: what a dual-stack listener, or a proxy on one,
+    reports for an IPv4 client) as the IPv4 address it is, as Java's InetAddress reads it."""
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
+@lru_cache(maxsize=8)
+def _networks(entries: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """`authz.decision_api_networks`, parsed once; an IPv4-mapped IPv6 network as its IPv4 network, so
+    that `::ffff:10.0.0.0/104` and `10.0.0.0/8` admit the same callers whichever way they connect."""
+    out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for entry in entries:
+        net = ipaddress.ip_network(entry, strict=False)
+        mapped = (net.network_address.ipv4_mapped if isinstance(net, ipaddress.IPv6Network)
+                  and net.prefixlen >= 96 and net.subnet_of(_IPV4_MAPPED) else None)
+        out.append(net if mapped is None else ipaddress.IPv4Network((mapped, net.prefixlen - 96)))
+    return tuple(out)
 
 
 def _opa_caller_allowed(request: Request) -> None:
@@ -560,12 +673,11 @@ def _opa_caller_allowed(request: Request) -> None:
     if forwarded and "x-forwarded-for" not in request.headers:
         raise ApiError(403, 40301, "The decision API answers a listed proxy's requests only with X-Forwarded-For, "
                                    "which names the caller (Forwarded and X-Real-IP are not read)")
-    networks = settings.authz.decision_api_networks
     try:
-        addr = ipaddress.ip_address(client_address(request))
+        addr = _plain_address(ipaddress.ip_address(client_address(request)))
     except ValueError:
         addr = None
-    if addr is not None and any(addr in ipaddress.ip_network(n, strict=False) for n in networks):
+    if addr is not None and any(addr in n for n in _networks(tuple(settings.authz.decision_api_networks))):
         return
     raise ApiError(403, 40301, "This address may not use the decision API; add it to authz.decision_api_networks")
 
@@ -577,7 +689,7 @@ opa = APIRouter(tags=["decisions"])
 async def opa_allow(request: Request) -> dict[str, Any]:
     """Body `{"input": <the plugin's document>}`; answers `{"result": true|false}`."""
     _opa_caller_allowed(request)
-    doc = await _json_object(request, "input")
+    doc = _json_field(await _body(request), "input")
     try:
         return {"result": _opa_decide(_service(request), doc)}
     except OpaInputError as exc:
@@ -588,12 +700,25 @@ async def opa_allow(request: Request) -> dict[str, Any]:
 async def opa_batch(request: Request) -> dict[str, Any]:
     """Body `{"inputs": [<document>, ...]}`; answers `{"result": [true|false, ...]}` in order."""
     _opa_caller_allowed(request)
-    docs = await _json_object(request, "inputs")
+    raw = await _body(request)
+    # Read and decided on a worker thread: a batch of thousands of audited decisions takes seconds, which
+    # on the event loop would hold up every other broker's single decision (the plugin gives up after 5 s).
+    return await run_in_threadpool(_opa_batch, _service(request), raw)
+
+
+def _opa_batch(service: AuthorizerService, raw: bytes) -> dict[str, Any]:
+    docs = _json_field(raw, "inputs")
     if not isinstance(docs, list) or len(docs) > MAX_OPA_BATCH:
         raise ApiError(400, 400, f'"inputs" must be a list of at most {MAX_OPA_BATCH} documents')
-    service = _service(request)
     try:
-        return {"result": [_opa_decide(service, doc) for doc in docs]}
+        # Every document is read before any is decided: a refused batch decides and audits nothing.
+        questions = []
+        for i, doc in enumerate(docs):
+            try:
+                questions.append(_opa_question(doc))
+            except OpaInputError as exc:
+                raise OpaInputError(f"inputs[{i}]: {exc}") from None
+        return {"result": [_opa_answer(service, q) for q in questions]}
     except OpaInputError as exc:
         raise ApiError(400, 400, str(exc)) from None
 

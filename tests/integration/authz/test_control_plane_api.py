@@ -277,6 +277,12 @@ def _decide_from(base: str, source: str, headers: dict[str, str]) -> httpx.Respo
     # A broker calling directly, and one a listed proxy forwards: answered.
     ("127.0.0.1", {}, None),
     (LISTED_PROXY, {"X-Forwarded-For": "10.0.0.5"}, None),
+    # A proxy on a dual-stack listener names an IPv4 client as IPv4-mapped IPv6: the same broker.
+    (LISTED_PROXY, {"X-Forwarded-For": "::ffff:10.0.0.5"}, None),
+    (LISTED_PROXY, {"X-Forwarded-For": "::ffff:10.0.0.6"}, "decision_api_networks"),
+    # A client naming a broker in its own X-Forwarded-For, which the proxy extends with the real peer:
+    # the server takes the last address its listed proxies did not add, the peer's.
+    (LISTED_PROXY, {"X-Forwarded-For": "10.0.0.5, 203.0.113.9"}, "decision_api_networks"),
     # Forwarded by an address that is not a listed proxy: refused as with no proxy listed. Ignoring the
     # headers would check the sender's own address (loopback, admitted here) for whoever it forwards.
     ("127.0.0.1", {"X-Forwarded-For": "10.0.0.5"}, "http_forwarded_allow_ips"),

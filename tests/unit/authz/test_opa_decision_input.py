@@ -9,12 +9,13 @@ denial for the plugin (`readTree(body).at("/result").asBoolean`).
 from __future__ import annotations
 
 import copy
+import ipaddress
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from authz.api import OpaInputError, _opa_decide
+from authz.api import OpaInputError, _networks, _opa_decide, _plain_address
 from authz.config import AuthzConfig
 from authz.database import open_engine
 from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
@@ -113,3 +114,70 @@ def test_refusals_name_the_field_and_what_it_must_be(service: AuthorizerService,
     with pytest.raises(OpaInputError) as refused:
         _opa_decide(service, doc)
     assert str(refused.value) == message
+
+
+# Every field as the plugin writes it, and nothing else (OpaAuthorizer.scala's serializers): Java's
+# enum `name()`s, the header's shorts and ints, the flags Kafka's `Action` carries, `InetAddress.toString()`.
+@pytest.mark.parametrize(("doc", "message"), [
+    (_with(("requestContext", "listenerName"), {"name": "SASL_SSL"}), "'listenerName' must be a string"),
+    (_without(("requestContext", "listenerName")), "'listenerName' is required"),
+    (_with(("requestContext", "securityProtocol"), 3), "'securityProtocol' must be a string"),
+    (_with(("requestContext", "securityProtocol"), "HTTPS"), "securityProtocol must be one of"),
+    (_without(("requestContext", "header")), "'header' is required"),
+    (_with(("requestContext", "header"), {"data": {"clientId": "c", "correlationId": 1, "requestApiKey": 1,
+                                                   "requestApiVersion": 12}}), "'name' is required"),
+    (_without(("requestContext", "header", "name", "requestApiKey")), "'requestApiKey' is required"),
+    (_with(("requestContext", "header", "name", "requestApiKey"), 99_999), "'requestApiKey' must be"),
+    (_with(("requestContext", "header", "name", "requestApiKey"), -1), "'requestApiKey' must be"),
+    (_with(("requestContext", "header", "name", "requestApiVersion"), 1 << 16), "'requestApiVersion' must be"),
+    (_with(("requestContext", "header", "name", "correlationId"), 1 << 31), "'correlationId' must be"),
+    (_with(("requestContext", "header", "name", "clientId"), 7), "'clientId' must be a string or null"),
+    (_with(("requestContext", "clientAddress"), "10.0.0.9"), "clientAddress must be"),
+    (_with(("requestContext", "connectionId"), 5), "'connectionId' must be a string"),
+    (_with(("action", "resourceReferenceCount"), -5), "'resourceReferenceCount' must be"),
+    (_without(("action", "resourceReferenceCount")), "'resourceReferenceCount' is required"),
+    (_without(("action", "logIfAllowed")), "'logIfAllowed' is required"),
+    (_without(("action", "logIfDenied")), "'logIfDenied' is required"),
+    (_without(("action", "resourcePattern", "patternType")), "'patternType' is required"),
+    (_with(("action", "operation"), "ANY"), "operation must be one of"),
+    (_with(("action", "operation"), "UNKNOWN"), "operation must be one of"),
+    (_with(("action", "operation"), "read"), "operation must be one of"),
+    (_with(("action", "resourcePattern", "resourceType"), "ANY"), "resourceType must be one of"),
+    (_with(("action", "resourcePattern", "resourceType"), "UNKNOWN"), "resourceType must be one of"),
+    (_with(("action", "resourcePattern", "resourceType"), "Topic"), "resourceType must be one of"),
+    (_with(("action", "resourcePattern", "unknown"), True), "'unknown' must be false"),
+    (_with(("action", "resourcePattern", "name"), "orders\ud800"), "lone surrogate"),
+    (_with(("requestContext", "principal", "name"), "bob\udfff"), "lone surrogate"),
+    (_with(("requestContext", "header", "name", "clientId"), "c\ud800"), "lone surrogate"),
+])
+def test_only_what_the_plugin_writes_is_read(service: AuthorizerService, doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(OpaInputError) as refused:
+        _opa_decide(service, doc)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize("doc", [
+    _with(("requestContext", "header", "name", "clientId"), None),  # header v0 has no client id
+    _with(("requestContext", "securityProtocol"), "PLAINTEXT"),
+    _with(("requestContext", "clientAddress"), "/fe80:0:0:0:0:0:0:1%eth0"),
+    _without(("requestContext", "connectionId")),  # not read, so not required
+    _with(("requestContext", "clientInformation"), {"softwareName": "apache-kafka-java", "softwareVersion": "3.7.0"}),
+    _with(("action", "resourcePattern", "unknown"), False),
+    _with(("extra",), {"a future field": 1}),  # fields the plugin may add later are not read
+])
+def test_what_the_plugin_writes_is_answered(service: AuthorizerService, doc: dict[str, Any]) -> None:
+    assert _opa_decide(service, doc) is True
+
+
+@pytest.mark.parametrize(("entry", "caller", "admitted"), [
+    ("10.0.0.5/32", "::ffff:10.0.0.5", True),  # a dual-stack listener's view of an IPv4 broker
+    ("::ffff:10.0.0.0/104", "10.0.0.9", True),  # the same network written as IPv4-mapped IPv6
+    ("::ffff:10.0.0.0/104", "::ffff:10.0.0.9", True),
+    ("::ffff:10.0.0.0/104", "11.0.0.9", False),
+    ("10.0.0.5/32", "::ffff:10.0.0.6", False),
+    ("::/0", "10.0.0.5", False),  # IPv6 everywhere is not IPv4
+    ("2001:db8::/32", "2001:db8::7", True),
+])
+def test_decision_api_networks_read_ipv4_mapped_addresses_as_ipv4(entry: str, caller: str, admitted: bool) -> None:
+    addr = _plain_address(ipaddress.ip_address(caller))
+    assert any(addr in net for net in _networks((entry,))) is admitted
