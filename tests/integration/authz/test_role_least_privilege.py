@@ -120,3 +120,16 @@ def test_audit_admin_reads_but_cannot_change_quotas(base: str) -> None:
         assert aud.put("/v1/quotas", json=change).status_code == 403
     with client(base, ADMIN) as admin:
         assert admin.get("/v1/quotas").json() == []
+
+
+def test_a_deny_of_describe_on_the_cluster_takes_user_admins_binding_right(base: str) -> None:
+    denied = ("uadmin2", "uadmin2-password-1")
+    deny = {"resource_type": "CLUSTER", "resource_name": "kafka-cluster", "pattern_type": "LITERAL",
+            "principal": f"User:{denied[0]}", "host": "*", "operation": "DESCRIBE", "permission": "DENY"}
+    with client(base, ADMIN) as admin:
+        assert admin.put(f"/v1/scram/users/{denied[0]}", json={"password": denied[1]}).status_code == 201
+        assert admin.post(f"{ROLES}/User:{denied[0]}/roles/UserAdmin", json={}).status_code == 204
+        assert admin.post("/v3/clusters/c1/acls", json=deny).status_code == 201
+    with client(base, denied) as ua:
+        assert ua.post(f"{ROLES}/User:dev/roles/Operator", json={}).status_code == 403
+    assert "User:dev" not in holders(base, "Operator")
