@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar
@@ -48,7 +48,13 @@ from authz.model import (
     refuse_lone_surrogate,
 )
 from authz.request_names import request_name
-from authz.roles import PREDEFINED_ROLES, RoleBinding, validate_role_binding
+from authz.roles import (
+    PREDEFINED_ROLES,
+    USER_ADMIN_ROLE_PRINCIPAL,
+    RoleBinding,
+    user_admin_refusal,
+    validate_role_binding,
+)
 from authz.service import AuthorizerService, acl_to_json
 
 CLUSTER = ResourceType.CLUSTER
@@ -297,6 +303,33 @@ def _pattern_json(b: RoleBinding) -> dict[str, str]:
     return {"resourceType": b.resource_type.name, "name": b.resource_name, "patternType": b.pattern_type.name}
 
 
+def _authorized_bindings(request: Request, caller: Principal, parse: Callable[[], list[RoleBinding]], *,
+                         adding: bool) -> list[RoleBinding]:
+    """The bindings `parse` reads from the request, once the caller may add (or remove) them.
+
+    ALTER on the cluster may change any binding (SystemAdmin, super users, an ACL). A caller holding
+    UserAdmin may change the others, never a SystemAdmin or UserAdmin binding, nor add one for itself
+    or a group it is in (`authz.roles.user_admin_refusal`); that right is checked as DESCRIBE on the
+    cluster, so a DENY of DESCRIBE (or ALL) on the cluster takes it away as it takes the role's grant.
+    Confluent's UserAdmin manages every role binding (shared/reference/authz-sasl.md section 3.2);
+    kgov's may not give anyone, itself first, the power to give everything (docs/authorizer.md).
+    Callers without UserAdmin are authorized before their input is read, as before."""
+    holders = _service(request).data.effective_principals(caller)
+    if USER_ADMIN_ROLE_PRINCIPAL not in holders:
+        authorize_http(request, caller, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+        return parse()
+    bindings = parse()
+    refusal = next((r for b in bindings if (r := user_admin_refusal(b, holders, adding=adding)) is not None), None)
+    if refusal is None:
+        authorize_http(request, caller, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.DESCRIBE)
+        return bindings
+    try:
+        authorize_http(request, caller, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    except ApiError:
+        raise ApiError(403, 40301, refusal) from None
+    return bindings
+
+
 mds = APIRouter(route_class=AuthenticatedRoute, tags=["role bindings"])
 
 
@@ -315,31 +348,31 @@ def get_role(request: Request, role: str, principal: CurrentPrincipal) -> dict[s
 @mds.post("/security/1.0/principals/{target}/roles/{role}", status_code=204)
 def bind_cluster_role(request: Request, target: str, role: str, principal: CurrentPrincipal,
                       body: Annotated[ScopeBody | None, Body()] = None) -> Response:
-    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    [binding] = _authorized_bindings(request, principal, lambda: [_binding(target, role, None)], adding=True)
     _check_scope(request, body)
-    _service(request).add_role_binding(_binding(target, role, None), actor=principal,
-                                      client_address=client_address(request))
+    _service(request).add_role_binding(binding, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
 @mds.delete("/security/1.0/principals/{target}/roles/{role}", status_code=204)
 def unbind_cluster_role(request: Request, target: str, role: str, principal: CurrentPrincipal,
                         body: Annotated[ScopeBody | None, Body()] = None) -> Response:
-    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    [binding] = _authorized_bindings(request, principal, lambda: [_binding(target, role, None)], adding=False)
     _check_scope(request, body)
-    _service(request).remove_role_binding(_binding(target, role, None), actor=principal,
-                                         client_address=client_address(request))
+    _service(request).remove_role_binding(binding, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 
 @mds.post("/security/1.0/principals/{target}/roles/{role}/bindings", status_code=204)
 def bind_resources(request: Request, target: str, role: str, principal: CurrentPrincipal,
                    body: ScopeBody) -> Response:
-    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    def parse() -> list[RoleBinding]:
+        if not body.resourcePatterns:
+            raise ApiError(400, 40002, "resourcePatterns must name at least one resource")
+        return [_binding(target, role, p) for p in body.resourcePatterns]
+
+    bindings = _authorized_bindings(request, principal, parse, adding=True)
     _check_scope(request, body)
-    if not body.resourcePatterns:
-        raise ApiError(400, 40002, "resourcePatterns must name at least one resource")
-    bindings = [_binding(target, role, p) for p in body.resourcePatterns]
     for b in bindings:
         _service(request).add_role_binding(b, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
@@ -348,11 +381,12 @@ def bind_resources(request: Request, target: str, role: str, principal: CurrentP
 @mds.delete("/security/1.0/principals/{target}/roles/{role}/bindings", status_code=204)
 def unbind_resources(request: Request, target: str, role: str, principal: CurrentPrincipal,
                      body: ScopeBody) -> Response:
-    authorize_http(request, principal, CLUSTER, CLUSTER_RESOURCE_NAME, Operation.ALTER)
+    bindings = _authorized_bindings(
+        request, principal, lambda: [_binding(target, role, p) for p in body.resourcePatterns], adding=False
+    )
     _check_scope(request, body)
-    for p in body.resourcePatterns:
-        _service(request).remove_role_binding(_binding(target, role, p), actor=principal,
-                                              client_address=client_address(request))
+    for b in bindings:
+        _service(request).remove_role_binding(b, actor=principal, client_address=client_address(request))
     return Response(status_code=204)
 
 

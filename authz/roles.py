@@ -6,14 +6,18 @@ wins (Confluent: "You cannot use a predefined role to override denial-of-access 
 configured in an ACL").
 
 Confluent publishes the role matrix only in part (shared/reference/authz-sasl.md section 3); where it
-is silent, the expansion below follows the role's documented purpose, and the ACL-administration
-right (CLUSTER ALTER, which Kafka requires to change ACLs and credentials) is kept for SystemAdmin
-and UserAdmin only.
+is silent, the expansion below follows the role's documented purpose. Kafka has no separate right to
+administer access: CLUSTER ALTER lets its holder change ACLs and SCRAM credentials (CreateAcls,
+AlterUserScramCredentials), and in kgov also role bindings, group members and OAuth clients, so it
+is the right to give anyone anything. Only SystemAdmin holds it. UserAdmin (Confluent: manages role
+bindings, no access to resources) holds no Kafka right beyond DESCRIBE on the cluster; the
+role-binding routes let it bind the roles below SystemAdmin and UserAdmin to principals other than
+itself (`user_admin_refusal`), which is narrower than Confluent, where UserAdmin manages every role binding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -65,12 +69,18 @@ PREDEFINED_ROLES: Final[dict[str, Role]] = {
               CLUSTER={Op.CREATE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE,
                        Op.CLUSTER_ACTION},
               TOPIC={Op.ALL}, GROUP={Op.ALL}, TRANSACTIONAL_ID={Op.ALL}),
-        _role("UserAdmin", True, "Manages users, groups, role bindings and ACLs",
-              CLUSTER={Op.ALTER, Op.DESCRIBE}, USER={Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS}),
+        # No CLUSTER ALTER (ACLs, credentials, role bindings of any role: SystemAdmin's power) and no
+        # USER CREATE_TOKENS / DESCRIBE_TOKENS (a token for, or the HMAC of, any owner's token is a
+        # login as that owner). Its role-binding right is `user_admin_refusal`, checked by the routes.
+        _role("UserAdmin", True,
+              "Manages role bindings below SystemAdmin and UserAdmin, for principals other than itself",
+              CLUSTER={Op.DESCRIBE}),
         _role("SecurityAdmin", True, "Views ACLs, role bindings and security settings",
               CLUSTER={Op.DESCRIBE}),
-        _role("AuditAdmin", True, "Manages the audit trail configuration",
-              CLUSTER={Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}),
+        # Reads configuration; no ALTER_CONFIGS, which in Kafka alters broker configs and client
+        # quotas (AlterConfigs, AlterClientQuotas), not an audit setting.
+        _role("AuditAdmin", True, "Views the cluster's configuration and security settings; changes nothing",
+              CLUSTER={Op.DESCRIBE, Op.DESCRIBE_CONFIGS}),
         _role("Operator", True, "Monitors and operates clusters and applications without reading data",
               CLUSTER={Op.DESCRIBE, Op.DESCRIBE_CONFIGS}, TOPIC={Op.DESCRIBE, Op.DESCRIBE_CONFIGS},
               GROUP={Op.DESCRIBE}, TRANSACTIONAL_ID={Op.DESCRIBE}),
@@ -156,3 +166,24 @@ def role_grants(
     rule = RoleBindingRule(binding.principal, role.name, rt, binding.resource_name, binding.pattern_type)
     for op in role.operations(rt):
         yield rt, binding.resource_name, binding.pattern_type, op, rule
+
+
+# Roles whose holders administer access: binding or unbinding them takes CLUSTER ALTER (SystemAdmin,
+# or an ACL), never UserAdmin's narrower right, or a UserAdmin could make itself or a friend SystemAdmin.
+ACCESS_ADMIN_ROLES: Final[frozenset[str]] = frozenset({"SystemAdmin", "UserAdmin"})
+USER_ADMIN_ROLE_PRINCIPAL: Final[str] = "Role:UserAdmin"
+
+
+def user_admin_refusal(binding: RoleBinding, caller_principals: Collection[str], *, adding: bool) -> str | None:
+    """Why a caller holding UserAdmin, but not CLUSTER ALTER, may not add (or remove) `binding`; None when
+    it may. `caller_principals` are the strings the caller's ACLs and bindings match
+    (`AuthorizerData.effective_principals`: itself, `User:*`, its groups). A binding for any of them
+    would give the caller what it grants, so UserAdmin may not add one; removing one gives nothing.
+    Compared as stored, as the decision compares them (`b.principal in holders`)."""
+    if binding.role in ACCESS_ADMIN_ROLES:
+        return (f"Only a holder of ALTER on the cluster (SystemAdmin) may bind or unbind {binding.role}; "
+                "UserAdmin manages the other roles")
+    if adding and binding.principal in caller_principals:
+        return (f"UserAdmin may not bind a role to {binding.principal}: the caller is, or belongs to, that "
+                "principal, and would grant itself the role")
+    return None

@@ -70,6 +70,11 @@ class ScramCredentialRequest(BaseModel):
     mechanism: str = "SCRAM-SHA-512"
     password: str = Field(min_length=1, repr=False)
     iterations: int | None = None
+    shared_principal: bool = Field(
+        default=False,
+        description="true to create this user although an OAuth client has its name: both are then the "
+        "principal User:<name>, with the same ACLs, roles and groups (otherwise 409)",
+    )
 
 
 class MechanismOut(BaseModel):
@@ -88,6 +93,11 @@ class OAuthClientRequest(BaseModel):
     client_id: str = Field(min_length=1, max_length=255)
     client_secret: str = Field(min_length=1, repr=False)
     scopes: list[str] = []
+    shared_principal: bool = Field(
+        default=False,
+        description="true to create this client although a SCRAM user has its name: both are then the "
+        "principal User:<client_id>, with the same ACLs, roles and groups (otherwise 409)",
+    )
 
 
 class OAuthClientOut(BaseModel):
@@ -188,6 +198,7 @@ def _admin_router() -> APIRouter:
                 iterations=body.iterations,
                 actor=principal,
                 client_address=client_address(request),
+                shared_principal=body.shared_principal,
             )
         except CredentialError as exc:
             raise _credential_error(exc) from None
@@ -245,6 +256,7 @@ def _admin_router() -> APIRouter:
                 body.scopes,
                 actor=principal,
                 client_address=client_address(request),
+                shared_principal=body.shared_principal,
             )
         except CredentialError as exc:
             raise _credential_error(exc) from None

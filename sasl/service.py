@@ -848,9 +848,12 @@ class CredentialService:
         iterations: int | None = None,
         actor: Principal | str,
         client_address: str | None = None,
+        shared_principal: bool = False,
     ) -> bool:
-        """Creates or replaces a credential (Kafka's AlterUserScramCredentials upsertion); True if replaced."""
+        """Creates or replaces a credential (Kafka's AlterUserScramCredentials upsertion); True if replaced.
+        A new user named like an OAuth client needs `shared_principal` (`_refuse_shared_principal`)."""
         _check_username(name)
+        self._refuse_shared_principal(name, scram=True, allowed=shared_principal)
         mech = MECHANISMS.get(mechanism.upper())
         if mech is None:
             raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -877,8 +880,11 @@ class CredentialService:
         client_address: str | None = None,
     ) -> bool:
         """Kafka's AlterUserScramCredentials upsertion as sent on the wire: the client computed the
-        salted password; StoredKey and ServerKey are derived here. True if it replaced a credential."""
+        salted password; StoredKey and ServerKey are derived here. True if it replaced a credential.
+        Kafka's request has no way to say `shared_principal`: a new user named like an OAuth client is
+        refused with DUPLICATE_RESOURCE (`_refuse_shared_principal`)."""
         _check_username(name)
+        self._refuse_shared_principal(name, scram=True, allowed=False)
         mech = MECHANISMS.get(mechanism.upper())
         if mech is None:
             raise CredentialError(CredentialError.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
@@ -953,8 +959,34 @@ class CredentialService:
         """Creates the bootstrap admin as a SCRAM-SHA-512 user when missing; True if created."""
         if not password or (user, SCRAM_SHA_512.name) in self._current().scram:
             return False
-        self.set_scram_credential(user, SCRAM_SHA_512.name, password, actor="kgov:bootstrap")
+        # The configured super user is created even if a client holds its name (made before the
+        # clash was refused, or with shared_principal): refusing would stop kgov from starting.
+        self.set_scram_credential(user, SCRAM_SHA_512.name, password, actor="kgov:bootstrap",
+                                  shared_principal=True)
         return True
+
+    def _refuse_shared_principal(self, name: str, *, scram: bool, allowed: bool) -> None:
+        """A SCRAM user and an OAuth client of one name are one principal, `User:<name>`, as in Kafka
+        (SCRAM's authorization id and OAUTHBEARER's `sub` both become a `User:` KafkaPrincipal): the
+        client would hold every ACL, role and group of the user, and the user the client's. So a new
+        one of either kind named like the other is refused (DUPLICATE_RESOURCE, 409) unless the
+        request says `shared_principal`; changing an existing user or client is not. Checked against
+        the database (clients) and the current snapshot (users); two nodes creating the two kinds at
+        the same moment are not serialized against each other."""
+        if allowed:
+            return
+        is_user = any(user == name for user, _mechanism in self._current().scram)
+        is_client = self.store.get_client(name) is not None
+        if scram and (is_user or not is_client):
+            return
+        if not scram and (is_client or not is_user):
+            return
+        other = "an OAuth client" if scram else "a SCRAM user"
+        raise CredentialError(
+            CredentialError.DUPLICATE_RESOURCE,
+            f"{name} is already {other}: both would be the principal User:{name} and share its ACLs, roles and "
+            "groups. Choose another name, or set shared_principal to mean one principal with two credentials",
+        )
 
     # -- service accounts ------------------------------------------------------------------------
     def set_client(
@@ -965,6 +997,7 @@ class CredentialService:
         *,
         actor: Principal | str,
         client_address: str | None = None,
+        shared_principal: bool = False,
     ) -> bool:
         if not client_id or ":" in client_id or "\x00" in client_id or len(client_id) > MAX_NAME_LENGTH:
             raise CredentialError(
@@ -998,6 +1031,7 @@ class CredentialService:
         scope_list = sorted({s for s in scopes if s})
         if any(not _valid_scope_token(s) for s in scope_list):
             raise CredentialError(CredentialError.UNACCEPTABLE_CREDENTIAL, "invalid scope value")
+        self._refuse_shared_principal(client_id, scram=False, allowed=shared_principal)
         audit = self._audit_change(
             "oauth.UpsertClient",
             f"client={client_id}",

@@ -104,7 +104,9 @@ def test_external_identity_provider_by_jwks_url(tmp_path: Path) -> None:
         assert validator.validate(token).principal_name == "ext-worker"
         assert consumer_app.state.credentials.jwks.refresh_count == 1
         # The provider has an application named like kgov's admin user (a super user here): refused.
-        issuer_app.state.credentials.set_client("admin", "admin-app-secret-0123456789", [], actor="test")
+        # (shared_principal: the issuer's own admin is a SCRAM user, and this test makes the clash on purpose)
+        issuer_app.state.credentials.set_client("admin", "admin-app-secret-0123456789", [], actor="test",
+                                                shared_principal=True)
         named_admin = issuer_app.state.credentials.issue_token(
             issuer_app.state.credentials.authenticate_client("admin", "admin-app-secret-0123456789"), None)
         with pytest.raises(TokenValidationError, match="names kgov's admin user"):
