@@ -656,7 +656,7 @@ class KafkaSink:
             drains = len(self._buffer) <= len(attempt)  # the attempt is the head of the buffer
         fits = [r.seal is None and r.size + _RECORD_OVERHEAD + sealer.size <= MAX_REQUEST_BYTES for r in attempt]
         last = max((i for i, fit in enumerate(fits) if fit), default=-1)
-        sealed = [r._replace(seal=sealer.seal(r.value, last=drains and i == last)) if fits[i]
+        sealed = [_Record(r.key, r.value, r.size, sealer.seal(r.value, last=drains and i == last)) if fits[i]
                   else r if r.seal is not None else r._replace(seal=_NOT_SEALED) for i, r in enumerate(attempt)]
         with self._cond:
             if not self._finished:  # only the shipper takes records off the head, so it is still `attempt`
