@@ -363,7 +363,7 @@ class _Sealed:
     link: bytes
     partition: int
     offset: int
-    signed: bool  # a checkpoint whose signature verified
+    signed: bool  # a checkpoint whose signature verified; after `_resolve`, any verified record
 
 
 @dataclass(slots=True)
@@ -433,14 +433,10 @@ def verify_records(records: Iterable[TopicRecord], keys: Mapping[bytes, Ed25519P
     for anchor in anchors:
         found = chains[(anchor.writer, anchor.epoch)].first.get(anchor.seq) \
             if (anchor.writer, anchor.epoch) in chains else None
-        if found is None or found.link != anchor.link or not _verified(found):
+        if found is None or found.link != anchor.link or not found.signed:
             report.anchors_missing.append(anchor)
     return report
 
-
-
-def _verified(sealed: _Sealed) -> bool:
-    return sealed.signed
 
 
 def _resolve(chain: _Chain, topic: TopicReport) -> dict[int, _Sealed]:
