@@ -1,31 +1,44 @@
-"""Tamper evidence for the audit events on a Kafka topic: an Ed25519 seal per record, chained per writer.
+"""Tamper evidence for the audit events on a Kafka topic: a hash chain per writer, signed with Ed25519 at
+checkpoints.
 
 `audit.integrity` chains the audit files with an HMAC, so whoever can verify can also forge. The topic's
 readers (a SIEM, an auditor) get a signature they check with a public key instead: each record carries a
-header `kgov-seal` (binary, 122 bytes plus the writer id):
+header `kgov-seal` (binary, 58 bytes plus the writer id, and 64 more on a checkpoint):
 
-    version (1) | key id (8) | epoch (8) | seq (8, big-endian) | prev (32) | writer length (1) | writer | signature (64)
+    version (1) | key id (8) | epoch (8) | seq (8, big-endian) | prev (32) | writer length (1) | writer
+        | signature (64, version 2: on checkpoints only; version 1: always)
 
 - key id: the first 8 bytes of SHA-256 over the raw public key, so a verifier given several keys (one per
-  node) picks the right one, and a record signed by a key it was not given is reported as such;
+  node) picks the right one, and a record sealed under a key it was not given is reported as such;
 - writer: who wrote it (`[audit] kafka_seal_writer`, by default the host name); epoch: 8 random bytes drawn at
   each sink start, so each start of each process is a chain of its own (several gateways and control planes
   write one topic);
 - seq: 0, 1, 2, ... per epoch, contiguous; prev: the link (below) of the record sealed before it in the same
   epoch, 32 zero bytes for seq 0;
-- signature: Ed25519 (RFC 8032) over `_DOMAIN`, the fields above (without the signature) and the SHA-256 of
-  the record's value. The link of a record is the SHA-256 of that same signed message.
+- the link of a record is the SHA-256 of `_DOMAIN`, the fields above (without the signature) and the SHA-256
+  of the record's value: every record's link covers the whole chain before it;
+- signature: Ed25519 (RFC 8032) over that same message (so over the link): it proves the checkpoint and,
+  through the prev links, every earlier record of its epoch.
+
+Version 2 (this one): one signature costs 50-80 µs, a link a few; the sink (`Sealer.seal`) signs the last
+record of each attempt after which its queue is empty, and under sustained load at least every
+`CHECKPOINT_RECORDS` records or `CHECKPOINT_S` seconds (docs/benchmarks.md, audit_kafka_seal_bench). Version 1
+(builds of 2026-11-22 before it) signed every record; such records still verify: each is a checkpoint.
 
 The key is not in the signed message: Kafka's record key is the event's `source`, which the value carries.
 The topic name is not either, so a mirrored copy of the topic (MirrorMaker, another name) still verifies.
 
 `verify_records` (pure: records in, report out) rebuilds every chain from the records of all partitions (a
-writer's events go to the partition of their `source`) and reports per chain: records verified, duplicates
-(delivery is at least once: a resent record is the same bytes), gaps in seq (records deleted or lost), records
-out of order within a partition, a start that is missing, two different records sealed for one seq, and a link
-that does not match. Records with no seal, a malformed seal, an unknown key or a bad signature are reported per
-topic with their partition and offset. What it cannot see: the newest records of a chain deleted (nothing
-comes after them to show the gap) unless an anchor printed by an earlier verify (`Anchor`) is passed back;
+writer's events go to the partition of their `source`), walks each back from its checkpoints, and reports per
+chain: records verified (a checkpoint, or linked to a verified record after it), records after the chain's
+last checkpoint ("not yet signed": neither verified nor disproved; a writer that has gone idle has none),
+duplicates (delivery is at least once: a resent record is the same bytes), gaps in seq (records deleted or
+lost), records out of order within a partition, a start that is missing, two different records sealed for
+one seq, a link that does not match, and records cut off from every checkpoint by a gap. Records with no
+seal, a malformed seal, an unknown key, a bad signature, or an unsigned record that contradicts the link a
+verified record carries are reported per topic with their partition and offset. What it cannot see: the
+newest records of a chain deleted (nothing comes after them to show the gap) unless an anchor printed by an
+earlier verify (`Anchor`) is passed back; what is in a chain's unsigned tail until its next checkpoint;
 anything done by whoever holds a private key.
 """
 
@@ -39,6 +52,7 @@ import re
 import secrets
 import stat
 import struct
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +62,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 SEAL_HEADER = "kgov-seal"
-SEAL_VERSION = 1
+SEAL_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+# Under sustained load (the sink's queue never empty), a checkpoint at least this often. Measured
+# (docs/benchmarks.md): at 1000 a signature adds under 0.1 µs per record, and an attempt (at most 1000
+# records) carries about one; a process killed under load leaves at most this many records, or this many
+# seconds of them, unsigned.
+CHECKPOINT_RECORDS = 1000
+CHECKPOINT_S = 1.0
 _DOMAIN = b"kgov audit kafka seal\n"
 # version, key id, epoch, seq, prev, writer length
 _FIXED = struct.Struct(">B8s8sQ32sB")
@@ -165,14 +186,19 @@ def _signed_message(fields: bytes, value: bytes) -> bytes:
 
 
 class Sealer:
-    """One writer epoch's chain: seals record values in order. No I/O and not thread-safe: the sink's
-    shipper thread alone calls `seal`, once per record (a record sent again keeps its seal)."""
+    """One writer epoch's chain: links record values in order, signing checkpoints. No I/O and not
+    thread-safe: the sink's shipper thread alone calls `seal`, once per record (a record sent again keeps
+    its seal)."""
 
     def __init__(self, private_key: Ed25519PrivateKey, writer: str,
-                 token: Callable[[int], bytes] = secrets.token_bytes) -> None:
+                 token: Callable[[int], bytes] = secrets.token_bytes, *,
+                 checkpoint_records: int = CHECKPOINT_RECORDS, checkpoint_s: float = CHECKPOINT_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         raw = writer.encode("utf-8")
         if not 1 <= len(raw) <= MAX_WRITER_BYTES:
             raise ValueError(f"an audit seal writer id is 1-{MAX_WRITER_BYTES} bytes of UTF-8")
+        if checkpoint_records < 1 or checkpoint_s < 0:
+            raise ValueError("an audit seal checkpoint is at least every record and never more than 0 s apart")
         self._key = private_key
         self._key_id = key_id(private_key.public_key())
         self.writer = writer
@@ -180,24 +206,36 @@ class Sealer:
         self.epoch = token(8)
         self.seq = 0  # of the next record
         self.prev = _ZERO
+        self.checkpoint_records = checkpoint_records
+        self.checkpoint_s = checkpoint_s
+        self._monotonic = monotonic
+        self.unsigned = 0  # records sealed since the last checkpoint
+        self._signed_at = monotonic()
 
     @property
     def size(self) -> int:
-        """Bytes of each seal."""
+        """Most bytes of a seal (a checkpoint's)."""
         return _FIXED.size + len(self._writer) + _SIGNATURE_BYTES
 
     def __repr__(self) -> str:  # the key stays out of it
         return f"Sealer(writer={self.writer!r}, epoch={self.epoch.hex()}, seq={self.seq})"
 
-    def seal(self, value: bytes) -> bytes:
-        """The `kgov-seal` header value for the next record, whose value is `value`."""
+    def seal(self, value: bytes, *, last: bool = True) -> bytes:
+        """The `kgov-seal` header value for the next record, whose value is `value`. `last`: nothing else is
+        waiting to be sealed after it (the sink's queue runs empty): it is a checkpoint. Otherwise it is one
+        only when `checkpoint_records` records have been sealed since the last or `checkpoint_s` has passed."""
         fields = _FIXED.pack(SEAL_VERSION, self._key_id, self.epoch, self.seq, self.prev, len(self._writer)) \
             + self._writer
         message = _signed_message(fields, value)
-        signature = self._key.sign(message)
         self.prev = hashlib.sha256(message).digest()
         self.seq += 1
-        return fields + signature
+        self.unsigned += 1
+        if not (last or self.unsigned >= self.checkpoint_records
+                or self._monotonic() - self._signed_at >= self.checkpoint_s):
+            return fields
+        self.unsigned = 0
+        self._signed_at = self._monotonic()
+        return fields + self._key.sign(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,26 +246,29 @@ class Seal:
     prev: bytes
     writer: str
     fields: bytes = field(repr=False)
-    signature: bytes = field(repr=False)
+    signature: bytes | None = field(repr=False)  # None: version 2, not a checkpoint
+    version: int = SEAL_VERSION
 
 
 def parse_seal(header: bytes) -> Seal:
-    """The fields of a `kgov-seal` header; SealFormatError saying what is wrong."""
-    if len(header) < _FIXED.size + 1 + _SIGNATURE_BYTES:
+    """The fields of a `kgov-seal` header (version 1 or 2); SealFormatError saying what is wrong."""
+    if len(header) < _FIXED.size + 1:
         raise SealFormatError(f"{len(header)} bytes, shorter than any seal")
     version, kid, epoch, seq, prev, writer_len = _FIXED.unpack_from(header)
-    if version != SEAL_VERSION:
-        raise SealFormatError(f"version {version}, not {SEAL_VERSION}")
+    if version not in _READABLE_VERSIONS:
+        raise SealFormatError(f"version {version}, not one of {', '.join(map(str, _READABLE_VERSIONS))}")
     end = _FIXED.size + writer_len
     if writer_len == 0:
         raise SealFormatError("an empty writer id")
-    if len(header) != end + _SIGNATURE_BYTES:
-        raise SealFormatError(f"{len(header)} bytes, not the {end + _SIGNATURE_BYTES} its writer length says")
+    lengths = (end + _SIGNATURE_BYTES,) if version == 1 else (end, end + _SIGNATURE_BYTES)
+    if len(header) not in lengths:
+        raise SealFormatError(f"{len(header)} bytes, not the {' or '.join(map(str, lengths))} its writer length "
+                              "says")
     try:
         writer = header[_FIXED.size:end].decode("utf-8")
     except UnicodeDecodeError:
         raise SealFormatError("the writer id is not UTF-8") from None
-    return Seal(kid, epoch, seq, prev, writer, header[:end], header[end:])
+    return Seal(kid, epoch, seq, prev, writer, header[:end], header[end:] or None, version)
 
 
 # ---------------------------------------------------------------------------------------------- verifying
@@ -276,7 +317,10 @@ class ChainReport:
     duplicates: int = 0
     first_seq: int = 0
     last_seq: int = 0
-    newest: Anchor | None = None
+    # Records after the chain's last checkpoint: not verified, not disproved (`pending_seqs`: first, last).
+    pending: int = 0
+    pending_seqs: tuple[int, int] | None = None
+    newest: Anchor | None = None  # the newest verified record
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -300,20 +344,33 @@ class TopicReport:
     anchors_missing: list[Anchor] = field(default_factory=list)
 
     @property
+    def pending(self) -> int:
+        """Records not yet signed (after their chain's last checkpoint): not counted as verified, nor by `ok`."""
+        return sum(c.pending for c in self.chains)
+
+    @property
     def ok(self) -> bool:
         return (not self.unsigned and not self.malformed and not self.forged and not self.anchors_missing
                 and all(c.ok for c in self.chains))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Sealed:
-    """What a chain keeps of a verified record (a topic may hold millions)."""
+    """What a chain keeps of a record whose seal parsed under a given key (a topic may hold millions)."""
 
     seq: int
     prev: bytes
     link: bytes
     partition: int
     offset: int
+    signed: bool  # a checkpoint whose signature verified; after `_resolve`, any verified record
+
+
+@dataclass(slots=True)
+class _Chain:
+    report: ChainReport
+    first: dict[int, _Sealed] = field(default_factory=dict)  # the first record seen of each seq
+    others: dict[int, list[_Sealed]] = field(default_factory=dict)  # other records claiming a seq (rare)
 
 
 def verify_records(records: Iterable[TopicRecord], keys: Mapping[bytes, Ed25519PublicKey], *,
@@ -322,11 +379,7 @@ def verify_records(records: Iterable[TopicRecord], keys: Mapping[bytes, Ed25519P
     order within each partition. `missing_start_ok`: a chain starting past seq 0 is a note, not a problem
     (a topic whose retention deletes old records)."""
     report = TopicReport()
-    chains: dict[ChainId, dict[int, _Sealed]] = {}
-    reports: dict[ChainId, ChainReport] = {}
-    # Within a partition a writer's records arrive in seq order (one request in flight, batches written
-    # whole); a record that comes after a higher seq of its chain in the same partition was moved.
-    highest: dict[tuple[ChainId, int], int] = {}
+    chains: dict[ChainId, _Chain] = {}
     for record in records:
         report.records += 1
         where = (record.partition, record.offset)
@@ -344,46 +397,105 @@ def verify_records(records: Iterable[TopicRecord], keys: Mapping[bytes, Ed25519P
             continue
         public = keys.get(seal.key_id)
         if public is None:
-            report.forged.append((*where, f"signed by key {seal.key_id.hex()}, which was not given"))
+            report.forged.append((*where, f"sealed under key {seal.key_id.hex()}, which was not given"))
             continue
         message = _signed_message(seal.fields, record.value or b"")
-        try:
-            public.verify(seal.signature, message)
-        except InvalidSignature:
-            report.forged.append((*where, f"bad signature (claims writer {seal.writer} epoch {seal.epoch.hex()} "
-                                          f"seq {seal.seq})"))
-            continue
+        if seal.signature is not None:
+            try:
+                public.verify(seal.signature, message)
+            except InvalidSignature:
+                report.forged.append((*where, f"bad signature (claims writer {seal.writer} epoch {seal.epoch.hex()} "
+                                              f"seq {seal.seq})"))
+                continue
         chain_id = (seal.writer, seal.epoch)
-        chain = chains.setdefault(chain_id, {})
-        chain_report = reports.setdefault(chain_id, ChainReport(seal.writer, seal.epoch, seal.key_id))
-        sealed = _Sealed(seal.seq, seal.prev, hashlib.sha256(message).digest(), *where)
-        if seal.key_id != chain_report.key_id:
-            chain_report.problems.append(f"seq {seal.seq} at {_at(sealed)} is signed by key {seal.key_id.hex()}, the "
-                                         f"chain's other records by {chain_report.key_id.hex()}")
-        earlier = chain.get(seal.seq)
-        if earlier is not None:
-            if earlier.link == sealed.link:
-                chain_report.duplicates += 1  # sent again after an answer was lost
-            else:
-                chain_report.problems.append(f"two different records sealed as seq {seal.seq}: at {_at(earlier)} and "
-                                             f"{_at(sealed)}")
+        chain = chains.get(chain_id)
+        if chain is None:
+            chain = chains[chain_id] = _Chain(ChainReport(seal.writer, seal.epoch, seal.key_id))
+        sealed = _Sealed(seal.seq, seal.prev, hashlib.sha256(message).digest(), *where, seal.signature is not None)
+        if seal.key_id != chain.report.key_id:
+            chain.report.problems.append(f"seq {seal.seq} at {_at(sealed)} is sealed under key {seal.key_id.hex()}, "
+                                         f"the chain's other records under {chain.report.key_id.hex()}")
+        earlier = chain.first.get(seal.seq)
+        if earlier is None:
+            chain.first[seal.seq] = sealed
             continue
-        chain[seal.seq] = sealed
-        top = highest.get((chain_id, record.partition))
-        if top is not None and seal.seq < top:
-            chain_report.problems.append(f"reordered: seq {seal.seq} at {_at(sealed)} comes after seq {top} in "
-                                         f"partition {record.partition}")
+        same = next((e for e in (earlier, *chain.others.get(seal.seq, ())) if e.link == sealed.link), None)
+        if same is None:
+            chain.others.setdefault(seal.seq, []).append(sealed)
         else:
-            highest[(chain_id, record.partition)] = seal.seq
-    for chain_id, chain in sorted(chains.items()):
-        chain_report = reports[chain_id]
-        _check_chain(chain_report, chain, missing_start_ok)
-        report.chains.append(chain_report)
+            chain.report.duplicates += 1  # sent again after an answer was lost: the same bytes
+            same.signed = same.signed or sealed.signed
+    for _, chain in sorted(chains.items(), key=lambda item: item[0]):
+        kept = _resolve(chain, report)
+        _check_chain(chain.report, kept, missing_start_ok)
+        report.chains.append(chain.report)
+        chain.first = kept  # what the anchors are checked against
     for anchor in anchors:
-        found = chains.get((anchor.writer, anchor.epoch), {}).get(anchor.seq)
-        if found is None or found.link != anchor.link:
+        found = chains[(anchor.writer, anchor.epoch)].first.get(anchor.seq) \
+            if (anchor.writer, anchor.epoch) in chains else None
+        if found is None or found.link != anchor.link or not found.signed:
             report.anchors_missing.append(anchor)
     return report
+
+
+
+def _resolve(chain: _Chain, topic: TopicReport) -> dict[int, _Sealed]:
+    """Walks the chain back from its newest seq: a record is verified when it is a checkpoint or when the
+    verified record of the next seq links to it. Returns the chain's record of each seq (`signed` set on
+    every verified one); records that contradict a verified one go to `topic.forged`."""
+    report = chain.report
+    checkpoints = [s for s, e in chain.first.items() if e.signed] + [
+        s for s, others in chain.others.items() if any(e.signed for e in others)]
+    last_checkpoint = max(checkpoints, default=-1)
+    kept: dict[int, _Sealed] = {}
+    uncovered: list[int] = []
+    pending: list[int] = []
+    expect: tuple[int, bytes] | None = None  # the seq and link the verified record after it says
+    for seq in sorted(chain.first, reverse=True):
+        variants = [chain.first[seq], *chain.others.get(seq, ())]
+        linked = expect is not None and expect[0] == seq
+        covered = [v for v in variants if v.signed or (linked and expect is not None and v.link == expect[1])]
+        pick = covered[0] if covered else variants[0]
+        for v in (covered or variants)[1:]:
+            report.problems.append(f"two different records sealed as seq {seq}: at {_at(pick)} and {_at(v)}")
+        claims = f"claims writer {report.writer} epoch {report.epoch.hex()} seq {seq}"
+        if covered:
+            for v in variants:
+                if not any(v is c for c in covered):
+                    topic.forged.append((v.partition, v.offset, f"{claims} unsigned, but the verified seq {seq + 1} "
+                                         "links to another record" if linked else f"{claims} unsigned, but "
+                                         "another record is that seq's checkpoint"))
+            for v in covered:
+                v.signed = True
+            kept[seq] = pick
+            expect = (seq - 1, pick.prev)
+            continue
+        expect = None
+        if linked:  # the verified next record names another link for this seq: these were changed
+            for v in variants:
+                topic.forged.append((v.partition, v.offset, f"{claims}, but the verified seq {seq + 1} links to "
+                                     "another record"))
+            continue
+        kept[seq] = pick
+        (pending if seq > last_checkpoint else uncovered).append(seq)
+    report.verified = sum(1 for e in kept.values() if e.signed)
+    if pending:
+        report.pending, report.pending_seqs = len(pending), (min(pending), max(pending))
+    if uncovered:
+        report.problems.append(f"{len(uncovered)} record(s) not covered by any checkpoint (a gap or a changed "
+                               f"record cuts them off from the checkpoint after them): seq {_ranges(uncovered)}")
+    return kept
+
+
+def _ranges(seqs: Iterable[int]) -> str:
+    spans: list[list[int]] = []
+    for seq in sorted(seqs):
+        if spans and seq == spans[-1][1] + 1:
+            spans[-1][1] = seq
+        else:
+            spans.append([seq, seq])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans[:20])
+    return shown + (f" and {len(spans) - 20} more ranges" if len(spans) > 20 else "")
 
 
 def _at(sealed: _Sealed) -> str:
@@ -391,11 +503,14 @@ def _at(sealed: _Sealed) -> str:
 
 
 def _check_chain(report: ChainReport, chain: dict[int, _Sealed], missing_start_ok: bool) -> None:
+    if not chain:  # every record of it was shown changed
+        report.problems.append("no record of the chain stands")
+        return
     seqs = sorted(chain)
-    report.verified = len(seqs)
     report.first_seq, report.last_seq = seqs[0], seqs[-1]
-    newest = chain[seqs[-1]]
-    report.newest = Anchor(report.writer, report.epoch, newest.seq, newest.link)
+    newest = next((chain[s] for s in reversed(seqs) if chain[s].signed), None)
+    if newest is not None:
+        report.newest = Anchor(report.writer, report.epoch, newest.seq, newest.link)
     if seqs[0] != 0:
         message = f"the chain's start is missing: its first record is seq {seqs[0]} (seq 0-{seqs[0] - 1} deleted)"
         (report.notes if missing_start_ok else report.problems).append(message)
@@ -410,3 +525,13 @@ def _check_chain(report: ChainReport, chain: dict[int, _Sealed], missing_start_o
     for a, b in itertools.pairwise(seqs):
         if b == a + 1 and chain[b].prev != chain[a].link:
             report.problems.append(f"seq {b} at {_at(chain[b])} does not link to seq {a} at {_at(chain[a])}")
+    # Within a partition a writer's records arrive in seq order (one request in flight, batches written
+    # whole); a record that comes after a higher seq of its chain in the same partition was moved.
+    highest: dict[int, int] = {}
+    for sealed in sorted(chain.values(), key=lambda e: (e.partition, e.offset)):
+        top = highest.get(sealed.partition)
+        if top is not None and sealed.seq < top:
+            report.problems.append(f"reordered: seq {sealed.seq} at {_at(sealed)} comes after seq {top} in "
+                                   f"partition {sealed.partition}")
+        else:
+            highest[sealed.partition] = sealed.seq

@@ -22,8 +22,9 @@ a Spark job, and it never fails or slows down the request that wrote the event:
 Records are the CloudEvents Kafka protocol binding's structured mode: the value is the event's JSON
 (`AuditEvent.to_json()`), header `content-type: application/cloudevents+json; charset=UTF-8`, key the
 event's `source`. With a `Sealer` (`[audit] kafka_seal`), each record also carries a header `kgov-seal`:
-an Ed25519 signature chained per writer epoch (audit.kafka_seal), made on the shipper thread the first
-time the record is sent (`_sealed`) and kept for every resend.
+its link in a hash chain per writer epoch, signed (Ed25519) on checkpoints (audit.kafka_seal): the last
+record handed to the client before the buffer runs empty, and under sustained load every 1000 records or
+second. Made on the shipper thread the first time the record is sent (`_sealed`) and kept for every resend.
 
 Why librdkafka by default: kafka-python is pure Python, and its sender holds the interpreter lock while it
 encodes and sends, so every thread that writes audit events (the gateway writes one per request) waits for
@@ -123,7 +124,8 @@ class KafkaAuditSettings(BaseModel):
     kafka_close_timeout_s: float = Field(default=5.0, ge=0, le=300)
     # auto: librdkafka (confluent-kafka) when installed, else kafka-python.
     kafka_client: KafkaClientChoice = "auto"
-    # Sign each record (header kgov-seal, audit.kafka_seal) with an Ed25519 key, chained per writer.
+    # Seal each record (header kgov-seal, audit.kafka_seal): a hash chain per writer, signed with an Ed25519
+    # key at checkpoints.
     kafka_seal: bool = True
     # None: `<data_dir>/audit-seal.key`, generated (0600) on first start. Set: the file must exist.
     kafka_seal_key_file: Path | None = None
@@ -637,18 +639,25 @@ class KafkaSink:
             return attempt
 
     def _sealed(self, attempt: list[_Record]) -> list[_Record]:
-        """`attempt` with every record sealed. Sealed here, on the shipper thread, not in `write`: a
-        signature (tens of microseconds) stays off the request path, and records refused by a full buffer
-        or left at shutdown take no seq, so they leave no gap. A record is sealed once, the first time it
-        is sent, and keeps its seal in the buffer: one sent again is the same bytes (a duplicate to the
-        verifier, not a second record). A record too large for any produce request is not sealed: the
-        client refuses it (`too_large`), and a seq it took would show as a record deleted from the topic."""
+        """`attempt` with every record sealed. Sealed here, on the shipper thread, not in `write`: the seal
+        stays off the request path, and records refused by a full buffer or left at shutdown take no seq, so
+        they leave no gap. A record is sealed once, the first time it is sent, and keeps its seal in the
+        buffer: one sent again is the same bytes (a duplicate to the verifier, not a second record). A record
+        too large for any produce request is not sealed: the client refuses it (`too_large`), and a seq it
+        took would show as a record deleted from the topic.
+
+        Each record gets its link; the last one sealed here is a signed checkpoint when nothing waits in the
+        buffer behind the attempt (an idle sink leaves no unsigned tail), others when the `Sealer` says
+        (every `checkpoint_records` records or `checkpoint_s` under sustained load)."""
         sealer = self._sealer
         if sealer is None or attempt[-1].seal is not None:  # sealed in order: the last tells
             return attempt
-        sealed = [r if r.seal is not None else r._replace(
-            seal=_NOT_SEALED if r.size + _RECORD_OVERHEAD + sealer.size > MAX_REQUEST_BYTES else sealer.seal(r.value))
-            for r in attempt]
+        with self._cond:
+            drains = len(self._buffer) <= len(attempt)  # the attempt is the head of the buffer
+        fits = [r.seal is None and r.size + _RECORD_OVERHEAD + sealer.size <= MAX_REQUEST_BYTES for r in attempt]
+        last = max((i for i, fit in enumerate(fits) if fit), default=-1)
+        sealed = [_Record(r.key, r.value, r.size, sealer.seal(r.value, last=drains and i == last)) if fits[i]
+                  else r if r.seal is not None else r._replace(seal=_NOT_SEALED) for i, r in enumerate(attempt)]
         with self._cond:
             if not self._finished:  # only the shipper takes records off the head, so it is still `attempt`
                 for i, record in enumerate(sealed):

@@ -17,8 +17,11 @@ timer, through `MultiSink` to a fresh temporary directory; the kinds of round al
 - the same file sink and a shipping `KafkaSink` to a new topic, per client (`--client`, default both, side
   by side in one run): the shipper runs in the writing process as in kgov. With kafka-python (pure Python)
   a write also waits for the interpreter its producer holds; librdkafka's I/O threads are C and release it;
-- with `--seal`, also a shipping `KafkaSink` per client whose records are sealed (audit.kafka_seal: an
-  Ed25519 signature per record, on the shipper thread), beside the unsealed one.
+- with `--seal`, also a shipping `KafkaSink` per client whose records are sealed (audit.kafka_seal: a hash
+  link per record, an Ed25519 signature per checkpoint, on the shipper thread), beside the unsealed one;
+  and one whose `Sealer` signs every record (`checkpoint_records=1`: the work seal version 1 did per
+  record), so before and after are measured in one run. The sealed topics are read back and verified
+  (`verify_records`): every record verified, none left unsigned.
 
 Printed per kind: microseconds per `write` on the request path (best round; median of rounds) and the
 difference and ratio to the baseline; then how long after the first write the broker had acknowledged
@@ -45,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from audit.integrity import IntegrityKey
-from audit.kafka_seal import Sealer
+from audit.kafka_seal import SEAL_HEADER, Sealer, TopicRecord, key_id, verify_records
 from audit.kafka_sink import KafkaClient, KafkaSink
 from audit.model import AuditEvent, authorization_event
 from audit.sinks import JsonLinesSink, MultiSink
@@ -75,8 +78,10 @@ class Round:
 CLIENTS: tuple[KafkaClient, ...] = ("kafka-python", "librdkafka")
 LABELS = {"file": "file sink alone", "queued": "+ KafkaSink, shipper stopped",
           **{f"shipped:{c}": f"+ KafkaSink shipping, {c}" for c in CLIENTS},
-          **{f"sealed:{c}": f"+ KafkaSink shipping sealed, {c}" for c in CLIENTS}}
+          **{f"sealed:{c}": f"+ KafkaSink shipping sealed, {c}" for c in CLIENTS},
+          **{f"signed:{c}": f"+ shipping, each record signed, {c}" for c in CLIENTS}}
 SEAL_KEY = Ed25519PrivateKey.generate()
+SEAL_KEYS = {key_id(SEAL_KEY.public_key()): SEAL_KEY.public_key()}
 
 
 def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool, partitions: int) -> Round:
@@ -84,9 +89,10 @@ def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool,
     try:
         file = JsonLinesSink(directory / "events.jsonl", integrity=KEY if sealed else None)
         topic = create_topic(bootstrap, partitions=partitions, prefix="audit-bench-")
-        shipping = kind.startswith(("shipped:", "sealed:"))
+        shipping = kind.startswith(("shipped:", "sealed:", "signed:"))
         client: KafkaClient = "librdkafka" if kind.endswith(":librdkafka") else "kafka-python"
-        sealer = Sealer(SEAL_KEY, "bench") if kind.startswith("sealed:") else None
+        sealer = Sealer(SEAL_KEY, "bench") if kind.startswith("sealed:") else Sealer(
+            SEAL_KEY, "bench", checkpoint_records=1) if kind.startswith("signed:") else None
         kafka = KafkaSink(bootstrap, topic, buffer_bytes=256 * 1024 * 1024, client=client, start=shipping,
                           sealer=sealer)
         audit = MultiSink([file] if kind == "file" else [file, kafka])
@@ -113,6 +119,13 @@ def one_round(kind: str, bootstrap: str, events: list[AuditEvent], sealed: bool,
         records = read_topic(bootstrap, topic, len(events), timeout=120)
         if len(records) != len(events):
             raise SystemExit(f"the topic holds {len(records)} records for {len(events)} events")
+        if sealer is not None:
+            report = verify_records((TopicRecord(r.partition, r.offset, r.value, tuple(r.headers)) for r in records),
+                                    SEAL_KEYS)
+            signed = sum(1 for r in records if len(dict(r.headers)[SEAL_HEADER]) > sealer.size - 64)
+            if not report.ok or report.pending or sum(c.verified for c in report.chains) != len(events):
+                raise SystemExit(f"the sealed topic does not verify whole: {report}")
+            print(f"  ({kind}: {signed} of {len(records)} records signed)", file=sys.stderr)
         return Round(write_us, len(events) / shipped_s, len({r.value for r in records}))
     finally:
         shutil.rmtree(directory)
@@ -130,7 +143,8 @@ def main() -> None:
     parser.add_argument("--seal", action="store_true", help="also ship with sealed records, per client")
     args = parser.parse_args()
     clients = CLIENTS if args.client == "both" else (args.client,)
-    kinds = ("file", "queued", *(f"shipped:{c}" for c in clients), *(f"sealed:{c}" for c in clients if args.seal))
+    kinds = ("file", "queued", *(f"shipped:{c}" for c in clients),
+             *(f"{k}:{c}" for c in clients for k in ("sealed", "signed") if args.seal))
     events = [event(i) for i in range(args.events)]
     sealed = not args.plain
     rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
@@ -150,11 +164,12 @@ def main() -> None:
         best = min(r.write_us for r in rounds[kind])
         ratio = "" if kind == "file" else f"   {best - base:+7.2f} us, x{best / base:4.2f}"
         print(f"  {LABELS[kind]:40s} {best:7.2f} ({statistics.median(r.write_us for r in rounds[kind]):7.2f}){ratio}")
-    shipping = [k for k in kinds if k.startswith(("shipped:", "sealed:"))]
+    shipping = [k for k in kinds if k.startswith(("shipped:", "sealed:", "signed:"))]
     for kind in shipping:
         shipped = rounds[kind]
         rates = [r.shipped_per_s or 0.0 for r in shipped]
-        print(f"  shipped to the topic by {kind.split(':')[1]}{' sealed' if kind.startswith('sealed') else ''}: "
+        how = {"sealed": " sealed", "signed": " sealed, each record signed"}.get(kind.split(":")[0], "")
+        print(f"  shipped to the topic by {kind.split(':')[1]}{how}: "
               f"{max(rates):,.0f} events/s (median {statistics.median(rates):,.0f}),"
               f" first write to last acknowledgement; on the topic per round: {[r.on_topic for r in shipped]}")
     if any(r.on_topic != args.events for k in shipping for r in rounds[k]):

@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="an existing classification file: its topics and approved principals are kept")
     cls.add_argument("--out", required=True, metavar="FILE")
     cls.set_defaults(func=_classify)
-    ver = sub.add_parser("verify", help="check the integrity chains of kgov's audit files (exit 0: all verify)")
+    ver = sub.add_parser("verify", help="check the integrity chains of kgov's audit files or topic (exit 0: all "
+                                        "verify; 1: some fail; 3: a topic's newest records are not signed yet)")
     where = ver.add_mutually_exclusive_group()
     where.add_argument("--dir", metavar="DIR", help="every audit file in DIR (default: [audit] dir)")
     where.add_argument("files", nargs="*", default=[], metavar="FILE",
@@ -329,7 +330,12 @@ def _verify_topic(args: argparse.Namespace) -> int:
     for chain in report.chains:
         counted = f"{chain.verified} records verified (seq {chain.first_seq}-{chain.last_seq})" + (
             f", {chain.duplicates} duplicate(s) sent again" if chain.duplicates else "")
-        print(f"{chain.name} (key {chain.key_id.hex()}): {'OK' if chain.ok else 'FAILED'}, {counted}")
+        if chain.pending_seqs is not None:
+            # Neither verified nor disproved: no checkpoint (signed record) after them yet.
+            first, last = chain.pending_seqs
+            counted += f", {chain.pending} NOT YET SIGNED (seq {first}-{last}: no checkpoint after them yet)"
+        state = "FAILED" if not chain.ok else "OK" if not chain.pending else "OK so far"
+        print(f"{chain.name} (key {chain.key_id.hex()}): {state}, {counted}")
         for problem in chain.problems:
             print(f"  problem: {problem}")
         for note in chain.notes:
@@ -349,7 +355,13 @@ def _verify_topic(args: argparse.Namespace) -> int:
     for anchor in anchors:
         gone = anchor in report.anchors_missing
         print(f"anchor {anchor}: {'MISSING (records cut from the end, or replaced)' if gone else 'found'}")
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    if report.pending:
+        # A distinct exit: nothing failed, but not every record is verified yet (verify again later).
+        print(f"{report.pending} record(s) not yet signed: verify again after their writer's next checkpoint")
+        return 3
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

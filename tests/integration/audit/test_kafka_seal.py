@@ -70,7 +70,12 @@ def test_two_writers_seal_their_records_and_the_topic_verifies(
     records = read_topic(kafka_broker, topic, 80)
     assert len(records) == 80 and len({r.partition for r in records}) > 1  # each writer's chain spans partitions
     assert all(r.headers[0] == CONTENT_TYPE and r.headers[1][0] == SEAL_HEADER for r in records)
-    assert sorted(parse_seal(r.headers[1][1]).seq for r in records) == sorted([*range(40), *range(40)])
+    seals = [parse_seal(r.headers[1][1]) for r in records]
+    assert sorted(s.seq for s in seals) == sorted([*range(40), *range(40)])
+    # A link per record, a signature per checkpoint: each attempt's last record once the sink went idle.
+    assert all(s.version == 2 for s in seals)
+    assert all(s.signature is not None for s in seals if s.seq == 39)  # an idle sink leaves no unsigned tail
+    assert sum(s.signature is not None for s in seals) <= 40, "about one signature per attempt, not per record"
 
     files = [public_key_file(tmp_path, key, name) for name, key in keys.items()]
     rc, out, err = verify(capsys, kafka_broker, topic, files, client=client)
@@ -114,8 +119,11 @@ def test_inserted_changed_and_malformed_records_fail_verification_and_a_replay_i
     assert (rc, err) == (1, "")
     assert "OK, 6 records verified (seq 0-5), 1 duplicate(s) sent again" in out
     assert "FAILED: 1 record(s) without a kgov-seal header (unsigned):\n  partition 0 offset 6" in out
+    # seq 3 is a link, not a checkpoint (the sink signed the last of its attempt): the changed copy
+    # contradicts the link the verified seq 4 carries.
     assert "FAILED: 1 record(s) whose seal does not verify (forged or signed by another key):\n  partition 0 " \
-           "offset 7: bad signature (claims writer cp-1" in out
+           "offset 7: claims writer cp-1 epoch " in out
+    assert "seq 3 unsigned, but the verified seq 4 links to another record" in out
     assert "FAILED: 1 record(s) with a malformed kgov-seal header:\n  partition 0 offset 8: 10 bytes, shorter" in out
     assert f"anchor {anchor}: found" in out
 
@@ -153,6 +161,32 @@ def test_lost_reordered_and_cut_records_are_reported(
     rc, out, _ = verify(capsys, kafka_broker, topic, [pem], "--missing-start-ok", "--anchor", anchor_of_7,
                         client=client)
     assert rc == 1 and f"anchor {anchor_of_7}: MISSING" in out
+
+
+@CLIENTS
+def test_records_after_the_last_checkpoint_are_not_yet_signed(
+    kafka_broker: str, client: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A writer stopped under load (killed between checkpoints): its newest records carry their links but no
+    signature after them, so `verify` neither passes nor fails them (exit 3). A record changed before the
+    checkpoint fails."""
+    key = Ed25519PrivateKey.generate()
+    pem = public_key_file(tmp_path, key, "gw")
+    sealer = Sealer(key, "gw-2", checkpoint_records=4)
+    values = [f'{{"n":{i}}}'.encode() for i in range(7)]
+    record = [(0, v, [CONTENT_TYPE, (SEAL_HEADER, sealer.seal(v, last=False))]) for v in values]  # signed: 3
+    topic = create_topic(kafka_broker, partitions=1)
+    produce(kafka_broker, topic, record)
+    rc, out, _ = verify(capsys, kafka_broker, topic, [pem], client=client)
+    assert rc == 3, out
+    assert "OK so far, 4 records verified (seq 0-6), 3 NOT YET SIGNED (seq 4-6: no checkpoint after them yet)" in out
+    assert f"newest seal: gw-2:{sealer.epoch.hex()}:3:" in out  # the anchor is the newest verified record
+    assert "3 record(s) not yet signed: verify again after their writer's next checkpoint" in out
+
+    changed = create_topic(kafka_broker, partitions=1)
+    produce(kafka_broker, changed, [*record[:1], (0, b'{"n":"changed"}', record[1][2]), *record[2:]])
+    rc, out, _ = verify(capsys, kafka_broker, changed, [pem], client=client)
+    assert rc == 1 and "offset 1: claims writer gw-2 epoch " in out
 
 
 @CLIENTS

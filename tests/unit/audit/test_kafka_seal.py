@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import struct
@@ -56,6 +57,12 @@ def records(s: Sealer, count: int, partition: int = 0, start_offset: int = 0) ->
     return out
 
 
+def v1_seal(value: bytes, seq: int = 0, prev: bytes = bytes(32), writer: bytes = b"old") -> bytes:
+    """A version 1 seal, as builds before checkpoints wrote them: every record signed."""
+    fields = struct.pack(">B8s8sQ32sB", 1, key_id(KEY.public_key()), bytes(8), seq, prev, len(writer)) + writer
+    return fields + KEY.sign(b"kgov audit kafka seal\n" + fields + hashlib.sha256(value).digest())
+
+
 def renumber(recs: list[TopicRecord]) -> list[TopicRecord]:
     """Offsets 0, 1, ... per partition, as a topic holding just these records would give them."""
     offsets: dict[int, int] = {}
@@ -78,7 +85,10 @@ def test_a_seal_is_compact_versioned_and_carries_writer_epoch_seq_and_the_previo
                                                              key_id(KEY.public_key()))
     assert (b.seq, b.epoch) == (1, a.epoch)
     assert b.prev != bytes(32)
-    assert first[0] == 1  # the version comes first
+    assert first[0] == 2  # the version comes first
+    assert a.signature is not None and b.signature is not None  # each the last of its call: a checkpoint
+    link = s.seal(b"c", last=False)
+    assert len(link) == 58 + len("gw-1") and parse_seal(link).signature is None
 
 
 def test_each_sink_start_is_a_new_random_epoch() -> None:
@@ -100,8 +110,9 @@ def test_the_private_key_is_not_in_the_sealers_repr() -> None:
 
 @pytest.mark.parametrize(("header", "message"), [
     (b"", "shorter than any seal"),
-    (bytes([2]) + bytes(200), "version 2"),
-    (sealer().seal(b"v")[:-1], "not the"),
+    (bytes([3]) + bytes(200), "version 3, not one of 1, 2"),
+    (v1_seal(b"v")[:-64], "not the 125 its writer length"),
+    (sealer().seal(b"v")[:-1], "not the 64 or 128"),
     (sealer().seal(b"v") + b"x", "not the"),
     (struct.pack(">B8s8sQ32sB", 1, bytes(8), bytes(8), 0, bytes(32), 0) + bytes(65), "an empty writer id"),
     (struct.pack(">B8s8sQ32sB", 1, bytes(8), bytes(8), 0, bytes(32), 1) + b"\xff" + bytes(64), "not UTF-8"),
@@ -332,5 +343,155 @@ def test_a_chain_continued_under_another_key_is_reported() -> None:
     both = {**KEYS, key_id(OTHER.public_key()): OTHER.public_key()}
     report = verify_records([first, second], both)
     assert report.chains[0].problems == [
-        f"seq 1 at partition 0 offset 1 is signed by key {key_id(OTHER.public_key()).hex()}, the chain's other records "
-        f"by {key_id(KEY.public_key()).hex()}"]
+        f"seq 1 at partition 0 offset 1 is sealed under key {key_id(OTHER.public_key()).hex()}, the chain's other "
+        f"records under {key_id(KEY.public_key()).hex()}"]
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+
+
+def chain_of(n: int, checkpoints: set[int], s: Sealer | None = None) -> list[TopicRecord]:
+    """n records of one writer in partition 0, signed at the seqs in `checkpoints` only."""
+    s = s or Sealer(KEY, "w", token=lambda size: bytes(size), checkpoint_records=10**9, checkpoint_s=1e9)
+    return [TopicRecord(0, i, b"v%d" % i, ((SEAL_HEADER, s.seal(b"v%d" % i, last=i in checkpoints)),))
+            for i in range(n)]
+
+
+def test_the_sealer_signs_when_told_it_is_the_last_and_under_load_every_n_records_or_t_seconds() -> None:
+    now = [0.0]
+    s = Sealer(KEY, "w", checkpoint_records=3, checkpoint_s=0.5, monotonic=lambda: now[0])
+    signed = [parse_seal(s.seal(b"x", last=False)).signature is not None for _ in range(7)]
+    assert signed == [False, False, True, False, False, True, False]  # every 3rd under load
+    assert parse_seal(s.seal(b"x", last=True)).signature is not None  # the queue runs empty: signed now
+    assert parse_seal(s.seal(b"x", last=False)).signature is None
+    now[0] += 0.5
+    assert parse_seal(s.seal(b"x", last=False)).signature is not None  # half a second since the last
+    with pytest.raises(ValueError, match="checkpoint"):
+        Sealer(KEY, "w", checkpoint_records=0)
+
+
+def test_records_linked_to_a_checkpoint_verify_and_an_unsigned_tail_is_not_yet_signed() -> None:
+    recs = chain_of(10, {3, 6})
+    report = verify_records(recs, KEYS)
+    chain = report.chains[0]
+    assert (chain.verified, chain.pending, chain.pending_seqs, chain.last_seq) == (7, 3, (7, 9), 9)
+    assert report.ok and report.pending == 3 and chain.problems == []
+    assert chain.newest is not None and chain.newest.seq == 6  # the anchor is the newest verified record
+    signed_tail = verify_records(chain_of(10, {3, 9}), KEYS)
+    assert (signed_tail.chains[0].verified, signed_tail.pending) == (10, 0)
+
+
+def test_a_record_changed_between_two_checkpoints_is_forged_and_cuts_off_the_records_before_it() -> None:
+    recs = chain_of(10, {2, 8})
+    recs[5] = TopicRecord(0, 5, b"changed", recs[5].headers)
+    report = verify_records(recs, KEYS)
+    assert [(p, o) for p, o, _ in report.forged] == [(0, 5)]
+    assert "seq 5, but the verified seq 6 links to another record" in report.forged[0][2]
+    chain = report.chains[0]
+    assert chain.verified == 3 + 3  # 0-2 by checkpoint 2, 6-8 by checkpoint 8
+    assert chain.problems == ["2 record(s) not covered by any checkpoint (a gap or a changed record cuts them off "
+                              "from the checkpoint after them): seq 3-4",
+                              "1 record(s) missing (deleted or lost): seq 5"]
+    assert chain.pending == 1 and not report.ok
+
+
+def test_a_record_inserted_with_a_claimed_seq_is_forged_when_the_chain_says_otherwise() -> None:
+    recs = chain_of(4, {3})
+    stolen = dict(recs[1].headers)[SEAL_HEADER]
+    assert stolen is not None
+    report = verify_records([*recs, TopicRecord(0, 4, b"inserted", ((SEAL_HEADER, stolen),))], KEYS)
+    assert [(p, o) for p, o, _ in report.forged] == [(0, 4)]
+    assert report.chains[0].verified == 4 and report.chains[0].ok and not report.ok
+
+
+def test_a_checkpoint_deleted_or_stripped_of_its_signature() -> None:
+    recs = chain_of(10, {4, 9})
+    deleted = verify_records(renumber(recs[:4] + recs[5:]), KEYS)  # checkpoint 4 gone: 0-3 are cut off
+    assert deleted.chains[0].problems == [
+        "4 record(s) not covered by any checkpoint (a gap or a changed record cuts them off from the checkpoint "
+        "after them): seq 0-3",
+        "1 record(s) missing (deleted or lost): seq 4"]
+    assert deleted.chains[0].verified == 5
+    last = recs[9]
+    header = dict(last.headers)[SEAL_HEADER]
+    assert header is not None
+    stripped = verify_records([*recs[:9], TopicRecord(0, 9, last.value, ((SEAL_HEADER, header[:-64]),))], KEYS)
+    chain = stripped.chains[0]  # the last checkpoint made a link again: 5-9 are not yet signed, nothing is lost
+    assert (chain.verified, chain.pending, chain.pending_seqs, chain.problems) == (5, 5, (5, 9), [])
+    earlier = dict(recs[4].headers)[SEAL_HEADER]
+    assert earlier is not None  # checkpoint 4 stripped: checkpoint 9 still covers every record
+    inner = verify_records([*recs[:4], TopicRecord(0, 4, recs[4].value, ((SEAL_HEADER, earlier[:-64]),)),
+                            *recs[5:]], KEYS)
+    assert (inner.chains[0].verified, inner.pending, inner.ok) == (10, 0, True)
+
+
+def test_version_1_records_each_signed_still_verify() -> None:
+    first = v1_seal(b"a")
+    link = hashlib.sha256(b"kgov audit kafka seal\n" + first[:-64] + hashlib.sha256(b"a").digest()).digest()
+    second = v1_seal(b"b", 1, link)
+    report = verify_records([TopicRecord(0, 0, b"a", ((SEAL_HEADER, first),)),
+                             TopicRecord(0, 1, b"b", ((SEAL_HEADER, second),))], KEYS)
+    assert report.ok and (report.chains[0].verified, report.pending) == (2, 0)
+    assert parse_seal(first).version == 1
+    bad = verify_records([TopicRecord(0, 0, b"changed", ((SEAL_HEADER, first),))], KEYS)
+    assert "bad signature" in bad.forged[0][2]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_the_verifier_agrees_with_a_reference_model_of_checkpoints(data: st.DataObject) -> None:
+    """One writer's records, some signed (checkpoints), put on the topic with deletions, copies and moves, and
+    maybe one record's value changed (every copy of it). The model: a record is verified when it is an intact
+    checkpoint or the next seq is verified; a changed record is forged when it was a checkpoint or the next
+    seq is verified, else kept unverified; unverified records after the last intact checkpoint are not yet
+    signed, before it not covered (a problem)."""
+    n = data.draw(st.integers(1, 10))
+    partition_of = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    is_cp = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    s = Sealer(KEY, "w", token=lambda size: bytes(size), checkpoint_records=10**9, checkpoint_s=1e9)
+    sealed = [(partition_of[i], b"v%d" % i, s.seal(b"v%d" % i, last=is_cp[i])) for i in range(n)]
+    order = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2 * n))
+    tamper = data.draw(st.one_of(st.none(), st.sampled_from(order)))
+    offsets = [0, 0, 0]
+    topic = []
+    for i in order:
+        partition, value, seal = sealed[i]
+        topic.append(TopicRecord(partition, offsets[partition], b"X" if i == tamper else value, ((SEAL_HEADER, seal),)))
+        offsets[partition] += 1
+    report = verify_records(topic, KEYS)
+
+    genuine = set(order) - {tamper}
+    verified: set[int] = set()
+    for i in sorted(genuine, reverse=True):
+        if is_cp[i] or i + 1 in verified:
+            verified.add(i)
+    forged = tamper is not None and (is_cp[tamper] or tamper + 1 in verified)
+    kept = genuine | ({tamper} if tamper is not None and not forged else set())
+    last_cp = max((i for i in genuine if is_cp[i]), default=-1)
+    pending = {i for i in kept - verified if i > last_cp}
+    uncovered = kept - verified - pending
+    copies = order.count(tamper) if tamper is not None else 0
+    assert len(report.forged) == (copies if forged and is_cp[tamper] else 1 if forged else 0)  # type: ignore[index]
+    if not kept:
+        assert report.chains == [] and not report.ok
+        return
+    present = sorted(kept)
+    start_missing = present[0] > 0
+    gap = len(present) != present[-1] - present[0] + 1
+    broken = tamper in kept and tamper + 1 in kept  # type: ignore[operator]
+    firsts: dict[int, list[int]] = {}
+    for i in dict.fromkeys(order):
+        if i in kept:
+            firsts.setdefault(partition_of[i], []).append(i)
+    reordered = any(seqs != sorted(seqs) for seqs in firsts.values())
+    chain = report.chains[0]
+    problems = chain.problems
+    assert any("start is missing" in p for p in problems) == start_missing
+    assert any("missing (deleted or lost)" in p for p in problems) == gap
+    assert any(p.startswith("reordered") for p in problems) == reordered
+    assert any("not covered by any checkpoint" in p for p in problems) == bool(uncovered)
+    assert any("does not link" in p for p in problems) == broken
+    assert report.ok == (not (start_missing or gap or reordered or uncovered or broken or forged))
+    assert (chain.verified, chain.pending) == (len(verified), len(pending))
+    forged_copies = copies if forged and is_cp[tamper] else 0  # type: ignore[index]
+    assert chain.duplicates == len(order) - len(set(order)) - max(forged_copies - 1, 0)

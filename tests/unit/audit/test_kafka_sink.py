@@ -309,3 +309,33 @@ def test_an_event_too_large_for_any_request_takes_no_seq_so_it_leaves_no_gap(cli
     report = verify_records([Rec(0, i, v, tuple(h)) for i, (v, h) in enumerate(sent)],
                             {key_id(key.public_key()): key.public_key()})
     assert report.ok and report.chains[0].verified == 2
+
+
+@CLIENTS
+def test_the_sink_signs_the_last_record_before_its_buffer_runs_empty_and_links_the_others(client: str) -> None:
+    """Seal version 2: a signature per checkpoint, not per record (audit.kafka_seal). Five events in one
+    attempt after which the buffer is empty: the last is signed, the four before it carry only their link;
+    with a checkpoint every 2 records, so are seq 1 and 3 (as under sustained load)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from audit.kafka_seal import SEAL_HEADER, Sealer, key_id, parse_seal, verify_records
+    from audit.kafka_seal import TopicRecord as Rec
+
+    key = Ed25519PrivateKey.generate()
+    for every, signed in ((1000, [4]), (2, [1, 3, 4])):
+        attempts: list[list[tuple[bytes, list[tuple[str, bytes]]]]] = []
+        sink = KafkaSink("k:9092", "t", client=client,  # type: ignore[arg-type]
+                         producer_factory=lambda config: RefusesAboveRequestSize(attempts),  # noqa: B023
+                         sealer=Sealer(key, "n", checkpoint_records=every), start=False)
+        for i in range(5):
+            sink.write(change_event(type=EventType.ACL_CHANGE, source="crn:///kafka=a", time=T0,
+                                    principal="User:admin", method_name="CreateAcls", target=f"topic=t{i}", details={}))
+        sink._thread.start()
+        sink.close(timeout_s=5)
+        sent = [r for attempt in attempts for r in attempt]
+        seals = [parse_seal(dict(headers)[SEAL_HEADER]) for _, headers in sent]
+        assert [s.seq for s in seals] == [0, 1, 2, 3, 4]
+        assert [s.seq for s in seals if s.signature is not None] == signed
+        report = verify_records([Rec(0, i, v, tuple(h)) for i, (v, h) in enumerate(sent)],
+                                {key_id(key.public_key()): key.public_key()})
+        assert report.ok and (report.chains[0].verified, report.pending) == (5, 0)
