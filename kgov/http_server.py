@@ -32,6 +32,10 @@ taken on the TCP peer: a connection is counted at accept, before any X-Forwarded
 header anyone may send must not decide it. A peer listed in `http_forwarded_allow_ips` (a reverse proxy
 kgov believes) is therefore not capped unless an override names its address: a cap on it would cap
 everyone behind it together; the proxy is where its clients are limited (nginx's `limit_conn`).
+Served with TLS here (`--tls-cert`), a connection reaches the protocol, and so the count, only once its
+handshake is done: until then asyncio's handshake timeout (60 s) bounds it, uncounted (asyncio gives no
+hook before; a TLS proxy in front is counted as above). An HTTP/1.1 connection carries one request at a
+time, so the cap bounds an address's requests in progress too.
 
 Without httptools there is no bounded protocol: uvicorn's h11 one has none of these timers (h11 bounds
 only a head's size), so `server_options` refuses to start rather than serve unbounded
