@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -56,6 +57,10 @@ def test_connections_past_the_cap_get_503_and_are_closed_and_a_closed_one_frees_
         for answer in answers:
             assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
             assert answer.endswith(b"\r\n\r\nToo many connections from your address")
+        # An HTTP client that sends its request at once reads the same answer (not a reset connection).
+        for _ in range(3):
+            refused_request = httpx.get(f"http://{capped[0]}:{capped[1]}/ping", timeout=10)
+            assert refused_request.status_code == 503 and refused_request.headers["retry-after"] == "10"
         # One line for the burst, naming the address and the setting, not one per attempt.
         lines = [r.getMessage() for r in caplog.records if "http_max_connections_per_ip" in r.getMessage()]
         assert len(lines) == 1 and "127.0.0.1" in lines[0] and f"maximum of {CAP}" in lines[0]
