@@ -20,6 +20,11 @@ from typing import Any, Protocol
 
 import httpx
 
+from authz.cleartext_credentials import (
+    ALLOW_PLAIN_HTTP_FLAG,
+    CleartextCredentials,
+    refuse_cleartext_credentials,
+)
 from authz.database import open_engine
 from authz.decide import validate_new_acl
 from authz.model import (
@@ -104,6 +109,10 @@ class CliError(Exception):
 
 class HttpBackend:
     def __init__(self, args: argparse.Namespace) -> None:
+        try:  # before the password is read: nothing is sent, or asked for, over a path that would expose it
+            refuse_cleartext_credentials(args.url, allowed=args.allow_plain_http)
+        except CleartextCredentials as exc:
+            raise CliError(str(exc)) from None
         password = os.environ.get("KGOV_PASSWORD")
         if args.password_stdin:
             password = sys.stdin.readline().rstrip("\n")
@@ -206,6 +215,9 @@ def _add_connection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="control plane URL; without it the database is used directly")
     p.add_argument("--user", default=None, help="user for --url (HTTP Basic)")
     p.add_argument("--password-stdin", action="store_true", help="read the --url password from standard input")
+    p.add_argument(ALLOW_PLAIN_HTTP_FLAG, action="store_true",
+                   help="allow an http:// --url to a host other than loopback (the password then crosses the "
+                        "network in clear text)")
 
 
 # ---------------------------------------------------------------------------- kgov acls

@@ -181,6 +181,26 @@ class RequestBodyLimit:
         await response(scope, receive, send)
 
 
+class TrailingSlashTolerance:
+    """Answers a route under both spellings, `/subjects` and `/subjects/`, as Confluent's servers do (Jersey
+    matches a resource path with or without one trailing slash), instead of Starlette's redirect, whose
+    `Location` was built from the client-chosen Host header and this server's own scheme (`http://` behind
+    a TLS proxy): a redirect to wherever the client's Host said, or a downgrade. One literal trailing slash
+    of the request target is dropped before routing (`redirect_slashes` is off); an encoded one (`%2F`, a
+    subject name ending in `/`) is part of a name and stays."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw: bytes = scope.get("raw_path") or scope["path"].encode()
+            path: str = scope["path"]
+            if len(raw) > 1 and raw.endswith(b"/") and path.endswith("/"):
+                scope = {**scope, "path": path[:-1], "raw_path": raw[:-1]}
+        await self.app(scope, receive, send)
+
+
 class SecurityHeaders:
     """Headers every answer carries, whichever layer wrote it (a route, an error handler, the registry's
     fast path, RequestBodyLimit's 413; the unhandled-error 500 through `harden`), unless that layer set its
@@ -361,7 +381,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     app.state.health_checks = []
     app.state.authenticator = build_authenticator(app.state)
 
+    app.router.redirect_slashes = False  # TrailingSlashTolerance: no Location built from the Host header
     app.add_middleware(RequestBodyLimit, max_bytes=settings.http_request_max_bytes)
+    app.add_middleware(TrailingSlashTolerance)
     _install_error_handlers(app)
     _install_operations(app)
     authz.api.install(app)

@@ -43,7 +43,9 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.dev_mode:  # a setting like any other: beyond loopback it must not admit a weak super user
         check_dev_admin_password(settings.weak_admin_password, args.host, settings.gateway)
     # Before the app opens the database: a server that cannot be bounded (no httptools) does not start.
-    options = server_options(settings.http_forwarded_allow_ips, max_body_bytes=settings.http_request_max_bytes)
+    options = server_options(settings.http_forwarded_allow_ips, max_body_bytes=settings.http_request_max_bytes,
+                             max_connections_per_ip=settings.http_max_connections_per_ip,
+                             max_connections_per_ip_overrides=settings.http_max_connections_per_ip_overrides)
     app = build_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ssl_certfile=args.tls_cert,
                 ssl_keyfile=args.tls_key, **options)

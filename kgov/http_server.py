@@ -23,6 +23,20 @@ the client has `ANSWER_WRITE_GRACE_S` plus what is waiting at `ANSWER_MIN_BYTES_
 what is left in the buffer when the server closes a connection (asyncio keeps a closing connection until
 its buffer is sent).
 
+Connections are counted per client address from accept to close (Kafka's `max.connections.per.ip`, as
+`gateway.connection_limits` counts the gateway's): past `http_max_connections_per_ip` (or the address's
+entry in `http_max_connections_per_ip_overrides`) a new connection gets a fixed 503 and is closed before
+anything of it is read, with at most one log line per `REFUSAL_LOG_INTERVAL_S`. Without it one address
+could hold every file descriptor for `REQUEST_HEAD_TIMEOUT_S` at a time and starve everyone. The count is
+taken on the TCP peer: a connection is counted at accept, before any X-Forwarded-For could be read, and a
+header anyone may send must not decide it. A peer listed in `http_forwarded_allow_ips` (a reverse proxy
+kgov believes) is therefore not capped unless an override names its address: a cap on it would cap
+everyone behind it together; the proxy is where its clients are limited (nginx's `limit_conn`).
+Served with TLS here (`--tls-cert`), a connection reaches the protocol, and so the count, only once its
+handshake is done: until then asyncio's handshake timeout (60 s) bounds it, uncounted (asyncio gives no
+hook before; a TLS proxy in front is counted as above). An HTTP/1.1 connection carries one request at a
+time, so the cap bounds an address's requests in progress too.
+
 Without httptools there is no bounded protocol: uvicorn's h11 one has none of these timers (h11 bounds
 only a head's size), so `server_options` refuses to start rather than serve unbounded
 (`HttpParserMissing`).
@@ -32,10 +46,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
-from authz.http import PEER_SCOPE_KEY
+from authz.http import PEER_SCOPE_KEY, listed_proxy
+from gateway.connection_limits import ConnectionLimits, ip_key, parse_overrides
 from kgov.exposure import forwarded_header_options
 
 log = logging.getLogger("kgov")
@@ -66,6 +81,19 @@ REQUEST_BODY_MIN_BYTES_PER_S = 256 * 1024
 ANSWER_WRITE_GRACE_S = 30.0
 ANSWER_MIN_BYTES_PER_S = 256 * 1024
 
+# `http_max_connections_per_ip`: a browser opens about 6 connections to a host, a Java client's pool 5 by
+# default (`http.maxConnections`), so 100 leaves room for a few dozen processes on one host; a NAT or a
+# busier host gets its own figure in `http_max_connections_per_ip_overrides`.
+DEFAULT_MAX_CONNECTIONS_PER_IP: Final = 100
+# At most one log line per this many seconds for connections refused by the per-address cap (a flood would
+# otherwise write a line per attempt); the next line says how many were refused in between.
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+
+_TOO_MANY = b"Too many connections from your address"
+_ANSWER_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+               b"content-length: " + str(len(_TOO_MANY)).encode() + b"\r\nretry-after: 10\r\n"
+               b"connection: close\r\n\r\n" + _TOO_MANY)
+
 _REFUSAL = b"Request header fields too large"
 _ANSWER_408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _ANSWER_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -85,6 +113,53 @@ def answer_write_deadline_s(waiting_bytes: int) -> float:
     return ANSWER_WRITE_GRACE_S + waiting_bytes / ANSWER_MIN_BYTES_PER_S
 
 
+class ConnectionCap:
+    """The per-address connection count of one server (touched only from its event loop: no locks).
+    `admit` answers whether a new connection from `address` may stay; `release` is called for each
+    admitted one when it closes. Refusals are logged through `log_refusal`, at most one line per
+    `REFUSAL_LOG_INTERVAL_S` of `now` (seconds, the loop's clock)."""
+
+    def __init__(self, max_per_ip: int, overrides: Mapping[str, int], proxies: Sequence[str]) -> None:
+        # No total: uvicorn's `limit_concurrency` and the file descriptor limit bound that.
+        self._limits = ConnectionLimits(max_connections=2**62, max_connections_per_ip=max_per_ip,
+                                        overrides=overrides)
+        self._named = frozenset(parse_overrides(overrides))
+        self._proxies = tuple(proxies)
+        self._last_logged: float | None = None
+        self._unlogged = 0
+
+    def counted(self, address: str) -> bool:
+        """Whether connections from `address` are counted: not a listed proxy's unless an override names it."""
+        return ip_key(address) in self._named or not listed_proxy(address, self._proxies)
+
+    def admit(self, address: str, now: float) -> bool:
+        if not self.counted(address):
+            return True
+        refusal = self._limits.admit(address)
+        if refusal is None:
+            return True
+        self._log_refusal(refusal, now)
+        return False
+
+    def release(self, address: str) -> None:
+        self._limits.release(address)
+
+    def count(self, address: str) -> int:
+        return self._limits.count(address)
+
+    @property
+    def refused(self) -> int:
+        return self._limits.refused
+
+    def _log_refusal(self, line: str, now: float) -> None:
+        if self._last_logged is not None and now - self._last_logged < REFUSAL_LOG_INTERVAL_S:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more refused since the last such line)" if self._unlogged else ""
+        log.warning("%s (http_max_connections_per_ip)%s", line, more)
+        self._last_logged, self._unlogged = now, 0
+
+
 class HttpParserMissing(ValueError):
     """httptools is not installed. A ValueError: `kgov` prints it as a problem to fix, not a traceback."""
 
@@ -101,7 +176,7 @@ def declared_body(headers: Sequence[tuple[bytes, bytes]]) -> tuple[bool, int | N
     return bool(length), length
 
 
-def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
+def _bounded_httptools_protocol(max_body_bytes: int, cap: ConnectionCap) -> type[Any]:
     try:
         import httptools  # noqa: F401
     except ImportError:
@@ -188,8 +263,22 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
         _write_clock_since = 0.0
         _server_closing = False
         _lost = False
+        _refused = False
+        # The address `cap` counted this connection under (None: not counted; a Unix socket has none).
+        _counted_as: str | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            peer = transport.get_extra_info("peername")
+            address = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
+            if address is not None:
+                if not cap.admit(address, self.loop.time()):
+                    # Before uvicorn knows of it: nothing is read, no timer armed; one fixed answer, then close.
+                    self._refused = True
+                    transport.write(_ANSWER_503)
+                    transport.close()
+                    return
+                if cap.counted(address):
+                    self._counted_as = address
             observed: Any = ObservedTransport(transport, self._writing, self._closed_by_server)
             super().connection_made(observed)
             self.flow = ObservedFlowControl(observed, self._run_body_clock)
@@ -258,6 +347,11 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
                 self._refuse(_ANSWER_408)
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if self._refused:  # uvicorn never saw it
+                return
+            if self._counted_as is not None:
+                cap.release(self._counted_as)
+                self._counted_as = None
             self._lost = True
             self._stop_head_timer()
             self._stop_body_clock()
@@ -342,11 +436,16 @@ def _bounded_httptools_protocol(max_body_bytes: int) -> type[Any]:
     return BoundedHttpToolsProtocol
 
 
-def server_options(forwarded_allow_ips: Sequence[str], *, max_body_bytes: int) -> dict[str, Any]:
+def server_options(forwarded_allow_ips: Sequence[str], *, max_body_bytes: int,
+                   max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
+                   max_connections_per_ip_overrides: Mapping[str, int] | None = None) -> dict[str, Any]:
     """uvicorn.Config / uvicorn.run keyword arguments shared by `kgov serve` and `kgov up`;
-    `max_body_bytes` is the app's body cap (`http_request_max_bytes`), which bounds a body's time."""
+    `max_body_bytes` is the app's body cap (`http_request_max_bytes`), which bounds a body's time; the
+    connection cap's figures are `http_max_connections_per_ip` and its overrides. Each call makes a new
+    count (one per server)."""
+    cap = ConnectionCap(max_connections_per_ip, max_connections_per_ip_overrides or {}, forwarded_allow_ips)
     return {
-        "http": _bounded_httptools_protocol(max_body_bytes),
+        "http": _bounded_httptools_protocol(max_body_bytes, cap),
         # No `server: uvicorn` header: the version of what answers is nobody's business.
         "server_header": False,
         "access_log": False,

@@ -27,6 +27,7 @@ from audit.kafka_seal import SealKeyError, generated_private_key, load_private_k
 from authz.config import AuthzConfig, parse_super_users
 from authz.model import InvalidAclError, Principal
 from gateway.config import GatewayConfig
+from kgov.http_server import DEFAULT_MAX_CONNECTIONS_PER_IP
 from kgov.private_files import local_secret, private_dir, saved_secret, sqlite_file
 from registry.config import RegistryConfig
 from sasl.config import AdminConfig, OAuthConfig, SaslConfig
@@ -122,6 +123,11 @@ class Settings(BaseSettings):
     # from the environment): every local process could then pick the address that ACL host rules, the
     # failed-login limit and the audit trail see.
     http_forwarded_allow_ips: list[str] = Field(default_factory=list)
+    # Kafka's max.connections.per.ip (/.overrides) for the control plane (kgov.http_server.ConnectionCap):
+    # connections from one TCP peer address beyond this get 503 and are closed. Listed proxies
+    # (http_forwarded_allow_ips) are not capped unless an override names them.
+    http_max_connections_per_ip: int = Field(default=DEFAULT_MAX_CONNECTIONS_PER_IP, ge=1, le=2**31 - 1)
+    http_max_connections_per_ip_overrides: dict[str, int] = Field(default_factory=dict)
     # Origins (scheme://host[:port]) of the pages allowed to change things besides this server's own Host:
     # the public address behind a proxy that rewrites Host (kgov.app.CrossSiteWriteGuard). Empty: none.
     http_public_origins: list[str] = Field(default_factory=list)
@@ -181,6 +187,20 @@ class Settings(BaseSettings):
         # A network with host bits set (10.0.0.7/24) as its network (10.0.0.0/24): uvicorn reads entries
         # strictly and would take that one for a name that matches no peer.
         return [str(ipaddress.ip_network(e.strip(), strict=False)) if "/" in e else e.strip() for e in v]
+
+    @field_validator("http_max_connections_per_ip_overrides")
+    @classmethod
+    def _connection_overrides(cls, v: dict[str, int]) -> dict[str, int]:
+        for address, limit in v.items():
+            try:
+                ipaddress.ip_address(address.strip("[]"))
+            except ValueError:
+                raise ValueError(f"http_max_connections_per_ip_overrides: {address!r} is not an IP address (host "
+                                 "names are not resolved; write the address, e.g. \"10.0.0.7\" or \"2001:db8::7\")"
+                                 ) from None
+            if not 0 <= limit <= 2**31 - 1:
+                raise ValueError(f"http_max_connections_per_ip_overrides: the limit of {address} must be 0 or more")
+        return v
 
     @field_validator("http_public_origins")
     @classmethod

@@ -41,7 +41,7 @@ from kgov.exposure import (
     check_dev_admin_password,
     check_dev_gateway_exposure,
 )
-from kgov.http_server import server_options
+from kgov.http_server import DEFAULT_MAX_CONNECTIONS_PER_IP, server_options
 from kgov.private_files import local_secret, private_dir, private_file
 from kgov.run_directory import run_directory
 from kgov.settings import DEFAULT_HTTP_REQUEST_MAX_BYTES, Settings
@@ -302,13 +302,17 @@ def dev_broker(data_dir: Path, policy: RestartPolicy | None = None) -> Iterator[
 
 @contextlib.contextmanager
 def control_plane(app: Any, host: str, port: int, *, forwarded_allow_ips: Sequence[str] = (),
-                  max_body_bytes: int = DEFAULT_HTTP_REQUEST_MAX_BYTES) -> Iterator[None]:
+                  max_body_bytes: int = DEFAULT_HTTP_REQUEST_MAX_BYTES,
+                  max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
+                  max_connections_per_ip_overrides: Mapping[str, int] | None = None) -> Iterator[None]:
     """uvicorn in a thread (the main thread owns the signals and the gateway's event loop); `max_body_bytes`:
-    the app's `http_request_max_bytes`."""
+    the app's `http_request_max_bytes`; the connection cap: `http_max_connections_per_ip` (/_overrides)."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           **server_options(forwarded_allow_ips, max_body_bytes=max_body_bytes)))
+                                           **server_options(forwarded_allow_ips, max_body_bytes=max_body_bytes,
+                                                          max_connections_per_ip=max_connections_per_ip,
+                                                          max_connections_per_ip_overrides=max_connections_per_ip_overrides)))
     thread = threading.Thread(target=server.run, name="kgov-control-plane", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -473,7 +477,9 @@ def _run_up(args: argparse.Namespace) -> int:
         reset_dev_admin(app.state.credentials, settings)
         stack.enter_context(control_plane(app, args.host, args.port,
                                           forwarded_allow_ips=settings.http_forwarded_allow_ips,
-                                          max_body_bytes=settings.http_request_max_bytes))
+                                          max_body_bytes=settings.http_request_max_bytes,
+                                          max_connections_per_ip=settings.http_max_connections_per_ip,
+                                          max_connections_per_ip_overrides=settings.http_max_connections_per_ip_overrides))
         runtime = build_runtime(settings, upstream=upstream)
         # The gateway keeps its own ACL and credential snapshots: /health answers 503 when either is too old
         # to decide with (its logins or requests fail closed), as for the control plane's own.

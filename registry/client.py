@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from authz.cleartext_credentials import refuse_cleartext_credentials
 from registry.contexts import qualifier, qualify
 from registry.model import DEFAULT_CONTEXT, Reference
 
@@ -57,11 +58,15 @@ class RegisteredVersion:
 
 @dataclass
 class RegistryClient:
-    """`url` like `http://127.0.0.1:8080`; `basic_auth` is `(user, password)` or None."""
+    """`url` like `http://127.0.0.1:8080`; `basic_auth` is `(user, password)` or None. With `basic_auth`,
+    a plain `http://` URL to a host other than loopback is refused (`CleartextCredentials`, a ValueError)
+    unless `allow_plain_http` (the password would cross the network in clear text;
+    `authz.cleartext_credentials`). Redirects are not followed, so an https URL never sends them on."""
 
     url: str
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout_s: float = 10.0
+    allow_plain_http: bool = False
     _http: httpx.Client = field(init=False, repr=False)
     _by_id: dict[int, FetchedSchema] = field(init=False, default_factory=dict, repr=False)
     _ids: dict[tuple[str, str, str, tuple[Reference, ...]], int] = field(init=False, default_factory=dict,
@@ -73,6 +78,9 @@ class RegistryClient:
     _root: str = field(init=False, default="", repr=False)
 
     def __post_init__(self) -> None:
+        if self.basic_auth is not None:
+            refuse_cleartext_credentials(self.url, allowed=self.allow_plain_http,
+                                         how_to_allow="allow_plain_http=True")
         base = self.url.rstrip("/")
         self._http = httpx.Client(base_url=base, auth=self.basic_auth, timeout=self.timeout_s,
                                   headers={"Accept": _ACCEPT})

@@ -21,6 +21,11 @@ import httpx
 
 from audit.kafka_sink import KafkaSink
 from audit.sinks import JsonLinesSink, MultiSink
+from authz.cleartext_credentials import (
+    ALLOW_PLAIN_HTTP_FLAG,
+    CleartextCredentials,
+    refuse_cleartext_credentials,
+)
 from authz.database import open_engine
 from authz.model import InvalidAclError, Principal
 from sasl.delegation import DelegationTokenError, decode_hmac, format_bearer, hmac_lookup_key, token_json
@@ -226,6 +231,10 @@ class _HttpTokens:
     """Through a running control plane as `--user`: the owner is the authenticated principal, as in Kafka."""
 
     def __init__(self, args: Args) -> None:
+        try:  # before the password is read: nothing is sent, or asked for, over a path that would expose it
+            refuse_cleartext_credentials(args.url, allowed=args.allow_plain_http)
+        except CleartextCredentials as exc:
+            raise CliError(str(exc)) from None
         password = os.environ.get("KGOV_PASSWORD")
         if args.password_stdin:
             password = sys.stdin.readline().rstrip("\r\n")
@@ -441,6 +450,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             action="store_true",
             help="with --url: read the password from stdin (else KGOV_PASSWORD)",
         )
+        child.add_argument(ALLOW_PLAIN_HTTP_FLAG, action="store_true",
+                           help="allow an http:// --url to a host other than loopback (the password then "
+                                "crosses the network in clear text)")
 
     clients = subparsers.add_parser(
         "oauth-clients", help="service accounts of the token issuer (POST /oauth/token)"

@@ -450,3 +450,24 @@ def test_the_bounded_protocol_serves_tls_and_knows_it(tmp_path: Path) -> None:
         thread.join(timeout=10)
     assert r.json()["scheme"] == "https" and r.json()["peer"][0] == "127.0.0.1"
     assert r.headers["strict-transport-security"] == "max-age=31536000"
+
+
+@pytest.mark.parametrize("path", ["/subjects/", "/v3/clusters/", "/schemas/types/", "/health/"])
+def test_a_trailing_slash_is_answered_in_place_never_redirected(base: str, admin: httpx.Client, path: str) -> None:
+    # Starlette redirected (307) to a Location built from the Host header, which the client chooses, and
+    # the server's own scheme (http:// behind a TLS proxy). Confluent's Jersey answers both spellings.
+    plain = admin.get(path.rstrip("/"), follow_redirects=False)
+    slashed = admin.get(path, headers={"Host": "evil.example"}, follow_redirects=False)
+    assert slashed.status_code == plain.status_code == 200 and "location" not in slashed.headers
+    if path != "/v3/clusters/":  # its `self` links name the request's own URL
+        assert slashed.json() == plain.json()
+
+
+def test_an_encoded_trailing_slash_is_part_of_a_name(base: str, admin: httpx.Client) -> None:
+    subject = "ends-with-slash/"
+    created = admin.post("/subjects/ends-with-slash%2F/versions", json={"schema": AVRO})
+    assert created.status_code == 200, created.text
+    assert admin.get("/subjects/ends-with-slash%2F/versions").json() == [1]
+    assert subject in admin.get("/subjects/").json()
+    # Without its encoded slash it is another subject, which does not exist.
+    assert admin.get("/subjects/ends-with-slash/versions").json()["error_code"] == 40401

@@ -680,3 +680,76 @@ def test_a_server_failure_answers_only_the_id_of_its_log_line(app: FastAPI, clie
     logged = [rec for rec in caplog.records if rec.levelname == "ERROR"]
     assert len(logged) == 1 and f"GET '/subjects' (incident {found.group(1)})" in logged[0].getMessage()
     assert logged[0].exc_info is not None and "/var/lib/kgov" in str(logged[0].exc_info[1])
+
+
+def test_a_large_body_is_parsed_off_the_event_loop(registry_app_factory: Callable[..., FastAPI],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # On the loop, an 8 MiB body of small tokens stalled every other request for its whole parse.
+    import asyncio
+
+    import registry.api
+
+    parse = registry.api.parse_large_body
+    parsed: list[tuple[int, bool]] = []  # (size, on the event loop)
+
+    def observed(body: bytes) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        parsed.append((len(body), on_loop))
+        return parse(body)
+
+    monkeypatch.setattr(registry.api, "parse_large_body", observed)
+    app = registry_app_factory()
+    small = record("Small", ("a", "int"))
+    large = record("Large", *[(f"field_{i}", "string") for i in range(3000)])
+    assert len(large) > registry.api.LARGE_BODY_BYTES
+    with TestClient(app, headers=basic("admin")) as client:
+        assert client.post("/subjects/small/versions", json={"schema": small}).status_code == 200
+        r = client.post("/subjects/large/versions", json={"schema": large})
+        assert r.status_code == 200
+        assert client.get(f"/schemas/ids/{r.json()['id']}").json()["schema"] == json.dumps(json.loads(large),
+                                                                                            separators=(",", ":"))
+        r = client.post("/subjects/bad/versions", content=b'{"schema": ' + b" " * 70_000 + b"[",
+                        headers={"Content-Type": V1})
+        assert error(r)[0] == 400 and "Malformed JSON" in r.json()["message"]
+        r = client.post("/subjects/bad/versions", content=b"[" * 40_000 + b" " * 30_000 + b"]" * 40_000,
+                        headers={"Content-Type": V1})
+        assert error(r) == (400, 400) and "nested too deeply" in r.json()["message"]
+    assert [on_loop for _, on_loop in parsed] == [False, False, False]  # the small body never got there
+    assert app.state.registry_check_slots.free == app.state.registry_check_slots.limit  # each slot given back
+
+
+@pytest.mark.parametrize("body", [
+    b'{"schema": "\\"int\\"", "references": [{"name": "a", "subject": "s", "version": 1}], "x": [1, 2.5, -3e400]}',
+    b'\xef\xbb\xbf{"schema": "\\"string\\"", "normalize": true, "metadata": null}',
+    '{"schema": "\u00e9\\ud800", "k": {"nested": [[], {}, "", NaN, Infinity]}}'.encode("utf-16"),
+    '{"schema": "é"}'.encode("utf-32"),
+])
+def test_the_large_body_parser_reads_what_json_loads_reads(body: bytes) -> None:
+    import math
+
+    from registry.api import parse_large_body
+
+    def same(a: Any, b: Any) -> bool:  # NaN is not equal to itself
+        if isinstance(a, float) and math.isnan(a):
+            return isinstance(b, float) and math.isnan(b)
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
+        return type(a) is type(b) and a == b
+
+    assert same(parse_large_body(body), json.loads(body))
+
+
+@pytest.mark.parametrize("body", [b'{"a": 1,}', b'{"a" 1}', b"\xff\xfe\xfd", b'{"a": 1} x', b'{"a": "\x01"}', b""])
+def test_the_large_body_parser_refuses_what_json_loads_refuses(body: bytes) -> None:
+    from registry.api import parse_large_body
+
+    with pytest.raises((ValueError, UnicodeDecodeError)) as theirs:
+        json.loads(body)
+    with pytest.raises(type(theirs.value)):
+        parse_large_body(body)

@@ -257,3 +257,70 @@ def test_a_client_that_took_everything_after_writing_resumed_starts_afresh_at_th
     assert not transport.aborted
     loop.advance(0.2)
     assert transport.aborted
+
+
+def test_the_connection_cap_counts_per_address_and_frees_on_release() -> None:
+    from kgov.http_server import ConnectionCap
+
+    cap = ConnectionCap(2, {}, [])
+    assert cap.admit("192.0.2.7", 0.0) and cap.admit("192.0.2.7", 0.0)
+    assert not cap.admit("192.0.2.7", 0.0)
+    assert cap.admit("::ffff:192.0.2.8", 0.0)  # another address; an IPv4-mapped one counts as the IPv4 one
+    assert cap.count("192.0.2.8") == 1
+    cap.release("192.0.2.7")
+    assert cap.admit("192.0.2.7", 0.0)
+    assert cap.refused == 1
+
+
+def test_a_listed_proxy_is_not_capped_unless_an_override_names_it() -> None:
+    from kgov.http_server import ConnectionCap
+
+    cap = ConnectionCap(1, {"10.0.0.9": 2}, ["10.0.0.0/24"])
+    # 10.0.0.5 is a believed proxy: everyone behind it arrives from its address, so no cap on it.
+    assert all(cap.admit("10.0.0.5", 0.0) for _ in range(50)) and cap.count("10.0.0.5") == 0
+    # 10.0.0.9 is a proxy too, and an override gives it its own figure.
+    assert cap.admit("10.0.0.9", 0.0) and cap.admit("10.0.0.9", 0.0) and not cap.admit("10.0.0.9", 0.0)
+    # An unlisted peer, one that sends X-Forwarded-For included, has the default.
+    assert cap.admit("192.0.2.1", 0.0) and not cap.admit("192.0.2.1", 0.0)
+
+
+def test_refusals_are_logged_at_most_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    from kgov.http_server import REFUSAL_LOG_INTERVAL_S, ConnectionCap
+
+    cap = ConnectionCap(1, {"192.0.2.9": 0}, [])
+    with caplog.at_level("WARNING", logger="kgov"):
+        for i in range(100):
+            assert not cap.admit("192.0.2.9", i * REFUSAL_LOG_INTERVAL_S / 50)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "Rejected connection from 192.0.2.9" in lines[0] and "maximum of 0" in lines[0]
+    assert "(49 more refused since the last such line)" in lines[1]
+
+
+def test_a_refused_connection_is_answered_and_closed_before_uvicorn_sees_it() -> None:
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    protocol_class = server_options([], max_body_bytes=1024, max_connections_per_ip=1)["http"]
+    state = ServerState()
+    loop = FakeLoop()
+
+    def connect() -> tuple[Any, FakeTransport]:
+        protocol = protocol_class(config=uvicorn.Config(app, log_config=None), server_state=state,
+                                  app_state={}, _loop=loop)
+        transport = FakeTransport()
+        protocol.connection_made(transport)
+        return protocol, transport
+
+    first, first_transport = connect()
+    second, second_transport = connect()
+    assert not first_transport.closing and first in state.connections
+    assert second_transport.closing and second not in state.connections
+    assert second_transport.waiting > 0 and not loop.timers[1:]  # the 503; no head timer for it
+    second.connection_lost(None)
+    first.connection_lost(None)  # frees the place
+    third, third_transport = connect()
+    assert not third_transport.closing and third in state.connections

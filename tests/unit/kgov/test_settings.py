@@ -156,3 +156,15 @@ def test_the_keys_kgov_up_keeps_are_adopted_only_for_its_own_database(tmp_path: 
     (tmp_path / "delegation-token.key").write_text("short\n")
     with pytest.raises(ValueError, match="holds a key of 5 characters"):
         adopted()
+
+
+def test_connection_cap_overrides_take_ip_addresses_only() -> None:
+    from pydantic import ValidationError
+
+    from kgov.settings import Settings as _Settings
+
+    assert _Settings(http_max_connections_per_ip_overrides={"10.0.0.7": 500}).http_max_connections_per_ip == 100
+    with pytest.raises(ValidationError, match="is not an IP address"):
+        _Settings(http_max_connections_per_ip_overrides={"proxy.example.com": 500})
+    with pytest.raises(ValidationError, match="must be 0 or more"):
+        _Settings(http_max_connections_per_ip_overrides={"10.0.0.7": -1})
