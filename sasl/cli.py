@@ -127,7 +127,8 @@ def _users_set(args: Args, *, must_exist: bool) -> int:
         password = _read_secret(args, "Password", args.password_stdin)
         for mech in mechanisms:
             s.service.set_scram_credential(
-                args.name, mech, password, iterations=args.iterations, actor=s.actor
+                args.name, mech, password, iterations=args.iterations, actor=s.actor,
+                shared_principal=getattr(args, "shared_principal", False),
             )
         print(
             f"{'Updated' if must_exist else 'Added'} {', '.join(m.upper() for m in mechanisms)} for {args.name}"
@@ -338,7 +339,8 @@ def _tokens_describe(args: Args) -> int:
 def _clients_add(args: Args) -> int:
     def body(s: _Session) -> int:
         secret = _read_secret(args, "Client secret", args.secret_stdin)
-        replaced = s.service.set_client(args.client_id, secret, args.scope or [], actor=s.actor)
+        replaced = s.service.set_client(args.client_id, secret, args.scope or [], actor=s.actor,
+                                        shared_principal=args.shared_principal)
         print(f"{'Updated' if replaced else 'Added'} OAuth client {args.client_id}")
         return 0
 
@@ -408,6 +410,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--iterations", type=int, default=None, help="4096..16384 (default: [sasl] scram_iterations)"
         )
         p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+        if not must_exist:
+            p.add_argument("--shared-principal", action="store_true",
+                           help="allow a new user named like an OAuth client: both then log in as the one "
+                                "principal User:NAME, with its ACLs and roles")
         p.set_defaults(func=lambda a, m=must_exist: _users_set(a, must_exist=m))
     p = usub.add_parser("list", help="users with their mechanisms and iterations")
     p.add_argument("name", nargs="*")
@@ -462,6 +468,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("client_id")
     p.add_argument("--scope", action="append", help="allowed scope (repeatable)")
     p.add_argument("--secret-stdin", action="store_true", help="read the client secret from standard input")
+    p.add_argument("--shared-principal", action="store_true",
+                   help="allow a new client named like a SCRAM user: both then are the one principal User:ID, "
+                        "with its ACLs and roles")
     p.set_defaults(func=_clients_add)
     p = csub.add_parser("list", help="clients and their scopes")
     p.add_argument("--json", action="store_true")

@@ -275,3 +275,23 @@ def test_a_short_saved_key_is_refused_not_used(tmp_path: Path, monkeypatch: pyte
     assert main(["tokens", "describe"]) == 2
     err = capsys.readouterr().err
     assert "delegation-token.key holds a key of 5 characters" in err and "short" not in err.split("key of")[1]
+
+
+def test_one_name_for_a_user_and_a_client_only_with_shared_principal(cli) -> None:
+    """`User:svc` would be both a SCRAM user and an OAuth client's tokens: the CLI refuses the second
+    credential unless --shared-principal says that is meant, either way round."""
+    run, *_ = cli
+    assert run("users", "add", "svc", "--password-stdin", stdin="svc-password-1\n")[0] == 0
+    code, _, err = run("oauth-clients", "add", "svc", "--secret-stdin", stdin="svc-secret-0123456789\n")
+    assert code == 1 and "shared_principal" in err
+    assert run("oauth-clients", "list", "--json")[1].strip() == "[]"
+    code, out, _ = run("oauth-clients", "add", "svc", "--shared-principal", "--secret-stdin",
+                       stdin="svc-secret-0123456789\n")
+    assert code == 0 and "Added OAuth client svc" in out
+
+    assert run("oauth-clients", "add", "etl", "--secret-stdin", stdin="etl-secret-0123456789\n")[0] == 0
+    code, _, err = run("users", "add", "etl", "--password-stdin", stdin="etl-password-1\n")
+    assert code == 1 and "shared_principal" in err
+    assert "etl" not in run("users", "list")[1]
+    assert run("users", "add", "etl", "--shared-principal", "--password-stdin", stdin="etl-password-1\n")[0] == 0
+    assert "etl" in run("users", "list")[1]
