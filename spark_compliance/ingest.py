@@ -153,13 +153,13 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     # line, and the name's text before it could end the first part like another logger's line.
     authz_head = hd.contains(" Principal = ") & hd.rlike(K.AUTHZ_HEAD)
     shape = (F.when(v.startswith("{"), F.lit(_JSON))
-             .when(authz_head, F.lit(_AUTHZ))
              .when(v.endswith(K.AUTHORIZER_SUFFIX),
                    F.when(hd.contains(" Principal = "), F.lit(_AUTHZ))
                    .when(hd.contains("] DEBUG principal = ") | hd.contains("] TRACE principal = "), F.lit(_SU))
                    .when(hd.contains(" No acl found for resource "), F.lit(_NOACL))
                    .when(hd.rlike(K.AUTHZ_ACL_DETAIL_HEAD), F.lit(_DETAIL))
                    .otherwise(F.lit(_AUTHZ)))
+             .when(authz_head, F.lit(_AUTHZ))
              .when(v.endswith(K.REQUEST_SUFFIX),
                    F.when(hd.contains("Completed request:{"), F.lit(_REQ_JSON)).otherwise(F.lit(_REQ_TEXT)))
              .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Failed "), F.lit(_AUTH_FAIL))
@@ -180,8 +180,8 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     # `kafka_lines`): if the first reading is Allowed and the line says ` is Denied ` anywhere, the last
     # Denied reading is taken, so a crafted name cannot hide a denial. (Rare lines: the extra patterns
     # only run on them.)
-    denial_hidden = ((sh == _AUTHZ) & v.contains(" is Denied ") & (r != v)
-                     & (F.split(r, K.FIELD_SEP).getItem(3) == "Allowed"))
+    # (FIELD_SEP is no longer in any line: only the verdict field can read `<SEP>Allowed<SEP>`.)
+    denial_hidden = ((sh == _AUTHZ) & v.contains(" is Denied ") & r.contains(f"{K.FIELD_SEP}Allowed{K.FIELD_SEP}"))
     last_denied_new = F.regexp_replace(v, K.AUTHZ_LAST_DENIED, K.AUTHZ_FIELDS)
     last_denied = F.when(last_denied_new != v, last_denied_new).otherwise(
         F.regexp_replace(v, K.AUTHZ_OLD_LAST_DENIED, K.AUTHZ_OLD_FIELDS))
