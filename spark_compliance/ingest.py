@@ -380,7 +380,8 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
 def within_period(events: DataFrame, since: datetime | None, until: datetime | None) -> DataFrame:
     """Events at or after `since` and before `until` (aware datetimes; naive ones are taken as UTC)."""
     def utc(ts: datetime) -> datetime:
-        return (ts if ts.tzinfo is None else ts.astimezone(UTC)).replace(tzinfo=None)
+        # Aware: PySpark reads a naive datetime literal in the Python process's local zone (`time.mktime`).
+        return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
     if since is not None:
         events = events.filter(F.col("ts") >= F.lit(utc(since)))

@@ -34,6 +34,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
 
 from spark_compliance import findings as FD
 from spark_compliance import html_report, ingest
@@ -102,6 +103,15 @@ def discover(inputs: Sequence[str], name: str) -> str | None:
     return None
 
 
+def utc_rows(df: DataFrame) -> list[Any]:
+    """`df.collect()` with its timestamps as naive UTC datetimes. PySpark turns a TIMESTAMP into a naive
+    datetime in the Python process's local zone (`datetime.fromtimestamp`), so on an auditor's machine
+    outside UTC every time in findings.json and report.html would be local time marked UTC; a
+    TIMESTAMP_NTZ (read in the job's UTC session) comes back as the UTC wall-clock time."""
+    return df.select(*[F.col(f.name).cast("timestamp_ntz").alias(f.name) if isinstance(f.dataType, TimestampType)
+                       else F.col(f.name) for f in df.schema.fields]).collect()
+
+
 def _iso(ts: Any) -> str | None:
     if ts is None:
         return None
@@ -155,8 +165,8 @@ def _no_findings(df: DataFrame) -> DataFrame:
 
 def chart_data(events: DataFrame) -> dict[str, Any]:
     d = events.filter(F.col("event_type") == S.AUTHORIZATION)
-    denials = (d.filter((F.col("decision") == "DENIED") & F.col("logged"))
-               .groupBy(F.date_trunc("hour", "ts").alias("h")).count().orderBy("h").collect())
+    denials = utc_rows(d.filter((F.col("decision") == "DENIED") & F.col("logged"))
+                       .groupBy(F.date_trunc("hour", "ts").alias("h")).count().orderBy("h"))
     top = (d.filter(F.col("principal").isNotNull()).groupBy("principal").count()
            .orderBy(F.desc("count"), "principal").limit(12).collect())
     heat = (d.filter((F.col("decision") == "ALLOWED") & F.col("logged"))
@@ -300,7 +310,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
     finally:
         _delete(spark, staging)
     table = spark.read.schema(S.EVENT_SCHEMA).parquet(f"{out}/events")
-    stats = table.agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("a"), F.max("ts").alias("b")).first()
+    stats = utc_rows(table.agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("a"), F.max("ts").alias("b")))[0]
     n_events = int(stats["n"]) if stats else 0
     progress(f"      {n_events:,} events; {sum(q['lines'] for q in quality if q['kind'] == 'bad'):,} bad lines")
 
@@ -311,7 +321,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
         path = f"{out}/reports/{name}"
         df.write.mode("overwrite").parquet(path)
         written = spark.read.parquet(path)
-        rows = [_finding_dict(r) for r in to_findings(written).collect()]
+        rows = [_finding_dict(r) for r in utc_rows(to_findings(written))]
         all_findings.extend(rows)
         progress(f"      {i:2d}/{len(tables)} {name}: {len(rows)} finding(s)")
     all_findings.sort(key=_sev_rank)

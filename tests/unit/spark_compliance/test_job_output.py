@@ -4,13 +4,18 @@ and in UTC whatever session it is given."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from kgov.cli import main as kgov_main
-from spark_compliance import job
+from spark_compliance import ingest, job
 
 LINE = ("[2024-05-01 10:00:00,123] INFO Principal = User:mallory is Denied Operation = Read from host = 10.0.0.66"
         " on resource = Topic:orders (kafka.authorizer.logger)\n")
@@ -91,3 +96,29 @@ def test_a_session_passed_in_runs_the_job_in_utc_and_gets_its_own_settings_back(
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.ansi.enabled", "false")
+
+
+@pytest.fixture
+def new_york_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The Python process in New York time (an auditor's laptop); the JVM and the session stay UTC."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.spark
+def test_times_stay_utc_on_a_machine_outside_utc(spark: SparkSession, new_york_process: None) -> None:
+    ten = datetime(2024, 5, 1, 10, 0)
+    events = spark.createDataFrame(
+        [(ten, "AUTHORIZATION", "DENIED", True, "User:m", "FETCH", None)],
+        "ts timestamp, event_type string, decision string, logged boolean, principal string, api string, bytes long")
+    # Written to the session as 10:00 UTC (aware, so PySpark does not read it as New York time).
+    events = events.withColumn("ts", F.to_timestamp(F.lit("2024-05-01 10:00:00")))
+    assert [r["ts"] for r in job.utc_rows(events)] == [ten]
+    assert job.chart_data(events)["denials"] == [("05-01 10:00", 1.0)]
+    kept = ingest.within_period(events, datetime(2024, 5, 1, 10, 0, tzinfo=UTC), datetime(2024, 5, 1, 10, 1))
+    assert kept.count() == 1
+    assert ingest.within_period(events, datetime(2024, 5, 1, 6, 0, 1, tzinfo=ZoneInfo("America/New_York")),
+                                None).count() == 0
