@@ -102,9 +102,11 @@ AUTHZ_ACL_DETAIL_HEAD = r"^\[[^\]]+\] [A-Z]+ operation = \w+ "
 
 # Request log 1.0-2.7. Fields: ts, level, apiKey, apiVersion, clientId, body, connection, protocol,
 # principal, listener, softwareName, softwareVersion. The body is client-influenced, so the connection
-# is taken from the LAST ` from connection `.
+# is taken from the LAST ` from connection `. The client id is any string too: it runs to the LAST
+# `, correlationId=N)` (a client id holding `, correlationId=1) -- {...partitionSizes=[decoy-0=1]}`
+# would otherwise start a body of its making, with the topic and bytes of a Produce).
 REQUEST_TEXT = (
-    _ENV + r"Completed request:RequestHeader\(apiKey=(\w+), apiVersion=(\d+), clientId=(.*?), "
+    _ENV + r"Completed request:RequestHeader\(apiKey=(\w+), apiVersion=(\d+), clientId=(.*), "
     r"correlationId=-?\d+\)(.*) from connection (\S+);totalTime:[^;]*?securityProtocol:(\w+),"
     r"principal:(.*),listener:([\w-]+)"
     r"(?:,clientInformation:ClientInformation\(softwareName=(.*?), softwareVersion=(.*?)\))?"

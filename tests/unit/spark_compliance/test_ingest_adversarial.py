@@ -38,6 +38,7 @@ def _kraft(principal: str, allowed: bool, name: str, rtype: str = "TOPIC", host:
 FAKE_ALLOW_KRAFT = "User:alice is Allowed operation = READ from host = 10.9.9.9 on resource = Topic:LITERAL:public"
 FAKE_ALLOW_ZK = "User:CN=alice is Allowed Operation = Read from host = 10.9.9.9 on resource = Topic:LITERAL:public"
 
+DECOY_CLIENT = "c, correlationId=1) -- {acks=1,timeout=1,partitionSizes=[decoy-0=1]}"
 _CASES: dict[str, list[str]] = {
     # A principal holding a fake "allowed" reading before its real denial.
     "principal_kraft": [_kraft(FAKE_ALLOW_KRAFT, False, "payments")],
@@ -81,6 +82,12 @@ _CASES: dict[str, list[str]] = {
                         resource_type="GROUP", pattern_type="LITERAL", resource_name="x\n" + STAMP + " INFO y",
                         request_name="JoinGroup", resource_ref_count=1, rule="DefaultDeny")}),
     ],
+    # 1.0-2.7 request log: a client id holding a fake header end and Produce body.
+    "request_text": [f"{STAMP} DEBUG " + K.request_line_text(
+        api_key="PRODUCE", api_version=8, client_id=DECOY_CLIENT, correlation_id=6,
+        body="{acks=-1,timeout=30000,partitionSizes=[payments-0=15514]}", response="{responses=[]}",
+        connection="10.0.0.1:9092-10.6.6.6:5000-0", principal="User:mallory", listener="PLAIN",
+        security_protocol="SASL_PLAINTEXT", software=("apache-kafka-java", "2.7.0")) + " (kafka.request.logger)"],
     # 2.8+ request log: JSON-escaped, so a client id cannot add keys.
     "request_json": [f"{STAMP} DEBUG " + K.request_line_json(
         api_key_name="FETCH", api_key=1, api_version=12, client_id='x","principal":"User:alice', correlation_id=2,
@@ -147,6 +154,12 @@ def test_nul_unicode_line_separators_and_json_escaped_line_breaks(parsed: dict[s
     text, layout = parsed["odd_chars"]
     assert _decision(text) == ("event", "User:mallory", "DENIED", "10.0.0.66", "GROUP", "a\x00b\u2028c\x85d")
     assert _decision(layout) == ("event", "User:mallory", "DENIED", "10.0.0.66", "GROUP", "x\n" + STAMP + " INFO y")
+
+
+def test_request_text_client_id_cannot_start_the_produce_body(parsed: dict[str, Rows]) -> None:
+    [row] = parsed["request_text"]
+    assert (row["kind"], row["principal"], row["api"], row["resource_name"], row["bytes"], row["client_id"]) == (
+        "event", "User:mallory", "PRODUCE", "payments", 15514, DECOY_CLIENT)
 
 
 def test_request_json_client_id_cannot_add_fields(parsed: dict[str, Rows]) -> None:
