@@ -374,7 +374,8 @@ def _zones(values: Sequence[str]) -> tuple[str, dict[str, str]]:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", action="extend", required=True, metavar="PATH",
                    help="log files or directories (recursive; .gz fine); repeatable")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (local or any Hadoop URI)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (local or any Hadoop URI): new, empty or an earlier run's, outside the inputs")
     p.add_argument("--inventory", metavar="FILE", help="`kgov acls export` JSON (default: inventory.json in an input)")
     p.add_argument("--classification", metavar="FILE",
                    help="topic classification JSON (default: classification.json in an input)")
