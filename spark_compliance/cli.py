@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     from pyspark.errors import AnalysisException
 
     from spark_compliance.inventory import InventoryError
-    from spark_compliance.job import options_from_args, run
+    from spark_compliance.job import OutputError, options_from_args, run
     from spark_compliance.session import SessionError
 
     missing = missing_local_paths(args)
@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         summary = run(options_from_args(args))
-    except (InventoryError, SessionError) as e:
+    except (InventoryError, SessionError, OutputError) as e:
         print(f"kgov audit run: {e}", file=sys.stderr)
         return 2
     except AnalysisException as e:  # e.g. an input path that does not exist

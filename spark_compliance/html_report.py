@@ -1,5 +1,7 @@
 """`report.html`: one self-contained page (inline CSS and SVG, no script, no network) for auditors.
 
+Its Content-Security-Policy forbids scripts and every fetch, so an escaping slip could not run anything.
+
 Pure: takes plain Python data collected by the job and returns the HTML text. Every value from the
 logs is escaped (group ids and client ids are chosen by clients and may contain markup).
 """
@@ -24,6 +26,11 @@ text-align:left;vertical-align:top}th{background:#f5f7fa}td.num{text-align:right
 .tiles{display:flex;flex-wrap:wrap;gap:8px}.tile{border:1px solid #dde2ea;border-radius:6px;padding:8px 12px;min-width:120px}
 .tile b{display:block;font-size:20px}code{font-size:11px;word-break:break-all}svg text{font-size:10px;fill:#3b4454}
 """
+
+
+# A second net under the escaping: the page runs no script and fetches nothing (no image, font, frame or
+# form target), whatever a name from the logs might smuggle in; only its own inline <style> applies.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
 def _e(v: object) -> str:
@@ -135,7 +142,9 @@ def render(*, summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
     rule_rows = "".join(f"<tr><td>{_e(r)}</td><td class='num'>{n}</td></tr>" for r, n in sorted(rules.items()))
     heat = {(int(d), int(h)): float(v) for d, h, v in charts.get("access_heat", [])}
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>kgov compliance audit report</title>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<title>kgov compliance audit report</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>
 <body>
 <h1>Kafka compliance audit</h1>

@@ -86,7 +86,7 @@ def _topics(d: Column, api: Column) -> Column:
 
 # Small integers: the shape is compared in every output column's CASE.
 _JSON, _AUTHZ, _SU, _NOACL, _DETAIL, _REQ_TEXT, _REQ_JSON, _AUTH_FAIL, _AUTH_OK, _OTHER = range(10)
-# Fields each pattern's rewrite splits into (a line containing FIELD_SEP itself yields more: bad).
+# Fields each pattern's rewrite splits into (more would mean a FIELD_SEP in the line: bad, a second net).
 _FIELD_COUNTS = {_AUTHZ: 12, _SU: 3, _NOACL: 4, _REQ_TEXT: 12, _REQ_JSON: 3, _AUTH_FAIL: 5, _AUTH_OK: 5}
 # Every message shape is told by the first 60 characters (the envelope is at most 32): client-chosen text
 # (resource names, client ids) comes later in the line, so it cannot change how a line is classified.
@@ -143,7 +143,15 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
     """
     lines = log4j2_json_as_text(lines)
     v = F.col("value")
+    # The rewrite below joins a line's fields with FIELD_SEP: a name containing that character (a group
+    # or client id is any string) would split into too many fields and make a denial a bad line. It is
+    # shown as U+FFFD instead, the rest of the line parsed as usual.
+    lines = lines.withColumn("value", F.when(v.contains(K.FIELD_SEP), F.replace(v, F.lit(K.FIELD_SEP),
+                                                                                F.lit("\ufffd"))).otherwise(v))
     hd = F.col("_head")
+    # A decision line is one by its head, whatever it ends with: a line break inside a name cuts the
+    # line, and the name's text before it could end the first part like another logger's line.
+    authz_head = hd.contains(" Principal = ") & hd.rlike(K.AUTHZ_HEAD)
     shape = (F.when(v.startswith("{"), F.lit(_JSON))
              .when(v.endswith(K.AUTHORIZER_SUFFIX),
                    F.when(hd.contains(" Principal = "), F.lit(_AUTHZ))
@@ -151,6 +159,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                    .when(hd.contains(" No acl found for resource "), F.lit(_NOACL))
                    .when(hd.rlike(K.AUTHZ_ACL_DETAIL_HEAD), F.lit(_DETAIL))
                    .otherwise(F.lit(_AUTHZ)))
+             .when(authz_head, F.lit(_AUTHZ))
              .when(v.endswith(K.REQUEST_SUFFIX),
                    F.when(hd.contains("Completed request:{"), F.lit(_REQ_JSON)).otherwise(F.lit(_REQ_TEXT)))
              .when(v.endswith(K.SELECTOR_SUFFIX) & v.contains("Failed "), F.lit(_AUTH_FAIL))
@@ -167,6 +176,15 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
                  .when(sh == _AUTH_FAIL, F.regexp_replace(v, K.AUTH_FAILURE, K.AUTH_FIELDS))
                  .when(sh == _AUTH_OK, F.regexp_replace(v, K.AUTH_SUCCESS, K.AUTH_FIELDS)))
     r = F.col("r")
+    # Kafka's text is ambiguous when a name holds a second ` is Allowed|Denied Operation = ...` (see
+    # `kafka_lines`): if the first reading is Allowed and the line says ` is Denied ` anywhere, the last
+    # Denied reading is taken, so a crafted name cannot hide a denial. (Rare lines: the extra patterns
+    # only run on them.)
+    # (FIELD_SEP is no longer in any line: only the verdict field can read `<SEP>Allowed<SEP>`.)
+    denial_hidden = ((sh == _AUTHZ) & v.contains(" is Denied ") & r.contains(f"{K.FIELD_SEP}Allowed{K.FIELD_SEP}"))
+    last_denied_new = F.regexp_replace(v, K.AUTHZ_LAST_DENIED, K.AUTHZ_FIELDS)
+    last_denied = F.when(last_denied_new != v, last_denied_new).otherwise(
+        F.regexp_replace(v, K.AUTHZ_OLD_LAST_DENIED, K.AUTHZ_OLD_FIELDS))
     expected: Column = F.lit(0)
     for code, n in _FIELD_COUNTS.items():
         expected = F.when(sh == code, F.lit(n)).otherwise(expected)
@@ -175,6 +193,7 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
               # 0.9-2.3 authorizer lines: the 2.4+ pattern left them unchanged.
               .withColumn("r", F.when((sh == _AUTHZ) & (r == v),
                                       F.regexp_replace(v, K.AUTHZ_OLD, K.AUTHZ_OLD_FIELDS)).otherwise(r))
+              .withColumn("r", F.when(denial_hidden, last_denied).otherwise(r))
               .withColumn("f", F.when(r != v, F.split(r, K.FIELD_SEP)))
               .withColumn("ctl", F.col("f").isNotNull() & (F.size("f") != expected))
               .withColumn("f", F.when(~F.col("ctl"), F.col("f")))
@@ -243,7 +262,8 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
 
     fmt = by_shape(F.when(ev_type.startswith("io.confluent."), F.lit("confluent-event"))
                    .otherwise(F.lit("kgov-event")),
-                   F.when(F.upper(f[4]) == f[4], F.lit("kafka-authz-3.3"))  # `operation = READ`
+                   F.when(~v.endswith(K.AUTHORIZER_SUFFIX), F.lit("kafka-authz-cut"))  # a name's line break
+                   .when(F.upper(f[4]) == f[4], F.lit("kafka-authz-3.3"))  # `operation = READ`
                    .when(f[9] != "", F.lit("kafka-authz-2.4"))
                    .when(f[7] != "", F.lit("kafka-authz-2.0")).otherwise(F.lit("kafka-authz-1.x")),
                    F.lit("kafka-authz-zk-superuser"), F.lit("kafka-authz-zk-noacl"),
@@ -360,7 +380,8 @@ def parse_lines(lines: DataFrame, *, default_zone: str = "UTC", source_zones: Ma
 def within_period(events: DataFrame, since: datetime | None, until: datetime | None) -> DataFrame:
     """Events at or after `since` and before `until` (aware datetimes; naive ones are taken as UTC)."""
     def utc(ts: datetime) -> datetime:
-        return (ts if ts.tzinfo is None else ts.astimezone(UTC)).replace(tzinfo=None)
+        # Aware: PySpark reads a naive datetime literal in the Python process's local zone (`time.mktime`).
+        return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
     if since is not None:
         events = events.filter(F.col("ts") >= F.lit(utc(since)))

@@ -22,6 +22,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,13 +34,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
 
 from spark_compliance import findings as FD
 from spark_compliance import html_report, ingest
 from spark_compliance import reports as R
 from spark_compliance import schema as S
 from spark_compliance.inventory import load_classification, load_inventory
-from spark_compliance.session import build_session
+from spark_compliance.session import SESSION_CONF, build_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,15 @@ def discover(inputs: Sequence[str], name: str) -> str | None:
     return None
 
 
+def utc_rows(df: DataFrame) -> list[Any]:
+    """`df.collect()` with its timestamps as naive UTC datetimes. PySpark turns a TIMESTAMP into a naive
+    datetime in the Python process's local zone (`datetime.fromtimestamp`), so on an auditor's machine
+    outside UTC every time in findings.json and report.html would be local time marked UTC; a
+    TIMESTAMP_NTZ (read in the job's UTC session) comes back as the UTC wall-clock time."""
+    return df.select(*[F.col(f.name).cast("timestamp_ntz").alias(f.name) if isinstance(f.dataType, TimestampType)
+                       else F.col(f.name) for f in df.schema.fields]).collect()
+
+
 def _iso(ts: Any) -> str | None:
     if ts is None:
         return None
@@ -154,8 +165,8 @@ def _no_findings(df: DataFrame) -> DataFrame:
 
 def chart_data(events: DataFrame) -> dict[str, Any]:
     d = events.filter(F.col("event_type") == S.AUTHORIZATION)
-    denials = (d.filter((F.col("decision") == "DENIED") & F.col("logged"))
-               .groupBy(F.date_trunc("hour", "ts").alias("h")).count().orderBy("h").collect())
+    denials = utc_rows(d.filter((F.col("decision") == "DENIED") & F.col("logged"))
+                       .groupBy(F.date_trunc("hour", "ts").alias("h")).count().orderBy("h"))
     top = (d.filter(F.col("principal").isNotNull()).groupBy("principal").count()
            .orderBy(F.desc("count"), "principal").limit(12).collect())
     heat = (d.filter((F.col("decision") == "ALLOWED") & F.col("logged"))
@@ -170,11 +181,81 @@ def chart_data(events: DataFrame) -> dict[str, Any]:
     }
 
 
+class OutputError(ValueError):
+    """An `--out` the job must not write to (checked before Spark starts)."""
+
+
+# What a run writes directly under `--out`: an existing directory holding only these is an earlier run's.
+OUTPUT_ENTRIES = frozenset({"events", "reports", "_lines", "findings.json", "summary.json", "report.html"})
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _local(path: str) -> Path | None:
+    """A local path as written (`file:` URIs too); None for another file system or a glob."""
+    local = path.removeprefix("file://") if path.startswith("file://") else path.removeprefix("file:")
+    if _URI_SCHEME.match(local) or any(c in local for c in "*?[{"):
+        return None
+    return Path(local)
+
+
+def check_output(out: str, inputs: Sequence[str]) -> None:
+    """Refuses an `--out` a run would damage or read back, before anything is written.
+
+    A run replaces `events/`, `reports/<name>/` and `_lines/` under `--out` wholesale (Spark's overwrite
+    mode deletes them first) and reads its inputs recursively. So `--out` must not overlap an input
+    (the run would read its own output next time, or delete input files), and an existing `--out` must be
+    empty or hold only an earlier run's output, none of its entries a symbolic link."""
+    local = _local(out)
+    if local is None:
+        return
+    target = local.resolve()
+    for inp in inputs:
+        path = _local(inp)
+        if path is None:
+            continue
+        src = path.resolve()
+        if target == src or target.is_relative_to(src) or src.is_relative_to(target):
+            raise OutputError(f"--out {out} overlaps --input {inp}: the run would read back or replace "
+                              "its own input; name a directory outside the inputs")
+    if not local.exists() and not local.is_symlink():
+        return
+    if not target.is_dir():
+        raise OutputError(f"--out {out} exists and is not a directory")
+    entries = {p.name: p for p in target.iterdir()}
+    if foreign := sorted(set(entries) - OUTPUT_ENTRIES):
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise OutputError(f"--out {out} is not empty and not an earlier audit's output (it holds {shown}); "
+                          "name a new or empty directory")
+    if links := sorted(name for name, p in entries.items() if p.is_symlink()):
+        raise OutputError(f"--out {out}: {', '.join(links)} is a symbolic link; remove it or name another directory")
+
+
+def _write_file(directory: Path, name: str, text: str) -> None:
+    """Writes `directory/name` through a new file renamed over it: a symbolic link planted at that name
+    (between the check and the write) is replaced, never followed, and readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, directory / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def run(opts: JobOptions, spark: SparkSession | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Runs the whole job; returns the summary (also written to summary.json)."""
+    check_output(opts.out, opts.inputs)
     # Stop the session at the end only if this call started it (not a notebook's or a test's).
     own = spark is None and SparkSession.getActiveSession() is None
     spark = spark or build_session(opts.master)
+    # A session passed in (a notebook's) gets the job's settings for the run, its own back afterwards:
+    # log4j stamps are read as wall-clock time and every report's dates and hours are UTC only in a UTC
+    # session, and untrusted input must not raise (ANSI mode off).
+    saved = {key: spark.conf.get(key, None) for key in SESSION_CONF}
+    for key, value in SESSION_CONF.items():
+        spark.conf.set(key, value)
     progress = progress or Progress(spark)
     progress.start()
     try:
@@ -183,6 +264,12 @@ def run(opts: JobOptions, spark: SparkSession | None = None, progress: Progress 
         progress.stop()
         if own:
             spark.stop()
+        else:
+            for key, old in saved.items():
+                if old is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, old)
 
 
 def _delete(spark: SparkSession, path: str) -> None:
@@ -195,7 +282,8 @@ def _delete(spark: SparkSession, path: str) -> None:
 
 def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str, Any]:
     out = opts.out.rstrip("/")
-    local_out = Path(out) if "://" not in out else None
+    local = _local(out)
+    local_out = local if local is not None and "://" not in out else None
     inventory_path = opts.inventory or discover(opts.inputs, "inventory.json")
     classification_path = opts.classification or discover(opts.inputs, "classification.json")
     progress(f"[1/5] reading {', '.join(opts.inputs)} (inventory: {inventory_path or 'none'}, "
@@ -222,7 +310,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
     finally:
         _delete(spark, staging)
     table = spark.read.schema(S.EVENT_SCHEMA).parquet(f"{out}/events")
-    stats = table.agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("a"), F.max("ts").alias("b")).first()
+    stats = utc_rows(table.agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("a"), F.max("ts").alias("b")))[0]
     n_events = int(stats["n"]) if stats else 0
     progress(f"      {n_events:,} events; {sum(q['lines'] for q in quality if q['kind'] == 'bad'):,} bad lines")
 
@@ -233,7 +321,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
         path = f"{out}/reports/{name}"
         df.write.mode("overwrite").parquet(path)
         written = spark.read.parquet(path)
-        rows = [_finding_dict(r) for r in to_findings(written).collect()]
+        rows = [_finding_dict(r) for r in utc_rows(to_findings(written))]
         all_findings.extend(rows)
         progress(f"      {i:2d}/{len(tables)} {name}: {len(rows)} finding(s)")
     all_findings.sort(key=_sev_rank)
@@ -259,7 +347,7 @@ def _run(opts: JobOptions, spark: SparkSession, progress: Progress) -> dict[str,
     for fname, text in documents.items():
         if local_out is not None:
             local_out.mkdir(parents=True, exist_ok=True)
-            (local_out / fname).write_text(text, encoding="utf-8")
+            _write_file(local_out, fname, text)
         else:  # a cluster file system: one text file written through Spark
             spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(f"{out}/{fname}")
     progress(f"done: {len(all_findings)} finding(s) in {out}/findings.json")
@@ -286,7 +374,8 @@ def _zones(values: Sequence[str]) -> tuple[str, dict[str, str]]:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", action="extend", required=True, metavar="PATH",
                    help="log files or directories (recursive; .gz fine); repeatable")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (local or any Hadoop URI)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (local or any Hadoop URI): new, empty or an earlier run's, outside the inputs")
     p.add_argument("--inventory", metavar="FILE", help="`kgov acls export` JSON (default: inventory.json in an input)")
     p.add_argument("--classification", metavar="FILE",
                    help="topic classification JSON (default: classification.json in an input)")
@@ -375,7 +464,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="spark_compliance.job", description="Kafka compliance audit on Spark")
     add_run_arguments(p)
     opts = options_from_args(p.parse_args(argv))
-    run(opts)
+    try:
+        run(opts)
+    except OutputError as e:
+        raise SystemExit(f"spark_compliance.job: {e}") from None
     return 0
 
 

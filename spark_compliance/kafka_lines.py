@@ -17,8 +17,23 @@ parser (`spark_compliance.reference_parser`) runs the same text through `re`.
 Client-chosen text (group and transactional ids) sits in the resource name, so the name is matched
 greedily up to the LAST ` for request = ` trailer anchored at the end of the line: a crafted group id
 such as `x for request = Produce with resourceRefCount = 9` cannot shift the fields after it. The
-principal (chosen by the operator, but a TLS DN contains spaces and commas) is matched lazily up to
-the first ` is Allowed ` / ` is Denied `.
+principal (a TLS DN contains spaces and commas) is matched lazily up to the first ` is Allowed ` /
+` is Denied `.
+
+Kafka prints principal and resource name unescaped, so its line is ambiguous when either contains
+` is Allowed|Denied Operation = ... on resource = `: no parser can tell which split Kafka wrote. The
+ingest takes the reading that cannot hide a denial: if the first split says Allowed but a later one
+says Denied, the LAST Denied split is taken (`AUTHZ_LAST_DENIED`). A crafted principal
+(`User:alice is Allowed Operation = Read ... on resource = Topic:LITERAL:x`) therefore cannot turn its
+own denial into an allowed access of `User:alice`; and the principal of a real denial always starts
+with the real principal. (The price: an allowed access whose names contain a fake ` is Denied ... `
+counts as a denial, of a principal that begins with the real one.)
+
+Kafka does not escape line breaks in names either: a group id containing `\n` cuts a line in two. The
+first part still starts with the envelope and `Principal = ... is Denied ...`; it is parsed as an
+authorizer decision whatever it ends with (`AUTHZ_OLD` also matches a line without the logger suffix),
+so a crafted tail such as ` (kafka.server.KafkaServer)` cannot make a denial look like another
+logger's line. The second part can be a forged line; nothing in a line tells it from a real one.
 """
 
 from __future__ import annotations
@@ -36,7 +51,8 @@ SELECTOR_SUFFIX = " (org.apache.kafka.common.network.Selector)"
 # --- patterns (Java and Python `re` agree on every construct used here) -------------------------------
 # Each full-line pattern is run ONCE per line by `regexp_replace`, which rewrites the line into its
 # groups joined by FIELD_SEP; the ingest splits that. (One `regexp_extract` per field would re-run the
-# pattern for every field.) A line containing FIELD_SEP itself splits into too many fields and is bad.
+# pattern for every field.) The ingest first shows FIELD_SEP inside a line as U+FFFD, so a name holding it
+# cannot split the line into too many fields.
 FIELD_SEP = "\x01"
 # `(?s)`: `.` matches every character. Without it Java's `.` stops at U+0085, U+2028 and U+2029 (Python's
 # only at `\n`), so a crafted name containing one would make Spark and the reference parser disagree.
@@ -46,18 +62,28 @@ OTHER_LOGGER = r"(?s)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] [A-Z]+ .* \([\w.$
 
 # Authorizer decision line, 2.4+ (ZooKeeper and KRaft). Fields: ts, level, principal, verdict, operation,
 # host, resource type, pattern type, resource name, request, resourceRefCount, rule.
-AUTHZ = (
-    _ENV + r"Principal = (.+?) is (Allowed|Denied) [Oo]peration = (\w+) from host = (\S+) "
-    r"on resource = (\w+):(?:(LITERAL|PREFIXED):)?(.*) for request = (\w+) with resourceRefCount = (\d+)"
-    r"(?: based on rule (.+))? \(kafka\.authorizer\.logger\)$"
-)
+def _authz(principal: str, verdict: str) -> str:
+    return (_ENV + rf"Principal = {principal} is {verdict} [Oo]peration = (\w+) from host = (\S+) "
+            r"on resource = (\w+):(?:(LITERAL|PREFIXED):)?(.*) for request = (\w+) with resourceRefCount = (\d+)"
+            r"(?: based on rule (.+))? \(kafka\.authorizer\.logger\)$")
+
+
+# 0.9-2.3: no trailer (same field positions, the last three empty). The logger suffix is optional: a
+# line cut by a line break inside a name still names its principal and decision (module docstring).
+def _authz_old(principal: str, verdict: str) -> str:
+    return (_ENV + rf"Principal = {principal} is {verdict} [Oo]peration = (\w+) from host = (\S+) "
+            r"on resource = (\w+):(?:(LITERAL|PREFIXED):)?(.*?)(?: \(kafka\.authorizer\.logger\))?$")
+
+
+AUTHZ = _authz("(.+?)", "(Allowed|Denied)")
 AUTHZ_FIELDS = "$1\x01$2\x01$3\x01$4\x01$5\x01$6\x01$7\x01$8\x01$9\x01$10\x01$11\x01$12"
-# 0.9-2.3: no trailer (same field positions, the last three empty).
-AUTHZ_OLD = (
-    _ENV + r"Principal = (.+?) is (Allowed|Denied) [Oo]peration = (\w+) from host = (\S+) "
-    r"on resource = (\w+):(?:(LITERAL|PREFIXED):)?(.*) \(kafka\.authorizer\.logger\)$"
-)
+AUTHZ_OLD = _authz_old("(.+?)", "(Allowed|Denied)")
 AUTHZ_OLD_FIELDS = "$1\x01$2\x01$3\x01$4\x01$5\x01$6\x01$7\x01$8\x01$9\x01\x01\x01"
+# The reading that cannot hide a denial (module docstring): the principal up to the LAST ` is Denied `.
+AUTHZ_LAST_DENIED = _authz("(.+)", "(Denied)")
+AUTHZ_OLD_LAST_DENIED = _authz_old("(.+)", "(Denied)")
+# A decision line whatever it ends with (told by its first 60 characters).
+AUTHZ_HEAD = r"^\[[^\]]+\] [A-Z]+ Principal = "
 # ZooKeeper AclAuthorizer DEBUG lines. Fields: ts, level, principal.
 AUTHZ_SUPER_USER = (
     _ENV + r"principal = (.+?) is a super user, allowing operation without checking acls\."
@@ -76,9 +102,11 @@ AUTHZ_ACL_DETAIL_HEAD = r"^\[[^\]]+\] [A-Z]+ operation = \w+ "
 
 # Request log 1.0-2.7. Fields: ts, level, apiKey, apiVersion, clientId, body, connection, protocol,
 # principal, listener, softwareName, softwareVersion. The body is client-influenced, so the connection
-# is taken from the LAST ` from connection `.
+# is taken from the LAST ` from connection `. The client id is any string too: it runs to the LAST
+# `, correlationId=N)` (a client id holding `, correlationId=1) -- {...partitionSizes=[decoy-0=1]}`
+# would otherwise start a body of its making, with the topic and bytes of a Produce).
 REQUEST_TEXT = (
-    _ENV + r"Completed request:RequestHeader\(apiKey=(\w+), apiVersion=(\d+), clientId=(.*?), "
+    _ENV + r"Completed request:RequestHeader\(apiKey=(\w+), apiVersion=(\d+), clientId=(.*), "
     r"correlationId=-?\d+\)(.*) from connection (\S+);totalTime:[^;]*?securityProtocol:(\w+),"
     r"principal:(.*),listener:([\w-]+)"
     r"(?:,clientInformation:ClientInformation\(softwareName=(.*?), softwareVersion=(.*?)\))?"

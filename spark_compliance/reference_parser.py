@@ -19,6 +19,9 @@ from spark_compliance import kafka_lines as K
 
 _AUTHZ = re.compile(K.AUTHZ)
 _AUTHZ_OLD = re.compile(K.AUTHZ_OLD)
+_AUTHZ_LAST_DENIED = re.compile(K.AUTHZ_LAST_DENIED)
+_AUTHZ_OLD_LAST_DENIED = re.compile(K.AUTHZ_OLD_LAST_DENIED)
+_AUTHZ_HEAD = re.compile(K.AUTHZ_HEAD)
 _SUPER = re.compile(K.AUTHZ_SUPER_USER)
 _NO_ACL = re.compile(K.AUTHZ_NO_ACL)
 _REQ_TEXT = re.compile(K.REQUEST_TEXT)
@@ -52,9 +55,15 @@ def _remote(connection: str | None) -> str | None:
     return m.group(1) if m else None
 
 
+def _authz_match(line: str) -> re.Match[str] | None:
+    m = _AUTHZ.match(line) or _AUTHZ_OLD.match(line)
+    if m and m.group(4) == "Allowed" and " is Denied " in line:  # the reading that cannot hide a denial
+        return _AUTHZ_LAST_DENIED.match(line) or _AUTHZ_OLD_LAST_DENIED.match(line)
+    return m
+
+
 def parse_line(line: str) -> Parsed:
-    if "\x01" in line:
-        return Parsed("bad")
+    line = line.replace(K.FIELD_SEP, "\ufffd")
     if line.startswith("{"):
         try:
             ev: Any = json.loads(line)
@@ -76,8 +85,8 @@ def parse_line(line: str) -> Parsed:
         if typ.startswith("io.kgov.") and typ.endswith("_change"):
             return Parsed("event", "CHANGE", auth, ts=ev.get("time"))
         return Parsed("ignored")
-    if line.endswith(K.AUTHORIZER_SUFFIX):
-        m = _AUTHZ.match(line) or _AUTHZ_OLD.match(line)
+    if _AUTHZ_HEAD.match(line[:60]) or line.endswith(K.AUTHORIZER_SUFFIX):
+        m = _authz_match(line)
         if m and "Principal = " in line:
             g = m.groups()
             api = g[9] if len(g) > 9 else None

@@ -245,7 +245,7 @@ _GOOD = _authz("INFO", K.authorizer_line_v1(principal="User:a", allowed=False, o
 BAD = case("bad", [
     _GOOD, "garbage", "[2024-05-01 10:00:00,000] INFO Principal = broken (kafka.authorizer.logger)", "{not json",
     "[2024-05-01 10:00:00,000] INFO [KafkaServer id=1] started (kafka.server.KafkaServer)",
-    "\tat org.apache.kafka.Foo.bar(Foo.java:1)", _GOOD.replace("User:a", "User:\x01a"),
+    "\tat org.apache.kafka.Foo.bar(Foo.java:1)", _GOOD.replace(" is Denied ", " is Maybe "),
     "[2024-13-45 99:00:00,000] INFO Principal = User:a is Denied Operation = Read from host = h on resource"
     " = Topic:t (kafka.authorizer.logger)",
 ], source="broker-2")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,85 @@ def test_the_off_hours_incident_is_reportable_at_the_smallest_size(tmp_path: Pat
     params = Params()
     assert len(off) == 6 and len(times) >= params.off_hours_min_events
     assert len(off) / len(times) <= params.off_hours_max_share
+
+
+# Client-chosen strings aimed at every context the page has: element text, single- and double-quoted
+# attributes, SVG <title>/<text>, a closing </style> or </title>, and the 28-character cut of chart labels.
+HOSTILE = ["</script><script>document.title='pwned'</script>", "\"><img src=x onerror=\"document.title='pwned'\">",
+           "'><svg onload=\"document.title='pwned'\">", "</style><img src=x onerror=document.title='pwned'>",
+           "</title><img src=x onerror=document.title='pwned'>", "xxxxxxxxxxxxxxxxxxxxxxxxxxx<img src=x onerror=1>",
+           "a\x00b\u2028c&amp;"]
+
+
+def _hostile_page() -> str:
+    many = HOSTILE * 2
+    return html_report.render(
+        summary={"period": {"start": many[0], "end": many[1]}, "generated_at": many[2], "inputs": many,
+                 "line_quality": [{"source": h, "kind": h, "lines": 1} for h in HOSTILE],
+                 "bad_line_sample": [{"source": h, "reason": h, "raw": h} for h in HOSTILE]},
+        findings=[{"rule": h, "severity": "HIGH", "principal": h, "host": h, "resource": h, "count": h,
+                   "first_seen": h, "last_seen": h, "evidence": [h, h], "regulations": [h]} for h in HOSTILE],
+        charts={"denials": [(h, 1.0) for h in HOSTILE], "top_principals": [(h, 2.0) for h in HOSTILE],
+                "access_heat": [(0, 1, 1.0)], "volume": [(h, 3.0) for h in HOSTILE]})
+
+
+def test_report_forbids_scripts_and_every_fetch_by_content_security_policy() -> None:
+    page = _hostile_page()
+    head = page[:page.index("<style>")]
+    assert ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
+            'base-uri \'none\'; form-action \'none\'">') in head
+
+
+@pytest.mark.browser
+def test_hostile_names_stay_text_in_headless_chromium(tmp_path: Path) -> None:
+    """Rendered by a real browser: no element or attribute of the names' making exists, nothing ran, and
+    every name reads back as the text it was."""
+    from html.parser import HTMLParser
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium is not None, "Debian's chromium is required (make test installs it)"
+
+    def dump(text: str) -> str:
+        page = tmp_path / "report.html"
+        page.write_text(text, encoding="utf-8")
+        dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                              "--no-first-run", f"--user-data-dir={tmp_path / 'u'}", "--virtual-time-budget=2000",
+                              "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        return dom.stdout
+
+    # Were the escaping ever to slip, the policy still stops the script: an injected one does not run.
+    slipped = _hostile_page().replace("<h2>Summary</h2>", "<script>document.title='pwned'</script><h2>Summary</h2>")
+    assert "<title>kgov compliance audit report</title>" in dump(slipped)
+    assert "<title>pwned</title>" in dump(slipped.replace("Content-Security-Policy", "X-Not-A-Policy"))
+
+    class Collect(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: set[str] = set()
+            self.attrs: set[str] = set()
+            self.title = ""
+            self._in_title = False
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.add(tag)
+            self.attrs.update(a for a, _ in attrs)
+            self._in_title = tag == "title" and not self.title
+
+        def handle_endtag(self, tag: str) -> None:
+            self._in_title = False
+
+        def handle_data(self, data: str) -> None:
+            if self._in_title:
+                self.title += data
+
+    text = dump(_hostile_page())
+    seen = Collect()
+    seen.feed(text)
+    assert seen.title == "kgov compliance audit report"
+    assert "img" not in seen.tags and "script" not in seen.tags
+    assert not {a for a in seen.attrs if a.startswith("on")}
+    assert "pwned" not in seen.title
+    for h in HOSTILE[:5]:
+        assert html.escape(h, quote=False) in text  # shown, as text
