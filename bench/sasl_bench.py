@@ -221,7 +221,8 @@ def _token_service(db_file: str) -> tuple[CredentialService, CreatedToken, Creat
     clock = _Clock()
     settings = Settings(
         dev_mode=True,
-        sasl={"delegation_token_secret_key": "bench-delegation-token-secret", "max_failed_attempts_per_source": 10**9},
+        sasl={"delegation_token_secret_key": "bench-delegation-token-secret", "max_failed_attempts_per_source": 10**9,
+              "max_failed_attempts_per_address": 10**9},
     )
     svc = CredentialService(open_engine(f"sqlite:///{db_file}"), settings, clock=clock)
     owner = Principal("User", "bench")
@@ -366,7 +367,8 @@ def lookup_runner(tmp: str, kind: str) -> Runner:
     200 users. "checked": the node's clock has moved past `LOOKUP_REFRESH_S` before each attempt, so the
     look-up asks the database for its change version first; "not checked": it has not."""
     mono = [1000.0]
-    settings = Settings(dev_mode=True, sasl={"max_failed_attempts_per_source": 10**9, "scram_iterations": 4096})
+    settings = Settings(dev_mode=True, sasl={"max_failed_attempts_per_source": 10**9,
+                                             "max_failed_attempts_per_address": 10**9, "scram_iterations": 4096})
     svc = CredentialService(open_engine(f"sqlite:///{tmp}/lookup-{kind[:5]}-{kind[-7:]}.db"), settings,
                             monotonic=lambda: mono[0])
     for i in range(200):

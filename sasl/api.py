@@ -33,6 +33,7 @@ from authz.model import CLUSTER_RESOURCE_NAME, Action, InvalidAclError, Operatio
 from sasl.config import OAuthConfig, is_base_url
 from sasl.delegation import DelegationTokenError, TokenErrorCode, TokenInfo, format_bearer, token_json
 from sasl.http_auth import CredentialAuthenticator, CredentialStoreUnavailable, parse_basic
+from sasl.limiter import client_claim
 from sasl.mechanism import Failure
 from sasl.service import CredentialError, CredentialService, OAuthError
 from sasl.store import ServiceAccount
@@ -543,15 +544,16 @@ def _issuer_router() -> APIRouter:
             if form["grant_type"] != "client_credentials":
                 raise OAuthError("unsupported_grant_type", "only grant_type=client_credentials is supported")
             account = None
-            if not service.limiter.blocked(address):
-                cid, secret = credentials
+            cid, secret = credentials
+            # Counted per client id at this address, and per address (`sasl.limiter`).
+            if not service.limiter.blocked(address, client_claim(cid)):
                 try:
                     account = await asyncio.to_thread(service.authenticate_client, cid, secret)
                 except CredentialStoreUnavailable as exc:
                     # Not the client's fault: not counted, and said as RFC 6749 §4.1.2.1 says it.
                     raise OAuthError("temporarily_unavailable", str(exc), 503) from None
                 if account is None:
-                    service.limiter.record_failure(address)
+                    service.limiter.record_failure(address, client_claim(cid))
                     service.audit_authentication(
                         Failure("invalid client credentials", mechanism="OAUTH-CLIENT-CREDENTIALS"),
                         address,

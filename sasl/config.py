@@ -25,8 +25,11 @@ class SaslConfig(BaseModel):
     # Kafka's connection.failed.authentication.delay.ms: every failure answer waits this long.
     failed_authentication_delay_ms: int = Field(default=100, ge=0)
     scram_iterations: int = Field(default=8192, ge=4096, le=16384)
-    # Per client address: after this many failures within the window, further attempts fail at once.
+    # Per claimed name per client address: after this many failures within the window, further attempts
+    # with that name from there fail at once (`sasl.limiter`).
     max_failed_attempts_per_source: int = Field(default=20, ge=1)
+    # Per client address, whatever the names: the backstop against spraying passwords across names.
+    max_failed_attempts_per_address: int = Field(default=100, ge=1)
     failed_attempts_window_s: float = Field(default=60.0, gt=0)
     # Kafka's connections.max.reauth.ms (KIP-368); 0 = no maximum session lifetime.
     connections_max_reauth_ms: int = Field(default=0, ge=0)

@@ -24,6 +24,7 @@ from passlib.hash import pbkdf2_sha256
 from passlib.utils import MAX_PASSWORD_SIZE
 
 from authz.model import Principal
+from sasl.limiter import BEARER_CLAIM, MALFORMED_CLAIM, user_claim
 from sasl.mechanism import Failure
 from sasl.oauthbearer import TokenValidationError
 
@@ -120,11 +121,15 @@ class CredentialAuthenticator:
         started = self._monotonic()
         reason = "no credentials"
         mechanism = "HTTP"
-        if service.limiter.blocked(client_address):
-            reason = "too many failed authentication attempts from this address"
-        elif (creds := parse_basic(authorization)) is not None:
+        basic = parse_basic(authorization)
+        bearer = parse_bearer(authorization) if basic is None else None
+        # The name claimed, before any secret is checked (`sasl.limiter`): Basic's user; a bearer has none.
+        claim = user_claim(basic[0]) if basic is not None else BEARER_CLAIM if bearer is not None else MALFORMED_CLAIM
+        if authorization and (refusal := service.limiter.refusal(client_address, claim)) is not None:
+            reason = refusal
+        elif basic is not None:
             mechanism = "HTTP-BASIC"
-            user, password = creds
+            user, password = basic
             # A recently verified password is answered from the cache on the loop; PBKDF2 on a
             # miss runs in a worker thread, off the event loop.
             try:
@@ -137,17 +142,17 @@ class CredentialAuthenticator:
                 reason = "Authentication failed: Invalid username or password"
             if verified is not None:
                 return verified.principal
-        elif (token := parse_bearer(authorization)) is not None:
+        elif bearer is not None:
             mechanism = "HTTP-BEARER"
             try:
-                validated = await asyncio.to_thread(service.validator.validate, token)
+                validated = await asyncio.to_thread(service.validator.validate, bearer)
                 return Principal("User", validated.principal_name)
             except TokenValidationError as exc:
                 reason = exc.reason
         elif authorization:
             reason = "unsupported Authorization scheme"
         if authorization:
-            service.limiter.record_failure(client_address)
+            service.limiter.record_failure(client_address, claim)
             service.audit_authentication(
                 Failure(reason, mechanism=mechanism), client_address, "http.Authenticate"
             )

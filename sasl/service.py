@@ -15,7 +15,7 @@ import logging
 import re
 import secrets
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,7 +29,6 @@ from audit.model import EventType, change_event
 from audit.request_log import authentication_event
 from audit.sinks import AuditSink
 from authz.clock import elapsed_clock
-from authz.host_address import address_group
 from authz.model import Principal
 from sasl import issuer as issuer_mod
 from sasl.delegation import (
@@ -63,6 +62,7 @@ from sasl.jwt_validation import (
     http_jwks_fetcher,
     is_clean_principal_name,
 )
+from sasl.limiter import FailureLimiter, claim_of_sasl
 from sasl.mechanism import Failure, ServerMechanism, Step, Success, UnsupportedMechanismError
 from sasl.oauthbearer import OAuthBearerServer, TokenValidationError, ValidatedToken
 from sasl.plain import PlainServer, VerifiedUser
@@ -182,51 +182,6 @@ class _Snapshot:
     accounts: Mapping[str, ServiceAccount] = field(default_factory=dict)
 
 
-class FailureLimiter:
-    """Failed attempts per client address (per /64 for IPv6, see `authz.host_address.address_group`) in a sliding window;
-    bounded memory."""
-
-    def __init__(
-        self,
-        limit: int,
-        window_s: float,
-        *,
-        monotonic: Callable[[], float] = elapsed_clock,
-        max_sources: int = 100_000,
-    ) -> None:
-        self._limit = limit
-        self._window = window_s
-        self._monotonic = monotonic
-        self._max_sources = max_sources
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _trim(self, q: deque[float], now: float) -> None:
-        while q and now - q[0] > self._window:
-            q.popleft()
-
-    def blocked(self, source: str) -> bool:
-        source = address_group(source)
-        now = self._monotonic()
-        with self._lock:
-            q = self._failures.get(source)
-            if q is None:
-                return False
-            self._trim(q, now)
-            return len(q) >= self._limit
-
-    def record_failure(self, source: str) -> None:
-        source = address_group(source)
-        now = self._monotonic()
-        with self._lock:
-            q = self._failures.setdefault(source, deque(maxlen=self._limit))
-            self._failures.move_to_end(source)
-            self._trim(q, now)
-            q.append(now)
-            while len(self._failures) > self._max_sources:
-                self._failures.popitem(last=False)
-
-
 class _PlainCache:
     """Successful password verifications: keyed HMAC(user, password) -> the StoredKey it matched.
 
@@ -283,6 +238,7 @@ class _AuditedMechanism:
         self._started = False
         self._done = False
         self._recorded = False
+        self._claim = ""
 
     def __repr__(self) -> str:
         return f"AuditedMechanism({self.name}, client={self._address})"
@@ -292,11 +248,12 @@ class _AuditedMechanism:
             return Failure("exchange already complete", mechanism=self.name)
         if not self._started:
             self._started = True
-            if self._service.limiter.blocked(self._address):
+            # The name the client claims, read before any secret is checked: its failures count
+            # against that name at this address, and against the address as a whole.
+            self._claim = claim_of_sasl(self.name, received)
+            if (refusal := self._service.limiter.refusal(self._address, self._claim)) is not None:
                 self._done = True
-                failure = Failure(
-                    "too many failed authentication attempts from this address", mechanism=self.name
-                )
+                failure = Failure(refusal, mechanism=self.name)
                 self._service.audit_authentication(failure, self._address, "kafka.Authenticate",
                                                    reauthenticating=self._reauthenticating)
                 return failure
@@ -323,7 +280,7 @@ class _AuditedMechanism:
 
     def _record(self, failure: Failure) -> None:
         self._recorded = True
-        self._service.limiter.record_failure(self._address)
+        self._service.limiter.record_failure(self._address, self._claim)
         self._service.audit_authentication(failure, self._address, "kafka.Authenticate",
                                            reauthenticating=self._reauthenticating)
 
@@ -354,7 +311,8 @@ class CredentialService:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._source = source
         self.limiter = FailureLimiter(
-            self.sasl.max_failed_attempts_per_source, self.sasl.failed_attempts_window_s
+            self.sasl.max_failed_attempts_per_source, self.sasl.failed_attempts_window_s,
+            address_limit=self.sasl.max_failed_attempts_per_address,
         )
         self._plain_cache = _PlainCache(self.sasl.plain_cache_size)
         secret = self.sasl.delegation_token_secret_key

@@ -21,7 +21,8 @@ from sasl.service import CredentialService
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CredentialService]:
     tmp: Path = tmp_path_factory.mktemp("saslfuzz")
     settings = Settings(db=f"sqlite:///{tmp / 'kgov.db'}", data_dir=tmp,
-                        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 10**9})
+                        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_source": 10**9,
+                              "max_failed_attempts_per_address": 10**9})
     engine = open_engine(settings.database_url)
     svc = CredentialService(engine, settings)
     svc.set_scram_credential("alice", "SCRAM-SHA-256", "alice-password-0123", actor=Principal("User", "t"))

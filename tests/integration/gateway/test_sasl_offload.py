@@ -68,7 +68,7 @@ def test_other_clients_are_answered_promptly_during_a_storm_of_slow_logins(
     # one address holds at most an eighth of them, 64).
     gw = runtime_factory(
         sasl={"failed_authentication_delay_ms": DELAY_MS, "plain_cache_size": 0,
-              "max_failed_attempts_per_source": 100_000},
+              "max_failed_attempts_per_source": 100_000, "max_failed_attempts_per_address": 100_000},
         gateway={"sasl_workers": 1, "sasl_max_waiting_steps_per_ip": 512},
     )
     creds = gw.runtime.credentials

@@ -16,6 +16,7 @@ from authz.database import open_engine
 from authz.model import Principal
 from kgov.settings import Settings
 from sasl.delegation import DelegationTokenError, TokenErrorCode
+from sasl.limiter import BEARER_CLAIM
 from sasl.mechanism import Challenge, Failure, Success, UnsupportedMechanismError
 from sasl.oauthbearer import TokenValidationError, build_client_initial_response
 from sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
@@ -442,7 +443,7 @@ def test_oauthbearer_failure_counts_even_if_the_client_hangs_up(db_url: str) -> 
     server = svc2.server_mechanism("OAUTHBEARER", "10.7.7.8")
     server.step(build_client_initial_response("not.a.jwt"))
     assert isinstance(server.step(b"\x01"), Failure)
-    assert not svc2.limiter.blocked("10.7.7.8")
+    assert not svc2.limiter.blocked("10.7.7.8", BEARER_CLAIM)
     engine.dispose()
 
 

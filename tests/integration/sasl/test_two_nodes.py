@@ -19,6 +19,7 @@ from sqlalchemy.engine import Engine
 
 from authz.database import open_engine
 from authz.model import Principal
+from sasl.limiter import user_claim
 from sasl.mechanism import Challenge, Failure, Success
 from sasl.oauthbearer import TokenValidationError, build_client_initial_response
 from sasl.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramClient
@@ -230,7 +231,7 @@ def test_a_node_without_the_database_serves_its_snapshot_for_max_snapshot_age_s(
     mono.advance(10)  # past the bound: logins fail closed, with the reason in the audit trail
     failed = scram_login(a, SCRAM_SHA_512, "erin", "erin-pw")
     assert isinstance(failed, Failure) and "max_snapshot_age_s" in failed.reason
-    assert not a.limiter.blocked("10.0.0.1")  # not the client's fault: not counted
+    assert not a.limiter.blocked("10.0.0.1", user_claim("erin"))  # not the client's fault: not counted
     with pytest.raises(CredentialStoreUnavailable):
         a.verify_password("erin", "erin-pw")
     with pytest.raises(CredentialStoreUnavailable):
