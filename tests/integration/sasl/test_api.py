@@ -150,6 +150,52 @@ def test_failed_attempts_are_limited_per_source(tmp_path: Path) -> None:
         assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
 
 
+def test_a_stale_password_behind_a_shared_address_does_not_lock_out_the_admin(tmp_path: Path) -> None:
+    """Every client behind one proxy or NAT has its address: one application retrying a stale password
+    (and being refused on every retry) leaves the others there, the admin included, able to log in;
+    the same goes for `POST /oauth/token`, counted per client id."""
+    settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW},
+                        sasl={"delegation_token_secret_key": DT_KEY, "failed_authentication_delay_ms": 0,
+                              "max_failed_attempts_per_source": 3, "scram_iterations": 4096})
+    app = build_app(settings)
+    with TestClient(app, client=("10.30.0.1", 50000)) as client:
+        app.state.credentials.set_scram_credential("ci-bot", "SCRAM-SHA-256", "ci-new-password", actor="admin")
+        for _ in range(20):  # past the limit: refused unchecked from the 4th on
+            assert client.get("/v1/scram/users", headers=basic("ci-bot", "ci-old-password")).status_code == 401
+        assert client.get("/v1/scram/users", headers=basic("ci-bot", "ci-new-password")).status_code == 401
+        assert client.get("/v1/scram/users", headers=ADMIN).status_code == 200
+        for client_id in ("spark-job", "etl-job"):
+            created = client.post("/v1/oauth/clients", headers=ADMIN,
+                                  json={"client_id": client_id, "client_secret": f"{client_id}-secret-0123456789"})
+            assert created.status_code == 201, created.text
+
+        def token(client_id: str, secret: str) -> int:
+            form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
+            return client.post("/oauth/token", data=form).status_code
+
+        for _ in range(5):
+            assert token("spark-job", "stale-secret-0123456789") == 401
+        assert token("spark-job", "spark-job-secret-0123456789") == 401  # that client id is over its limit
+        assert token("etl-job", "etl-job-secret-0123456789") == 200
+    events = (tmp_path / "audit" / "events.jsonl").read_text()
+    assert events.count("too many failed authentication attempts for this name from this address") == 17 + 1
+    assert events.count("invalid client credentials") == 3  # /oauth/token audits the checked failures only
+
+
+def test_an_address_spraying_names_over_http_is_refused_past_the_address_cap(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, admin={"password": ADMIN_PW},
+                        sasl={"failed_authentication_delay_ms": 0, "max_failed_attempts_per_address": 10})
+    app = build_app(settings)
+    with TestClient(app, client=("10.30.0.2", 50000)) as client:
+        statuses = [client.get("/v1/scram/users", headers=basic(f"user-{n}", "Winter2026!")).status_code
+                    for n in range(15)]
+        assert statuses == [401] * 15
+        assert client.get("/v1/scram/users", headers=ADMIN).status_code == 401
+    assert TestClient(app, client=("10.30.0.3", 50000)).get("/v1/scram/users", headers=ADMIN).status_code == 200
+    events = (tmp_path / "audit" / "events.jsonl").read_text()
+    assert events.count("too many failed authentication attempts from this address") == 5 + 1
+
+
 def test_a_failure_is_answered_the_failure_delay_after_the_request_arrived(app_env) -> None:
     """A SHA-256-only user's PBKDF2 costs about half an unknown name's SHA-512 one: waiting the failure
     delay after the check would let the answer's time name the user. The wait is counted from the
