@@ -296,7 +296,7 @@ class UnlistedProxyWarning:
     """Logs one warning, the first time a request carries `X-Forwarded-For` from a peer that is not in
     `http_forwarded_allow_ips` (whose forwarded addresses are therefore not believed). If that peer is a
     reverse proxy in front of kgov, every client behind it has the proxy's address: one failed-login
-    allowance for all of them (`sasl.max_failed_attempts_per_source` bad passwords from anyone, and every
+    allowance for all of them (`sasl.max_failed_attempts_per_address` bad passwords from anyone, and every
     login through that proxy, the admin's included, is refused for `sasl.failed_attempts_window_s`), one
     host for ACL host rules, one address in the audit trail. Any client can send the header itself, so
     this warns, once per process, and refuses nothing; after that it costs one attribute test."""
@@ -315,8 +315,9 @@ class UnlistedProxyWarning:
                 self.warned = True
                 log.warning("a request from %s carried X-Forwarded-For, and %s is not in http_forwarded_allow_ips: "
                             "if it is a reverse proxy in front of kgov, list it there, or every client behind it "
-                            "shares its address: one failed-login allowance (a few bad passwords from anyone "
-                            "refuse every login through it for sasl.failed_attempts_window_s, the admin's too), "
+                            "shares its address: one failed-login allowance (sasl.max_failed_attempts_per_address "
+                            "bad passwords from anyone refuse every login through it for "
+                            "sasl.failed_attempts_window_s, the admin's too), "
                             "one host for ACL host rules, one address in the audit trail", address, address)
         await self.app(scope, receive, send)
 
