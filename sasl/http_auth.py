@@ -125,7 +125,8 @@ class CredentialAuthenticator:
         bearer = parse_bearer(authorization) if basic is None else None
         # The name claimed, before any secret is checked (`sasl.limiter`): Basic's user; a bearer has none.
         claim = user_claim(basic[0]) if basic is not None else BEARER_CLAIM if bearer is not None else MALFORMED_CLAIM
-        if authorization and (refusal := service.limiter.refusal(client_address, claim)) is not None:
+        refusal = service.limiter.refusal(client_address, claim) if authorization else None
+        if refusal is not None:
             reason = refusal
         elif basic is not None:
             mechanism = "HTTP-BASIC"
@@ -152,7 +153,9 @@ class CredentialAuthenticator:
         elif authorization:
             reason = "unsupported Authorization scheme"
         if authorization:
-            service.limiter.record_failure(client_address, claim)
+            # A refusal is not counted: a client refused on every retry would push its whole address over.
+            if refusal is None:
+                service.limiter.record_failure(client_address, claim)
             service.audit_authentication(
                 Failure(reason, mechanism=mechanism), client_address, "http.Authenticate"
             )

@@ -160,7 +160,7 @@ def test_a_stale_password_behind_a_shared_address_does_not_lock_out_the_admin(tm
     app = build_app(settings)
     with TestClient(app, client=("10.30.0.1", 50000)) as client:
         app.state.credentials.set_scram_credential("ci-bot", "SCRAM-SHA-256", "ci-new-password", actor="admin")
-        for _ in range(20):  # past the limit: refused unchecked from the 4th on
+        for _ in range(120):  # past both limits (3, and 100 for the address): refused unchecked from the 4th on
             assert client.get("/v1/scram/users", headers=basic("ci-bot", "ci-old-password")).status_code == 401
         assert client.get("/v1/scram/users", headers=basic("ci-bot", "ci-new-password")).status_code == 401
         assert client.get("/v1/scram/users", headers=ADMIN).status_code == 200
@@ -178,7 +178,7 @@ def test_a_stale_password_behind_a_shared_address_does_not_lock_out_the_admin(tm
         assert token("spark-job", "spark-job-secret-0123456789") == 401  # that client id is over its limit
         assert token("etl-job", "etl-job-secret-0123456789") == 200
     events = (tmp_path / "audit" / "events.jsonl").read_text()
-    assert events.count("too many failed authentication attempts for this name from this address") == 17 + 1
+    assert events.count("too many failed authentication attempts for this name from this address") == 117 + 1
     assert events.count("invalid client credentials") == 3  # /oauth/token audits the checked failures only
 
 
