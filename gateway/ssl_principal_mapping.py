@@ -170,9 +170,8 @@ def translate_java_regex(source: str) -> str:
                 raise _refuse(source, str(_REFUSED_ESCAPES[e]))
             if e == "x" and source[i + 2:i + 3] == "{":
                 raise _refuse(source, "\\x{...}")
-            if e.isdigit():
-                if in_class or source[i + 2:i + 3].isdigit():
-                    raise _refuse(source, f"\\{e} followed by a digit or inside a class")
+            if e.isdigit() and (in_class or source[i + 2:i + 3].isdigit()):
+                raise _refuse(source, f"\\{e} followed by a digit or inside a class")
             if not in_class and e == "z":
                 out.append("\\Z")
             elif not in_class and e == "Z":

@@ -46,7 +46,7 @@ def test_kafka_valid_rules(rules: str) -> None:
     ("RULE:^CN=(.*?),OU=ServiceUsers.*$/LU", "Invalid rule: `RULE:^CN=(.*?)`, unmatched substring: `RULE:^CN=(.*?)`"),
 ])
 def test_kafka_invalid_rules(rules: str, message: str) -> None:
-    with pytest.raises(SslPrincipalMappingError, match="^Invalid rule") as info:
+    with pytest.raises(SslPrincipalMappingError, match=r"^Invalid rule") as info:
         parse_rules(rules)
     assert message in str(info.value)
 

@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 from gateway.x500_name import CertificateNameError, certificate_subject, rfc2253_from_name
 
 PRINTABLE, T61, IA5, UNIVERSAL, BMP, UTF8, VISIBLE, NUMERIC = 0x13, 0x14, 0x16, 0x1C, 0x1E, 0x0C, 0x1A, 0x12
-CN, O, OU, C, EMAIL, UID, DC, TITLE, SERIAL = ("2.5.4.3", "2.5.4.10", "2.5.4.11", "2.5.4.6", "1.2.840.113549.1.9.1",
+CN, ORG, OU, C, EMAIL, UID, DC, TITLE, SERIAL = ("2.5.4.3", "2.5.4.10", "2.5.4.11", "2.5.4.6", "1.2.840.113549.1.9.1",
                                               "0.9.2342.19200300.100.1.1", "0.9.2342.19200300.100.1.25",
                                               "2.5.4.12", "2.5.4.5")
 
@@ -53,9 +53,9 @@ def utf8(o: str, text: str) -> list[tuple[str, int, bytes]]:
 
 
 VECTORS: list[tuple[bytes, str]] = [
-    (name(utf8(C, "DE"), utf8(O, "kgov"), utf8(OU, "eng"), utf8(CN, "alice")), "CN=alice,OU=eng,O=kgov,C=DE"),
+    (name(utf8(C, "DE"), utf8(ORG, "kgov"), utf8(OU, "eng"), utf8(CN, "alice")), "CN=alice,OU=eng,O=kgov,C=DE"),
     # multi-valued RDN: DER order kept, not sorted
-    (name(utf8(O, "Acme, Inc."), [(UID, UTF8, b"#1 "), (CN, UTF8, b"a+b")]), "UID=\\#1\\ +CN=a\\+b,O=Acme\\, Inc."),
+    (name(utf8(ORG, "Acme, Inc."), [(UID, UTF8, b"#1 "), (CN, UTF8, b"a+b")]), "UID=\\#1\\ +CN=a\\+b,O=Acme\\, Inc."),
     # '#' is escaped everywhere, not only in front; leading and trailing blanks each get a backslash
     (name(utf8(CN, "  a#b;c<d>e=f\"g\\h  ")), 'CN=\\ \\ a\\#b\\;c\\<d\\>e\\=f\\"g\\\\h\\ \\ '),
     # emailAddress, title, serialNumber: not RFC 2253 keywords, so OID=#hex of the DER value
@@ -94,7 +94,7 @@ def random_name(rng: random.Random) -> bytes:
                    if tag == UNIVERSAL else text.encode("latin-1", "replace") if tag == T61 else text.encode())
             if rng.random() < 0.1:
                 raw = bytes(rng.randrange(256) for _ in range(rng.randint(1, 5)))  # not valid in any encoding
-            rdn.append((rng.choice([CN, O, OU, C, EMAIL, UID, DC, TITLE, SERIAL, "2.5.4.7", "2.5.4.8", "2.5.4.9",
+            rdn.append((rng.choice([CN, ORG, OU, C, EMAIL, UID, DC, TITLE, SERIAL, "2.5.4.7", "2.5.4.8", "2.5.4.9",
                                     "1.3.6.1.4.1.99999.1"]), tag, raw))
         rdns.append(rdn)
     return name(*rdns)
