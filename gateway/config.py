@@ -37,7 +37,8 @@ class GatewayConfig(BaseModel):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     # Kafka's ssl.client.auth: with `required`/`requested`, client certificates are verified against
-    # tls_ca_file and, on an SSL listener, the principal is User:<subject DN> (RFC 2253, as Kafka).
+    # tls_ca_file and, on an SSL listener, the principal is User:<subject DN as Java writes it>, through
+    # ssl_principal_mapping_rules (`gateway.x500_name`, `gateway.ssl_principal_mapping`).
     tls_client_auth: Literal["none", "requested", "required"] = "none"
     tls_ca_file: Path | None = None
     # Kafka's ssl.principal.mapping.rules (KIP-371): how a client certificate's subject DN becomes the
