@@ -215,6 +215,28 @@ def test_ssl_principal_mapping_rules_name_the_client_as_kafka_would(
         "User:alice"}
 
 
+def test_a_certificate_with_an_empty_subject_is_user_with_an_empty_name_as_in_kafka(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    server_cert, server_key = self_signed(tmp_path)
+    ca, client_cert, client_key = _issue_client_cert(tmp_path, [])
+    gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(server_cert),
+                                  "tls_key_file": str(server_key), "tls_client_auth": "required",
+                                  "tls_ca_file": str(ca)})
+    topic = f"mtls-empty-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    results: list[KafkaError | None] = []
+    p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(server_cert),
+                  "ssl.certificate.location": str(client_cert), "ssl.key.location": str(client_key),
+                  "message.timeout.ms": 10000})
+    p.produce(topic, b"who?", on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(20) == 0
+    refused = results[0]
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED  # no ACL for `User:`
+    principals = {e.data["principal"] for e in gw.memory.events if str(e.type) == "io.kgov.request"}
+    assert principals == {"User:"}  # Kafka's KafkaPrincipal("User", ""), not User:ANONYMOUS
+
+
 def test_bad_mapping_rules_are_refused_at_start_with_kafkas_message() -> None:
     from gateway.config import GatewayConfig
 

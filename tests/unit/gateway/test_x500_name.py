@@ -74,6 +74,8 @@ VECTORS: list[tuple[bytes, str]] = [
     (name([(CN, UNIVERSAL, "x".encode("utf-32-be"))]), "CN=#1c0400000078"),
     (name([(CN, VISIBLE, b"v")]), "CN=#1a0176"),
     (name(), ""),
+    # an overlong UTF-8 sequence: one U+FFFD per byte, as Java's decoder
+    (name([(CN, UTF8, bytes.fromhex("c0af"))]), "CN=\ufffd\ufffd"),
 ]
 
 
@@ -131,9 +133,10 @@ def java_names(ders: list[bytes], tmp: Path) -> list[str | None]:
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK (`java`) for the differential test")
 def test_same_names_as_the_jdk(tmp_path: Path) -> None:
     rng = random.Random(2253)
-    ders = [d for d, _ in VECTORS] + [random_name(rng) for _ in range(1500)]
+    ders = [d for d, _ in VECTORS] + MALFORMED + [random_name(rng) for _ in range(1500)]
     expected = java_names(ders, tmp_path)
     assert len(expected) == len(ders)
+    assert expected[len(VECTORS):len(VECTORS) + len(MALFORMED)] == [None] * len(MALFORMED)  # the JDK refuses them too
     for der, want in zip(ders, expected, strict=True):
         if want is None:
             with pytest.raises(CertificateNameError):
@@ -157,8 +160,14 @@ def test_subject_is_read_from_the_certificate_der() -> None:
     assert certificate_subject(der) == "CN=Duke,1.2.840.113549.1.9.1=#160c64756b654073756e2e636f6d,O=Sun Microsystems,C=US"
 
 
-@pytest.mark.parametrize("der", [b"", b"\x30", b"\x30\x05\x31\x00", b"\x31\x00", b"\x30\x02\x31\x00\x00",
-                                 bytes.fromhex("3009310730050603550403")])
+# Refused by the JDK as by us (the differential test checks it).
+MALFORMED = [b"\x30", b"\x30\x05\x31\x00", bytes.fromhex("300231ff"), bytes.fromhex("3009310730050603550403"),
+             bytes.fromhex("30073105300306012a"), bytes.fromhex("300c300a300806035504030c0161")]
+
+
+# The JDK reads a Name tagged SET, and ignores bytes after it; we do not. Neither can reach us: the
+# subject comes out of a certificate OpenSSL has parsed as DER, cut at its own length (`subject_name_der`).
+@pytest.mark.parametrize("der", [b"", *MALFORMED, b"\x31\x00", b"\x30\x02\x31\x00\x00"])
 def test_malformed_names_are_refused(der: bytes) -> None:
     with pytest.raises(CertificateNameError):
         rfc2253_from_name(der)
