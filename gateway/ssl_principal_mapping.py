@@ -15,8 +15,8 @@ Patterns are Java regular expressions. We run them with Python's `re` only where
 Everything whose meaning differs and is not translated is refused at start with a message naming it
 (a deliberate departure from Kafka, which would accept it): inline flags `(?i)`..., `\\b`/`\\B` (Unicode-
 aware in Java 17), `\\p{..}`, `\\Q..\\E`, `\\h`, `\\v`, `\\R`, `\\X`, `\\G`, `\\e`, `\\c`, `\\N`, `\\x{..}`,
-octal `\\0`, multi-digit back references, nested classes and `&&` inside a class, `]` first in a class,
-`{` that is not a quantifier, and Python-only syntax (`(?P`, `(?#`, `(?(`). Patterns Python cannot
+`\\u` of a UTF-16 surrogate, octal `\\0`, multi-digit back references, nested classes and `&&` inside a
+class, `]` first in a class, `{` that is not a quantifier, and Python-only syntax (`(?P`, `(?#`, `(?(`). Patterns Python cannot
 compile (e.g. variable-length look-behind) are refused with Python's reason.
 """
 
@@ -170,6 +170,8 @@ def translate_java_regex(source: str) -> str:
                 raise _refuse(source, str(_REFUSED_ESCAPES[e]))
             if e == "x" and source[i + 2:i + 3] == "{":
                 raise _refuse(source, "\\x{...}")
+            if e == "u" and re.fullmatch(r"[dD][89a-fA-F][0-9a-fA-F]{2}", source[i + 2:i + 6]):
+                raise _refuse(source, "\\u escapes of UTF-16 surrogates (Java pairs them, Python does not)")
             if e.isdigit() and (in_class or source[i + 2:i + 3].isdigit()):
                 raise _refuse(source, f"\\{e} followed by a digit or inside a class")
             if not in_class and e == "z":

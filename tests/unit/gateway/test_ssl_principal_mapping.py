@@ -133,6 +133,7 @@ def test_replacement_back_references_as_kafka_escapes_them() -> None:
     ("RULE:^CN=x{,2}$/x/", "not a quantifier"),
     ("RULE:^CN=(x|{2})$/x/", "not a quantifier"),
     ("RULE:^CN=\\11$/x/", "followed by a digit"),
+    ("RULE:^CN=\\uD83D\\uDE00$/x/", "surrogates"),
     ("RULE:^CN=(?<=a+)x$/x/", "Invalid rule pattern"),  # variable-length look-behind: Python's own refusal
     ("RULE:^CN=(.*$/x/", "Invalid rule pattern"),
 ])
@@ -218,3 +219,33 @@ def test_translated_patterns_match_and_replace_as_java_does(tmp_path: Path) -> N
         assert rule.apply(dn) == want, (p, r, dn)
         matched += want is not None
     assert matched > 250
+
+
+JAVA_CASE = """
+public class Case {
+    public static void main(String[] args) throws Exception {
+        java.io.BufferedReader in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+        for (String line; (line = in.readLine()) != null; ) {
+            String s = new String(java.util.HexFormat.of().parseHex(line), java.nio.charset.StandardCharsets.UTF_16BE);
+            StringBuilder o = new StringBuilder();
+            for (String t : new String[] {s.toLowerCase(java.util.Locale.ENGLISH), s.toUpperCase(java.util.Locale.ENGLISH)})
+                o.append(java.util.HexFormat.of().formatHex(t.getBytes(java.nio.charset.StandardCharsets.UTF_16BE))).append(" ");
+            System.out.println(o.toString().trim());
+        }
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK (`java`) for the differential test")
+def test_l_and_u_case_results_as_java_english_locale(tmp_path: Path) -> None:
+    names = ["\u0130I", "stra\u00dfe", "\u03a3\u0391\u03a3 \u03a3", "\u01c5", "\ufb01", "\u2126", "\u1e9e", "\u0149",
+             "A\u03a3\u0301 x", "\u00b5", "\u0345", "CN=J\u00fcrgen,O=\u00c6r\u00f8"]
+    source = tmp_path / "Case.java"
+    source.write_text(JAVA_CASE)
+    out = subprocess.run(["java", str(source)], input="\n".join(n.encode("utf-16-be").hex() for n in names) + "\n",
+                         capture_output=True, text=True, check=True, timeout=120).stdout.splitlines()
+    lower, upper = parse_rules("RULE:(.*)/$1/L"), parse_rules("RULE:(.*)/$1/U")
+    for dn, java in zip(names, out, strict=True):
+        want_lower, want_upper = (bytes.fromhex(h).decode("utf-16-be") for h in java.split(" "))
+        assert (lower.name(dn), upper.name(dn)) == (want_lower, want_upper)
