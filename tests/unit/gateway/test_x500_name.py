@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -130,7 +129,6 @@ def java_names(ders: list[bytes], tmp: Path) -> list[str | None]:
     return [None if line == "ERR" else bytes.fromhex(line[1:]).decode("utf-16-be", "surrogatepass") for line in out]
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK (`java`) for the differential test")
 def test_same_names_as_the_jdk(tmp_path: Path) -> None:
     rng = random.Random(2253)
     ders = [d for d, _ in VECTORS] + MALFORMED + [random_name(rng) for _ in range(1500)]
