@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import bisect
 import gc
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from authz.host_address import java_host_address
 from authz.model import (
@@ -244,17 +245,40 @@ def _type_entries(pattern: _Pattern | None) -> set[tuple[str, str, Operation, bo
 
 _PatternKey = tuple[ResourceType, PatternType, str]
 
+DEFAULT_CACHE_SIZE: Final = 200_000
+DEFAULT_CACHE_MAX_BYTES: Final = 128 * 1024 * 1024
+# What a cache entry holds besides its strings: the key tuple (6 slots), a Decision or a tuple of
+# names, and the dict's share of slots and index (CPython 3.11, 64-bit; measured in
+# tests/unit/authz/test_decision_cache_bytes.py).
+_ENTRY_OVERHEAD: Final = 240
+_sizeof = sys.getsizeof
+
+
+def _entry_bytes(*texts: str) -> int:
+    """A cache entry's cost: its strings as CPython stores them (1, 2 or 4 bytes a character) and the
+    overhead. A string several keys share is counted in each, so the sum errs high."""
+    return _ENTRY_OVERHEAD + sum(map(_sizeof, texts))
+
 
 class AuthorizerData:
     """An immutable snapshot of ACLs, memberships and role bindings, with the decision functions.
 
     Derived caches (effective principals, decisions, by-type indexes) are filled lazily and belong
     to the snapshot, so a swap to a new snapshot invalidates all of them at once.
+
+    The caches keyed by callers' names (decisions, by-type decisions, effective principals) are bounded
+    by `cache_size` entries each and by `cache_max_bytes` together: a key holds the principal's and the
+    resource's names, which the decision API takes up to 32,767 characters long, so a count alone
+    would let one caller grow them to gigabytes. Past either bound all three are emptied and refill
+    (as the count bound always emptied one): a cost only on a miss, never on a hit. The byte count is kept
+    without a lock; two threads missing at once may both add to it or both reset it, which moves the
+    bound by one entry, not more.
     """
 
     __slots__ = (
         "_by_type",
         "_by_type_decisions",
+        "_cached_bytes",
         "_decisions",
         "_effective",
         "_literal",
@@ -263,6 +287,7 @@ class AuthorizerData:
         "_prefixed",
         "_super_user_names",
         "allow_everyone_if_no_acl_found",
+        "cache_max_bytes",
         "cache_size",
         "groups",
         "role_bindings",
@@ -279,6 +304,7 @@ class AuthorizerData:
         groups: Mapping[Principal, frozenset[Principal]],
         role_bindings: tuple[RoleBinding, ...],
         cache_size: int,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         prefix_counts: dict[ResourceType, dict[int, int]] | None = None,
         by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] | None = None,
     ) -> None:
@@ -302,6 +328,8 @@ class AuthorizerData:
         self.groups = groups
         self.role_bindings = role_bindings
         self.cache_size = cache_size
+        self.cache_max_bytes = cache_max_bytes
+        self._cached_bytes = 0
         self._effective: dict[Principal, tuple[str, ...]] = {}
         self._decisions: dict[tuple[str, str, str, Operation, ResourceType, str], Decision] = {}
         self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = by_type or {}
@@ -317,7 +345,8 @@ class AuthorizerData:
         allow_everyone_if_no_acl_found: bool = False,
         groups: Mapping[Principal, frozenset[Principal]] | None = None,
         role_bindings: Iterable[RoleBinding] = (),
-        cache_size: int = 200_000,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     ) -> AuthorizerData:
         # Millions of small objects and no garbage cycles: the cyclic collector would spend most
         # of a large build rescanning what was just allocated.
@@ -325,7 +354,7 @@ class AuthorizerData:
         gc.disable()
         try:
             return AuthorizerData._build(acls, super_users, allow_everyone_if_no_acl_found, groups, role_bindings,
-                                         cache_size)
+                                         cache_size, cache_max_bytes)
         finally:
             if was_enabled:
                 gc.enable()
@@ -338,6 +367,7 @@ class AuthorizerData:
         groups: Mapping[Principal, frozenset[Principal]] | None,
         role_bindings: Iterable[RoleBinding],
         cache_size: int,
+        cache_max_bytes: int,
     ) -> AuthorizerData:
         bindings = tuple(role_bindings)
         by_pattern: dict[_PatternKey, list[Acl]] = {}
@@ -358,6 +388,7 @@ class AuthorizerData:
             groups=dict(groups or {}),
             role_bindings=bindings,
             cache_size=cache_size,
+            cache_max_bytes=cache_max_bytes,
         )
 
     def _replace(self, **changes: object) -> AuthorizerData:
@@ -369,6 +400,7 @@ class AuthorizerData:
             "groups": self.groups,
             "role_bindings": self.role_bindings,
             "cache_size": self.cache_size,
+            "cache_max_bytes": self.cache_max_bytes,
             "prefix_counts": self._prefix_counts,
             "by_type": self._by_type,
         }
@@ -459,6 +491,7 @@ class AuthorizerData:
                 groups=groups if groups is not None else self.groups,
                 role_bindings=new_bindings,
                 cache_size=self.cache_size,
+                cache_max_bytes=self.cache_max_bytes,
             )
         return self._replace(groups=dict(groups) if groups is not None else self.groups)
 
@@ -533,6 +566,7 @@ class AuthorizerData:
                 sorted({f"Role:{b.role}" for b in self.role_bindings if b.principal in holders} - holders)
             )
         result = tuple(dict.fromkeys(names))
+        self._make_room(self._effective, _entry_bytes(principal.type, principal.name, base))
         self._effective[principal] = result
         return result
 
@@ -554,11 +588,21 @@ class AuthorizerData:
                 # Kafka compares ACL hosts with Java's text of the IP; the cache keys the raw text.
                 decision = self._decide(principal, java_host_address(host), action.resource_type,
                                         action.resource_name, action.operation)
-                if len(cache) >= self.cache_size:
-                    cache.clear()
+                self._make_room(cache, _entry_bytes(pname, host, action.resource_name, ptype))
                 cache[key] = decision
             out.append(decision)
         return out
+
+    def _make_room(self, cache: dict[Any, Any], entry_bytes: int) -> None:
+        """Before `cache` takes an entry of `entry_bytes`: when it holds `cache_size` entries, or the
+        entry would take the three caches past `cache_max_bytes`, all three are emptied."""
+        total = self._cached_bytes + entry_bytes
+        if len(cache) >= self.cache_size or total > self.cache_max_bytes:
+            self._decisions.clear()
+            self._by_type_decisions.clear()
+            self._effective.clear()
+            total = entry_bytes
+        self._cached_bytes = total
 
     def _decide(
         self, principal: Principal, host: str, rt: ResourceType, name: str, op: Operation
@@ -637,8 +681,7 @@ class AuthorizerData:
         if cached is not None:
             return cached
         decision = self._by_resource_type(ctx, op, rt)
-        if len(self._by_type_decisions) >= self.cache_size:
-            self._by_type_decisions.clear()
+        self._make_room(self._by_type_decisions, _entry_bytes(key[0], key[1], key[2]))
         self._by_type_decisions[key] = decision
         return decision
 

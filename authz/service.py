@@ -195,6 +195,7 @@ class AuthorizerService:
             groups=_merge_groups(groups, self._file_groups),
             role_bindings=bindings,
             cache_size=self.config.decision_cache_size,
+            cache_max_bytes=self.config.decision_cache_max_bytes,
         )
         self._versions = (acl_version, member_version)
         return len(acls)
