@@ -588,7 +588,8 @@ class AuthorizerData:
                 # Kafka compares ACL hosts with Java's text of the IP; the cache keys the raw text.
                 decision = self._decide(principal, java_host_address(host), action.resource_type,
                                         action.resource_name, action.operation)
-                self._make_room(cache, _entry_bytes(pname, host, action.resource_name, ptype))
+                self._make_room(cache, _ENTRY_OVERHEAD + _sizeof(pname) + _sizeof(host)
+                                + _sizeof(action.resource_name) + _sizeof(ptype))  # _entry_bytes, inlined
                 cache[key] = decision
             out.append(decision)
         return out
