@@ -252,6 +252,7 @@ DEFAULT_CACHE_MAX_BYTES: Final = 128 * 1024 * 1024
 # tests/unit/authz/test_decision_cache_bytes.py).
 _ENTRY_OVERHEAD: Final = 240
 _sizeof = sys.getsizeof
+_DECISIONS, _BY_TYPE, _PRINCIPALS = 0, 1, 2  # AuthorizerData._held_bytes
 
 
 def _entry_bytes(*texts: str) -> int:
@@ -267,10 +268,11 @@ class AuthorizerData:
     to the snapshot, so a swap to a new snapshot invalidates all of them at once.
 
     The caches keyed by callers' names (decisions, by-type decisions, effective principals) are bounded
-    by `cache_size` entries each and by `cache_max_bytes` together: a key holds the principal's and the
-    resource's names, which the decision API takes up to 32,767 characters long, so a count alone
-    would let one caller grow them to gigabytes. Past either bound all three are emptied and refill
-    (as the count bound always emptied one): a cost only on a miss, never on a hit. The byte count is kept
+    by `cache_max_bytes` together, and the two decision caches by `cache_size` entries each as well: a
+    key holds the principal's and the resource's names, which the decision API takes up to 32,767
+    characters long, so a count alone would let one caller grow them to gigabytes. Past the count a
+    cache is emptied (as it always was), past the bytes all three are, and they refill: a cost only on
+    a miss, never on a hit. The byte count is kept
     without a lock; two threads missing at once may both add to it or both reset it, which moves the
     bound by one entry, not more.
     """
@@ -278,9 +280,9 @@ class AuthorizerData:
     __slots__ = (
         "_by_type",
         "_by_type_decisions",
-        "_cached_bytes",
         "_decisions",
         "_effective",
+        "_held_bytes",
         "_literal",
         "_prefix_counts",
         "_prefix_lengths",
@@ -329,7 +331,8 @@ class AuthorizerData:
         self.role_bindings = role_bindings
         self.cache_size = cache_size
         self.cache_max_bytes = cache_max_bytes
-        self._cached_bytes = 0
+        # What each name-keyed cache holds by `_entry_bytes`: [decisions, by-type decisions, principals].
+        self._held_bytes = [0, 0, 0]
         self._effective: dict[Principal, tuple[str, ...]] = {}
         self._decisions: dict[tuple[str, str, str, Operation, ResourceType, str], Decision] = {}
         self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = by_type or {}
@@ -566,7 +569,7 @@ class AuthorizerData:
                 sorted({f"Role:{b.role}" for b in self.role_bindings if b.principal in holders} - holders)
             )
         result = tuple(dict.fromkeys(names))
-        self._make_room(self._effective, _entry_bytes(principal.type, principal.name, base))
+        self._make_room(self._effective, _PRINCIPALS, _entry_bytes(principal.type, principal.name, base))
         self._effective[principal] = result
         return result
 
@@ -588,22 +591,31 @@ class AuthorizerData:
                 # Kafka compares ACL hosts with Java's text of the IP; the cache keys the raw text.
                 decision = self._decide(principal, java_host_address(host), action.resource_type,
                                         action.resource_name, action.operation)
-                self._make_room(cache, _ENTRY_OVERHEAD + _sizeof(pname) + _sizeof(host)
+                self._make_room(cache, _DECISIONS, _ENTRY_OVERHEAD + _sizeof(pname) + _sizeof(host)
                                 + _sizeof(action.resource_name) + _sizeof(ptype))  # _entry_bytes, inlined
                 cache[key] = decision
             out.append(decision)
         return out
 
-    def _make_room(self, cache: dict[Any, Any], entry_bytes: int) -> None:
-        """Before `cache` takes an entry of `entry_bytes`: when it holds `cache_size` entries, or the
-        entry would take the three caches past `cache_max_bytes`, all three are emptied."""
-        total = self._cached_bytes + entry_bytes
-        if len(cache) >= self.cache_size or total > self.cache_max_bytes:
+    @property
+    def cached_bytes(self) -> int:
+        """What the name-keyed caches hold now, as `cache_max_bytes` counts it."""
+        return sum(self._held_bytes)
+
+    def _make_room(self, cache: dict[Any, Any], slot: int, entry_bytes: int) -> None:
+        """Before `cache` (`_held_bytes[slot]`) takes an entry of `entry_bytes`: the decision caches are
+        emptied when they hold `cache_size` entries (the principal cache has no count bound, as before),
+        and all three when the entry would take them past `cache_max_bytes`."""
+        held = self._held_bytes
+        if slot != _PRINCIPALS and len(cache) >= self.cache_size:
+            cache.clear()
+            held[slot] = 0
+        if held[0] + held[1] + held[2] + entry_bytes > self.cache_max_bytes:
             self._decisions.clear()
             self._by_type_decisions.clear()
             self._effective.clear()
-            total = entry_bytes
-        self._cached_bytes = total
+            held[0] = held[1] = held[2] = 0
+        held[slot] += entry_bytes
 
     def _decide(
         self, principal: Principal, host: str, rt: ResourceType, name: str, op: Operation
@@ -682,7 +694,7 @@ class AuthorizerData:
         if cached is not None:
             return cached
         decision = self._by_resource_type(ctx, op, rt)
-        self._make_room(self._by_type_decisions, _entry_bytes(key[0], key[1], key[2]))
+        self._make_room(self._by_type_decisions, _BY_TYPE, _entry_bytes(key[0], key[1], key[2]))
         self._by_type_decisions[key] = decision
         return decision
 

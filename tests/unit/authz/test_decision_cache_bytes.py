@@ -16,7 +16,7 @@ import pytest
 
 from authz.config import AuthzConfig
 from authz.database import open_engine
-from authz.decide import DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_SIZE, AuthorizerData
+from authz.decide import _DECISIONS, DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_SIZE, AuthorizerData, _entry_bytes
 from authz.model import (
     Acl,
     Action,
@@ -74,17 +74,28 @@ def test_long_names_cannot_grow_the_decision_cache_past_its_byte_bound() -> None
     assert 0 < len(data._decisions) < 300
 
 
-def test_many_principals_cannot_grow_the_principal_cache_past_its_bounds() -> None:
+def test_many_principals_cannot_grow_the_principal_cache_past_the_byte_bound() -> None:
     """The effective-principal cache had no bound at all: every new principal name stayed until the next
-    snapshot. It now follows both bounds with the decision cache."""
-    data = AuthorizerData.build(ACLS, cache_size=50)
-    for i in range(500):
-        ask(data, f"user-{i}", "orders-1")
-    assert 0 < len(data._effective) <= 50
+    snapshot. It now counts against the byte bound (not the entry count: it kept every principal
+    before, and `decision_cache_size = 0` should not turn it off)."""
     big = AuthorizerData.build(ACLS, cache_max_bytes=1 << 20)
     for i in range(200):
         ask(big, f"user-{i}".ljust(LONG, "y"), "orders-1")
     assert 0 < len(big._effective) < 40  # each entry holds the name twice (the principal and its text)
+    uncached = AuthorizerData.build(ACLS, cache_size=0)
+    for i in range(50):
+        ask(uncached, f"user-{i % 5}", f"orders-{i}")
+    assert len(uncached._effective) == 5 and len(uncached._decisions) == 1
+
+
+def test_a_full_decision_cache_is_emptied_alone_and_no_longer_counted() -> None:
+    data = AuthorizerData.build(ACLS, cache_size=10)
+    for i in range(25):
+        ask(data, "bob", f"orders-{i}")
+    assert len(data._decisions) == 5 and len(data._effective) == 1  # emptied at the 11th and 21st
+    entry = _entry_bytes("bob", "10.0.0.5", "orders-20", "User")
+    assert data._held_bytes[_DECISIONS] == 5 * entry
+    assert data.cached_bytes == 5 * entry + _entry_bytes("User", "bob", "User:bob")
 
 
 def test_by_type_decisions_count_against_the_same_bound() -> None:
@@ -108,8 +119,8 @@ def test_the_byte_count_errs_high_and_ordinary_names_fit_the_default_as_before()
 
     kept = retained_bytes(fill())
     assert len(data._decisions) == 5_000
-    assert kept <= data._cached_bytes <= 2 * kept, (kept, data._cached_bytes)
-    assert data._cached_bytes * (DEFAULT_CACHE_SIZE // 5_000) < DEFAULT_CACHE_MAX_BYTES
+    assert kept <= data.cached_bytes <= 2 * kept, (kept, data.cached_bytes)
+    assert data.cached_bytes * (DEFAULT_CACHE_SIZE // 5_000) < DEFAULT_CACHE_MAX_BYTES
 
 
 def test_answers_after_the_cache_empties_are_those_of_a_fresh_scan() -> None:
