@@ -10,6 +10,7 @@
   opa-kafka-plugin writes is required) and gets the answer shown, under the quick start's ACLs.
 - The delegation-token expiry the quick start tells `oauth_cb` to return is named as `kgov tokens create`
   prints it.
+- The failed-login limit the quick start warns about has the defaults it states.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kgov.cli import build_parser
 from kgov.settings import Settings
 from kgov.up import UP_MECHANISMS, startup_text
 from sasl.cli import _token_line
+from sasl.config import SaslConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -158,3 +160,10 @@ def test_readme_names_the_token_expiry_as_the_cli_prints_it() -> None:
                         "max_timestamp_ms": 9})
     assert "\texpiry=5\t" in line
     assert "(`expiry=` on the first line `kgov tokens create`" in " ".join(README.split())
+
+
+def test_readme_states_the_failed_login_limit_as_configured() -> None:
+    config = SaslConfig()
+    stated = f"({config.max_failed_attempts_per_source} failed logins a minute per"
+    assert config.failed_attempts_window_s == 60.0
+    assert stated in " ".join(README.split())
