@@ -11,6 +11,7 @@
 - The delegation-token expiry the quick start tells `oauth_cb` to return is named as `kgov tokens create`
   prints it.
 - The failed-login limit the quick start warns about has the defaults it states.
+- Every `pip install` of kgov in README.md installs the checkout (a path), with extras pyproject.toml has.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,3 +169,13 @@ def test_readme_states_the_failed_login_limit_as_configured() -> None:
     stated = f"({config.max_failed_attempts_per_source} failed logins a minute per"
     assert config.failed_attempts_window_s == 60.0
     assert stated in " ".join(README.split())
+
+
+def test_readme_installs_kgov_from_the_checkout() -> None:
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"])
+    installs = re.findall(r"pip install '([^']*)'", README)
+    assert installs
+    for target in installs:
+        path, _, rest = target.partition("[")
+        assert path.startswith("/") and path.endswith("/kgov"), target  # not the package index's `kgov`
+        assert set(rest.rstrip("]").split(",")) <= extras, target
