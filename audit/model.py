@@ -83,8 +83,13 @@ def authorization_event(
     client_id: str | None = None,
     correlation_id: int | None = None,
     token_authenticated: bool = False,
+    decision_api_caller: Mapping[str, str | None] | None = None,
 ) -> AuditEvent:
-    """One authorization decision, in the field layout of Confluent's audit log."""
+    """One authorization decision, in the field layout of Confluent's audit log.
+
+    `decision_api_caller` (`{"address": ..., "proxy": ...}`) is a kgov field, added to
+    `requestMetadata` only for decisions asked through the decision API: `clientAddress` there is the
+    broker's client, and this names the host that asked on its behalf."""
     subject = f"{source}/{resource_type.lower()}={resource_name}"
     data: dict[str, Any] = {
         "serviceName": source,
@@ -101,6 +106,8 @@ def authorization_event(
         },
         "requestMetadata": {"clientAddress": client_address},
     }
+    if decision_api_caller is not None:
+        data["requestMetadata"]["decisionApiCaller"] = dict(decision_api_caller)
     if client_id is not None or correlation_id is not None:
         data["request"] = {"clientId": client_id, "correlationId": correlation_id}
     return AuditEvent(EventType.AUTHORIZATION, source, subject, time, data)

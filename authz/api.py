@@ -38,6 +38,7 @@ from authz.model import (
     Acl,
     AclFilter,
     Action,
+    DecisionCaller,
     InvalidAclError,
     Operation,
     PatternType,
@@ -599,12 +600,13 @@ class OpaQuestion:
     action: Action | None
 
 
-def _opa_question(doc: Any) -> OpaQuestion:
+def _opa_question(doc: Any, caller: DecisionCaller | None = None) -> OpaQuestion:
     """Reads one input document as OpaAuthorizer.scala's serializers write it (fail closed: a missing
     field, a value of another JSON type or outside Java's range, an enum name Java would not write is an
     OpaInputError, answered 400, which the plugin reads as a denial). Fields kgov does not need
     (`connectionId`, `clientInformation`, `headerVersion`) are only type-checked; fields the plugin may
-    add later are not read. No side effect: nothing is decided or audited here."""
+    add later are not read. No side effect: nothing is decided or audited here. `caller` is who sent the
+    document (`_opa_caller_allowed`), carried in the context for the audit event."""
     if not isinstance(doc, dict):
         raise OpaInputError("each input document must be a JSON object")
     action_doc = _field(doc, "action", dict)
@@ -629,6 +631,7 @@ def _opa_question(doc: Any) -> OpaQuestion:
         api_key=_number(header, "requestApiKey", 0, _INT16[1]),
         api_version=_number(header, "requestApiVersion", 0, _INT16[1]),
         correlation_id=_number(header, "correlationId", *_INT32),
+        decision_caller=caller,
     )
     rt = _named(_OPA_RESOURCE_TYPES, _text(pattern, "resourceType"), "resourceType")
     op = _named(_OPA_OPERATIONS, _text(action_doc, "operation"), "operation")
@@ -657,9 +660,9 @@ def _opa_answer(service: AuthorizerService, question: OpaQuestion) -> bool:
         raise OpaInputError(str(exc)) from None
 
 
-def _opa_decide(service: AuthorizerService, doc: Any) -> bool:
+def _opa_decide(service: AuthorizerService, doc: Any, caller: DecisionCaller | None = None) -> bool:
     """One decision for the input document the opa-kafka-plugin sends."""
-    return _opa_answer(service, _opa_question(doc))
+    return _opa_answer(service, _opa_question(doc, caller))
 
 
 _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded", "x-real-ip")
@@ -689,7 +692,7 @@ def _networks(entries: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddre
     return tuple(out)
 
 
-def _opa_caller_allowed(request: Request) -> None:
+def _opa_caller_allowed(request: Request) -> DecisionCaller:
     """Brokers call the decision API without credentials, so only listed networks may (default: loopback).
 
     A request carrying forwarding headers came through a reverse proxy, or says it did. The address
@@ -697,11 +700,14 @@ def _opa_caller_allowed(request: Request) -> None:
     `X-Forwarded-For` (the one header the server reads); any other forwarded request is refused, whether
     or not proxies are listed: its address is the sender's (a proxy on kgov's host makes every client it
     forwards look like loopback, which the default admits). Refused rather than ignored, since ignoring
-    would check exactly that proxy's address. Brokers call directly and send none of these headers."""
+    would check exactly that proxy's address. Brokers call directly and send none of these headers.
+
+    Returns the caller as checked (an IPv4-mapped address as its IPv4 one) and the listed proxy that
+    forwarded it, if any, for the audit events of its decisions."""
     settings = request.app.state.settings
     forwarded = any(h in request.headers for h in _FORWARDING_HEADERS)
-    if forwarded and not listed_proxy(peer_address(request) or client_address(request),
-                                      settings.http_forwarded_allow_ips):
+    sender = peer_address(request) or client_address(request)
+    if forwarded and not listed_proxy(sender, settings.http_forwarded_allow_ips):
         raise ApiError(403, 40301, "The decision API does not answer requests forwarded by a proxy that is not "
                                    "listed in http_forwarded_allow_ips")
     if forwarded and "x-forwarded-for" not in request.headers:
@@ -712,7 +718,7 @@ def _opa_caller_allowed(request: Request) -> None:
     except ValueError:
         addr = None
     if addr is not None and any(addr in n for n in _networks(tuple(settings.authz.decision_api_networks))):
-        return
+        return DecisionCaller(str(addr), sender if forwarded else None)
     raise ApiError(403, 40301, "This address may not use the decision API; add it to authz.decision_api_networks")
 
 
@@ -722,10 +728,10 @@ opa = APIRouter(tags=["decisions"])
 @opa.post("/v1/data/kafka/authz/allow")
 async def opa_allow(request: Request) -> dict[str, Any]:
     """Body `{"input": <the plugin's document>}`; answers `{"result": true|false}`."""
-    _opa_caller_allowed(request)
+    caller = _opa_caller_allowed(request)
     doc = _json_field(await _body(request), "input")
     try:
-        return {"result": _opa_decide(_service(request), doc)}
+        return {"result": _opa_decide(_service(request), doc, caller)}
     except OpaInputError as exc:
         raise ApiError(400, 400, str(exc)) from None
 
@@ -733,14 +739,14 @@ async def opa_allow(request: Request) -> dict[str, Any]:
 @opa.post("/v1/data/kafka/authz/batch")
 async def opa_batch(request: Request) -> dict[str, Any]:
     """Body `{"inputs": [<document>, ...]}`; answers `{"result": [true|false, ...]}` in order."""
-    _opa_caller_allowed(request)
+    caller = _opa_caller_allowed(request)
     raw = await _body(request)
     # Read and decided on a worker thread: a batch of thousands of audited decisions takes seconds, which
     # on the event loop would hold up every other broker's single decision (the plugin gives up after 5 s).
-    return await run_in_threadpool(_opa_batch, _service(request), raw)
+    return await run_in_threadpool(_opa_batch, _service(request), raw, caller)
 
 
-def _opa_batch(service: AuthorizerService, raw: bytes) -> dict[str, Any]:
+def _opa_batch(service: AuthorizerService, raw: bytes, caller: DecisionCaller) -> dict[str, Any]:
     docs = _json_field(raw, "inputs")
     if not isinstance(docs, list) or len(docs) > MAX_OPA_BATCH:
         raise ApiError(400, 400, f'"inputs" must be a list of at most {MAX_OPA_BATCH} documents')
@@ -749,7 +755,7 @@ def _opa_batch(service: AuthorizerService, raw: bytes) -> dict[str, Any]:
         questions = []
         for i, doc in enumerate(docs):
             try:
-                questions.append(_opa_question(doc))
+                questions.append(_opa_question(doc, caller))
             except OpaInputError as exc:
                 raise OpaInputError(f"inputs[{i}]: {exc}") from None
         return {"result": [_opa_answer(service, q) for q in questions]}

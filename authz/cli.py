@@ -244,7 +244,9 @@ def _acls_to_add(args: argparse.Namespace) -> list[Acl]:
         raise CliError("You must specify one of: --allow-principal, --deny-principal when trying to add ACLs.")
     if args.producer and not args.topic:
         raise CliError("With --producer you must specify a --topic")
-    if args.consumer and (not args.topic or not args.group or args.cluster or args.transactional_id):
+    # As Kafka's AclCommand: --cluster and --transactional-id belong to --producer when both are given.
+    if args.consumer and (not args.topic or not args.group
+                          or (not args.producer and (args.cluster or args.transactional_id))):
         raise CliError("With --consumer you must specify a --topic and a --group and no --cluster or "
                        "--transactional-id option should be specified.")
     if (args.producer or args.consumer) and (args.operation or args.deny_principal or args.deny_host):
@@ -255,13 +257,16 @@ def _acls_to_add(args: argparse.Namespace) -> list[Acl]:
     if not resources:
         raise CliError("You must provide at least one resource: --topic <topic> or --cluster or --group <group> or "
                        "--delegation-token <Delegation Token ID> or --subject <subject>")
+    # Both may be given in one command: Kafka's AclCommand adds the two sets of ACLs.
     ops_for: dict[ResourceType, list[Operation]] = {}
     if args.producer:
         ops_for = {ResourceType.TOPIC: [Operation.WRITE, Operation.DESCRIBE, Operation.CREATE],
                    ResourceType.TRANSACTIONAL_ID: [Operation.WRITE, Operation.DESCRIBE],
                    ResourceType.CLUSTER: [Operation.IDEMPOTENT_WRITE]}
-    elif args.consumer:
-        ops_for = {ResourceType.TOPIC: [Operation.READ, Operation.DESCRIBE], ResourceType.GROUP: [Operation.READ]}
+    if args.consumer:
+        for rt, ops in ((ResourceType.TOPIC, [Operation.READ, Operation.DESCRIBE]),
+                        (ResourceType.GROUP, [Operation.READ])):
+            ops_for[rt] = [*ops_for.get(rt, []), *(op for op in ops if op not in ops_for.get(rt, []))]
     operations = [Operation.parse(o) for o in (args.operation or ["All"])]
     acls: list[Acl] = []
     for perm, principals, hosts in ((Permission.ALLOW, args.allow_principal, args.allow_host),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from authz.decide import DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_SIZE
 from authz.model import InvalidAclError, Principal
 
 
@@ -25,7 +26,10 @@ class AuthzConfig(BaseModel):
     allow_everyone_if_no_acl_found: bool = False
     # Membership file: JSON {"Group:sales": ["User:alice", ...]}; the API can add more.
     groups_file: Path | None = None
-    decision_cache_size: int = Field(default=200_000, ge=0)
+    decision_cache_size: int = Field(default=DEFAULT_CACHE_SIZE, ge=0)
+    # With decision_cache_size, bounds the memory of a snapshot's caches keyed by callers' names
+    # (authz.decide.AuthorizerData): the decision API takes names up to 32,767 characters.
+    decision_cache_max_bytes: int = Field(default=DEFAULT_CACHE_MAX_BYTES, ge=0)
     refresh_interval_s: float = Field(default=0.2, gt=0, le=1.0)
     # Networks whose brokers may call the OPA-compatible decision API without credentials.
     decision_api_networks: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])

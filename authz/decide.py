@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import bisect
 import gc
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from authz.host_address import java_host_address
 from authz.model import (
@@ -244,12 +245,36 @@ def _type_entries(pattern: _Pattern | None) -> set[tuple[str, str, Operation, bo
 
 _PatternKey = tuple[ResourceType, PatternType, str]
 
+DEFAULT_CACHE_SIZE: Final = 200_000
+DEFAULT_CACHE_MAX_BYTES: Final = 128 * 1024 * 1024
+# What a cache entry holds besides its strings: the key tuple (6 slots), a Decision or a tuple of
+# names, and the dict's share of slots and index (CPython 3.11, 64-bit; measured in
+# tests/unit/authz/test_decision_cache_bytes.py).
+_ENTRY_OVERHEAD: Final = 240
+_sizeof = sys.getsizeof
+_DECISIONS, _BY_TYPE, _PRINCIPALS = 0, 1, 2  # AuthorizerData._held_bytes
+
+
+def _entry_bytes(*texts: str) -> int:
+    """A cache entry's cost: its strings as CPython stores them (1, 2 or 4 bytes a character) and the
+    overhead. A string several keys share is counted in each, so the sum errs high."""
+    return _ENTRY_OVERHEAD + sum(map(_sizeof, texts))
+
 
 class AuthorizerData:
     """An immutable snapshot of ACLs, memberships and role bindings, with the decision functions.
 
     Derived caches (effective principals, decisions, by-type indexes) are filled lazily and belong
     to the snapshot, so a swap to a new snapshot invalidates all of them at once.
+
+    The caches keyed by callers' names (decisions, by-type decisions, effective principals) are bounded
+    by `cache_max_bytes` together, and the two decision caches by `cache_size` entries each as well: a
+    key holds the principal's and the resource's names, which the decision API takes up to 32,767
+    characters long, so a count alone would let one caller grow them to gigabytes. Past the count a
+    cache is emptied (as it always was), past the bytes all three are, and they refill: a cost only on
+    a miss, never on a hit. The byte count is kept
+    without a lock; two threads missing at once may both add to it or both reset it, which moves the
+    bound by one entry, not more.
     """
 
     __slots__ = (
@@ -257,12 +282,14 @@ class AuthorizerData:
         "_by_type_decisions",
         "_decisions",
         "_effective",
+        "_held_bytes",
         "_literal",
         "_prefix_counts",
         "_prefix_lengths",
         "_prefixed",
         "_super_user_names",
         "allow_everyone_if_no_acl_found",
+        "cache_max_bytes",
         "cache_size",
         "groups",
         "role_bindings",
@@ -279,6 +306,7 @@ class AuthorizerData:
         groups: Mapping[Principal, frozenset[Principal]],
         role_bindings: tuple[RoleBinding, ...],
         cache_size: int,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         prefix_counts: dict[ResourceType, dict[int, int]] | None = None,
         by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] | None = None,
     ) -> None:
@@ -302,6 +330,9 @@ class AuthorizerData:
         self.groups = groups
         self.role_bindings = role_bindings
         self.cache_size = cache_size
+        self.cache_max_bytes = cache_max_bytes
+        # What each name-keyed cache holds by `_entry_bytes`: [decisions, by-type decisions, principals].
+        self._held_bytes = [0, 0, 0]
         self._effective: dict[Principal, tuple[str, ...]] = {}
         self._decisions: dict[tuple[str, str, str, Operation, ResourceType, str], Decision] = {}
         self._by_type: dict[ResourceType, dict[tuple[str, str, Operation], _TypeNames]] = by_type or {}
@@ -317,7 +348,8 @@ class AuthorizerData:
         allow_everyone_if_no_acl_found: bool = False,
         groups: Mapping[Principal, frozenset[Principal]] | None = None,
         role_bindings: Iterable[RoleBinding] = (),
-        cache_size: int = 200_000,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     ) -> AuthorizerData:
         # Millions of small objects and no garbage cycles: the cyclic collector would spend most
         # of a large build rescanning what was just allocated.
@@ -325,7 +357,7 @@ class AuthorizerData:
         gc.disable()
         try:
             return AuthorizerData._build(acls, super_users, allow_everyone_if_no_acl_found, groups, role_bindings,
-                                         cache_size)
+                                         cache_size, cache_max_bytes)
         finally:
             if was_enabled:
                 gc.enable()
@@ -338,6 +370,7 @@ class AuthorizerData:
         groups: Mapping[Principal, frozenset[Principal]] | None,
         role_bindings: Iterable[RoleBinding],
         cache_size: int,
+        cache_max_bytes: int,
     ) -> AuthorizerData:
         bindings = tuple(role_bindings)
         by_pattern: dict[_PatternKey, list[Acl]] = {}
@@ -358,6 +391,7 @@ class AuthorizerData:
             groups=dict(groups or {}),
             role_bindings=bindings,
             cache_size=cache_size,
+            cache_max_bytes=cache_max_bytes,
         )
 
     def _replace(self, **changes: object) -> AuthorizerData:
@@ -369,6 +403,7 @@ class AuthorizerData:
             "groups": self.groups,
             "role_bindings": self.role_bindings,
             "cache_size": self.cache_size,
+            "cache_max_bytes": self.cache_max_bytes,
             "prefix_counts": self._prefix_counts,
             "by_type": self._by_type,
         }
@@ -459,6 +494,7 @@ class AuthorizerData:
                 groups=groups if groups is not None else self.groups,
                 role_bindings=new_bindings,
                 cache_size=self.cache_size,
+                cache_max_bytes=self.cache_max_bytes,
             )
         return self._replace(groups=dict(groups) if groups is not None else self.groups)
 
@@ -533,6 +569,7 @@ class AuthorizerData:
                 sorted({f"Role:{b.role}" for b in self.role_bindings if b.principal in holders} - holders)
             )
         result = tuple(dict.fromkeys(names))
+        self._make_room(self._effective, _PRINCIPALS, _entry_bytes(principal.type, principal.name, base))
         self._effective[principal] = result
         return result
 
@@ -554,11 +591,31 @@ class AuthorizerData:
                 # Kafka compares ACL hosts with Java's text of the IP; the cache keys the raw text.
                 decision = self._decide(principal, java_host_address(host), action.resource_type,
                                         action.resource_name, action.operation)
-                if len(cache) >= self.cache_size:
-                    cache.clear()
+                self._make_room(cache, _DECISIONS, _ENTRY_OVERHEAD + _sizeof(pname) + _sizeof(host)
+                                + _sizeof(action.resource_name) + _sizeof(ptype))  # _entry_bytes, inlined
                 cache[key] = decision
             out.append(decision)
         return out
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the name-keyed caches hold now, as `cache_max_bytes` counts it."""
+        return sum(self._held_bytes)
+
+    def _make_room(self, cache: dict[Any, Any], slot: int, entry_bytes: int) -> None:
+        """Before `cache` (`_held_bytes[slot]`) takes an entry of `entry_bytes`: the decision caches are
+        emptied when they hold `cache_size` entries (the principal cache has no count bound, as before),
+        and all three when the entry would take them past `cache_max_bytes`."""
+        held = self._held_bytes
+        if slot != _PRINCIPALS and len(cache) >= self.cache_size:
+            cache.clear()
+            held[slot] = 0
+        if held[0] + held[1] + held[2] + entry_bytes > self.cache_max_bytes:
+            self._decisions.clear()
+            self._by_type_decisions.clear()
+            self._effective.clear()
+            held[0] = held[1] = held[2] = 0
+        held[slot] += entry_bytes
 
     def _decide(
         self, principal: Principal, host: str, rt: ResourceType, name: str, op: Operation
@@ -637,8 +694,7 @@ class AuthorizerData:
         if cached is not None:
             return cached
         decision = self._by_resource_type(ctx, op, rt)
-        if len(self._by_type_decisions) >= self.cache_size:
-            self._by_type_decisions.clear()
+        self._make_room(self._by_type_decisions, _BY_TYPE, _entry_bytes(key[0], key[1], key[2]))
         self._by_type_decisions[key] = decision
         return decision
 

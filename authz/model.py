@@ -317,8 +317,20 @@ class AclFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionCaller:
+    """Who asked kgov's decision API (`/v1/data/kafka/authz/...`) for a decision on a broker's behalf:
+    the HTTP caller's address as checked against `authz.decision_api_networks`, and the listed proxy
+    (`http_forwarded_allow_ips`) that forwarded the request, if one did. Audited with the decision: any
+    host on a listed network may ask, and the broker's document alone does not say who sent it."""
+
+    address: str
+    proxy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Who asks, from where, through which request. `client_address` is the IP literal (no port)."""
+    """Who asks, from where, through which request. `client_address` is the IP literal (no port).
+    `decision_caller` is set only for decisions asked through the decision API."""
 
     principal: Principal
     client_address: str
@@ -329,6 +341,7 @@ class RequestContext:
     api_version: int = -1
     correlation_id: int = 0
     token_authenticated: bool = False
+    decision_caller: DecisionCaller | None = None
 
 
 @dataclass(frozen=True, slots=True)

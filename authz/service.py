@@ -195,6 +195,7 @@ class AuthorizerService:
             groups=_merge_groups(groups, self._file_groups),
             role_bindings=bindings,
             cache_size=self.config.decision_cache_size,
+            cache_max_bytes=self.config.decision_cache_max_bytes,
         )
         self._versions = (acl_version, member_version)
         return len(acls)
@@ -416,6 +417,7 @@ class AuthorizerService:
         if self.lines is not None:
             self.lines.write_line(log4j_envelope(now, level, line, AUTHORIZER_LOGGER))
         if self.audit is not None:
+            caller = ctx.decision_caller
             self.audit.write(
                 authorization_event(
                     source=self.source,
@@ -432,6 +434,7 @@ class AuthorizerService:
                     client_id=ctx.client_id or None,
                     correlation_id=ctx.correlation_id if ctx.api_key >= 0 else None,
                     token_authenticated=ctx.token_authenticated,
+                    decision_api_caller=None if caller is None else {"address": caller.address, "proxy": caller.proxy},
                 )
             )
 

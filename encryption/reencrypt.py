@@ -324,12 +324,16 @@ def reencrypt_topic(
     timeout: float = 30.0,
 ) -> ReencryptionReport:
     """Rewrites the latest record of every key of `topic` that is not under the current KEK version (with a
-    `FieldReencryptor`: not in field format version 2 under the current versions)."""
+    `FieldReencryptor`: not in field format version 2 under the current versions). The reading consumer's
+    group (`group.id` in `client_config`, default `kgov-reencrypt-<topic>`) needs READ, as the topic does:
+    a read that fails is an `EncryptionError` naming both, before anything is rewritten."""
     # The end of each partition comes from Fetch (partition EOF), not ListOffsets: some Kafka-compatible
     # brokers (Tansu) count ListOffsets' high watermark in batches, not records.
+    # librdkafka asks for the group's coordinator even for assigned partitions, so the group needs READ.
+    group = str(client_config.get("group.id", f"kgov-reencrypt-{topic}"))
     consumer = Consumer({
         **client_config,
-        "group.id": client_config.get("group.id", f"kgov-reencrypt-{topic}"),
+        "group.id": group,
         "enable.auto.commit": False,
         "enable.partition.eof": True,
     })
@@ -351,7 +355,10 @@ def reencrypt_topic(
                 if error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())
                     continue
-                raise KafkaException(error)
+                raise EncryptionError(
+                    f"cannot read {topic!r} for re-encryption as consumer group {group!r} ({error.name()}: "
+                    f"{error.str()}); the principal needs READ on the topic and on that group"
+                ) from KafkaException(error)
             read += 1
             latest[(int(msg.partition() or 0), msg.key())] = msg
     finally:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gateway.connection_limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, parse_overrides
 from gateway.frame_memory import DEFAULT_LARGE_REQUEST_MIN_BYTES_PER_S, DEFAULT_QUEUED_MAX_REQUEST_BYTES
+from gateway.ssl_principal_mapping import DEFAULT_RULES, SslPrincipalMappingError, parse_rules
 from sasl.config import is_loopback_host
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
@@ -36,9 +37,13 @@ class GatewayConfig(BaseModel):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     # Kafka's ssl.client.auth: with `required`/`requested`, client certificates are verified against
-    # tls_ca_file and, on an SSL listener, the principal is User:<subject DN> (RFC 2253, as Kafka).
+    # tls_ca_file and, on an SSL listener, the principal is User:<subject DN as Java writes it>, through
+    # ssl_principal_mapping_rules (`gateway.x500_name`, `gateway.ssl_principal_mapping`).
     tls_client_auth: Literal["none", "requested", "required"] = "none"
     tls_ca_file: Path | None = None
+    # Kafka's ssl.principal.mapping.rules (KIP-371): how a client certificate's subject DN becomes the
+    # principal name on an SSL listener; parsed at start (`gateway.ssl_principal_mapping`).
+    ssl_principal_mapping_rules: str = DEFAULT_RULES
     # How brokers are advertised: `per-node` (broker n on node_port_base + n) or `single` (all on
     # the listener; right for a one-node upstream such as Tansu, or a load-balanced endpoint).
     address_mode: Literal["per-node", "single"] = "per-node"
@@ -115,6 +120,10 @@ class GatewayConfig(BaseModel):
                 f"gateway.tls_client_auth={self.tls_client_auth} needs gateway.tls_ca_file: the CA (PEM) that "
                 "signs client certificates"
             )
+        try:
+            parse_rules(self.ssl_principal_mapping_rules)
+        except SslPrincipalMappingError as exc:
+            raise ValueError(f"gateway.ssl_principal_mapping_rules: {exc}") from None
         parse_overrides(self.max_connections_per_ip_overrides)
         if self.queued_max_request_bytes < self.max_request_bytes:
             # Kafka's KafkaConfig check (queued.max.request.bytes against socket.request.max.bytes).

@@ -108,6 +108,7 @@ from gateway.sasl_session import (
     StepOutcome,
 )
 from gateway.sasl_steps import DEFAULT_MAX_WAITING, Refusal, SaslStepPool
+from gateway.ssl_principal_mapping import NoMatchingRule, SslPrincipalMapper, parse_rules
 from gateway.topic_ids import (
     BY_ID_SINCE,
     BY_ID_VERSION,
@@ -129,6 +130,7 @@ from gateway.upstream_login import (
     reauthentication_delay_s,
 )
 from gateway.upstream_token import UpstreamLoginError as UpstreamLoginError  # re-exported
+from gateway.x500_name import CertificateNameError, certificate_subject
 
 if TYPE_CHECKING:
     from sasl.scram import SaltedPasswordCache
@@ -194,6 +196,8 @@ class GatewayOptions:
     listener_name: str = "EXTERNAL"
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL
     ssl_context: ssl.SSLContext | None = None
+    # Kafka's ssl.principal.mapping.rules, for client certificates on an SSL listener (`_name_by_certificate`).
+    ssl_principal_mapper: SslPrincipalMapper = field(default_factory=lambda: parse_rules(None))
     # How long a TLS client has to complete its handshake (asyncio's default is 60 s); the connection
     # counts against the connection limits meanwhile (`ClientConnection._tls_handshake`).
     tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
@@ -261,31 +265,6 @@ class Slot:
     # to the client (the topic id refresh, `ClientConnection._hold_for_topic_ids`).
     on_answer: Callable[[Frame], None] | None = None
     upstream_seq: int = -1  # its number on the upstream connection (`gateway.upstream_ids`), once sent
-
-
-_DN_NAMES = {
-    "commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O", "localityName": "L",
-    "stateOrProvinceName": "ST", "countryName": "C", "streetAddress": "STREET", "domainComponent": "DC",
-    "userId": "UID",
-}
-
-
-def _dn_escape(value: str) -> str:
-    out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
-    if out.startswith(("#", " ")):
-        out = "\\" + out
-    if out.endswith(" "):
-        out = out[:-1] + "\\ "
-    return out
-
-
-def subject_dn(subject: Any) -> str:
-    """The certificate subject as Kafka's default principal builder names it (X500Principal,
-    RFC 2253: most specific RDN first, e.g. `CN=alice,OU=eng,O=kgov,C=DE`)."""
-    rdns = []
-    for rdn in reversed(subject):
-        rdns.append("+".join(f"{_DN_NAMES.get(k, k)}={_dn_escape(v)}" for k, v in rdn))
-    return ",".join(rdns)
 
 
 def _has_throttle_time(spec: ApiSpec, version: int) -> bool:
@@ -881,6 +860,27 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         self._established(tls)
 
+    def _name_by_certificate(self, transport: asyncio.Transport) -> bool:
+        """On an SSL listener, the principal as Kafka's DefaultKafkaPrincipalBuilder makes it: `User:` and
+        the certificate subject (X500Principal.getName(), `gateway.x500_name`) through
+        ssl.principal.mapping.rules. No certificate (tls_client_auth none/requested): User:ANONYMOUS; an
+        empty subject: `User:` with an empty name, as Kafka. False when no rule maps the subject (Kafka's
+        NoMatchingRule fails the authentication): the connection is closed."""
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            return True
+        try:
+            self.principal = Principal("User", self.options.ssl_principal_mapper.name(certificate_subject(der)))
+        except (CertificateNameError, NoMatchingRule) as exc:
+            reason = ("no ssl.principal.mapping.rules rule maps the certificate subject"
+                      if isinstance(exc, NoMatchingRule) else "unreadable certificate subject")
+            log.info("Failed authentication with %s (%s: %s)", self.client_host, reason, exc)
+            self._audit_auth(False, "SSL", reason, False)
+            self.abort(reason)
+            return False
+        return True
+
     def _handshake_failed(self, transport: asyncio.Transport) -> None:
         self.closed = True
         transport.abort()
@@ -901,10 +901,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=1 << 20)
-        if self.options.security_protocol == "SSL":
-            subject = (transport.get_extra_info("peercert") or {}).get("subject")
-            if subject:
-                self.principal = Principal("User", subject_dn(subject))
+        if self.options.security_protocol == "SSL" and not self._name_by_certificate(transport):
+            return
         if _sasl_enabled(self.options.security_protocol):
             if self.options.mechanism_factory is None:
                 self.abort("SASL listener without mechanisms")

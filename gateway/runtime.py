@@ -27,6 +27,7 @@ from gateway.config import GatewayConfig, parse_host_port, refuse_weak_admin_pas
 from gateway.proxy import Gateway, GatewayOptions, Services
 from gateway.quota_store import QuotaStore
 from gateway.quotas import QuotaEnforcer
+from gateway.ssl_principal_mapping import parse_rules
 from gateway.upstream_login import OAuthBearerLogin
 from gateway.upstream_token import RefreshPolicy, UpstreamTokenSource
 from sasl.service import CredentialService
@@ -160,6 +161,7 @@ def build_runtime(
         listener_name=config.listener_name,
         security_protocol=config.security_protocol,
         ssl_context=server_ssl_context(config),
+        ssl_principal_mapper=parse_rules(config.ssl_principal_mapping_rules),
         upstream_ssl=upstream_ssl_context(config),
         sasl_mechanisms=mechanisms,
         mechanism_factory=credentials.server_mechanism,

@@ -20,6 +20,8 @@ import pytest
 
 from kgov.app import build_app
 from kgov.settings import Settings
+from kgov.up import control_plane
+from tests.support.ports import free_port
 from tests.support.server import serve_app
 
 ADMIN = ("admin", "correct-horse-battery")
@@ -88,6 +90,56 @@ def test_broker_decisions_are_audited_as_kafka_logs_them(server: tuple[str, Path
     assert event["data"]["authenticationInfo"]["principal"] == "User:eve"
     assert event["data"]["requestMetadata"]["clientAddress"] == "0:0:0:0:0:0:0:1"
     assert event["data"]["request"] == {"clientId": "billing-consumer", "correlationId": 42}
+
+
+LISTED_PROXY = "127.0.0.2"  # loopback addresses other than 127.0.0.1 reach the server too (Linux)
+
+
+@pytest.fixture(scope="module")
+def behind_a_listed_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A reverse proxy at 127.0.0.2 is listed; brokers at 10.0.0.5 (through it) and on loopback may decide."""
+    data = tmp_path_factory.mktemp("kgov")
+    settings = Settings(data_dir=data, cluster_id="c1", admin={"user": ADMIN[0], "password": ADMIN[1]},
+                        sasl={"failed_authentication_delay_ms": 0}, http_forwarded_allow_ips=[LISTED_PROXY],
+                        authz={"decision_api_networks": ["10.0.0.5/32", "127.0.0.0/30"]})
+    port = free_port()
+    with control_plane(build_app(settings), "127.0.0.1", port, forwarded_allow_ips=settings.http_forwarded_allow_ips):
+        yield f"http://127.0.0.1:{port}", data / "audit"
+
+
+@pytest.mark.parametrize(("source", "headers", "path", "caller"), [
+    ("127.0.0.1", {}, ALLOW, {"address": "127.0.0.1", "proxy": None}),
+    ("127.0.0.3", {}, BATCH, {"address": "127.0.0.3", "proxy": None}),
+    # Forwarded by the listed proxy: the address checked (an IPv4-mapped one as IPv4), and the proxy.
+    (LISTED_PROXY, {"X-Forwarded-For": "10.0.0.5"}, ALLOW, {"address": "10.0.0.5", "proxy": LISTED_PROXY}),
+    (LISTED_PROXY, {"X-Forwarded-For": "::ffff:10.0.0.5"}, BATCH, {"address": "10.0.0.5", "proxy": LISTED_PROXY}),
+])
+def test_each_audited_decision_names_the_host_that_asked_for_it(
+        behind_a_listed_proxy: tuple[str, Path], source: str, headers: dict[str, str], path: str,
+        caller: dict[str, str | None]) -> None:
+    """Any host on a listed network may ask for decisions: the audit event says which one did, beside the
+    broker's client (`clientAddress`), so a decision a broker asked for can be told from anyone else's."""
+    url, audit = behind_a_listed_proxy
+    topic = f"asked-from-{source}-{len(headers)}-{path.rsplit('/', 1)[1]}"
+    body = {"input": document(topic)} if path == ALLOW else {"inputs": [document(topic)]}
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=10) as client:
+        r = client.post(url + path, json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    events = [json.loads(line) for line in (audit / "events.jsonl").read_text().splitlines()]
+    (event,) = [e for e in events if f"={topic}" in e["subject"]]
+    assert event["data"]["requestMetadata"] == {"clientAddress": "10.0.0.5", "decisionApiCaller": caller}
+
+
+def test_decisions_not_asked_through_the_decision_api_name_no_caller(tmp_path: Path) -> None:
+    """The field is the decision API's: a control-plane request's own authorization event has none."""
+    settings = Settings(data_dir=tmp_path, cluster_id="c1", admin={"user": ADMIN[0], "password": ADMIN[1]},
+                        sasl={"failed_authentication_delay_ms": 0}, authz={"log_allowed": True})
+    with serve_app(build_app(settings)) as url:
+        assert httpx.get(url + "/v3/clusters/c1/acls", auth=ADMIN).status_code == 200
+    events = [json.loads(line) for line in (tmp_path / "audit" / "events.jsonl").read_text().splitlines()]
+    authorizations = [e for e in events if e["type"] == "io.kgov.authorization"]
+    assert authorizations, [e["type"] for e in events]
+    assert all("decisionApiCaller" not in e["data"]["requestMetadata"] for e in authorizations)
 
 
 @pytest.fixture(scope="module")

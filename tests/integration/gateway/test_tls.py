@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import logging
+import re
 import socket
 import ssl
 import time
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -100,23 +101,26 @@ def test_tls_settings_are_required_for_tls_listeners() -> None:
         GatewayConfig(upstream_security_protocol="SASL_PLAINTEXT")
 
 
-def _issue_client_cert(tmp: Path) -> tuple[Path, Path, Path]:
-    """A CA and a client certificate it signed (subject O=kgov, OU=payments, CN=alice)."""
+def _issue_client_cert(tmp: Path, attributes: list[x509.NameAttribute] | None = None,
+                       prefix: str = "client") -> tuple[Path, Path, Path]:
+    """A CA and a client certificate it signed (subject O=kgov, OU=payments, CN=alice unless given)."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kgov test CA")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kgov test CA"),
+                         x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, prefix)])
     now = datetime.datetime.now(datetime.UTC)
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
           .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
           .not_valid_after(now + datetime.timedelta(days=1))
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kgov"),
-                         x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "payments"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, "alice")])
+    subject = x509.Name(attributes if attributes is not None else [
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kgov"),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "payments"),
+        x509.NameAttribute(NameOID.COMMON_NAME, "alice")])
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256()))
-    ca_file, cert_file, key_file = tmp / "ca.pem", tmp / "client.pem", tmp / "client.key"
+    ca_file, cert_file, key_file = tmp / f"{prefix}-ca.pem", tmp / f"{prefix}.pem", tmp / f"{prefix}.key"
     ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -158,6 +162,88 @@ def test_ssl_listener_with_client_certificates_uses_the_subject_as_principal(
                           "ssl.ca.location": str(server_cert), "error_cb": errors.append})
     anonymous.produce(topic, b"x")
     wait_for_error(anonymous, errors)
+
+
+def test_ssl_principal_mapping_rules_name_the_client_as_kafka_would(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    """librdkafka with a client certificate whose subject (with an emailAddress, written by its OID as the
+    JDK does) a Kafka rule maps to `alice`; an ACL for User:alice decides; a subject no rule maps is refused."""
+    server_cert, server_key = self_signed(tmp_path)
+    ca, client_cert, client_key = _issue_client_cert(tmp_path, [
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kgov"),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "payments"),
+        x509.NameAttribute(NameOID.COMMON_NAME, "Alice"),
+        x509.NameAttribute(NameOID.EMAIL_ADDRESS, "alice@kgov.example"),
+    ])
+    other_ca, other_cert, other_key = _issue_client_cert(tmp_path, [
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kgov"), x509.NameAttribute(NameOID.COMMON_NAME, "mallory"),
+    ], prefix="other")
+    both = tmp_path / "cas.pem"
+    both.write_bytes(ca.read_bytes() + other_ca.read_bytes())
+    gw = runtime_factory(gateway={
+        "security_protocol": "SSL", "tls_cert_file": str(server_cert), "tls_key_file": str(server_key),
+        "tls_client_auth": "required", "tls_ca_file": str(both),
+        "ssl_principal_mapping_rules": "RULE:^[0-9.]+=#[0-9a-f]+,CN=([^,]+),OU=payments,O=kgov$/$1/L"})
+    allowed, denied = f"mtls-map-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, allowed, denied)
+    grant_prefix(gw, "User:alice", "mtls-map-")
+    results: dict[str, KafkaError | None] = {}
+    p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(server_cert),
+                  "ssl.certificate.location": str(client_cert), "ssl.key.location": str(client_key),
+                  "message.timeout.ms": 10000})
+    for topic in (allowed, denied):
+        p.produce(topic, b"mapped?", on_delivery=lambda err, msg: results.update({msg.topic(): err}))
+    assert p.flush(20) == 0
+    assert results[allowed] is None
+    refused = results[denied]
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    produced = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.request"
+                and e.data["requestHeader"]["requestApiKey"] == 0]
+    assert produced and {r["principal"] for r in produced} == {"User:alice"}
+    # a certificate the CA signed, but whose subject no rule maps: Kafka's NoMatchingRule, the connection closes
+    errors: list[object] = []
+    unmapped = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SSL",
+                         "ssl.ca.location": str(server_cert), "ssl.certificate.location": str(other_cert),
+                         "ssl.key.location": str(other_key), "error_cb": errors.append})
+    unmapped.produce(allowed, b"x")
+    wait_for_error(unmapped, errors)
+    failures = [e.data for e in gw.memory.events if str(e.type) == "io.kgov.authentication"]
+    assert failures and failures[-1]["authenticationInfo"]["principal"] is None
+    assert "no ssl.principal.mapping.rules rule maps" in str(failures[-1])
+    assert {r["principal"] for r in (e.data for e in gw.memory.events if str(e.type) == "io.kgov.request")} == {
+        "User:alice"}
+
+
+def test_a_certificate_with_an_empty_subject_is_user_with_an_empty_name_as_in_kafka(
+    runtime_factory: Callable[..., RunningGateway], kafka_broker: str, tmp_path: Path,
+) -> None:
+    server_cert, server_key = self_signed(tmp_path)
+    ca, client_cert, client_key = _issue_client_cert(tmp_path, [])
+    gw = runtime_factory(gateway={"security_protocol": "SSL", "tls_cert_file": str(server_cert),
+                                  "tls_key_file": str(server_key), "tls_client_auth": "required",
+                                  "tls_ca_file": str(ca)})
+    topic = f"mtls-empty-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka_broker, topic)
+    results: list[KafkaError | None] = []
+    p = Producer({"bootstrap.servers": gw.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(server_cert),
+                  "ssl.certificate.location": str(client_cert), "ssl.key.location": str(client_key),
+                  "message.timeout.ms": 10000})
+    p.produce(topic, b"who?", on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(20) == 0
+    refused = results[0]
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED  # no ACL for `User:`
+    principals = {e.data["principal"] for e in gw.memory.events if str(e.type) == "io.kgov.request"}
+    assert principals == {"User:"}  # Kafka's KafkaPrincipal("User", ""), not User:ANONYMOUS
+
+
+def test_bad_mapping_rules_are_refused_at_start_with_kafkas_message() -> None:
+    from gateway.config import GatewayConfig
+
+    with pytest.raises(ValueError, match=re.escape("gateway.ssl_principal_mapping_rules: Invalid rule: `DEFAULT/L`")):
+        GatewayConfig(ssl_principal_mapping_rules="DEFAULT/L")
+    with pytest.raises(ValueError, match="inline flags"):
+        GatewayConfig(ssl_principal_mapping_rules="RULE:(?i)cn=(.*)/$1/")
 
 
 class TlsClient(RawClient):

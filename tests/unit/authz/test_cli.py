@@ -101,6 +101,23 @@ def test_producer_and_consumer_shortcuts(db: str, capsys: pytest.CaptureFixture[
     assert "resourceType=GROUP, name=Group-1" in out and "(principal=User:Bob, host=*, operation=READ" in out
 
 
+def test_producer_and_consumer_in_one_command_add_both_sets(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's AclCommand takes --producer and --consumer together and adds both sets of ACLs; with
+    --producer also given, --transactional-id and --idempotent's cluster ACL are the producer's."""
+    code, _, err = run(capsys, "acls", "--db", db, "--add", "--allow-principal", "User:Ann", "--producer",
+                       "--consumer", "--idempotent", "--topic", "t", "--group", "g", "--transactional-id", "tx")
+    assert code == 0, err
+    _, out, _ = run(capsys, "acls", "--db", db, "--list", "--principal", "User:Ann")
+    granted = {(block.split(",")[0], op) for block in out.split("Current ACLs for resource `")[1:]
+               for op in ("READ", "WRITE", "DESCRIBE", "CREATE", "IDEMPOTENT_WRITE")
+               if f"operation={op}," in block}
+    assert granted == {
+        ("ResourcePattern(resourceType=TOPIC", op) for op in ("READ", "WRITE", "DESCRIBE", "CREATE")
+    } | {("ResourcePattern(resourceType=GROUP", "READ"), ("ResourcePattern(resourceType=CLUSTER", "IDEMPOTENT_WRITE"),
+         ("ResourcePattern(resourceType=TRANSACTIONAL_ID", "WRITE"),
+         ("ResourcePattern(resourceType=TRANSACTIONAL_ID", "DESCRIBE")}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

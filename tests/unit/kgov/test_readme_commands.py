@@ -6,19 +6,36 @@
   the CLI has (`a|b` alternatives included) and options the deepest of them takes; every top-level
   subcommand appears in README.md.
 - Every backticked `make TARGET` is a Makefile target.
+- The decision API `curl` of the quick start sends a document the API reads (every field the
+  opa-kafka-plugin writes is required) and gets the answer shown, under the quick start's ACLs.
+- The delegation-token expiry the quick start tells `oauth_cb` to return is named as `kgov tokens create`
+  prints it.
+- The failed-login limit the quick start warns about has the defaults it states.
+- Every `pip install` of kgov in README.md installs the checkout (a path), with extras pyproject.toml has.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from authz.api import _opa_decide
+from authz.config import AuthzConfig
+from authz.database import open_engine
+from authz.model import Acl, Operation, PatternType, Permission, Principal, ResourceType
+from authz.service import AuthorizerService
 from kgov.cli import build_parser
 from kgov.settings import Settings
 from kgov.up import UP_MECHANISMS, startup_text
+from sasl.cli import _token_line
+from sasl.config import SaslConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -108,3 +125,57 @@ def test_command_check_passes_real_commands() -> None:
     for command in ("kgov acls export", "kgov roles list|bindings|bind|unbind", "kgov users add NAME --mechanism M",
                     "kgov up [--upstream HOST:PORT] [--data-dir DIR]", "kgov tokens ..."):
         assert command_problems(command, parser) == [], command
+
+
+def readme_decision_document() -> dict[str, Any]:
+    """The `-d '...'` body of the quick start's `curl` to the decision API."""
+    match = re.search(r"curl [^`]*?/v1/data/kafka/authz/allow -d\s+'([^']*)'", README)
+    assert match, "the quick start's decision API curl is gone"
+    document = json.loads(match.group(1))
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.fixture
+def quick_start_acls(tmp_path: Path) -> Iterator[AuthorizerService]:
+    """What `kgov acls --add --allow-principal User:alice --consumer --topic orders ...` gives alice."""
+    engine = open_engine(f"sqlite:///{tmp_path}/kgov.db")
+    service = AuthorizerService(engine, AuthzConfig())
+    service.start(background=False)
+    service.create_acls([Acl(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", op, Permission.ALLOW)
+                         for op in (Operation.READ, Operation.DESCRIBE)], actor=Principal("User", "admin"))
+    yield service
+    service.close()
+    engine.dispose()
+
+
+def test_readme_decision_api_example_answers_as_shown(quick_start_acls: AuthorizerService) -> None:
+    document = readme_decision_document()
+    assert _opa_decide(quick_start_acls, document["input"]) is True
+    assert "answers `{\"result\":true}`; with `\"name\": \"payments\"` it answers `{\"result\":false}`" in README
+    document["input"]["action"]["resourcePattern"]["name"] = "payments"
+    assert _opa_decide(quick_start_acls, document["input"]) is False
+
+
+def test_readme_names_the_token_expiry_as_the_cli_prints_it() -> None:
+    line = _token_line({"token_id": "t", "owner": "User:alice", "renewers": [], "expiry_timestamp_ms": 5,
+                        "max_timestamp_ms": 9})
+    assert "\texpiry=5\t" in line
+    assert "(`expiry=` on the first line `kgov tokens create`" in " ".join(README.split())
+
+
+def test_readme_states_the_failed_login_limit_as_configured() -> None:
+    config = SaslConfig()
+    stated = f"({config.max_failed_attempts_per_source} failed logins a minute per"
+    assert config.failed_attempts_window_s == 60.0
+    assert stated in " ".join(README.split())
+
+
+def test_readme_installs_kgov_from_the_checkout() -> None:
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"])
+    installs = re.findall(r"pip install '([^']*)'", README)
+    assert installs
+    for target in installs:
+        path, _, rest = target.partition("[")
+        assert path.startswith("/") and path.endswith("/kgov"), target  # not the package index's `kgov`
+        assert set(rest.rstrip("]").split(",")) <= extras, target
