@@ -166,9 +166,10 @@ def test_readme_names_the_token_expiry_as_the_cli_prints_it() -> None:
 
 def test_readme_states_the_failed_login_limit_as_configured() -> None:
     config = SaslConfig()
-    stated = f"({config.max_failed_attempts_per_source} failed logins a minute per"
+    stated = f"({config.max_failed_attempts_per_source} failed logins a minute per name per client address)"
+    per_address = f"({config.max_failed_attempts_per_address} failed logins a minute from one address"
     assert config.failed_attempts_window_s == 60.0
-    assert stated in " ".join(README.split())
+    assert stated in " ".join(README.split()) and per_address in " ".join(README.split())
 
 
 def test_readme_installs_kgov_from_the_checkout() -> None:
