@@ -44,13 +44,10 @@ anything done by whoever holds a private key.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
-import os
 import re
 import secrets
-import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -60,6 +57,8 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from audit.key_files import link_new_key, read_owner_only
 
 SEAL_HEADER = "kgov-seal"
 SEAL_VERSION = 2
@@ -103,28 +102,9 @@ def public_key_pem(private_key: Ed25519PrivateKey) -> str:
 # ---------------------------------------------------------------------------------------------- key files
 
 
-def _read_private(path: Path, what: str) -> bytes:
-    try:
-        # Non-blocking: a FIFO put in its place must not hang a start; refused below. A symbolic link is
-        # followed (a Kubernetes secret volume's files are links), as for the files' chain key.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with open(fd, "rb") as fh:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise SealKeyError(f"{what} {path} is not a regular file")
-            if st.st_mode & 0o077:
-                raise SealKeyError(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}; only its owner may "
-                                   f"read it: run `chmod 600 {path}`")
-            return fh.read(64 * 1024)
-    except FileNotFoundError:
-        raise SealKeyError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise SealKeyError(f"cannot read the {what} {path}: {exc.strerror}") from None
-
-
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     """The Ed25519 private key (PKCS#8 PEM, unencrypted) of an existing owner-only file."""
-    data = _read_private(path, "audit seal key file")
+    data = read_owner_only(path, "audit seal key file", SealKeyError)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):  # never echo what the file holds
@@ -142,17 +122,7 @@ def generated_private_key(path: Path) -> Ed25519PrivateKey:
     if not path.exists():
         pem = Ed25519PrivateKey.generate().private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        staged = path.with_name(f"{path.name}.{secrets.token_hex(8)}.new")
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(pem)
-                fh.flush()
-                os.fsync(fh.fileno())
-            with contextlib.suppress(FileExistsError):  # never replaces a key another start wrote meanwhile
-                os.link(staged, path)
-        finally:
-            staged.unlink()
+        link_new_key(path, pem)
     return load_private_key(path)
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from audit.integrity import AUDIT_FILE_PATTERN
+from audit.key_files import link_new_key
 
 log = logging.getLogger("kgov")
 
@@ -92,19 +93,7 @@ def local_secret(path: Path) -> str:
         value = secrets.token_urlsafe(32)
         with contextlib.suppress(FileNotFoundError):
             path.with_name(path.name + ".new").unlink()  # an earlier version's, left by a crash before the link
-        # A name of its own: two first starts at once (control plane and gateway) must not remove or fill
-        # each other's staged key; the first link wins and both read what it linked.
-        staged = path.with_name(f"{path.name}.{secrets.token_hex(8)}.new")
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(value + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            with contextlib.suppress(FileExistsError):  # never replaces a key another start wrote meanwhile
-                os.link(staged, path)
-        finally:
-            staged.unlink()
+        link_new_key(path, (value + "\n").encode("ascii"))
     private_file(path)  # an earlier version, or a copy, may have left it readable to others
     return _checked_secret(path, path.read_text())
 
