@@ -190,6 +190,11 @@ _TOPIC_ONLY = ("topic", "public_key", "sasl_username", "sasl_password_stdin", "s
                "ssl_key_file", "missing_start_ok")
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 record`, `2 records`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _verify(args: argparse.Namespace) -> int:
     if args.kafka_bootstrap:
         if args.key:
@@ -243,9 +248,8 @@ def _verify(args: argparse.Namespace) -> int:
     except OSError as e:  # unreadable, or a directory where a file was
         return fail(f"cannot read {e.filename}: {e.strerror}")
     for report in reports:
-        writers = f"{report.writers} writer{'s' if report.writers != 1 else ''}"
         if report.ok:
-            print(f"{report.file}: OK, {report.records} records, {writers}")
+            print(f"{report.file}: OK, {counted(report.records, 'record')}, {counted(report.writers, 'writer')}")
         else:
             more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
             print(f"{report.file}: FAILED, {report.problems[0]}{more}")
@@ -325,17 +329,16 @@ def _verify_topic(args: argparse.Namespace) -> int:
                                 missing_start_ok=args.missing_start_ok)
     except (TopicReadError, ImportError, OSError) as e:
         return fail(f"cannot read topic {args.topic}: {e}")
-    chains = f"{len(report.chains)} chain{'s' if len(report.chains) != 1 else ''}"
-    print(f"topic {args.topic}: {report.records} records, {chains}")
+    print(f"topic {args.topic}: {counted(report.records, 'record')}, {counted(len(report.chains), 'chain')}")
     for chain in report.chains:
-        counted = f"{chain.verified} records verified (seq {chain.first_seq}-{chain.last_seq})" + (
+        verified = f"{counted(chain.verified, 'record')} verified (seq {chain.first_seq}-{chain.last_seq})" + (
             f", {chain.duplicates} duplicate(s) sent again" if chain.duplicates else "")
         if chain.pending_seqs is not None:
             # Neither verified nor disproved: no checkpoint (signed record) after them yet.
             first, last = chain.pending_seqs
-            counted += f", {chain.pending} NOT YET SIGNED (seq {first}-{last}: no checkpoint after them yet)"
+            verified += f", {chain.pending} NOT YET SIGNED (seq {first}-{last}: no checkpoint after them yet)"
         state = "FAILED" if not chain.ok else "OK" if not chain.pending else "OK so far"
-        print(f"{chain.name} (key {chain.key_id.hex()}): {state}, {counted}")
+        print(f"{chain.name} (key {chain.key_id.hex()}): {state}, {verified}")
         for problem in chain.problems:
             print(f"  problem: {problem}")
         for note in chain.notes:

@@ -148,7 +148,9 @@ def default_allow(report: DataFrame) -> DataFrame:
 
 def _grant_evidence(prefix: str) -> Column:
     return F.format_string(prefix + " %s %s on %s (used: %s, %d use(s), last %s)", F.coalesce("operation", "role"),
-                           F.col("kind"), F.col("resource"), F.array_join("used_operations", "/"), F.col("uses"),
+                           F.col("kind"), F.col("resource"),
+                           F.when(F.size("used_operations") > 0, F.array_join("used_operations", "/"))
+                           .otherwise(F.lit("none")), F.col("uses"),
                            F.coalesce(_ts("last_used"), F.lit("never")))
 
 

@@ -39,6 +39,13 @@ def add_users(run: Run, n: int) -> None:
         assert code == 0, err
 
 
+def test_a_trail_of_one_record_is_counted_in_the_singular(kgov: Run, tmp_path: Path) -> None:
+    add_users(kgov, 1)
+    code, out, err = kgov("audit", "verify")
+    assert code == 0, out + err
+    assert out.splitlines()[0] == "events.jsonl: OK, 1 record, 1 writer"
+
+
 def test_a_trail_written_by_several_runs_verifies_and_a_change_fails_it(kgov: Run, tmp_path: Path) -> None:
     add_users(kgov, 4)  # four processes' worth of writers, one after the other
     audit = tmp_path / "data" / "audit"

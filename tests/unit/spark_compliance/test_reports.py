@@ -201,8 +201,10 @@ def test_acl_usage_dormant_and_excessive(spark: SparkSession) -> None:
         ("User:frank", "Topic:LITERAL:old", 1, ["READ"], True, False),  # last used 34.6 days before the end
         ("User:legacy", "Topic:LITERAL:legacy", 0, [], True, False),
     ]
-    assert sorted(f["principal"] for f in FD.dormant_acl(report).collect()) == [
-        "Group:x", "User:eve", "User:frank", "User:legacy"]
+    dormant = {f["principal"]: f["evidence"][0] for f in FD.dormant_acl(report).collect()}
+    assert sorted(dormant) == ["Group:x", "User:eve", "User:frank", "User:legacy"]
+    assert "(used: none, 0 use(s), last never)" in dormant["User:legacy"]  # never an empty "used: ,"
+    assert "(used: READ, 1 use(s), last " in dormant["User:frank"]
     assert [f["resource"] for f in FD.excessive_grant(report).collect()] == ["Topic:PREFIXED:metrics-"]
 
 
