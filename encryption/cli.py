@@ -47,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--client-property", action="append", default=[], metavar="NAME=VALUE",
         help="extra librdkafka property for the consumer and producer (repeatable)",
     )
+    reencrypt.add_argument(
+        "--command-config", type=Path, default=None, metavar="FILE",
+        help="librdkafka properties, one NAME=VALUE per line ('#' comments), as Kafka's tools take them: "
+             "keeps the SASL password off the command line; --client-property overrides",
+    )
     reencrypt.add_argument("--timeout", type=float, default=30.0)
     reencrypt.set_defaults(func=_reencrypt)
 
@@ -87,12 +92,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
             except ImportError as exc:
                 raise EncryptionError(f"`kgov encryption reencrypt` needs confluent-kafka ({exc})") from exc
 
-            config: dict[str, str] = {"bootstrap.servers": args.bootstrap}
-            for item in args.client_property:
-                name, sep, value = item.partition("=")
-                if not sep:
-                    raise EncryptionError(f"--client-property needs NAME=VALUE, got {item!r}")
-                config[name] = value
+            config = client_config(args.bootstrap, args.command_config, args.client_property)
             report = reencrypt_topic(config, args.topic, Reencryptor(kms, args.key), timeout=args.timeout)
             print(
                 f"read {report.read} records; rewrote {report.rewritten}, {report.already_current} already "
@@ -104,6 +104,33 @@ def _run(args: argparse.Namespace, action: str) -> int:
             print(f"kgov: {note}", file=sys.stderr)
         return 1
     return 0
+
+
+def client_config(bootstrap: str, command_config: Path | None, properties: list[str]) -> dict[str, str]:
+    """The consumer's and producer's librdkafka settings: the bootstrap servers, then the file's
+    properties, then each `--client-property`. A line that is not NAME=VALUE is refused by its number,
+    never echoed (it may hold a password)."""
+    config: dict[str, str] = {"bootstrap.servers": bootstrap}
+    if command_config is not None:
+        try:
+            text = command_config.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EncryptionError(f"cannot read --command-config {command_config}: "
+                                  f"{getattr(exc, 'strerror', None) or 'not UTF-8 text'}") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            name, sep, value = line.partition("=")
+            if not sep or not name.strip():
+                raise EncryptionError(f"--command-config {command_config}, line {number}: not NAME=VALUE")
+            config[name.strip()] = value.strip()
+    for item in properties:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise EncryptionError(f"--client-property needs NAME=VALUE, got {item!r}")
+        config[name] = value
+    return config
 
 
 def _create(args: argparse.Namespace) -> int:

@@ -213,8 +213,11 @@ def test_reencrypt_command(kafka_broker: str, tmp_path: Path, capsys: pytest.Cap
     topic = new_topic(kafka_broker)
     produce(kafka_broker, topic, kms, [("a", "one"), ("b", "two")])
     assert main(["encryption", "keys", "rotate", "orders", "--key-ring", str(ring)]) == 0
+    conf = tmp_path / "client.properties"
+    conf.write_text("# settings kept off the command line\nclient.id=kgov-test\n")
     assert main(["encryption", "reencrypt", "--bootstrap", kafka_broker, "--topic", topic, "--key", "orders",
-                 "--key-ring", str(ring), "--client-property", "client.id=kgov-test"]) == 0
+                 "--key-ring", str(ring), "--command-config", str(conf),
+                 "--client-property", "socket.timeout.ms=30000"]) == 0
     assert "read 2 records; rewrote 2, 0 already current, 0 tombstones" in capsys.readouterr().out
     assert sorted(read_decrypted(kafka_broker, topic, kms, 4)[2:]) == [("a", "one"), ("b", "two")]
     assert main(["encryption", "reencrypt", "--bootstrap", kafka_broker, "--topic", "no-such-topic-x",
