@@ -545,8 +545,13 @@ def _issuer_router() -> APIRouter:
                 raise OAuthError("unsupported_grant_type", "only grant_type=client_credentials is supported")
             account = None
             cid, secret = credentials
-            # Counted per client id at this address, and per address (`sasl.limiter`).
-            if not service.limiter.blocked(address, client_claim(cid)):
+            # Counted per client id at this address, and per address (`sasl.limiter`). A refusal is
+            # audited, as at the gateway and over HTTP Basic, but not counted again.
+            refusal = service.limiter.refusal(address, client_claim(cid))
+            if refusal is not None:
+                service.audit_authentication(Failure(refusal, mechanism="OAUTH-CLIENT-CREDENTIALS"), address,
+                                             "oauth.Token")
+            else:
                 try:
                     account = await asyncio.to_thread(service.authenticate_client, cid, secret)
                 except CredentialStoreUnavailable as exc:

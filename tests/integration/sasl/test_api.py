@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import socket
 import time
@@ -178,8 +179,10 @@ def test_a_stale_password_behind_a_shared_address_does_not_lock_out_the_admin(tm
         assert token("spark-job", "spark-job-secret-0123456789") == 401  # that client id is over its limit
         assert token("etl-job", "etl-job-secret-0123456789") == 200
     events = (tmp_path / "audit" / "events.jsonl").read_text()
-    assert events.count("too many failed authentication attempts for this name from this address") == 117 + 1
-    assert events.count("invalid client credentials") == 3  # /oauth/token audits the checked failures only
+    refusals = [json.loads(line) for line in events.splitlines()
+                if "too many failed authentication attempts for this name from this address" in line]
+    assert [e["data"]["methodName"] for e in refusals] == ["http.Authenticate"] * (117 + 1) + ["oauth.Token"] * 3
+    assert events.count("invalid client credentials") == 3  # checked failures; the 3 refusals after are not checked
 
 
 def test_an_address_spraying_names_over_http_is_refused_past_the_address_cap(tmp_path: Path) -> None:
