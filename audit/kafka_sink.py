@@ -398,7 +398,7 @@ class KafkaSink:
                 security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_context, linger_ms,
                 request_timeout_ms, delivery_timeout_ms, max_block_ms, retry_backoff_max_s)
             self._producer_factory = producer_factory or _kafka_producer
-            _import_kafka()  # here, not on the shipper thread: catch_warnings is process-wide
+            import_kafka_python()  # here, not on the shipper thread: catch_warnings is process-wide
             quiet = logging.getLogger("kafka")
         if quiet.level == logging.NOTSET:
             # kafka-python logs an ERROR per reconnect attempt while the broker is down (librdkafka a
@@ -896,7 +896,7 @@ def _failure(future: Any) -> Exception | None:
     return exc if isinstance(exc, Exception) else None
 
 
-def _import_kafka() -> None:
+def import_kafka_python() -> None:
     """Imports kafka-python, which loads its protocol schemas through a deprecated importlib.resources
     call (a DeprecationWarning; gateway/codec.py does the same). The imports are lazy so that `audit`
     stays light for readers of its formats (spark_compliance)."""

@@ -25,7 +25,7 @@ from audit.kafka_seal import TopicRecord
 from audit.kafka_sink import (
     KafkaAuditSettings,
     KafkaClientChoice,
-    _import_kafka,
+    import_kafka_python,
     kafka_python_connection,
     librdkafka_connection,
     parse_bootstrap_servers,
@@ -61,7 +61,7 @@ def read_topic(settings: KafkaAuditSettings, topic: str, *, timeout_s: float = 6
                                                        settings.kafka_ssl_key_file))}
             yield from _read_librdkafka(config, topic, deadline, monotonic)
         else:
-            _import_kafka()
+            import_kafka_python()
             config = {"bootstrap_servers": list(servers), "client_id": "kgov-audit-verify", "group_id": None,
                       "enable_auto_commit": False, "allow_auto_create_topics": False,
                       # Connecting and logging in (30 s by default) within the read's own bound.

@@ -120,9 +120,6 @@ class FailureLimiter:
                 return NAME_REFUSAL
         return None
 
-    def blocked(self, source: str, claim: str) -> bool:
-        return self.refusal(source, claim) is not None
-
     def record_failure(self, source: str, claim: str) -> None:
         group = address_group(source)
         pair = self._pair(group, claim)

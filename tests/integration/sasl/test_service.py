@@ -443,7 +443,7 @@ def test_oauthbearer_failure_counts_even_if_the_client_hangs_up(db_url: str) -> 
     server = svc2.server_mechanism("OAUTHBEARER", "10.7.7.8")
     server.step(build_client_initial_response("not.a.jwt"))
     assert isinstance(server.step(b"\x01"), Failure)
-    assert not svc2.limiter.blocked("10.7.7.8", BEARER_CLAIM)
+    assert svc2.limiter.refusal("10.7.7.8", BEARER_CLAIM) is None
     engine.dispose()
 
 
